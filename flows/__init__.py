@@ -1,0 +1,1 @@
+"""Orchestration: the command line and the pipeline runner. Stages compute in ``tasks``."""

@@ -1,0 +1,101 @@
+"""The ``privhar`` command line: run one stage (what dvc.yaml calls) or the whole pipeline."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from tasks.core.errors import PrivharError
+
+PARAMS = click.option("--params", "params_path", type=click.Path(path_type=Path), default=Path("params.yaml"),
+                      show_default=True, help="The params file.")
+
+
+def _dir(name: str, help_text: str, exists: bool = False) -> click.Option:
+    return click.option(name, required=True, type=click.Path(path_type=Path, file_okay=False, exists=exists), help=help_text)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """privhar: privacy-preserving video human-activity recognition, end to end."""
+
+
+@main.group()
+def stage() -> None:
+    """Run one stage of the pipeline (the commands dvc.yaml calls)."""
+
+
+@stage.command("synthesize")
+@PARAMS
+@_dir("--out", "Where to write the source videos and their manifest.")
+def synthesize_command(params_path: Path, out: Path) -> None:
+    """Render the embedded dataset, or index the real one data.source names."""
+    from tasks.synthesize import synthesize
+
+    rows = synthesize(params_path=params_path, out=out)
+    click.echo(f"synthesize: {len(rows)} videos in {out}", err=True)
+
+
+@stage.command("decode")
+@PARAMS
+@_dir("--source", "Folder of the source manifest (the synthesize stage's output).", exists=True)
+@_dir("--out", "Where to write the decoded clips and their manifest.")
+def decode_command(params_path: Path, source: Path, out: Path) -> None:
+    """Decode, resample, resize and store clips losslessly."""
+    from tasks.decode import decode
+
+    decode(params_path=params_path, source=source, out=out)
+
+
+@stage.command("train")
+@PARAMS
+@_dir("--frames", "Folder of the decoded clips.", exists=True)
+@_dir("--out", "Where to write the trained model.")
+@_dir("--report", "Where to write the training metrics and history.")
+def train_command(params_path: Path, frames: Path, out: Path, report: Path) -> None:
+    """Train the video classifier with the method train.method names."""
+    from tasks.train import train
+
+    final = train(params_path=params_path, frames=frames, out=out, report=report)
+    click.echo(f"train: final loss {final['loss']:.4f}, train accuracy {final['train_accuracy']:.4f}", err=True)
+
+
+@stage.command("evaluate")
+@PARAMS
+@_dir("--frames", "Folder of the decoded clips.", exists=True)
+@_dir("--models", "Folder holding <method>/model.pt.", exists=True)
+@_dir("--out", "Where to write metrics, predictions and plots.")
+def evaluate_command(params_path: Path, frames: Path, models: Path, out: Path) -> None:
+    """Top-1 / Top-5 and a confusion matrix for every trained method."""
+    from tasks.evaluate import evaluate
+
+    evaluate(params_path=params_path, frames=frames, models=models, out=out)
+
+
+@main.command("run")
+@click.option("--force", is_flag=True, help="Rerun every stage even if it is up to date.")
+@click.argument("targets", nargs=-1)
+def run_command(force: bool, targets: tuple[str, ...]) -> None:
+    """Run the pipeline (dvc repro) under one MLflow parent run and print Top-1."""
+    from flows.pipeline import run_pipeline
+
+    metrics = run_pipeline(Path.cwd(), force=force, targets=targets)
+    for method, values in sorted(metrics.items()):
+        click.echo(f"{method:>12}  Top-1 {values['top1']:.4f}  Top-5 {values['top5']:.4f}  ({values['test_videos']} test videos)")
+
+
+def entry_point() -> None:
+    """Console script: a user error is one line on stderr and exit status 2, never a traceback."""
+    try:
+        main(standalone_mode=False)
+    except PrivharError as error:
+        click.echo(f"privhar: error: {error}", err=True)
+        sys.exit(2)
+    except click.exceptions.Abort:
+        click.echo("privhar: interrupted", err=True)
+        sys.exit(130)
+    except click.ClickException as error:
+        error.show()
+        sys.exit(error.exit_code)

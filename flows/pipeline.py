@@ -1,0 +1,48 @@
+"""Run the whole DAG of ``dvc.yaml`` under one MLflow parent run.
+
+DVC decides what is stale and runs each stage's command (``privhar stage NAME``); each
+stage opens its nested MLflow run under the parent whose id this module exports.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tasks.core.errors import PrivharError
+from tasks.core.tracking import pipeline_run
+
+METRICS = Path("reports/evaluate/metrics.json")
+
+
+def tool_environment() -> dict[str, str]:
+    """The environment for DVC and the stages: this interpreter's bin folder first on PATH."""
+    env = dict(os.environ)
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    return env
+
+
+def dvc_command(*args: str) -> list[str]:
+    return [str(Path(sys.executable).parent / "dvc"), *args]
+
+
+def run_pipeline(project: Path, *, force: bool = False, targets: tuple[str, ...] = ()) -> dict:
+    """``dvc repro`` in ``project``; return the evaluation metrics it produced."""
+    if not (project / "dvc.yaml").is_file():
+        raise PrivharError(f"{project}: no dvc.yaml here (run privhar from the project folder)")
+    os.chdir(project)
+    with pipeline_run("pipeline", tags={"privhar.targets": " ".join(targets) or "all"}) as parent:
+        print(f"privhar: MLflow parent run {parent}", file=sys.stderr)
+        command = dvc_command("repro", *(["--force"] if force else []), *targets)
+        result = subprocess.run(command, env=tool_environment(), check=False)
+        if result.returncode != 0:
+            raise PrivharError(f"dvc repro failed (exit {result.returncode}); the failing stage's message is above")
+        import mlflow
+
+        metrics = json.loads(METRICS.read_text()) if METRICS.is_file() else {}
+        for method, values in metrics.items():
+            mlflow.log_metrics({f"{method}.{key}": float(value) for key, value in values.items()})
+    return metrics

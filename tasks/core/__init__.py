@@ -1,0 +1,1 @@
+"""Helpers shared by the stages: params, manifests, storage, seeding, tracking, models."""

@@ -1,0 +1,68 @@
+"""Decoded clips as model input: load once, normalise, resize, augment.
+
+Frames are stored (T, H, W, 3) uint8 RGB; models take (B, 3, T, h, w) float, normalised
+with the Kinetics mean and standard deviation pytorchvideo uses.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from tasks.core.manifest import resolve_path
+from tasks.core.storage import load_frames
+
+MEAN = (0.45, 0.45, 0.45)
+STD = (0.225, 0.225, 0.225)
+
+
+def load_clips(rows: list[dict[str, Any]], folder: Path, input_size: tuple[int, int]) -> torch.Tensor:
+    """All clips of ``rows`` resized to ``input_size``: uint8 (N, 3, T, h, w)."""
+    clips = []
+    for row in rows:
+        frames = torch.from_numpy(load_frames(resolve_path(row["path"], folder)))  # T, H, W, 3
+        frames = frames.permute(0, 3, 1, 2).float()  # T, 3, H, W
+        if tuple(frames.shape[-2:]) != tuple(input_size):
+            frames = F.interpolate(frames, size=tuple(input_size), mode="bilinear", antialias=True, align_corners=False)
+        clips.append(frames.round().clamp(0, 255).to(torch.uint8).permute(1, 0, 2, 3))  # 3, T, h, w
+    return torch.stack(clips)
+
+
+def normalise(clips: torch.Tensor) -> torch.Tensor:
+    """uint8 (B, 3, T, h, w) -> float model input."""
+    mean = torch.tensor(MEAN).view(1, 3, 1, 1, 1)
+    std = torch.tensor(STD).view(1, 3, 1, 1, 1)
+    return (clips.float() / 255.0 - mean) / std
+
+
+def augment(clips: torch.Tensor, generator: torch.Generator, shift: int = 4) -> torch.Tensor:
+    """Random horizontal flip and a random translation of up to ``shift`` pixels (edge-padded)."""
+    batch = clips.shape[0]
+    flip = torch.rand(batch, generator=generator) < 0.5
+    clips = torch.where(flip.view(-1, 1, 1, 1, 1), clips.flip(-1), clips)
+    if shift <= 0:
+        return clips
+    height, width = clips.shape[-2:]
+    padded = F.pad(clips.flatten(1, 2), (shift, shift, shift, shift), mode="replicate").view(*clips.shape[:3], height + 2 * shift, width + 2 * shift)
+    offsets = torch.randint(0, 2 * shift + 1, (batch, 2), generator=generator)
+    return torch.stack([padded[i, :, :, y: y + height, x: x + width] for i, (y, x) in enumerate(offsets.tolist())])
+
+
+def labels_of(rows: list[dict[str, Any]]) -> torch.Tensor:
+    return torch.tensor([row["label"] for row in rows], dtype=torch.long)
+
+
+def class_names(rows: list[dict[str, Any]]) -> list[str]:
+    """Action names indexed by label, from any rows that cover every label."""
+    names: dict[int, str] = {}
+    for row in rows:
+        names.setdefault(int(row["label"]), str(row["action"]))
+    return [names.get(index, f"class_{index}") for index in range(max(names) + 1)]
+
+
+def split_rows(rows: list[dict[str, Any]], split: str) -> list[dict[str, Any]]:
+    return [row for row in rows if row["split"] == split]
+

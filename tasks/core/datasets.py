@@ -1,0 +1,127 @@
+"""Real datasets in their published layouts, indexed into source-manifest rows.
+
+- UCF101: ``<root>/<Class>/<video>.avi`` with ``trainlist0N.txt`` / ``testlist0N.txt``
+  (and optionally ``classInd.txt``) in ``<root>`` or ``<root>/ucfTrainTestlist``.
+- HMDB51: ``<root>/<class>/<video>.avi`` with ``<class>_test_splitN.txt`` files
+  (``<video> 1`` train, ``2`` test, ``0`` unused) in ``<root>``,
+  ``<root>/testTrainMulti_7030_splits`` or ``<root>/splits``.
+
+Rows carry the container's own metadata where it can be read; a file that cannot even be
+probed keeps zeros and is left for ``decode`` to quarantine with its reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import av
+
+from tasks.core.errors import PrivharError
+
+Indexer = Callable[[Path, int], list[dict[str, Any]]]
+DATASETS: dict[str, Indexer] = {}
+
+
+def register_dataset(name: str) -> Callable[[Indexer], Indexer]:
+    def add(function: Indexer) -> Indexer:
+        DATASETS[name] = function
+        return function
+
+    return add
+
+
+def probe(path: Path) -> dict[str, Any]:
+    """n_frames, fps, height, width from the container header (zeros if unreadable)."""
+    try:
+        with av.open(str(path)) as container:
+            stream = container.streams.video[0]
+            fps = float(stream.average_rate or 0.0)
+            frames = stream.frames
+            if not frames and stream.duration is not None:
+                frames = int(round(float(stream.duration * stream.time_base) * fps))
+            return {"n_frames": int(frames or 0), "fps": fps, "height": int(stream.height), "width": int(stream.width)}
+    except (av.FFmpegError, IndexError, OSError, ValueError):
+        return {"n_frames": 0, "fps": 0.0, "height": 0, "width": 0}
+
+
+def _find(root: Path, names: list[str], folders: tuple[str, ...]) -> Path | None:
+    for folder in folders:
+        for name in names:
+            candidate = root / folder / name
+            if candidate.is_file():
+                return candidate
+    return None
+
+
+def _row(video: Path, split: str, label: int, action: str) -> dict[str, Any]:
+    return {"video_id": video.stem, "split": split, "label": label, "action": action,
+            "path": str(video.resolve()), **probe(video)}
+
+
+def _classes(root: Path) -> list[str]:
+    classes = sorted(entry.name for entry in root.iterdir() if entry.is_dir() and not entry.name.startswith((".", "ucfTrainTestlist", "testTrainMulti", "splits")))
+    if not classes:
+        raise PrivharError(f"{root}: no class folders found (data.root must hold one folder per action)")
+    return classes
+
+
+@register_dataset("ucf101")
+def index_ucf101(root: Path, split: int) -> list[dict[str, Any]]:
+    folders = (".", "ucfTrainTestlist")
+    lists = {name: _find(root, [f"{name}list{split:02d}.txt"], folders) for name in ("train", "test")}
+    for name, found in lists.items():
+        if found is None:
+            raise PrivharError(f"{root}: {name}list{split:02d}.txt not found (looked in {root} and {root / 'ucfTrainTestlist'})")
+    class_index = _find(root, ["classInd.txt"], folders)
+    if class_index is not None:
+        classes = [line.split()[1] for line in class_index.read_text().splitlines() if line.strip()]
+    else:
+        classes = _classes(root)
+    label_of = {name: index for index, name in enumerate(classes)}
+    rows = []
+    for split_name, list_file in lists.items():
+        for number, line in enumerate(list_file.read_text().splitlines(), start=1):
+            if not line.strip():
+                continue
+            relative = line.split()[0]
+            action = relative.split("/")[0]
+            if action not in label_of:
+                raise PrivharError(f"{list_file}:{number}: class '{action}' is not a known class folder")
+            rows.append(_row(root / relative, split_name, label_of[action], action))
+    return rows
+
+
+@register_dataset("hmdb51")
+def index_hmdb51(root: Path, split: int) -> list[dict[str, Any]]:
+    classes = _classes(root)
+    rows = []
+    for label, action in enumerate(classes):
+        names = [f"{action}_test_split{split}.txt"]
+        split_file = _find(root, names, (".", "testTrainMulti_7030_splits", "splits"))
+        if split_file is None:
+            raise PrivharError(f"{root}: {names[0]} not found (looked in {root}, testTrainMulti_7030_splits/ and splits/)")
+        for number, line in enumerate(split_file.read_text().splitlines(), start=1):
+            fields = line.split()
+            if not fields:
+                continue
+            if len(fields) != 2 or fields[1] not in ("0", "1", "2"):
+                raise PrivharError(f"{split_file}:{number}: expected '<video> <0|1|2>', got {line.strip()!r}")
+            if fields[1] == "0":
+                continue
+            rows.append(_row(root / action / fields[0], "train" if fields[1] == "1" else "test", label, action))
+    return rows
+
+
+def index_dataset(source: str, root: str | None, split: int) -> list[dict[str, Any]]:
+    """Rows for a real dataset named by ``data.source``."""
+    if root is None:
+        raise PrivharError(f"params.yaml: data.root is required when data.source = {source!r}")
+    folder = Path(root)
+    if not folder.is_dir():
+        raise PrivharError(f"params.yaml: data.root = {root!r} is not a folder")
+    rows = DATASETS[source](folder, split)
+    if not rows:
+        raise PrivharError(f"{folder}: split {split} lists no videos")
+    return rows

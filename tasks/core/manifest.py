@@ -1,0 +1,89 @@
+"""Manifests: the Parquet contract between stages, one row per video.
+
+Every manifest has the columns in :data:`REQUIRED_COLUMNS`; a stage adds its own beside
+them. Paths are stored relative to the manifest's folder when they lie inside it (so a
+stage output can be moved or cached by DVC), absolute otherwise (a real dataset's files).
+Rows are sorted by ``video_id`` and written without timestamps, so the same content gives
+byte-identical files.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tasks.core.errors import PrivharError
+from tasks.core.storage import atomic_write_bytes
+
+REQUIRED_COLUMNS: dict[str, pa.DataType] = {
+    "video_id": pa.string(),
+    "split": pa.string(),
+    "label": pa.int64(),
+    "action": pa.string(),
+    "path": pa.string(),
+    "n_frames": pa.int64(),
+    "fps": pa.float64(),
+    "height": pa.int64(),
+    "width": pa.int64(),
+}
+SPLITS = ("train", "test")
+MANIFEST_NAME = "manifest.parquet"
+
+
+def relative_path(path: Path, folder: Path) -> str:
+    """``path`` relative to ``folder`` when inside it, else absolute."""
+    path, folder = Path(path).resolve(), Path(folder).resolve()
+    try:
+        return path.relative_to(folder).as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
+def resolve_path(stored: str, folder: Path) -> Path:
+    """Inverse of :func:`relative_path`."""
+    path = Path(stored)
+    return path if path.is_absolute() else Path(folder) / path
+
+
+def write_table(rows: list[dict[str, Any]], path: Path, schema: pa.Schema | None = None) -> None:
+    """Write any small table of rows (identities, quarantine reports) as Parquet."""
+    table = pa.Table.from_pylist(rows, schema=schema)
+    buffer = io.BytesIO()
+    pq.write_table(table, buffer, compression="zstd")
+    atomic_write_bytes(Path(path), buffer.getvalue())
+
+
+def write_manifest(rows: list[dict[str, Any]], path: Path) -> pa.Table:
+    """Validate and write ``rows`` as a Parquet manifest; return the table written."""
+    if not rows:
+        raise PrivharError(f"{path}: refusing to write an empty manifest")
+    missing = [name for name in REQUIRED_COLUMNS if name not in rows[0]]
+    if missing:
+        raise PrivharError(f"{path}: manifest rows lack required columns {missing}")
+    rows = sorted(rows, key=lambda row: row["video_id"])
+    extra = [name for name in rows[0] if name not in REQUIRED_COLUMNS]
+    columns = {name: [row[name] for row in rows] for name in [*REQUIRED_COLUMNS, *extra]}
+    fields = [pa.field(name, kind) for name, kind in REQUIRED_COLUMNS.items()]
+    fields += [pa.field(name, pa.array(columns[name]).type) for name in extra]
+    table = pa.Table.from_pydict(columns, schema=pa.schema(fields))
+    write_table(table.to_pylist(), path, schema=table.schema)
+    return table
+
+
+def read_manifest(path: Path) -> list[dict[str, Any]]:
+    """Read a manifest as a list of rows; a missing or malformed file is a one-line error."""
+    path = Path(path)
+    if not path.is_file():
+        raise PrivharError(f"{path}: manifest not found (run the stage that writes it first)")
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowInvalid, OSError) as error:
+        raise PrivharError(f"{path}: not a readable Parquet manifest ({error})") from None
+    missing = [name for name in REQUIRED_COLUMNS if name not in table.column_names]
+    if missing:
+        raise PrivharError(f"{path}: manifest lacks required columns {missing}")
+    return table.to_pylist()

@@ -1,0 +1,105 @@
+"""The video classifier every training method shares, built from pytorchvideo blocks.
+
+A small 3-D ResNet in pytorchvideo's builder style: keyword-only arguments, layer types
+injected as callables. Normalisation defaults to GroupNorm, which (unlike BatchNorm) keeps
+samples independent, so Opacus can compute per-sample gradients and the DP methods train
+this very model.
+
+    clip (B, 3, T, H, W)
+      ─▶ stem: conv (3, 5, 5) stride (1, 2, 2) ─ norm ─ ReLU ─ max-pool (1, 2, 2)
+      ─▶ stage 1: bottleneck, width*2 channels
+      ─▶ stage 2: bottleneck, width*4 channels, stride (2, 2, 2)
+      ─▶ stage 3: bottleneck, width*8 channels, stride (2, 2, 2)
+      ─▶ head: global average pool ─ dropout ─ linear ─▶ logits (B, classes)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+
+import tasks.torchvision_compat  # noqa: F401  (before pytorchvideo imports torchvision)
+import torch
+from pytorchvideo.models.head import create_res_basic_head
+from pytorchvideo.models.net import Net
+from pytorchvideo.models.resnet import create_bottleneck_block, create_res_basic_stem, create_res_stage
+from torch import nn
+
+
+class GroupNorm3d(nn.GroupNorm):
+    """GroupNorm with BatchNorm's constructor signature, as pytorchvideo builders call it."""
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1, *, groups: int = 4) -> None:
+        super().__init__(num_groups=_divisor_at_most(groups, num_features), num_channels=num_features, eps=eps)
+
+
+def _divisor_at_most(groups: int, channels: int) -> int:
+    return max(d for d in range(1, min(groups, channels) + 1) if channels % d == 0)
+
+
+def group_norm(groups: int) -> Callable[..., nn.Module]:
+    return partial(GroupNorm3d, groups=groups)
+
+
+def create_video_classifier(
+    *,
+    # Input configs.
+    num_classes: int,
+    input_channels: int = 3,
+    # Width configs.
+    width: int = 16,
+    stage_multipliers: tuple[int, ...] = (2, 4, 8),
+    stage_temporal_strides: tuple[int, ...] = (1, 2, 2),
+    # Norm and activation configs.
+    norm: Callable[..., nn.Module] | None = None,
+    activation: Callable[..., nn.Module] = nn.ReLU,
+    # Head configs.
+    dropout: float = 0.2,
+) -> nn.Module:
+    """A small 3-D ResNet (pytorchvideo ``Net``) for clips of any length and size.
+
+    >>> model = create_video_classifier(num_classes=10, width=8)
+    >>> model(torch.zeros(2, 3, 8, 32, 40)).shape
+    torch.Size([2, 10])
+    """
+    norm = norm or group_norm(4)
+    blocks: list[nn.Module] = [create_res_basic_stem(
+        in_channels=input_channels, out_channels=width, conv_kernel_size=(3, 5, 5), conv_stride=(1, 2, 2),
+        conv_padding=(1, 2, 2), pool=nn.MaxPool3d, pool_kernel_size=(1, 3, 3), pool_stride=(1, 2, 2),
+        pool_padding=(0, 1, 1), norm=norm, activation=activation,
+    )]
+    dim_in = width
+    for index, (multiplier, temporal_stride) in enumerate(zip(stage_multipliers, stage_temporal_strides)):
+        spatial_stride = 1 if index == 0 else 2
+        dim_out = width * multiplier
+        blocks.append(create_res_stage(
+            depth=1, dim_in=dim_in, dim_inner=dim_out // 2, dim_out=dim_out, bottleneck=create_bottleneck_block,
+            conv_a_kernel_size=(3, 1, 1), conv_a_stride=(1, 1, 1), conv_a_padding=(1, 0, 0),
+            conv_b_kernel_size=(3, 3, 3), conv_b_stride=(temporal_stride, spatial_stride, spatial_stride),
+            conv_b_padding=(1, 1, 1), norm=norm, activation=activation,
+        ))
+        dim_in = dim_out
+    blocks.append(create_res_basic_head(
+        in_features=dim_in, out_features=num_classes, pool=nn.AdaptiveAvgPool3d, output_size=(1, 1, 1),
+        dropout_rate=dropout,
+    ))
+    return Net(blocks=nn.ModuleList(blocks))
+
+
+def has_batch_norm(model: nn.Module) -> bool:
+    """True if any layer mixes samples through batch statistics (forbidden under DP-SGD)."""
+    return any(isinstance(module, nn.modules.batchnorm._BatchNorm) for module in model.modules())
+
+
+def build_from_config(config: dict) -> nn.Module:
+    """Rebuild a classifier from the ``config`` saved in its checkpoint."""
+    return create_video_classifier(num_classes=config["num_classes"], width=config["width"],
+                                   norm=group_norm(config["norm_groups"]), dropout=config["dropout"])
+
+
+def load_checkpoint(path: str) -> tuple[nn.Module, dict]:
+    """A trained classifier in eval mode, and its config."""
+    checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    model = build_from_config(checkpoint["config"])
+    model.load_state_dict(checkpoint["state_dict"])
+    return model.eval(), checkpoint["config"]

@@ -1,0 +1,139 @@
+"""params.yaml, checked: one typed section per stage plus ``base`` and ``data``.
+
+Each stage loads only the sections it reads, so a bad value stops that stage (and only
+it) before any work, with one line naming the key, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal, TypeVar
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from tasks.core.errors import PrivharError
+
+PositiveInt = Annotated[int, Field(gt=0)]
+Fraction = Annotated[float, Field(ge=0.0, le=1.0)]
+FrameSize = Annotated[list[Annotated[int, Field(ge=8, le=4096)]], Field(min_length=2, max_length=2)]
+
+ACTIONS = ("walk", "run", "jump", "wave", "clap", "squat", "punch", "kick", "bend", "sit_down")
+
+
+class Section(BaseModel):
+    """A params section: unknown keys are errors, types are not coerced."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class BaseParams(Section):
+    seed: Annotated[int, Field(ge=0)]
+    workers: Annotated[int, Field(ge=0, le=256)]  # 0: one per CPU core
+
+
+class DataParams(Section):
+    source: Literal["synthetic", "ucf101", "hmdb51"]
+    root: str | None = None
+    split: Annotated[int, Field(ge=1, le=3)] = 1
+
+
+class SynthesizeParams(Section):
+    actions: Annotated[list[Literal[ACTIONS]], Field(min_length=2)]  # type: ignore[valid-type]
+    identities: Annotated[int, Field(ge=2, le=64)]
+    videos_per_action: Annotated[int, Field(ge=2)]
+    test_fraction: Annotated[float, Field(gt=0.0, lt=1.0)]
+    frames: Annotated[int, Field(ge=4)]
+    fps: Annotated[float, Field(gt=0.0, le=120.0)]
+    size: FrameSize
+    scenes: Annotated[int, Field(ge=1, le=64)]
+    scene_action_correlation: Fraction
+    two_person_fraction: Fraction
+    back_view_fraction: Fraction
+    person_height: Annotated[list[Annotated[float, Field(gt=0.0, le=1.0)]], Field(min_length=2, max_length=2)]
+    speed_range: Annotated[list[Annotated[float, Field(gt=0.0)]], Field(min_length=2, max_length=2)]
+    amplitude_range: Annotated[list[Annotated[float, Field(gt=0.0)]], Field(min_length=2, max_length=2)]
+    camera_jitter: Annotated[float, Field(ge=0.0, le=32.0)]
+    sensor_noise: Annotated[float, Field(ge=0.0, le=64.0)]
+    crf: Annotated[int, Field(ge=0, le=51)]
+
+
+class DecodeParams(Section):
+    fps: Annotated[float, Field(gt=0.0, le=120.0)]
+    frames: PositiveInt
+    size: FrameSize
+    short_videos: Literal["loop", "pad"]
+    max_failed_fraction: Fraction
+
+
+class TrainParams(Section):
+    method: Literal["baseline"]
+    epochs: PositiveInt
+    batch_size: PositiveInt
+    learning_rate: Annotated[float, Field(gt=0.0, le=10.0)]
+    weight_decay: Annotated[float, Field(ge=0.0)]
+    input_size: FrameSize
+    width: Annotated[int, Field(ge=4, le=256)]
+    norm_groups: PositiveInt
+    dropout: Annotated[float, Field(ge=0.0, lt=1.0)]
+    threads: Annotated[int, Field(ge=0, le=256)]  # 0: torch's default
+
+
+class EvaluateParams(Section):
+    batch_size: PositiveInt
+
+
+SECTIONS: dict[str, type[Section]] = {
+    "base": BaseParams,
+    "data": DataParams,
+    "synthesize": SynthesizeParams,
+    "decode": DecodeParams,
+    "train": TrainParams,
+    "evaluate": EvaluateParams,
+}
+S = TypeVar("S", bound=Section)
+
+
+def read_params_file(path: Path) -> dict[str, Any]:
+    """The raw YAML mapping; a missing or malformed file is a one-line error."""
+    path = Path(path)
+    if not path.is_file():
+        raise PrivharError(f"{path}: params file not found")
+    try:
+        content = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise PrivharError(f"{path}: not valid YAML{where}") from None
+    if not isinstance(content, dict):
+        raise PrivharError(f"{path}: expected a mapping of sections, got {type(content).__name__}")
+    return content
+
+
+def _describe(error: ValidationError, path: Path, section: str) -> str:
+    first = error.errors()[0]
+    key = ".".join([section, *map(str, first["loc"])])
+    if first["type"] == "missing":
+        return f"{path}: {key} is missing"
+    if first["type"] == "extra_forbidden":
+        return f"{path}: {key} is not a known key of '{section}'"
+    return f"{path}: {key} = {first['input']!r} is invalid: {first['msg'].lower()}"
+
+
+def parse_section(raw: dict[str, Any], section: str, *, path: Path = Path("params.yaml")) -> Section:
+    """Check one section of an already-read params mapping."""
+    model = SECTIONS[section]
+    values = raw.get(section)
+    if not isinstance(values, dict):
+        raise PrivharError(f"{path}: section '{section}' is missing or not a mapping")
+    try:
+        return model.model_validate(values)
+    except ValidationError as error:
+        raise PrivharError(_describe(error, path, section)) from None
+
+
+def load_section(path: Path, section: str, model: type[S]) -> S:
+    """Read and check one section of the params file."""
+    parsed = parse_section(read_params_file(path), section, path=Path(path))
+    assert isinstance(parsed, model)
+    return parsed

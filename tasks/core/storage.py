@@ -1,0 +1,56 @@
+"""Atomic stage outputs and lossless frame storage.
+
+A stage writes into a hidden sibling folder and renames it into place only when it has
+finished, so a killed or failed stage never leaves a half-written output behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+
+@contextlib.contextmanager
+def atomic_directory(target: Path) -> Iterator[Path]:
+    """Yield an empty temporary folder that replaces ``target`` when the block succeeds."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex[:8]}"
+    staging.mkdir()
+    try:
+        yield staging
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    trash = target.parent / f".{target.name}.old-{uuid.uuid4().hex[:8]}"
+    if target.exists():
+        os.replace(target, trash)
+    os.replace(staging, target)
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+def atomic_write_bytes(path: Path, payload: bytes) -> None:
+    """Write a file so that readers see either the old or the complete new content."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
+    staging.write_bytes(payload)
+    os.replace(staging, path)
+
+
+def save_frames(path: Path, frames: np.ndarray) -> None:
+    """Store a (T, H, W, 3) uint8 clip losslessly (``.npy``: exact bytes, fast to memory-map)."""
+    if frames.dtype != np.uint8 or frames.ndim != 4 or frames.shape[-1] != 3:
+        raise ValueError(f"frames must be (T, H, W, 3) uint8, got {frames.shape} {frames.dtype}")
+    np.save(path, np.ascontiguousarray(frames), allow_pickle=False)
+
+
+def load_frames(path: Path) -> np.ndarray:
+    """Read a clip written by :func:`save_frames`."""
+    return np.load(path, allow_pickle=False)

@@ -1,0 +1,109 @@
+"""MLflow tracking: one parent run per pipeline execution, one nested run per stage.
+
+The store defaults to SQLite inside the project (``mlflow.db``, artifacts in
+``mlartifacts/``); ``MLFLOW_TRACKING_URI`` overrides it. ``privhar run`` opens the parent
+run and passes its id to the stages (run by DVC as separate processes) through
+``PRIVHAR_PARENT_RUN_ID``; a stage run on its own opens a top-level run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+PARENT_ENV = "PRIVHAR_PARENT_RUN_ID"
+EXPERIMENT_ENV = "PRIVHAR_EXPERIMENT"
+DEFAULT_EXPERIMENT = "privhar"
+
+
+def tracking_uri(project: Path | None = None) -> str:
+    """``MLFLOW_TRACKING_URI`` or the project's SQLite store."""
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        return os.environ["MLFLOW_TRACKING_URI"]
+    folder = Path(project or Path.cwd()).resolve()
+    return f"sqlite:///{folder / 'mlflow.db'}"
+
+
+def configure(project: Path | None = None) -> str:
+    """Point MLflow at the store and select the experiment; return the experiment id."""
+    import mlflow
+
+    mlflow.set_tracking_uri(tracking_uri(project))
+    name = os.environ.get(EXPERIMENT_ENV, DEFAULT_EXPERIMENT)
+    experiment = mlflow.get_experiment_by_name(name)
+    if experiment is not None:
+        mlflow.set_experiment(name)
+        return experiment.experiment_id
+    artifacts = (Path(project or Path.cwd()).resolve() / "mlartifacts").as_uri()
+    experiment_id = mlflow.create_experiment(name, artifact_location=artifacts)
+    mlflow.set_experiment(name)
+    return experiment_id
+
+
+def flatten(sections: Mapping[str, Any]) -> dict[str, str]:
+    """``{"decode": DecodeParams(fps=8)}`` -> ``{"decode.fps": "8"}`` for MLflow params."""
+    flat: dict[str, str] = {}
+    for section, values in sections.items():
+        items = values.model_dump() if hasattr(values, "model_dump") else dict(values)
+        for key, value in items.items():
+            flat[f"{section}.{key}"] = str(value)
+    return flat
+
+
+class StageRun:
+    """What a stage may log to its run."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        import mlflow
+
+        mlflow.log_metrics({key: float(value) for key, value in metrics.items()}, step=step)
+
+    def log_artifact(self, path: Path, folder: str | None = None) -> None:
+        import mlflow
+
+        mlflow.log_artifact(str(path), artifact_path=folder)
+
+    def set_tags(self, tags: Mapping[str, Any]) -> None:
+        import mlflow
+
+        mlflow.set_tags({key: str(value) for key, value in tags.items()})
+
+
+@contextlib.contextmanager
+def stage_run(stage: str, sections: Mapping[str, Any]) -> Iterator[StageRun]:
+    """A (nested) MLflow run for one stage: params as given, wall time as measured."""
+    import mlflow
+
+    configure()
+    parent = os.environ.get(PARENT_ENV)
+    started = time.perf_counter()
+    with mlflow.start_run(run_name=stage, parent_run_id=parent or None, nested=bool(parent),
+                          tags={"privhar.stage": stage}) as run:
+        mlflow.log_params(flatten(sections))
+        yield StageRun(run.info.run_id)
+        mlflow.log_metric("stage_seconds", time.perf_counter() - started)
+
+
+@contextlib.contextmanager
+def pipeline_run(name: str, tags: Mapping[str, Any] | None = None) -> Iterator[str]:
+    """The parent run of one pipeline execution; its id is exported for the stages."""
+    import mlflow
+
+    configure()
+    with mlflow.start_run(run_name=name, tags={"privhar.pipeline": "true", **(tags or {})}) as run:
+        previous = os.environ.get(PARENT_ENV)
+        os.environ[PARENT_ENV] = run.info.run_id
+        try:
+            yield run.info.run_id
+        finally:
+            if previous is None:
+                os.environ.pop(PARENT_ENV, None)
+            else:
+                os.environ[PARENT_ENV] = previous

@@ -1,0 +1,186 @@
+"""Stage ``decode``: source videos -> fixed-size, fixed-rate clips stored losslessly.
+
+    source manifest ─▶ EncodedVideo (pytorchvideo, PyAV) ─▶ resample to decode.fps
+      ─▶ keep decode.frames (loop or pad short videos) ─▶ resize + centre crop to decode.size
+      ─▶ frames/<id>.npy (T, H, W, 3) uint8 RGB  [+ annotations/<id>.npz carried along]
+
+Resampling assumes a constant frame rate: output frame j shows the source frame shown at
+time j / decode.fps. Resizing keeps the aspect ratio (scale to cover, crop the centre), and
+the same transform moves masks (nearest neighbour), boxes and skeletons.
+
+A file that is missing, empty, not a video, truncated or undecodable is quarantined with
+its reason in ``quarantine.parquet`` and the stage goes on; if more than
+``decode.max_failed_fraction`` of the videos fail, it stops with one line and writes nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+import pyarrow as pa
+import torch
+
+from tasks.core.datasets import probe
+from tasks.core.errors import PrivharError
+from tasks.core.manifest import MANIFEST_NAME, read_manifest, resolve_path, write_manifest, write_table
+from tasks.core.params import BaseParams, DecodeParams, load_section
+from tasks.core.parallel import map_ordered, worker_count
+from tasks.core.storage import atomic_directory, save_frames
+from tasks.core.tracking import stage_run
+
+TRUNCATION_TOLERANCE = 0.9  # fewer decoded frames than this share of the header's count = truncated
+QUARANTINE_SCHEMA = pa.schema([("video_id", pa.string()), ("path", pa.string()), ("reason", pa.string())])
+
+
+class Quarantined(Exception):
+    """A video this stage cannot use; the message is the reason recorded."""
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """Resize-to-cover then centre-crop: source (h, w) -> target (h, w)."""
+
+    scale: float
+    crop_x: int
+    crop_y: int
+    size: tuple[int, int]
+
+    @classmethod
+    def fit(cls, source: tuple[int, int], target: tuple[int, int]) -> Geometry:
+        scale = max(target[0] / source[0], target[1] / source[1])
+        scaled = (max(target[0], round(source[0] * scale)), max(target[1], round(source[1] * scale)))
+        return cls(scale, (scaled[1] - target[1]) // 2, (scaled[0] - target[0]) // 2, scaled)
+
+    def image(self, frame: np.ndarray, interpolation: int) -> np.ndarray:
+        return cv2.resize(frame, (self.size[1], self.size[0]), interpolation=interpolation)
+
+    def points(self, xy: np.ndarray) -> np.ndarray:
+        shifted = xy.astype(np.float32) * self.scale
+        shifted[..., 0] -= self.crop_x
+        shifted[..., 1] -= self.crop_y
+        return shifted
+
+
+def resample_indices(n_source: int, source_fps: float, target_fps: float, frames: int, short_videos: str) -> np.ndarray:
+    """Source frame index for each output frame.
+
+    >>> resample_indices(48, 24.0, 8.0, 16, "loop").tolist()[:4]
+    [0, 3, 6, 9]
+    >>> resample_indices(6, 24.0, 8.0, 4, "loop").tolist()
+    [0, 3, 0, 3]
+    >>> resample_indices(6, 24.0, 8.0, 4, "pad").tolist()
+    [0, 3, 3, 3]
+    """
+    available = max(1, math.floor(n_source * target_fps / source_fps + 1e-9))
+    times = np.arange(min(frames, available)) / target_fps
+    indices = np.minimum(np.floor(times * source_fps + 1e-6).astype(int), n_source - 1)
+    if len(indices) < frames:
+        if short_videos == "loop":
+            indices = np.resize(indices, frames)
+        else:
+            indices = np.concatenate([indices, np.full(frames - len(indices), indices[-1])])
+    return indices
+
+
+def read_video(path: Path) -> tuple[np.ndarray, float]:
+    """All frames (T, H, W, 3) uint8 RGB and the frame rate; raises :class:`Quarantined`."""
+    from pytorchvideo.data.encoded_video import EncodedVideo
+
+    if not path.is_file():
+        raise Quarantined("file not found")
+    if path.stat().st_size == 0:
+        raise Quarantined("empty file (0 bytes)")
+    header = probe(path)
+    try:
+        video = EncodedVideo.from_path(str(path), decode_audio=False, decoder="pyav")
+        clip = video.get_clip(0, video.duration + 1.0)["video"] if video.duration is not None else None
+        video.close()
+    except (RuntimeError, ValueError, OSError) as error:
+        raise Quarantined(f"not a readable video ({str(error).splitlines()[0][:120]})") from None
+    if clip is None or clip.shape[1] == 0:
+        raise Quarantined("no decodable video frames")
+    frames = clip.permute(1, 2, 3, 0).to(dtype=torch.uint8).numpy()  # exact: the decoder's floats are whole 0..255
+    if header["n_frames"] and len(frames) < TRUNCATION_TOLERANCE * header["n_frames"]:
+        raise Quarantined(f"truncated: decoded {len(frames)} of the {header['n_frames']} frames its header announces")
+    fps = header["fps"] or len(frames) / max(video.duration or 1.0, 1e-6)
+    return frames, fps
+
+
+def _crop(array: np.ndarray, geometry: Geometry, target: tuple[int, int]) -> np.ndarray:
+    return array[geometry.crop_y: geometry.crop_y + target[0], geometry.crop_x: geometry.crop_x + target[1]]
+
+
+def transform_annotations(annotations: dict[str, np.ndarray], indices: np.ndarray, geometry: Geometry,
+                          target: tuple[int, int]) -> dict[str, np.ndarray]:
+    """Carry ground truth through the same frame selection and geometry as the pixels."""
+    masks = [_crop(geometry.image(mask, cv2.INTER_NEAREST), geometry, target) for mask in annotations["person_mask"][indices]]
+    out = {"person_mask": np.stack(masks), "face_visible": annotations["face_visible"][indices],
+           "identity": annotations["identity"], "skeleton": geometry.points(annotations["skeleton"][indices])}
+    limits = np.array([target[1], target[0], target[1], target[0]], np.float32)
+    for name in ("body_box", "face_box"):
+        boxes = geometry.points(annotations[name][indices].reshape(*annotations[name][indices].shape[:-1], 2, 2))
+        out[name] = np.clip(boxes.reshape(*boxes.shape[:-2], 4), 0, limits)
+    return out
+
+
+def decode_one(row: dict[str, Any], *, params: DecodeParams, source_folder: Path, out: Path) -> dict[str, Any]:
+    """Decode one video; a manifest row, or a quarantine row (``reason``) if it is unusable."""
+    path = resolve_path(row["path"], source_folder)
+    try:
+        frames, fps = read_video(path)
+    except Quarantined as reason:
+        return {"video_id": row["video_id"], "path": str(path), "reason": str(reason)}
+    target = (params.size[0], params.size[1])
+    indices = resample_indices(len(frames), fps, params.fps, params.frames, params.short_videos)
+    geometry = Geometry.fit(frames.shape[1:3], target)
+    clip = np.stack([_crop(geometry.image(frame, cv2.INTER_AREA), geometry, target) for frame in frames[indices]])
+    save_frames(out / "frames" / f"{row['video_id']}.npy", clip)
+    decoded = {**row, "path": f"frames/{row['video_id']}.npy", "n_frames": params.frames, "fps": float(params.fps),
+               "height": target[0], "width": target[1], "source_path": str(path),
+               "source_frames": int(len(frames)), "source_fps": float(fps)}
+    if row.get("annotations"):
+        with np.load(resolve_path(row["annotations"], source_folder)) as stored:
+            annotations = transform_annotations(dict(stored), indices, geometry, target)
+        np.savez_compressed(out / "annotations" / f"{row['video_id']}.npz", **annotations)
+        decoded["annotations"] = f"annotations/{row['video_id']}.npz"
+    return decoded
+
+
+def decode(*, params_path: Path, source: Path, out: Path) -> list[dict[str, Any]]:
+    """Run the stage on the manifest in folder ``source``; return the decoded rows."""
+    base = load_section(params_path, "base", BaseParams)
+    params = load_section(params_path, "decode", DecodeParams)
+    rows = read_manifest(source / MANIFEST_NAME)
+    with stage_run("decode", {"base": base, "decode": params}) as run, atomic_directory(out) as staging:
+        (staging / "frames").mkdir()
+        (staging / "annotations").mkdir()
+        started = time.perf_counter()
+        work = partial(decode_one, params=params, source_folder=source, out=staging)
+        results = map_ordered(work, rows, workers=worker_count(base.workers), desc="decode")
+        seconds = time.perf_counter() - started
+        decoded = [result for result in results if "reason" not in result]
+        failed = [result for result in results if "reason" in result]
+        failed_fraction = len(failed) / len(results)
+        if failed_fraction > params.max_failed_fraction:
+            example = failed[0]
+            raise PrivharError(f"decode: {len(failed)} of {len(results)} videos failed ({failed_fraction:.0%} > "
+                               f"decode.max_failed_fraction = {params.max_failed_fraction}); first: {example['path']}: {example['reason']}")
+        for item in failed:
+            print(f"decode: quarantined {item['path']}: {item['reason']}", file=sys.stderr)
+        write_table(failed, staging / "quarantine.parquet", schema=QUARANTINE_SCHEMA)
+        write_manifest(decoded, staging / MANIFEST_NAME)
+        source_frames = sum(row["source_frames"] for row in decoded)
+        speed = {"videos": len(decoded), "quarantined": len(failed), "decode_seconds": seconds,
+                 "source_frames_per_second": source_frames / seconds, "videos_per_second": len(results) / seconds}
+        run.log_metrics(speed)
+        print(f"decode: {len(decoded)} videos, {len(failed)} quarantined, {speed['source_frames_per_second']:.0f} source frames/s",
+              file=sys.stderr)
+    return decoded

@@ -1,0 +1,195 @@
+"""One synthetic video: sample its specification from the seed, then render its frames.
+
+    VideoSpec (who, what, where, how) ─▶ per frame: scene crop (camera jitter)
+                                                    ─▶ props ─▶ people far to near
+                                                    ─▶ lighting gain + sensor noise
+    ─▶ frames (T, H, W, 3) uint8 BGR and per-frame ground truth
+
+Ground truth per frame and person: a label mask (0 background, p + 1 for person p as
+visible after occlusion), body box (of the visible mask), face box, face visibility, the
+2-D skeleton (joint order :data:`tasks.synthetic.body.JOINTS`), and the identity.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import cv2
+import numpy as np
+
+from tasks.core.params import SynthesizeParams
+from tasks.core.seeding import rng_for
+from tasks.synthetic.actions import ACTIONS, MotionStyle, sit_down
+from tasks.synthetic.body import JOINT_INDEX, JOINTS, forward_kinematics, project
+from tasks.synthetic.identities import Identity, make_identity
+from tasks.synthetic.render import PersonView, draw_person
+from tasks.synthetic.scenes import Scene, make_scene
+
+
+@dataclass(frozen=True)
+class ActorSpec:
+    identity: int
+    outfit: int
+    action: str
+    style: MotionStyle
+    yaw: float
+    height_px: float
+    origin_x: float
+    ground_y: float
+
+
+@dataclass(frozen=True)
+class VideoSpec:
+    video_id: str
+    action: str
+    scene: int
+    actors: tuple[ActorSpec, ...]  # the first performs the labelled action
+    stool: tuple[float, float, float, float] | None  # x0, y0, x1, y1 in frame pixels
+    light_gain: float
+    jitter_phase: tuple[float, float, float, float]
+
+
+@dataclass
+class Rendered:
+    frames: np.ndarray  # (T, H, W, 3) uint8, BGR
+    person_mask: np.ndarray  # (T, H, W) uint8
+    body_box: np.ndarray  # (T, P, 4) float32, NaN where the person is not visible
+    face_box: np.ndarray  # (T, P, 4) float32
+    face_visible: np.ndarray  # (T, P) bool
+    skeleton: np.ndarray  # (T, P, J, 2) float32
+    identity: np.ndarray  # (P,) int32
+
+
+@lru_cache(maxsize=64)
+def identity_of(seed: int, index: int) -> Identity:
+    return make_identity(seed, index)
+
+
+@lru_cache(maxsize=16)
+def scene_of(seed: int, index: int, height: int, width: int) -> Scene:
+    return make_scene(seed, index, height, width)
+
+
+def _margin(params: SynthesizeParams) -> int:
+    return int(np.ceil(params.camera_jitter)) + 1
+
+
+def _times(params: SynthesizeParams) -> np.ndarray:
+    return np.arange(params.frames) / params.fps
+
+
+def _project_actor(actor: ActorSpec, seed: int, t: float) -> tuple[np.ndarray, np.ndarray, float]:
+    identity = identity_of(seed, actor.identity)
+    joints = forward_kinematics(ACTIONS[actor.action](t, actor.style), identity.build)
+    scale = actor.height_px * identity.height
+    points, depth = project(joints, yaw_deg=actor.yaw, scale_px=scale, origin_px=(actor.origin_x, actor.ground_y))
+    return points, depth, scale
+
+
+def _place(actor: ActorSpec, seed: int, params: SynthesizeParams, rng: np.random.Generator, lo: float, hi: float) -> ActorSpec:
+    """Choose origin_x so the whole trajectory stays in [lo, hi] of the frame width when it fits."""
+    xs = np.concatenate([_project_actor(actor, seed, t)[0][:, 0] for t in _times(params)])
+    width = params.size[1]
+    left, right = lo * width - xs.min(), hi * width - xs.max()
+    origin = rng.uniform(left, right) if right > left else (left + right) / 2
+    return ActorSpec(**{**actor.__dict__, "origin_x": float(origin)})
+
+
+def sample_spec(seed: int, video_id: str, action: str, label: int, params: SynthesizeParams) -> VideoSpec:
+    """Everything random about one video, drawn from ``rng_for(seed, "video", video_id)``."""
+    rng = rng_for(seed, "video", video_id)
+    height, width = params.size
+    home_scene = label % params.scenes
+    scene = home_scene if rng.random() < params.scene_action_correlation else int(rng.integers(params.scenes))
+    horizon = scene_of(seed, scene, height + 2 * _margin(params), width + 2 * _margin(params)).horizon
+
+    def yaw() -> float:
+        back = rng.random() < params.back_view_fraction
+        magnitude = rng.uniform(115, 160) if back else rng.uniform(15, 70)
+        return float(magnitude * rng.choice([-1.0, 1.0]))
+
+    def style() -> MotionStyle:
+        return MotionStyle(speed=float(rng.uniform(*params.speed_range)), amplitude=float(rng.uniform(*params.amplitude_range)),
+                           phase=float(rng.random()), lead=str(rng.choice(["l", "r"])),
+                           onset=float(rng.uniform(0.05, 0.45) * params.frames / params.fps))
+
+    primary_identity = int(rng.integers(params.identities))
+    ground = rng.uniform(0.88, 0.96) * height
+    primary = ActorSpec(identity=primary_identity, outfit=int(rng.integers(2)), action=action, style=style(), yaw=yaw(),
+                        height_px=float(rng.uniform(*params.person_height) * height), origin_x=0.0, ground_y=float(ground))
+    actors = [_place(primary, seed, params, rng, 0.05, 0.95)]
+    if rng.random() < params.two_person_fraction:
+        other = int((primary_identity + rng.integers(1, params.identities)) % params.identities)
+        back_ground = float(max(horizon * height + 0.2 * (ground - horizon * height), ground - rng.uniform(0.08, 0.16) * height))
+        bystander = ActorSpec(identity=other, outfit=int(rng.integers(2)), action="stand", style=style(), yaw=yaw(),
+                              height_px=float(primary.height_px * rng.uniform(0.7, 0.85)), origin_x=0.0, ground_y=back_ground)
+        actors.append(_place(bystander, seed, params, rng, 0.02, 0.98))
+    stool = None
+    if action == "sit_down" or rng.random() < 0.15:
+        if action == "sit_down":
+            seated = ActorSpec(**{**actors[0].__dict__, "style": MotionStyle(onset=-10.0)})
+            points, _, scale = _project_actor(seated, seed, 0.0)
+            pelvis = points[JOINT_INDEX["pelvis"]]
+            x_centre, top = float(pelvis[0]), float(pelvis[1] + 0.03 * scale)
+        else:
+            x_centre, top = float(rng.uniform(0.1, 0.9) * width), float(ground - rng.uniform(0.2, 0.3) * primary.height_px)
+        half = 0.12 * primary.height_px
+        stool = (x_centre - half, top, x_centre + half, float(ground))
+    return VideoSpec(video_id=video_id, action=action, scene=scene, actors=tuple(actors), stool=stool,
+                     light_gain=float(rng.uniform(0.8, 1.15)), jitter_phase=tuple(float(v) for v in rng.uniform(0, 2 * np.pi, 4)))
+
+
+def _draw_stool(canvas: np.ndarray, box: tuple[float, float, float, float], offset: np.ndarray) -> None:
+    x0, y0, x1, y1 = (np.array(box) + np.tile(offset, 2)).astype(int)
+    cv2.rectangle(canvas, (x0, y0), (x1, y0 + max(2, (y1 - y0) // 8)), (40, 70, 110), -1)
+    for x in (x0 + 2, x1 - 4):
+        cv2.rectangle(canvas, (x, y0), (x + 3, y1), (30, 55, 90), -1)
+
+
+def render_video(spec: VideoSpec, seed: int, params: SynthesizeParams) -> Rendered:
+    """Render ``spec`` into frames and ground truth (deterministic in spec, seed, params)."""
+    height, width = params.size
+    margin = _margin(params)
+    scene = scene_of(seed, spec.scene, height + 2 * margin, width + 2 * margin)
+    noise_rng = rng_for(seed, "noise", spec.video_id)
+    n_frames, n_people = params.frames, len(spec.actors)
+    out = Rendered(
+        frames=np.zeros((n_frames, height, width, 3), np.uint8),
+        person_mask=np.zeros((n_frames, height, width), np.uint8),
+        body_box=np.full((n_frames, n_people, 4), np.nan, np.float32),
+        face_box=np.full((n_frames, n_people, 4), np.nan, np.float32),
+        face_visible=np.zeros((n_frames, n_people), bool),
+        skeleton=np.zeros((n_frames, n_people, len(JOINTS), 2), np.float32),
+        identity=np.array([actor.identity for actor in spec.actors], np.int32),
+    )
+    phase = spec.jitter_phase
+    for index, t in enumerate(_times(params)):
+        offset = params.camera_jitter * np.array([np.sin(2.3 * t + phase[0]) * 0.7 + np.sin(7.1 * t + phase[1]) * 0.3,
+                                                  np.sin(1.9 * t + phase[2]) * 0.7 + np.sin(6.3 * t + phase[3]) * 0.3])
+        shift = np.round(offset).astype(int)
+        canvas = scene.image[margin + shift[1]: margin + shift[1] + height, margin + shift[0]: margin + shift[0] + width].copy()
+        labels = out.person_mask[index]
+        if spec.stool is not None:
+            _draw_stool(canvas, spec.stool, -shift)
+        order = sorted(range(n_people), key=lambda p: spec.actors[p].ground_y)  # far (higher on screen) first
+        for person in order:
+            actor = spec.actors[person]
+            points, depth, scale = _project_actor(actor, seed, float(t))
+            points = points - shift
+            identity = identity_of(seed, actor.identity)
+            face_box, face_visible = draw_person(canvas, labels, person + 1, identity, identity.outfits[actor.outfit],
+                                                 PersonView(points=points, depth=depth, scale_px=scale, yaw=actor.yaw))
+            out.skeleton[index, person] = points
+            out.face_box[index, person] = face_box
+            out.face_visible[index, person] = face_visible
+        for person in range(n_people):
+            x, y, w, h = cv2.boundingRect((labels == person + 1).view(np.uint8))
+            if w and h:
+                out.body_box[index, person] = (x, y, x + w, y + h)
+            else:
+                out.face_visible[index, person] = False
+        noise = noise_rng.standard_normal(canvas.shape, dtype=np.float32) * np.float32(params.sensor_noise)
+        lit = canvas.astype(np.float32) * np.float32(spec.light_gain) + noise
+        out.frames[index] = np.clip(lit, 0, 255).astype(np.uint8)
+    return out

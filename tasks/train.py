@@ -1,0 +1,139 @@
+"""Stage ``train``: fit the shared video classifier with the method ``train.method`` names.
+
+Methods live in :data:`TRAINING_METHODS`, keyed by the params value; this issue brings the
+non-private ``baseline`` (Adam, cross-entropy, cosine learning-rate decay). Every method
+trains the model of :func:`tasks.core.models.create_video_classifier` from scratch.
+
+    data/decode (train split) ─▶ clips at train.input_size ─▶ method ─▶ out/model.pt
+                                                                   └─▶ report/<method>.json, <method>_history.csv
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from tqdm import tqdm
+
+from tasks.core.clips import augment, class_names, labels_of, load_clips, normalise, split_rows
+from tasks.core.errors import PrivharError
+from tasks.core.manifest import MANIFEST_NAME, read_manifest
+from tasks.core.models import create_video_classifier, group_norm, has_batch_norm
+from tasks.core.params import BaseParams, TrainParams, load_section
+from tasks.core.registry import register_model
+from tasks.core.seeding import derive_seed
+from tasks.core.storage import atomic_directory, atomic_write_bytes
+from tasks.core.tracking import StageRun, stage_run
+
+
+@dataclass
+class TrainingData:
+    clips: torch.Tensor  # uint8 (N, 3, T, h, w)
+    labels: torch.Tensor  # (N,)
+    classes: list[str]
+
+
+Method = Callable[[nn.Module, TrainingData, TrainParams, torch.Generator, StageRun], list[dict[str, float]]]
+TRAINING_METHODS: dict[str, Method] = {}
+
+
+def register_method(name: str) -> Callable[[Method], Method]:
+    def add(function: Method) -> Method:
+        TRAINING_METHODS[name] = function
+        return function
+
+    return add
+
+
+def batches(count: int, batch_size: int, generator: torch.Generator) -> list[torch.Tensor]:
+    """A shuffled partition of range(count) into batches (the last may be smaller)."""
+    return list(torch.randperm(count, generator=generator).split(batch_size))
+
+
+@register_method("baseline")
+def train_baseline(model: nn.Module, data: TrainingData, params: TrainParams, generator: torch.Generator,
+                   run: StageRun) -> list[dict[str, float]]:
+    """Non-private training: Adam on the mean cross-entropy, cosine decay to 0."""
+    optimiser = torch.optim.AdamW(model.parameters(), lr=params.learning_rate, weight_decay=params.weight_decay)
+    steps_per_epoch = math.ceil(len(data.labels) / params.batch_size)
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimiser, T_max=params.epochs * steps_per_epoch)
+    history = []
+    for epoch in range(1, params.epochs + 1):
+        model.train()
+        total_loss, correct = 0.0, 0
+        progress = tqdm(batches(len(data.labels), params.batch_size, generator), desc=f"train epoch {epoch}/{params.epochs}",
+                        unit="batch", dynamic_ncols=True)
+        for index in progress:
+            inputs = normalise(augment(data.clips[index], generator))
+            logits = model(inputs)
+            loss = F.cross_entropy(logits, data.labels[index])
+            optimiser.zero_grad(set_to_none=True)
+            loss.backward()
+            optimiser.step()
+            schedule.step()
+            total_loss += float(loss) * len(index)
+            correct += int((logits.argmax(1) == data.labels[index]).sum())
+            progress.set_postfix(loss=f"{float(loss):.3f}")
+        record = {"epoch": epoch, "loss": total_loss / len(data.labels), "train_accuracy": correct / len(data.labels)}
+        run.log_metrics({"loss": record["loss"], "train_accuracy": record["train_accuracy"]}, step=epoch)
+        history.append(record)
+    return history
+
+
+def _history_csv(history: list[dict[str, float]]) -> bytes:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(history[0]))
+    writer.writeheader()
+    for record in history:
+        writer.writerow({key: (f"{value:.6f}" if isinstance(value, float) else value) for key, value in record.items()})
+    return buffer.getvalue().encode()
+
+
+def train(*, params_path: Path, frames: Path, out: Path, report: Path) -> dict[str, Any]:
+    """Run the stage; return the final training record."""
+    base = load_section(params_path, "base", BaseParams)
+    params = load_section(params_path, "train", TrainParams)
+    rows = read_manifest(frames / MANIFEST_NAME)
+    train_rows = split_rows(rows, "train")
+    if not train_rows:
+        raise PrivharError(f"{frames / MANIFEST_NAME}: no videos in the train split")
+    if params.threads:
+        torch.set_num_threads(params.threads)
+    torch.use_deterministic_algorithms(True)
+    torch.manual_seed(derive_seed(base.seed, "train", params.method, "init"))
+    generator = torch.Generator().manual_seed(derive_seed(base.seed, "train", params.method, "batches"))
+    classes = class_names(rows)
+    config = {"num_classes": len(classes), "width": params.width, "norm_groups": params.norm_groups,
+              "dropout": params.dropout, "input_size": list(params.input_size), "frames": int(train_rows[0]["n_frames"]),
+              "classes": classes, "method": params.method}
+    model = create_video_classifier(num_classes=len(classes), width=params.width, norm=group_norm(params.norm_groups),
+                                    dropout=params.dropout)
+    if has_batch_norm(model):
+        raise PrivharError("train: the model has BatchNorm layers; use GroupNorm or LayerNorm")
+    with stage_run("train", {"base": base, "train": params}) as run, atomic_directory(out) as staging:
+        data = TrainingData(load_clips(train_rows, frames, tuple(params.input_size)), labels_of(train_rows), classes)
+        trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        print(f"train: {params.method} on {len(train_rows)} videos, {trainable} trainable parameters", file=sys.stderr)
+        started = time.perf_counter()
+        history = TRAINING_METHODS[params.method](model, data, params, generator, run)
+        seconds = time.perf_counter() - started
+        model.eval()
+        torch.save({"state_dict": model.state_dict(), "config": config}, staging / "model.pt")
+        final = {**history[-1], "trainable_parameters": trainable, "train_videos": len(train_rows)}
+        run.log_metrics({"train_seconds": seconds, "trainable_parameters": trainable})
+        register_model(model, method=params.method, run=run, config=config,
+                       tags={"method": params.method, "epsilon": "inf", "dataset": str(frames)})
+    atomic_write_bytes(report / f"{params.method}.json", (json.dumps(final, indent=2, sort_keys=True) + "\n").encode())
+    atomic_write_bytes(report / f"{params.method}_history.csv", _history_csv(history))
+    return final

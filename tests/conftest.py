@@ -1,0 +1,72 @@
+"""Shared fixtures: tiny params files, an isolated MLflow store, tiny synthetic datasets."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+
+TINY = {
+    "base": {"workers": 2},
+    "synthesize": {"actions": ["walk", "wave", "squat"], "identities": 4, "videos_per_action": 4, "frames": 12,
+                   "fps": 12.0, "size": [72, 96], "scenes": 2, "two_person_fraction": 0.25},
+    "decode": {"fps": 6.0, "frames": 4, "size": [32, 40]},
+    "train": {"epochs": 2, "batch_size": 4, "input_size": [32, 40], "width": 4},
+    "evaluate": {"batch_size": 8},
+}
+
+
+def merged(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for section, values in overrides.items():
+        if isinstance(values, dict) and isinstance(out.get(section), dict):
+            out[section].update(values)
+        else:
+            out[section] = values
+    return out
+
+
+def write_params(folder: Path, overrides: dict[str, Any] | None = None) -> Path:
+    """The repository's params.yaml shrunk to TINY, with ``overrides`` on top."""
+    params = merged(yaml.safe_load((REPO / "params.yaml").read_text()), TINY)
+    params = merged(params, overrides or {})
+    path = folder / "params.yaml"
+    path.write_text(yaml.safe_dump(params, sort_keys=False))
+    return path
+
+
+@pytest.fixture(scope="session", autouse=True)
+def mlflow_store(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Every test logs to one throw-away SQLite MLflow store, never the project's."""
+    import os
+
+    folder = tmp_path_factory.mktemp("mlflow")
+    uri = f"sqlite:///{folder / 'mlflow.db'}"
+    os.environ["MLFLOW_TRACKING_URI"] = uri
+    os.environ["PRIVHAR_EXPERIMENT"] = "privhar-tests"
+    os.environ.pop("PRIVHAR_PARENT_RUN_ID", None)
+    return uri
+
+
+@pytest.fixture(scope="session")
+def tiny_synthetic(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny synthesized dataset (session-wide: several test modules read it)."""
+    from tasks.synthesize import synthesize
+
+    folder = tmp_path_factory.mktemp("tiny")
+    synthesize(params_path=write_params(folder), out=folder / "data" / "synthesize")
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_decoded(tiny_synthetic: Path) -> Path:
+    from tasks.decode import decode
+
+    decode(params_path=tiny_synthetic / "params.yaml", source=tiny_synthetic / "data" / "synthesize",
+           out=tiny_synthetic / "data" / "decode")
+    return tiny_synthetic

@@ -1,0 +1,40 @@
+"""The command line: help lists the commands; a user error is one line and exit status 2."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import write_params
+
+PRIVHAR = str(Path(sys.executable).parent / "privhar")
+
+
+def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([PRIVHAR, *args], cwd=cwd, capture_output=True, text=True, env=dict(os.environ), timeout=300)
+
+
+def test_help_lists_commands():
+    result = run("--help")
+    assert result.returncode == 0
+    for command in ("run", "stage"):
+        assert command in result.stdout
+    stages = run("stage", "--help").stdout
+    for name in ("synthesize", "decode", "train", "evaluate"):
+        assert name in stages
+
+
+def test_bad_param_is_one_line_without_traceback(tmp_path):
+    params = write_params(tmp_path, {"decode": {"fps": 0.0}})
+    (tmp_path / "source").mkdir()
+    result = run("stage", "decode", "--params", str(params), "--source", str(tmp_path / "source"), "--out", str(tmp_path / "out"))
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert lines == [f"privhar: error: {params}: decode.fps = 0.0 is invalid: input should be greater than 0"]
+    assert not (tmp_path / "out").exists()
+
+
+def test_run_outside_a_project_is_one_line(tmp_path):
+    result = run("run", cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"privhar: error: {tmp_path}: no dvc.yaml here (run privhar from the project folder)"

@@ -1,0 +1,93 @@
+"""Real datasets plug in through the same manifest: UCF101 and HMDB51 in their own layouts."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tasks.core.datasets import index_dataset
+from tasks.core.errors import PrivharError
+from tasks.core.manifest import read_manifest
+from tasks.decode import decode
+from tasks.synthesize import synthesize
+from tasks.synthetic.encode import write_video
+from tests.conftest import write_params
+
+
+def _video(path: Path, frames: int = 10, seed: int = 0) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    write_video(path, rng.integers(0, 255, (frames, 48, 64, 3), dtype=np.uint8), fps=10.0)
+
+
+def make_ucf101(root: Path, nested_lists: bool = True) -> None:
+    videos = {"ApplyEyeMakeup": ["v_ApplyEyeMakeup_g01_c01", "v_ApplyEyeMakeup_g08_c01"],
+              "Basketball": ["v_Basketball_g01_c01", "v_Basketball_g08_c02"]}
+    for index, (action, names) in enumerate(videos.items()):
+        for number, name in enumerate(names):
+            _video(root / action / f"{name}.avi", seed=10 * index + number)
+    lists = root / "ucfTrainTestlist" if nested_lists else root
+    lists.mkdir(parents=True, exist_ok=True)
+    (lists / "classInd.txt").write_text("1 ApplyEyeMakeup\n2 Basketball\n")
+    (lists / "trainlist01.txt").write_text("ApplyEyeMakeup/v_ApplyEyeMakeup_g08_c01.avi 1\nBasketball/v_Basketball_g08_c02.avi 2\n")
+    (lists / "testlist01.txt").write_text("ApplyEyeMakeup/v_ApplyEyeMakeup_g01_c01.avi\nBasketball/v_Basketball_g01_c01.avi\n")
+
+
+def make_hmdb51(root: Path) -> None:
+    for index, action in enumerate(["brush_hair", "cartwheel"]):
+        lines = []
+        for number, split in enumerate(["1", "2", "0"]):
+            name = f"{action}_clip_{number}.avi"
+            _video(root / action / name, seed=10 * index + number)
+            lines.append(f"{name} {split}")
+        (root / "testTrainMulti_7030_splits").mkdir(parents=True, exist_ok=True)
+        (root / "testTrainMulti_7030_splits" / f"{action}_test_split1.txt").write_text("\n".join(lines) + "\n")
+
+
+@pytest.mark.parametrize("nested", [True, False])
+def test_ucf101_layout(tmp_path, nested):
+    make_ucf101(tmp_path / "ucf", nested_lists=nested)
+    rows = {row["video_id"]: row for row in index_dataset("ucf101", str(tmp_path / "ucf"), 1)}
+    assert rows["v_ApplyEyeMakeup_g08_c01"]["split"] == "train"
+    assert rows["v_Basketball_g01_c01"]["split"] == "test"
+    assert rows["v_Basketball_g01_c01"]["label"] == 1 and rows["v_Basketball_g01_c01"]["action"] == "Basketball"
+    assert rows["v_ApplyEyeMakeup_g01_c01"]["n_frames"] == 10
+    assert (rows["v_ApplyEyeMakeup_g01_c01"]["height"], rows["v_ApplyEyeMakeup_g01_c01"]["width"]) == (48, 64)
+
+
+def test_hmdb51_layout_skips_unused_videos(tmp_path):
+    make_hmdb51(tmp_path / "hmdb")
+    rows = {row["video_id"]: row for row in index_dataset("hmdb51", str(tmp_path / "hmdb"), 1)}
+    assert set(rows) == {"brush_hair_clip_0", "brush_hair_clip_1", "cartwheel_clip_0", "cartwheel_clip_1"}
+    assert rows["cartwheel_clip_0"]["split"] == "train" and rows["cartwheel_clip_1"]["split"] == "test"
+    assert rows["cartwheel_clip_1"]["label"] == 1
+
+
+def test_missing_split_lists_are_one_line_errors(tmp_path):
+    make_ucf101(tmp_path / "ucf")
+    with pytest.raises(PrivharError, match="trainlist02.txt not found"):
+        index_dataset("ucf101", str(tmp_path / "ucf"), 2)
+    make_hmdb51(tmp_path / "hmdb")
+    with pytest.raises(PrivharError, match="brush_hair_test_split3.txt not found"):
+        index_dataset("hmdb51", str(tmp_path / "hmdb"), 3)
+    with pytest.raises(PrivharError, match="data.root is required"):
+        index_dataset("hmdb51", None, 1)
+    with pytest.raises(PrivharError, match="is not a folder"):
+        index_dataset("hmdb51", str(tmp_path / "absent"), 1)
+
+
+def test_malformed_hmdb_split_line(tmp_path):
+    make_hmdb51(tmp_path / "hmdb")
+    (tmp_path / "hmdb/testTrainMulti_7030_splits/cartwheel_test_split1.txt").write_text("cartwheel_clip_0.avi train\n")
+    with pytest.raises(PrivharError, match=r"cartwheel_test_split1.txt:1: expected '<video> <0\|1\|2>'"):
+        index_dataset("hmdb51", str(tmp_path / "hmdb"), 1)
+
+
+def test_real_dataset_runs_through_synthesize_and_decode(tmp_path):
+    make_ucf101(tmp_path / "ucf")
+    params = write_params(tmp_path, {"data": {"source": "ucf101", "root": str(tmp_path / "ucf"), "split": 1}})
+    synthesize(params_path=params, out=tmp_path / "source")
+    decoded = decode(params_path=params, source=tmp_path / "source", out=tmp_path / "decoded")
+    assert len(decoded) == 4
+    assert {row["split"] for row in read_manifest(tmp_path / "decoded/manifest.parquet")} == {"train", "test"}
+    assert np.load(tmp_path / "decoded" / decoded[0]["path"]).shape == (4, 32, 40, 3)

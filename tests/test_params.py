@@ -1,0 +1,61 @@
+"""Params are checked when a stage starts: one line naming the key, the value and what is allowed."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tasks.core.errors import PrivharError
+from tasks.core.params import DecodeParams, SynthesizeParams, load_section
+from tests.conftest import write_params
+
+
+def test_repository_params_are_valid():
+    root = Path(__file__).resolve().parents[1] / "params.yaml"
+    raw = yaml.safe_load(root.read_text())
+    from tasks.core.params import SECTIONS, parse_section
+
+    for section in SECTIONS:
+        parse_section(raw, section, path=root)
+
+
+@pytest.mark.parametrize(
+    ("section", "overrides", "expected"),
+    [
+        ("decode", {"decode": {"fps": -3.0}}, "decode.fps = -3.0 is invalid"),
+        ("decode", {"decode": {"frames": "16"}}, "decode.frames = '16' is invalid"),
+        ("decode", {"decode": {"short_videos": "mirror"}}, "decode.short_videos = 'mirror' is invalid: input should be 'loop' or 'pad'"),
+        ("decode", {"decode": {"size": [96]}}, "decode.size = [96] is invalid"),
+        ("decode", {"decode": {"max_failed_fraction": 1.5}}, "decode.max_failed_fraction = 1.5 is invalid"),
+        ("decode", {"decode": {"fsp": 8.0}}, "decode.fsp is not a known key of 'decode'"),
+        ("synthesize", {"synthesize": {"actions": ["walk", "moonwalk"]}}, "synthesize.actions.1 = 'moonwalk' is invalid"),
+        ("synthesize", {"synthesize": {"test_fraction": 1.0}}, "synthesize.test_fraction = 1.0 is invalid"),
+    ],
+)
+def test_bad_values_name_key_value_and_rule(tmp_path, section, overrides, expected):
+    path = write_params(tmp_path, overrides)
+    model = {"decode": DecodeParams, "synthesize": SynthesizeParams}[section]
+    with pytest.raises(PrivharError) as caught:
+        load_section(path, section, model)
+    message = str(caught.value)
+    assert expected in message
+    assert message.startswith(str(path))
+    assert "\n" not in message
+
+
+def test_missing_key_and_section(tmp_path):
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump({"decode": {"fps": 8.0}}))
+    with pytest.raises(PrivharError, match=r"decode\.frames is missing"):
+        load_section(path, "decode", DecodeParams)
+    with pytest.raises(PrivharError, match="section 'synthesize' is missing"):
+        load_section(path, "synthesize", SynthesizeParams)
+
+
+def test_unreadable_files(tmp_path):
+    with pytest.raises(PrivharError, match="params file not found"):
+        load_section(tmp_path / "nope.yaml", "decode", DecodeParams)
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("decode: [unclosed\n")
+    with pytest.raises(PrivharError, match="not valid YAML at line"):
+        load_section(broken, "decode", DecodeParams)

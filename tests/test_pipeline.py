@@ -1,0 +1,70 @@
+"""End to end on a tiny config: `privhar run` (dvc repro) from a fresh project, then nothing to redo."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, write_params
+
+BIN = Path(sys.executable).parent
+
+
+def sh(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    result = subprocess.run(list(args), cwd=cwd, capture_output=True, text=True, env=env, timeout=900)
+    assert result.returncode == 0, f"{' '.join(args)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    return result
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    """A fresh git + DVC project holding this repository's pipeline with tiny params."""
+    folder = tmp_path_factory.mktemp("project")
+    shutil.copy(REPO / "dvc.yaml", folder / "dvc.yaml")
+    shutil.copytree(REPO / "tasks", folder / "tasks", ignore=shutil.ignore_patterns("__pycache__"))
+    write_params(folder, {"train": {"epochs": 1}})
+    sh("git", "init", "-q", cwd=folder)
+    sh("git", "config", "user.email", "ci@privhar.invalid", cwd=folder)
+    sh("git", "config", "user.name", "privhar ci", cwd=folder)
+    sh("dvc", "init", "-q", cwd=folder)
+    sh("git", "add", "-A", cwd=folder)
+    sh("git", "commit", "-qm", "tiny project", cwd=folder)
+    return folder
+
+
+def test_pipeline_runs_end_to_end_then_is_up_to_date(project):
+    result = sh("privhar", "run", cwd=project)
+    assert "baseline  Top-1" in result.stdout
+    metrics = json.loads((project / "reports/evaluate/metrics.json").read_text())
+    assert 0.0 <= metrics["baseline"]["top1"] <= 1.0
+    shown = sh("dvc", "metrics", "show", "--json", cwd=project).stdout
+    assert '"top1"' in shown and '"baseline"' in shown
+    again = sh("dvc", "repro", cwd=project)
+    for name in ("synthesize", "decode", "train", "evaluate"):
+        assert f"Running stage '{name}'" not in again.stdout
+    assert "up to date" in again.stdout.lower()
+
+
+def test_parent_and_nested_runs_are_logged(project):
+    from mlflow import MlflowClient
+
+    client = MlflowClient()
+    experiment = client.get_experiment_by_name("privhar-tests")
+    parents = client.search_runs([experiment.experiment_id], "tags.`privhar.pipeline` = 'true'")
+    assert parents
+    children = client.search_runs([experiment.experiment_id], f"tags.mlflow.parentRunId = '{parents[0].info.run_id}'")
+    assert {run.data.tags["privhar.stage"] for run in children} == {"synthesize", "decode", "train", "evaluate"}
+    assert all("stage_seconds" in run.data.metrics for run in children)
+
+
+def test_experiment_with_a_changed_param(project):
+    sh("git", "add", "-A", cwd=project)
+    sh("git", "commit", "-qm", "pipeline ran", cwd=project)
+    result = sh("dvc", "exp", "run", "-S", "train.epochs=2", cwd=project)
+    assert "Running stage 'train'" in result.stdout
+    assert "Running stage 'decode'" not in result.stdout

@@ -1,0 +1,76 @@
+"""Train the baseline on tiny data, register it, evaluate it: real files, real MLflow."""
+
+import csv
+import json
+
+import pytest
+import torch
+from mlflow import MlflowClient
+
+from tasks.core.errors import PrivharError
+from tasks.core.models import load_checkpoint
+from tasks.evaluate import confusion_matrix, evaluate, top_k_accuracy
+from tasks.train import train
+
+
+@pytest.fixture(scope="module")
+def trained(tiny_decoded):
+    folder = tiny_decoded
+    final = train(params_path=folder / "params.yaml", frames=folder / "data/decode", out=folder / "data/train/baseline",
+                  report=folder / "reports/train")
+    return folder, final
+
+
+def test_training_writes_model_report_and_history(trained):
+    folder, final = trained
+    model, config = load_checkpoint(str(folder / "data/train/baseline/model.pt"))
+    assert config["classes"] == ["walk", "wave", "squat"]
+    assert model(torch.zeros(1, 3, 4, 32, 40)).shape == (1, 3)
+    report = json.loads((folder / "reports/train/baseline.json").read_text())
+    assert report["train_videos"] == 9 and report["trainable_parameters"] > 0
+    history = list(csv.DictReader((folder / "reports/train/baseline_history.csv").open()))
+    assert [int(row["epoch"]) for row in history] == [1, 2]
+
+
+def test_training_is_deterministic(trained, tmp_path):
+    folder, final = trained
+    again = train(params_path=folder / "params.yaml", frames=folder / "data/decode", out=tmp_path / "model", report=tmp_path / "report")
+    assert again["loss"] == final["loss"]
+    first = torch.load(folder / "data/train/baseline/model.pt", weights_only=True)["state_dict"]
+    second = torch.load(tmp_path / "model/model.pt", weights_only=True)["state_dict"]
+    assert all(torch.equal(first[name], second[name]) for name in first)
+
+
+def test_model_is_registered_with_latest_alias(trained):
+    client = MlflowClient()
+    version = client.get_model_version_by_alias("privhar-baseline", "latest")
+    assert version.tags["method"] == "baseline"
+
+
+def test_evaluate_writes_metrics_keyed_by_method(trained):
+    folder, _ = trained
+    metrics = evaluate(params_path=folder / "params.yaml", frames=folder / "data/decode", models=folder / "data/train",
+                       out=folder / "reports/evaluate")
+    written = json.loads((folder / "reports/evaluate/metrics.json").read_text())
+    assert written == metrics
+    assert set(written["baseline"]) == {"top1", "top5", "test_videos"}
+    assert 0.0 <= written["baseline"]["top1"] <= 1.0 and written["baseline"]["top5"] == 1.0  # 3 classes
+    assert (folder / "reports/evaluate/confusion_baseline.png").read_bytes()[:4] == b"\x89PNG"
+    rows = list(csv.DictReader((folder / "reports/evaluate/predictions.csv").open()))
+    assert len(rows) == 3
+    version = MlflowClient().get_model_version_by_alias("privhar-baseline", "latest")
+    assert version.tags["top1"] == f"{written['baseline']['top1']:.4f}"
+
+
+def test_evaluate_without_models_is_one_line(tiny_decoded, tmp_path):
+    with pytest.raises(PrivharError, match="no trained models"):
+        evaluate(params_path=tiny_decoded / "params.yaml", frames=tiny_decoded / "data/decode", models=tmp_path, out=tmp_path / "out")
+
+
+def test_top_k_and_confusion():
+    logits = torch.tensor([[3.0, 2.0, 1.0], [1.0, 3.0, 2.0], [1.0, 2.0, 3.0], [3.0, 1.0, 2.0]])
+    labels = torch.tensor([0, 2, 2, 1])
+    assert top_k_accuracy(logits, labels, 1) == 0.5
+    assert top_k_accuracy(logits, labels, 2) == 0.75
+    matrix = confusion_matrix(labels.numpy(), logits.argmax(1).numpy(), 3)
+    assert matrix.tolist() == [[1, 0, 0], [1, 0, 0], [0, 1, 1]]
