@@ -41,9 +41,9 @@ def test_training_is_deterministic(trained, tmp_path):
     assert all(torch.equal(first[name], second[name]) for name in first)
 
 
-def test_model_is_registered_with_latest_alias(trained):
+def test_model_is_registered_with_newest_alias(trained):
     client = MlflowClient()
-    version = client.get_model_version_by_alias("privhar-baseline", "latest")
+    version = client.get_model_version_by_alias("privhar-baseline", "newest")
     assert version.tags["method"] == "baseline"
 
 
@@ -58,7 +58,7 @@ def test_evaluate_writes_metrics_keyed_by_method(trained):
     assert (folder / "reports/evaluate/confusion_baseline.png").read_bytes()[:4] == b"\x89PNG"
     rows = list(csv.DictReader((folder / "reports/evaluate/predictions.csv").open()))
     assert len(rows) == 3
-    version = MlflowClient().get_model_version_by_alias("privhar-baseline", "latest")
+    version = MlflowClient().get_model_version_by_alias("privhar-baseline", "newest")
     assert version.tags["top1"] == f"{written['baseline']['top1']:.4f}"
 
 

@@ -1,7 +1,7 @@
 """The MLflow model registry: one registered model per training method, ``privhar-<method>``.
 
 Each training run logs its model and registers a new version, tagged with what produced
-it, and moves the ``latest`` alias to it (aliases, never the deprecated stages).
+it, and moves the ``newest`` alias to it (aliases, never the deprecated stages).
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from torch import nn
 
 from tasks.core.tracking import StageRun
 
-LATEST = "latest"
+# MLflow reserves the alias "latest" (models:/NAME/latest already means the newest version).
+NEWEST = "newest"
 
 
 def model_name(method: str) -> str:
@@ -33,26 +34,27 @@ def register_model(model: nn.Module, *, method: str, run: StageRun, config: Mapp
     from mlflow import MlflowClient
 
     name = model_name(method)
-    info = mlflow.pytorch.log_model(model, name="model", registered_model_name=name, pip_requirements=_requirements(),
-                                    metadata={"privhar_config": dict(config)})
+    # pickle, not pt2: pt2 traces one fixed input shape, while clips of any length and size are valid input.
+    info = mlflow.pytorch.log_model(model, name="model", registered_model_name=name, serialization_format="pickle",
+                                    pip_requirements=_requirements(), metadata={"privhar_config": dict(config)})
     client = MlflowClient()
     version = str(info.registered_model_version)
     for key, value in tags.items():
         client.set_model_version_tag(name, version, key, str(value))
-    client.set_registered_model_alias(name, LATEST, version)
+    client.set_registered_model_alias(name, NEWEST, version)
     run.set_tags({"privhar.registered_model": name, "privhar.model_version": version})
     return version
 
 
-def describe_latest(method: str, description: str, tags: Mapping[str, Any]) -> str | None:
-    """Describe and tag the version the ``latest`` alias points to (None if none is registered)."""
+def describe_newest(method: str, description: str, tags: Mapping[str, Any]) -> str | None:
+    """Describe and tag the version the ``newest`` alias points to (None if none is registered)."""
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
     client = MlflowClient()
     name = model_name(method)
     try:
-        version = client.get_model_version_by_alias(name, LATEST).version
+        version = client.get_model_version_by_alias(name, NEWEST).version
     except MlflowException:
         return None
     client.update_model_version(name, version, description=description)
