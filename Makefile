@@ -2,6 +2,7 @@
 #   make run   - create .venv if missing, install, run the pipeline (dvc repro) on the embedded dataset
 #   make test  - create .venv if missing, install, run the test suite
 PYTHON ?= python3.11
+export DVC_NO_ANALYTICS = 1
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.privhar-installed

@@ -1,12 +1,12 @@
 """Stage ``synthesize``: the source videos of the pipeline.
 
 With ``data.source: synthetic`` it renders the embedded dataset (``tasks.synthetic``) as
-H.264 files plus per-frame ground truth; with a real dataset (``ucf101``, ``hmdb51``) it
+MPEG-4 AVI files plus per-frame ground truth; with a real dataset (``ucf101``, ``hmdb51``) it
 indexes ``data.root`` in that dataset's own layout. Either way it writes one manifest,
 the contract ``decode`` reads.
 
     out/manifest.parquet      one row per video (required columns + attributes)
-    out/videos/<id>.mp4       synthetic only: the encoded videos
+    out/videos/<id>.avi       synthetic only: the encoded videos (MPEG-4 Part 2)
     out/annotations/<id>.npz  synthetic only: masks, boxes, skeletons, identities per frame
     out/identities.parquet    synthetic only: who each identity is (for privacy evaluation)
 """
@@ -58,7 +58,7 @@ def make_video(job: VideoJob, *, seed: int, params: SynthesizeParams, out: Path)
     """Render, encode and annotate one video; return its manifest row."""
     spec = sample_spec(seed, job.video_id, job.action, job.label, params)
     rendered = render_video(spec, seed, params)
-    write_video(out / "videos" / f"{job.video_id}.mp4", rendered.frames, fps=params.fps, crf=params.crf)
+    write_video(out / "videos" / f"{job.video_id}.avi", rendered.frames, fps=params.fps, quantiser=params.quantiser)
     np.savez_compressed(out / "annotations" / f"{job.video_id}.npz", person_mask=rendered.person_mask,
                         body_box=rendered.body_box, face_box=rendered.face_box, face_visible=rendered.face_visible,
                         skeleton=rendered.skeleton, identity=rendered.identity)
@@ -67,7 +67,7 @@ def make_video(job: VideoJob, *, seed: int, params: SynthesizeParams, out: Path)
     primary = spec.actors[0]
     return {
         "video_id": job.video_id, "split": job.split, "label": job.label, "action": job.action,
-        "path": f"videos/{job.video_id}.mp4", "n_frames": params.frames, "fps": float(params.fps),
+        "path": f"videos/{job.video_id}.avi", "n_frames": params.frames, "fps": float(params.fps),
         "height": params.size[0], "width": params.size[1],
         "annotations": f"annotations/{job.video_id}.npz",
         "identity": primary.identity, "identities": [actor.identity for actor in spec.actors],

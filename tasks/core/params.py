@@ -55,7 +55,7 @@ class SynthesizeParams(Section):
     amplitude_range: Annotated[list[Annotated[float, Field(gt=0.0)]], Field(min_length=2, max_length=2)]
     camera_jitter: Annotated[float, Field(ge=0.0, le=32.0)]
     sensor_noise: Annotated[float, Field(ge=0.0, le=64.0)]
-    crf: Annotated[int, Field(ge=0, le=51)]
+    quantiser: Annotated[int, Field(ge=1, le=31)]
 
 
 class DecodeParams(Section):
