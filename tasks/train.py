@@ -31,6 +31,7 @@ from tasks.core.errors import PrivharError
 from tasks.core.manifest import MANIFEST_NAME, read_manifest
 from tasks.core.models import create_video_classifier, group_norm, has_batch_norm
 from tasks.core.params import BaseParams, TrainParams, load_section
+from tasks.core.plugins import Registry
 from tasks.core.registry import register_model
 from tasks.core.seeding import derive_seed
 from tasks.core.storage import atomic_directory, atomic_write_bytes
@@ -45,15 +46,7 @@ class TrainingData:
 
 
 Method = Callable[[nn.Module, TrainingData, TrainParams, torch.Generator, StageRun], list[dict[str, float]]]
-TRAINING_METHODS: dict[str, Method] = {}
-
-
-def register_method(name: str) -> Callable[[Method], Method]:
-    def add(function: Method) -> Method:
-        TRAINING_METHODS[name] = function
-        return function
-
-    return add
+TRAINING_METHODS: Registry[Method] = Registry("training method")
 
 
 def batches(count: int, batch_size: int, generator: torch.Generator) -> list[torch.Tensor]:
@@ -61,13 +54,25 @@ def batches(count: int, batch_size: int, generator: torch.Generator) -> list[tor
     return list(torch.randperm(count, generator=generator).split(batch_size))
 
 
-@register_method("baseline")
+def warmup_cosine(optimiser: torch.optim.Optimizer, params: TrainParams, samples: int) -> torch.optim.lr_scheduler.LambdaLR:
+    """Learning-rate factor: linear from 0 over ``warmup_epochs``, then cosine down to 0 at the last step."""
+    steps_per_epoch = math.ceil(samples / params.batch_size)
+    total, warmup = params.epochs * steps_per_epoch, min(params.warmup_epochs * steps_per_epoch, params.epochs * steps_per_epoch - 1)
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        return 0.5 * (1.0 + math.cos(math.pi * (step - warmup) / max(1, total - warmup)))
+
+    return torch.optim.lr_scheduler.LambdaLR(optimiser, factor)
+
+
+@TRAINING_METHODS.register("baseline")
 def train_baseline(model: nn.Module, data: TrainingData, params: TrainParams, generator: torch.Generator,
                    run: StageRun) -> list[dict[str, float]]:
-    """Non-private training: Adam on the mean cross-entropy, cosine decay to 0."""
+    """Non-private training: AdamW on the mean cross-entropy, linear warm-up then cosine decay."""
     optimiser = torch.optim.AdamW(model.parameters(), lr=params.learning_rate, weight_decay=params.weight_decay)
-    steps_per_epoch = math.ceil(len(data.labels) / params.batch_size)
-    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimiser, T_max=params.epochs * steps_per_epoch)
+    schedule = warmup_cosine(optimiser, params, len(data.labels))
     history = []
     for epoch in range(1, params.epochs + 1):
         model.train()

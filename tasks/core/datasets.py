@@ -19,17 +19,10 @@ from typing import Any
 import av
 
 from tasks.core.errors import PrivharError
+from tasks.core.plugins import Registry
 
 Indexer = Callable[[Path, int], list[dict[str, Any]]]
-DATASETS: dict[str, Indexer] = {}
-
-
-def register_dataset(name: str) -> Callable[[Indexer], Indexer]:
-    def add(function: Indexer) -> Indexer:
-        DATASETS[name] = function
-        return function
-
-    return add
+DATASETS: Registry[Indexer] = Registry("dataset")
 
 
 def probe(path: Path) -> dict[str, Any]:
@@ -67,7 +60,7 @@ def _classes(root: Path) -> list[str]:
     return classes
 
 
-@register_dataset("ucf101")
+@DATASETS.register("ucf101")
 def index_ucf101(root: Path, split: int) -> list[dict[str, Any]]:
     folders = (".", "ucfTrainTestlist")
     lists = {name: _find(root, [f"{name}list{split:02d}.txt"], folders) for name in ("train", "test")}
@@ -93,7 +86,7 @@ def index_ucf101(root: Path, split: int) -> list[dict[str, Any]]:
     return rows
 
 
-@register_dataset("hmdb51")
+@DATASETS.register("hmdb51")
 def index_hmdb51(root: Path, split: int) -> list[dict[str, Any]]:
     classes = _classes(root)
     rows = []

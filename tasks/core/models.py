@@ -6,7 +6,7 @@ samples independent, so Opacus can compute per-sample gradients and the DP metho
 this very model.
 
     clip (B, 3, T, H, W)
-      ─▶ stem: conv (3, 5, 5) stride (1, 2, 2) ─ norm ─ ReLU ─ max-pool (1, 2, 2)
+      ─▶ stem: conv (3, 7, 7) stride (1, 4, 4) ─ norm ─ ReLU ─ max-pool (1, 2, 2)
       ─▶ stage 1: bottleneck, width*2 channels
       ─▶ stage 2: bottleneck, width*4 channels, stride (2, 2, 2)
       ─▶ stage 3: bottleneck, width*8 channels, stride (2, 2, 2)
@@ -20,7 +20,7 @@ from functools import partial
 
 import tasks.torchvision_compat  # noqa: F401  (before pytorchvideo imports torchvision)
 import torch
-from pytorchvideo.models.head import create_res_basic_head
+from pytorchvideo.models.head import ResNetBasicHead
 from pytorchvideo.models.net import Net
 from pytorchvideo.models.resnet import create_bottleneck_block, create_res_basic_stem, create_res_stage
 from torch import nn
@@ -46,6 +46,10 @@ def create_video_classifier(
     # Input configs.
     num_classes: int,
     input_channels: int = 3,
+    # Stem configs.
+    stem_kernel: tuple[int, int, int] = (3, 7, 7),
+    stem_stride: tuple[int, int, int] = (1, 4, 4),
+    stem_pool: bool = True,
     # Width configs.
     width: int = 16,
     stage_multipliers: tuple[int, ...] = (2, 4, 8),
@@ -54,18 +58,23 @@ def create_video_classifier(
     norm: Callable[..., nn.Module] | None = None,
     activation: Callable[..., nn.Module] = nn.ReLU,
     # Head configs.
+    head_pool: Callable[..., nn.Module] = nn.AdaptiveAvgPool3d,
     dropout: float = 0.2,
 ) -> nn.Module:
     """A small 3-D ResNet (pytorchvideo ``Net``) for clips of any length and size.
 
+    The stem reads full-resolution frames with a wide, stride-4 kernel: on this data it
+    learned limbs better than a stride-2 stem on frames downscaled to the same cost.
+
     >>> model = create_video_classifier(num_classes=10, width=8)
-    >>> model(torch.zeros(2, 3, 8, 32, 40)).shape
+    >>> model(torch.zeros(2, 3, 8, 64, 80)).shape
     torch.Size([2, 10])
     """
     norm = norm or group_norm(4)
+    padding = tuple(size // 2 for size in stem_kernel)
     blocks: list[nn.Module] = [create_res_basic_stem(
-        in_channels=input_channels, out_channels=width, conv_kernel_size=(3, 5, 5), conv_stride=(1, 2, 2),
-        conv_padding=(1, 2, 2), pool=nn.MaxPool3d, pool_kernel_size=(1, 3, 3), pool_stride=(1, 2, 2),
+        in_channels=input_channels, out_channels=width, conv_kernel_size=stem_kernel, conv_stride=stem_stride,
+        conv_padding=padding, pool=nn.MaxPool3d if stem_pool else None, pool_kernel_size=(1, 3, 3), pool_stride=(1, 2, 2),
         pool_padding=(0, 1, 1), norm=norm, activation=activation,
     )]
     dim_in = width
@@ -79,9 +88,9 @@ def create_video_classifier(
             conv_b_padding=(1, 1, 1), norm=norm, activation=activation,
         ))
         dim_in = dim_out
-    blocks.append(create_res_basic_head(
-        in_features=dim_in, out_features=num_classes, pool=nn.AdaptiveAvgPool3d, output_size=(1, 1, 1),
-        dropout_rate=dropout,
+    blocks.append(ResNetBasicHead(
+        pool=head_pool((1, 1, 1)), dropout=nn.Dropout(dropout) if dropout > 0 else None,
+        proj=nn.Linear(dim_in, num_classes), output_pool=nn.AdaptiveAvgPool3d(1),
     ))
     return Net(blocks=nn.ModuleList(blocks))
 

@@ -71,6 +71,7 @@ class TrainParams(Section):
     epochs: PositiveInt
     batch_size: PositiveInt
     learning_rate: Annotated[float, Field(gt=0.0, le=10.0)]
+    warmup_epochs: Annotated[int, Field(ge=0)]
     weight_decay: Annotated[float, Field(ge=0.0)]
     input_size: FrameSize
     width: Annotated[int, Field(ge=4, le=256)]

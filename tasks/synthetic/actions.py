@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tasks.core.plugins import Registry
 from tasks.synthetic.body import Pose
 
 TAU = 2.0 * np.pi
@@ -27,15 +28,7 @@ class MotionStyle:
 
 
 ActionFn = Callable[[float, MotionStyle], Pose]
-ACTIONS: dict[str, ActionFn] = {}
-
-
-def register_action(name: str) -> Callable[[ActionFn], ActionFn]:
-    def add(function: ActionFn) -> ActionFn:
-        ACTIONS[name] = function
-        return function
-
-    return add
+ACTIONS: Registry[ActionFn] = Registry("action")
 
 
 def _cycle(t: float, style: MotionStyle, hz: float) -> float:
@@ -74,17 +67,17 @@ def _gait(t: float, style: MotionStyle, *, hz: float, swing: float, knee: float,
     return pose
 
 
-@register_action("walk")
+@ACTIONS.register("walk")
 def walk(t: float, style: MotionStyle) -> Pose:
     return _gait(t, style, hz=0.9, swing=24, knee=35, arm=20, elbow=12, lean=3, travel=0.55, bounce=0.008)
 
 
-@register_action("run")
+@ACTIONS.register("run")
 def run(t: float, style: MotionStyle) -> Pose:
     return _gait(t, style, hz=1.4, swing=42, knee=85, arm=38, elbow=85, lean=13, travel=1.3, bounce=0.05)
 
 
-@register_action("jump")
+@ACTIONS.register("jump")
 def jump(t: float, style: MotionStyle) -> Pose:
     cycle = (0.85 * style.speed * t + style.phase) % 1.0
     a = style.amplitude
@@ -98,7 +91,7 @@ def jump(t: float, style: MotionStyle) -> Pose:
     return pose
 
 
-@register_action("wave")
+@ACTIONS.register("wave")
 def wave(t: float, style: MotionStyle) -> Pose:
     phase = _cycle(t, style, 1.8)
     pose = Pose(torso_roll=2.0 * np.sin(phase))
@@ -109,7 +102,7 @@ def wave(t: float, style: MotionStyle) -> Pose:
     return pose
 
 
-@register_action("clap")
+@ACTIONS.register("clap")
 def clap(t: float, style: MotionStyle) -> Pose:
     phase = _cycle(t, style, 2.0)
     opening = 0.5 + 0.5 * np.sin(phase)
@@ -120,7 +113,7 @@ def clap(t: float, style: MotionStyle) -> Pose:
     return pose
 
 
-@register_action("squat")
+@ACTIONS.register("squat")
 def squat(t: float, style: MotionStyle) -> Pose:
     depth = style.amplitude * (0.5 - 0.5 * np.cos(_cycle(t, style, 0.6)))
     pose = Pose(torso_pitch=32 * depth)
@@ -129,7 +122,7 @@ def squat(t: float, style: MotionStyle) -> Pose:
     return pose
 
 
-@register_action("punch")
+@ACTIONS.register("punch")
 def punch(t: float, style: MotionStyle) -> Pose:
     phase = _cycle(t, style, 1.3)
     pose = Pose(torso_pitch=5)
@@ -142,7 +135,7 @@ def punch(t: float, style: MotionStyle) -> Pose:
     return pose
 
 
-@register_action("kick")
+@ACTIONS.register("kick")
 def kick(t: float, style: MotionStyle) -> Pose:
     swing = max(0.0, np.sin(_cycle(t, style, 0.75))) ** 2 * style.amplitude
     pose = Pose(torso_pitch=-8 * swing)
@@ -155,7 +148,7 @@ def kick(t: float, style: MotionStyle) -> Pose:
     return pose
 
 
-@register_action("bend")
+@ACTIONS.register("bend")
 def bend(t: float, style: MotionStyle) -> Pose:
     depth = style.amplitude * (0.5 - 0.5 * np.cos(_cycle(t, style, 0.5)))
     pitch = 85 * depth
@@ -166,7 +159,7 @@ def bend(t: float, style: MotionStyle) -> Pose:
     return pose
 
 
-@register_action("sit_down")
+@ACTIONS.register("sit_down")
 def sit_down(t: float, style: MotionStyle) -> Pose:
     duration = 1.0 / style.speed
     x = np.clip((t - style.onset) / duration, 0.0, 1.0)
@@ -178,7 +171,7 @@ def sit_down(t: float, style: MotionStyle) -> Pose:
     return pose
 
 
-@register_action("stand")
+@ACTIONS.register("stand")
 def stand(t: float, style: MotionStyle) -> Pose:
     """Idle: the bystander of two-person videos (not an action class)."""
     sway = np.sin(_cycle(t, style, 0.3))

@@ -115,6 +115,6 @@ def make_identity(seed: int, index: int) -> Identity:
         hair_style=str(rng.choice(styles, p=weights)),
         hair_colour=HAIR_COLOURS[int(rng.integers(len(HAIR_COLOURS)))],
         build=build, height=rng.uniform(0.9, 1.08),
-        limb_thickness=rng.uniform(0.045, 0.062) * (1.0 if feminine else 1.12),
+        limb_thickness=rng.uniform(0.065, 0.085) * (1.0 if feminine else 1.1),
         face=face, outfits=(_outfit(rng, gender), _outfit(rng, gender)),
     )
