@@ -87,9 +87,9 @@ def train_baseline(model: nn.Module, data: TrainingData, params: TrainParams, ge
             loss.backward()
             optimiser.step()
             schedule.step()
-            total_loss += float(loss) * len(index)
+            total_loss += loss.item() * len(index)
             correct += int((logits.argmax(1) == data.labels[index]).sum())
-            progress.set_postfix(loss=f"{float(loss):.3f}")
+            progress.set_postfix(loss=f"{loss.item():.3f}")
         record = {"epoch": epoch, "loss": total_loss / len(data.labels), "train_accuracy": correct / len(data.labels)}
         run.log_metrics({"loss": record["loss"], "train_accuracy": record["train_accuracy"]}, step=epoch)
         history.append(record)
