@@ -15,7 +15,6 @@ from pathlib import Path
 from tasks.core.errors import PrivharError
 from tasks.core.tracking import pipeline_run
 
-METRICS = Path("reports/evaluate/metrics.json")
 
 
 def tool_environment() -> dict[str, str]:
@@ -42,7 +41,22 @@ def run_pipeline(project: Path, *, force: bool = False, targets: tuple[str, ...]
             raise PrivharError(f"dvc repro failed (exit {result.returncode}); the failing stage's message is above")
         import mlflow
 
-        metrics = json.loads(METRICS.read_text()) if METRICS.is_file() else {}
+        metrics = method_metrics()
         for method, values in metrics.items():
             mlflow.log_metrics({f"{method}.{key}": float(value) for key, value in values.items()})
+    return metrics
+
+
+def method_metrics() -> dict[str, dict[str, float]]:
+    """``{method: {metric: value}}`` from every metrics file dvc.yaml declares (read through DVC)."""
+    shown = subprocess.run(dvc_command("metrics", "show", "--json"), env=tool_environment(), capture_output=True,
+                           text=True, check=False)
+    if shown.returncode != 0:
+        raise PrivharError(f"dvc metrics show failed: {shown.stderr.strip().splitlines()[-1:]}")
+    metrics: dict[str, dict[str, float]] = {}
+    for revision in json.loads(shown.stdout or "{}").values():
+        for content in revision.get("data", {}).values():
+            for method, values in content.get("data", {}).items():
+                if isinstance(values, dict) and "top1" in values:
+                    metrics[method] = values
     return metrics
