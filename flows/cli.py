@@ -30,11 +30,12 @@ def stage() -> None:
 @stage.command("synthesize")
 @PARAMS
 @_dir("--out", "Where to write the source videos and their manifest.")
-def synthesize_command(params_path: Path, out: Path) -> None:
+@click.option("--report", type=click.Path(path_type=Path, file_okay=False), default=None, help="Where to write preview.png.")
+def synthesize_command(params_path: Path, out: Path, report: Path | None) -> None:
     """Render the embedded dataset, or index the real one data.source names."""
     from tasks.synthesize import synthesize
 
-    rows = synthesize(params_path=params_path, out=out)
+    rows = synthesize(params_path=params_path, out=out, report=report)
     click.echo(f"synthesize: {len(rows)} videos in {out}", err=True)
 
 

@@ -9,6 +9,7 @@ the contract ``decode`` reads.
     out/videos/<id>.avi       synthetic only: the encoded videos (MPEG-4 Part 2)
     out/annotations/<id>.npz  synthetic only: masks, boxes, skeletons, identities per frame
     out/identities.parquet    synthetic only: who each identity is (for privacy evaluation)
+    report/preview.png        a few frames of one video per action, to look at
 """
 
 from __future__ import annotations
@@ -19,14 +20,16 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import av
+import cv2
 import numpy as np
 
 from tasks.core.datasets import index_dataset
-from tasks.core.manifest import MANIFEST_NAME, write_manifest, write_table
+from tasks.core.manifest import MANIFEST_NAME, resolve_path, write_manifest, write_table
 from tasks.core.params import BaseParams, DataParams, SynthesizeParams, load_section
 from tasks.core.parallel import map_ordered, worker_count
 from tasks.core.seeding import derive_seed, rng_for
-from tasks.core.storage import atomic_directory
+from tasks.core.storage import atomic_directory, atomic_write_bytes
 from tasks.core.tracking import stage_run
 from tasks.synthetic.encode import write_video
 from tasks.synthetic.video import identity_of, render_video, sample_spec
@@ -89,7 +92,26 @@ def _identity_rows(seed: int, count: int) -> list[dict[str, Any]]:
     return rows
 
 
-def synthesize(*, params_path: Path, out: Path) -> list[dict[str, Any]]:
+def preview(rows: list[dict[str, Any]], folder: Path, *, frames: int = 4, height: int = 96) -> np.ndarray:
+    """One row per action: ``frames`` evenly spaced frames of its first video, labelled (BGR image)."""
+    strips = []
+    for action in sorted({row["action"] for row in rows}, key=lambda name: min(r["label"] for r in rows if r["action"] == name)):
+        row = next(r for r in rows if r["action"] == action)
+        try:
+            with av.open(str(resolve_path(row["path"], folder))) as container:
+                decoded = [frame.to_ndarray(format="bgr24") for frame in container.decode(video=0)]
+        except (av.FFmpegError, OSError):
+            continue
+        picks = [decoded[i] for i in np.linspace(0, len(decoded) - 1, frames).astype(int)]
+        width = int(round(picks[0].shape[1] * height / picks[0].shape[0]))
+        strip = np.concatenate([cv2.resize(frame, (width, height), interpolation=cv2.INTER_AREA) for frame in picks], axis=1)
+        label = np.full((height, 110, 3), 255, np.uint8)
+        cv2.putText(label, action, (6, height // 2 + 5), cv2.FONT_HERSHEY_SIMPLEX, 0.5, (0, 0, 0), 1, cv2.LINE_AA)
+        strips.append(np.concatenate([label, strip], axis=1))
+    return np.concatenate(strips, axis=0)
+
+
+def synthesize(*, params_path: Path, out: Path, report: Path | None = None) -> list[dict[str, Any]]:
     """Run the stage; return the manifest rows written."""
     base = load_section(params_path, "base", BaseParams)
     data = load_section(params_path, "data", DataParams)
@@ -106,6 +128,9 @@ def synthesize(*, params_path: Path, out: Path) -> list[dict[str, Any]]:
         else:
             rows = index_dataset(data.source, data.root, data.split)
         write_manifest(rows, staging / MANIFEST_NAME)
+        if report is not None:
+            ok, png = cv2.imencode(".png", preview(rows, staging))
+            atomic_write_bytes(report / "preview.png", png.tobytes())
         seconds = time.perf_counter() - started
         run.log_metrics({"videos": len(rows), "seconds": seconds, "videos_per_second": len(rows) / seconds})
     return rows

@@ -46,6 +46,7 @@ class VideoSpec:
     scene: int
     actors: tuple[ActorSpec, ...]  # the first performs the labelled action
     stool: tuple[float, float, float, float] | None  # x0, y0, x1, y1 in frame pixels
+    pan: float  # camera pan in pixels per second (a tracking shot of a person who travels)
     light_gain: float
     jitter_phase: tuple[float, float, float, float]
 
@@ -75,6 +76,16 @@ def _margin(params: SynthesizeParams) -> int:
     return int(np.ceil(params.camera_jitter)) + 1
 
 
+def _scene(seed: int, index: int, params: SynthesizeParams) -> Scene:
+    """The scene panorama: twice the frame width (room to pan) plus the jitter margin."""
+    margin = _margin(params)
+    return scene_of(seed, index, params.size[0] + 2 * margin, 2 * params.size[1] + 2 * margin)
+
+
+def _duration(params: SynthesizeParams) -> float:
+    return params.frames / params.fps
+
+
 def _times(params: SynthesizeParams) -> np.ndarray:
     return np.arange(params.frames) / params.fps
 
@@ -87,13 +98,42 @@ def _project_actor(actor: ActorSpec, seed: int, t: float) -> tuple[np.ndarray, n
     return points, depth, scale
 
 
-def _place(actor: ActorSpec, seed: int, params: SynthesizeParams, rng: np.random.Generator, lo: float, hi: float) -> ActorSpec:
-    """Choose origin_x so the whole trajectory stays in [lo, hi] of the frame width when it fits."""
-    xs = np.concatenate([_project_actor(actor, seed, t)[0][:, 0] for t in _times(params)])
+def _trajectory(actor: ActorSpec, seed: int, params: SynthesizeParams) -> np.ndarray:
+    """Screen joints (T, J, 2) over the clip, for the actor as specified."""
+    return np.stack([_project_actor(actor, seed, t)[0] for t in _times(params)])
+
+
+def _fit_height(actor: ActorSpec, seed: int, params: SynthesizeParams) -> ActorSpec:
+    """Shrink the person if a jump or a raised arm would leave the top of the frame."""
+    identity = identity_of(seed, actor.identity)
+    points = _trajectory(actor, seed, params)
+    top = points[..., 1].min() - 1.2 * identity.build.head_radius * actor.height_px * identity.height
+    limit = 0.03 * params.size[0]
+    if top >= limit:
+        return actor
+    factor = (actor.ground_y - limit) / (actor.ground_y - top)
+    return ActorSpec(**{**actor.__dict__, "height_px": float(actor.height_px * factor)})
+
+
+def _place(actor: ActorSpec, seed: int, params: SynthesizeParams, rng: np.random.Generator, lo: float, hi: float,
+           pan: float = 0.0) -> ActorSpec:
+    """Choose origin_x so the whole trajectory (seen by a camera panning at ``pan``) stays in [lo, hi] of the width."""
+    xs = (_trajectory(actor, seed, params)[..., 0] - pan * _times(params)[:, None]).ravel()
     width = params.size[1]
     left, right = lo * width - xs.min(), hi * width - xs.max()
     origin = rng.uniform(left, right) if right > left else (left + right) / 2
     return ActorSpec(**{**actor.__dict__, "origin_x": float(origin)})
+
+
+def _tracking_pan(actor: ActorSpec, seed: int, params: SynthesizeParams) -> float:
+    """Pan (px/s) that keeps a travelling person in view: their mean speed, if they would leave the frame."""
+    points = _trajectory(actor, seed, params)
+    if np.ptp(points[..., 0]) <= 0.9 * params.size[1]:
+        return 0.0
+    pelvis = points[:, JOINT_INDEX["pelvis"], 0]
+    speed = (pelvis[-1] - pelvis[0]) / max(_duration(params) - 1.0 / params.fps, 1e-6)
+    limit = params.size[1] / _duration(params)  # the panorama is one frame width wider than the view
+    return float(np.clip(speed, -limit, limit))
 
 
 def sample_spec(seed: int, video_id: str, action: str, label: int, params: SynthesizeParams) -> VideoSpec:
@@ -102,7 +142,7 @@ def sample_spec(seed: int, video_id: str, action: str, label: int, params: Synth
     height, width = params.size
     home_scene = label % params.scenes
     scene = home_scene if rng.random() < params.scene_action_correlation else int(rng.integers(params.scenes))
-    horizon = scene_of(seed, scene, height + 2 * _margin(params), width + 2 * _margin(params)).horizon
+    horizon = _scene(seed, scene, params).horizon
 
     def yaw() -> float:
         back = rng.random() < params.back_view_fraction
@@ -118,13 +158,15 @@ def sample_spec(seed: int, video_id: str, action: str, label: int, params: Synth
     ground = rng.uniform(0.88, 0.96) * height
     primary = ActorSpec(identity=primary_identity, outfit=int(rng.integers(2)), action=action, style=style(), yaw=yaw(),
                         height_px=float(rng.uniform(*params.person_height) * height), origin_x=0.0, ground_y=float(ground))
-    actors = [_place(primary, seed, params, rng, 0.05, 0.95)]
+    primary = _fit_height(primary, seed, params)
+    pan = _tracking_pan(primary, seed, params)
+    actors = [_place(primary, seed, params, rng, 0.05, 0.95, pan)]
     if rng.random() < params.two_person_fraction:
         other = int((primary_identity + rng.integers(1, params.identities)) % params.identities)
         back_ground = float(max(horizon * height + 0.2 * (ground - horizon * height), ground - rng.uniform(0.08, 0.16) * height))
         bystander = ActorSpec(identity=other, outfit=int(rng.integers(2)), action="stand", style=style(), yaw=yaw(),
                               height_px=float(primary.height_px * rng.uniform(0.7, 0.85)), origin_x=0.0, ground_y=back_ground)
-        actors.append(_place(bystander, seed, params, rng, 0.02, 0.98))
+        actors.append(_place(_fit_height(bystander, seed, params), seed, params, rng, 0.02, 0.98, pan))
     stool = None
     if action == "sit_down" or rng.random() < 0.15:
         if action == "sit_down":
@@ -136,7 +178,7 @@ def sample_spec(seed: int, video_id: str, action: str, label: int, params: Synth
             x_centre, top = float(rng.uniform(0.1, 0.9) * width), float(ground - rng.uniform(0.2, 0.3) * primary.height_px)
         half = 0.12 * primary.height_px
         stool = (x_centre - half, top, x_centre + half, float(ground))
-    return VideoSpec(video_id=video_id, action=action, scene=scene, actors=tuple(actors), stool=stool,
+    return VideoSpec(video_id=video_id, action=action, scene=scene, actors=tuple(actors), stool=stool, pan=pan,
                      light_gain=float(rng.uniform(0.8, 1.15)), jitter_phase=tuple(float(v) for v in rng.uniform(0, 2 * np.pi, 4)))
 
 
@@ -151,7 +193,9 @@ def render_video(spec: VideoSpec, seed: int, params: SynthesizeParams) -> Render
     """Render ``spec`` into frames and ground truth (deterministic in spec, seed, params)."""
     height, width = params.size
     margin = _margin(params)
-    scene = scene_of(seed, spec.scene, height + 2 * margin, width + 2 * margin)
+    scene = _scene(seed, spec.scene, params)
+    # Where the view starts in the panorama: the centre when still, the end the camera pans away from otherwise.
+    start = width // 2 if spec.pan == 0 else (0 if spec.pan > 0 else width)
     noise_rng = rng_for(seed, "noise", spec.video_id)
     n_frames, n_people = params.frames, len(spec.actors)
     out = Rendered(
@@ -167,8 +211,9 @@ def render_video(spec: VideoSpec, seed: int, params: SynthesizeParams) -> Render
     for index, t in enumerate(_times(params)):
         offset = params.camera_jitter * np.array([np.sin(2.3 * t + phase[0]) * 0.7 + np.sin(7.1 * t + phase[1]) * 0.3,
                                                   np.sin(1.9 * t + phase[2]) * 0.7 + np.sin(6.3 * t + phase[3]) * 0.3])
-        shift = np.round(offset).astype(int)
-        canvas = scene.image[margin + shift[1]: margin + shift[1] + height, margin + shift[0]: margin + shift[0] + width].copy()
+        shift = np.round(offset + np.array([spec.pan * t, 0.0])).astype(int)
+        x0, y0 = margin + start + shift[0], margin + shift[1]
+        canvas = scene.image[y0: y0 + height, x0: x0 + width].copy()
         labels = out.person_mask[index]
         if spec.stool is not None:
             _draw_stool(canvas, spec.stool, -shift)
