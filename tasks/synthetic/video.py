@@ -20,7 +20,7 @@ import numpy as np
 
 from tasks.core.params import SynthesizeParams
 from tasks.core.seeding import rng_for
-from tasks.synthetic.actions import ACTIONS, MotionStyle, sit_down
+from tasks.synthetic.actions import ACTIONS, MotionStyle
 from tasks.synthetic.body import JOINT_INDEX, JOINTS, forward_kinematics, project
 from tasks.synthetic.identities import Identity, make_identity
 from tasks.synthetic.render import PersonView, draw_person
