@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from tasks.core.errors import PrivharError
+from tasks.core.registry import record_scores
 from tasks.core.tracking import pipeline_run
 
 
@@ -44,6 +45,8 @@ def run_pipeline(project: Path, *, force: bool = False, targets: tuple[str, ...]
         metrics = method_metrics()
         for method, values in metrics.items():
             mlflow.log_metrics({f"{method}.{key}": float(value) for key, value in values.items()})
+            # DVC skips evaluate when its committed outputs still match, so describe the model here too.
+            record_scores(method, values)
     return metrics
 
 

@@ -61,3 +61,9 @@ def describe_newest(method: str, description: str, tags: Mapping[str, Any]) -> s
     for key, value in tags.items():
         client.set_model_version_tag(name, version, key, str(value))
     return str(version)
+
+
+def record_scores(method: str, scores: Mapping[str, float]) -> str | None:
+    """Describe and tag the newest version of ``privhar-<method>`` with its test scores."""
+    description = f"Top-1 {scores['top1']:.4f}, Top-5 {scores['top5']:.4f} on {int(scores['test_videos'])} test videos"
+    return describe_newest(method, description, {"top1": f"{scores['top1']:.4f}", "top5": f"{scores['top5']:.4f}"})

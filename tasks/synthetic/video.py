@@ -12,7 +12,7 @@ visible after occlusion), body box (of the visible mask), face box, face visibil
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import cv2
@@ -112,7 +112,7 @@ def _fit_height(actor: ActorSpec, seed: int, params: SynthesizeParams) -> ActorS
     if top >= limit:
         return actor
     factor = (actor.ground_y - limit) / (actor.ground_y - top)
-    return ActorSpec(**{**actor.__dict__, "height_px": float(actor.height_px * factor)})
+    return replace(actor, height_px=float(actor.height_px * factor))
 
 
 def _place(actor: ActorSpec, seed: int, params: SynthesizeParams, rng: np.random.Generator, lo: float, hi: float,
@@ -122,7 +122,7 @@ def _place(actor: ActorSpec, seed: int, params: SynthesizeParams, rng: np.random
     width = params.size[1]
     left, right = lo * width - xs.min(), hi * width - xs.max()
     origin = rng.uniform(left, right) if right > left else (left + right) / 2
-    return ActorSpec(**{**actor.__dict__, "origin_x": float(origin)})
+    return replace(actor, origin_x=float(origin))
 
 
 def _tracking_pan(actor: ActorSpec, seed: int, params: SynthesizeParams) -> float:
@@ -170,7 +170,7 @@ def sample_spec(seed: int, video_id: str, action: str, label: int, params: Synth
     stool = None
     if action == "sit_down" or rng.random() < 0.15:
         if action == "sit_down":
-            seated = ActorSpec(**{**actors[0].__dict__, "style": MotionStyle(onset=-10.0)})
+            seated = replace(actors[0], style=MotionStyle(onset=-10.0))
             points, _, scale = _project_actor(seated, seed, 0.0)
             pelvis = points[JOINT_INDEX["pelvis"]]
             x_centre, top = float(pelvis[0]), float(pelvis[1] + 0.03 * scale)
