@@ -2,6 +2,9 @@
 
 import csv
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -45,6 +48,15 @@ def test_model_is_registered_with_newest_alias(trained):
     client = MlflowClient()
     version = client.get_model_version_by_alias("privhar-baseline", "newest")
     assert version.tags["method"] == "baseline"
+
+
+def test_registered_model_loads_in_a_fresh_interpreter(trained):
+    """models:/privhar-baseline@newest classifies a clip without importing privhar by hand first."""
+    code = ("import mlflow, torch; model = mlflow.pytorch.load_model('models:/privhar-baseline@newest'); "
+            "print(tuple(model(torch.zeros(1, 3, 4, 32, 40)).shape))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ), timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().splitlines()[-1] == "(1, 3)"
 
 
 def test_evaluate_writes_metrics_keyed_by_method(trained):

@@ -33,6 +33,14 @@ class GroupNorm3d(nn.GroupNorm):
         super().__init__(num_groups=_divisor_at_most(groups, num_features), num_channels=num_features, eps=eps)
 
 
+class VideoClassifier(Net):
+    """pytorchvideo's ``Net`` under a privhar name.
+
+    A pickled model (MLflow's ``models:/privhar-<method>@...``) names this class first, so
+    unpickling imports this module, and with it the torchvision shim, before pytorchvideo.
+    """
+
+
 def _divisor_at_most(groups: int, channels: int) -> int:
     return max(d for d in range(1, min(groups, channels) + 1) if channels % d == 0)
 
@@ -61,7 +69,7 @@ def create_video_classifier(
     head_pool: Callable[..., nn.Module] = nn.AdaptiveAvgPool3d,
     dropout: float = 0.2,
 ) -> nn.Module:
-    """A small 3-D ResNet (pytorchvideo ``Net``) for clips of any length and size.
+    """A small 3-D ResNet (a pytorchvideo ``Net``) for clips of any length and size.
 
     The stem reads full-resolution frames with a wide, stride-4 kernel: on this data it
     learned limbs better than a stride-2 stem on frames downscaled to the same cost.
@@ -92,7 +100,7 @@ def create_video_classifier(
         pool=head_pool((1, 1, 1)), dropout=nn.Dropout(dropout) if dropout > 0 else None,
         proj=nn.Linear(dim_in, num_classes), output_pool=nn.AdaptiveAvgPool3d(1),
     ))
-    return Net(blocks=nn.ModuleList(blocks))
+    return VideoClassifier(blocks=nn.ModuleList(blocks))
 
 
 def has_batch_norm(model: nn.Module) -> bool:
