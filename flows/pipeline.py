@@ -17,7 +17,6 @@ from tasks.core.registry import record_scores
 from tasks.core.tracking import pipeline_run
 
 
-
 def tool_environment() -> dict[str, str]:
     """The environment for DVC and the stages: this interpreter's bin folder first on PATH."""
     env = dict(os.environ)
@@ -55,7 +54,8 @@ def method_metrics() -> dict[str, dict[str, float]]:
     shown = subprocess.run(dvc_command("metrics", "show", "--json"), env=tool_environment(), capture_output=True,
                            text=True, check=False)
     if shown.returncode != 0:
-        raise PrivharError(f"dvc metrics show failed: {shown.stderr.strip().splitlines()[-1:]}")
+        last_line = (shown.stderr.strip().splitlines() or ["no message"])[-1]
+        raise PrivharError(f"dvc metrics show failed (exit {shown.returncode}): {last_line}")
     metrics: dict[str, dict[str, float]] = {}
     for revision in json.loads(shown.stdout or "{}").values():
         for content in revision.get("data", {}).values():

@@ -25,6 +25,7 @@ import cv2
 import numpy as np
 
 from tasks.core.datasets import index_dataset
+from tasks.core.errors import PrivharError
 from tasks.core.manifest import MANIFEST_NAME, resolve_path, write_manifest, write_table
 from tasks.core.params import BaseParams, DataParams, SynthesizeParams, load_section
 from tasks.core.parallel import map_ordered, worker_count
@@ -94,9 +95,12 @@ def _identity_rows(seed: int, count: int) -> list[dict[str, Any]]:
 
 def preview(rows: list[dict[str, Any]], folder: Path, *, frames: int = 4, height: int = 96) -> np.ndarray:
     """One row per action: ``frames`` evenly spaced frames of its first video, labelled (BGR image)."""
+    first_of_label: dict[int, dict[str, Any]] = {}
+    for row in rows:
+        first_of_label.setdefault(row["label"], row)
     strips = []
-    for action in sorted({row["action"] for row in rows}, key=lambda name: min(r["label"] for r in rows if r["action"] == name)):
-        row = next(r for r in rows if r["action"] == action)
+    for _, row in sorted(first_of_label.items()):
+        action = row["action"]
         try:
             with av.open(str(resolve_path(row["path"], folder))) as container:
                 decoded = [frame.to_ndarray(format="bgr24") for frame in container.decode(video=0)]
@@ -108,6 +112,8 @@ def preview(rows: list[dict[str, Any]], folder: Path, *, frames: int = 4, height
         label = np.full((height, 110, 3), 255, np.uint8)
         cv2.putText(label, action, (6, height // 2 + 5), cv2.FONT_HERSHEY_SIMPLEX, 0.5, (0, 0, 0), 1, cv2.LINE_AA)
         strips.append(np.concatenate([label, strip], axis=1))
+    if not strips:
+        raise PrivharError(f"{folder}: no readable video to preview")
     return np.concatenate(strips, axis=0)
 
 
@@ -129,7 +135,9 @@ def synthesize(*, params_path: Path, out: Path, report: Path | None = None) -> l
             rows = index_dataset(data.source, data.root, data.split)
         write_manifest(rows, staging / MANIFEST_NAME)
         if report is not None:
-            ok, png = cv2.imencode(".png", preview(rows, staging))
+            encoded, png = cv2.imencode(".png", preview(rows, staging))
+            if not encoded:
+                raise PrivharError(f"{report / 'preview.png'}: OpenCV could not encode the preview")
             atomic_write_bytes(report / "preview.png", png.tobytes())
         seconds = time.perf_counter() - started
         run.log_metrics({"videos": len(rows), "seconds": seconds, "videos_per_second": len(rows) / seconds})

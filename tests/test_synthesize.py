@@ -106,3 +106,14 @@ def test_identities_are_fixed_and_distinct():
     assert len(faces) == 16
     assert {p.gender for p in people} == {"feminine", "masculine"}
     assert {p.skin_tone for p in people} == {"light", "medium", "dark"}
+
+
+def test_preview_has_one_strip_per_action_and_refuses_when_nothing_is_readable(tiny_synthetic, tmp_path):
+    from tasks.core.errors import PrivharError
+    from tasks.synthesize import preview
+
+    rows = read_manifest(tiny_synthetic / "data/synthesize/manifest.parquet")
+    image = preview(rows, tiny_synthetic / "data/synthesize", height=48)
+    assert image.shape[0] == 3 * 48  # walk, wave, squat
+    with pytest.raises(PrivharError, match="no readable video to preview"):
+        preview(rows, tmp_path)

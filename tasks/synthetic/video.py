@@ -115,19 +115,18 @@ def _fit_height(actor: ActorSpec, seed: int, params: SynthesizeParams) -> ActorS
     return replace(actor, height_px=float(actor.height_px * factor))
 
 
-def _place(actor: ActorSpec, seed: int, params: SynthesizeParams, rng: np.random.Generator, lo: float, hi: float,
+def _place(actor: ActorSpec, points: np.ndarray, params: SynthesizeParams, rng: np.random.Generator, lo: float, hi: float,
            pan: float = 0.0) -> ActorSpec:
-    """Choose origin_x so the whole trajectory (seen by a camera panning at ``pan``) stays in [lo, hi] of the width."""
-    xs = (_trajectory(actor, seed, params)[..., 0] - pan * _times(params)[:, None]).ravel()
+    """Choose origin_x so the trajectory ``points`` (seen by a camera panning at ``pan``) stays in [lo, hi] of the width."""
+    xs = (points[..., 0] - pan * _times(params)[:, None]).ravel()
     width = params.size[1]
     left, right = lo * width - xs.min(), hi * width - xs.max()
     origin = rng.uniform(left, right) if right > left else (left + right) / 2
     return replace(actor, origin_x=float(origin))
 
 
-def _tracking_pan(actor: ActorSpec, seed: int, params: SynthesizeParams) -> float:
-    """Pan (px/s) that keeps a travelling person in view: their mean speed, if they would leave the frame."""
-    points = _trajectory(actor, seed, params)
+def _tracking_pan(points: np.ndarray, params: SynthesizeParams) -> float:
+    """Pan (px/s) that keeps a travelling person (trajectory ``points``) in view: their mean speed, if they would leave the frame."""
     if np.ptp(points[..., 0]) <= 0.9 * params.size[1]:
         return 0.0
     pelvis = points[:, JOINT_INDEX["pelvis"], 0]
@@ -159,14 +158,16 @@ def sample_spec(seed: int, video_id: str, action: str, label: int, params: Synth
     primary = ActorSpec(identity=primary_identity, outfit=int(rng.integers(2)), action=action, style=style(), yaw=yaw(),
                         height_px=float(rng.uniform(*params.person_height) * height), origin_x=0.0, ground_y=float(ground))
     primary = _fit_height(primary, seed, params)
-    pan = _tracking_pan(primary, seed, params)
-    actors = [_place(primary, seed, params, rng, 0.05, 0.95, pan)]
+    path = _trajectory(primary, seed, params)
+    pan = _tracking_pan(path, params)
+    actors = [_place(primary, path, params, rng, 0.05, 0.95, pan)]
     if rng.random() < params.two_person_fraction:
         other = int((primary_identity + rng.integers(1, params.identities)) % params.identities)
         back_ground = float(max(horizon * height + 0.2 * (ground - horizon * height), ground - rng.uniform(0.08, 0.16) * height))
         bystander = ActorSpec(identity=other, outfit=int(rng.integers(2)), action="stand", style=style(), yaw=yaw(),
                               height_px=float(primary.height_px * rng.uniform(0.7, 0.85)), origin_x=0.0, ground_y=back_ground)
-        actors.append(_place(_fit_height(bystander, seed, params), seed, params, rng, 0.02, 0.98, pan))
+        bystander = _fit_height(bystander, seed, params)
+        actors.append(_place(bystander, _trajectory(bystander, seed, params), params, rng, 0.02, 0.98, pan))
     stool = None
     if action == "sit_down" or rng.random() < 0.15:
         if action == "sit_down":
