@@ -82,7 +82,74 @@ def run_command(force: bool, targets: tuple[str, ...]) -> None:
     """Run the pipeline (dvc repro) under one MLflow parent run and print Top-1."""
     from flows.pipeline import run_pipeline
 
-    metrics = run_pipeline(Path.cwd(), force=force, targets=targets)
+    _print_scores(run_pipeline(Path.cwd(), force=force, targets=targets))
+
+
+@main.command("flow")
+@click.option("--profile", default="default", show_default=True, help="profiles/<name>.yaml to overlay on params.yaml.")
+@click.option("--force", is_flag=True, help="Rerun every stage even if it is up to date.")
+@click.argument("stages", nargs=-1)
+def flow_command(profile: str, force: bool, stages: tuple[str, ...]) -> None:
+    """Run the pipeline once as the Prefect flow (on the project's Prefect server if it is up)."""
+    from flows.prefect_server import use_project_server
+    from flows.pipeline_flow import pipeline_flow
+
+    use_project_server(Path.cwd())
+    state = pipeline_flow(project=str(Path.cwd()), profile=profile, stages=list(stages), force=force, return_state=True)
+    if not state.is_completed():
+        error = state.result(raise_on_failure=False)
+        raise PrivharError(str(error) if isinstance(error, BaseException) else str(state.message))
+    _print_scores(state.result())
+
+
+@main.command("serve")
+@click.option("--host", default=None, help="Address to listen on [default: orchestrate.host, 127.0.0.1].")
+@click.option("--port", type=int, default=None, help="Port of the Prefect server [default: orchestrate.prefect_port].")
+@click.option("--stop", is_flag=True, help="Stop a running 'privhar serve' of this project and its server.")
+def serve_command(host: str | None, port: int | None, stop: bool) -> None:
+    """Serve the scheduled pipeline deployment on the project's Prefect server until interrupted."""
+    from flows.deployment import serve, stop_serving
+
+    if stop:
+        stopped = stop_serving(Path.cwd())
+        click.echo(f"privhar: stopped {', '.join(stopped)}" if stopped else "privhar: nothing was serving", err=True)
+        return
+    serve(Path.cwd(), host=host, port=port)
+
+
+@main.command("ui")
+@click.option("--host", default=None, help="Address to listen on [default: orchestrate.host, 127.0.0.1].")
+@click.option("--port", type=int, default=None, help="Port [default: orchestrate.mlflow_port].")
+def ui_command(host: str | None, port: int | None) -> None:
+    """The MLflow UI (runs, metrics, model registry) over the project's store, until Ctrl-C."""
+    from flows.mlflow_ui import run_ui
+    from tasks.core.params import OrchestrateParams, load_section
+
+    settings = load_section(Path("params.yaml"), "orchestrate", OrchestrateParams)
+    run_ui(Path.cwd(), host or settings.host, port or settings.mlflow_port)
+
+
+@main.command("models")
+def models_command() -> None:
+    """Registered models: every version with its aliases, privacy guarantee and Top-1."""
+    from tasks.core.registry import format_epsilon, list_versions
+    from tasks.core.tracking import configure
+
+    configure()
+    rows = list_versions()
+    if not rows:
+        click.echo("privhar: no registered models yet (run the pipeline first)", err=True)
+        return
+    header = f"{'model':<22} {'version':>7}  {'aliases':<18} {'epsilon':>8} {'delta':>8}  {'Top-1':>6}  accountant"
+    click.echo(header)
+    click.echo("-" * len(header))
+    for row in rows:
+        top1 = f"{row.top1:.4f}" if row.top1 is not None else "-"
+        click.echo(f"{row.name:<22} {row.version:>7}  {','.join(row.aliases) or '-':<18} {format_epsilon(row.epsilon):>8} "
+                   f"{row.delta:>8.2g}  {top1:>6}  {row.accountant}")
+
+
+def _print_scores(metrics: dict) -> None:
     for method, values in sorted(metrics.items()):
         click.echo(f"{method:>12}  Top-1 {values['top1']:.4f}  Top-5 {values['top5']:.4f}  ({values['test_videos']} test videos)")
 
@@ -94,7 +161,7 @@ def entry_point() -> None:
     except PrivharError as error:
         click.echo(f"privhar: error: {error}", err=True)
         sys.exit(2)
-    except click.exceptions.Abort:
+    except (click.exceptions.Abort, KeyboardInterrupt):
         click.echo("privhar: interrupted", err=True)
         sys.exit(130)
     except click.ClickException as error:

@@ -1,18 +1,25 @@
-"""Run the whole DAG of ``dvc.yaml`` under one MLflow parent run.
+"""What every pipeline run shares, and ``privhar run``: the whole DAG by ``dvc repro``.
 
-DVC decides what is stale and runs each stage's command (``privhar stage NAME``); each
-stage opens its nested MLflow run under the parent whose id this module exports.
+A run holds the project lock, opens one MLflow parent run (the stages, separate
+processes, log nested runs under it) and ends by scoring the registered models:
+describe each method's newest version with its Top-1, its ``dvc.lock`` hash and git
+commit, and move the ``champion`` alias.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
+from flows.project_lock import project_lock
 from tasks.core.errors import PrivharError
+from tasks.core.params import RegistryParams, load_section
 from tasks.core.registry import record_scores
 from tasks.core.tracking import pipeline_run
 
@@ -21,32 +28,73 @@ def tool_environment() -> dict[str, str]:
     """The environment for DVC and the stages: this interpreter's bin folder first on PATH."""
     env = dict(os.environ)
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    env.setdefault("DVC_NO_ANALYTICS", "1")
     return env
 
 
 def dvc_command(*args: str) -> list[str]:
-    return [str(Path(sys.executable).parent / "dvc"), *args]
+    """``dvc`` from this environment; waits for DVC's own repository lock rather than failing."""
+    return [str(Path(sys.executable).parent / "dvc"), "--wait-for-lock", *args]
+
+
+def check_project(project: Path) -> Path:
+    project = Path(project).resolve()
+    if not (project / "dvc.yaml").is_file():
+        raise PrivharError(f"{project}: no dvc.yaml here (run privhar from the project folder)")
+    return project
+
+
+@contextlib.contextmanager
+def pipeline_session(project: Path, what: str, tags: dict[str, str]) -> Iterator[str]:
+    """Lock the project, work inside it, and open the MLflow parent run; yield its id."""
+    project = check_project(project)
+    with project_lock(project, what):
+        previous = Path.cwd()
+        os.chdir(project)
+        try:
+            with pipeline_run("pipeline", tags={"privhar.orchestrator": what, **tags}) as parent:
+                print(f"privhar: MLflow parent run {parent}", file=sys.stderr)
+                yield parent
+        finally:
+            os.chdir(previous)
 
 
 def run_pipeline(project: Path, *, force: bool = False, targets: tuple[str, ...] = ()) -> dict:
     """``dvc repro`` in ``project``; return the evaluation metrics it produced."""
-    if not (project / "dvc.yaml").is_file():
-        raise PrivharError(f"{project}: no dvc.yaml here (run privhar from the project folder)")
-    os.chdir(project)
-    with pipeline_run("pipeline", tags={"privhar.targets": " ".join(targets) or "all"}) as parent:
-        print(f"privhar: MLflow parent run {parent}", file=sys.stderr)
+    with pipeline_session(project, "privhar run", {"privhar.targets": " ".join(targets) or "all"}):
         command = dvc_command("repro", *(["--force"] if force else []), *targets)
         result = subprocess.run(command, env=tool_environment(), check=False)
         if result.returncode != 0:
             raise PrivharError(f"dvc repro failed (exit {result.returncode}); the failing stage's message is above")
-        import mlflow
+        return score_models(Path.cwd())
 
-        metrics = method_metrics()
-        for method, values in metrics.items():
-            mlflow.log_metrics({f"{method}.{key}": float(value) for key, value in values.items()})
-            # DVC skips evaluate when its committed outputs still match, so describe the model here too.
-            record_scores(method, values)
+
+def score_models(project: Path) -> dict[str, dict[str, float]]:
+    """Log each method's metrics to the parent run and describe its newest registered version."""
+    import mlflow
+
+    max_epsilon = load_section(project / "params.yaml", "registry", RegistryParams).champion_max_epsilon
+    metrics = method_metrics()
+    provenance = {"dvc_lock_sha256": file_sha256(project / "dvc.lock"), "git_commit": git_commit(project)}
+    for method, values in metrics.items():
+        mlflow.log_metrics({f"{method}.{key}": float(value) for key, value in values.items()})
+        # DVC skips evaluate when its committed outputs still match, so the scores are recorded here.
+        record_scores(method, values, provenance, max_epsilon)
     return metrics
+
+
+def file_sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "none"
+
+
+def git_commit(project: Path) -> str:
+    """HEAD's commit, ``+dirty`` if tracked files differ from it; ``none`` outside git."""
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=project, capture_output=True, text=True, check=False)
+    if head.returncode != 0:
+        return "none"
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=project,
+                           capture_output=True, text=True, check=False).stdout.strip()
+    return head.stdout.strip() + ("+dirty" if dirty else "")
 
 
 def method_metrics() -> dict[str, dict[str, float]]:

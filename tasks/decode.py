@@ -33,7 +33,7 @@ from tasks.core.errors import PrivharError
 from tasks.core.manifest import MANIFEST_NAME, read_manifest, resolve_path, write_manifest, write_table
 from tasks.core.params import BaseParams, DecodeParams, load_section
 from tasks.core.parallel import map_ordered, worker_count
-from tasks.core.storage import atomic_directory, save_frames
+from tasks.core.storage import atomic_directory, save_arrays, save_frames
 from tasks.core.tracking import stage_run
 
 TRUNCATION_TOLERANCE = 0.9  # fewer decoded frames than this share of the header's count = truncated
@@ -131,11 +131,17 @@ def transform_annotations(annotations: dict[str, np.ndarray], indices: np.ndarra
     return out
 
 
-def decode_one(row: dict[str, Any], *, params: DecodeParams, source_folder: Path, out: Path) -> dict[str, Any]:
-    """Decode one video; a manifest row, or a quarantine row (``reason``) if it is unusable."""
+def decode_one(row: dict[str, Any], *, params: DecodeParams, source_folder: Path, out: Path,
+               workdir: Path) -> dict[str, Any]:
+    """Decode one video; a manifest row, or a quarantine row (``reason``) if it is unusable.
+
+    Paths are recorded as the stage was given them; files are read and written relative
+    to ``workdir``, so a worker in another process or on another host finds them too.
+    """
     path = resolve_path(row["path"], source_folder)
+    out = workdir / out
     try:
-        frames, fps = read_video(path)
+        frames, fps = read_video(workdir / path)
     except Quarantined as reason:
         return {"video_id": row["video_id"], "path": str(path), "reason": str(reason)}
     target = (params.size[0], params.size[1])
@@ -147,9 +153,9 @@ def decode_one(row: dict[str, Any], *, params: DecodeParams, source_folder: Path
                "height": target[0], "width": target[1], "source_path": str(path),
                "source_frames": int(len(frames)), "source_fps": float(fps)}
     if row.get("annotations"):
-        with np.load(resolve_path(row["annotations"], source_folder)) as stored:
+        with np.load(workdir / resolve_path(row["annotations"], source_folder)) as stored:
             annotations = transform_annotations(dict(stored), indices, geometry, target)
-        np.savez_compressed(out / "annotations" / f"{row['video_id']}.npz", **annotations)
+        save_arrays(out / "annotations" / f"{row['video_id']}.npz", **annotations)
         decoded["annotations"] = f"annotations/{row['video_id']}.npz"
     return decoded
 
@@ -163,7 +169,7 @@ def decode(*, params_path: Path, source: Path, out: Path) -> list[dict[str, Any]
         (staging / "frames").mkdir()
         (staging / "annotations").mkdir()
         started = time.perf_counter()
-        work = partial(decode_one, params=params, source_folder=source, out=staging)
+        work = partial(decode_one, params=params, source_folder=source, out=staging, workdir=Path.cwd())
         results = map_ordered(work, rows, workers=worker_count(base.workers), desc="decode")
         seconds = time.perf_counter() - started
         decoded = [result for result in results if "reason" not in result]

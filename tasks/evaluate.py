@@ -30,7 +30,6 @@ from tasks.core.errors import PrivharError  # noqa: E402
 from tasks.core.manifest import MANIFEST_NAME, read_manifest  # noqa: E402
 from tasks.core.models import load_checkpoint  # noqa: E402
 from tasks.core.params import EvaluateParams, load_section  # noqa: E402
-from tasks.core.registry import record_scores  # noqa: E402
 from tasks.core.storage import atomic_write_bytes  # noqa: E402
 from tasks.core.tracking import stage_run  # noqa: E402
 
@@ -107,7 +106,6 @@ def evaluate(*, params_path: Path, frames: Path, models: Path, out: Path) -> dic
                              "predicted": config["classes"][int(guess)]} for row, guess in zip(test_rows, predicted)]
             run.log_metrics({f"{method}.top1": scores["top1"], f"{method}.top5": scores["top5"]})
             run.log_artifact(out / f"confusion_{method}.png")
-            record_scores(method, scores)
             print(f"evaluate: {method}: Top-1 {scores['top1']:.4f}  Top-5 {scores['top5']:.4f}  ({len(test_rows)} test videos)",
                   file=sys.stderr)
         buffer = io.StringIO()

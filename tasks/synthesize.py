@@ -30,7 +30,7 @@ from tasks.core.manifest import MANIFEST_NAME, resolve_path, write_manifest, wri
 from tasks.core.params import BaseParams, DataParams, SynthesizeParams, load_section
 from tasks.core.parallel import map_ordered, worker_count
 from tasks.core.seeding import derive_seed, rng_for
-from tasks.core.storage import atomic_directory, atomic_write_bytes
+from tasks.core.storage import atomic_directory, atomic_write_bytes, save_arrays
 from tasks.core.tracking import stage_run
 from tasks.synthetic.encode import write_video
 from tasks.synthetic.video import identity_of, render_video, sample_spec
@@ -63,7 +63,7 @@ def make_video(job: VideoJob, *, seed: int, params: SynthesizeParams, out: Path)
     spec = sample_spec(seed, job.video_id, job.action, job.label, params)
     rendered = render_video(spec, seed, params)
     write_video(out / "videos" / f"{job.video_id}.avi", rendered.frames, fps=params.fps, quantiser=params.quantiser)
-    np.savez_compressed(out / "annotations" / f"{job.video_id}.npz", person_mask=rendered.person_mask,
+    save_arrays(out / "annotations" / f"{job.video_id}.npz", person_mask=rendered.person_mask,
                         body_box=rendered.body_box, face_box=rendered.face_box, face_visible=rendered.face_visible,
                         skeleton=rendered.skeleton, identity=rendered.identity)
     people = [identity_of(seed, actor.identity) for actor in spec.actors]

@@ -11,6 +11,7 @@ trains the model of :func:`tasks.core.models.create_video_classifier` from scrat
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import math
@@ -32,6 +33,7 @@ from tasks.core.manifest import MANIFEST_NAME, read_manifest
 from tasks.core.models import create_video_classifier, group_norm, has_batch_norm
 from tasks.core.params import BaseParams, TrainParams, load_section
 from tasks.core.plugins import Registry
+from tasks.core.privacy import NON_PRIVATE
 from tasks.core.registry import register_model
 from tasks.core.seeding import derive_seed
 from tasks.core.storage import atomic_directory, atomic_write_bytes
@@ -67,6 +69,10 @@ def warmup_cosine(optimiser: torch.optim.Optimizer, params: TrainParams, samples
     return torch.optim.lr_scheduler.LambdaLR(optimiser, factor)
 
 
+# What each method claims; a DP method will compute its ε with an accountant after training.
+METHOD_PRIVACY = {"baseline": NON_PRIVATE}
+
+
 @TRAINING_METHODS.register("baseline")
 def train_baseline(model: nn.Module, data: TrainingData, params: TrainParams, generator: torch.Generator,
                    run: StageRun) -> list[dict[str, float]]:
@@ -94,6 +100,12 @@ def train_baseline(model: nn.Module, data: TrainingData, params: TrainParams, ge
         run.log_metrics({"loss": record["loss"], "train_accuracy": record["train_accuracy"]}, step=epoch)
         history.append(record)
     return history
+
+
+def dataset_tag(frames: Path) -> str:
+    """The training data, exactly: its folder and the first 12 hex digits of its manifest's SHA-256."""
+    digest = hashlib.sha256((frames / MANIFEST_NAME).read_bytes()).hexdigest()[:12]
+    return f"{frames}@{digest}"
 
 
 def _history_csv(history: list[dict[str, float]]) -> bytes:
@@ -137,8 +149,11 @@ def train(*, params_path: Path, frames: Path, out: Path, report: Path) -> dict[s
         torch.save({"state_dict": model.state_dict(), "config": config}, staging / "model.pt")
         final = {**history[-1], "trainable_parameters": trainable, "train_videos": len(train_rows)}
         run.log_metrics({"train_seconds": seconds, "trainable_parameters": trainable})
+        privacy = METHOD_PRIVACY[params.method]
+        run.log_metrics({"epsilon": privacy.epsilon, "delta": privacy.delta})
+        run.set_tags({"privhar.method": params.method, "privhar.accountant": privacy.accountant})
         register_model(model, method=params.method, run=run, config=config,
-                       tags={"method": params.method, "epsilon": "inf", "dataset": str(frames)})
+                       tags={"method": params.method, **privacy.as_tags(), "dataset": dataset_tag(frames)})
     atomic_write_bytes(report / f"{params.method}.json", (json.dumps(final, indent=2, sort_keys=True) + "\n").encode())
     atomic_write_bytes(report / f"{params.method}_history.csv", _history_csv(history))
     return final

@@ -1,16 +1,35 @@
-"""Map a function over videos on a local process pool, in order, with a progress bar."""
+"""Map a function over videos on a local process pool, in order, with a progress bar.
+
+An orchestrator may install another mapper for the stage it runs in-process (the Prefect
+flow sends shards of videos to its task runner: threads or a Dask cluster); the stage
+code does not change, and results still come back in input order.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextvars import ContextVar
 from typing import TypeVar
 
 from tqdm import tqdm
 
 T = TypeVar("T")
 R = TypeVar("R")
+Mapper = Callable[[Callable[[T], R], Sequence[T], str], list[R]]
+_installed: ContextVar[Mapper | None] = ContextVar("privhar_mapper", default=None)
+
+
+@contextlib.contextmanager
+def installed_mapper(mapper: Mapper) -> Iterator[None]:
+    """Within the block (and this thread), :func:`map_ordered` calls ``mapper(function, items, desc)``."""
+    token = _installed.set(mapper)
+    try:
+        yield
+    finally:
+        _installed.reset(token)
 
 
 def worker_count(requested: int) -> int:
@@ -23,6 +42,9 @@ def map_ordered(function: Callable[[T], R], items: Sequence[T], *, workers: int,
 
     Results come back in input order, so outputs do not depend on scheduling.
     """
+    mapper = _installed.get()
+    if mapper is not None:
+        return mapper(function, items, desc)
     progress = tqdm(total=len(items), desc=desc, unit="video", dynamic_ncols=True)
     try:
         if workers <= 1 or len(items) <= 1:

@@ -84,6 +84,29 @@ class EvaluateParams(Section):
     batch_size: PositiveInt
 
 
+class OrchestrateParams(Section):
+    """How the Prefect flow runs the DAG and where the local servers listen (not a stage's input)."""
+
+    cron: Annotated[str, Field(min_length=9)]
+    timezone: str
+    profile: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]+$")]
+    stages: list[str]
+    retries: Annotated[int, Field(ge=0, le=10)]
+    retry_delay_seconds: Annotated[float, Field(ge=0.0)]
+    sharded_stages: list[str]
+    shard_size: PositiveInt
+    task_runner: Literal["local", "dask"]
+    local_workers: Annotated[int, Field(ge=0, le=256)]  # 0: one per CPU core
+    dask_address: str | None = None
+    host: str
+    prefect_port: Annotated[int, Field(ge=1, le=65535)]
+    mlflow_port: Annotated[int, Field(ge=1, le=65535)]
+
+
+class RegistryParams(Section):
+    champion_max_epsilon: Annotated[float, Field(gt=0.0)]  # .inf admits non-private models
+
+
 SECTIONS: dict[str, type[Section]] = {
     "base": BaseParams,
     "data": DataParams,
@@ -91,6 +114,8 @@ SECTIONS: dict[str, type[Section]] = {
     "decode": DecodeParams,
     "train": TrainParams,
     "evaluate": EvaluateParams,
+    "orchestrate": OrchestrateParams,
+    "registry": RegistryParams,
 }
 S = TypeVar("S", bound=Section)
 

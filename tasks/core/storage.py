@@ -10,6 +10,7 @@ import contextlib
 import os
 import shutil
 import uuid
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -49,6 +50,20 @@ def save_frames(path: Path, frames: np.ndarray) -> None:
     if frames.dtype != np.uint8 or frames.ndim != 4 or frames.shape[-1] != 3:
         raise ValueError(f"frames must be (T, H, W, 3) uint8, got {frames.shape} {frames.dtype}")
     np.save(path, np.ascontiguousarray(frames), allow_pickle=False)
+
+
+def save_arrays(path: Path, **arrays: np.ndarray) -> None:
+    """``np.savez_compressed`` with fixed zip timestamps, so the same arrays give the same bytes.
+
+    numpy stamps each member with the current time, which would change DVC's hash of every
+    rerun (and of a run split over machines) although the content is identical.
+    """
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for name, array in arrays.items():
+            member = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
+            member.compress_type = zipfile.ZIP_DEFLATED
+            with archive.open(member, "w", force_zip64=True) as stream:
+                np.lib.format.write_array(stream, np.asanyarray(array), allow_pickle=False)
 
 
 def load_frames(path: Path) -> np.ndarray:

@@ -1,0 +1,81 @@
+"""``privhar serve``: the scheduled deployment of the pipeline flow, served until interrupted.
+
+The deployment is declared here and only here, with ``flow.serve``, not in a
+``prefect.yaml``: serving needs no work pool, no worker and no copy of the project for a
+worker to pull, so one command on a laptop gives a real schedule; its cron, time zone,
+profile and stages come from ``params.yaml: orchestrate``. (On a cluster, the same flow
+can be deployed to a work pool instead: README, "Running on a cluster".)
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from flows.prefect_server import HOME, prefect_environment, prefect_server
+from flows.servers import interrupt_on_sigterm, stop_process_group
+from tasks.core.params import OrchestrateParams, load_section
+
+DEPLOYMENT_NAME = "scheduled"
+SERVE_PID = "serve.pid"
+
+
+def serve(project: Path, host: str | None = None, port: int | None = None) -> None:
+    """Start or reuse the project's Prefect server, register the deployment, serve it; clean up on exit."""
+    project = Path(project).resolve()
+    settings = load_section(project / "params.yaml", "orchestrate", OrchestrateParams)
+    host, port = host or settings.host, port or settings.prefect_port
+    server = prefect_server(project, host, port)
+    started_at = time.monotonic()
+    started = server.start()
+    os.environ.update(prefect_environment(project, host, port))
+    pid_file = project / HOME / SERVE_PID
+    pid_file.write_text(str(os.getpid()))
+    interrupt_on_sigterm()
+    try:
+        from prefect.schedules import Cron
+
+        from flows.pipeline_flow import pipeline_flow
+
+        print(f"privhar: Prefect server {'started' if started else 'reused'} in {time.monotonic() - started_at:.1f} s; "
+              f"UI at http://{host}:{port}", file=sys.stderr)
+        print(f"privhar: serving {pipeline_flow.name}/{DEPLOYMENT_NAME}, cron '{settings.cron}' ({settings.timezone}), "
+              f"profile {settings.profile}; Ctrl-C or 'privhar serve --stop' ends it", file=sys.stderr)
+        pipeline_flow.serve(
+            name=DEPLOYMENT_NAME,
+            schedules=[Cron(settings.cron, timezone=settings.timezone)],
+            parameters={"project": str(project), "profile": settings.profile, "stages": settings.stages},
+            description="The privhar DAG from dvc.yaml; each stage a task, up-to-date stages skipped.",
+            tags=["privhar"],
+            print_starting_message=False,
+        )
+    except KeyboardInterrupt:
+        print("privhar: serve interrupted", file=sys.stderr)
+    finally:
+        pid_file.unlink(missing_ok=True)
+        if started:
+            server.stop()
+            print("privhar: Prefect server stopped", file=sys.stderr)
+
+
+def stop_serving(project: Path) -> list[str]:
+    """End a ``privhar serve`` of this project (and a server it left); return what was stopped."""
+    home = Path(project).resolve() / HOME
+    stopped = []
+    serve_pid = home / SERVE_PID
+    if serve_pid.is_file():
+        pid = int(serve_pid.read_text().strip() or 0)
+        try:
+            os.kill(pid, signal.SIGINT)
+            stopped.append(f"privhar serve (pid {pid})")
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and (serve_pid.exists() or (home / "server.pid").exists()):
+                time.sleep(0.2)
+        except ProcessLookupError:
+            serve_pid.unlink(missing_ok=True)
+    if stop_process_group(home / "server.pid"):
+        stopped.append("Prefect server")
+    return stopped

@@ -1,0 +1,48 @@
+"""``privhar ui``: the MLflow UI over the project's store, on loopback, with nothing left behind.
+
+MLflow 3's server starts job-execution workers unless told not to; they would outlive the
+UI, so they are disabled, and the UI runs one worker in its own process group that is
+ended as a whole on exit.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+from flows.servers import LocalServer, interrupt_on_sigterm
+from tasks.core.tracking import tracking_uri
+
+HOME = ".mlflow-ui"
+
+
+def mlflow_ui(project: Path, host: str, port: int) -> LocalServer:
+    project = Path(project).resolve()
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    command = (str(Path(sys.executable).parent / "mlflow"), "server", "--backend-store-uri", tracking_uri(project),
+               "--default-artifact-root", (project / "mlartifacts").as_uri(), "--host", host, "--port", str(port),
+               "--workers", "1")
+    home = project / HOME
+    return LocalServer("MLflow UI", command, env, f"http://{host}:{port}/health", home / "ui.pid", home / "ui.log")
+
+
+def run_ui(project: Path, host: str, port: int) -> None:
+    """Start the UI (or find it up), print its address, wait for Ctrl-C or SIGTERM, stop it."""
+    server = mlflow_ui(project, host, port)
+    started_at = time.monotonic()
+    started = server.start()
+    print(f"privhar: MLflow UI {'started' if started else 'already up'} in {time.monotonic() - started_at:.1f} s at "
+          f"http://{host}:{port} (store {tracking_uri(Path(project).resolve())}); Ctrl-C ends it", file=sys.stderr)
+    if not started:
+        return
+    interrupt_on_sigterm()
+    try:
+        while server.is_up():
+            time.sleep(1.0)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+        print("privhar: MLflow UI stopped", file=sys.stderr)

@@ -1,0 +1,54 @@
+"""The Prefect flow: the DAG of ``dvc.yaml`` as Prefect tasks, under one MLflow parent run.
+
+Each stage is a task submitted with ``wait_for`` its upstream stages, so stages that do not
+depend on each other run at once on the flow's thread pool. A failed stage fails its task
+with its one-line error; the stages after it do not start, and the flow fails naming it.
+Retries come from ``orchestrate.retries`` / ``retry_delay_seconds``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prefect import flow, get_run_logger
+from prefect.task_runners import ThreadPoolTaskRunner
+
+from flows.dag import read_dag
+from flows.pipeline import check_project, pipeline_session, score_models
+from flows.profiles import DEFAULT, apply_profile
+from flows.stage_tasks import StageFailed, run_stage
+from tasks.core.params import OrchestrateParams, load_section
+
+FLOW_NAME = "privhar-pipeline"
+
+
+@flow(name=FLOW_NAME, task_runner=ThreadPoolTaskRunner(max_workers=4), log_prints=True)
+def pipeline_flow(project: str = ".", profile: str = DEFAULT, stages: list[str] | None = None,
+                  force: bool = False) -> dict[str, dict[str, float]]:
+    """Bring ``stages`` (all if empty) of the DVC project up to date; return Top-1 etc. per method."""
+    root = check_project(Path(project))
+    logger = get_run_logger()
+    with pipeline_session(root, "prefect flow", {"privhar.profile": profile}):
+        if apply_profile(root, profile):
+            logger.info(f"profile {profile}: profiles/{profile}.yaml applied to params.yaml")
+        settings = load_section(root / "params.yaml", "orchestrate", OrchestrateParams)
+        dag = read_dag(root, stages or settings.stages)
+        logger.info("stages: " + ", ".join(f"{s.name} (after {', '.join(s.upstream) or 'nothing'})" for s in dag))
+        stage_task = run_stage.with_options(retries=settings.retries, retry_delay_seconds=settings.retry_delay_seconds)
+        futures = {}
+        for stage in dag:
+            upstream = [futures[name] for name in stage.upstream if name in futures]
+            futures[stage.name] = stage_task.submit(stage, force, settings, wait_for=upstream)
+        failed, not_run = [], []
+        for name, future in futures.items():
+            future.wait()
+            state = future.state
+            if state.is_failed() or state.is_crashed():
+                error = state.result(raise_on_failure=False)
+                failed.append(str(error) if isinstance(error, BaseException) else f"{name}: {state.message}")
+            elif not state.is_completed():
+                not_run.append(name)
+        if failed:
+            after = f"; not run: {', '.join(not_run)}" if not_run else ""
+            raise StageFailed(f"{failed[0]}{after}")
+        return score_models(root)

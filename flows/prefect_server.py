@@ -1,0 +1,62 @@
+"""The project's own Prefect server: SQLite database and home inside ``.prefect/``, on loopback.
+
+Prefect reads its settings from the environment when it is first imported, so
+:func:`use_project_server` must run before ``import prefect``; privhar's commands import
+Prefect lazily for that reason.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from flows.servers import LocalServer, answers
+
+HOME = ".prefect"
+
+
+def prefect_environment(project: Path, host: str, port: int) -> dict[str, str]:
+    """Settings that put Prefect's home, database and API for this project where they belong."""
+    home = Path(project).resolve() / HOME
+    return {
+        "PREFECT_HOME": str(home),
+        "PREFECT_API_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{home / 'prefect.db'}",
+        "PREFECT_SERVER_API_HOST": host,
+        "PREFECT_SERVER_API_PORT": str(port),
+        "PREFECT_API_URL": f"http://{_client_host(host)}:{port}/api",
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",  # no network here; and no telemetry unasked
+        "PREFECT_UI_ENABLED": "true",
+    }
+
+
+def _client_host(host: str) -> str:
+    return "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+
+
+def prefect_server(project: Path, host: str, port: int) -> LocalServer:
+    env = {**os.environ, **prefect_environment(project, host, port)}
+    home = Path(env["PREFECT_HOME"])
+    command = (str(Path(sys.executable).parent / "prefect"), "server", "start", "--host", host, "--port", str(port),
+               "--analytics-off")
+    return LocalServer("Prefect server", command, env, f"{env['PREFECT_API_URL']}/health", home / "server.pid",
+                       home / "server.log")
+
+
+def use_project_server(project: Path) -> str | None:
+    """Point this process at the project's Prefect server if it is up; return its API URL.
+
+    With no server up (and no ``PREFECT_API_URL`` of the user's), Prefect starts a
+    temporary one for the run.
+    """
+    if os.environ.get("PREFECT_API_URL"):
+        return os.environ["PREFECT_API_URL"]
+    from tasks.core.params import OrchestrateParams, load_section
+
+    settings = load_section(Path(project) / "params.yaml", "orchestrate", OrchestrateParams)
+    env = prefect_environment(project, settings.host, settings.prefect_port)
+    if not answers(f"{env['PREFECT_API_URL']}/health"):
+        os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+        return None
+    os.environ.update(env)
+    return env["PREFECT_API_URL"]

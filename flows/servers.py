@@ -1,0 +1,127 @@
+"""Local servers privhar starts for its UIs (Prefect, MLflow): start or reuse, wait, stop.
+
+A server runs in its own process group, with its pid in a file inside the project, so that
+stopping it (from the same shell or from ``--stop`` in another) ends every process it
+started, workers included.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from tasks.core.errors import PrivharError
+
+
+def interrupt_on_sigterm() -> None:
+    """Let SIGTERM end a foreground server command the way Ctrl-C does: through its cleanup."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nothing listens on now (for tests and ad-hoc servers)."""
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
+
+
+def answers(url: str, timeout: float = 2.0) -> bool:
+    """Whether ``url`` answers HTTP 200."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 - loopback URLs we build
+            return response.status == 200
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+@dataclass(frozen=True)
+class LocalServer:
+    """One server process group: how to start it, how to tell it is up, where its pid is kept."""
+
+    name: str
+    command: tuple[str, ...]
+    env: dict[str, str]
+    health_url: str
+    pid_file: Path
+    log_file: Path
+
+    def is_up(self) -> bool:
+        return answers(self.health_url)
+
+    def start(self, timeout: float = 180.0) -> bool:
+        """Start the server unless one already answers; return whether this call started it."""
+        if self.is_up():
+            return False
+        self.pid_file.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_file, "ab") as log:
+            process = subprocess.Popen(list(self.command), env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                       stdin=subprocess.DEVNULL, start_new_session=True)
+        self.pid_file.write_text(str(process.pid))
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.is_up():
+                return True
+            if process.poll() is not None:
+                self.pid_file.unlink(missing_ok=True)
+                raise PrivharError(f"{self.name} exited with status {process.returncode} while starting; see {self.log_file}")
+            time.sleep(0.5)
+        self.stop()
+        raise PrivharError(f"{self.name} did not answer at {self.health_url} within {timeout:.0f} s; see {self.log_file}")
+
+    def stop(self, grace: float = 15.0) -> bool:
+        """End the server's whole process group (TERM, then KILL after ``grace`` s); False if none ran."""
+        return stop_process_group(self.pid_file, grace)
+
+
+def stop_process_group(pid_file: Path, grace: float = 15.0, first_signal: int = signal.SIGTERM) -> bool:
+    """Signal the process group whose leader's pid is in ``pid_file``; wait for it to end."""
+    try:
+        pid = int(pid_file.read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return False
+    pid_file.unlink(missing_ok=True)
+    try:
+        os.killpg(pid, first_signal)
+    except ProcessLookupError:
+        return False
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and _group_alive(pid):
+        _reap(pid)
+        time.sleep(0.2)
+    if _group_alive(pid):
+        os.killpg(pid, signal.SIGKILL)
+        time.sleep(0.2)
+        _reap(pid)
+    return True
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    _reap(pgid)
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _reap(pid: int) -> None:
+    """Collect the leader if it is our own child, so a zombie does not look alive."""
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass

@@ -1,0 +1,172 @@
+"""Prefect tasks that bring one DVC stage up to date.
+
+A stage DVC reports unchanged is not run: its task ends in a ``Skipped`` (completed)
+state. Otherwise:
+
+- an ordinary stage runs as ``dvc repro --single-item NAME``: DVC removes its old outputs,
+  may restore them from its run cache, runs the command and records ``dvc.lock``. DVC
+  releases its repository lock while the command runs, so independent stages overlap.
+- a *sharded* stage (``orchestrate.sharded_stages``, the per-video ones) runs its command
+  from ``dvc.yaml`` in this process, with its videos split into shard tasks on a Prefect
+  task runner (threads, or a Dask cluster); ``dvc commit`` then records its outputs
+  exactly as ``dvc repro`` would have.
+
+Every line a stage prints goes to the task's log, so it shows in the Prefect UI; a failing
+stage fails its task with the stage's own one-line error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+import shlex
+import subprocess
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from prefect import get_run_logger, task
+from prefect.cache_policies import NO_CACHE
+from prefect.states import Completed, State
+
+from flows.dag import DagStage
+from flows.pipeline import dvc_command, tool_environment
+from tasks.core.errors import PrivharError
+from tasks.core.params import OrchestrateParams
+from tasks.core.parallel import installed_mapper, worker_count
+
+STAGE_ERROR_PREFIX = "privhar: error: "
+
+
+class StageFailed(Exception):
+    """A stage exited with an error; the message is the stage's own one line."""
+
+
+def stage_is_up_to_date(name: str) -> bool:
+    """Ask DVC (``dvc status --json NAME``): no changed dependency, param, command or output."""
+    shown = subprocess.run(dvc_command("status", "--json", name), env=tool_environment(), capture_output=True,
+                           text=True, check=False)
+    if shown.returncode != 0:
+        raise StageFailed(f"dvc status {name} failed: {_last_line(shown.stderr)}")
+    return not json.loads(shown.stdout or "{}")
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    for line in lines:
+        if line.startswith(STAGE_ERROR_PREFIX):
+            return line[len(STAGE_ERROR_PREFIX):]
+    errors = [line for line in lines if line.startswith("ERROR")]
+    return (errors or lines or ["no message"])[-1]
+
+
+def run_through_dvc(name: str, force: bool, logger: logging.LoggerAdapter) -> None:
+    """``dvc repro --single-item NAME``, its output streamed line by line into the task log."""
+    command = dvc_command("repro", "--single-item", *(["--force"] if force else []), name)
+    process = subprocess.Popen(command, env=tool_environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, bufsize=1)
+    assert process.stdout is not None
+    lines = []
+    for line in process.stdout:
+        line = line.rstrip()
+        if line:
+            lines.append(line)
+            logger.info(line)
+    if process.wait() != 0:
+        raise StageFailed(f"stage {name} failed: {_last_line(chr(10).join(lines))}")
+
+
+@task(name="shard", task_run_name="{stage}[{index}]", cache_policy=NO_CACHE)
+def process_shard(function: Callable[[Any], Any], items: list[Any], stage: str, index: int) -> list[Any]:
+    """One shard of a per-video stage: ``function`` on each item, in order."""
+    results = [function(item) for item in items]
+    get_run_logger().info(f"{stage} shard {index}: {len(items)} videos done")
+    return results
+
+
+def shard_task_runner(settings: OrchestrateParams) -> Any:
+    """The task runner for shards: Prefect's thread pool, or a Dask cluster (prefect-dask)."""
+    if settings.task_runner == "dask":
+        if not settings.dask_address:
+            raise PrivharError("params.yaml: orchestrate.dask_address is required when orchestrate.task_runner is dask")
+        from prefect_dask import DaskTaskRunner
+
+        return DaskTaskRunner(address=settings.dask_address)
+    from prefect.task_runners import ThreadPoolTaskRunner
+
+    return ThreadPoolTaskRunner(max_workers=worker_count(settings.local_workers))
+
+
+def shard_mapper(stage: str, settings: OrchestrateParams, logger: logging.LoggerAdapter) -> Callable[..., list[Any]]:
+    """A ``map_ordered`` replacement that sends ``shard_size`` items per task to the shard runner."""
+
+    def mapper(function: Callable[[Any], Any], items: Sequence[Any], desc: str) -> list[Any]:
+        shards = [list(items[start:start + settings.shard_size]) for start in range(0, len(items), settings.shard_size)]
+        results: list[Any] = []
+        with shard_task_runner(settings) as runner:
+            futures = [runner.submit(process_shard, {"function": function, "items": shard, "stage": stage, "index": k})
+                       for k, shard in enumerate(shards)]
+            for future in futures:
+                results.extend(future.result())
+                logger.info(f"{desc}: {len(results)}/{len(items)} videos")
+        return results
+
+    return mapper
+
+
+class _LogLines(io.TextIOBase):
+    """A text stream that sends each complete line to a logger (for a stage's stderr)."""
+
+    def __init__(self, logger: logging.LoggerAdapter) -> None:
+        self.logger, self.pending = logger, ""
+
+    def write(self, text: str) -> int:
+        self.pending += text.replace("\r", "\n")
+        *lines, self.pending = self.pending.split("\n")
+        for line in lines:
+            if line.strip():
+                self.logger.info(line.rstrip())
+        return len(text)
+
+
+@contextlib.contextmanager
+def _stderr_to(logger: logging.LoggerAdapter) -> Iterator[None]:
+    stream = _LogLines(logger)
+    with contextlib.redirect_stderr(stream):
+        yield
+    stream.write("\n")
+
+
+def run_sharded(stage: DagStage, settings: OrchestrateParams, logger: logging.LoggerAdapter) -> None:
+    """Run the stage's own ``privhar stage ...`` command here, shards on the task runner, then ``dvc commit``."""
+    from flows.cli import main
+
+    words = shlex.split(stage.cmd)
+    if words[:2] != ["privhar", "stage"]:
+        raise PrivharError(f"orchestrate.sharded_stages: stage {stage.name}'s command is not 'privhar stage ...': {stage.cmd}")
+    try:
+        with _stderr_to(logger), installed_mapper(shard_mapper(stage.name, settings, logger)):
+            main(words[1:], standalone_mode=False)
+    except PrivharError as error:
+        raise StageFailed(f"stage {stage.name} failed: {error}") from None
+    committed = subprocess.run(dvc_command("commit", "--force", stage.name), env=tool_environment(),
+                               capture_output=True, text=True, check=False)
+    if committed.returncode != 0:
+        raise StageFailed(f"dvc commit {stage.name} failed: {_last_line(committed.stderr)}")
+
+
+@task(name="stage", task_run_name="{stage.name}", cache_policy=NO_CACHE)
+def run_stage(stage: DagStage, force: bool, settings: OrchestrateParams) -> State:
+    """Bring one stage up to date; ``Skipped`` if DVC says it already is."""
+    logger = get_run_logger()
+    if not force and stage_is_up_to_date(stage.name):
+        logger.info(f"stage {stage.name} is up to date (dvc status): skipped")
+        return Completed(name="Skipped", message=f"{stage.name} is up to date")
+    if stage.name in settings.sharded_stages:
+        logger.info(f"stage {stage.name}: shards of {settings.shard_size} videos on the {settings.task_runner} task runner")
+        run_sharded(stage, settings, logger)
+    else:
+        run_through_dvc(stage.name, force, logger)
+    return Completed(message=f"{stage.name} ran")
