@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from flows.prefect_server import HOME, prefect_environment, prefect_server
-from flows.servers import interrupt_on_sigterm, stop_process_group
+from flows.servers import interrupt_on_signals, stop_process_group
 from tasks.core.params import OrchestrateParams, load_section
 
 DEPLOYMENT_NAME = "scheduled"
@@ -34,7 +34,10 @@ def serve(project: Path, host: str | None = None, port: int | None = None) -> No
     os.environ.update(prefect_environment(project, host, port))
     pid_file = project / HOME / SERVE_PID
     pid_file.write_text(str(os.getpid()))
-    interrupt_on_sigterm()
+    interrupt_on_signals()  # until the runner starts and installs its own SIGTERM handler
+    # Prefect's runner shuts down cleanly on SIGTERM, while SIGINT cancels it mid-shutdown and
+    # can hang; so Ctrl-C is turned into SIGTERM.
+    signal.signal(signal.SIGINT, lambda signum, frame: os.kill(os.getpid(), signal.SIGTERM))
     try:
         from prefect.schedules import Cron
 
@@ -52,7 +55,7 @@ def serve(project: Path, host: str | None = None, port: int | None = None) -> No
             tags=["privhar"],
             print_starting_message=False,
         )
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, SystemExit):
         print("privhar: serve interrupted", file=sys.stderr)
     finally:
         pid_file.unlink(missing_ok=True)
@@ -69,7 +72,7 @@ def stop_serving(project: Path) -> list[str]:
     if serve_pid.is_file():
         pid = int(serve_pid.read_text().strip() or 0)
         try:
-            os.kill(pid, signal.SIGINT)
+            os.kill(pid, signal.SIGTERM)
             stopped.append(f"privhar serve (pid {pid})")
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline and (serve_pid.exists() or (home / "server.pid").exists()):

@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from flows.servers import LocalServer, interrupt_on_sigterm
+from flows.servers import LocalServer, interrupt_on_signals
 from tasks.core.tracking import tracking_uri
 
 HOME = ".mlflow-ui"
@@ -30,6 +30,7 @@ def mlflow_ui(project: Path, host: str, port: int) -> LocalServer:
 
 def run_ui(project: Path, host: str, port: int) -> None:
     """Start the UI (or find it up), print its address, wait for Ctrl-C or SIGTERM, stop it."""
+    interrupt_on_signals()
     server = mlflow_ui(project, host, port)
     started_at = time.monotonic()
     started = server.start()
@@ -37,7 +38,6 @@ def run_ui(project: Path, host: str, port: int) -> None:
           f"http://{host}:{port} (store {tracking_uri(Path(project).resolve())}); Ctrl-C ends it", file=sys.stderr)
     if not started:
         return
-    interrupt_on_sigterm()
     try:
         while server.is_up():
             time.sleep(1.0)

@@ -20,13 +20,14 @@ from pathlib import Path
 from tasks.core.errors import PrivharError
 
 
-def interrupt_on_sigterm() -> None:
-    """Let SIGTERM end a foreground server command the way Ctrl-C does: through its cleanup."""
+def interrupt_on_signals() -> None:
+    """Let SIGTERM and SIGINT end a server command through its cleanup (even if SIGINT was ignored)."""
 
     def interrupt(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, interrupt)
+    signal.signal(signal.SIGINT, interrupt)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -69,13 +70,18 @@ class LocalServer:
                                        stdin=subprocess.DEVNULL, start_new_session=True)
         self.pid_file.write_text(str(process.pid))
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.is_up():
-                return True
-            if process.poll() is not None:
-                self.pid_file.unlink(missing_ok=True)
-                raise PrivharError(f"{self.name} exited with status {process.returncode} while starting; see {self.log_file}")
-            time.sleep(0.5)
+        try:
+            while time.monotonic() < deadline:
+                if self.is_up():
+                    return True
+                if process.poll() is not None:
+                    self.pid_file.unlink(missing_ok=True)
+                    raise PrivharError(f"{self.name} exited with status {process.returncode} while starting; "
+                                       f"see {self.log_file}")
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            self.stop()
+            raise
         self.stop()
         raise PrivharError(f"{self.name} did not answer at {self.health_url} within {timeout:.0f} s; see {self.log_file}")
 

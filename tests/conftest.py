@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import copy
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +15,7 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
 
 TINY = {
     "base": {"workers": 2},
@@ -70,3 +76,54 @@ def tiny_decoded(tiny_synthetic: Path) -> Path:
     decode(params_path=tiny_synthetic / "params.yaml", source=tiny_synthetic / "data" / "synthesize",
            out=tiny_synthetic / "data" / "decode")
     return tiny_synthetic
+
+
+def sh(*args: str, cwd: Path, timeout: float = 900) -> subprocess.CompletedProcess:
+    """Run a command of this environment; fail the test with its output if it fails."""
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    result = subprocess.run(list(args), cwd=cwd, capture_output=True, text=True, env=env, timeout=timeout)
+    assert result.returncode == 0, f"{' '.join(args)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    return result
+
+
+def make_project(folder: Path, overrides: dict[str, Any] | None = None) -> Path:
+    """A fresh git + DVC project holding this repository's pipeline with tiny params."""
+    shutil.copy(REPO / "dvc.yaml", folder / "dvc.yaml")
+    shutil.copytree(REPO / "tasks", folder / "tasks", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "profiles", folder / "profiles")
+    write_params(folder, {"train": {"epochs": 1}, **(overrides or {})})
+    (folder / ".gitignore").write_text(".prefect/\n.privhar/\n.mlflow-ui/\n")
+    sh("git", "init", "-q", cwd=folder)
+    sh("git", "config", "user.email", "ci@privhar.invalid", cwd=folder)
+    sh("git", "config", "user.name", "privhar ci", cwd=folder)
+    sh("dvc", "init", "-q", cwd=folder)
+    sh("git", "add", "-A", cwd=folder)
+    sh("git", "commit", "-qm", "tiny project", cwd=folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def prefect_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One real Prefect server on a free loopback port for the session (as ``privhar serve`` starts it)."""
+    from flows.prefect_server import prefect_environment, prefect_server
+    from flows.servers import free_port
+
+    home = tmp_path_factory.mktemp("prefect")
+    port = free_port()
+    server = prefect_server(home, "127.0.0.1", port)
+    server.start()
+    env = prefect_environment(home, "127.0.0.1", port)
+    saved = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)  # for stage subprocesses and Dask workers
+    from prefect.settings import PREFECT_API_URL, PREFECT_SERVER_ANALYTICS_ENABLED, temporary_settings
+
+    try:
+        with temporary_settings({PREFECT_API_URL: env["PREFECT_API_URL"], PREFECT_SERVER_ANALYTICS_ENABLED: False}):
+            yield env["PREFECT_API_URL"]
+    finally:
+        server.stop()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

@@ -1,40 +1,16 @@
 """End to end on a tiny config: `privhar run` (dvc repro) from a fresh project, then nothing to redo."""
 
 import json
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, write_params
-
-BIN = Path(sys.executable).parent
-
-
-def sh(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
-    result = subprocess.run(list(args), cwd=cwd, capture_output=True, text=True, env=env, timeout=900)
-    assert result.returncode == 0, f"{' '.join(args)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
-    return result
+from tests.conftest import make_project, sh
 
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory) -> Path:
-    """A fresh git + DVC project holding this repository's pipeline with tiny params."""
-    folder = tmp_path_factory.mktemp("project")
-    shutil.copy(REPO / "dvc.yaml", folder / "dvc.yaml")
-    shutil.copytree(REPO / "tasks", folder / "tasks", ignore=shutil.ignore_patterns("__pycache__"))
-    write_params(folder, {"train": {"epochs": 1}})
-    sh("git", "init", "-q", cwd=folder)
-    sh("git", "config", "user.email", "ci@privhar.invalid", cwd=folder)
-    sh("git", "config", "user.name", "privhar ci", cwd=folder)
-    sh("dvc", "init", "-q", cwd=folder)
-    sh("git", "add", "-A", cwd=folder)
-    sh("git", "commit", "-qm", "tiny project", cwd=folder)
-    return folder
+    return make_project(tmp_path_factory.mktemp("project"))
 
 
 def test_pipeline_runs_end_to_end_then_is_up_to_date(project):

@@ -2,16 +2,17 @@
 
 import csv
 import json
+import math
 import os
 import subprocess
 import sys
 
 import pytest
 import torch
-from mlflow import MlflowClient
 
 from tasks.core.errors import PrivharError
 from tasks.core.models import load_checkpoint
+from tasks.core.registry import newest_version, record_scores
 from tasks.evaluate import confusion_matrix, evaluate, top_k_accuracy
 from tasks.train import train
 
@@ -44,15 +45,18 @@ def test_training_is_deterministic(trained, tmp_path):
     assert all(torch.equal(first[name], second[name]) for name in first)
 
 
-def test_model_is_registered_with_newest_alias(trained):
-    client = MlflowClient()
-    version = client.get_model_version_by_alias("privhar-baseline", "newest")
+def test_model_is_registered_with_its_privacy_claim(trained):
+    version = newest_version("baseline")
     assert version.tags["method"] == "baseline"
+    assert (version.tags["epsilon"], version.tags["delta"]) == ("inf", "0.0")
+    assert version.tags["accountant"].startswith("none")
+    assert version.tags["dataset"].startswith(str(trained[0] / "data/decode") + "@")
 
 
-def test_registered_model_loads_in_a_fresh_interpreter(trained):
-    """models:/privhar-baseline@newest classifies a clip without importing privhar by hand first."""
-    code = ("import mlflow, torch; model = mlflow.pytorch.load_model('models:/privhar-baseline@newest'); "
+def test_champion_loads_in_a_fresh_interpreter(trained):
+    """models:/privhar-baseline@champion classifies a clip without importing privhar by hand first."""
+    record_scores("baseline", {"top1": 0.5, "top5": 1.0, "test_videos": 3}, {"git_commit": "test"}, math.inf)
+    code = ("import mlflow, torch; model = mlflow.pytorch.load_model('models:/privhar-baseline@champion'); "
             "print(tuple(model(torch.zeros(1, 3, 4, 32, 40)).shape))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ), timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
@@ -70,8 +74,6 @@ def test_evaluate_writes_metrics_keyed_by_method(trained):
     assert (folder / "reports/evaluate/confusion_baseline.png").read_bytes()[:4] == b"\x89PNG"
     rows = list(csv.DictReader((folder / "reports/evaluate/predictions.csv").open()))
     assert len(rows) == 3
-    version = MlflowClient().get_model_version_by_alias("privhar-baseline", "newest")
-    assert version.tags["top1"] == f"{written['baseline']['top1']:.4f}"
 
 
 def test_evaluate_without_models_is_one_line(tiny_decoded, tmp_path):

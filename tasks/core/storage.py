@@ -22,6 +22,8 @@ def atomic_directory(target: Path) -> Iterator[Path]:
     """Yield an empty temporary folder that replaces ``target`` when the block succeeds."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
+    for stale in target.parent.glob(f".{target.name}.tmp-*"):  # left by a run killed mid-way (SIGKILL, power)
+        shutil.rmtree(stale, ignore_errors=True)
     staging = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex[:8]}"
     staging.mkdir()
     try:

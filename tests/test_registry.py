@@ -1,0 +1,64 @@
+"""The model registry: privacy tags, scores, provenance, the champion alias, `privhar models`."""
+
+import math
+
+import pytest
+from click.testing import CliRunner
+from mlflow import MlflowClient
+from torch import nn
+
+from flows.cli import main
+from tasks.core.privacy import PrivacyGuarantee
+from tasks.core.registry import list_versions, model_name, record_scores, register_model, update_champion
+from tasks.core.tracking import stage_run
+
+METHOD = "registrytest"
+
+
+def register(epsilon: float, top1: float | None) -> str:
+    with stage_run("train", {}) as run:
+        version = register_model(nn.Linear(2, 2), method=METHOD, run=run, config={},
+                                 tags={"method": METHOD, **PrivacyGuarantee(epsilon, 1e-5, "RDP (test)").as_tags()})
+    if top1 is not None:
+        record_scores(METHOD, {"top1": top1, "top5": 1.0, "test_videos": 10},
+                      {"dvc_lock_sha256": "abc", "git_commit": "deadbeef"}, max_epsilon=8.0)
+    return version
+
+
+@pytest.fixture(scope="module")
+def versions():
+    return [register(4.0, 0.5), register(16.0, 0.9), register(2.0, 0.6), register(7.0, 0.55)]
+
+
+def test_champion_is_best_top1_within_the_epsilon_target(versions):
+    client = MlflowClient()
+    champion = client.get_model_version_by_alias(model_name(METHOD), "champion")
+    assert str(champion.version) == versions[2]  # 0.9 has epsilon 16 > 8; among the rest 0.6 is best
+    assert update_champion(METHOD, math.inf) == versions[1]
+    assert update_champion(METHOD, 1.0) is None  # nothing qualifies: the alias goes away
+    assert "champion" not in client.get_registered_model(model_name(METHOD)).aliases
+    assert update_champion(METHOD, 8.0) == versions[2]
+
+
+def test_versions_carry_scores_privacy_and_provenance(versions):
+    version = MlflowClient().get_model_version(model_name(METHOD), versions[0])
+    assert version.tags["top1"] == "0.5000" and version.tags["epsilon"] == "4.0" and version.tags["delta"] == "1e-05"
+    assert version.tags["accountant"] == "RDP (test)" and version.tags["git_commit"] == "deadbeef"
+    assert version.description.startswith("Top-1 0.5000, Top-5 1.0000 on 10 test videos; ε = 4, δ = 1e-05")
+    run = MlflowClient().get_run(version.run_id)
+    assert run.data.metrics["top1"] == 0.5  # the runs table shows ε beside Top-1
+
+
+def test_privhar_models_lists_every_version(versions):
+    rows = [row for row in list_versions() if row.name == model_name(METHOD)]
+    assert [row.version for row in rows] == sorted(versions, key=int, reverse=True)
+    assert next(row for row in rows if row.version == versions[2]).aliases == ("champion",)
+    result = CliRunner().invoke(main, ["models"])
+    assert result.exit_code == 0, result.output
+    line = next(line for line in result.output.splitlines() if line.startswith(model_name(METHOD)) and " champion " in line)
+    assert line.split()[1:5] == [versions[2], "champion", "2", "1e-05"] and "0.6000" in line
+
+
+def test_guarantee_tags_round_trip():
+    for guarantee in (PrivacyGuarantee(math.inf, 0.0, "none"), PrivacyGuarantee(0.5, 1e-6, "PRV")):
+        assert PrivacyGuarantee.from_tags(guarantee.as_tags()) == guarantee
