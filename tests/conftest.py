@@ -24,6 +24,7 @@ TINY = {
     "decode": {"fps": 6.0, "frames": 4, "size": [32, 40]},
     "train": {"epochs": 2, "batch_size": 4, "input_size": [32, 40], "width": 4},
     "evaluate": {"batch_size": 8},
+    "orchestrate": {"shard_size": 8, "local_workers": 2},
 }
 
 

@@ -1,0 +1,117 @@
+"""The Prefect flow over the DVC DAG, on a real Prefect server: stages as tasks, skips, failures, the run lock."""
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from flows.dag import read_dag
+from flows.project_lock import project_lock
+from tasks.core.errors import PrivharError
+from tests.conftest import BIN, REPO, make_project, sh
+
+STAGES = ["synthesize", "decode", "train", "evaluate"]
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory, prefect_api) -> Path:
+    return make_project(tmp_path_factory.mktemp("flow-project"))
+
+
+def run_flow(project: Path, **parameters):
+    from flows.pipeline_flow import pipeline_flow
+
+    return pipeline_flow(project=str(project), return_state=True, **parameters)
+
+
+def task_runs(state) -> dict[str, str]:
+    """Task run name -> state name, for one flow run, read back from the Prefect server."""
+    from prefect import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    with get_client(sync_client=True) as client:
+        runs = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[state.state_details.flow_run_id])))
+    return {run.name: run.state.name for run in runs}
+
+
+def edit_params(project: Path, section: str, key: str, value) -> None:
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    params[section][key] = value
+    (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+
+
+def test_the_dag_comes_from_dvc_yaml():
+    dag = read_dag(REPO)
+    assert [stage.name for stage in dag] == STAGES
+    assert {stage.name: stage.upstream for stage in dag}["evaluate"] == ("decode", "train")
+    assert [stage.name for stage in read_dag(REPO, ["decode"])] == ["synthesize", "decode"]
+    with pytest.raises(PrivharError, match="no stage 'nope' in dvc.yaml"):
+        read_dag(REPO, ["nope"])
+
+
+def test_flow_runs_every_stage_then_skips_them_all(project):
+    state = run_flow(project)
+    assert state.is_completed(), state.message
+    assert 0.0 <= state.result()["baseline"]["top1"] <= 1.0
+    ran = task_runs(state)
+    assert {name: ran[name] for name in STAGES} == {name: "Completed" for name in STAGES}
+    assert sorted(name for name in ran if name.startswith("decode[")) == ["decode[0]", "decode[1]"]  # 12 videos, shards of 8
+    assert "up to date" in sh("dvc", "status", cwd=project).stdout.lower()  # the sharded stage was committed
+    again = run_flow(project)
+    assert again.is_completed()
+    assert task_runs(again) == {name: "Skipped" for name in STAGES}
+
+
+def test_a_failing_stage_fails_its_task_with_its_one_line_error(project):
+    original = (project / "params.yaml").read_text()
+    try:
+        edit_params(project, "train", "epochs", 0)  # train runs through `dvc repro`
+        state = run_flow(project)
+        assert state.is_failed()
+        message = str(state.result(raise_on_failure=False))
+        assert message.startswith("stage train failed: params.yaml: train.epochs = 0 is invalid") and "\n" not in message
+        assert message.endswith("not run: evaluate")
+        ran = task_runs(state)
+        assert ran["train"] == "Failed" and ran["decode"] == "Skipped" and ran["evaluate"] != "Completed"
+        edit_params(project, "decode", "fps", 0)  # decode runs in shards in the flow's process
+        message = str(run_flow(project).result(raise_on_failure=False))
+        assert message.startswith("stage decode failed: params.yaml: decode.fps = 0 is invalid") and "\n" not in message
+    finally:
+        (project / "params.yaml").write_text(original)
+
+
+def test_a_second_run_is_refused_while_one_holds_the_project(project):
+    with project_lock(project, "a test run"):
+        state = run_flow(project)
+        assert state.is_failed()
+        assert "a pipeline run is already in progress (a test run, pid" in str(state.result(raise_on_failure=False))
+        refused = subprocess.run([str(BIN / "privhar"), "run"], cwd=project, capture_output=True, text=True, timeout=120)
+        assert refused.returncode == 2 and "already in progress" in refused.stderr and "Traceback" not in refused.stderr
+
+
+def test_a_killed_stage_leaves_no_partial_output_and_the_next_run_redoes_it(project):
+    assert run_flow(project).is_completed()  # everything up to date first (a failed stage's outputs are gone)
+    data = project / "data"
+    before = (data / "decode" / "manifest.parquet").read_bytes()
+    edit_params(project, "decode", "short_videos", "pad")  # decode is stale; its output bytes will not change
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    process = subprocess.Popen([str(BIN / "privhar"), "flow"], cwd=project, env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not list(data.glob(".decode.tmp-*")) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    os.killpg(process.pid, signal.SIGKILL)  # mid-way through decode
+    process.wait()
+    assert time.monotonic() < deadline, "decode never started"
+    if (data / "decode").exists():  # the old, complete output: never a partial one
+        assert (data / "decode" / "manifest.parquet").read_bytes() == before
+    assert "decode" in sh("dvc", "status", cwd=project).stdout  # DVC still sees decode as not done
+    state = run_flow(project)  # the run lock died with its holder
+    assert state.is_completed(), state.message
+    ran = task_runs(state)
+    assert ran["decode"] == "Completed" and ran["train"] == "Skipped"  # same bytes again: nothing downstream
+    assert not list(data.glob(".decode.tmp-*"))
