@@ -1,0 +1,212 @@
+"""Both UIs in a real browser: `privhar serve` and `privhar ui` as a user starts them, driven by headless Chromium.
+
+The deployment is triggered through the Prefect API and runs the tiny pipeline on the served
+runner; then the Prefect UI must list the deployment with its schedule and show the run's
+stage tasks, and the MLflow UI must show the runs with `epsilon` and `top1` columns and the
+registered model with its `champion` alias. Screenshots land in the test's tmp folder.
+"""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from flows.servers import answers, free_port
+from tests.conftest import BIN, make_project
+
+CHROMIUM = Path("/usr/bin/chromium")
+# As root and with no network: no sandbox, and none of Chromium's background connections.
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+STAGES = {"synthesize", "decode", "train", "evaluate"}
+
+
+@pytest.fixture(scope="module")
+def chromium() -> Path:
+    """Debian's Chromium, installed with apt-get if it is missing."""
+    if not CHROMIUM.exists():
+        for command in (["apt-get", "install", "-y", "--no-install-recommends", "chromium"], ["apt-get", "update"],
+                        ["apt-get", "install", "-y", "--no-install-recommends", "chromium"]):
+            if CHROMIUM.exists():
+                break
+            subprocess.run(command, capture_output=True, timeout=900, check=False,
+                           env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+    assert CHROMIUM.exists(), "Debian's chromium could not be installed (apt-get install chromium failed)"
+    return CHROMIUM
+
+
+def api(base: str, path: str, body: dict | None = None) -> object:
+    request = urllib.request.Request(f"{base}{path}", data=None if body is None else json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"}, method="GET" if body is None else "POST")
+    with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310 - loopback
+        return json.loads(response.read() or b"null")
+
+
+def wait_for(check, timeout: float, what: str):
+    """Poll ``check`` until it returns something true; a server still starting (HTTP 503) is polled again."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            value = check()
+        except (urllib.error.URLError, ConnectionError):
+            value = None
+        if value:
+            return value
+        time.sleep(1.0)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def groups_alive(*pgids: int) -> list[int]:
+    alive = []
+    for pgid in pgids:
+        try:
+            os.killpg(pgid, 0)
+            alive.append(pgid)
+        except ProcessLookupError:
+            pass
+    return alive
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory, chromium):
+    """A tiny project with `privhar serve` and `privhar ui` running on free loopback ports."""
+    project = make_project(tmp_path_factory.mktemp("served"))
+    logs = tmp_path_factory.mktemp("served-logs")
+    prefect_port, mlflow_port = free_port(), free_port()
+    env = {key: value for key, value in os.environ.items() if not key.startswith("PREFECT_")}
+    env["PATH"] = f"{BIN}{os.pathsep}{env['PATH']}"
+    serve = subprocess.Popen([str(BIN / "privhar"), "serve", "--port", str(prefect_port)], cwd=project, env=env,
+                             stdout=open(logs / "serve.log", "wb"), stderr=subprocess.STDOUT, start_new_session=True)
+    ui = subprocess.Popen([str(BIN / "privhar"), "ui", "--port", str(mlflow_port)], cwd=project, env=env,
+                          stdout=open(logs / "ui.log", "wb"), stderr=subprocess.STDOUT, start_new_session=True)
+    prefect_api = f"http://127.0.0.1:{prefect_port}/api"
+    servers = {"serve": serve, "ui": ui}
+    try:
+        wait_for(lambda: answers(f"{prefect_api}/health") and api(prefect_api, "/deployments/filter", {}), 240,
+                 f"the deployment on the Prefect server (log: {logs / 'serve.log'})")
+        wait_for(lambda: answers(f"http://127.0.0.1:{mlflow_port}/health"), 120, "the MLflow UI")
+        servers["server_pgid"] = int((project / ".prefect" / "server.pid").read_text())
+        servers["ui_server_pgid"] = int((project / ".mlflow-ui" / "ui.pid").read_text())
+        yield {"project": project, "prefect": f"http://127.0.0.1:{prefect_port}", "api": prefect_api,
+               "mlflow": f"http://127.0.0.1:{mlflow_port}", "servers": servers, "env": env}
+    finally:
+        for process in (serve, ui):
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in (serve, ui):
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+        for key in ("server_pgid", "ui_server_pgid"):
+            if key in servers and groups_alive(servers[key]):
+                os.killpg(servers[key], signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def flow_run(served) -> dict:
+    """Trigger the deployment and wait for the served runner to finish the pipeline."""
+    deployment = api(served["api"], "/deployments/name/privhar-pipeline/scheduled")
+    created = api(served["api"], f"/deployments/{deployment['id']}/create_flow_run", {})
+    final = wait_for(lambda: (run := api(served["api"], f"/flow_runs/{created['id']}"))["state"]["type"]
+                     in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED") and run, 600, "the triggered flow run")
+    assert final["state"]["type"] == "COMPLETED", final["state"]
+    return {"deployment": deployment, "run": final}
+
+
+@pytest.fixture(scope="module")
+def browser(chromium):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=str(chromium), args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def page(browser, tmp_path):
+    context = browser.new_context(viewport={"width": 1900, "height": 1000})
+    opened = context.new_page()
+    yield opened
+    opened.screenshot(path=str(tmp_path / "final.png"))
+    context.close()
+
+
+def test_triggered_deployment_runs_every_stage(served, flow_run):
+    assert flow_run["deployment"]["schedules"][0]["schedule"]["cron"] == "0 2 * * *"
+    tasks = api(served["api"], "/task_runs/filter", {"flow_runs": {"id": {"any_": [flow_run["run"]["id"]]}}})
+    states = {task["name"]: task["state"]["name"] for task in tasks}
+    assert {name: states[name] for name in STAGES} == {name: "Completed" for name in STAGES}
+
+
+def test_prefect_ui_lists_the_deployment_with_its_schedule(served, flow_run, page, tmp_path):
+    page.goto(f"{served['prefect']}/deployments")
+    page.get_by_text("At 02:00 AM every day").wait_for(timeout=60_000)
+    assert page.get_by_role("link", name="scheduled").count() >= 1
+    page.screenshot(path=str(tmp_path / "prefect-deployments.png"))
+
+
+def test_prefect_ui_shows_the_flow_runs_stage_tasks(served, flow_run, page, tmp_path):
+    page.goto(f"{served['prefect']}/runs/flow-run/{flow_run['run']['id']}")
+    page.get_by_text(re.compile(r"^\d+ Task runs$")).wait_for(timeout=60_000)  # 4 stages + decode's shards
+    page.get_by_text("Task Runs", exact=True).first.click()
+    for stage in STAGES:
+        page.get_by_text(stage, exact=True).first.wait_for(timeout=30_000)
+    page.screenshot(path=str(tmp_path / "prefect-flow-run.png"))
+
+
+def test_mlflow_ui_shows_runs_with_epsilon_and_top1(served, flow_run, page, tmp_path):
+    from mlflow import MlflowClient
+
+    experiment = MlflowClient().get_experiment_by_name(os.environ["PRIVHAR_EXPERIMENT"])
+    page.goto(f"{served['mlflow']}/#/experiments/{experiment.experiment_id}/runs"
+              "?searchFilter=tags.%60privhar.method%60%20%3D%20%27baseline%27")
+    page.get_by_text("matching runs").wait_for(timeout=60_000)
+    page.get_by_role("button", name="Columns", exact=True).click()
+    for metric in ("epsilon", "top1"):
+        page.locator(f'span.du-bois-light-tree-node-content-wrapper[title="{metric}"]').click()
+    page.keyboard.press("Escape")
+    assistant = page.get_by_role("button", name="Close")  # MLflow's assistant panel hides the right-hand columns
+    if assistant.count():
+        assistant.first.click()
+    table = page.locator(".ag-root")
+    header = table.locator(".ag-header").inner_text()
+    assert "epsilon" in header and "top1" in header
+    expanders = page.locator('button[data-component-id$="runnamecellrenderer.tsx_46"]')  # the "+" of a parent run
+    for index in range(expanders.count()):
+        expanders.nth(index).click()
+    train_row = table.locator(".ag-row", has=page.get_by_role("link", name="privhar-baseline")).first
+    train_row.wait_for(timeout=30_000)
+    page.screenshot(path=str(tmp_path / "mlflow-runs.png"))
+    cells = train_row.inner_text()
+    assert "1.79769" in cells  # epsilon = inf, which MLflow stores as the largest double
+    top1 = MlflowClient().get_model_version("privhar-baseline", "1").tags["top1"]
+    assert f"{float(top1):g}" in cells
+
+
+def test_mlflow_ui_shows_the_champion_alias(served, flow_run, page, tmp_path):
+    page.goto(f"{served['mlflow']}/#/models/privhar-baseline")
+    page.get_by_text("champion").first.wait_for(timeout=60_000)
+    assert "accountant" in page.inner_text("body")
+    page.screenshot(path=str(tmp_path / "mlflow-model.png"))
+
+
+def test_stopping_leaves_no_process_behind(served, flow_run):
+    servers = served["servers"]
+    stopped = subprocess.run([str(BIN / "privhar"), "serve", "--stop"], cwd=served["project"], env=served["env"],
+                             capture_output=True, text=True, timeout=120)
+    assert stopped.returncode == 0 and "stopped privhar serve" in stopped.stderr
+    servers["ui"].send_signal(signal.SIGINT)
+    for name in ("serve", "ui"):
+        assert servers[name].wait(timeout=60) in (0, 130)
+    wait_for(lambda: not groups_alive(servers["serve"].pid, servers["ui"].pid, servers["server_pgid"],
+                                      servers["ui_server_pgid"]), 30, "every server process to end")
+    assert not (served["project"] / ".prefect" / "server.pid").exists()
