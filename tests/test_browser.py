@@ -188,7 +188,8 @@ def test_mlflow_ui_shows_runs_with_epsilon_and_top1(served, flow_run, page, tmp_
     page.screenshot(path=str(tmp_path / "mlflow-runs.png"))
     cells = train_row.inner_text()
     assert "1.79769" in cells  # epsilon = inf, which MLflow stores as the largest double
-    top1 = MlflowClient().get_model_version("privhar-baseline", "1").tags["top1"]
+    version = re.search(r"\bv(\d+)\b", cells).group(1)
+    top1 = MlflowClient().get_model_version("privhar-baseline", version).tags["top1"]
     assert f"{float(top1):g}" in cells
 
 
