@@ -24,21 +24,28 @@ SERVE_PID = "serve.pid"
 
 
 def serve(project: Path, host: str | None = None, port: int | None = None) -> None:
-    """Start or reuse the project's Prefect server, register the deployment, serve it; clean up on exit."""
+    """Start or reuse the project's Prefect server, register the deployment, serve it; clean up on exit.
+
+    The process ends with ``os._exit`` once everything it started is stopped: Prefect's runner
+    can leave non-daemon threads behind after a shutdown (notably when its server went away
+    first), and a ``privhar serve`` that lingers is exactly what ``--stop`` must not leave.
+    """
     project = Path(project).resolve()
     settings = load_section(project / "params.yaml", "orchestrate", OrchestrateParams)
     host, port = host or settings.host, port or settings.prefect_port
     server = prefect_server(project, host, port)
-    started_at = time.monotonic()
-    started = server.start()
-    os.environ.update(prefect_environment(project, host, port))
     pid_file = project / HOME / SERVE_PID
-    pid_file.write_text(str(os.getpid()))
+    pid_file.parent.mkdir(parents=True, exist_ok=True)
+    pid_file.write_text(str(os.getpid()))  # first, so that --stop finds a serve that is still starting
     interrupt_on_signals()  # until the runner starts and installs its own SIGTERM handler
-    # Prefect's runner shuts down cleanly on SIGTERM, while SIGINT cancels it mid-shutdown and
-    # can hang; so Ctrl-C is turned into SIGTERM.
-    signal.signal(signal.SIGINT, lambda signum, frame: os.kill(os.getpid(), signal.SIGTERM))
+    started, status = False, 0
     try:
+        started_at = time.monotonic()
+        started = server.start()
+        os.environ.update(prefect_environment(project, host, port))
+        # Prefect's runner shuts down cleanly on SIGTERM, while SIGINT cancels it mid-shutdown and
+        # can hang; so Ctrl-C is turned into SIGTERM.
+        signal.signal(signal.SIGINT, lambda signum, frame: os.kill(os.getpid(), signal.SIGTERM))
         from prefect.schedules import Cron
 
         from flows.pipeline_flow import pipeline_flow
@@ -57,11 +64,18 @@ def serve(project: Path, host: str | None = None, port: int | None = None) -> No
         )
     except (KeyboardInterrupt, SystemExit):
         print("privhar: serve interrupted", file=sys.stderr)
+    except Exception as error:  # noqa: BLE001 - reported in one line, then everything is stopped
+        print(f"privhar: error: serve failed: {str(error).splitlines()[0] if str(error) else type(error).__name__}",
+              file=sys.stderr)
+        status = 2
     finally:
-        pid_file.unlink(missing_ok=True)
         if started:
             server.stop()
             print("privhar: Prefect server stopped", file=sys.stderr)
+        pid_file.unlink(missing_ok=True)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
 
 
 def stop_serving(project: Path) -> list[str]:

@@ -154,6 +154,18 @@ def test_prefect_ui_lists_the_deployment_with_its_schedule(served, flow_run, pag
     page.screenshot(path=str(tmp_path / "prefect-deployments.png"))
 
 
+def test_prefect_ui_shows_the_next_scheduled_run(served, flow_run, page, tmp_path):
+    deployment = flow_run["deployment"]["id"]
+    upcoming = {"deployments": {"id": {"any_": [deployment]}}, "flow_runs": {"state": {"type": {"any_": ["SCHEDULED"]}}}}
+    scheduled = wait_for(lambda: api(served["api"], "/flow_runs/filter", upcoming), 180,
+                         "Prefect's scheduler to create the next scheduled run")
+    assert min(run["expected_start_time"] for run in scheduled).endswith("T02:00:00Z")
+    page.goto(f"{served['prefect']}/deployments/deployment/{deployment}")
+    page.get_by_text("Next Run").wait_for(timeout=60_000)
+    page.get_by_text(re.compile(r"Scheduled for \d{4}/\d\d/\d\d 02:00:00 AM")).first.wait_for(timeout=60_000)
+    page.screenshot(path=str(tmp_path / "prefect-next-run.png"))
+
+
 def test_prefect_ui_shows_the_flow_runs_stage_tasks(served, flow_run, page, tmp_path):
     page.goto(f"{served['prefect']}/runs/flow-run/{flow_run['run']['id']}")
     page.get_by_text(re.compile(r"^\d+ Task runs$")).wait_for(timeout=60_000)  # 4 stages + decode's shards
