@@ -42,11 +42,19 @@ def chromium() -> Path:
     return CHROMIUM
 
 
-def api(base: str, path: str, body: dict | None = None) -> object:
+def api(base: str, path: str, body: dict | None = None, attempts: int = 20) -> object:
+    """One Prefect REST call; 503 (the server's SQLite busy, as under CI load) is retried, as Prefect's client does."""
     request = urllib.request.Request(f"{base}{path}", data=None if body is None else json.dumps(body).encode(),
                                      headers={"Content-Type": "application/json"}, method="GET" if body is None else "POST")
-    with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310 - loopback
-        return json.loads(response.read() or b"null")
+    for attempt in range(attempts):
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310 - loopback
+                return json.loads(response.read() or b"null")
+        except urllib.error.HTTPError as error:
+            if error.code != 503 or attempt == attempts - 1:
+                raise
+            time.sleep(1.0)
+    raise AssertionError("unreachable")
 
 
 def wait_for(check, timeout: float, what: str):
