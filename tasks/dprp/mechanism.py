@@ -1,0 +1,143 @@
+"""Algorithm 1 of Video-DPRP on one video, computed in blocks of R's rows.
+
+    X (T × d, d = h·w·3, values 0..255)          line 4: frames flattened
+    R ~ N(0, 1/k)^{d×k}                           line 5 (entries of standard deviation 1/√k)
+    P = XR,  P̃ = P + M,  M ~ N(0, σ1²)^{T×k}      lines 5-6
+    Q = PᵀP + N,  N ~ N(0, σ2²)^{k×k}              lines 7-8
+    Q = UΣVᵀ                                        line 9
+    X̃ = P̃ V_r (R V_r)⁺                             line 10/12 (see below)
+
+Reconstruction. Line 12 prints X̃ = P̃ (R Vᵗ)⁺ Vᵗ, whose shapes do not multiply
+(T×k · k×d · k×k). We use X̃ = P̃ V_r (R V_r)⁺ with V_r the top-r right singular vectors of
+Q: P̃ V_r (T×r) are the private coordinates along the r main directions of the projected
+video, and (R V_r)⁺ (r×d) maps them back to pixel space by least squares — so shapes work
+(T×k · k×r · r×d = T×d) and the noisy covariance decides which directions survive. With
+r = k, V_k is orthogonal and X̃ = P̃ R⁺, the paper's ε → ∞ limit being the projection of X
+onto R's column space. Since R V_r has full column rank, (R V_r)⁺ = G⁻¹ V_rᵀ Rᵀ with
+G = V_rᵀ (RᵀR) V_r, so only RᵀR (k×k) is ever needed, never R whole.
+
+Blocks. R is generated in row blocks from a counter-based generator (Philox, the block
+index in the counter), so any block can be regenerated exactly: one pass accumulates P
+and RᵀR, a second regenerates the blocks for the back-projection X̃ = W Rᵀ with
+W = P̃ V_r G⁻¹ V_rᵀ. Memory is O(k² + T·k + block·k); every product is a torch matmul.
+
+Projection modes. ``per_video`` (the paper): R drawn per video from (seed, video_id).
+``shared``: one R for the dataset, so RᵀR is computed once. The guarantee is the same —
+R is public randomness, independent of the data, and the privacy proofs hold for any
+fixed R drawn this way (the noise M, N is still fresh per video).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from tasks.core.errors import PrivharError
+
+NOISE_STREAM_P, NOISE_STREAM_Q = 1, 2
+
+
+def _philox(seed: int, stream: int, block: int) -> np.random.Generator:
+    """A counter-based stream: key = seed, counter = (0, 0, block, stream)."""
+    return np.random.Generator(np.random.Philox(key=seed % 2**64, counter=[0, 0, block, stream]))
+
+
+@dataclass
+class Projection:
+    """R (d × k, N(0, 1/k)) as regenerable row blocks, with RᵀR computed once."""
+
+    seed: int
+    d: int
+    k: int
+    block_rows: int = 8192
+    _gram: torch.Tensor | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if not 0 < self.k <= self.d:
+            raise PrivharError(f"dprp: k = {self.k} is invalid: expected 0 < k <= d = {self.d}")
+
+    def blocks(self) -> Iterator[tuple[int, int, torch.Tensor]]:
+        """(first row, last row + 1, R[first:last] as float32) for every block, in order."""
+        scale = 1.0 / math.sqrt(self.k)
+        for index, start in enumerate(range(0, self.d, self.block_rows)):
+            stop = min(start + self.block_rows, self.d)
+            values = _philox(self.seed, 0, index).standard_normal((stop - start, self.k), dtype=np.float32)
+            yield start, stop, torch.from_numpy(values).mul_(scale)
+
+    def dense(self) -> torch.Tensor:
+        """R whole (for tests and small sizes only)."""
+        return torch.cat([block for _, _, block in self.blocks()])
+
+    def gram(self) -> torch.Tensor:
+        """RᵀR (k × k, float64), accumulated block by block."""
+        if self._gram is None:
+            gram = torch.zeros(self.k, self.k, dtype=torch.float64)
+            for _, _, block in self.blocks():
+                gram += (block.T @ block).double()
+            self._gram = gram
+        return self._gram
+
+
+def rank_of(rank: int | float, k: int) -> int:
+    """``rank`` as an integer r in 1..k (a float in (0, 1] is a fraction of k)."""
+    r = math.ceil(rank * k) if isinstance(rank, float) else int(rank)
+    if not 1 <= r <= k:
+        raise PrivharError(f"dprp: rank = {rank} is invalid: expected an integer in 1..k = {k} or a fraction in (0, 1]")
+    return r
+
+
+def project(x: torch.Tensor, projection: Projection) -> torch.Tensor:
+    """P = XR (T × k, float64), one block of R at a time."""
+    p = torch.zeros(x.shape[0], projection.k, dtype=torch.float64)
+    for start, stop, block in projection.blocks():
+        p += (x[:, start:stop] @ block).double()
+    return p
+
+
+def back_project(w: torch.Tensor, projection: Projection) -> torch.Tensor:
+    """W Rᵀ (T × d, float32), regenerating R's blocks."""
+    out = torch.empty(w.shape[0], projection.d, dtype=torch.float32)
+    w32 = w.float()
+    for start, stop, block in projection.blocks():
+        out[:, start:stop] = w32 @ block.T
+    return out
+
+
+def reconstruct(p_noisy: torch.Tensor, q: torch.Tensor, projection: Projection, r: int) -> torch.Tensor:
+    """X̃ = P̃ V_r (R V_r)⁺ = P̃ V_r G⁻¹ V_rᵀ Rᵀ, G = V_rᵀ RᵀR V_r (see the module docstring)."""
+    _, _, vh = torch.linalg.svd(q)
+    v_r = vh[:r].T  # k × r: top-r right singular vectors of Q
+    g = v_r.T @ projection.gram() @ v_r
+    w = p_noisy @ v_r @ torch.linalg.pinv(g, hermitian=True) @ v_r.T
+    return back_project(w, projection)
+
+
+@dataclass(frozen=True)
+class Protected:
+    frames: np.ndarray  # (T, H, W, 3) uint8
+    projected: torch.Tensor  # P̃ (T × k)
+    covariance: torch.Tensor  # Q (k × k)
+
+
+def protect_video(frames: np.ndarray, projection: Projection, *, sigma1: float, sigma2: float, rank: int | float,
+                  noise_seed: int) -> Protected:
+    """Algorithm 1 on one (T, H, W, 3) uint8 clip; the reconstruction in the same layout, uint8."""
+    if frames.dtype != np.uint8 or frames.ndim != 4 or frames.shape[-1] != 3:
+        raise PrivharError(f"dprp: expected frames (T, H, W, 3) uint8, got {frames.shape} {frames.dtype}")
+    t = frames.shape[0]
+    d = int(np.prod(frames.shape[1:]))
+    if d != projection.d:
+        raise PrivharError(f"dprp: a frame has d = {d} values but the projection was built for d = {projection.d}")
+    x = torch.from_numpy(frames.reshape(t, d).astype(np.float32))
+    p = project(x, projection)
+    m = torch.from_numpy(_philox(noise_seed, NOISE_STREAM_P, 0).standard_normal((t, projection.k)))
+    n = torch.from_numpy(_philox(noise_seed, NOISE_STREAM_Q, 0).standard_normal((projection.k, projection.k)))
+    p_noisy = p + sigma1 * m
+    q = p.T @ p + sigma2 * n
+    x_tilde = reconstruct(p_noisy, q, projection, rank_of(rank, projection.k))
+    pixels = x_tilde.round_().clamp_(0, 255).to(torch.uint8).numpy().reshape(frames.shape)
+    return Protected(pixels, p_noisy, q)
