@@ -91,10 +91,18 @@ def rank_of(rank: int | float, k: int) -> int:
 
 
 def project(x: torch.Tensor, projection: Projection) -> torch.Tensor:
-    """P = XR (T × k, float64), one block of R at a time."""
+    """P = XR (T × k, float64), one block of R at a time.
+
+    If RᵀR is not known yet it is accumulated in the same pass, so each block is generated once.
+    """
     p = torch.zeros(x.shape[0], projection.k, dtype=torch.float64)
+    gram = None if projection._gram is not None else torch.zeros(projection.k, projection.k, dtype=torch.float64)
     for start, stop, block in projection.blocks():
         p += (x[:, start:stop] @ block).double()
+        if gram is not None:
+            gram += (block.T @ block).double()
+    if gram is not None:
+        projection._gram = gram
     return p
 
 
