@@ -75,6 +75,30 @@ def evaluate_command(params_path: Path, frames: Path, models: Path, out: Path) -
     evaluate(params_path=params_path, frames=frames, models=models, out=out)
 
 
+@main.command("dprp")
+@click.argument("source", type=click.Path(path_type=Path))
+@click.argument("target", type=click.Path(path_type=Path))
+@click.option("--epsilon", type=float, required=True, help="Total ε of the video.")
+@click.option("--delta", type=float, required=True, help="Total δ of the video.")
+@click.option("--k", "k", default="32x32x3", show_default=True, help="Projection dimension: an integer or HxWxC.")
+@click.option("--budget-split", type=float, default=0.8, show_default=True, help="b: share of (ε, δ) for P.")
+@click.option("--rank", default="1.0", show_default=True, help="Reconstruction rank r: an integer, or a fraction of k.")
+@click.option("--seed", type=int, default=2026, show_default=True, help="Seed of R and of the noise.")
+@click.option("--calibration", type=click.Choice(["paper", "gaussian"]), default="paper", show_default=True)
+@click.option("--neighbour", type=click.Choice(["frame", "pixel"]), default="frame", show_default=True,
+              help="Neighbouring videos for --calibration gaussian.")
+def dprp_command(source: Path, target: Path, epsilon: float, delta: float, k: str, budget_split: float, rank: str,
+                 seed: int, calibration: str, neighbour: str) -> None:
+    """Protect one video with Video-DPRP and print its privacy report as JSON."""
+    import json
+
+    from tasks.dprp.single_video import protect_file
+
+    report = protect_file(source, target, epsilon=epsilon, delta=delta, k=k, budget_split=budget_split, rank=rank,
+                          seed=seed, calibration=calibration, neighbour=neighbour)  # type: ignore[arg-type]
+    click.echo(json.dumps(report, indent=2))
+
+
 @main.command("run")
 @click.option("--force", is_flag=True, help="Rerun every stage even if it is up to date.")
 @click.argument("targets", nargs=-1)

@@ -1,0 +1,82 @@
+"""``privhar dprp INPUT OUTPUT``: protect one video file and report the privacy it claims.
+
+Input: any video PyAV decodes, or a ``.npy`` clip (T, H, W, 3) uint8. Output: ``.npy`` (exact)
+or a video file (MPEG-4 Part 2 AVI at the input's frame rate, quantiser 2). The report is
+the mechanism's full privacy record (σ1, σ2, ε, δ and their split, calibration mode,
+neighbouring relation, failure probability) plus sizes and seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tasks.core.errors import PrivharError
+from tasks.core.seeding import derive_seed
+from tasks.dprp.calibration import Calibration, Neighbour, noise_scales
+from tasks.dprp.mechanism import Projection, protect_video, rank_of
+
+
+def read_clip(path: Path) -> tuple[np.ndarray, float]:
+    """(frames, fps) of a ``.npy`` clip or a video file; one-line errors."""
+    from tasks.decode import Quarantined, read_video
+
+    if path.suffix == ".npy":
+        if not path.is_file():
+            raise PrivharError(f"{path}: file not found")
+        frames = np.load(path, allow_pickle=False)
+        if frames.dtype != np.uint8 or frames.ndim != 4 or frames.shape[-1] != 3:
+            raise PrivharError(f"{path}: expected a (T, H, W, 3) uint8 clip, got {frames.shape} {frames.dtype}")
+        return frames, 25.0
+    try:
+        return read_video(path)
+    except Quarantined as reason:
+        raise PrivharError(f"{path}: {reason}") from None
+
+
+def parse_k(k: str) -> int:
+    """``3072`` or ``32x32x3`` (the paper writes k = 32×32×3)."""
+    try:
+        return int(np.prod([int(part) for part in k.lower().replace("×", "x").split("x")]))
+    except ValueError:
+        raise PrivharError(f"--k {k!r} is invalid: expected an integer or HxWxC such as 32x32x3") from None
+
+
+def parse_rank(rank: str) -> int | float:
+    """``--rank 512`` (an integer r) or ``--rank 0.5`` (a fraction of k)."""
+    try:
+        return float(rank) if "." in rank else int(rank)
+    except ValueError:
+        raise PrivharError(f"--rank {rank!r} is invalid: expected an integer or a fraction such as 0.5") from None
+
+
+def protect_file(source: Path, target: Path, *, epsilon: float, delta: float, k: str, budget_split: float,
+                 rank: str, seed: int, calibration: Calibration, neighbour: Neighbour) -> dict[str, Any]:
+    """Protect ``source`` into ``target``; return the privacy report."""
+    frames, fps = read_clip(source)
+    d = int(np.prod(frames.shape[1:]))
+    k_value = parse_k(k)
+    scales = noise_scales(epsilon=epsilon, delta=delta, budget_split=budget_split, k=k_value, d=d,
+                          calibration=calibration, neighbour=neighbour)
+    r = rank_of(parse_rank(rank), k_value)
+    started = time.perf_counter()
+    projection = Projection(seed=derive_seed(seed, "dprp", "R", source.name), d=d, k=k_value)
+    protected = protect_video(frames, projection, sigma1=scales.sigma1, sigma2=scales.sigma2, rank=r,
+                              noise_seed=derive_seed(seed, "dprp", "noise", source.name))
+    seconds = time.perf_counter() - started
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = target.with_name(f".{target.name}.tmp{target.suffix}")  # never a half-written output
+    if target.suffix == ".npy":
+        np.save(staging, protected.frames, allow_pickle=False)
+    else:
+        from tasks.synthetic.encode import write_video
+
+        write_video(staging, protected.frames, fps=fps, quantiser=2, channel_order="rgb")
+    os.replace(staging, target)
+    return {"input": str(source), "output": str(target), "frames": int(frames.shape[0]),
+            "frame_shape": list(frames.shape[1:]), "d": d, "k": k_value, "rank": r, "seed": seed,
+            "projection": "per_video", **scales.as_dict(), "seconds": round(seconds, 3)}
