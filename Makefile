@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.privhar-installed
 
-.PHONY: run test install clean
+.PHONY: run test bench install clean
 
 install: $(STAMP)
 
@@ -24,6 +24,10 @@ run: $(STAMP)
 
 test: $(STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -q
+
+# Timings on this machine (not tests): reports/bench/*.json
+bench: $(STAMP)
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/privhar bench dprp
 
 clean:
 	rm -rf data/synthesize data/decode data/train reports/evaluate reports/train mlflow.db mlartifacts

@@ -99,6 +99,28 @@ def dprp_command(source: Path, target: Path, epsilon: float, delta: float, k: st
     click.echo(json.dumps(report, indent=2))
 
 
+@main.group()
+def bench() -> None:
+    """Benchmarks: timings on this machine, written as JSON (never part of the tests)."""
+
+
+@bench.command("dprp")
+@click.option("--frames", type=int, default=180, show_default=True, help="T (a 7 s UCF101 clip at 25 fps).")
+@click.option("--size", type=(int, int), default=(240, 320), show_default=True, help="Frame height and width.")
+@click.option("--k", "k", default="32x32x3", show_default=True, help="Projection dimension: an integer or HxWxC.")
+@click.option("--out", type=click.Path(path_type=Path), default=Path("reports/bench/dprp.json"), show_default=True)
+def bench_dprp_command(frames: int, size: tuple[int, int], k: str, out: Path) -> None:
+    """Per-video seconds of Video-DPRP (both projection modes), its GFLOP/s and the machine's matmul rate."""
+    import json
+
+    from tasks.dprp.bench import run_bench
+    from tasks.dprp.single_video import parse_k
+
+    record = run_bench(frames=frames, height=size[0], width=size[1], k=parse_k(k), epsilon=8.0, delta=1e-4,
+                       budget_split=0.8, out=out)
+    click.echo(json.dumps(record, indent=2))
+
+
 @main.command("run")
 @click.option("--force", is_flag=True, help="Rerun every stage even if it is up to date.")
 @click.argument("targets", nargs=-1)

@@ -40,3 +40,13 @@ def test_bad_input_is_one_line(tmp_path, capsys, monkeypatch):
         error = capsys.readouterr().err
         assert message in error and error.count("\n") == 1
     assert not (tmp_path / "out.npy").exists()
+
+
+def test_bench_writes_its_record(tmp_path):
+    out = tmp_path / "bench.json"
+    result = CliRunner().invoke(main, ["bench", "dprp", "--frames", "4", "--size", "16", "24", "--k", "32", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    record = json.loads(out.read_text())
+    assert record["configuration"]["d"] == 16 * 24 * 3 and record["machine"]["matmul_gflops_float32"] > 0
+    for mode in ("per_video", "shared"):
+        assert record[mode]["seconds"] >= 0 and record[mode]["fraction_of_matmul_rate"] >= 0

@@ -30,7 +30,9 @@ fixed R drawn this way (the noise M, N is still fresh per video).
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -48,25 +50,54 @@ def _philox(seed: int, stream: int, block: int) -> np.random.Generator:
 
 @dataclass
 class Projection:
-    """R (d × k, N(0, 1/k)) as regenerable row blocks, with RᵀR computed once."""
+    """R (d × k, N(0, 1/k)) as regenerable row blocks, with RᵀR computed once.
+
+    ``keep=True`` (the ``shared`` mode, when d·k floats fit comfortably) keeps the blocks
+    after their first generation instead of regenerating them for every video.
+    """
 
     seed: int
     d: int
     k: int
     block_rows: int = 8192
+    keep: bool = False
+    threads: int = 2
     _gram: torch.Tensor | None = field(default=None, repr=False)
+    _kept: list[torch.Tensor] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if not 0 < self.k <= self.d:
             raise PrivharError(f"dprp: k = {self.k} is invalid: expected 0 < k <= d = {self.d}")
 
+    def _block(self, index: int) -> torch.Tensor:
+        start = index * self.block_rows
+        stop = min(start + self.block_rows, self.d)
+        values = _philox(self.seed, 0, index).standard_normal((stop - start, self.k), dtype=np.float32)
+        return torch.from_numpy(values).mul_(1.0 / math.sqrt(self.k))
+
     def blocks(self) -> Iterator[tuple[int, int, torch.Tensor]]:
-        """(first row, last row + 1, R[first:last] as float32) for every block, in order."""
-        scale = 1.0 / math.sqrt(self.k)
-        for index, start in enumerate(range(0, self.d, self.block_rows)):
-            stop = min(start + self.block_rows, self.d)
-            values = _philox(self.seed, 0, index).standard_normal((stop - start, self.k), dtype=np.float32)
-            yield start, stop, torch.from_numpy(values).mul_(scale)
+        """(first row, last row + 1, R[first:last] as float32) for every block, in order.
+
+        Blocks are generated ``threads`` at a time ahead of use (numpy releases the GIL while
+        it fills an array), so generation overlaps the matmuls that consume them.
+        """
+        count = math.ceil(self.d / self.block_rows)
+        bounds = [(i * self.block_rows, min((i + 1) * self.block_rows, self.d)) for i in range(count)]
+        if self._kept is not None:
+            yield from ((start, stop, block) for (start, stop), block in zip(bounds, self._kept))
+            return
+        kept: list[torch.Tensor] = []
+        with ThreadPoolExecutor(max_workers=max(1, self.threads)) as pool:
+            pending = deque(pool.submit(self._block, i) for i in range(min(self.threads, count)))
+            for index, (start, stop) in enumerate(bounds):
+                block = pending.popleft().result()
+                if index + self.threads < count:
+                    pending.append(pool.submit(self._block, index + self.threads))
+                if self.keep:
+                    kept.append(block)
+                yield start, stop, block
+        if self.keep:
+            self._kept = kept
 
     def dense(self) -> torch.Tensor:
         """R whole (for tests and small sizes only)."""

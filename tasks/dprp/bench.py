@@ -1,0 +1,77 @@
+"""``privhar bench dprp``: per-video seconds of Video-DPRP at the paper's configuration, on this machine.
+
+One run measures (i) the machine's float32 matmul rate (torch, all cores), (ii) one video
+of T × H × W × 3 through Algorithm 1 with a per-video R (the paper's mode: R generated,
+RᵀR accumulated, R regenerated for the back-projection), (iii) the same with a shared R
+whose blocks and RᵀR are already there (the dataset's first video pays for them; its time
+is reported too). The mechanism's GFLOP/s counts only its dense products — P = XR
+(2Tdk), RᵀR (2dk², per-video mode), the back-projection (2Tdk) and the k-sized products —
+while the time includes everything (generation, SVD, pseudo-inverse), so the ratio to the
+matmul rate is a lower bound of how well the cores are used.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from tasks.core.storage import atomic_write_bytes
+from tasks.dprp.calibration import noise_scales
+from tasks.dprp.mechanism import Projection, protect_video
+
+
+def matmul_gflops(size: int = 2048, repeats: int = 6) -> float:
+    """float32 GEMM rate of torch on this machine (warm-up excluded)."""
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    for _ in range(2):
+        a @ b
+    started = time.perf_counter()
+    for _ in range(repeats):
+        a @ b
+    return repeats * 2 * size**3 / (time.perf_counter() - started) / 1e9
+
+
+def mechanism_flops(t: int, d: int, k: int, with_gram: bool) -> float:
+    """Dense-product flops of one video: XR, back-projection, k-sized products, and RᵀR if computed."""
+    return 2 * t * d * k * 2 + 4 * k**3 + 4 * t * k**2 + (2 * d * k * k if with_gram else 0)
+
+
+def run_bench(*, frames: int, height: int, width: int, k: int, epsilon: float, delta: float, budget_split: float,
+              out: Path) -> dict[str, Any]:
+    """Time both projection modes once; write and return the JSON record."""
+    d = height * width * 3
+    clip = np.random.default_rng(0).integers(0, 256, (frames, height, width, 3), dtype=np.uint8)
+    scales = noise_scales(epsilon=epsilon, delta=delta, budget_split=budget_split, k=k, d=d, calibration="paper",
+                          neighbour="frame")
+    rate = matmul_gflops()
+
+    def one(projection: Projection, noise_seed: int) -> float:
+        started = time.perf_counter()
+        protect_video(clip, projection, sigma1=scales.sigma1, sigma2=scales.sigma2, rank=k, noise_seed=noise_seed)
+        return time.perf_counter() - started
+
+    per_video = one(Projection(seed=1, d=d, k=k), 1)
+    shared = Projection(seed=2, d=d, k=k, keep=True)
+    shared_first = one(shared, 2)
+    shared_next = one(shared, 3)
+    record = {
+        "configuration": {"frames": frames, "height": height, "width": width, "d": d, "k": k, "rank": k,
+                          "epsilon": epsilon, "delta": delta, "budget_split": budget_split, "calibration": "paper"},
+        "machine": {"cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+                    "matmul_gflops_float32": round(rate, 1)},
+        "per_video": {"seconds": round(per_video, 2),
+                      "gflops": round(mechanism_flops(frames, d, k, True) / per_video / 1e9, 1)},
+        "shared": {"first_video_seconds": round(shared_first, 2), "seconds": round(shared_next, 2),
+                   "gflops": round(mechanism_flops(frames, d, k, False) / shared_next / 1e9, 1)},
+        "paper_seconds_per_video_rtx_a6000": 20.32,
+    }
+    for mode in ("per_video", "shared"):
+        record[mode]["fraction_of_matmul_rate"] = round(record[mode]["gflops"] / rate, 3)
+    atomic_write_bytes(out, (json.dumps(record, indent=2) + "\n").encode())
+    return record
