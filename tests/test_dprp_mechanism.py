@@ -144,3 +144,18 @@ def test_bad_rank_and_mismatched_frames_are_one_line():
         protect_video(clip(2, 8, 8), projection, sigma1=1, sigma2=1, rank=25, noise_seed=0)
     with pytest.raises(PrivharError, match="d = 300 values but the projection was built for d = 192"):
         protect_video(clip(2, 10, 10), projection, sigma1=1, sigma2=1, rank=24, noise_seed=0)
+
+
+@pytest.mark.parametrize("r", [7, 30])  # the SVD path (r < k) and the Cholesky shortcut (r = k)
+def test_reconstruction_equals_the_dense_formula(r):
+    from tasks.dprp.mechanism import reconstruct
+
+    projection = Projection(seed=13, d=8 * 10 * 3, k=30, block_rows=64)
+    dense = projection.dense().double()
+    generator = np.random.default_rng(5)
+    p_noisy = torch.from_numpy(generator.normal(0, 50, (6, 30)))
+    q = torch.from_numpy(generator.normal(0, 1, (30, 30)))
+    v_r = torch.linalg.svd(q)[2][:r].T
+    expected = p_noisy @ v_r @ torch.linalg.pinv(dense @ v_r)  # P̃ V_r (R V_r)⁺, float64
+    got = reconstruct(p_noisy, q, projection, r).double()
+    assert torch.allclose(got, expected, rtol=1e-4, atol=1e-3 * expected.abs().max().item())

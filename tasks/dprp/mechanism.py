@@ -147,10 +147,21 @@ def back_project(w: torch.Tensor, projection: Projection) -> torch.Tensor:
 
 
 def reconstruct(p_noisy: torch.Tensor, q: torch.Tensor, projection: Projection, r: int) -> torch.Tensor:
-    """X̃ = P̃ V_r (R V_r)⁺ = P̃ V_r G⁻¹ V_rᵀ Rᵀ, G = V_rᵀ RᵀR V_r (see the module docstring)."""
+    """X̃ = P̃ V_r (R V_r)⁺ = P̃ V_r G⁻¹ V_rᵀ Rᵀ, G = V_rᵀ RᵀR V_r (see the module docstring).
+
+    With r = k, V is orthogonal and V (Vᵀ A V)⁻¹ Vᵀ = A⁻¹ for A = RᵀR: the result is P̃ (RᵀR)⁻¹ Rᵀ
+    whatever Q is, so the SVD is skipped and A (symmetric positive definite) is solved by
+    Cholesky. Note what this means: at full rank the noisy covariance — and the share 1 − b
+    of the budget spent on it — does not change the output at all.
+    """
+    gram = projection.gram()
+    if r == projection.k:
+        factor = torch.linalg.cholesky(gram)
+        w = torch.cholesky_solve(p_noisy.T.contiguous(), factor).T
+        return back_project(w, projection)
     _, _, vh = torch.linalg.svd(q)
     v_r = vh[:r].T  # k × r: top-r right singular vectors of Q
-    g = v_r.T @ projection.gram() @ v_r
+    g = v_r.T @ gram @ v_r
     w = p_noisy @ v_r @ torch.linalg.pinv(g, hermitian=True) @ v_r.T
     return back_project(w, projection)
 
