@@ -6,6 +6,7 @@ it) before any work, with one line naming the key, the value and what is allowed
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -84,6 +85,24 @@ class EvaluateParams(Section):
     batch_size: PositiveInt
 
 
+class DprpParams(Section):
+    """Video-DPRP (paper 000): one protected copy of the decoded clips per ε."""
+
+    epsilons: Annotated[list[Annotated[float, Field(gt=0.0)]], Field(min_length=1)]
+    delta: Annotated[float, Field(gt=0.0, lt=1.0)]
+    k: int | Annotated[list[PositiveInt], Field(min_length=1, max_length=3)]  # 3072 or [32, 32, 3]
+    budget_split: Annotated[float, Field(gt=0.0, lt=1.0)]
+    rank: int | float  # r: an integer, or a fraction of k
+    calibration: Literal["paper", "gaussian"]
+    neighbour: Literal["frame", "pixel"]
+    projection: Literal["per_video", "shared"]
+    block_rows: PositiveInt
+
+    @property
+    def k_value(self) -> int:
+        return self.k if isinstance(self.k, int) else math.prod(self.k)
+
+
 class OrchestrateParams(Section):
     """How the Prefect flow runs the DAG and where the local servers listen (not a stage's input)."""
 
@@ -114,6 +133,7 @@ SECTIONS: dict[str, type[Section]] = {
     "decode": DecodeParams,
     "train": TrainParams,
     "evaluate": EvaluateParams,
+    "dprp": DprpParams,
     "orchestrate": OrchestrateParams,
     "registry": RegistryParams,
 }

@@ -1,0 +1,84 @@
+"""Stage ``dprp``: every decoded clip (train and test splits) through Video-DPRP at one ε.
+
+    decode manifest ─▶ frames/<id>.npy ─▶ Algorithm 1 (tasks/dprp/mechanism.py) ─▶ frames/<id>.npy
+                                                    └─▶ ledger.parquet: σ1, σ2, ε, δ, split, mode, β per video
+
+Both splits are protected: protocol 2 evaluates on protected test videos. R is public
+randomness: ``projection: shared`` draws one R for the dataset from (base.seed, "dprp-R"),
+``per_video`` one per video from (base.seed, video_id); the noise M, N is always fresh
+per video and ε. Videos go through ``map_ordered``, so the Prefect flow can shard them.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from tasks.core.errors import PrivharError
+from tasks.core.manifest import MANIFEST_NAME, read_manifest, resolve_path, write_manifest, write_table
+from tasks.core.parallel import map_ordered
+from tasks.core.params import BaseParams, DprpParams, load_section
+from tasks.core.seeding import derive_seed
+from tasks.core.storage import atomic_directory, load_frames, save_frames
+from tasks.core.tracking import stage_run
+from tasks.dprp.calibration import NoiseScales, noise_scales
+from tasks.dprp.mechanism import Projection, protect_video
+
+
+def projection_for(video_id: str, *, params: DprpParams, seed: int, d: int, shared: Projection | None) -> Projection:
+    """The shared R, or this video's own."""
+    if shared is not None:
+        return shared
+    return Projection(seed=derive_seed(seed, "dprp-R", video_id), d=d, k=params.k_value, block_rows=params.block_rows,
+                      threads=1)
+
+
+def protect_one(row: dict[str, Any], *, params: DprpParams, scales: NoiseScales, epsilon: float, seed: int,
+                source: Path, out: Path, workdir: Path, shared: Projection | None) -> dict[str, Any]:
+    """One clip: protected frames written, its manifest row (with its privacy record) returned."""
+    frames = load_frames(workdir / resolve_path(row["path"], source))
+    d = int(frames[0].size)
+    projection = projection_for(row["video_id"], params=params, seed=seed, d=d, shared=shared)
+    protected = protect_video(frames, projection, sigma1=scales.sigma1, sigma2=scales.sigma2, rank=params.rank,
+                              noise_seed=derive_seed(seed, "dprp-noise", epsilon, row["video_id"]))
+    save_frames(workdir / out / "frames" / f"{row['video_id']}.npy", protected.frames)
+    return {**row, "path": f"frames/{row['video_id']}.npy", "projection": params.projection, **scales.as_dict()}
+
+
+def dprp(*, params_path: Path, frames: Path, epsilon: float, out: Path) -> list[dict[str, Any]]:
+    """Protect every clip of the decoded manifest in ``frames`` at total ``epsilon``."""
+    base = load_section(params_path, "base", BaseParams)
+    params = load_section(params_path, "dprp", DprpParams)
+    if epsilon not in params.epsilons:
+        raise PrivharError(f"dprp: epsilon {epsilon} is not one of dprp.epsilons = {params.epsilons}")
+    rows = read_manifest(frames / MANIFEST_NAME)
+    d = int(rows[0]["height"]) * int(rows[0]["width"]) * 3
+    scales = noise_scales(epsilon=epsilon, delta=params.delta, budget_split=params.budget_split, k=params.k_value,
+                          d=d, calibration=params.calibration, neighbour=params.neighbour)
+    shared = None
+    if params.projection == "shared":  # built (and its RᵀR computed) before the workers fork: they share it
+        shared = Projection(seed=derive_seed(base.seed, "dprp-R"), d=d, k=params.k_value, block_rows=params.block_rows,
+                            keep=True)
+        shared.gram()
+    with stage_run(f"dprp@{epsilon:g}", {"base": base, "dprp": params}) as run, atomic_directory(out) as staging:
+        (staging / "frames").mkdir()
+        started = time.perf_counter()
+        work = partial(protect_one, params=params, scales=scales, epsilon=epsilon, seed=base.seed, source=frames,
+                       out=staging, workdir=Path.cwd(), shared=shared)
+        # One process: torch's matmuls already use every core, and forking after torch's thread
+        # pool has started is unsafe. (The Prefect flow may still shard the videos over threads or Dask.)
+        protected = map_ordered(work, rows, workers=1, desc=f"dprp ε={epsilon:g}")
+        seconds = time.perf_counter() - started
+        write_manifest(protected, staging / MANIFEST_NAME)
+        ledger = [{"video_id": row["video_id"], "split": row["split"], **scales.as_dict(),
+                   "projection": params.projection, "k": params.k_value, "d": d} for row in rows]
+        write_table(ledger, staging / "ledger.parquet")
+        run.log_metrics({"epsilon": epsilon, "delta": params.delta, "sigma1": scales.sigma1, "sigma2": scales.sigma2,
+                         "videos": len(protected), "seconds_per_video": seconds / len(protected)})
+        run.set_tags({"privhar.calibration": scales.calibration, "privhar.neighbour": scales.neighbour})
+        print(f"dprp: ε = {epsilon:g}: {len(protected)} videos, σ1 = {scales.sigma1:.4g}, σ2 = {scales.sigma2:.4g} "
+              f"({scales.calibration}), {seconds / len(protected):.3f} s/video", file=sys.stderr)
+    return protected
