@@ -50,6 +50,18 @@ def decode_command(params_path: Path, source: Path, out: Path) -> None:
     decode(params_path=params_path, source=source, out=out)
 
 
+@stage.command("dprp")
+@PARAMS
+@_dir("--frames", "Folder of the decoded clips.", exists=True)
+@click.option("--epsilon", type=float, required=True, help="Total ε (one of dprp.epsilons).")
+@_dir("--out", "Where to write the protected clips, their manifest and the privacy ledger.")
+def dprp_stage_command(params_path: Path, frames: Path, epsilon: float, out: Path) -> None:
+    """Video-DPRP on every decoded clip (both splits) at one ε."""
+    from tasks.dprp.stage import dprp
+
+    dprp(params_path=params_path, frames=frames, epsilon=epsilon, out=out)
+
+
 @stage.command("train")
 @PARAMS
 @_dir("--frames", "Folder of the decoded clips.", exists=True)

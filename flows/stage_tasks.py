@@ -23,6 +23,7 @@ import json
 import logging
 import shlex
 import subprocess
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -139,6 +140,11 @@ def _stderr_to(logger: logging.LoggerAdapter) -> Iterator[None]:
     stream.write("\n")
 
 
+# One in-process stage at a time: its shards already fill the task runner, and sys.stderr
+# (redirected into the task log) is one per process.
+_IN_PROCESS = threading.Lock()
+
+
 def run_sharded(stage: DagStage, settings: OrchestrateParams, logger: logging.LoggerAdapter) -> None:
     """Run the stage's own ``privhar stage ...`` command here, shards on the task runner, then ``dvc commit``."""
     from flows.cli import main
@@ -147,7 +153,7 @@ def run_sharded(stage: DagStage, settings: OrchestrateParams, logger: logging.Lo
     if words[:2] != ["privhar", "stage"]:
         raise PrivharError(f"orchestrate.sharded_stages: stage {stage.name}'s command is not 'privhar stage ...': {stage.cmd}")
     try:
-        with _stderr_to(logger), installed_mapper(shard_mapper(stage.name, settings, logger)):
+        with _IN_PROCESS, _stderr_to(logger), installed_mapper(shard_mapper(stage.name, settings, logger)):
             main(words[1:], standalone_mode=False)
     except PrivharError as error:
         raise StageFailed(f"stage {stage.name} failed: {error}") from None
@@ -164,7 +170,7 @@ def run_stage(stage: DagStage, force: bool, settings: OrchestrateParams) -> Stat
     if not force and stage_is_up_to_date(stage.name):
         logger.info(f"stage {stage.name} is up to date (dvc status): skipped")
         return Completed(name="Skipped", message=f"{stage.name} is up to date")
-    if stage.name in settings.sharded_stages:
+    if stage.name.split("@")[0] in settings.sharded_stages:  # foreach stages: dprp@2.0, dprp@5.0, ...
         logger.info(f"stage {stage.name}: shards of {settings.shard_size} videos on the {settings.task_runner} task runner")
         run_sharded(stage, settings, logger)
     else:

@@ -34,7 +34,8 @@ def test_parent_and_nested_runs_are_logged(project):
     parents = client.search_runs([experiment.experiment_id], "tags.`privhar.pipeline` = 'true'")
     assert parents
     children = client.search_runs([experiment.experiment_id], f"tags.mlflow.parentRunId = '{parents[0].info.run_id}'")
-    assert {run.data.tags["privhar.stage"] for run in children} == {"synthesize", "decode", "train", "evaluate"}
+    assert {run.data.tags["privhar.stage"] for run in children} == {"synthesize", "decode", "dprp@2", "dprp@5", "dprp@8",
+                                                                      "train", "evaluate"}
     assert all("stage_seconds" in run.data.metrics for run in children)
 
 
