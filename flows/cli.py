@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from tasks.core.errors import PrivharError
+from tasks.core.errors import ERROR_PREFIX, PrivharError
 
 PARAMS = click.option("--params", "params_path", type=click.Path(path_type=Path), default=Path("params.yaml"),
                       show_default=True, help="The params file.")
@@ -150,13 +150,12 @@ def run_command(force: bool, targets: tuple[str, ...]) -> None:
 def flow_command(profile: str, force: bool, stages: tuple[str, ...]) -> None:
     """Run the pipeline once as the Prefect flow (on the project's Prefect server if it is up)."""
     from flows.prefect_server import use_project_server
-    from flows.pipeline_flow import pipeline_flow
+    from flows.pipeline_flow import failure_message, pipeline_flow
 
     use_project_server(Path.cwd())
     state = pipeline_flow(project=str(Path.cwd()), profile=profile, stages=list(stages), force=force, return_state=True)
     if not state.is_completed():
-        error = state.result(raise_on_failure=False)
-        raise PrivharError(str(error) if isinstance(error, BaseException) else str(state.message))
+        raise PrivharError(failure_message(state, str(state.message)))
     _print_scores(state.result())
 
 
@@ -217,7 +216,7 @@ def entry_point() -> None:
     try:
         main(standalone_mode=False)
     except PrivharError as error:
-        click.echo(f"privhar: error: {error}", err=True)
+        click.echo(f"{ERROR_PREFIX}{error}", err=True)
         sys.exit(2)
     except (click.exceptions.Abort, KeyboardInterrupt):
         click.echo("privhar: interrupted", err=True)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from flows.prefect_server import HOME, prefect_environment, prefect_server
 from flows.servers import interrupt_on_signals, stop_process_group
+from tasks.core.errors import ERROR_PREFIX
 from tasks.core.params import OrchestrateParams, load_section
 
 DEPLOYMENT_NAME = "scheduled"
@@ -65,7 +66,7 @@ def serve(project: Path, host: str | None = None, port: int | None = None) -> No
     except (KeyboardInterrupt, SystemExit):
         print("privhar: serve interrupted", file=sys.stderr)
     except Exception as error:  # noqa: BLE001 - reported in one line, then everything is stopped
-        print(f"privhar: error: serve failed: {str(error).splitlines()[0] if str(error) else type(error).__name__}",
+        print(f"{ERROR_PREFIX}serve failed: {str(error).splitlines()[0] if str(error) else type(error).__name__}",
               file=sys.stderr)
         status = 2
     finally:

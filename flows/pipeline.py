@@ -18,10 +18,24 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from flows.project_lock import project_lock
-from tasks.core.errors import PrivharError
+from tasks.core.errors import ERROR_PREFIX, PrivharError
 from tasks.core.params import RegistryParams, load_section
 from tasks.core.registry import record_scores
 from tasks.core.tracking import pipeline_run
+
+
+def error_line(text: str) -> str:
+    r"""The line that explains a failed DVC or stage command: the stage's own error, else DVC's last ERROR.
+
+    >>> error_line("Running stage 'x'\nprivhar: error: params.yaml: x.y = 0 is invalid\nERROR: failed to reproduce 'x'")
+    'params.yaml: x.y = 0 is invalid'
+    """
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    for line in lines:
+        if line.startswith(ERROR_PREFIX):
+            return line[len(ERROR_PREFIX):]
+    errors = [line for line in lines if line.startswith("ERROR")]
+    return (errors or lines or ["no message"])[-1]
 
 
 def tool_environment() -> dict[str, str]:
@@ -102,8 +116,7 @@ def method_metrics() -> dict[str, dict[str, float]]:
     shown = subprocess.run(dvc_command("metrics", "show", "--json"), env=tool_environment(), capture_output=True,
                            text=True, check=False)
     if shown.returncode != 0:
-        last_line = (shown.stderr.strip().splitlines() or ["no message"])[-1]
-        raise PrivharError(f"dvc metrics show failed (exit {shown.returncode}): {last_line}")
+        raise PrivharError(f"dvc metrics show failed (exit {shown.returncode}): {error_line(shown.stderr)}")
     metrics: dict[str, dict[str, float]] = {}
     for revision in json.loads(shown.stdout or "{}").values():
         for content in revision.get("data", {}).values():

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from prefect import flow, get_run_logger
+from prefect.states import State
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows.dag import read_dag
@@ -20,6 +21,12 @@ from flows.stage_tasks import StageFailed, run_stage
 from tasks.core.params import OrchestrateParams, load_section
 
 FLOW_NAME = "privhar-pipeline"
+
+
+def failure_message(state: State, fallback: str) -> str:
+    """The exception a failed flow or task run raised, as its one line; ``fallback`` if there is none."""
+    error = state.result(raise_on_failure=False)
+    return str(error) if isinstance(error, BaseException) else fallback
 
 
 @flow(name=FLOW_NAME, task_runner=ThreadPoolTaskRunner(max_workers=4), log_prints=True)
@@ -44,8 +51,7 @@ def pipeline_flow(project: str = ".", profile: str = DEFAULT, stages: list[str] 
             future.wait()
             state = future.state
             if state.is_failed() or state.is_crashed():
-                error = state.result(raise_on_failure=False)
-                failed.append(str(error) if isinstance(error, BaseException) else f"{name}: {state.message}")
+                failed.append(failure_message(state, f"{name}: {state.message}"))
             elif not state.is_completed():
                 not_run.append(name)
         if failed:

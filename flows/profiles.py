@@ -8,7 +8,6 @@ what they feed, and ``git diff params.yaml`` shows what the run used. The profil
 
 from __future__ import annotations
 
-import copy
 import io
 from pathlib import Path
 from typing import Any
@@ -20,16 +19,19 @@ from tasks.core.storage import atomic_write_bytes
 DEFAULT = "default"
 
 
-def overlay(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
-    """``base`` with ``changes`` merged in, mapping by mapping.
+def overlay_in_place(document: dict[str, Any], changes: dict[str, Any]) -> None:
+    """Merge ``changes`` into ``document``, mapping by mapping (a ruamel document keeps its comments).
 
-    >>> overlay({"a": {"x": 1, "y": 2}, "b": 3}, {"a": {"y": 5}})
+    >>> params = {"a": {"x": 1, "y": 2}, "b": 3}
+    >>> overlay_in_place(params, {"a": {"y": 5}})
+    >>> params
     {'a': {'x': 1, 'y': 5}, 'b': 3}
     """
-    out = copy.deepcopy(base)
     for key, value in changes.items():
-        out[key] = overlay(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
-    return out
+        if isinstance(value, dict) and isinstance(document.get(key), dict):
+            overlay_in_place(document[key], value)
+        else:
+            document[key] = value
 
 
 def apply_profile(project: Path, name: str) -> bool:
@@ -43,22 +45,14 @@ def apply_profile(project: Path, name: str) -> bool:
     changes = read_params_file(path)
     params_path = Path(project) / "params.yaml"
     current = read_params_file(params_path)
-    if overlay(current, changes) == current:
-        return False
     # Round-trip YAML (ruamel, which DVC itself uses) keeps params.yaml's comments and layout.
     from ruamel.yaml import YAML
 
     document = YAML().load(params_path.read_text())
-    _update_in_place(document, changes)
+    overlay_in_place(document, changes)
+    if document == current:
+        return False
     buffer = io.StringIO()
     YAML().dump(document, buffer)
     atomic_write_bytes(params_path, buffer.getvalue().encode())
     return True
-
-
-def _update_in_place(document: Any, changes: dict[str, Any]) -> None:
-    for key, value in changes.items():
-        if isinstance(value, dict) and isinstance(document.get(key), dict):
-            _update_in_place(document[key], value)
-        else:
-            document[key] = value

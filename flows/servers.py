@@ -103,7 +103,6 @@ def stop_process_group(pid_file: Path, grace: float = 15.0, first_signal: int = 
         return False
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline and _group_alive(pid):
-        _reap(pid)
         time.sleep(0.2)
     if _group_alive(pid):
         os.killpg(pid, signal.SIGKILL)
@@ -113,10 +112,7 @@ def stop_process_group(pid_file: Path, grace: float = 15.0, first_signal: int = 
 
 
 def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
+    """Whether any process of the group is left (its leader reaped first if it is our zombie child)."""
     _reap(pgid)
     try:
         os.killpg(pgid, 0)

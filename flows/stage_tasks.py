@@ -33,13 +33,10 @@ from prefect.cache_policies import NO_CACHE
 from prefect.states import Completed, State
 
 from flows.dag import DagStage
-from flows.pipeline import dvc_command, tool_environment
+from flows.pipeline import dvc_command, error_line, tool_environment
 from tasks.core.errors import PrivharError
 from tasks.core.params import OrchestrateParams
 from tasks.core.parallel import installed_mapper, worker_count
-
-STAGE_ERROR_PREFIX = "privhar: error: "
-
 
 class StageFailed(Exception):
     """A stage exited with an error; the message is the stage's own one line."""
@@ -50,17 +47,8 @@ def stage_is_up_to_date(name: str) -> bool:
     shown = subprocess.run(dvc_command("status", "--json", name), env=tool_environment(), capture_output=True,
                            text=True, check=False)
     if shown.returncode != 0:
-        raise StageFailed(f"dvc status {name} failed: {_last_line(shown.stderr)}")
+        raise StageFailed(f"dvc status {name} failed: {error_line(shown.stderr)}")
     return not json.loads(shown.stdout or "{}")
-
-
-def _last_line(text: str) -> str:
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    for line in lines:
-        if line.startswith(STAGE_ERROR_PREFIX):
-            return line[len(STAGE_ERROR_PREFIX):]
-    errors = [line for line in lines if line.startswith("ERROR")]
-    return (errors or lines or ["no message"])[-1]
 
 
 def run_through_dvc(name: str, force: bool, logger: logging.LoggerAdapter) -> None:
@@ -76,7 +64,7 @@ def run_through_dvc(name: str, force: bool, logger: logging.LoggerAdapter) -> No
             lines.append(line)
             logger.info(line)
     if process.wait() != 0:
-        raise StageFailed(f"stage {name} failed: {_last_line(chr(10).join(lines))}")
+        raise StageFailed(f"stage {name} failed: {error_line(chr(10).join(lines))}")
 
 
 @task(name="shard", task_run_name="{stage}[{index}]", cache_policy=NO_CACHE)
@@ -160,7 +148,7 @@ def run_sharded(stage: DagStage, settings: OrchestrateParams, logger: logging.Lo
     committed = subprocess.run(dvc_command("commit", "--force", stage.name), env=tool_environment(),
                                capture_output=True, text=True, check=False)
     if committed.returncode != 0:
-        raise StageFailed(f"dvc commit {stage.name} failed: {_last_line(committed.stderr)}")
+        raise StageFailed(f"dvc commit {stage.name} failed: {error_line(committed.stderr)}")
 
 
 @task(name="stage", task_run_name="{stage.name}", cache_policy=NO_CACHE)

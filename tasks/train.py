@@ -148,9 +148,9 @@ def train(*, params_path: Path, frames: Path, out: Path, report: Path) -> dict[s
         model.eval()
         torch.save({"state_dict": model.state_dict(), "config": config}, staging / "model.pt")
         final = {**history[-1], "trainable_parameters": trainable, "train_videos": len(train_rows)}
-        run.log_metrics({"train_seconds": seconds, "trainable_parameters": trainable})
         privacy = METHOD_PRIVACY[params.method]
-        run.log_metrics({"epsilon": privacy.epsilon, "delta": privacy.delta})
+        run.log_metrics({"train_seconds": seconds, "trainable_parameters": trainable, "epsilon": privacy.epsilon,
+                         "delta": privacy.delta})
         run.set_tags({"privhar.method": params.method, "privhar.accountant": privacy.accountant})
         register_model(model, method=params.method, run=run, config=config,
                        tags={"method": params.method, **privacy.as_tags(), "dataset": dataset_tag(frames)})

@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
+from flows.profiles import overlay_in_place
+
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
@@ -28,20 +30,11 @@ TINY = {
 }
 
 
-def merged(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(base)
-    for section, values in overrides.items():
-        if isinstance(values, dict) and isinstance(out.get(section), dict):
-            out[section].update(values)
-        else:
-            out[section] = values
-    return out
-
-
 def write_params(folder: Path, overrides: dict[str, Any] | None = None) -> Path:
     """The repository's params.yaml shrunk to TINY, with ``overrides`` on top."""
-    params = merged(yaml.safe_load((REPO / "params.yaml").read_text()), TINY)
-    params = merged(params, overrides or {})
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    overlay_in_place(params, copy.deepcopy(TINY))
+    overlay_in_place(params, overrides or {})
     path = folder / "params.yaml"
     path.write_text(yaml.safe_dump(params, sort_keys=False))
     return path

@@ -3,3 +3,7 @@
 
 class PrivharError(Exception):
     """A problem with the user's input or configuration, reported as one line, no traceback."""
+
+
+# How the command line prints a PrivharError; the orchestrator finds a failed stage's message by it.
+ERROR_PREFIX = "privhar: error: "

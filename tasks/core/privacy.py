@@ -16,10 +16,6 @@ class PrivacyGuarantee:
     delta: float
     accountant: str
 
-    @property
-    def is_private(self) -> bool:
-        return math.isfinite(self.epsilon)
-
     def within(self, max_epsilon: float) -> bool:
         """Whether this guarantee meets a target ε (``inf`` admits everything)."""
         return self.epsilon <= max_epsilon

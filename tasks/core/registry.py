@@ -119,7 +119,6 @@ class VersionRow:
     delta: float
     accountant: str
     top1: float | None
-    created: int
 
 
 def list_versions() -> list[VersionRow]:
@@ -136,7 +135,7 @@ def list_versions() -> list[VersionRow]:
             privacy = PrivacyGuarantee.from_tags(version.tags)
             top1 = float(version.tags["top1"]) if "top1" in version.tags else None
             rows.append(VersionRow(model.name, str(version.version), tuple(sorted(aliases_of.get(str(version.version), []))),
-                                   privacy.epsilon, privacy.delta, privacy.accountant, top1, version.creation_timestamp))
+                                   privacy.epsilon, privacy.delta, privacy.accountant, top1))
     return sorted(rows, key=lambda row: (row.name, -int(row.version)))
 
 

@@ -47,9 +47,14 @@ def atomic_write_bytes(path: Path, payload: bytes) -> None:
     os.replace(staging, path)
 
 
+def is_clip(frames: np.ndarray) -> bool:
+    """Whether ``frames`` has the layout every stage stores: (T, H, W, 3) uint8."""
+    return frames.dtype == np.uint8 and frames.ndim == 4 and frames.shape[-1] == 3
+
+
 def save_frames(path: Path, frames: np.ndarray) -> None:
     """Store a (T, H, W, 3) uint8 clip losslessly (``.npy``: exact bytes, fast to memory-map)."""
-    if frames.dtype != np.uint8 or frames.ndim != 4 or frames.shape[-1] != 3:
+    if not is_clip(frames):
         raise ValueError(f"frames must be (T, H, W, 3) uint8, got {frames.shape} {frames.dtype}")
     np.save(path, np.ascontiguousarray(frames), allow_pickle=False)
 

@@ -39,6 +39,7 @@ import numpy as np
 import torch
 
 from tasks.core.errors import PrivharError
+from tasks.core.storage import is_clip
 
 NOISE_STREAM_P, NOISE_STREAM_Q = 1, 2
 
@@ -176,7 +177,7 @@ class Protected:
 def protect_video(frames: np.ndarray, projection: Projection, *, sigma1: float, sigma2: float, rank: int | float,
                   noise_seed: int) -> Protected:
     """Algorithm 1 on one (T, H, W, 3) uint8 clip; the reconstruction in the same layout, uint8."""
-    if frames.dtype != np.uint8 or frames.ndim != 4 or frames.shape[-1] != 3:
+    if not is_clip(frames):
         raise PrivharError(f"dprp: expected frames (T, H, W, 3) uint8, got {frames.shape} {frames.dtype}")
     t = frames.shape[0]
     d = int(np.prod(frames.shape[1:]))

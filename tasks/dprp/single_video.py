@@ -17,6 +17,7 @@ import numpy as np
 
 from tasks.core.errors import PrivharError
 from tasks.core.seeding import derive_seed
+from tasks.core.storage import is_clip
 from tasks.dprp.calibration import Calibration, Neighbour, noise_scales
 from tasks.dprp.mechanism import Projection, protect_video, rank_of
 
@@ -29,7 +30,7 @@ def read_clip(path: Path) -> tuple[np.ndarray, float]:
         if not path.is_file():
             raise PrivharError(f"{path}: file not found")
         frames = np.load(path, allow_pickle=False)
-        if frames.dtype != np.uint8 or frames.ndim != 4 or frames.shape[-1] != 3:
+        if not is_clip(frames):
             raise PrivharError(f"{path}: expected a (T, H, W, 3) uint8 clip, got {frames.shape} {frames.dtype}")
         return frames, 25.0
     try:
