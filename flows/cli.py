@@ -55,23 +55,27 @@ def decode_command(params_path: Path, source: Path, out: Path) -> None:
 @_dir("--frames", "Folder of the decoded clips.", exists=True)
 @click.option("--epsilon", type=float, required=True, help="Total ε (one of dprp.epsilons).")
 @_dir("--out", "Where to write the protected clips, their manifest and the privacy ledger.")
-def dprp_stage_command(params_path: Path, frames: Path, epsilon: float, out: Path) -> None:
+@click.option("--report", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="Where to write eps<ε>.png (raw and protected test frames).")
+def dprp_stage_command(params_path: Path, frames: Path, epsilon: float, out: Path, report: Path | None) -> None:
     """Video-DPRP on every decoded clip (both splits) at one ε."""
     from tasks.dprp.stage import dprp
 
-    dprp(params_path=params_path, frames=frames, epsilon=epsilon, out=out)
+    dprp(params_path=params_path, frames=frames, epsilon=epsilon, out=out, report=report)
 
 
 @stage.command("train")
 @PARAMS
-@_dir("--frames", "Folder of the decoded clips.", exists=True)
-@_dir("--out", "Where to write the trained model.")
-@_dir("--report", "Where to write the training metrics and history.")
-def train_command(params_path: Path, frames: Path, out: Path, report: Path) -> None:
+@_dir("--frames", "Folder of the clips to learn from: decoded (raw) or protected.", exists=True)
+@_dir("--out", "Where to write the trained model; its folder name is the model's key (data/train/<key>).")
+@_dir("--report", "Where to write the training metrics and history (<key>.json, <key>_history.csv).")
+@click.option("--family", default=None, help="Registered model privhar-<family> [default: train.method].")
+@click.option("--epochs", type=int, default=None, help="Override train.epochs.")
+def train_command(params_path: Path, frames: Path, out: Path, report: Path, family: str | None, epochs: int | None) -> None:
     """Train the video classifier with the method train.method names."""
     from tasks.train import train
 
-    final = train(params_path=params_path, frames=frames, out=out, report=report)
+    final = train(params_path=params_path, frames=frames, out=out, report=report, family=family, epochs=epochs)
     click.echo(f"train: final loss {final['loss']:.4f}, train accuracy {final['train_accuracy']:.4f}", err=True)
 
 
@@ -207,8 +211,10 @@ def models_command() -> None:
 
 
 def _print_scores(metrics: dict) -> None:
-    for method, values in sorted(metrics.items()):
-        click.echo(f"{method:>12}  Top-1 {values['top1']:.4f}  Top-5 {values['top5']:.4f}  ({values['test_videos']} test videos)")
+    for key, values in sorted(metrics.items()):
+        second = f"  protocol 2 Top-1 {values['top1_protocol2']:.4f}" if "top1_protocol2" in values else ""
+        click.echo(f"{key:>14}  Top-1 {values['top1']:.4f}  Top-5 {values['top5']:.4f}{second}  "
+                   f"({values['test_videos']} test videos)")
 
 
 def entry_point() -> None:

@@ -1,11 +1,17 @@
 """Stage ``train``: fit the shared video classifier with the method ``train.method`` names.
 
-Methods live in :data:`TRAINING_METHODS`, keyed by the params value; this issue brings the
-non-private ``baseline`` (Adam, cross-entropy, cosine learning-rate decay). Every method
+Methods live in :data:`TRAINING_METHODS`, keyed by the params value; the spine brings the
+non-private ``baseline`` (AdamW, cross-entropy, cosine learning-rate decay). Every method
 trains the model of :func:`tasks.core.models.create_video_classifier` from scratch.
 
-    data/decode (train split) ─▶ clips at train.input_size ─▶ method ─▶ out/model.pt
-                                                                   └─▶ report/<method>.json, <method>_history.csv
+The same stage trains on raw clips (``data/decode``) or on a protected copy (``data/dprp/eps8.0``:
+protocols 1 and 2 of paper 000, §4.3). A model's key is its folder's name under ``data/train``
+(``baseline``, ``dprp-eps8.0``); the evaluate stage keys its metrics by it, and the registry
+files it under ``privhar-<family>``. Its privacy claim is the tighter of the method's and the
+training data's (:func:`tasks.core.privacy.strongest`).
+
+    <frames> (train split) ─▶ clips at train.input_size ─▶ method ─▶ out/model.pt
+                                                               └─▶ report/<key>.json, <key>_history.csv
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import hashlib
 import io
 import json
 import math
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -33,7 +40,7 @@ from tasks.core.manifest import MANIFEST_NAME, read_manifest
 from tasks.core.models import create_video_classifier, group_norm, has_batch_norm
 from tasks.core.params import BaseParams, TrainParams, load_section
 from tasks.core.plugins import Registry
-from tasks.core.privacy import NON_PRIVATE
+from tasks.core.privacy import NON_PRIVATE, data_guarantee, strongest
 from tasks.core.registry import register_model
 from tasks.core.seeding import derive_seed
 from tasks.core.storage import atomic_directory, atomic_write_bytes
@@ -117,10 +124,22 @@ def _history_csv(history: list[dict[str, float]]) -> bytes:
     return buffer.getvalue().encode()
 
 
-def train(*, params_path: Path, frames: Path, out: Path, report: Path) -> dict[str, Any]:
-    """Run the stage; return the final training record."""
+def train(*, params_path: Path, frames: Path, out: Path, report: Path, family: str | None = None,
+          epochs: int | None = None) -> dict[str, Any]:
+    """Run the stage; return the final training record.
+
+    ``family`` names the registered model (default: the method); ``epochs`` overrides
+    ``train.epochs`` (the dprp trainings use ``dprp.train_epochs`` to fit the time budget).
+    """
     base = load_section(params_path, "base", BaseParams)
     params = load_section(params_path, "train", TrainParams)
+    if epochs is not None:
+        if epochs < 1:
+            raise PrivharError(f"train: --epochs = {epochs} is invalid: expected an integer >= 1")
+        params = params.model_copy(update={"epochs": epochs})
+    key, family = out.name, family or params.method
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", family):
+        raise PrivharError(f"train: --family = {family!r} is invalid: expected letters, digits, '_', '.' or '-'")
     rows = read_manifest(frames / MANIFEST_NAME)
     train_rows = split_rows(rows, "train")
     if not train_rows:
@@ -128,32 +147,36 @@ def train(*, params_path: Path, frames: Path, out: Path, report: Path) -> dict[s
     if params.threads:
         torch.set_num_threads(params.threads)
     torch.use_deterministic_algorithms(True)
+    # Seeded by method, not by key: on raw or protected clips the same initialisation and batch
+    # order, so two models differ only in the data they learnt from.
     torch.manual_seed(derive_seed(base.seed, "train", params.method, "init"))
     generator = torch.Generator().manual_seed(derive_seed(base.seed, "train", params.method, "batches"))
     classes = class_names(rows)
     config = {"num_classes": len(classes), "width": params.width, "norm_groups": params.norm_groups,
               "dropout": params.dropout, "input_size": list(params.input_size), "frames": int(train_rows[0]["n_frames"]),
-              "classes": classes, "method": params.method}
+              "classes": classes, "method": params.method, "model": key, "family": family, "frames": str(frames)}
     model = create_video_classifier(num_classes=len(classes), width=params.width, norm=group_norm(params.norm_groups),
                                     dropout=params.dropout)
     if has_batch_norm(model):
         raise PrivharError("train: the model has BatchNorm layers; use GroupNorm or LayerNorm")
-    with stage_run("train", {"base": base, "train": params}) as run, atomic_directory(out) as staging:
+    run_name = "train" if key == params.method else f"train@{key}"
+    with stage_run(run_name, {"base": base, "train": params}) as run, atomic_directory(out) as staging:
         data = TrainingData(load_clips(train_rows, frames, tuple(params.input_size)), labels_of(train_rows), classes)
         trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-        print(f"train: {params.method} on {len(train_rows)} videos, {trainable} trainable parameters", file=sys.stderr)
+        print(f"train: {key} ({params.method}) on {len(train_rows)} videos of {frames}, {trainable} trainable parameters",
+              file=sys.stderr)
         started = time.perf_counter()
         history = TRAINING_METHODS[params.method](model, data, params, generator, run)
         seconds = time.perf_counter() - started
         model.eval()
         torch.save({"state_dict": model.state_dict(), "config": config}, staging / "model.pt")
         final = {**history[-1], "trainable_parameters": trainable, "train_videos": len(train_rows)}
-        privacy = METHOD_PRIVACY[params.method]
+        privacy = strongest(METHOD_PRIVACY[params.method], data_guarantee(train_rows))
         run.log_metrics({"train_seconds": seconds, "trainable_parameters": trainable, "epsilon": privacy.epsilon,
                          "delta": privacy.delta})
-        run.set_tags({"privhar.method": params.method, "privhar.accountant": privacy.accountant})
-        register_model(model, method=params.method, run=run, config=config,
+        run.set_tags({"privhar.method": params.method, "privhar.model": key, "privhar.accountant": privacy.accountant})
+        register_model(model, family=family, key=key, run=run, config=config,
                        tags={"method": params.method, **privacy.as_tags(), "dataset": dataset_tag(frames)})
-    atomic_write_bytes(report / f"{params.method}.json", (json.dumps(final, indent=2, sort_keys=True) + "\n").encode())
-    atomic_write_bytes(report / f"{params.method}_history.csv", _history_csv(history))
+    atomic_write_bytes(report / f"{key}.json", (json.dumps(final, indent=2, sort_keys=True) + "\n").encode())
+    atomic_write_bytes(report / f"{key}_history.csv", _history_csv(history))
     return final

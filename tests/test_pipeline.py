@@ -34,8 +34,8 @@ def test_parent_and_nested_runs_are_logged(project):
     parents = client.search_runs([experiment.experiment_id], "tags.`privhar.pipeline` = 'true'")
     assert parents
     children = client.search_runs([experiment.experiment_id], f"tags.mlflow.parentRunId = '{parents[0].info.run_id}'")
-    assert {run.data.tags["privhar.stage"] for run in children} == {"synthesize", "decode", "dprp@2", "dprp@5", "dprp@8",
-                                                                      "train", "evaluate"}
+    dprp = {f"dprp@{epsilon:g}" for epsilon in (2.0, 5.0, 8.0)} | {f"train@dprp-eps{epsilon}" for epsilon in (2.0, 5.0, 8.0)}
+    assert {run.data.tags["privhar.stage"] for run in children} == {"synthesize", "decode", "train", "evaluate"} | dprp
     assert all("stage_seconds" in run.data.metrics for run in children)
 
 
@@ -45,3 +45,12 @@ def test_experiment_with_a_changed_param(project):
     result = sh("dvc", "exp", "run", "-S", "train.epochs=2", cwd=project)
     assert "Running stage 'train'" in result.stdout
     assert "Running stage 'decode'" not in result.stdout
+
+
+def test_dprp_ablation_reruns_only_what_depends_on_it(project):
+    """Table 4 of paper 000 as README documents it: one `dvc exp run -S dprp.budget_split=…` per b."""
+    result = sh("dvc", "exp", "run", "-S", "dprp.budget_split=0.5", cwd=project)
+    ran = {line.split("'")[1] for line in result.stdout.splitlines() if line.startswith("Running stage '")}
+    assert ran == {"dprp@2.0", "dprp@5.0", "dprp@8.0", "train-dprp@2.0", "train-dprp@5.0", "train-dprp@8.0", "evaluate"}
+    shown = json.loads(sh("dvc", "exp", "show", "--json", cwd=project).stdout)
+    assert "dprp-eps8.0" in json.dumps(shown) and "top1_protocol2" in json.dumps(shown)

@@ -17,7 +17,7 @@ METHOD = "registrytest"
 
 def register(epsilon: float, top1: float | None) -> str:
     with stage_run("train", {}) as run:
-        version = register_model(nn.Linear(2, 2), method=METHOD, run=run, config={},
+        version = register_model(nn.Linear(2, 2), family=METHOD, key=METHOD, run=run, config={},
                                  tags={"method": METHOD, **PrivacyGuarantee(epsilon, 1e-5, "RDP (test)").as_tags()})
     if top1 is not None:
         record_scores(METHOD, {"top1": top1, "top5": 1.0, "test_videos": 10},

@@ -71,7 +71,7 @@ def test_evaluate_writes_metrics_keyed_by_method(trained):
     assert written == metrics
     assert set(written["baseline"]) == {"top1", "top5", "test_videos"}
     assert 0.0 <= written["baseline"]["top1"] <= 1.0 and written["baseline"]["top5"] == 1.0  # 3 classes
-    assert (folder / "reports/evaluate/confusion_baseline.png").read_bytes()[:4] == b"\x89PNG"
+    assert (folder / "reports/evaluate/confusion/baseline.png").read_bytes()[:4] == b"\x89PNG"
     rows = list(csv.DictReader((folder / "reports/evaluate/predictions.csv").open()))
     assert len(rows) == 3
 

@@ -97,6 +97,7 @@ class DprpParams(Section):
     neighbour: Literal["frame", "pixel"]
     projection: Literal["per_video", "shared"]
     block_rows: PositiveInt
+    train_epochs: PositiveInt  # of the classifier trained on each protected copy
 
     @property
     def k_value(self) -> int:

@@ -29,3 +29,28 @@ class PrivacyGuarantee:
 
 
 NON_PRIVATE = PrivacyGuarantee(epsilon=math.inf, delta=0.0, accountant="none (non-private training)")
+
+
+def data_guarantee(rows: list[dict]) -> PrivacyGuarantee:
+    """What a protected dataset's manifest claims per video, or NON_PRIVATE for raw data.
+
+    Stages that release data under DP (``dprp``, ``ldp``) write ``epsilon``, ``delta`` and
+    ``accountant`` columns. Each video is protected on its own with fresh noise, so a dataset
+    of them is (max ε, max δ)-DP for neighbours differing in one video (parallel composition),
+    and so is any model trained on it (post-processing).
+    """
+    if not rows or "epsilon" not in rows[0]:
+        return NON_PRIVATE
+    accountants = sorted({str(row["accountant"]) for row in rows})
+    return PrivacyGuarantee(max(float(row["epsilon"]) for row in rows), max(float(row["delta"]) for row in rows),
+                            "; ".join(accountants))
+
+
+def strongest(*guarantees: PrivacyGuarantee) -> PrivacyGuarantee:
+    """The smallest ε among guarantees that all hold for the same release.
+
+    A model trained by a DP method on per-video-protected data satisfies both: the training
+    method's (a change of one raw video changes one protected video) and the data's
+    (post-processing). Each is a valid claim, so the tighter one is reported.
+    """
+    return min(guarantees, key=lambda guarantee: (guarantee.epsilon, guarantee.delta))

@@ -1,9 +1,13 @@
-"""The MLflow model registry: one registered model per training method, ``privhar-<method>``.
+"""The MLflow model registry: one registered model per family of models, ``privhar-<family>``.
 
-Each training run logs its model and registers a new version tagged with the method, its
-privacy guarantee (ε, δ, accountant) and dataset. After evaluation the version is described
-with its scores and tagged with the ``dvc.lock`` hash and git commit that reproduce it, and
-the ``champion`` alias moves to the best Top-1 whose ε meets ``registry.champion_max_epsilon``.
+A family is a training method (``baseline``, later ``dp_sgd`` …) or a protected dataset the
+model learnt from (``dprp``): its versions differ in ε, so the champion of a family is a
+privacy-utility choice. Each version is tagged with its model key (the folder under
+``data/train``, e.g. ``dprp-eps2.0``; the evaluate stage's metrics are keyed by it), the
+method, its privacy guarantee (ε, δ, accountant) and dataset. After evaluation the newest
+version of each key is described with its scores and tagged with the ``dvc.lock`` hash and
+git commit that reproduce it, and the ``champion`` alias moves to the best Top-1 (protocol 1:
+the raw test videos, the same for every model) whose ε meets ``registry.champion_max_epsilon``.
 
 MLflow reserves the alias ``latest``: ``models:/privhar-<method>/latest`` is its own,
 always-current pointer to the newest version, so privhar sets no alias of that name.
@@ -25,8 +29,8 @@ CHAMPION = "champion"
 PREFIX = "privhar-"
 
 
-def model_name(method: str) -> str:
-    return f"{PREFIX}{method}"
+def model_name(family: str) -> str:
+    return f"{PREFIX}{family}"
 
 
 def _requirements() -> list[str]:
@@ -35,64 +39,72 @@ def _requirements() -> list[str]:
     return [f"{name}=={version(name)}" for name in ("torch", "torchvision", "pytorchvideo")] + ["privhar"]
 
 
-def register_model(model: nn.Module, *, method: str, run: StageRun, config: Mapping[str, Any],
+def register_model(model: nn.Module, *, family: str, key: str, run: StageRun, config: Mapping[str, Any],
                    tags: Mapping[str, Any]) -> str:
-    """Log ``model`` to the stage run and register it as a new version; return the version."""
+    """Log ``model`` to the stage run and register it as a new version of ``family``; return the version."""
     import mlflow
     from mlflow import MlflowClient
 
-    name = model_name(method)
+    name = model_name(family)
     # pickle, not pt2: pt2 traces one fixed input shape, while clips of any length and size are valid input.
     info = mlflow.pytorch.log_model(model, name="model", registered_model_name=name, serialization_format="pickle",
                                     pip_requirements=_requirements(), metadata={"privhar_config": dict(config)})
     client = MlflowClient()
     version = str(info.registered_model_version)
-    for key, value in tags.items():
-        client.set_model_version_tag(name, version, key, str(value))
+    for tag, value in {**tags, "model": key}.items():
+        client.set_model_version_tag(name, version, tag, str(value))
     run.set_tags({"privhar.registered_model": name, "privhar.model_version": version})
     return version
 
 
-def newest_version(method: str) -> Any | None:
-    """The newest version of ``privhar-<method>`` (what ``models:/NAME/latest`` resolves to), or None."""
+def newest_version(key: str) -> Any | None:
+    """The newest registered version of the model ``key`` (in whichever family), or None."""
     from mlflow import MlflowClient
 
-    versions = MlflowClient().search_model_versions(f"name = '{model_name(method)}'")
-    return max(versions, key=lambda v: int(v.version), default=None)
+    versions = MlflowClient().search_model_versions(f"name LIKE '{PREFIX}%' AND tags.model = '{key}'")
+    return max(versions, key=lambda v: int(v.version), default=None)  # a key lives in one family
 
 
-def record_scores(method: str, scores: Mapping[str, float], provenance: Mapping[str, str],
+SCORE_TAGS = ("top1", "top5", "top1_protocol2", "top5_protocol2", "cmap")
+
+
+def describe_scores(scores: Mapping[str, float], privacy: PrivacyGuarantee) -> str:
+    """One line for the registry: protocol 1 first (raw test videos), protocol 2 when measured."""
+    parts = [f"Top-1 {scores['top1']:.4f}", f"Top-5 {scores['top5']:.4f}"]
+    parts += [f"protocol 2 Top-1 {scores['top1_protocol2']:.4f}"] if "top1_protocol2" in scores else []
+    parts += [f"cMAP {scores['cmap']:.4f}"] if "cmap" in scores else []
+    return (f"{', '.join(parts)} on {int(scores['test_videos'])} test videos; "
+            f"ε = {privacy.epsilon:g}, δ = {privacy.delta:g} ({privacy.accountant})")
+
+
+def record_scores(key: str, scores: Mapping[str, float], provenance: Mapping[str, str],
                   max_epsilon: float) -> str | None:
-    """Describe the newest version with its scores and provenance; move ``champion``. Return the version."""
+    """Describe the newest version of ``key`` with its scores and provenance; move its family's ``champion``."""
     from mlflow import MlflowClient
 
-    version = newest_version(method)
+    version = newest_version(key)
     if version is None:
         return None
     client = MlflowClient()
-    name = model_name(method)
+    name = version.name
     privacy = PrivacyGuarantee.from_tags(version.tags)
-    parts = [f"Top-1 {scores['top1']:.4f}", f"Top-5 {scores['top5']:.4f}"]
-    parts += [f"cMAP {scores['cmap']:.4f}"] if "cmap" in scores else []
-    description = (f"{', '.join(parts)} on {int(scores['test_videos'])} test videos; "
-                   f"ε = {privacy.epsilon:g}, δ = {privacy.delta:g} ({privacy.accountant})")
-    client.update_model_version(name, version.version, description=description)
-    score_tags = {key: f"{scores[key]:.4f}" for key in ("top1", "top5", "cmap") if key in scores}
-    for key, value in {**score_tags, **provenance}.items():
-        client.set_model_version_tag(name, version.version, key, value)
+    client.update_model_version(name, version.version, description=describe_scores(scores, privacy))
+    score_tags = {tag: f"{scores[tag]:.4f}" for tag in SCORE_TAGS if tag in scores}
+    for tag, value in {**score_tags, **provenance}.items():
+        client.set_model_version_tag(name, version.version, tag, value)
     if version.run_id:  # the training run gets its model's scores, so the runs table shows ε beside Top-1
-        for key in score_tags:
-            client.log_metric(version.run_id, key, float(scores[key]))
-    update_champion(method, max_epsilon)
+        for tag in score_tags:
+            client.log_metric(version.run_id, tag, float(scores[tag]))
+    update_champion(name.removeprefix(PREFIX), max_epsilon)
     return str(version.version)
 
 
-def update_champion(method: str, max_epsilon: float) -> str | None:
-    """Point ``champion`` at the best-scoring version within the ε target (newest wins ties)."""
+def update_champion(family: str, max_epsilon: float) -> str | None:
+    """Point ``champion`` at the family's best-scoring version within the ε target (newest wins ties)."""
     from mlflow import MlflowClient
 
     client = MlflowClient()
-    name = model_name(method)
+    name = model_name(family)
     eligible = [v for v in client.search_model_versions(f"name = '{name}'")
                 if "top1" in v.tags and PrivacyGuarantee.from_tags(v.tags).within(max_epsilon)]
     if not eligible:

@@ -56,8 +56,13 @@ class NoiseScales:
     neighbour: str
     failure_probability: float  # of the high-probability sensitivity bounds, already inside delta
 
+    @property
+    def accountant(self) -> str:
+        """The theorem behind ε, as the registry and ledgers name it."""
+        return f"Video-DPRP, {self.calibration}; neighbours: {self.neighbour}"
+
     def as_dict(self) -> dict[str, float | str]:
-        return asdict(self)
+        return {**asdict(self), "accountant": self.accountant}
 
 
 def check_budget(epsilon: float, delta: float, budget_split: float, k: int, d: int) -> None:

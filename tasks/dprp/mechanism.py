@@ -64,6 +64,7 @@ class Projection:
     keep: bool = False
     threads: int = 2
     _gram: torch.Tensor | None = field(default=None, repr=False)
+    _factor: torch.Tensor | None = field(default=None, repr=False)
     _kept: list[torch.Tensor] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -113,6 +114,12 @@ class Projection:
             self._gram = gram
         return self._gram
 
+    def gram_factor(self) -> torch.Tensor:
+        """The Cholesky factor of RᵀR, computed once (k³/3 flops: at k = 12288 that is 0.6 TFLOP)."""
+        if self._factor is None:
+            self._factor = torch.linalg.cholesky(self.gram())
+        return self._factor
+
 
 def rank_of(rank: int | float, k: int) -> int:
     """``rank`` as an integer r in 1..k (a float in (0, 1] is a fraction of k)."""
@@ -147,7 +154,7 @@ def back_project(w: torch.Tensor, projection: Projection) -> torch.Tensor:
     return out
 
 
-def reconstruct(p_noisy: torch.Tensor, q: torch.Tensor, projection: Projection, r: int) -> torch.Tensor:
+def reconstruct(p_noisy: torch.Tensor, q: torch.Tensor | None, projection: Projection, r: int) -> torch.Tensor:
     """X̃ = P̃ V_r (R V_r)⁺ = P̃ V_r G⁻¹ V_rᵀ Rᵀ, G = V_rᵀ RᵀR V_r (see the module docstring).
 
     With r = k, V is orthogonal and V (Vᵀ A V)⁻¹ Vᵀ = A⁻¹ for A = RᵀR: the result is P̃ (RᵀR)⁻¹ Rᵀ
@@ -155,11 +162,12 @@ def reconstruct(p_noisy: torch.Tensor, q: torch.Tensor, projection: Projection, 
     Cholesky. Note what this means: at full rank the noisy covariance — and the share 1 − b
     of the budget spent on it — does not change the output at all.
     """
-    gram = projection.gram()
     if r == projection.k:
-        factor = torch.linalg.cholesky(gram)
-        w = torch.cholesky_solve(p_noisy.T.contiguous(), factor).T
+        w = torch.cholesky_solve(p_noisy.T.contiguous(), projection.gram_factor()).T
         return back_project(w, projection)
+    if q is None:
+        raise PrivharError(f"dprp: rank r = {r} < k = {projection.k} needs the noisy covariance Q")
+    gram = projection.gram()
     _, _, vh = torch.linalg.svd(q)
     v_r = vh[:r].T  # k × r: top-r right singular vectors of Q
     g = v_r.T @ gram @ v_r
@@ -171,12 +179,17 @@ def reconstruct(p_noisy: torch.Tensor, q: torch.Tensor, projection: Projection, 
 class Protected:
     frames: np.ndarray  # (T, H, W, 3) uint8
     projected: torch.Tensor  # P̃ (T × k)
-    covariance: torch.Tensor  # Q (k × k)
+    covariance: torch.Tensor | None  # Q (k × k); None at full rank, where it is not used
 
 
 def protect_video(frames: np.ndarray, projection: Projection, *, sigma1: float, sigma2: float, rank: int | float,
                   noise_seed: int) -> Protected:
-    """Algorithm 1 on one (T, H, W, 3) uint8 clip; the reconstruction in the same layout, uint8."""
+    """Algorithm 1 on one (T, H, W, 3) uint8 clip; the reconstruction in the same layout, uint8.
+
+    At full rank (r = k) X̃ does not depend on Q (see :func:`reconstruct`), so Q is not drawn:
+    the output is the same as if it were, and the ledger still charges (ε2, δ2) for it —
+    a conservative account. Drawing N would cost k² normals per video (151 M at k = 12288).
+    """
     if not is_clip(frames):
         raise PrivharError(f"dprp: expected frames (T, H, W, 3) uint8, got {frames.shape} {frames.dtype}")
     t = frames.shape[0]
@@ -186,9 +199,12 @@ def protect_video(frames: np.ndarray, projection: Projection, *, sigma1: float, 
     x = torch.from_numpy(frames.reshape(t, d).astype(np.float32))
     p = project(x, projection)
     m = torch.from_numpy(_philox(noise_seed, NOISE_STREAM_P, 0).standard_normal((t, projection.k)))
-    n = torch.from_numpy(_philox(noise_seed, NOISE_STREAM_Q, 0).standard_normal((projection.k, projection.k)))
     p_noisy = p + sigma1 * m
-    q = p.T @ p + sigma2 * n
-    x_tilde = reconstruct(p_noisy, q, projection, rank_of(rank, projection.k))
+    r = rank_of(rank, projection.k)
+    q = None
+    if r < projection.k:
+        n = torch.from_numpy(_philox(noise_seed, NOISE_STREAM_Q, 0).standard_normal((projection.k, projection.k)))
+        q = p.T @ p + sigma2 * n
+    x_tilde = reconstruct(p_noisy, q, projection, r)
     pixels = x_tilde.round_().clamp_(0, 255).to(torch.uint8).numpy().reshape(frames.shape)
     return Protected(pixels, p_noisy, q)

@@ -1,7 +1,8 @@
 """Stage ``dprp``: every decoded clip (train and test splits) through Video-DPRP at one ε.
 
     decode manifest ─▶ frames/<id>.npy ─▶ Algorithm 1 (tasks/dprp/mechanism.py) ─▶ frames/<id>.npy
-                                                    └─▶ ledger.parquet: σ1, σ2, ε, δ, split, mode, β per video
+                                                    ├─▶ ledger.parquet: σ1, σ2, ε, δ, split, mode, β per video
+                                                    └─▶ report/eps<ε>.png: raw and protected test frames
 
 Both splits are protected: protocol 2 evaluates on protected test videos. R is public
 randomness: ``projection: shared`` draws one R for the dataset from (base.seed, "dprp-R"),
@@ -20,12 +21,13 @@ from typing import Any
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import MANIFEST_NAME, read_manifest, resolve_path, write_manifest, write_table
 from tasks.core.parallel import map_ordered
-from tasks.core.params import BaseParams, DprpParams, load_section
+from tasks.core.params import BaseParams, DataParams, DprpParams, load_section
 from tasks.core.seeding import derive_seed
-from tasks.core.storage import atomic_directory, load_frames, save_frames
+from tasks.core.storage import atomic_directory, atomic_write_bytes, load_frames, save_frames
 from tasks.core.tracking import stage_run
 from tasks.dprp.calibration import NoiseScales, noise_scales
 from tasks.dprp.mechanism import Projection, protect_video
+from tasks.dprp.preview import preview_png
 
 
 def projection_for(video_id: str, *, params: DprpParams, seed: int, d: int, shared: Projection | None) -> Projection:
@@ -48,8 +50,8 @@ def protect_one(row: dict[str, Any], *, params: DprpParams, scales: NoiseScales,
     return {**row, "path": f"frames/{row['video_id']}.npy", "projection": params.projection, **scales.as_dict()}
 
 
-def dprp(*, params_path: Path, frames: Path, epsilon: float, out: Path) -> list[dict[str, Any]]:
-    """Protect every clip of the decoded manifest in ``frames`` at total ``epsilon``."""
+def dprp(*, params_path: Path, frames: Path, epsilon: float, out: Path, report: Path | None = None) -> list[dict[str, Any]]:
+    """Protect every clip of the decoded manifest in ``frames`` at total ``epsilon``; preview into ``report``."""
     base = load_section(params_path, "base", BaseParams)
     params = load_section(params_path, "dprp", DprpParams)
     if epsilon not in params.epsilons:
@@ -79,6 +81,13 @@ def dprp(*, params_path: Path, frames: Path, epsilon: float, out: Path) -> list[
         run.log_metrics({"epsilon": epsilon, "delta": params.delta, "sigma1": scales.sigma1, "sigma2": scales.sigma2,
                          "videos": len(protected), "seconds_per_video": seconds / len(protected)})
         run.set_tags({"privhar.calibration": scales.calibration, "privhar.neighbour": scales.neighbour})
+        if report is not None:
+            test = [row for row in rows if row["split"] == "test"] or rows
+            title = (f"Video-DPRP ε = {epsilon:g}, δ = {params.delta:g}, k = {params.k_value}, b = {params.budget_split:g}: "
+                     f"σ1 = {scales.sigma1:.3g}, σ2 = {scales.sigma2:.3g}\n{scales.accountant}")
+            show_raw = load_section(params_path, "data", DataParams).source == "synthetic"
+            atomic_write_bytes(report / f"eps{epsilon}.png", preview_png(test, frames, protected, staging, title,
+                                                                          show_raw=show_raw))
         print(f"dprp: ε = {epsilon:g}: {len(protected)} videos, σ1 = {scales.sigma1:.4g}, σ2 = {scales.sigma2:.4g} "
               f"({scales.calibration}), {seconds / len(protected):.3f} s/video", file=sys.stderr)
     return protected
