@@ -14,7 +14,7 @@ from flows.project_lock import project_lock
 from tasks.core.errors import PrivharError
 from tests.conftest import BIN, REPO, make_project, sh
 
-STAGES = [stage.name for stage in read_dag(REPO)]  # synthesize, decode, dprp@2.0, ..., train, evaluate
+STAGES = [stage.name for stage in read_dag(REPO)]  # synthesize, decode, dprp@2.0, ..., train, train-dprp@2.0, ..., evaluate
 
 
 @pytest.fixture(scope="module")
@@ -46,9 +46,12 @@ def edit_params(project: Path, section: str, key: str, value) -> None:
 
 def test_the_dag_comes_from_dvc_yaml():
     dag = read_dag(REPO)
-    assert [stage.name for stage in dag][:2] == ["synthesize", "decode"] and STAGES[-2:] == ["train", "evaluate"]
-    assert {stage.name: stage.upstream for stage in dag}["evaluate"] == ("decode", "train")
-    assert {stage.name: stage.upstream for stage in dag}["dprp@8.0"] == ("decode",)
+    assert [stage.name for stage in dag][:2] == ["synthesize", "decode"] and STAGES[-1] == "evaluate"
+    upstream = {stage.name: stage.upstream for stage in dag}
+    dprp = [f"dprp@{epsilon}" for epsilon in ("2.0", "5.0", "8.0")]
+    assert upstream["dprp@8.0"] == ("decode",) and upstream["train-dprp@8.0"] == ("dprp@8.0",)
+    # evaluate depends on data/dprp and data/train, the parents of those stages' outputs
+    assert upstream["evaluate"] == ("decode", *dprp, "train", *(f"train-{name}" for name in dprp))
     assert [stage.name for stage in read_dag(REPO, ["decode"])] == ["synthesize", "decode"]
     with pytest.raises(PrivharError, match="no stage 'nope' in dvc.yaml"):
         read_dag(REPO, ["nope"])

@@ -30,6 +30,8 @@ fixed R drawn this way (the noise M, N is still fresh per video).
 from __future__ import annotations
 
 import math
+import os
+import threading
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -42,11 +44,63 @@ from tasks.core.errors import PrivharError
 from tasks.core.storage import is_clip
 
 NOISE_STREAM_P, NOISE_STREAM_Q = 1, 2
+GRAM_CHUNKS = 8  # column chunks of the lower block-triangle of RᵀR (flops: (c + 1)/(2c) of the full product)
+
+
+def add_gram(gram: torch.Tensor, block: torch.Tensor, chunks: int = GRAM_CHUNKS) -> None:
+    """Add the lower block-triangle of blockᵀ·block to ``gram`` (float64); :func:`symmetrise` completes it.
+
+    RᵀR is symmetric, so only column chunk j of the rows j.. is computed — one matmul per chunk,
+    d·k²·(c + 1)/c flops instead of 2·d·k² (BLAS's syrk, which torch does not expose).
+    """
+    k = block.shape[1]
+    width = math.ceil(k / chunks)
+    for start in range(0, k, width):
+        stop = min(start + width, k)
+        gram[start:, start:stop] += (block[:, start:].T @ block[:, start:stop]).double()
+
+
+def symmetrise(lower: torch.Tensor) -> torch.Tensor:
+    """The full matrix from its lower block-triangle (the block diagonal is already whole)."""
+    return torch.tril(lower) + torch.tril(lower, -1).T
+
+
+def gram_flops(d: int, k: int, chunks: int = GRAM_CHUNKS) -> float:
+    """Flops :func:`add_gram` performs over all of R's d rows."""
+    width = math.ceil(k / chunks)
+    return sum(2.0 * d * (k - start) * min(width, k - start) for start in range(0, k, width))
 
 
 def _philox(seed: int, stream: int, block: int) -> np.random.Generator:
     """A counter-based stream: key = seed, counter = (0, 0, block, stream)."""
     return np.random.Generator(np.random.Philox(key=seed % 2**64, counter=[0, 0, block, stream]))
+
+
+class BufferPool:
+    """Float32 arrays for R's blocks, reused by shape across blocks, passes and videos.
+
+    On this project's VM a page touched for the first time costs more than filling it with
+    Gaussian numbers (2.8 GB: 9 s), so blocks are generated into arrays that already exist.
+    At most (prefetch threads + 1) arrays per projection in use are ever allocated.
+    """
+
+    def __init__(self) -> None:
+        self._free: dict[tuple[int, int], list[np.ndarray]] = {}
+        self._lock = threading.Lock()
+
+    def take(self, shape: tuple[int, int]) -> np.ndarray:
+        with self._lock:
+            free = self._free.get(shape)
+            if free:
+                return free.pop()
+        return np.empty(shape, np.float32)
+
+    def give(self, array: np.ndarray) -> None:
+        with self._lock:
+            self._free.setdefault(array.shape, []).append(array)
+
+
+BUFFERS = BufferPool()
 
 
 @dataclass
@@ -74,11 +128,14 @@ class Projection:
     def _block(self, index: int) -> torch.Tensor:
         start = index * self.block_rows
         stop = min(start + self.block_rows, self.d)
-        values = _philox(self.seed, 0, index).standard_normal((stop - start, self.k), dtype=np.float32)
+        values = BUFFERS.take((stop - start, self.k))
+        _philox(self.seed, 0, index).standard_normal(dtype=np.float32, out=values)
         return torch.from_numpy(values).mul_(1.0 / math.sqrt(self.k))
 
     def blocks(self) -> Iterator[tuple[int, int, torch.Tensor]]:
         """(first row, last row + 1, R[first:last] as float32) for every block, in order.
+
+        A block is valid until the next one is requested (its array is then reused), unless ``keep``.
 
         Blocks are generated ``threads`` at a time ahead of use (numpy releases the GIL while
         it fills an array), so generation overlaps the matmuls that consume them.
@@ -95,23 +152,31 @@ class Projection:
                 block = pending.popleft().result()
                 if index + self.threads < count:
                     pending.append(pool.submit(self._block, index + self.threads))
+                yield start, stop, block
                 if self.keep:
                     kept.append(block)
-                yield start, stop, block
+                else:
+                    BUFFERS.give(block.numpy())  # the consumer is done with it: reuse its pages
         if self.keep:
             self._kept = kept
 
+    def release(self) -> None:
+        """Return kept blocks to the pool (a per-video R is done): the next video reuses their pages."""
+        for block in self._kept or []:
+            BUFFERS.give(block.numpy())
+        self._kept = None
+
     def dense(self) -> torch.Tensor:
         """R whole (for tests and small sizes only)."""
-        return torch.cat([block for _, _, block in self.blocks()])
+        return torch.cat([block.clone() for _, _, block in self.blocks()])  # blocks are recycled after use
 
     def gram(self) -> torch.Tensor:
         """RᵀR (k × k, float64), accumulated block by block."""
         if self._gram is None:
             gram = torch.zeros(self.k, self.k, dtype=torch.float64)
             for _, _, block in self.blocks():
-                gram += (block.T @ block).double()
-            self._gram = gram
+                add_gram(gram, block)
+            self._gram = symmetrise(gram)
         return self._gram
 
     def gram_factor(self) -> torch.Tensor:
@@ -119,6 +184,17 @@ class Projection:
         if self._factor is None:
             self._factor = torch.linalg.cholesky(self.gram())
         return self._factor
+
+
+def fits_comfortably(d: int, k: int, share: float = 1 / 6) -> bool:
+    """Whether R (d × k float32) takes at most ``share`` of this machine's memory.
+
+    Then a per-video R is kept between the two passes instead of generated twice; the paper's
+    configuration (2.8 GB) qualifies on a 24 GiB machine. Otherwise blocks are regenerated and
+    memory stays O(k² + T·k + block·k).
+    """
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return 4 * d * k <= share * memory
 
 
 def rank_of(rank: int | float, k: int) -> int:
@@ -139,9 +215,9 @@ def project(x: torch.Tensor, projection: Projection) -> torch.Tensor:
     for start, stop, block in projection.blocks():
         p += (x[:, start:stop] @ block).double()
         if gram is not None:
-            gram += (block.T @ block).double()
+            add_gram(gram, block)
     if gram is not None:
-        projection._gram = gram
+        projection._gram = symmetrise(gram)
     return p
 
 

@@ -19,7 +19,7 @@ from tasks.core.errors import PrivharError
 from tasks.core.seeding import derive_seed
 from tasks.core.storage import is_clip
 from tasks.dprp.calibration import Calibration, Neighbour, noise_scales
-from tasks.dprp.mechanism import Projection, protect_video, rank_of
+from tasks.dprp.mechanism import Projection, fits_comfortably, protect_video, rank_of
 
 
 def read_clip(path: Path) -> tuple[np.ndarray, float]:
@@ -65,7 +65,8 @@ def protect_file(source: Path, target: Path, *, epsilon: float, delta: float, k:
                           calibration=calibration, neighbour=neighbour)
     r = rank_of(parse_rank(rank), k_value)
     started = time.perf_counter()
-    projection = Projection(seed=derive_seed(seed, "dprp", "R", source.name), d=d, k=k_value)
+    projection = Projection(seed=derive_seed(seed, "dprp", "R", source.name), d=d, k=k_value,
+                            keep=fits_comfortably(d, k_value))
     protected = protect_video(frames, projection, sigma1=scales.sigma1, sigma2=scales.sigma2, rank=r,
                               noise_seed=derive_seed(seed, "dprp", "noise", source.name))
     seconds = time.perf_counter() - started

@@ -26,7 +26,7 @@ from tasks.core.seeding import derive_seed
 from tasks.core.storage import atomic_directory, atomic_write_bytes, load_frames, save_frames
 from tasks.core.tracking import stage_run
 from tasks.dprp.calibration import NoiseScales, noise_scales
-from tasks.dprp.mechanism import Projection, protect_video
+from tasks.dprp.mechanism import Projection, fits_comfortably, protect_video
 from tasks.dprp.preview import preview_png
 
 
@@ -35,7 +35,7 @@ def projection_for(video_id: str, *, params: DprpParams, seed: int, d: int, shar
     if shared is not None:
         return shared
     return Projection(seed=derive_seed(seed, "dprp-R", video_id), d=d, k=params.k_value, block_rows=params.block_rows,
-                      threads=1)
+                      threads=1, keep=fits_comfortably(d, params.k_value))
 
 
 def protect_one(row: dict[str, Any], *, params: DprpParams, scales: NoiseScales, epsilon: float, seed: int,
@@ -46,6 +46,8 @@ def protect_one(row: dict[str, Any], *, params: DprpParams, scales: NoiseScales,
     projection = projection_for(row["video_id"], params=params, seed=seed, d=d, shared=shared)
     protected = protect_video(frames, projection, sigma1=scales.sigma1, sigma2=scales.sigma2, rank=params.rank,
                               noise_seed=derive_seed(seed, "dprp-noise", epsilon, row["video_id"]))
+    if projection is not shared:
+        projection.release()
     save_frames(workdir / out / "frames" / f"{row['video_id']}.npy", protected.frames)
     return {**row, "path": f"frames/{row['video_id']}.npy", "projection": params.projection, **scales.as_dict()}
 
