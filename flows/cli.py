@@ -64,6 +64,18 @@ def dprp_stage_command(params_path: Path, frames: Path, epsilon: float, out: Pat
     dprp(params_path=params_path, frames=frames, epsilon=epsilon, out=out, report=report)
 
 
+@stage.command("anonymize")
+@PARAMS
+@_dir("--frames", "Folder of the decoded clips (with their ground-truth annotations).", exists=True)
+@click.option("--method", required=True, help="One of anonymize.methods: face_blur, low_res_<W>x<H>, blackout, none.")
+@_dir("--out", "Where to write the protected clips, public masks and manifest.")
+def anonymize_stage_command(params_path: Path, frames: Path, method: str, out: Path) -> None:
+    """Obfuscate every decoded clip with one method (paper 000 §4.2 baselines)."""
+    from tasks.anonymize.stage import anonymize
+
+    anonymize(params_path=params_path, frames=frames, method=method, out=out)
+
+
 @stage.command("train")
 @PARAMS
 @_dir("--frames", "Folder of the clips to learn from: decoded (raw) or protected.", exists=True)

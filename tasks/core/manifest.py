@@ -10,6 +10,7 @@ byte-identical files.
 from __future__ import annotations
 
 import io
+import os
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,17 @@ def resolve_path(stored: str, folder: Path) -> Path:
     """Inverse of :func:`relative_path`."""
     path = Path(stored)
     return path if path.is_absolute() else Path(folder) / path
+
+
+def rebase_path(stored: str, source: Path, target: Path) -> str:
+    """A path stored in ``source``'s manifest, as ``target``'s manifest must store it.
+
+    Relative paths stay relative (``../../decode/annotations/x.npz``), so a derived output
+    keeps pointing at its source's files wherever the project lives.
+    """
+    if Path(stored).is_absolute():
+        return stored
+    return Path(os.path.relpath(Path(source).resolve() / stored, Path(target).resolve())).as_posix()
 
 
 def write_table(rows: list[dict[str, Any]], path: Path, schema: pa.Schema | None = None) -> None:

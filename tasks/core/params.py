@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from tasks.core.errors import PrivharError
 
@@ -104,6 +104,24 @@ class DprpParams(Section):
         return self.k if isinstance(self.k, int) else math.prod(self.k)
 
 
+class AnonymizeParams(Section):
+    """The anonymize stage: one output per method (paper 000 §4.2 baselines; avatars of paper 001 §5.2)."""
+
+    methods: Annotated[list[Annotated[str, Field(pattern=r"^(face_blur|blackout|none|low_res_\d+x\d+)$")]],
+                       Field(min_length=1)]
+    source: Literal["ground_truth"]  # where people are found: the dataset's annotations
+    face_blur_kernel: Annotated[int, Field(ge=1, le=255)]
+    face_blur_sigma: Annotated[float, Field(gt=0.0)]
+    mask_dilation: Annotated[int, Field(ge=0, le=64)]  # pixels added around a person mask
+
+    @field_validator("face_blur_kernel")
+    @classmethod
+    def _odd(cls, value: int) -> int:
+        if value % 2 == 0:
+            raise ValueError("must be odd (a Gaussian kernel has a centre pixel)")
+        return value
+
+
 class OrchestrateParams(Section):
     """How the Prefect flow runs the DAG and where the local servers listen (not a stage's input)."""
 
@@ -135,6 +153,7 @@ SECTIONS: dict[str, type[Section]] = {
     "train": TrainParams,
     "evaluate": EvaluateParams,
     "dprp": DprpParams,
+    "anonymize": AnonymizeParams,
     "orchestrate": OrchestrateParams,
     "registry": RegistryParams,
 }

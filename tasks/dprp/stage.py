@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from tasks.core.errors import PrivharError
-from tasks.core.manifest import MANIFEST_NAME, read_manifest, resolve_path, write_manifest, write_table
+from tasks.core.manifest import MANIFEST_NAME, read_manifest, rebase_path, resolve_path, write_manifest, write_table
 from tasks.core.parallel import map_ordered
 from tasks.core.params import BaseParams, DataParams, DprpParams, load_section
 from tasks.core.seeding import derive_seed
@@ -39,7 +39,7 @@ def projection_for(video_id: str, *, params: DprpParams, seed: int, d: int, shar
 
 
 def protect_one(row: dict[str, Any], *, params: DprpParams, scales: NoiseScales, epsilon: float, seed: int,
-                source: Path, out: Path, workdir: Path, shared: Projection | None) -> dict[str, Any]:
+                source: Path, out: Path, final: Path, workdir: Path, shared: Projection | None) -> dict[str, Any]:
     """One clip: protected frames written, its manifest row (with its privacy record) returned."""
     frames = load_frames(workdir / resolve_path(row["path"], source))
     d = int(frames[0].size)
@@ -49,7 +49,9 @@ def protect_one(row: dict[str, Any], *, params: DprpParams, scales: NoiseScales,
     if projection is not shared:
         projection.release()
     save_frames(workdir / out / "frames" / f"{row['video_id']}.npy", protected.frames)
-    return {**row, "path": f"frames/{row['video_id']}.npy", "projection": params.projection, **scales.as_dict()}
+    annotations = rebase_path(row["annotations"], workdir / source, workdir / final) if row.get("annotations") else ""
+    return {**row, "path": f"frames/{row['video_id']}.npy", "annotations": annotations, "projection": params.projection,
+            **scales.as_dict()}
 
 
 def dprp(*, params_path: Path, frames: Path, epsilon: float, out: Path, report: Path | None = None) -> list[dict[str, Any]]:
@@ -71,7 +73,7 @@ def dprp(*, params_path: Path, frames: Path, epsilon: float, out: Path, report: 
         (staging / "frames").mkdir()
         started = time.perf_counter()
         work = partial(protect_one, params=params, scales=scales, epsilon=epsilon, seed=base.seed, source=frames,
-                       out=staging, workdir=Path.cwd(), shared=shared)
+                       out=staging, final=out, workdir=Path.cwd(), shared=shared)
         # One process: torch's matmuls already use every core, and forking after torch's thread
         # pool has started is unsafe. (The Prefect flow may still shard the videos over threads or Dask.)
         protected = map_ordered(work, rows, workers=1, desc=f"dprp ε={epsilon:g}")

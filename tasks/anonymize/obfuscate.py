@@ -1,0 +1,73 @@
+"""The classical obfuscations of paper 000 §4.2, applied to one clip with its ground truth.
+
+    face_blur        Gaussian blur, kernel 21, σ 10, inside every face box (the paper's values)
+    low_res_<W>x<H>  inverse super resolution: down to W×H (area averaging), back up (bilinear)
+                     so the classifier sees its usual input size
+    blackout         the person mask, dilated, filled with black; those pixels are synthetic,
+                     so they are the public mask MaskDP may use
+    none             the clip unchanged (the raw reference run through the same stage)
+
+Each returns the protected clip (T, H, W, 3) uint8 and a public mask (T, H, W) uint8 0/1 of the
+pixels that carry nothing of the recorded video (all zeros when the method makes none).
+"""
+
+from __future__ import annotations
+
+import re
+
+import cv2
+import numpy as np
+
+from tasks.core.errors import PrivharError
+
+LOW_RES = re.compile(r"^low_res_(\d+)x(\d+)$")
+
+
+def no_public_pixels(frames: np.ndarray) -> np.ndarray:
+    return np.zeros(frames.shape[:3], np.uint8)
+
+
+def blur_faces(frames: np.ndarray, face_boxes: np.ndarray, kernel: int, sigma: float) -> np.ndarray:
+    """Blur each frame inside its face boxes (T, P, 4: x0, y0, x1, y1; boxes of zero area are skipped)."""
+    out = frames.copy()
+    height, width = frames.shape[1:3]
+    for t, frame in enumerate(frames):
+        blurred = cv2.GaussianBlur(frame, (kernel, kernel), sigma, borderType=cv2.BORDER_REFLECT)
+        for x0, y0, x1, y1 in face_boxes[t]:
+            left, top = max(0, int(np.floor(x0))), max(0, int(np.floor(y0)))
+            right, bottom = min(width, int(np.ceil(x1))), min(height, int(np.ceil(y1)))
+            if right > left and bottom > top:
+                out[t, top:bottom, left:right] = blurred[top:bottom, left:right]
+    return out
+
+
+def low_resolution(frames: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """Down to ``size`` (width, height) by area averaging, then back up bilinearly."""
+    height, width = frames.shape[1:3]
+    return np.stack([cv2.resize(cv2.resize(frame, size, interpolation=cv2.INTER_AREA), (width, height),
+                                interpolation=cv2.INTER_LINEAR) for frame in frames])
+
+
+def dilate(person_mask: np.ndarray, pixels: int) -> np.ndarray:
+    """(T, H, W) 0/1: any person label, grown by ``pixels`` (a square neighbourhood)."""
+    covered = (person_mask > 0).astype(np.uint8)
+    if pixels <= 0:
+        return covered
+    element = np.ones((2 * pixels + 1, 2 * pixels + 1), np.uint8)
+    return np.stack([cv2.dilate(frame, element) for frame in covered])
+
+
+def black_out(frames: np.ndarray, person_mask: np.ndarray, dilation: int) -> tuple[np.ndarray, np.ndarray]:
+    """People (dilated) filled with black; the filled pixels are the public mask."""
+    public = dilate(person_mask, dilation)
+    out = frames.copy()
+    out[public.astype(bool)] = 0
+    return out, public
+
+
+def low_res_size(method: str) -> tuple[int, int]:
+    """``low_res_32x24`` → (32, 24), width × height as the paper names ISR sizes."""
+    match = LOW_RES.match(method)
+    if match is None or min(int(match.group(1)), int(match.group(2))) < 1:
+        raise PrivharError(f"anonymize: method {method!r} is invalid: expected low_res_<width>x<height>, e.g. low_res_32x24")
+    return int(match.group(1)), int(match.group(2))
