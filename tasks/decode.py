@@ -124,6 +124,8 @@ def transform_annotations(annotations: dict[str, np.ndarray], indices: np.ndarra
     masks = [_crop(geometry.image(mask, cv2.INTER_NEAREST), geometry, target) for mask in annotations["person_mask"][indices]]
     out = {"person_mask": np.stack(masks), "face_visible": annotations["face_visible"][indices],
            "identity": annotations["identity"], "skeleton": geometry.points(annotations["skeleton"][indices])}
+    if "joint_depth" in annotations:  # depth is along the camera axis: the image geometry leaves it alone
+        out["joint_depth"] = annotations["joint_depth"][indices]
     limits = np.array([target[1], target[0], target[1], target[0]], np.float32)
     for name in ("body_box", "face_box"):
         boxes = geometry.points(annotations[name][indices].reshape(*annotations[name][indices].shape[:-1], 2, 2))

@@ -65,7 +65,7 @@ def make_video(job: VideoJob, *, seed: int, params: SynthesizeParams, out: Path)
     write_video(out / "videos" / f"{job.video_id}.avi", rendered.frames, fps=params.fps, quantiser=params.quantiser)
     save_arrays(out / "annotations" / f"{job.video_id}.npz", person_mask=rendered.person_mask,
                         body_box=rendered.body_box, face_box=rendered.face_box, face_visible=rendered.face_visible,
-                        skeleton=rendered.skeleton, identity=rendered.identity)
+                        skeleton=rendered.skeleton, joint_depth=rendered.joint_depth, identity=rendered.identity)
     people = [identity_of(seed, actor.identity) for actor in spec.actors]
     outfits = [person.outfits[actor.outfit] for person, actor in zip(people, spec.actors)]
     primary = spec.actors[0]

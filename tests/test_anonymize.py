@@ -4,13 +4,15 @@ import cv2
 import numpy as np
 import pytest
 
+from tasks.anonymize.avatars import CATALOGUE, avatar_for, render
+from tasks.anonymize.inpaint import background_plate
 from tasks.anonymize.obfuscate import dilate, low_res_size
-from tasks.anonymize.stage import anonymize
+from tasks.anonymize.stage import anonymize, replace_with_avatars
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import read_manifest, resolve_path
 from tests.conftest import write_params
 
-METHODS = ["face_blur", "low_res_16x12", "blackout", "none"]
+METHODS = ["avatar", "face_blur", "low_res_16x12", "blackout", "none"]
 
 
 @pytest.fixture(scope="module")
@@ -106,3 +108,78 @@ def test_bad_input_is_one_line(outputs, tiny_decoded, tmp_path):
     bad = write_params(tmp_path, {"anonymize": {"face_blur_kernel": 20}})
     with pytest.raises(PrivharError, match="face_blur_kernel"):
         anonymize(params_path=bad, frames=tiny_decoded / "data/decode", method="face_blur", out=tmp_path / "z")
+
+
+def first_annotations(tiny_decoded, persons: int = 1):
+    decoded = tiny_decoded / "data/decode"
+    for row in read_manifest(decoded / "manifest.parquet"):
+        with np.load(resolve_path(row["annotations"], decoded)) as stored:
+            if len(stored["identity"]) == persons:
+                return np.load(resolve_path(row["path"], decoded)), dict(stored)
+    pytest.skip(f"no video with {persons} people in the tiny set")
+
+
+def test_catalogue_has_at_least_32_distinct_avatars_fixed_per_identity():
+    looks = {(a.torso, a.accent, a.limbs, a.head, a.pattern, a.limb_width, a.head_radius, a.shoulder_scale) for a in CATALOGUE}
+    assert len(looks) == len(CATALOGUE) >= 32
+    assert all(avatar_for(2026, identity) == avatar_for(2026, identity) for identity in range(16))
+    assert len({avatar_for(2026, identity).index for identity in range(16)}) >= 10  # identities get different avatars
+    assert [avatar_for(1, i).index for i in range(8)] != [avatar_for(2, i).index for i in range(8)]  # the seed decides
+
+
+def test_public_mask_is_exactly_the_rendered_pixels(tiny_decoded):
+    _, truth = first_annotations(tiny_decoded)
+    people = [(truth["skeleton"][0, 0], truth["joint_depth"][0, 0], CATALOGUE[3])]
+    shape = truth["person_mask"].shape[1:] + (3,)
+    black, coverage_black = render(np.zeros(shape, np.uint8), people)
+    white, coverage_white = render(np.full(shape, 255, np.uint8), people)
+    assert np.array_equal(coverage_black, coverage_white) and (coverage_black > 0).mean() > 0.02
+    rendered = (black != 0).any(-1) | (white != 255).any(-1)  # pixels the avatar changed on either background
+    assert np.array_equal(rendered, coverage_black > 0)
+
+
+def test_no_pixel_of_the_person_survives(tiny_decoded):
+    frames, truth = first_annotations(tiny_decoded)
+    out, public = replace_with_avatars(frames, truth, dilation=2, seed=7)
+    person = truth["person_mask"] > 0
+    disguised = frames.copy()
+    disguised[person] = np.random.default_rng(0).integers(0, 256, (int(person.sum()), 3), dtype=np.uint8)
+    again, public_again = replace_with_avatars(disguised, truth, dilation=2, seed=7)
+    assert np.array_equal(out, again) and np.array_equal(public, public_again)  # the output never reads them
+    plate, _ = background_plate(frames, dilate(truth["person_mask"], 2))
+    hidden = person & (public == 0)  # person pixels the avatar does not cover: background plate there
+    assert np.array_equal(out[hidden], np.broadcast_to(plate, frames.shape)[hidden])
+
+
+def test_edge_cases_render(tiny_decoded):
+    frames, truth = first_annotations(tiny_decoded)
+    background = frames[0]
+    assert np.array_equal(render(background, [])[0], background)  # no person: the frame as it is
+    skeleton = truth["skeleton"][0, 0]
+    points = skeleton + np.array([background.shape[1] - skeleton[:, 0].mean(), 0], np.float32)  # centred on the border
+    frame, coverage = render(background, [(points, truth["joint_depth"][0, 0], CATALOGUE[0])])
+    assert frame.shape == background.shape and 0 < (coverage > 0).mean() < 0.5
+    one = {key: (value[:1] if value.ndim and key != "identity" else value) for key, value in truth.items()}
+    out, public = replace_with_avatars(frames[:1], one, dilation=2, seed=1)  # one frame: the plate is inpainted
+    assert out.shape == frames[:1].shape and public.any()
+
+
+def test_two_people_get_two_avatars_ordered_by_depth(tiny_decoded):
+    frames, truth = first_annotations(tiny_decoded, persons=2)
+    out, public = replace_with_avatars(frames, truth, dilation=2, seed=3)
+    assert out.shape == frames.shape and public.mean() > 0
+    near = [(truth["skeleton"][0, p], truth["joint_depth"][0, p] + (10.0 if p == 1 else 0.0), CATALOGUE[p]) for p in (0, 1)]
+    far = [(truth["skeleton"][0, p], truth["joint_depth"][0, p] + (10.0 if p == 0 else 0.0), CATALOGUE[p]) for p in (0, 1)]
+    first, _ = render(frames[0], near)
+    second, _ = render(frames[0], far)
+    overlap = (render(frames[0], near[:1])[1] > 0) & (render(frames[0], near[1:])[1] > 0)
+    if overlap.any():  # where they overlap, the nearer one is on top
+        assert not np.array_equal(first[overlap], second[overlap])
+
+
+def test_avatar_output_records_its_public_mask(outputs):
+    folder, _, results = outputs
+    for row in results["avatar"]:
+        with np.load(folder / "avatar" / row["mask"]) as stored:
+            assert row["public_fraction"] == round(float(stored["public"].mean()), 6)
+    assert np.mean([row["public_fraction"] for row in results["avatar"]]) > 0.02

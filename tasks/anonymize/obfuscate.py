@@ -33,7 +33,10 @@ def blur_faces(frames: np.ndarray, face_boxes: np.ndarray, kernel: int, sigma: f
     height, width = frames.shape[1:3]
     for t, frame in enumerate(frames):
         blurred = cv2.GaussianBlur(frame, (kernel, kernel), sigma, borderType=cv2.BORDER_REFLECT)
-        for x0, y0, x1, y1 in face_boxes[t]:
+        for box in face_boxes[t]:
+            if not np.isfinite(box).all():  # no face of this person in this frame
+                continue
+            x0, y0, x1, y1 = box
             left, top = max(0, int(np.floor(x0))), max(0, int(np.floor(y0)))
             right, bottom = min(width, int(np.ceil(x1))), min(height, int(np.ceil(y1)))
             if right > left and bottom > top:

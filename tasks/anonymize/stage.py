@@ -1,4 +1,9 @@
-"""Stage ``anonymize``: every decoded clip (both splits) through one obfuscation method.
+"""Stage ``anonymize``: every decoded clip (both splits) through one anonymization method.
+
+``avatar`` (paper 001 §5.2): people removed (:mod:`tasks.anonymize.inpaint`) and replaced by
+virtual humans in the same pose (:mod:`tasks.anonymize.avatars`), the avatars' pixels written
+as the public mask MaskDP needs. The baselines of paper 000 §4.2 are in
+:mod:`tasks.anonymize.obfuscate`.
 
     decode manifest ─▶ frames/<id>.npy + annotations/<id>.npz ─▶ method ─▶ frames/<id>.npy
                                                                     └─▶ masks/<id>.npz (public pixels, 0/1;
@@ -22,7 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from tasks.anonymize.obfuscate import LOW_RES, black_out, blur_faces, low_res_size, low_resolution, no_public_pixels
+from tasks.anonymize.avatars import avatar_for, render
+from tasks.anonymize.inpaint import remove_people
+from tasks.anonymize.obfuscate import LOW_RES, black_out, blur_faces, dilate, low_res_size, low_resolution, no_public_pixels
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import MANIFEST_NAME, read_manifest, rebase_path, resolve_path, write_manifest
 from tasks.core.parallel import map_ordered, worker_count
@@ -30,8 +37,27 @@ from tasks.core.params import AnonymizeParams, BaseParams, load_section
 from tasks.core.storage import atomic_directory, load_frames, save_arrays, save_frames
 from tasks.core.tracking import stage_run
 
-NEEDS_GROUND_TRUTH = {"face_blur": ("face_box",), "blackout": ("person_mask",)}
-PUBLIC_PIXEL_METHODS = {"blackout"}  # methods whose output has synthetic pixels: they write masks/
+NEEDS_GROUND_TRUTH = {"avatar": ("person_mask", "skeleton", "joint_depth", "identity"), "face_blur": ("face_box",),
+                      "blackout": ("person_mask",)}
+PUBLIC_PIXEL_METHODS = {"avatar", "blackout"}  # methods whose output has synthetic pixels: they write masks/
+
+
+def replace_with_avatars(frames: np.ndarray, truth: dict[str, np.ndarray], dilation: int,
+                         seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Paper 001 §5.2 from ground truth: remove every person (dilated mask), render avatars in their poses.
+
+    The public mask is the avatars' coverage (:func:`tasks.anonymize.avatars.render`); a
+    person whose skeleton is not finite in a frame is not drawn there.
+    """
+    clean = remove_people(frames, dilate(truth["person_mask"], dilation))
+    avatars = [avatar_for(seed, identity) for identity in truth["identity"]]
+    out, public = np.empty_like(frames), np.empty(frames.shape[:3], np.uint8)
+    for t in range(len(frames)):
+        people = [(truth["skeleton"][t, p], truth["joint_depth"][t, p], avatar) for p, avatar in enumerate(avatars)
+                  if np.isfinite(truth["skeleton"][t, p]).all() and np.isfinite(truth["joint_depth"][t, p]).all()]
+        out[t], coverage = render(clean[t], people)
+        public[t] = coverage > 0
+    return out, public
 
 
 def ground_truth(row: dict[str, Any], source: Path, keys: tuple[str, ...]) -> dict[str, np.ndarray]:
@@ -48,9 +74,11 @@ def ground_truth(row: dict[str, Any], source: Path, keys: tuple[str, ...]) -> di
         return {key: annotations[key] for key in keys}
 
 
-def apply_method(method: str, frames: np.ndarray, truth: dict[str, np.ndarray],
-                 params: AnonymizeParams) -> tuple[np.ndarray, np.ndarray]:
+def apply_method(method: str, frames: np.ndarray, truth: dict[str, np.ndarray], params: AnonymizeParams,
+                 seed: int) -> tuple[np.ndarray, np.ndarray]:
     """(protected clip, public mask) for one method."""
+    if method == "avatar":
+        return replace_with_avatars(frames, truth, params.mask_dilation, seed)
     if method == "face_blur":
         return blur_faces(frames, truth["face_box"], params.face_blur_kernel, params.face_blur_sigma), no_public_pixels(frames)
     if method == "blackout":
@@ -60,13 +88,13 @@ def apply_method(method: str, frames: np.ndarray, truth: dict[str, np.ndarray],
     return frames.copy(), no_public_pixels(frames)  # none
 
 
-def anonymize_one(row: dict[str, Any], *, method: str, params: AnonymizeParams, source: Path, out: Path,
+def anonymize_one(row: dict[str, Any], *, method: str, params: AnonymizeParams, seed: int, source: Path, out: Path,
                   final: Path, workdir: Path) -> tuple[dict[str, Any], float]:
     """One clip: protected frames and public mask written; its manifest row and the method's seconds returned."""
     frames = load_frames(workdir / resolve_path(row["path"], source))
     truth = ground_truth(row, workdir / source, NEEDS_GROUND_TRUTH.get(method, ()))
     started = time.perf_counter()
-    protected, public = apply_method(method, frames, truth, params)
+    protected, public = apply_method(method, frames, truth, params, seed)
     seconds = time.perf_counter() - started
     save_frames(workdir / out / "frames" / f"{row['video_id']}.npy", protected)
     mask = ""
@@ -88,7 +116,7 @@ def anonymize(*, params_path: Path, frames: Path, method: str, out: Path) -> lis
     with stage_run(f"anonymize@{method}", {"base": base, "anonymize": params}) as run, atomic_directory(out) as staging:
         (staging / "frames").mkdir()
         (staging / "masks").mkdir()
-        work = partial(anonymize_one, method=method, params=params, source=frames, out=staging, final=out,
+        work = partial(anonymize_one, method=method, params=params, seed=base.seed, source=frames, out=staging, final=out,
                        workdir=Path.cwd())
         results = map_ordered(work, rows, workers=worker_count(base.workers), desc=f"anonymize {method}")
         protected = [row for row, _ in results]

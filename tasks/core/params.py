@@ -107,12 +107,12 @@ class DprpParams(Section):
 class AnonymizeParams(Section):
     """The anonymize stage: one output per method (paper 000 §4.2 baselines; avatars of paper 001 §5.2)."""
 
-    methods: Annotated[list[Annotated[str, Field(pattern=r"^(face_blur|blackout|none|low_res_\d+x\d+)$")]],
+    methods: Annotated[list[Annotated[str, Field(pattern=r"^(avatar|face_blur|blackout|none|low_res_\d+x\d+)$")]],
                        Field(min_length=1)]
     source: Literal["ground_truth"]  # where people are found: the dataset's annotations
     face_blur_kernel: Annotated[int, Field(ge=1, le=255)]
     face_blur_sigma: Annotated[float, Field(gt=0.0)]
-    mask_dilation: Annotated[int, Field(ge=0, le=64)]  # pixels added around a person mask
+    mask_dilation: Annotated[int, Field(ge=0, le=64)]  # pixels added around a person mask (avatar, blackout)
 
     @field_validator("face_blur_kernel")
     @classmethod

@@ -7,7 +7,7 @@
 
 Ground truth per frame and person: a label mask (0 background, p + 1 for person p as
 visible after occlusion), body box (of the visible mask), face box, face visibility, the
-2-D skeleton (joint order :data:`tasks.synthetic.body.JOINTS`), and the identity.
+2-D skeleton (joint order :data:`tasks.synthetic.body.JOINTS`) with each joint's depth, and the identity.
 """
 
 from __future__ import annotations
@@ -59,6 +59,7 @@ class Rendered:
     face_box: np.ndarray  # (T, P, 4) float32
     face_visible: np.ndarray  # (T, P) bool
     skeleton: np.ndarray  # (T, P, J, 2) float32
+    joint_depth: np.ndarray  # (T, P, J) float32, body heights toward the camera (larger is nearer)
     identity: np.ndarray  # (P,) int32
 
 
@@ -206,6 +207,7 @@ def render_video(spec: VideoSpec, seed: int, params: SynthesizeParams) -> Render
         face_box=np.full((n_frames, n_people, 4), np.nan, np.float32),
         face_visible=np.zeros((n_frames, n_people), bool),
         skeleton=np.zeros((n_frames, n_people, len(JOINTS), 2), np.float32),
+        joint_depth=np.zeros((n_frames, n_people, len(JOINTS)), np.float32),
         identity=np.array([actor.identity for actor in spec.actors], np.int32),
     )
     phase = spec.jitter_phase
@@ -227,6 +229,7 @@ def render_video(spec: VideoSpec, seed: int, params: SynthesizeParams) -> Render
             face_box, face_visible = draw_person(canvas, labels, person + 1, identity, identity.outfits[actor.outfit],
                                                  PersonView(points=points, depth=depth, scale_px=scale, yaw=actor.yaw))
             out.skeleton[index, person] = points
+            out.joint_depth[index, person] = depth
             out.face_box[index, person] = face_box
             out.face_visible[index, person] = face_visible
         for person in range(n_people):
