@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextvars import ContextVar
 from typing import TypeVar
@@ -50,11 +51,26 @@ def map_ordered(function: Callable[[T], R], items: Sequence[T], *, workers: int,
         if workers <= 1 or len(items) <= 1:
             results: Iterable[R] = map(function, items)
             return [_tick(progress, result) for result in results]
-        context = multiprocessing.get_context("fork")
+        context = pool_context(function)
         with context.Pool(processes=min(workers, len(items)), initializer=_one_thread_per_worker) as pool:
             return [_tick(progress, result) for result in pool.imap(function, items, chunksize=1)]
     finally:
         progress.close()
+
+
+def pool_context(function: Callable) -> multiprocessing.context.BaseContext:
+    """``fork`` in a single-threaded process (fast); else a fork server.
+
+    Forking a process that runs other threads (MLflow's, Prefect's, a test runner's) can copy
+    a lock some thread holds, and the child waits on it forever. The fork server is started
+    clean, once per process, with the function's module, cv2 and torch imported, and forks
+    the workers from there.
+    """
+    if threading.active_count() == 1:
+        return multiprocessing.get_context("fork")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([getattr(function, "func", function).__module__, "cv2", "torch"])
+    return context
 
 
 def _one_thread_per_worker() -> None:
