@@ -76,6 +76,19 @@ def anonymize_stage_command(params_path: Path, frames: Path, method: str, out: P
     anonymize(params_path=params_path, frames=frames, method=method, out=out)
 
 
+@stage.command("preview")
+@PARAMS
+@_dir("--frames", "Folder of the decoded (raw) clips.", exists=True)
+@click.option("--copies", "copies", multiple=True, required=True, type=click.Path(path_type=Path, file_okay=False, exists=True),
+              help="A folder of protected copies (data/anonymize, data/dprp); repeatable.")
+@_dir("--out", "Where to write protections.png.")
+def preview_command(params_path: Path, frames: Path, copies: tuple[Path, ...], out: Path) -> None:
+    """The same test frames under every protection, as one PNG grid."""
+    from tasks.preview import preview
+
+    click.echo(f"preview: {preview(params_path=params_path, frames=frames, copies=list(copies), out=out)}", err=True)
+
+
 @stage.command("train")
 @PARAMS
 @_dir("--frames", "Folder of the clips to learn from: decoded (raw) or protected.", exists=True)

@@ -35,7 +35,8 @@ def test_parent_and_nested_runs_are_logged(project):
     assert parents
     children = client.search_runs([experiment.experiment_id], f"tags.mlflow.parentRunId = '{parents[0].info.run_id}'")
     dprp = {f"dprp@{epsilon:g}" for epsilon in (2.0, 5.0, 8.0)} | {f"train@dprp-eps{epsilon}" for epsilon in (2.0, 5.0, 8.0)}
-    anonymize = {f"anonymize@{method}" for method in ("avatar", "face_blur", "low_res_32x24", "low_res_16x12", "blackout")}
+    methods = ("avatar", "face_blur", "low_res_32x24", "low_res_16x12", "blackout")
+    anonymize = {f"anonymize@{method}" for method in methods} | {"preview"}
     assert {run.data.tags["privhar.stage"] for run in children} == {"synthesize", "decode", "train", "evaluate"} | dprp | anonymize
     assert all("stage_seconds" in run.data.metrics for run in children)
 
@@ -52,6 +53,6 @@ def test_dprp_ablation_reruns_only_what_depends_on_it(project):
     """Table 4 of paper 000 as README documents it: `dvc exp run -S dprp.budget_split=… -S dprp.epsilons=[8.0]`."""
     result = sh("dvc", "exp", "run", "-S", "dprp.budget_split=0.5", "-S", "dprp.epsilons=[8.0]", cwd=project)
     ran = {line.split("'")[1] for line in result.stdout.splitlines() if line.startswith("Running stage '")}
-    assert ran == {"dprp@8.0", "train-dprp@8.0", "evaluate"}
+    assert ran == {"dprp@8.0", "train-dprp@8.0", "evaluate", "preview"}
     shown = json.loads(sh("dvc", "exp", "show", "--json", cwd=project).stdout)
     assert "dprp-eps8.0" in json.dumps(shown) and "top1_protocol2" in json.dumps(shown)

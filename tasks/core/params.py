@@ -122,6 +122,10 @@ class AnonymizeParams(Section):
         return value
 
 
+class ReportParams(Section):
+    show_raw: bool | Literal["auto"]  # raw frames in pictures: auto = only for the synthetic dataset
+
+
 class OrchestrateParams(Section):
     """How the Prefect flow runs the DAG and where the local servers listen (not a stage's input)."""
 
@@ -154,6 +158,7 @@ SECTIONS: dict[str, type[Section]] = {
     "evaluate": EvaluateParams,
     "dprp": DprpParams,
     "anonymize": AnonymizeParams,
+    "report": ReportParams,
     "orchestrate": OrchestrateParams,
     "registry": RegistryParams,
 }

@@ -1,7 +1,7 @@
 """What Video-DPRP does to a frame, to look at: raw and protected middle frames side by side.
 
-Raw frames are drawn only when ``show_raw`` (the synthetic dataset): a report of a real
-dataset must not become a copy of real people's footage.
+Raw frames are drawn only when ``show_raw`` (``report.show_raw``; by default for the synthetic
+dataset only): a report of a real dataset must not become a copy of real people's footage.
 """
 
 from __future__ import annotations

@@ -21,13 +21,14 @@ from typing import Any
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import MANIFEST_NAME, read_manifest, rebase_path, resolve_path, write_manifest, write_table
 from tasks.core.parallel import map_ordered
-from tasks.core.params import BaseParams, DataParams, DprpParams, load_section
+from tasks.core.params import BaseParams, DprpParams, load_section
 from tasks.core.seeding import derive_seed
 from tasks.core.storage import atomic_directory, atomic_write_bytes, load_frames, save_frames
 from tasks.core.tracking import stage_run
 from tasks.dprp.calibration import NoiseScales, noise_scales
 from tasks.dprp.mechanism import Projection, fits_comfortably, protect_video
 from tasks.dprp.preview import preview_png
+from tasks.preview import raw_frames_allowed
 
 
 def projection_for(video_id: str, *, params: DprpParams, seed: int, d: int, shared: Projection | None) -> Projection:
@@ -89,7 +90,7 @@ def dprp(*, params_path: Path, frames: Path, epsilon: float, out: Path, report: 
             test = [row for row in rows if row["split"] == "test"] or rows
             title = (f"Video-DPRP ε = {epsilon:g}, δ = {params.delta:g}, k = {params.k_value}, b = {params.budget_split:g}: "
                      f"σ1 = {scales.sigma1:.3g}, σ2 = {scales.sigma2:.3g}\n{scales.accountant}")
-            show_raw = load_section(params_path, "data", DataParams).source == "synthetic"
+            show_raw = raw_frames_allowed(params_path)
             atomic_write_bytes(report / f"eps{epsilon}.png", preview_png(test, frames, protected, staging, title,
                                                                           show_raw=show_raw))
         print(f"dprp: ε = {epsilon:g}: {len(protected)} videos, σ1 = {scales.sigma1:.4g}, σ2 = {scales.sigma2:.4g} "

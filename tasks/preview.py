@@ -1,0 +1,95 @@
+"""Stage ``preview``: the same test frames under every protection, in one PNG grid.
+
+    data/decode ──────────────┐
+    data/anonymize/<method> ──┼─▶ reports/preview/protections.png (+ the stage's MLflow run)
+    data/dprp/eps<ε> ─────────┘
+
+One row per video (the first test videos), one column per protected copy found under the
+``--copies`` folders, and the avatar's public mask. This is what a person looks at first.
+Raw frames appear only when ``report.show_raw`` allows it (``auto``: the synthetic dataset
+only), so the tracking server never becomes a copy of real people's footage.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from tasks.core.errors import PrivharError  # noqa: E402
+from tasks.core.manifest import MANIFEST_NAME, read_manifest, resolve_path  # noqa: E402
+from tasks.core.params import DataParams, ReportParams, load_section  # noqa: E402
+from tasks.core.storage import atomic_write_bytes, load_frames  # noqa: E402
+from tasks.core.tracking import stage_run  # noqa: E402
+
+
+def raw_frames_allowed(params_path: Path) -> bool:
+    """``report.show_raw``: true, false, or auto (only the synthetic dataset's frames)."""
+    show = load_section(params_path, "report", ReportParams).show_raw
+    return load_section(params_path, "data", DataParams).source == "synthetic" if show == "auto" else bool(show)
+
+
+def copies_under(folders: list[Path]) -> list[Path]:
+    """Every protected copy (a folder with a manifest) directly under ``folders``, in order."""
+    return [copy for folder in folders for copy in sorted(folder.iterdir()) if (copy / MANIFEST_NAME).is_file()]
+
+
+def _middle(rows: dict[str, dict[str, Any]], video_id: str, folder: Path) -> np.ndarray:
+    frames = load_frames(resolve_path(rows[video_id]["path"], folder))
+    return frames[len(frames) // 2]
+
+
+def _public_mask(row: dict[str, Any], folder: Path, t: int) -> np.ndarray:
+    with np.load(resolve_path(row["mask"], folder)) as stored:
+        return np.repeat(stored["public"][t][..., None] * 255, 3, axis=-1).astype(np.uint8)
+
+
+def protections_grid(raw: Path, copies: list[Path], *, show_raw: bool, videos: int = 3) -> bytes:
+    """PNG bytes: rows = test videos, columns = [raw,] each copy [, its public mask when it has one]."""
+    raw_rows = {row["video_id"]: row for row in read_manifest(raw / MANIFEST_NAME) if row["split"] == "test"}
+    tables = {copy: {row["video_id"]: row for row in read_manifest(copy / MANIFEST_NAME)} for copy in copies}
+    picked = [video for video in sorted(raw_rows) if all(video in table for table in tables.values())][:videos]
+    if not picked:
+        raise PrivharError(f"preview: no test video is in {raw} and in every copy ({', '.join(map(str, copies))})")
+    columns: list[tuple[str, Any]] = [("raw", lambda v: _middle(raw_rows, v, raw))] if show_raw else []
+    for copy in copies:
+        name = f"{copy.parent.name}/{copy.name}"
+        columns.append((name, lambda v, c=copy: _middle(tables[c], v, c)))
+        if any(row.get("mask") for row in tables[copy].values()):
+            columns.append((f"{name} public mask", lambda v, c=copy: _public_mask(
+                tables[c][v], c, int(tables[c][v]["n_frames"]) // 2)))
+    figure, axes = plt.subplots(len(picked), len(columns), figsize=(1.9 * len(columns), 1.6 * len(picked) + 0.4),
+                                squeeze=False)
+    for line, video in zip(axes, picked):
+        for axis, (title, image_of) in zip(line, columns):
+            axis.imshow(image_of(video))
+            axis.set_title(title if video == picked[0] else "", fontsize=6)
+            axis.set_xticks([])
+            axis.set_yticks([])
+        line[0].set_ylabel(video, fontsize=6)
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=110, metadata={"Software": None})
+    plt.close(figure)
+    return buffer.getvalue()
+
+
+def preview(*, params_path: Path, frames: Path, copies: list[Path], out: Path) -> Path:
+    """Write ``out/protections.png`` and log it to the stage's MLflow run; return its path."""
+    found = copies_under(copies)
+    if not found:
+        raise PrivharError(f"preview: no protected copy (a folder with {MANIFEST_NAME}) under {', '.join(map(str, copies))}")
+    show_raw = raw_frames_allowed(params_path)
+    png = protections_grid(frames, found, show_raw=show_raw)
+    target = out / "protections.png"
+    with stage_run("preview", {"report": load_section(params_path, "report", ReportParams)}) as run:
+        atomic_write_bytes(target, png)
+        run.log_artifact(target)
+        run.set_tags({"privhar.show_raw": str(show_raw)})
+    return target
