@@ -21,20 +21,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import matplotlib
+import numpy as np
+import torch
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-
-from tasks.core.clips import labels_of, load_clips, normalise, split_rows  # noqa: E402
-from tasks.core.errors import PrivharError  # noqa: E402
-from tasks.core.manifest import MANIFEST_NAME, read_manifest  # noqa: E402
-from tasks.core.models import load_checkpoint  # noqa: E402
-from tasks.core.params import EvaluateParams, load_section  # noqa: E402
-from tasks.core.storage import atomic_write_bytes  # noqa: E402
-from tasks.core.tracking import stage_run  # noqa: E402
+from tasks.core.clips import labels_of, load_clips, normalise, split_rows
+from tasks.core.errors import PrivharError
+from tasks.core.figures import plt, png_bytes
+from tasks.core.manifest import MANIFEST_NAME, read_manifest
+from tasks.core.models import load_checkpoint
+from tasks.core.params import EvaluateParams, load_section
+from tasks.core.storage import atomic_write_bytes
+from tasks.core.tracking import stage_run
 
 
 def top_k_accuracy(logits: torch.Tensor, labels: torch.Tensor, k: int) -> float:
@@ -70,10 +67,7 @@ def plot_confusion(matrix: np.ndarray, names: list[str], title: str) -> bytes:
         if count:
             axes.text(column, row, str(count), ha="center", va="center", color="white" if shares[row, column] > 0.5 else "black", fontsize=7)
     figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=110, metadata={"Software": None})
-    plt.close(figure)
-    return buffer.getvalue()
+    return png_bytes(figure, dpi=110)
 
 
 @torch.no_grad()

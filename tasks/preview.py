@@ -12,21 +12,17 @@ only), so the tracking server never becomes a copy of real people's footage.
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 from typing import Any
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-from tasks.core.errors import PrivharError  # noqa: E402
-from tasks.core.manifest import MANIFEST_NAME, read_manifest, resolve_path  # noqa: E402
-from tasks.core.params import DataParams, ReportParams, load_section  # noqa: E402
-from tasks.core.storage import atomic_write_bytes, load_frames  # noqa: E402
-from tasks.core.tracking import stage_run  # noqa: E402
+from tasks.core.errors import PrivharError
+from tasks.core.figures import plt, png_bytes
+from tasks.core.manifest import MANIFEST_NAME, read_manifest, resolve_path
+from tasks.core.params import DataParams, ReportParams, load_section
+from tasks.core.storage import atomic_write_bytes, load_frames
+from tasks.core.tracking import stage_run
 
 
 def raw_frames_allowed(params_path: Path) -> bool:
@@ -40,8 +36,9 @@ def copies_under(folders: list[Path]) -> list[Path]:
     return [copy for folder in folders for copy in sorted(folder.iterdir()) if (copy / MANIFEST_NAME).is_file()]
 
 
-def _middle(rows: dict[str, dict[str, Any]], video_id: str, folder: Path) -> np.ndarray:
-    frames = load_frames(resolve_path(rows[video_id]["path"], folder))
+def middle_frame(row: dict[str, Any], folder: Path) -> np.ndarray:
+    """The middle frame of a manifest row's clip: what the pictures show of a video."""
+    frames = load_frames(resolve_path(row["path"], folder))
     return frames[len(frames) // 2]
 
 
@@ -57,10 +54,10 @@ def protections_grid(raw: Path, copies: list[Path], *, show_raw: bool, videos: i
     picked = [video for video in sorted(raw_rows) if all(video in table for table in tables.values())][:videos]
     if not picked:
         raise PrivharError(f"preview: no test video is in {raw} and in every copy ({', '.join(map(str, copies))})")
-    columns: list[tuple[str, Any]] = [("raw", lambda v: _middle(raw_rows, v, raw))] if show_raw else []
+    columns: list[tuple[str, Any]] = [("raw", lambda v: middle_frame(raw_rows[v], raw))] if show_raw else []
     for copy in copies:
         name = f"{copy.parent.name}/{copy.name}"
-        columns.append((name, lambda v, c=copy: _middle(tables[c], v, c)))
+        columns.append((name, lambda v, c=copy: middle_frame(tables[c][v], c)))
         if any(row.get("mask") for row in tables[copy].values()):
             columns.append((f"{name} public mask", lambda v, c=copy: _public_mask(
                 tables[c][v], c, int(tables[c][v]["n_frames"]) // 2)))
@@ -74,10 +71,7 @@ def protections_grid(raw: Path, copies: list[Path], *, show_raw: bool, videos: i
             axis.set_yticks([])
         line[0].set_ylabel(video, fontsize=6)
     figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=110, metadata={"Software": None})
-    plt.close(figure)
-    return buffer.getvalue()
+    return png_bytes(figure, dpi=110)
 
 
 def preview(*, params_path: Path, frames: Path, copies: list[Path], out: Path) -> Path:

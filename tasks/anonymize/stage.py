@@ -101,7 +101,7 @@ def anonymize_one(row: dict[str, Any], *, method: str, params: AnonymizeParams, 
     if method in PUBLIC_PIXEL_METHODS:
         mask = f"masks/{row['video_id']}.npz"
         save_arrays(workdir / out / mask, public=public)
-    annotations = rebase_path(row["annotations"], workdir / source, workdir / final) if row.get("annotations") else ""
+    annotations = rebase_path(row.get("annotations"), workdir / source, workdir / final)
     return {**row, "path": f"frames/{row['video_id']}.npy", "mask": mask, "annotations": annotations,
             "anonymize_method": method, "public_fraction": round(float(public.mean()), 6)}, seconds
 

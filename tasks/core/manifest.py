@@ -50,12 +50,14 @@ def resolve_path(stored: str, folder: Path) -> Path:
     return path if path.is_absolute() else Path(folder) / path
 
 
-def rebase_path(stored: str, source: Path, target: Path) -> str:
+def rebase_path(stored: str | None, source: Path, target: Path) -> str:
     """A path stored in ``source``'s manifest, as ``target``'s manifest must store it.
 
     Relative paths stay relative (``../../decode/annotations/x.npz``), so a derived output
     keeps pointing at its source's files wherever the project lives.
     """
+    if not stored:  # no file (a real dataset has no annotations)
+        return ""
     if Path(stored).is_absolute():
         return stored
     return Path(os.path.relpath(Path(source).resolve() / stored, Path(target).resolve())).as_posix()

@@ -6,23 +6,11 @@ dataset only): a report of a real dataset must not become a copy of real people'
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-from tasks.core.manifest import resolve_path  # noqa: E402
-from tasks.core.storage import load_frames  # noqa: E402
-
-
-def middle_frame(row: dict[str, Any], folder: Path) -> np.ndarray:
-    frames = load_frames(resolve_path(row["path"], folder))
-    return frames[len(frames) // 2]
+from tasks.core.figures import plt, png_bytes
+from tasks.preview import middle_frame
 
 
 def preview_png(raw_rows: list[dict[str, Any]], raw: Path, protected_rows: list[dict[str, Any]], protected: Path,
@@ -41,7 +29,4 @@ def preview_png(raw_rows: list[dict[str, Any]], raw: Path, protected_rows: list[
             axis.axis("off")
     figure.suptitle(title, fontsize=8)
     figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=100, metadata={"Software": None})
-    plt.close(figure)
-    return buffer.getvalue()
+    return png_bytes(figure, dpi=100)

@@ -50,7 +50,7 @@ def protect_one(row: dict[str, Any], *, params: DprpParams, scales: NoiseScales,
     if projection is not shared:
         projection.release()
     save_frames(workdir / out / "frames" / f"{row['video_id']}.npy", protected.frames)
-    annotations = rebase_path(row["annotations"], workdir / source, workdir / final) if row.get("annotations") else ""
+    annotations = rebase_path(row.get("annotations"), workdir / source, workdir / final)
     return {**row, "path": f"frames/{row['video_id']}.npy", "annotations": annotations, "projection": params.projection,
             **scales.as_dict()}
 

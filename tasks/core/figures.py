@@ -1,0 +1,23 @@
+"""Matplotlib figures as PNG bytes, headless and reproducible.
+
+The Agg backend needs no display; the ``Software`` metadata (matplotlib's version) is left
+out so the same figure gives the same bytes, and DVC sees no change where there is none.
+"""
+
+from __future__ import annotations
+
+import io
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402,F401  (re-exported: stages draw with it)
+from matplotlib.figure import Figure  # noqa: E402
+
+
+def png_bytes(figure: Figure, dpi: int) -> bytes:
+    """The figure as PNG bytes; the figure is closed."""
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=dpi, metadata={"Software": None})
+    plt.close(figure)
+    return buffer.getvalue()
