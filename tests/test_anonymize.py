@@ -105,6 +105,8 @@ def test_bad_input_is_one_line(outputs, tiny_decoded, tmp_path):
     with pytest.raises(PrivharError, match=rf"video {rows[3]['video_id']} has no ground-truth annotations"):
         anonymize(params_path=params, frames=copy, method="face_blur", out=tmp_path / "y")
     assert not (tmp_path / "y").exists()
+    passed = anonymize(params_path=params, frames=copy, method="low_res_16x12", out=tmp_path / "w")
+    assert len(passed) == len(rows)  # a method that needs no ground truth runs without it
     bad = write_params(tmp_path, {"anonymize": {"face_blur_kernel": 20}})
     with pytest.raises(PrivharError, match="face_blur_kernel"):
         anonymize(params_path=bad, frames=tiny_decoded / "data/decode", method="face_blur", out=tmp_path / "z")

@@ -61,7 +61,9 @@ def replace_with_avatars(frames: np.ndarray, truth: dict[str, np.ndarray], dilat
 
 
 def ground_truth(row: dict[str, Any], source: Path, keys: tuple[str, ...]) -> dict[str, np.ndarray]:
-    """The clip's annotations ``keys``, or a one-line error naming the video."""
+    """The clip's annotations ``keys``, or a one-line error naming the video; nothing is read when none are needed."""
+    if not keys:
+        return {}
     stored = row.get("annotations")
     path = resolve_path(stored, source) if stored else None
     if path is None or not path.is_file():
