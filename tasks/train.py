@@ -4,9 +4,9 @@ Methods live in :data:`TRAINING_METHODS`, keyed by the params value; the spine b
 non-private ``baseline`` (AdamW, cross-entropy, cosine learning-rate decay). Every method
 trains the model of :func:`tasks.core.models.create_video_classifier` from scratch.
 
-The same stage trains on raw clips (``data/decode``) or on a protected copy (``data/dprp/eps8.0``:
-protocols 1 and 2 of paper 000, §4.3). A model's key is its folder's name under ``data/train``
-(``baseline``, ``dprp-eps8.0``); the evaluate stage keys its metrics by it, and the registry
+The same stage trains on raw clips (``data/decode``) or on a protected copy (``data/dprp/eps8.0``,
+``data/anonymize/avatar``: protocols 1 and 2 of paper 000, §4.3). A model's key is its folder's
+name under ``data/train`` (``baseline``, ``dprp-eps8.0``, ``anonymize-avatar``); the evaluate stage keys its metrics by it, and the registry
 files it under ``privhar-<family>``. Its privacy claim is the tighter of the method's and the
 training data's (:func:`tasks.core.privacy.strongest`).
 
@@ -129,7 +129,7 @@ def train(*, params_path: Path, frames: Path, out: Path, report: Path, family: s
     """Run the stage; return the final training record.
 
     ``family`` names the registered model (default: the method); ``epochs`` overrides
-    ``train.epochs`` (the dprp trainings use ``dprp.train_epochs`` to fit the time budget).
+    ``train.epochs`` (a quick look; the pipeline trains every copy with the same recipe).
     """
     base = load_section(params_path, "base", BaseParams)
     params = load_section(params_path, "train", TrainParams)

@@ -26,7 +26,6 @@ TINY = {
     "decode": {"fps": 6.0, "frames": 4, "size": [32, 40]},
     "train": {"epochs": 2, "batch_size": 4, "input_size": [32, 40], "width": 4},
     "evaluate": {"batch_size": 8},
-    "dprp": {"train_epochs": 1},
     "orchestrate": {"shard_size": 8, "local_workers": 2},
 }
 

@@ -50,8 +50,11 @@ def test_the_dag_comes_from_dvc_yaml():
     upstream = {stage.name: stage.upstream for stage in dag}
     dprp = [f"dprp@{epsilon}" for epsilon in ("2.0", "5.0", "8.0")]
     assert upstream["dprp@8.0"] == ("decode",) and upstream["train-dprp@8.0"] == ("dprp@8.0",)
-    # evaluate depends on data/dprp and data/train, the parents of those stages' outputs
-    assert upstream["evaluate"] == ("decode", *dprp, "train", *(f"train-{name}" for name in dprp))
+    assert upstream["train-anonymize@avatar"] == ("anonymize@avatar",)
+    # evaluate depends on data/dprp, data/anonymize and data/train, the parents of those stages' outputs
+    anonymize = sorted(f"anonymize@{method}" for method in ("avatar", "face_blur", "low_res_32x24", "low_res_16x12", "blackout"))
+    trained = sorted(f"train-{name}" for name in anonymize + dprp)
+    assert upstream["evaluate"] == tuple(sorted(["decode", "train", *dprp, *anonymize, *trained]))
     assert [stage.name for stage in read_dag(REPO, ["decode"])] == ["synthesize", "decode"]
     with pytest.raises(PrivharError, match="no stage 'nope' in dvc.yaml"):
         read_dag(REPO, ["nope"])

@@ -36,7 +36,7 @@ def test_parent_and_nested_runs_are_logged(project):
     children = client.search_runs([experiment.experiment_id], f"tags.mlflow.parentRunId = '{parents[0].info.run_id}'")
     dprp = {f"dprp@{epsilon:g}" for epsilon in (2.0, 5.0, 8.0)} | {f"train@dprp-eps{epsilon}" for epsilon in (2.0, 5.0, 8.0)}
     methods = ("avatar", "face_blur", "low_res_32x24", "low_res_16x12", "blackout")
-    anonymize = {f"anonymize@{method}" for method in methods} | {"preview"}
+    anonymize = {f"anonymize@{method}" for method in methods} | {f"train@anonymize-{method}" for method in methods} | {"preview"}
     assert {run.data.tags["privhar.stage"] for run in children} == {"synthesize", "decode", "train", "evaluate"} | dprp | anonymize
     assert all("stage_seconds" in run.data.metrics for run in children)
 

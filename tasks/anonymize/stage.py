@@ -10,9 +10,10 @@ as the public mask MaskDP needs. The baselines of paper 000 §4.2 are in
                                                                         only methods that make any)
 
 One output per method (``anonymize@face_blur``, ``anonymize@low_res_32x24`` …), so each feeds
-training and evaluation like the raw clips do. People come from the dataset's ground truth
-(``anonymize.source``): the person masks and face boxes the decode stage carried along.
-A clip without them stops the stage with one line naming the video. The manifest adds
+training and evaluation like the raw clips do. People come from ``anonymize.source``: the
+dataset's ground truth (the person masks, skeletons and face boxes the decode stage carried
+along; a clip without them stops the stage with one line naming the video), or ``detector``:
+models bundled in mediapipe (:mod:`tasks.anonymize.detector`), for real footage. The manifest adds
 ``public_fraction`` (share of public pixels, MaskDP's input) and the mask's path; the
 speed of the method (frames/s, the f_speed of paper 004) goes to the stage's MLflow run.
 """
@@ -28,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from tasks.anonymize.avatars import avatar_for, render
+from tasks.anonymize.detector import detect_people, load_mediapipe
 from tasks.anonymize.inpaint import remove_people
 from tasks.anonymize.obfuscate import LOW_RES, black_out, blur_faces, dilate, low_res_size, low_resolution, no_public_pixels
 from tasks.core.errors import PrivharError
@@ -37,14 +39,14 @@ from tasks.core.params import AnonymizeParams, BaseParams, load_section
 from tasks.core.storage import atomic_directory, load_frames, save_arrays, save_frames
 from tasks.core.tracking import stage_run
 
-NEEDS_GROUND_TRUTH = {"avatar": ("person_mask", "skeleton", "joint_depth", "identity"), "face_blur": ("face_box",),
+NEEDS_PEOPLE = {"avatar": ("person_mask", "skeleton", "joint_depth", "identity"), "face_blur": ("face_box",),
                       "blackout": ("person_mask",)}
 PUBLIC_PIXEL_METHODS = {"avatar", "blackout"}  # methods whose output has synthetic pixels: they write masks/
 
 
 def replace_with_avatars(frames: np.ndarray, truth: dict[str, np.ndarray], dilation: int,
                          seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Paper 001 §5.2 from ground truth: remove every person (dilated mask), render avatars in their poses.
+    """Paper 001 §5.2: remove every person (dilated mask), render avatars in their poses.
 
     The public mask is the avatars' coverage (:func:`tasks.anonymize.avatars.render`); a
     person whose skeleton is not finite in a frame is not drawn there.
@@ -94,9 +96,14 @@ def anonymize_one(row: dict[str, Any], *, method: str, params: AnonymizeParams, 
                   final: Path, workdir: Path) -> tuple[dict[str, Any], float]:
     """One clip: protected frames and public mask written; its manifest row and the method's seconds returned."""
     frames = load_frames(workdir / resolve_path(row["path"], source))
-    truth = ground_truth(row, workdir / source, NEEDS_GROUND_TRUTH.get(method, ()))
+    keys = NEEDS_PEOPLE.get(method, ())
     started = time.perf_counter()
-    protected, public = apply_method(method, frames, truth, params, seed)
+    if params.source == "detector":  # finding people is part of the method's cost (f_speed)
+        people = detect_people(frames, keys, video_id=str(row["video_id"]), min_confidence=params.detector_confidence)
+    else:
+        people = ground_truth(row, workdir / source, keys)
+        started = time.perf_counter()
+    protected, public = apply_method(method, frames, people, params, seed)
     seconds = time.perf_counter() - started
     save_frames(workdir / out / "frames" / f"{row['video_id']}.npy", protected)
     mask = ""
@@ -115,6 +122,8 @@ def anonymize(*, params_path: Path, frames: Path, method: str, out: Path) -> lis
     if method not in params.methods:
         raise PrivharError(f"anonymize: method {method!r} is not one of anonymize.methods = {params.methods}")
     rows = read_manifest(frames / MANIFEST_NAME)
+    if params.source == "detector" and NEEDS_PEOPLE.get(method):
+        load_mediapipe()  # one line now if it is missing, not one per worker
     with stage_run(f"anonymize@{method}", {"base": base, "anonymize": params}) as run, atomic_directory(out) as staging:
         (staging / "frames").mkdir()
         (staging / "masks").mkdir()
@@ -128,7 +137,7 @@ def anonymize(*, params_path: Path, frames: Path, method: str, out: Path) -> lis
         speed = total_frames / max(seconds, 1e-9)
         public = float(np.mean([row["public_fraction"] for row in protected]))
         run.log_metrics({"frames_per_second": speed, "public_fraction": public, "videos": len(protected)})
-        run.set_tags({"privhar.method": method})
+        run.set_tags({"privhar.method": method, "privhar.people_source": params.source})
         print(f"anonymize: {method}: {len(protected)} videos, {speed:.0f} frames/s (the method alone, one core), "
               f"public pixels {public:.3f}", file=sys.stderr)
     return protected

@@ -97,7 +97,6 @@ class DprpParams(Section):
     neighbour: Literal["frame", "pixel"]
     projection: Literal["per_video", "shared"]
     block_rows: PositiveInt
-    train_epochs: PositiveInt  # of the classifier trained on each protected copy
 
     @property
     def k_value(self) -> int:
@@ -109,7 +108,8 @@ class AnonymizeParams(Section):
 
     methods: Annotated[list[Annotated[str, Field(pattern=r"^(avatar|face_blur|blackout|none|low_res_\d+x\d+)$")]],
                        Field(min_length=1)]
-    source: Literal["ground_truth"]  # where people are found: the dataset's annotations
+    source: Literal["ground_truth", "detector"]  # where people are found: the dataset's annotations, or mediapipe
+    detector_confidence: Annotated[float, Field(gt=0.0, lt=1.0)]  # mediapipe's minimum detection / tracking score
     face_blur_kernel: Annotated[int, Field(ge=1, le=255)]
     face_blur_sigma: Annotated[float, Field(gt=0.0)]
     mask_dilation: Annotated[int, Field(ge=0, le=64)]  # pixels added around a person mask (avatar, blackout)

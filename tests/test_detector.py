@@ -1,0 +1,135 @@
+"""anonymize.source = detector on real footage: a pan-and-zoom clip over scikit-image's astronaut photo.
+
+Runs in the detector environment (mediapipe 0.10.21, `make detector-test`); the core environment
+has no mediapipe and checks only that asking for the detector there fails with one line.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import cv2
+import numpy as np
+import pytest
+
+from tasks.anonymize.detector import detect_people
+from tasks.anonymize.stage import anonymize, replace_with_avatars
+from tasks.core.errors import PrivharError
+from tasks.core.manifest import read_manifest, write_manifest
+from tests.conftest import write_params
+
+HAS_MEDIAPIPE = importlib.util.find_spec("mediapipe") is not None
+needs_mediapipe = pytest.mark.skipif(not HAS_MEDIAPIPE, reason="mediapipe lives in the detector environment")
+FACE = (174, 68, 278, 172)  # Eileen Collins' face in data.astronaut() (x0, y0, x1, y1 of the 512 x 512 photo)
+KEYS = ("person_mask", "skeleton", "joint_depth", "identity", "face_box")
+SIZE = (240, 320)  # height, width of the clip
+
+
+def astronaut_clip(frames: int = 12) -> tuple[np.ndarray, np.ndarray]:
+    """(clip (T, 240, 320, 3), the face box in each frame (T, 4)): a camera panning right and zooming in."""
+    from skimage import data
+
+    photo = data.astronaut()
+    clip, faces = [], []
+    for t in range(frames):
+        progress = t / (frames - 1)
+        width = 500 - 140 * progress  # zoom in
+        height = width * SIZE[0] / SIZE[1]
+        x0, y0 = 6 + 100 * progress, 20 + 30 * progress  # pan right and down
+        scale = SIZE[1] / width
+        warp = np.array([[scale, 0, -x0 * scale], [0, scale, -y0 * scale]], np.float32)
+        clip.append(cv2.warpAffine(photo, warp, SIZE[::-1], flags=cv2.INTER_AREA, borderMode=cv2.BORDER_REFLECT))
+        faces.append([(FACE[0] - x0) * scale, (FACE[1] - y0) * scale, (FACE[2] - x0) * scale, (FACE[3] - y0) * scale])
+    return np.stack(clip), np.array(faces, np.float32)
+
+
+def iou(a: np.ndarray, b: np.ndarray) -> float:
+    width = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+    height = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+    inter = width * height
+    return inter / ((a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter)
+
+
+def faces_found(clip: np.ndarray) -> list[int]:
+    """Faces BlazeFace finds per frame: the attacker's view of a clip."""
+    found = detect_people(clip, ("face_box",), video_id="check", min_confidence=0.5)["face_box"]
+    return [int(np.isfinite(boxes).all(axis=1).sum()) for boxes in found]
+
+
+@pytest.fixture(scope="module")
+def found():
+    clip, faces = astronaut_clip()
+    return clip, faces, detect_people(clip, KEYS, video_id="astronaut", min_confidence=0.5)
+
+
+@needs_mediapipe
+def test_the_person_is_found(found):
+    clip, faces, people = found
+    assert np.isfinite(people["skeleton"]).all() and np.isfinite(people["joint_depth"]).all()  # a pose in every frame
+    for t in range(len(clip)):
+        x0, y0, x1, y1 = faces[t].astype(int)
+        assert people["person_mask"][t, y0:y1, x0:x1].mean() > 0.8  # the face is inside the person mask
+        assert iou(people["face_box"][t, 0], faces[t]) > 0.4  # and BlazeFace boxes it
+        head = people["skeleton"][t, 0, 0]
+        assert x0 <= head[0] <= x1 and y0 <= head[1] <= y1  # the head joint lies on the face
+    assert people["person_mask"].mean() > 0.2
+
+
+@needs_mediapipe
+def test_the_person_is_removed_and_replaced(found):
+    clip, faces, people = found
+    out, public = replace_with_avatars(clip, people, dilation=4, seed=7)
+    assert faces_found(clip) == [1] * len(clip) and faces_found(out) == [0] * len(clip)  # no face left to find
+    for t in range(len(clip)):
+        x0, y0, x1, y1 = faces[t].astype(int)
+        same = (np.abs(out[t, y0:y1, x0:x1].astype(int) - clip[t, y0:y1, x0:x1]).max(axis=-1) < 8).mean()
+        assert same < 0.05  # no original face pixel survives
+        person = people["person_mask"][t] > 0
+        assert public[t].mean() > 0.05 and (public[t].astype(bool) & person).sum() > 0.5 * public[t].sum()  # avatar drawn on them
+    outside = cv2.dilate(people["person_mask"].max(axis=0), np.ones((9, 9), np.uint8)) == 0
+    assert (out[:, outside] == clip[:, outside]).mean() > 0.5  # the background is the background
+
+
+@needs_mediapipe
+def test_detection_is_deterministic(found):
+    clip, _, people = found
+    again = detect_people(clip, KEYS, video_id="astronaut", min_confidence=0.5)
+    assert all(np.array_equal(people[key], again[key], equal_nan=True) for key in KEYS)
+
+
+def decoded_astronaut(folder):
+    clip, _ = astronaut_clip(8)
+    (folder / "frames").mkdir(parents=True)
+    np.save(folder / "frames/astronaut.npy", clip)
+    write_manifest([{"video_id": "astronaut", "split": "test", "label": 0, "action": "wave", "path": "frames/astronaut.npy",
+                     "n_frames": len(clip), "fps": 4.0, "height": SIZE[0], "width": SIZE[1]}], folder / "manifest.parquet")
+    return folder
+
+
+@needs_mediapipe
+def test_the_stage_runs_the_detector_on_footage_without_ground_truth(tmp_path):
+    source = decoded_astronaut(tmp_path / "decode")
+    params = write_params(tmp_path, {"anonymize": {"source": "detector", "methods": ["avatar", "face_blur", "blackout"]}})
+    clip, faces = astronaut_clip(8)
+    for method in ("avatar", "face_blur", "blackout"):
+        rows = anonymize(params_path=params, frames=source, method=method, out=tmp_path / method)
+        protected = np.load(tmp_path / method / rows[0]["path"])
+        if method == "face_blur":  # the paper's blur (kernel 21, σ 10) removes the face's detail, not always the face
+            for t, (x0, y0, x1, y1) in enumerate(faces.astype(int)):
+                def detail(frame):
+                    return np.abs(cv2.Laplacian(cv2.cvtColor(frame[y0:y1, x0:x1], cv2.COLOR_RGB2GRAY), cv2.CV_64F)).mean()
+                assert detail(protected[t]) < 0.25 * detail(clip[t])
+        else:
+            assert faces_found(protected) == [0] * len(protected), method
+    assert read_manifest(tmp_path / "avatar/manifest.parquet")[0]["public_fraction"] > 0.05
+
+
+@pytest.mark.skipif(HAS_MEDIAPIPE, reason="checks the core environment, which has no mediapipe")
+def test_without_mediapipe_the_stage_says_how_to_get_it(tmp_path):
+    source = decoded_astronaut(tmp_path / "decode")
+    params = write_params(tmp_path, {"anonymize": {"source": "detector"}})
+    with pytest.raises(PrivharError, match=r"needs mediapipe 0\.10\.21: pip install 'privhar\[detector\]'"):
+        anonymize(params_path=params, frames=source, method="avatar", out=tmp_path / "avatar")
+    assert not (tmp_path / "avatar").exists()
+    # low_res needs no people: it runs without the detector
+    anonymize(params_path=params, frames=source, method="low_res_16x12", out=tmp_path / "low_res_16x12")
