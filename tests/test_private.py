@@ -1,0 +1,203 @@
+"""Private training: clipping, multi-clip, MaskDP and their ε, on small modules with known gradients."""
+
+from __future__ import annotations
+
+import copy
+
+import dp_accounting
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tasks.core.errors import PrivharError
+from tasks.core.models import create_video_classifier
+from tasks.private.accounting import SgdPrivacy, calibrate, epsilon_spent
+from tasks.private.gradients import clip_and_sum, per_unit_gradients
+from tasks.private.methods import PrivateData, Recipe, noise_for, schedule, train_dp_sgd, train_grouped
+from tasks.private.selective import select_trainable, trainable_count
+from tasks.private.tokens import public_token_map, token_views
+
+RECIPE = Recipe(epochs=2, batch_size=8, physical_batch_size=3, learning_rate=0.5, momentum=0.0, max_grad_norm=0.4,
+                delta=1e-4, accountant="rdp")
+
+
+def tiny_data(count: int = 8, clips: int = 1, seed: int = 0) -> PrivateData:
+    generator = torch.Generator().manual_seed(seed)
+    return PrivateData(torch.randn(count, clips, 6, generator=generator) * 3, torch.randint(0, 3, (count,), generator=generator))
+
+
+def tiny_head(seed: int = 1) -> nn.Module:
+    torch.manual_seed(seed)
+    return nn.Linear(6, 3)
+
+
+def manual_gradients(module: nn.Module, inputs: torch.Tensor, labels: torch.Tensor) -> list[dict[str, torch.Tensor]]:
+    """The reference: one autograd call per unit (mean loss over its clips)."""
+    out = []
+    for clips, label in zip(inputs, labels):
+        module.zero_grad()
+        F.cross_entropy(module(clips), label.expand(len(clips))).backward()
+        out.append({name: parameter.grad.clone() for name, parameter in module.named_parameters()})
+    return out
+
+
+def test_per_sample_clipping_matches_a_per_example_loop():
+    module, data = tiny_head(), tiny_data()
+    reference = manual_gradients(module, data.units, data.labels)
+    norms = [torch.cat([g.flatten() for g in grads.values()]).norm() for grads in reference]
+    assert max(norms) > RECIPE.max_grad_norm  # some sample is clipped
+    summed, measured = clip_and_sum(per_unit_gradients(module, data.units, data.labels), RECIPE.max_grad_norm)
+    assert torch.allclose(measured, torch.stack(norms), atol=1e-5)
+    for name in summed:
+        expected = sum(grads[name] * min(1.0, RECIPE.max_grad_norm / (float(norm) + 1e-6)) for grads, norm in zip(reference, norms))
+        assert torch.allclose(summed[name], expected, atol=1e-5)
+
+
+def test_opacus_update_with_zero_noise_is_the_clipped_gradient():
+    """One sample, norm above C, noise 0, q = 1: Opacus's DP-SGD step moves θ by −lr · clipped gradient."""
+    module, data = tiny_head(), tiny_data(count=1)
+    (gradient,) = manual_gradients(module, data.units, data.labels)
+    norm = torch.cat([g.flatten() for g in gradient.values()]).norm()
+    assert norm > RECIPE.max_grad_norm
+    from opacus import PrivacyEngine
+    from torch.utils.data import DataLoader, TensorDataset
+
+    before = copy.deepcopy(module.state_dict())
+    optimiser = torch.optim.SGD(module.parameters(), lr=RECIPE.learning_rate)
+    private, optimiser, loader = PrivacyEngine(accountant="rdp").make_private(
+        module=module, optimizer=optimiser, data_loader=DataLoader(TensorDataset(data.units[:, 0], data.labels), batch_size=1),
+        noise_multiplier=0.0, max_grad_norm=RECIPE.max_grad_norm, poisson_sampling=False)
+    F.cross_entropy(private(data.units[:, 0]), data.labels).backward()
+    optimiser.step()
+    private.remove_hooks()
+    for name, value in module.state_dict().items():
+        expected = before[name] - RECIPE.learning_rate * gradient[name] * RECIPE.max_grad_norm / (float(norm) + 1e-6)
+        assert torch.allclose(value, expected, atol=1e-6)
+
+
+def test_multiclip_k1_is_dp_sgd_and_the_video_gradient_is_the_clip_mean():
+    data = tiny_data(clips=3)
+    module = tiny_head()
+    per_video = per_unit_gradients(module, data.units, data.labels)
+    per_clip = [per_unit_gradients(module, data.units[:, [k]], data.labels) for k in range(3)]
+    for name in per_video:
+        assert torch.allclose(per_video[name], sum(clip[name] for clip in per_clip) / 3, atol=1e-6)
+    # K = 1 through the grouped loop with σ = 0 equals Opacus DP-SGD with σ = 0 on the same full batches (q = 1)
+    single = PrivateData(data.units[:, :1], data.labels)
+    recipe = Recipe(**{**RECIPE.__dict__, "batch_size": 100, "physical_batch_size": 100})
+    grouped = tiny_head()
+    train_grouped(grouped, single, recipe, noise_multiplier=0.0, generator=torch.Generator().manual_seed(0))
+    opacus = tiny_head()
+    reference_step(opacus, single, recipe)
+    for (name, a), b in zip(grouped.state_dict().items(), opacus.state_dict().values()):
+        assert torch.allclose(a, b, atol=1e-5), name
+
+
+def reference_step(module: nn.Module, data: PrivateData, recipe: Recipe) -> None:
+    """Opacus with σ = 0 on full batches for recipe.epochs steps (q = 1)."""
+    from opacus import PrivacyEngine
+    from torch.utils.data import DataLoader, TensorDataset
+
+    optimiser = torch.optim.SGD(module.parameters(), lr=recipe.learning_rate, momentum=recipe.momentum)
+    loader = DataLoader(TensorDataset(data.units[:, 0], data.labels), batch_size=len(data.labels))
+    private, optimiser, loader = PrivacyEngine(accountant="rdp").make_private(
+        module=module, optimizer=optimiser, data_loader=loader, noise_multiplier=0.0, max_grad_norm=recipe.max_grad_norm,
+        poisson_sampling=False)
+    for _ in range(recipe.epochs):
+        for inputs, labels in loader:
+            optimiser.zero_grad()
+            F.cross_entropy(private(inputs), labels).backward()
+            optimiser.step()
+    private.remove_hooks()
+
+
+def maskdp_data(seed: int = 0, private: bool = True, public: bool = True) -> PrivateData:
+    data = tiny_data(seed=seed)
+    generator = torch.Generator().manual_seed(seed + 1)
+    views = torch.randn(len(data.labels), 6, generator=generator)
+    count = len(data.labels)
+    return PrivateData(data.units, data.labels, public=views, has_private=torch.full((count,), private),
+                       has_public=torch.full((count,), public))
+
+
+def test_maskdp_without_noise_or_clipping_is_sgd_on_both_token_losses():
+    data = maskdp_data()
+    recipe = Recipe(**{**RECIPE.__dict__, "batch_size": 100, "physical_batch_size": 5, "max_grad_norm": 1e9, "epochs": 3})
+    masked = tiny_head()
+    train_grouped(masked, data, recipe, noise_multiplier=0.0, generator=torch.Generator().manual_seed(0))
+    plain = tiny_head()
+    optimiser = torch.optim.SGD(plain.parameters(), lr=recipe.learning_rate)
+    for _ in range(recipe.epochs):
+        optimiser.zero_grad()
+        loss = F.cross_entropy(plain(data.units[:, 0]), data.labels, reduction="sum") + \
+            F.cross_entropy(plain(data.public), data.labels, reduction="sum")
+        (loss / len(data.labels)).backward()
+        optimiser.step()
+    for a, b in zip(masked.parameters(), plain.parameters()):
+        assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_maskdp_all_private_is_dp_sgd_and_all_public_adds_no_private_term():
+    recipe = Recipe(**{**RECIPE.__dict__, "batch_size": 100, "physical_batch_size": 5})
+    private_only = tiny_head()
+    train_grouped(private_only, maskdp_data(public=False), recipe, noise_multiplier=0.7, generator=torch.Generator().manual_seed(3))
+    dp_sgd = tiny_head()
+    data = maskdp_data()
+    train_grouped(dp_sgd, PrivateData(data.units, data.labels), recipe, noise_multiplier=0.7, generator=torch.Generator().manual_seed(3))
+    assert all(torch.equal(a, b) for a, b in zip(private_only.parameters(), dp_sgd.parameters()))
+
+
+def test_maskdp_all_public_needs_no_noise():
+    assert noise_for(1.0, maskdp_data(private=False), RECIPE) == 0.0
+    assert noise_for(1.0, maskdp_data(), RECIPE) > 0.5
+
+
+def test_epsilon_matches_dp_accounting_rdp():
+    """Opacus's RDP ε against Google's dp-accounting: Poisson-sampled Gaussian, same q, σ, steps."""
+    for sigma, rate, steps, delta in [(1.1, 0.01, 1000, 1e-5), (0.8, 1 / 38, 380, 1e-4), (2.5, 0.1, 50, 1e-4)]:
+        ours = epsilon_spent(sigma, rate, steps, delta, "rdp")
+        accountant = dp_accounting.rdp.RdpAccountant()
+        accountant.compose(dp_accounting.PoissonSampledDpEvent(rate, dp_accounting.GaussianDpEvent(sigma)), steps)
+        theirs = accountant.get_epsilon(delta)
+        assert abs(ours - theirs) / theirs < 0.01, (sigma, ours, theirs)
+
+
+@pytest.mark.parametrize("accountant", ["rdp", "prv", "gdp"])
+def test_calibrated_noise_reaches_the_target(accountant):
+    rate, steps = schedule(600, RECIPE)
+    sigma = calibrate(2.0, 1e-4, rate, steps, accountant)
+    spent = SgdPrivacy(sigma, rate, steps, 1e-4, accountant).epsilon()
+    assert 2.0 - 0.011 <= spent <= 2.0
+
+
+def test_opacus_dp_sgd_reports_the_calibrated_epsilon():
+    torch.manual_seed(0)
+    data = tiny_data(count=40)
+    outcome = train_dp_sgd(tiny_head(), data, Recipe(**{**RECIPE.__dict__, "delta": 1e-3}), target_epsilon=3.0,
+                           generator=torch.Generator().manual_seed(0))
+    assert 2.98 <= outcome.privacy.epsilon() <= 3.0 and outcome.privacy.steps == 2 * 5
+    assert abs(outcome.engine_epsilon - outcome.privacy.epsilon()) < 1e-9  # Opacus's engine counted the same steps
+    assert len(outcome.history) == 2
+
+
+def test_token_map_and_views():
+    pixels = torch.zeros(1, 4, 8, 8)
+    pixels[0, :, :4, :4] = 1
+    pixels[0, :2, 4:, 4:5] = 1  # a quarter of one token: private at threshold 0.5
+    public = public_token_map(pixels, (2, 4, 4), 0.5)
+    assert public[0, :, :4, :4].all() and not public[0, :, 4:, 4:].any() and public.float().mean() == 0.25
+    clips = torch.randn(1, 3, 4, 8, 8)
+    private_view, public_view = token_views(clips, public)
+    assert torch.equal(private_view + public_view, clips) and (private_view[:, :, :, :4, :4] == 0).all()
+
+
+def test_selective_tuning_freezes_the_rest():
+    model = create_video_classifier(num_classes=4, width=4)
+    counts = {choice: (len(select_trainable(model, choice)), trainable_count(model))
+              for choice in ("all", "head", "norms_and_head", "last_stage_and_head", r"conv_b\.weight$")}
+    assert counts["head"][0] == 2 and counts["all"][1] == sum(p.numel() for p in model.parameters())
+    assert counts["head"][1] < counts["norms_and_head"][1] < counts["last_stage_and_head"][1] < counts["all"][1]
+    assert counts[r"conv_b\.weight$"][0] == 3
+    with pytest.raises(PrivharError, match="matches no parameter"):
+        select_trainable(model, "nothing_like_this")
