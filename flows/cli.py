@@ -31,11 +31,12 @@ def stage() -> None:
 @PARAMS
 @_dir("--out", "Where to write the source videos and their manifest.")
 @click.option("--report", type=click.Path(path_type=Path, file_okay=False), default=None, help="Where to write preview.png.")
-def synthesize_command(params_path: Path, out: Path, report: Path | None) -> None:
+@click.option("--public", is_flag=True, help="Render the public pretraining set (params section public) instead.")
+def synthesize_command(params_path: Path, out: Path, report: Path | None, public: bool) -> None:
     """Render the embedded dataset, or index the real one data.source names."""
     from tasks.synthesize import synthesize
 
-    rows = synthesize(params_path=params_path, out=out, report=report)
+    rows = synthesize(params_path=params_path, out=out, report=report, public=public)
     click.echo(f"synthesize: {len(rows)} videos in {out}", err=True)
 
 
@@ -102,6 +103,24 @@ def train_command(params_path: Path, frames: Path, out: Path, report: Path, fami
 
     final = train(params_path=params_path, frames=frames, out=out, report=report, family=family, epochs=epochs)
     click.echo(f"train: final loss {final['loss']:.4f}, train accuracy {final['train_accuracy']:.4f}", err=True)
+
+
+@stage.command("private")
+@PARAMS
+@click.option("--method", required=True, help="One of private.methods: dp_sgd, multiclip, maskdp, maskdp_real.")
+@_dir("--frames", "Folder of the clips to learn from: decoded (raw) or the avatar copy.", exists=True)
+@_dir("--init", "Folder of the public model to fine-tune (the pretrain stage's output).", exists=True)
+@_dir("--out", "Where to write one <method>-eps<ε>/model.pt per ε.")
+@_dir("--report", "Where to write <method>.csv (ε, δ, σ, q, steps, C, accountant per model).")
+@click.option("--masks", type=click.Path(path_type=Path, file_okay=False, exists=True), default=None,
+              help="The avatar copy whose public masks MaskDP uses.")
+def private_command(params_path: Path, method: str, frames: Path, init: Path, out: Path, report: Path,
+                    masks: Path | None) -> None:
+    """Fine-tune the public model privately at every ε of private.epsilons (and ∞)."""
+    from tasks.private.stage import train_private
+
+    rows = train_private(params_path=params_path, method=method, frames=frames, init=init, out=out, report=report, masks=masks)
+    click.echo(f"train-private: {method}: {len(rows)} models in {out}", err=True)
 
 
 @stage.command("evaluate")

@@ -27,7 +27,7 @@ import numpy as np
 from tasks.core.datasets import index_dataset
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import MANIFEST_NAME, resolve_path, write_manifest, write_table
-from tasks.core.params import BaseParams, DataParams, SynthesizeParams, load_section
+from tasks.core.params import BaseParams, DataParams, PublicParams, SynthesizeParams, load_section
 from tasks.core.parallel import map_ordered, worker_count
 from tasks.core.seeding import derive_seed, rng_for
 from tasks.core.storage import atomic_directory, atomic_write_bytes, save_arrays
@@ -117,12 +117,26 @@ def preview(rows: list[dict[str, Any]], folder: Path, *, frames: int = 4, height
     return np.concatenate(strips, axis=0)
 
 
-def synthesize(*, params_path: Path, out: Path, report: Path | None = None) -> list[dict[str, Any]]:
-    """Run the stage; return the manifest rows written."""
+def synthesize(*, params_path: Path, out: Path, report: Path | None = None, public: bool = False) -> list[dict[str, Any]]:
+    """Run the stage; return the manifest rows written.
+
+    ``public``: the public pretraining set instead — always synthetic, rendered from ``public.seed``
+    (other people, other scenes) with ``public.identities`` and ``public.videos_per_action``.
+    """
     base = load_section(params_path, "base", BaseParams)
     data = load_section(params_path, "data", DataParams)
     params = load_section(params_path, "synthesize", SynthesizeParams)
-    with stage_run("synthesize", {"base": base, "data": data, "synthesize": params}) as run, atomic_directory(out) as staging:
+    name = "synthesize"
+    if public:
+        chosen = load_section(params_path, "public", PublicParams)
+        if chosen.seed == base.seed:
+            raise PrivharError(f"public.seed = {chosen.seed} is invalid: expected a seed other than base.seed "
+                               "(the same seed renders the private identities)")
+        base = base.model_copy(update={"seed": chosen.seed})
+        data = data.model_copy(update={"source": "synthetic"})
+        params = params.model_copy(update={"identities": chosen.identities, "videos_per_action": chosen.videos_per_action})
+        name = "synthesize-public"
+    with stage_run(name, {"base": base, "data": data, "synthesize": params}) as run, atomic_directory(out) as staging:
         started = time.perf_counter()
         if data.source == "synthetic":
             (staging / "videos").mkdir()

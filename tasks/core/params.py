@@ -122,6 +122,33 @@ class AnonymizeParams(Section):
         return value
 
 
+class PublicParams(Section):
+    """Public pretraining data: synthetic people and scenes of another seed (no private subject in them)."""
+
+    seed: int  # the synthesize seed of the public set; differs from base.seed, so identities and scenes differ
+    identities: Annotated[int, Field(ge=2, le=64)]
+    videos_per_action: Annotated[int, Field(ge=2)]
+
+
+class PrivateParams(Section):
+    """Private training (papers 000, 001, 003): stages train-private@<method>, one model per ε."""
+
+    methods: Annotated[list[Literal["dp_sgd", "multiclip", "maskdp", "maskdp_real"]], Field(min_length=1)]
+    epsilons: Annotated[list[Annotated[float, Field(gt=0.0)]], Field(min_length=1)]
+    delta: Annotated[float, Field(gt=0.0, lt=1.0)]
+    accountant: Literal["rdp", "prv", "gdp"]
+    max_grad_norm: Annotated[float, Field(gt=0.0)]  # C
+    epochs: PositiveInt
+    batch_size: PositiveInt  # expected logical batch (Poisson sampling)
+    physical_batch_size: PositiveInt  # rows per forward / backward (BatchMemoryManager)
+    learning_rate: Annotated[float, Field(gt=0.0)]
+    momentum: Annotated[float, Field(ge=0.0, lt=1.0)]
+    trainable: str  # all | head | norms_and_head | last_stage_and_head | <regex>
+    clips_per_video: PositiveInt  # K of multiclip
+    token: Annotated[list[PositiveInt], Field(min_length=3, max_length=3)]  # MaskDP token [t, h, w]
+    public_threshold: Annotated[float, Field(gt=0.0, le=1.0)]
+
+
 class ReportParams(Section):
     show_raw: bool | Literal["auto"]  # raw frames in pictures: auto = only for the synthetic dataset
 
@@ -158,6 +185,8 @@ SECTIONS: dict[str, type[Section]] = {
     "evaluate": EvaluateParams,
     "dprp": DprpParams,
     "anonymize": AnonymizeParams,
+    "public": PublicParams,
+    "private": PrivateParams,
     "report": ReportParams,
     "orchestrate": OrchestrateParams,
     "registry": RegistryParams,

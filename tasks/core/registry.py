@@ -40,14 +40,15 @@ def _requirements() -> list[str]:
 
 
 def register_model(model: nn.Module, *, family: str, key: str, run: StageRun, config: Mapping[str, Any],
-                   tags: Mapping[str, Any]) -> str:
-    """Log ``model`` to the stage run and register it as a new version of ``family``; return the version."""
+                   tags: Mapping[str, Any], artifact: str = "model") -> str:
+    """Log ``model`` to the stage run (as ``artifact``: a stage logging several names each) and register it
+    as a new version of ``family``; return the version."""
     import mlflow
     from mlflow import MlflowClient
 
     name = model_name(family)
     # pickle, not pt2: pt2 traces one fixed input shape, while clips of any length and size are valid input.
-    info = mlflow.pytorch.log_model(model, name="model", registered_model_name=name, serialization_format="pickle",
+    info = mlflow.pytorch.log_model(model, name=artifact, registered_model_name=name, serialization_format="pickle",
                                     pip_requirements=_requirements(), metadata={"privhar_config": dict(config)})
     client = MlflowClient()
     version = str(info.registered_model_version)

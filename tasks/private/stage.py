@@ -1,0 +1,225 @@
+"""Stage ``train-private@<method>``: fine-tune the public model privately, once per ε in ``private.epsilons``.
+
+    public model (pretrain) ─┐
+    <frames> train split ────┼─▶ views per method ─▶ [frozen part: pooled features] ─▶ for ε: DP training
+    <masks> (maskdp)  ───────┘                                                              └─▶ out/<method>-eps<ε>/model.pt
+
+Methods (``private.methods``): ``dp_sgd`` (Opacus), ``multiclip`` (K augmented views per video —
+the embedded videos last 2 s, so the K clips are K random flips/shifts of it, drawn once),
+``maskdp`` (the avatar copy, paper 001's setting) and ``maskdp_real`` (raw clips with the avatar
+masks: the real person sits in the *public* tokens, so this row is not private for them — paper
+001 Table 1's domain-gap row, labelled so). ε = ∞ is trained too, with the same recipe and no
+clipping or noise: the column each table compares against.
+
+Units and semantics: one video is one unit (DP-SGD: neighbouring datasets differ in one video;
+MaskDP: masked adjacency of Definition 2 — they differ only in one video's private tokens, and
+labels are not protected). ε comes from :mod:`tasks.private.accounting` with the run's σ, q, steps.
+"""
+
+from __future__ import annotations
+
+import copy
+import csv
+import io
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tasks.core.clips import augment, labels_of, load_clips, normalise, split_rows
+from tasks.core.errors import PrivharError
+from tasks.core.manifest import MANIFEST_NAME, read_manifest, resolve_path
+from tasks.core.models import has_batch_norm, load_checkpoint
+from tasks.core.params import BaseParams, PrivateParams, TrainParams, load_section
+from tasks.core.privacy import NON_PRIVATE, PrivacyGuarantee
+from tasks.core.registry import register_model
+from tasks.core.seeding import derive_seed
+from tasks.core.storage import atomic_directory, atomic_write_bytes
+from tasks.core.tracking import StageRun, stage_run
+from tasks.private.accounting import SgdPrivacy
+from tasks.private.features import HEAD, head_of, pooled_features
+from tasks.private.methods import Outcome, PrivateData, Recipe, noise_for, schedule, train_dp_sgd, train_grouped
+from tasks.private.selective import select_trainable, trainable_count
+from tasks.private.tokens import public_token_map, token_views
+
+MASKED = {"maskdp", "maskdp_real"}
+SEMANTICS = {
+    "dp_sgd": "DP-SGD; unit: one video (add/remove)",
+    "multiclip": "multi-clip DP-SGD, K clips averaged per video; unit: one video (add/remove)",
+    "maskdp": "MaskDP (paper 001 Def. 2-3): masked adjacency, one video's private tokens; labels not protected",
+    "maskdp_real": "MaskDP on real clips: the real person is in the public tokens (domain-gap row, not private for them)",
+}
+
+
+def recipe_of(params: PrivateParams) -> Recipe:
+    return Recipe(epochs=params.epochs, batch_size=params.batch_size, physical_batch_size=params.physical_batch_size,
+                  learning_rate=params.learning_rate, momentum=params.momentum, max_grad_norm=params.max_grad_norm,
+                  delta=params.delta, accountant=params.accountant)
+
+
+def public_masks(rows: list[dict[str, Any]], masks: Path, size: tuple[int, int]) -> torch.Tensor:
+    """(N, T, h, w) 0/1 public pixels of ``rows`` from the anonymize output ``masks``, resized like the clips."""
+    by_id = {row["video_id"]: row for row in read_manifest(masks / MANIFEST_NAME)}
+    out = []
+    for row in rows:
+        stored = by_id.get(row["video_id"], {}).get("mask")
+        if not stored:
+            raise PrivharError(f"{masks / MANIFEST_NAME}: video {row['video_id']} has no public mask; maskdp needs the "
+                               "avatar copy's masks (anonymize@avatar)")
+        with np.load(resolve_path(stored, masks)) as arrays:
+            mask = torch.from_numpy(arrays["public"]).float()
+        out.append(F.interpolate(mask.unsqueeze(1), size=size, mode="nearest").squeeze(1))
+    return torch.stack(out)
+
+
+def method_views(method: str, clips: torch.Tensor, params: PrivateParams, generator: torch.Generator,
+                 masks: torch.Tensor | None) -> PrivateData:
+    """The inputs one method trains on, from uint8 clips (N, 3, T, h, w)."""
+    labels = torch.empty(0)
+    if method == "multiclip":
+        views = torch.stack([normalise(augment(clips, generator)) for _ in range(params.clips_per_video)], dim=1)
+        return PrivateData(views, labels)
+    if method in MASKED:
+        assert masks is not None
+        public = public_token_map(masks, tuple(params.token), params.public_threshold)
+        private_view, public_view = token_views(normalise(clips), public)
+        pixels = public.flatten(1)
+        return PrivateData(private_view.unsqueeze(1), labels, public=public_view, has_private=~pixels.all(1),
+                           has_public=pixels.any(1))
+    return PrivateData(normalise(clips).unsqueeze(1), labels)
+
+
+def as_features(model: nn.Module, data: PrivateData) -> PrivateData:
+    """The same data seen by the head alone (``trainable: head``): pooled features of every view."""
+    count, clips = data.units.shape[:2]
+    units = pooled_features(model, data.units.flatten(0, 1)).view(count, clips, -1)
+    public = pooled_features(model, data.public) if data.public is not None else None
+    return PrivateData(units, data.labels, public=public, has_private=data.has_private, has_public=data.has_public)
+
+
+def train_one(method: str, module: nn.Module, data: PrivateData, recipe: Recipe, epsilon: float,
+              generator: torch.Generator) -> Outcome:
+    if math.isinf(epsilon):  # the ε = ∞ column: same recipe, no clipping, no noise
+        plain = Recipe(**{**recipe.__dict__, "max_grad_norm": 1e12})
+        return train_grouped(module, data, plain, noise_multiplier=0.0, generator=generator)
+    if method == "dp_sgd":
+        return train_dp_sgd(module, data, recipe, epsilon, generator)
+    return train_grouped(module, data, recipe, noise_for(epsilon, data, recipe), generator)
+
+
+def epsilon_by_epoch(privacy: SgdPrivacy, epochs: int) -> list[float]:
+    per_epoch = privacy.steps // epochs
+    return [SgdPrivacy(privacy.noise_multiplier, privacy.sample_rate, per_epoch * epoch, privacy.delta,
+                       privacy.accountant).epsilon() for epoch in range(1, epochs + 1)]
+
+
+def _check_inputs(params: PrivateParams, method: str, count: int, masks: Path | None, model: nn.Module) -> None:
+    if params.delta >= 1.0 / count:
+        raise PrivharError(f"private.delta = {params.delta} is invalid: expected δ < 1/N = {1.0 / count:.3g} "
+                           f"(N = {count} training videos; δ ≥ 1/N allows releasing one video outright)")
+    if method in MASKED and masks is None:
+        raise PrivharError(f"train-private: method {method} needs --masks (the avatar copy's public masks)")
+    if has_batch_norm(model):
+        raise PrivharError("train-private: the model has BatchNorm layers, which mix samples; DP-SGD needs GroupNorm")
+
+
+def _table(rows: list[dict[str, Any]]) -> bytes:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+    return buffer.getvalue().encode()
+
+
+def train_private(*, params_path: Path, method: str, frames: Path, init: Path, out: Path, report: Path,
+                  masks: Path | None = None) -> list[dict[str, Any]]:
+    """Run the stage: one model per ε of ``private.epsilons`` (and ∞); return the report rows."""
+    base = load_section(params_path, "base", BaseParams)
+    train_params = load_section(params_path, "train", TrainParams)
+    params = load_section(params_path, "private", PrivateParams)
+    if method not in params.methods:
+        raise PrivharError(f"train-private: method {method!r} is not one of private.methods = {params.methods}")
+    rows = split_rows(read_manifest(frames / MANIFEST_NAME), "train")
+    if not (init / "model.pt").is_file():
+        raise PrivharError(f"{init / 'model.pt'}: no public model to fine-tune (run the pretrain stage first)")
+    pretrained, config = load_checkpoint(str(init / "model.pt"))
+    _check_inputs(params, method, len(rows), masks, pretrained)
+    size = tuple(config["input_size"])
+    recipe = recipe_of(params)
+    torch.use_deterministic_algorithms(True)
+    generator = torch.Generator().manual_seed(derive_seed(base.seed, "private", method, "views"))
+    clips = load_clips(rows, frames, size)
+    data = method_views(method, clips, params, generator, public_masks(rows, masks, size) if masks else None)
+    data.labels = labels_of(rows)
+    trainable_names = select_trainable(pretrained, params.trainable)
+    head_only = all(name.startswith(HEAD + ".") for name in trainable_names)
+    if head_only:
+        data = as_features(pretrained, data)
+    results = []
+    with stage_run(f"train-private@{method}", {"base": base, "private": params}) as run, atomic_directory(out) as staging:
+        for epsilon in [*params.epsilons, math.inf]:
+            key = f"{method}-eps{epsilon}"
+            model = copy.deepcopy(pretrained)
+            select_trainable(model, params.trainable)
+            module = head_of(model) if head_only else model
+            torch.manual_seed(derive_seed(base.seed, "private", method, epsilon, "batches"))
+            outcome = train_one(method, module, data, recipe, epsilon, torch.Generator().manual_seed(
+                derive_seed(base.seed, "private", method, epsilon, "noise")))
+            if math.isinf(epsilon):
+                guarantee = NON_PRIVATE
+            elif data.has_private is not None and not bool(data.has_private.any()):
+                guarantee = PrivacyGuarantee(0.0, 0.0, "MaskDP: no private token in any video, nothing private is used")
+            else:
+                guarantee = _guarantee(method, outcome.privacy)
+            results.append(_record(method, key, epsilon, guarantee, outcome, trainable_count(model), recipe))
+            _log(run, key, outcome, recipe, epsilon)
+            model.eval()
+            model_config = {**config, "model": key, "method": method, "family": method, "frames": str(frames),
+                            "target_epsilon": epsilon, "trainable": params.trainable}
+            (staging / key).mkdir()
+            torch.save({"state_dict": model.state_dict(), "config": model_config}, staging / key / "model.pt")
+            register_model(model, family=method, key=key, run=run, config=model_config, artifact=key.replace(".", "_"),
+                           tags={"method": method, **guarantee.as_tags(), "semantics": SEMANTICS[method],
+                                 "trainable": params.trainable, "trainable_parameters": trainable_count(model),
+                                 "noise_multiplier": outcome.privacy.noise_multiplier, "max_grad_norm": recipe.max_grad_norm,
+                                 "sample_rate": outcome.privacy.sample_rate, "steps": outcome.privacy.steps})
+            print(f"train-private: {key}: ε {guarantee.epsilon:.4g} (target {epsilon}), σ {outcome.privacy.noise_multiplier:.4g}, "
+                  f"loss {outcome.history[-1]['loss']:.4f}", file=sys.stderr)
+    atomic_write_bytes(report / f"{method}.csv", _table(results))
+    return results
+
+
+def _guarantee(method: str, privacy: SgdPrivacy) -> PrivacyGuarantee:
+    if method == "maskdp_real":  # ε holds for the background tokens only; the real person is public here
+        spent = privacy.guarantee("video (masked adjacency)")
+        return PrivacyGuarantee(spent.epsilon, spent.delta, spent.accountant + "; the real person is NOT protected")
+    unit = "video (masked adjacency, labels public)" if method == "maskdp" else "video"
+    return privacy.guarantee(unit)
+
+
+def _record(method: str, key: str, target: float, guarantee: PrivacyGuarantee, outcome: Outcome, trainable: int,
+            recipe: Recipe) -> dict[str, Any]:
+    return {"model": key, "method": method, "target_epsilon": target, "epsilon": round(guarantee.epsilon, 6),
+            "delta": guarantee.delta, "noise_multiplier": round(outcome.privacy.noise_multiplier, 6),
+            "sample_rate": round(outcome.privacy.sample_rate, 6), "steps": outcome.privacy.steps,
+            "max_grad_norm": recipe.max_grad_norm, "accountant": recipe.accountant, "trainable_parameters": trainable,
+            "final_loss": round(outcome.history[-1]["loss"], 6)}
+
+
+def _log(run: StageRun, key: str, outcome: Outcome, recipe: Recipe, target: float) -> None:
+    finite = not math.isinf(target)
+    spent = epsilon_by_epoch(outcome.privacy, recipe.epochs) if finite and outcome.privacy.noise_multiplier > 0 else None
+    for index, record in enumerate(outcome.history):
+        metrics = {f"{key}.loss": record["loss"]}
+        if spent is not None:
+            metrics[f"{key}.epsilon"] = spent[index]
+        run.log_metrics(metrics, step=record["epoch"])
+    if finite:
+        run.log_metrics({f"{key}.noise_multiplier": outcome.privacy.noise_multiplier, f"{key}.sample_rate": outcome.privacy.sample_rate,
+                         f"{key}.steps": outcome.privacy.steps, f"{key}.max_grad_norm": recipe.max_grad_norm,
+                         f"{key}.delta": recipe.delta})

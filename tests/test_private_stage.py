@@ -1,0 +1,102 @@
+"""The train-private stage on tiny clips: every method, its ε, its models and registry tags, its bad input."""
+
+from __future__ import annotations
+
+import csv
+import math
+
+import dp_accounting
+import pytest
+import torch
+
+from tasks.anonymize.stage import anonymize
+from tasks.core.errors import PrivharError
+from tasks.core.models import create_video_classifier
+from tasks.core.registry import newest_version
+from tasks.private.features import head_of, pooled_features
+from tasks.private.gradients import per_unit_gradients
+from tasks.private.selective import select_trainable
+from tasks.private.stage import train_private
+from tasks.train import train
+from tests.conftest import write_params
+
+PRIVATE = {"epsilons": [2.0], "epochs": 2, "batch_size": 4, "physical_batch_size": 3, "clips_per_video": 2,
+           "token": [2, 8, 8], "learning_rate": 0.5}
+
+
+@pytest.fixture(scope="module")
+def project(tiny_decoded, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("private")
+    params = write_params(folder, {"private": PRIVATE, "anonymize": {"methods": ["avatar"]}})
+    decoded = tiny_decoded / "data/decode"
+    train(params_path=params, frames=decoded, out=folder / "data/pretrain/public", report=folder / "reports/train",
+          family="public")
+    anonymize(params_path=params, frames=decoded, method="avatar", out=folder / "data/anonymize/avatar")
+    return folder, params, decoded
+
+
+def run(project, method, **overrides):
+    folder, params, decoded = project
+    frames = folder / "data/anonymize/avatar" if method == "maskdp" else decoded
+    masks = folder / "data/anonymize/avatar" if method in ("maskdp", "maskdp_real") else None
+    arguments = {"params_path": params, "method": method, "frames": frames, "init": folder / "data/pretrain/public",
+                 "out": folder / f"data/private/{method}", "report": folder / "reports/private", "masks": masks}
+    return train_private(**{**arguments, **overrides})
+
+
+@pytest.mark.parametrize("method", ["dp_sgd", "multiclip", "maskdp", "maskdp_real"])
+def test_every_method_trains_each_epsilon_and_infinity(project, method):
+    folder = project[0]
+    rows = run(project, method)
+    assert [row["target_epsilon"] for row in rows] == [2.0, math.inf]
+    private, plain = rows
+    assert 1.98 <= private["epsilon"] <= 2.0 and private["noise_multiplier"] > 0 and plain["epsilon"] == math.inf
+    accountant = dp_accounting.rdp.RdpAccountant()
+    accountant.compose(dp_accounting.PoissonSampledDpEvent(private["sample_rate"],
+                                                           dp_accounting.GaussianDpEvent(private["noise_multiplier"])),
+                       private["steps"])
+    assert abs(accountant.get_epsilon(private["delta"]) - private["epsilon"]) / private["epsilon"] < 0.01
+    for key in (f"{method}-eps2.0", f"{method}-epsinf"):
+        checkpoint = torch.load(folder / f"data/private/{method}/{key}/model.pt", weights_only=True)
+        assert checkpoint["config"]["method"] == method
+    with open(folder / f"reports/private/{method}.csv") as handle:
+        assert [line["model"] for line in csv.DictReader(handle)] == [f"{method}-eps2.0", f"{method}-epsinf"]
+    tags = newest_version(f"{method}-eps2.0").tags
+    assert abs(float(tags["epsilon"]) - private["epsilon"]) < 1e-5 and "sigma=" in tags["accountant"] and tags["trainable"] == "head"
+    if method == "maskdp_real":
+        assert "NOT protected" in tags["accountant"]
+
+
+def test_only_the_head_changes_under_head_tuning(project):
+    folder = project[0]
+    public = torch.load(folder / "data/pretrain/public/model.pt", weights_only=True)["state_dict"]
+    tuned = torch.load(folder / "data/private/dp_sgd/dp_sgd-eps2.0/model.pt", weights_only=True)["state_dict"]
+    changed = {name for name in public if not torch.equal(public[name], tuned[name])}
+    assert changed == {"blocks.4.proj.weight", "blocks.4.proj.bias"}
+
+
+def test_features_give_the_head_the_gradients_of_the_whole_model():
+    torch.manual_seed(0)
+    model = create_video_classifier(num_classes=3, width=4, dropout=0.0)
+    select_trainable(model, "head")
+    clips, labels = torch.randn(5, 1, 3, 4, 32, 40), torch.tensor([0, 1, 2, 1, 0])
+    whole = per_unit_gradients(model.eval(), clips, labels)
+    features = pooled_features(model, clips[:, 0]).unsqueeze(1)
+    head = per_unit_gradients(head_of(model), features, labels)
+    assert torch.allclose(whole["blocks.4.proj.weight"], head["weight"], atol=1e-5)
+    assert torch.allclose(whole["blocks.4.proj.bias"], head["bias"], atol=1e-5)
+
+
+def test_bad_input_is_one_line_before_training(project, tmp_path):
+    folder, params, decoded = project
+    with pytest.raises(PrivharError, match=r"private.delta = 0.5 is invalid: expected δ < 1/N"):
+        run(project, "dp_sgd", params_path=write_params(tmp_path, {"private": {**PRIVATE, "delta": 0.5}}))
+    with pytest.raises(PrivharError, match="needs --masks"):
+        run(project, "maskdp", masks=None)
+    with pytest.raises(PrivharError, match="has no public mask"):
+        run(project, "maskdp_real", masks=decoded)
+    with pytest.raises(PrivharError, match="no public model"):
+        run(project, "dp_sgd", init=tmp_path)
+    with pytest.raises(PrivharError, match=r"private.epsilons.*greater than 0|epsilons"):
+        run(project, "dp_sgd", params_path=write_params(tmp_path, {"private": {**PRIVATE, "epsilons": [0.0]}}))
+    assert not (tmp_path / "out").exists()
