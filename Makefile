@@ -42,6 +42,7 @@ detector-test: $(DETECTOR_STAMP)
 # Timings on this machine (not tests): reports/bench/*.json
 bench: $(STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/privhar bench dprp
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/privhar bench private
 
 clean:
 	rm -rf data/synthesize data/decode data/train reports/evaluate reports/train mlflow.db mlartifacts

@@ -181,6 +181,24 @@ def bench_dprp_command(frames: int, size: tuple[int, int], k: str, out: Path) ->
     click.echo(json.dumps(record, indent=2))
 
 
+@bench.command("private")
+@click.option("--batch", type=int, default=16, show_default=True, help="Logical batch (train.batch_size).")
+@click.option("--frames", type=int, default=8, show_default=True, help="Frames per clip (decode.frames).")
+@click.option("--size", type=(int, int), default=(96, 128), show_default=True, help="Frame height and width (train.input_size).")
+@click.option("--width", type=int, default=16, show_default=True, help="Model width (train.width).")
+@click.option("--repeats", type=int, default=5, show_default=True)
+@click.option("--out", type=click.Path(path_type=Path), default=Path("reports/bench/private.json"), show_default=True)
+def bench_private_command(batch: int, frames: int, size: tuple[int, int], width: int, repeats: int, out: Path) -> None:
+    """Seconds per logical batch: non-private SGD, DP-SGD (Opacus hooks), selective DP-SGD."""
+    import json
+
+    from tasks.private.bench import run_bench
+
+    record = run_bench(batch=batch, frames=frames, height=size[0], width=size[1], model_width=width, warmup=2,
+                       repeats=repeats, out=out)
+    click.echo(json.dumps(record, indent=2))
+
+
 @main.command("run")
 @click.option("--force", is_flag=True, help="Rerun every stage even if it is up to date.")
 @click.argument("targets", nargs=-1)

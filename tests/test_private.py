@@ -201,3 +201,21 @@ def test_selective_tuning_freezes_the_rest():
     assert counts[r"conv_b\.weight$"][0] == 3
     with pytest.raises(PrivharError, match="matches no parameter"):
         select_trainable(model, "nothing_like_this")
+
+
+def test_bench_private_writes_every_timing(tmp_path):
+    from click.testing import CliRunner
+
+    from flows.cli import main
+
+    out = tmp_path / "private.json"
+    result = CliRunner().invoke(main, ["bench", "private", "--batch", "2", "--frames", "4", "--size", "64", "64", "--width", "4",
+                                       "--repeats", "1", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    import json
+
+    record = json.loads(out.read_text())
+    assert record["non_private_seconds"] > 0 and record["dp_sgd_seconds"] > 0
+    assert set(record["full_dp_over_selective_dp"]) == {"norms_and_head", "last_stage_and_head", "head"}
+    counts = [record[f"dp_sgd_{choice}_trainable_parameters"] for choice in ("head", "norms_and_head", "last_stage_and_head", "all")]
+    assert counts == sorted(counts) and counts[-1] == record["parameters"]
