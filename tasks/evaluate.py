@@ -14,8 +14,6 @@ was trained on (``top1_protocol2``), for models trained on protected clips only.
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import sys
 from pathlib import Path
@@ -30,7 +28,7 @@ from tasks.core.figures import plt, png_bytes
 from tasks.core.manifest import MANIFEST_NAME, read_manifest
 from tasks.core.models import load_checkpoint
 from tasks.core.params import EvaluateParams, load_section
-from tasks.core.storage import atomic_write_bytes
+from tasks.core.storage import atomic_write_bytes, csv_bytes
 from tasks.core.tracking import stage_run
 
 
@@ -144,10 +142,7 @@ def evaluate(*, params_path: Path, frames: Path, models: Path, out: Path) -> dic
             second = f"  protocol 2 Top-1 {scores['top1_protocol2']:.4f}" if protected is not None else ""
             print(f"evaluate: {key}: Top-1 {scores['top1']:.4f}  Top-5 {scores['top5']:.4f}{second}  "
                   f"({len(test_rows)} test videos)", file=sys.stderr)
-        buffer = io.StringIO()
-        writer = csv.DictWriter(buffer, fieldnames=["model", "protocol", "video_id", "actual", "predicted"])
-        writer.writeheader()
-        writer.writerows(predictions)
-        atomic_write_bytes(out / "predictions.csv", buffer.getvalue().encode())
+        atomic_write_bytes(out / "predictions.csv",
+                           csv_bytes(predictions, ["model", "protocol", "video_id", "actual", "predicted"]))
         atomic_write_bytes(out / "metrics.json", (json.dumps(metrics, indent=2, sort_keys=True) + "\n").encode())
     return metrics

@@ -16,9 +16,7 @@ training data's (:func:`tasks.core.privacy.strongest`).
 
 from __future__ import annotations
 
-import csv
 import hashlib
-import io
 import json
 import math
 import re
@@ -43,7 +41,7 @@ from tasks.core.plugins import Registry
 from tasks.core.privacy import NON_PRIVATE, data_guarantee, strongest
 from tasks.core.registry import register_model
 from tasks.core.seeding import derive_seed
-from tasks.core.storage import atomic_directory, atomic_write_bytes
+from tasks.core.storage import atomic_directory, atomic_write_bytes, csv_bytes
 from tasks.core.tracking import StageRun, stage_run
 
 
@@ -116,12 +114,8 @@ def dataset_tag(frames: Path) -> str:
 
 
 def _history_csv(history: list[dict[str, float]]) -> bytes:
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=list(history[0]))
-    writer.writeheader()
-    for record in history:
-        writer.writerow({key: (f"{value:.6f}" if isinstance(value, float) else value) for key, value in record.items()})
-    return buffer.getvalue().encode()
+    return csv_bytes([{key: (f"{value:.6f}" if isinstance(value, float) else value) for key, value in record.items()}
+                      for record in history])
 
 
 def train(*, params_path: Path, frames: Path, out: Path, report: Path, family: str | None = None,

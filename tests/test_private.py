@@ -47,7 +47,7 @@ def test_per_sample_clipping_matches_a_per_example_loop():
     reference = manual_gradients(module, data.units, data.labels)
     norms = [torch.cat([g.flatten() for g in grads.values()]).norm() for grads in reference]
     assert max(norms) > RECIPE.max_grad_norm  # some sample is clipped
-    summed, measured = clip_and_sum(per_unit_gradients(module, data.units, data.labels), RECIPE.max_grad_norm)
+    summed, measured = clip_and_sum(per_unit_gradients(module, data.units, data.labels)[0], RECIPE.max_grad_norm)
     assert torch.allclose(measured, torch.stack(norms), atol=1e-5)
     for name in summed:
         expected = sum(grads[name] * min(1.0, RECIPE.max_grad_norm / (float(norm) + 1e-6)) for grads, norm in zip(reference, norms))
@@ -79,8 +79,8 @@ def test_opacus_update_with_zero_noise_is_the_clipped_gradient():
 def test_multiclip_k1_is_dp_sgd_and_the_video_gradient_is_the_clip_mean():
     data = tiny_data(clips=3)
     module = tiny_head()
-    per_video = per_unit_gradients(module, data.units, data.labels)
-    per_clip = [per_unit_gradients(module, data.units[:, [k]], data.labels) for k in range(3)]
+    per_video = per_unit_gradients(module, data.units, data.labels)[0]
+    per_clip = [per_unit_gradients(module, data.units[:, [k]], data.labels)[0] for k in range(3)]
     for name in per_video:
         assert torch.allclose(per_video[name], sum(clip[name] for clip in per_clip) / 3, atol=1e-6)
     # K = 1 through the grouped loop with σ = 0 equals Opacus DP-SGD with σ = 0 on the same full batches (q = 1)

@@ -80,9 +80,9 @@ def test_features_give_the_head_the_gradients_of_the_whole_model():
     model = create_video_classifier(num_classes=3, width=4, dropout=0.0)
     select_trainable(model, "head")
     clips, labels = torch.randn(5, 1, 3, 4, 32, 40), torch.tensor([0, 1, 2, 1, 0])
-    whole = per_unit_gradients(model.eval(), clips, labels)
+    whole = per_unit_gradients(model.eval(), clips, labels)[0]
     features = pooled_features(model, clips[:, 0]).unsqueeze(1)
-    head = per_unit_gradients(head_of(model), features, labels)
+    head = per_unit_gradients(head_of(model), features, labels)[0]
     assert torch.allclose(whole["blocks.4.proj.weight"], head["weight"], atol=1e-5)
     assert torch.allclose(whole["blocks.4.proj.bias"], head["bias"], atol=1e-5)
 

@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import torch
 from torch import nn
-from torch.func import functional_call, grad, vmap
+from torch.func import functional_call, grad_and_value, vmap
 
 Gradients = dict[str, torch.Tensor]
 CLIP_EPSILON = 1e-6  # Opacus's guard in C / (‖g‖ + 1e-6)
@@ -29,10 +29,11 @@ def trainable_parameters(module: nn.Module) -> dict[str, nn.Parameter]:
     return {name: parameter for name, parameter in module.named_parameters() if parameter.requires_grad}
 
 
-def per_unit_gradients(module: nn.Module, inputs: torch.Tensor, labels: torch.Tensor) -> Gradients:
-    """∇θ of each unit's mean cross-entropy over its clips: ``inputs`` (B, K, ...), one gradient per unit (B, ...).
+def per_unit_gradients(module: nn.Module, inputs: torch.Tensor, labels: torch.Tensor) -> tuple[Gradients, torch.Tensor]:
+    """(∇θ, value) of each unit's mean cross-entropy over its clips: ``inputs`` (B, K, ...) → gradients (B, ...), losses (B,).
 
-    K = 1 is DP-SGD's per-sample gradient; K > 1 is multi-clip's per-video gradient.
+    K = 1 is DP-SGD's per-sample gradient; K > 1 is multi-clip's per-video gradient. The loss
+    comes from the same forward pass, for the training history.
     """
     trainable = {name: parameter.detach() for name, parameter in trainable_parameters(module).items()}
     fixed = {name: tensor.detach() for name, tensor in [*module.named_parameters(), *module.named_buffers()]
@@ -42,7 +43,7 @@ def per_unit_gradients(module: nn.Module, inputs: torch.Tensor, labels: torch.Te
         logits = functional_call(module, {**weights, **fixed}, (clips,))
         return nn.functional.cross_entropy(logits, label.expand(len(clips)))
 
-    return vmap(grad(unit_loss), in_dims=(None, 0, 0), randomness="different")(trainable, inputs, labels)
+    return vmap(grad_and_value(unit_loss), in_dims=(None, 0, 0), randomness="different")(trainable, inputs, labels)
 
 
 def clip_and_sum(gradients: Gradients, max_norm: float) -> tuple[Gradients, torch.Tensor]:

@@ -115,8 +115,8 @@ def train_grouped(module: nn.Module, data: PrivateData, recipe: Recipe, noise_mu
             total = {name: torch.zeros_like(parameter) for name, parameter in trainable_parameters(module).items()}
             for part in chosen.split(recipe.physical_batch_size):
                 weights = data.private_weights(part)
-                unit_gradients = {name: g * weights.view(-1, *[1] * (g.dim() - 1))
-                                  for name, g in per_unit_gradients(module, data.units[part], data.labels[part]).items()}
+                gradients, losses = per_unit_gradients(module, data.units[part], data.labels[part])
+                unit_gradients = {name: g * weights.view(-1, *[1] * (g.dim() - 1)) for name, g in gradients.items()}
                 summed, norms = clip_and_sum(unit_gradients, recipe.max_grad_norm)
                 clipped += int((norms > recipe.max_grad_norm).sum())
                 total = {name: total[name] + summed[name] for name in total}
@@ -125,10 +125,7 @@ def train_grouped(module: nn.Module, data: PrivateData, recipe: Recipe, noise_mu
                     public = summed_gradient(module, lambda: (F.cross_entropy(module(data.public[part]), data.labels[part],
                                                                               reduction="none") * public_weights).sum())
                     total = {name: total[name] + public[name] for name in total}
-                with torch.no_grad():
-                    logits = module(data.units[part].flatten(0, 1))
-                    loss_sum += float(F.cross_entropy(logits, data.labels[part].repeat_interleave(data.units.shape[1]),
-                                                      reduction="sum")) / data.units.shape[1]
+                loss_sum += float(losses.sum())
             apply_gradient(module, add_noise(total, noise_multiplier, recipe.max_grad_norm, generator), rate * count)
             optimiser.step()
             optimiser.zero_grad(set_to_none=True)

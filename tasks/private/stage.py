@@ -20,8 +20,6 @@ labels are not protected). ε comes from :mod:`tasks.private.accounting` with th
 from __future__ import annotations
 
 import copy
-import csv
-import io
 import math
 import sys
 from pathlib import Path
@@ -40,7 +38,7 @@ from tasks.core.params import BaseParams, PrivateParams, TrainParams, load_secti
 from tasks.core.privacy import NON_PRIVATE, PrivacyGuarantee
 from tasks.core.registry import register_model
 from tasks.core.seeding import derive_seed
-from tasks.core.storage import atomic_directory, atomic_write_bytes
+from tasks.core.storage import atomic_directory, atomic_write_bytes, csv_bytes
 from tasks.core.tracking import StageRun, stage_run
 from tasks.private.accounting import SgdPrivacy
 from tasks.private.features import HEAD, head_of, pooled_features
@@ -78,10 +76,9 @@ def public_masks(rows: list[dict[str, Any]], masks: Path, size: tuple[int, int])
     return torch.stack(out)
 
 
-def method_views(method: str, clips: torch.Tensor, params: PrivateParams, generator: torch.Generator,
+def method_views(method: str, clips: torch.Tensor, labels: torch.Tensor, params: PrivateParams, generator: torch.Generator,
                  masks: torch.Tensor | None) -> PrivateData:
     """The inputs one method trains on, from uint8 clips (N, 3, T, h, w)."""
-    labels = torch.empty(0)
     if method == "multiclip":
         views = torch.stack([normalise(augment(clips, generator)) for _ in range(params.clips_per_video)], dim=1)
         return PrivateData(views, labels)
@@ -128,14 +125,6 @@ def _check_inputs(params: PrivateParams, method: str, count: int, masks: Path | 
         raise PrivharError("train-private: the model has BatchNorm layers, which mix samples; DP-SGD needs GroupNorm")
 
 
-def _table(rows: list[dict[str, Any]]) -> bytes:
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]))
-    writer.writeheader()
-    writer.writerows(rows)
-    return buffer.getvalue().encode()
-
-
 def train_private(*, params_path: Path, method: str, frames: Path, init: Path, out: Path, report: Path,
                   masks: Path | None = None) -> list[dict[str, Any]]:
     """Run the stage: one model per ε of ``private.epsilons`` (and ∞); return the report rows."""
@@ -154,8 +143,7 @@ def train_private(*, params_path: Path, method: str, frames: Path, init: Path, o
     torch.use_deterministic_algorithms(True)
     generator = torch.Generator().manual_seed(derive_seed(base.seed, "private", method, "views"))
     clips = load_clips(rows, frames, size)
-    data = method_views(method, clips, params, generator, public_masks(rows, masks, size) if masks else None)
-    data.labels = labels_of(rows)
+    data = method_views(method, clips, labels_of(rows), params, generator, public_masks(rows, masks, size) if masks else None)
     trainable_names = select_trainable(pretrained, params.trainable)
     head_only = all(name.startswith(HEAD + ".") for name in trainable_names)
     if head_only:
@@ -190,7 +178,7 @@ def train_private(*, params_path: Path, method: str, frames: Path, init: Path, o
                                  "sample_rate": outcome.privacy.sample_rate, "steps": outcome.privacy.steps})
             print(f"train-private: {key}: ε {guarantee.epsilon:.4g} (target {epsilon}), σ {outcome.privacy.noise_multiplier:.4g}, "
                   f"loss {outcome.history[-1]['loss']:.4f}", file=sys.stderr)
-    atomic_write_bytes(report / f"{method}.csv", _table(results))
+    atomic_write_bytes(report / f"{method}.csv", csv_bytes(results))
     return results
 
 
