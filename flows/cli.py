@@ -97,42 +97,63 @@ def preview_command(params_path: Path, frames: Path, copies: tuple[Path, ...], o
 @_dir("--report", "Where to write the training metrics and history (<key>.json, <key>_history.csv).")
 @click.option("--family", default=None, help="Registered model privhar-<family> [default: train.method].")
 @click.option("--epochs", type=int, default=None, help="Override train.epochs.")
-def train_command(params_path: Path, frames: Path, out: Path, report: Path, family: str | None, epochs: int | None) -> None:
+@click.option("--init", type=click.Path(path_type=Path, file_okay=False, exists=True), default=None,
+              help="Folder of a model to fine-tune (the pretrain stage's data/pretrain/public) [default: from scratch].")
+def train_command(params_path: Path, frames: Path, out: Path, report: Path, family: str | None, epochs: int | None,
+                  init: Path | None) -> None:
     """Train the video classifier with the method train.method names."""
     from tasks.train import train
 
-    final = train(params_path=params_path, frames=frames, out=out, report=report, family=family, epochs=epochs)
+    final = train(params_path=params_path, frames=frames, out=out, report=report, family=family, epochs=epochs, init=init)
     click.echo(f"train: final loss {final['loss']:.4f}, train accuracy {final['train_accuracy']:.4f}", err=True)
 
 
 @stage.command("private")
 @PARAMS
 @click.option("--method", required=True, help="One of private.methods: dp_sgd, multiclip, maskdp, maskdp_real.")
-@_dir("--frames", "Folder of the clips to learn from: decoded (raw) or the avatar copy.", exists=True)
+@_dir("--frames", "Folder of the decoded (raw) clips.", exists=True)
+@click.option("--avatar", type=click.Path(path_type=Path, file_okay=False, exists=True), default=None,
+              help="The avatar copy (anonymize@avatar): maskdp learns from it, both MaskDP methods use its public masks.")
 @_dir("--init", "Folder of the public model to fine-tune (the pretrain stage's output).", exists=True)
 @_dir("--out", "Where to write one <method>-eps<ε>/model.pt per ε.")
 @_dir("--report", "Where to write <method>.csv (ε, δ, σ, q, steps, C, accountant per model).")
-@click.option("--masks", type=click.Path(path_type=Path, file_okay=False, exists=True), default=None,
-              help="The avatar copy whose public masks MaskDP uses.")
-def private_command(params_path: Path, method: str, frames: Path, init: Path, out: Path, report: Path,
-                    masks: Path | None) -> None:
+def private_command(params_path: Path, method: str, frames: Path, avatar: Path | None, init: Path, out: Path,
+                    report: Path) -> None:
     """Fine-tune the public model privately at every ε of private.epsilons (and ∞)."""
     from tasks.private.stage import train_private
 
-    rows = train_private(params_path=params_path, method=method, frames=frames, init=init, out=out, report=report, masks=masks)
+    rows = train_private(params_path=params_path, method=method, frames=frames, init=init, out=out, report=report,
+                         avatar=avatar)
     click.echo(f"train-private: {method}: {len(rows)} models in {out}", err=True)
+
+
+@stage.command("private-table")
+@PARAMS
+@click.option("--metrics", type=click.Path(path_type=Path, dir_okay=False, exists=True), required=True,
+              help="The evaluate stage's metrics.json.")
+@_dir("--ledgers", "Folder of the train-private stages' <method>.csv.", exists=True)
+@_dir("--train-reports", "Folder of the train stages' <key>.json (baseline, dprp-eps<ε>: their privacy claims).",
+      exists=True)
+@_dir("--out", "Where to write private.md, private.csv and accuracy_vs_epsilon.png.")
+def private_table_command(params_path: Path, metrics: Path, ledgers: Path, train_reports: Path, out: Path) -> None:
+    """Top-1 of every private method at every ε: paper 000 / 001 Table 2 as Markdown + CSV, and a plot."""
+    from tasks.private.table import private_table
+
+    records = private_table(params_path=params_path, metrics=metrics, ledgers=ledgers, train_reports=train_reports, out=out)
+    click.echo(f"private-table: {len(records)} models in {out / 'private.md'}", err=True)
 
 
 @stage.command("evaluate")
 @PARAMS
 @_dir("--frames", "Folder of the decoded clips.", exists=True)
-@_dir("--models", "Folder holding <method>/model.pt.", exists=True)
+@click.option("--models", "models", multiple=True, required=True, type=click.Path(path_type=Path, file_okay=False, exists=True),
+              help="A folder of trained models (<key>/model.pt at any depth); repeat for several.")
 @_dir("--out", "Where to write metrics, predictions and plots.")
-def evaluate_command(params_path: Path, frames: Path, models: Path, out: Path) -> None:
-    """Top-1 / Top-5 and a confusion matrix for every trained method."""
+def evaluate_command(params_path: Path, frames: Path, models: tuple[Path, ...], out: Path) -> None:
+    """Top-1 / Top-5 and a confusion matrix for every trained model."""
     from tasks.evaluate import evaluate
 
-    evaluate(params_path=params_path, frames=frames, models=models, out=out)
+    evaluate(params_path=params_path, frames=frames, models=list(models), out=out)
 
 
 @main.command("dprp")

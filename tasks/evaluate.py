@@ -1,6 +1,6 @@
 """Stage ``evaluate``: action recognition on the test split, per trained model.
 
-    data/train/<key>/model.pt ─┐
+    <models>/…/<key>/model.pt ─┐   (data/train, data/private)
     data/decode (test split) ──┼─▶ protocol 1 ─▶ Top-1, Top-5 ─▶ out/metrics.json  {key: {top1, top5, ...}}
     <its training folder> ─────┴─▶ protocol 2 ─▶ top1_protocol2 ├─▶ out/predictions.csv
                                                                 └─▶ out/confusion/<key>.png
@@ -105,14 +105,27 @@ def protected_folder(config: dict[str, Any], raw: Path) -> Path | None:
     return trained_on
 
 
-def evaluate(*, params_path: Path, frames: Path, models: Path, out: Path) -> dict[str, dict[str, float]]:
-    """Run the stage over every ``<models>/<key>/model.pt``; return the metrics written."""
+def find_checkpoints(folders: list[Path]) -> list[Path]:
+    """Every ``<key>/model.pt`` under ``folders`` (``data/train/baseline``, ``data/private/dp_sgd/dp_sgd-eps2.0``), keys unique."""
+    checkpoints: dict[str, Path] = {}
+    for folder in folders:
+        found = sorted(folder.rglob("model.pt"))
+        if not found:
+            raise PrivharError(f"{folder}: no trained models (<key>/model.pt); run the stage that trains them first")
+        for checkpoint in found:
+            key = checkpoint.parent.name
+            if key in checkpoints:
+                raise PrivharError(f"{checkpoint}: model key {key!r} is also {checkpoints[key]}; keys must be unique")
+            checkpoints[key] = checkpoint
+    return [checkpoints[key] for key in sorted(checkpoints)]
+
+
+def evaluate(*, params_path: Path, frames: Path, models: list[Path], out: Path) -> dict[str, dict[str, float]]:
+    """Run the stage over every ``<key>/model.pt`` in ``models``; return the metrics written."""
     params = load_section(params_path, "evaluate", EvaluateParams)
     tests = TestSets()
     test_rows = tests.rows(frames)
-    checkpoints = sorted(models.glob("*/model.pt"))
-    if not checkpoints:
-        raise PrivharError(f"{models}: no trained models (<key>/model.pt); run the train stage first")
+    checkpoints = find_checkpoints(models)
     metrics: dict[str, dict[str, float]] = {}
     predictions: list[dict[str, Any]] = []
     with stage_run("evaluate", {"evaluate": params}) as run:

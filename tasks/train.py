@@ -2,7 +2,8 @@
 
 Methods live in :data:`TRAINING_METHODS`, keyed by the params value; the spine brings the
 non-private ``baseline`` (AdamW, cross-entropy, cosine learning-rate decay). Every method
-trains the model of :func:`tasks.core.models.create_video_classifier` from scratch.
+trains the model of :func:`tasks.core.models.create_video_classifier`, from scratch or (``--init``,
+what the pipeline does) from the public model of the pretrain stage.
 
 The same stage trains on raw clips (``data/decode``) or on a protected copy (``data/dprp/eps8.0``,
 ``data/anonymize/avatar``: protocols 1 and 2 of paper 000, §4.3). A model's key is its folder's
@@ -35,7 +36,7 @@ from tqdm import tqdm
 from tasks.core.clips import augment, class_names, labels_of, load_clips, normalise, split_rows
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import MANIFEST_NAME, read_manifest
-from tasks.core.models import create_video_classifier, group_norm, has_batch_norm
+from tasks.core.models import create_video_classifier, group_norm, has_batch_norm, transfer_weights
 from tasks.core.params import BaseParams, TrainParams, load_section
 from tasks.core.plugins import Registry
 from tasks.core.privacy import NON_PRIVATE, data_guarantee, strongest
@@ -119,11 +120,12 @@ def _history_csv(history: list[dict[str, float]]) -> bytes:
 
 
 def train(*, params_path: Path, frames: Path, out: Path, report: Path, family: str | None = None,
-          epochs: int | None = None) -> dict[str, Any]:
+          epochs: int | None = None, init: Path | None = None) -> dict[str, Any]:
     """Run the stage; return the final training record.
 
     ``family`` names the registered model (default: the method); ``epochs`` overrides
-    ``train.epochs`` (a quick look; the pipeline trains every copy with the same recipe).
+    ``train.epochs`` (the pretrain stage uses ``public.epochs``); ``init`` is a model folder to
+    fine-tune from (the public model: how HAR models are trained, from pretrained weights).
     """
     base = load_section(params_path, "base", BaseParams)
     params = load_section(params_path, "train", TrainParams)
@@ -147,10 +149,13 @@ def train(*, params_path: Path, frames: Path, out: Path, report: Path, family: s
     generator = torch.Generator().manual_seed(derive_seed(base.seed, "train", params.method, "batches"))
     classes = class_names(rows)
     config = {"num_classes": len(classes), "width": params.width, "norm_groups": params.norm_groups,
-              "dropout": params.dropout, "input_size": list(params.input_size), "frames": int(train_rows[0]["n_frames"]),
-              "classes": classes, "method": params.method, "model": key, "family": family, "frames": str(frames)}
+              "dropout": params.dropout, "input_size": list(params.input_size), "clip_frames": int(train_rows[0]["n_frames"]),
+              "classes": classes, "method": params.method, "model": key, "family": family, "frames": str(frames),
+              "init": str(init) if init else None}
     model = create_video_classifier(num_classes=len(classes), width=params.width, norm=group_norm(params.norm_groups),
                                     dropout=params.dropout)
+    if init is not None:
+        transfer_weights(model, config, init / "model.pt")
     if has_batch_norm(model):
         raise PrivharError("train: the model has BatchNorm layers; use GroupNorm or LayerNorm")
     run_name = "train" if key == params.method else f"train@{key}"
@@ -164,8 +169,10 @@ def train(*, params_path: Path, frames: Path, out: Path, report: Path, family: s
         seconds = time.perf_counter() - started
         model.eval()
         torch.save({"state_dict": model.state_dict(), "config": config}, staging / "model.pt")
-        final = {**history[-1], "trainable_parameters": trainable, "train_videos": len(train_rows)}
         privacy = strongest(METHOD_PRIVACY[params.method], data_guarantee(train_rows))
+        final = {**history[-1], "trainable_parameters": trainable, "train_videos": len(train_rows),
+                 "epsilon": privacy.epsilon if math.isfinite(privacy.epsilon) else "inf", "delta": privacy.delta,
+                 "accountant": privacy.accountant}
         run.log_metrics({"train_seconds": seconds, "trainable_parameters": trainable, "epsilon": privacy.epsilon,
                          "delta": privacy.delta})
         run.set_tags({"privhar.method": params.method, "privhar.model": key, "privhar.accountant": privacy.accountant})

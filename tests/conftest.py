@@ -26,6 +26,8 @@ TINY = {
     "decode": {"fps": 6.0, "frames": 4, "size": [32, 40]},
     "train": {"epochs": 2, "batch_size": 4, "input_size": [32, 40], "width": 4},
     "evaluate": {"batch_size": 8},
+    "public": {"identities": 4, "videos_per_action": 4, "epochs": 1},
+    "private": {"epsilons": [2.0], "epochs": 2, "batch_size": 4, "physical_batch_size": 3, "clips_per_video": 2},
     "orchestrate": {"shard_size": 8, "local_workers": 2},
 }
 

@@ -46,7 +46,7 @@ def test_epochs_override_and_report_are_keyed_by_model(dprp_trained):
 
 def test_protocol_two_only_for_models_trained_on_protected_clips(dprp_trained, tiny_decoded):
     folder, params, _ = dprp_trained
-    metrics = evaluate(params_path=params, frames=tiny_decoded / "data/decode", models=folder / "data/train",
+    metrics = evaluate(params_path=params, frames=tiny_decoded / "data/decode", models=[folder / "data/train"],
                        out=folder / "reports/evaluate")
     assert set(metrics["baseline"]) == {"top1", "top5", "test_videos"}
     assert set(metrics["dprp-eps2.0"]) == {"top1", "top5", "top1_protocol2", "top5_protocol2", "test_videos"}

@@ -46,15 +46,18 @@ def edit_params(project: Path, section: str, key: str, value) -> None:
 
 def test_the_dag_comes_from_dvc_yaml():
     dag = read_dag(REPO)
-    assert [stage.name for stage in dag][:2] == ["synthesize", "decode"] and STAGES[-1] == "evaluate"
+    assert STAGES[-1] == "private-table" and STAGES.index("evaluate") < STAGES.index("private-table")
     upstream = {stage.name: stage.upstream for stage in dag}
     dprp = [f"dprp@{epsilon}" for epsilon in ("2.0", "5.0", "8.0")]
-    assert upstream["dprp@8.0"] == ("decode",) and upstream["train-dprp@8.0"] == ("dprp@8.0",)
-    assert upstream["train-anonymize@avatar"] == ("anonymize@avatar",)
-    # evaluate depends on data/dprp, data/anonymize and data/train, the parents of those stages' outputs
+    assert upstream["pretrain"] == ("decode-public",) and upstream["train"] == ("decode", "pretrain")
+    assert upstream["dprp@8.0"] == ("decode",) and upstream["train-dprp@8.0"] == ("dprp@8.0", "pretrain")
+    assert upstream["train-anonymize@avatar"] == ("anonymize@avatar", "pretrain")
+    assert upstream["train-private@maskdp"] == ("anonymize@avatar", "decode", "pretrain")
+    # evaluate depends on data/dprp, data/anonymize, data/train and data/private, the parents of those stages' outputs
     anonymize = sorted(f"anonymize@{method}" for method in ("avatar", "face_blur", "low_res_32x24", "low_res_16x12", "blackout"))
     trained = sorted(f"train-{name}" for name in anonymize + dprp)
-    assert upstream["evaluate"] == tuple(sorted(["decode", "train", *dprp, *anonymize, *trained]))
+    private = [f"train-private@{method}" for method in ("dp_sgd", "dp_sgd_avatar", "multiclip", "maskdp", "maskdp_real")]
+    assert upstream["evaluate"] == tuple(sorted(["decode", "train", *dprp, *anonymize, *trained, *private]))
     assert [stage.name for stage in read_dag(REPO, ["decode"])] == ["synthesize", "decode"]
     with pytest.raises(PrivharError, match="no stage 'nope' in dvc.yaml"):
         read_dag(REPO, ["nope"])

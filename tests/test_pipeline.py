@@ -1,5 +1,6 @@
 """End to end on a tiny config: `privhar run` (dvc repro) from a fresh project, then nothing to redo."""
 
+import csv
 import json
 from pathlib import Path
 
@@ -20,6 +21,12 @@ def test_pipeline_runs_end_to_end_then_is_up_to_date(project):
     assert 0.0 <= metrics["baseline"]["top1"] <= 1.0
     shown = sh("dvc", "metrics", "show", "--json", cwd=project).stdout
     assert '"top1"' in shown and '"baseline"' in shown
+    table = (project / "reports/compare/private.md").read_text()
+    assert "| real | DP-SGD |" in table and "| avatar-anonymized | MaskDP |" in table and "ε = ∞" in table
+    with (project / "reports/compare/private.csv").open() as handle:
+        models = {record["model"] for record in csv.DictReader(handle)}
+    assert {"baseline", "dprp-eps8.0", "dp_sgd-eps2.0", "multiclip-epsinf", "maskdp-eps2.0", "maskdp_real-eps2.0"} <= models
+    assert (project / "reports/compare/accuracy_vs_epsilon.png").stat().st_size > 0
     again = sh("dvc", "repro", cwd=project)
     for name in ("synthesize", "decode", "train", "evaluate"):
         assert f"Running stage '{name}'" not in again.stdout
@@ -37,7 +44,10 @@ def test_parent_and_nested_runs_are_logged(project):
     dprp = {f"dprp@{epsilon:g}" for epsilon in (2.0, 5.0, 8.0)} | {f"train@dprp-eps{epsilon}" for epsilon in (2.0, 5.0, 8.0)}
     methods = ("avatar", "face_blur", "low_res_32x24", "low_res_16x12", "blackout")
     anonymize = {f"anonymize@{method}" for method in methods} | {f"train@anonymize-{method}" for method in methods} | {"preview"}
-    assert {run.data.tags["privhar.stage"] for run in children} == {"synthesize", "decode", "train", "evaluate"} | dprp | anonymize
+    public = {"synthesize-public", "decode-public", "train@public"}
+    private = {f"train-private@{method}" for method in ("dp_sgd", "dp_sgd_avatar", "multiclip", "maskdp", "maskdp_real")} | {"private-table"}
+    assert {run.data.tags["privhar.stage"] for run in children} == ({"synthesize", "decode", "train", "evaluate"} | dprp
+                                                                   | anonymize | public | private)
     assert all("stage_seconds" in run.data.metrics for run in children)
 
 

@@ -181,6 +181,15 @@ def test_opacus_dp_sgd_reports_the_calibrated_epsilon():
     assert len(outcome.history) == 2
 
 
+def test_opacus_dp_sgd_steps_through_empty_poisson_batches():
+    """q = 1/4 over 4 videos: about a third of the 40 batches are empty; each is still a noised step."""
+    torch.manual_seed(0)
+    recipe = Recipe(**{**RECIPE.__dict__, "epochs": 10, "batch_size": 1, "delta": 1e-3})
+    outcome = train_dp_sgd(tiny_head(), tiny_data(count=4), recipe, target_epsilon=8.0, generator=torch.Generator().manual_seed(0))
+    assert sum(record["empty_batches"] for record in outcome.history) > 5 and outcome.privacy.steps == 40
+    assert all(torch.isfinite(torch.tensor(record["loss"])) for record in outcome.history)
+
+
 def test_token_map_and_views():
     pixels = torch.zeros(1, 4, 8, 8)
     pixels[0, :, :4, :4] = 1

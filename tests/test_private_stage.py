@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import csv
 import math
+import shutil
 
 import dp_accounting
+import numpy as np
 import pytest
 import torch
 
@@ -37,14 +39,13 @@ def project(tiny_decoded, tmp_path_factory):
 
 def run(project, method, **overrides):
     folder, params, decoded = project
-    frames = folder / "data/anonymize/avatar" if method == "maskdp" else decoded
-    masks = folder / "data/anonymize/avatar" if method in ("maskdp", "maskdp_real") else None
-    arguments = {"params_path": params, "method": method, "frames": frames, "init": folder / "data/pretrain/public",
-                 "out": folder / f"data/private/{method}", "report": folder / "reports/private", "masks": masks}
+    arguments = {"params_path": params, "method": method, "frames": decoded, "init": folder / "data/pretrain/public",
+                 "out": folder / f"data/private/{method}", "report": folder / "reports/private",
+                 "avatar": folder / "data/anonymize/avatar"}
     return train_private(**{**arguments, **overrides})
 
 
-@pytest.mark.parametrize("method", ["dp_sgd", "multiclip", "maskdp", "maskdp_real"])
+@pytest.mark.parametrize("method", ["dp_sgd", "dp_sgd_avatar", "multiclip", "maskdp", "maskdp_real"])
 def test_every_method_trains_each_epsilon_and_infinity(project, method):
     folder = project[0]
     rows = run(project, method)
@@ -56,9 +57,10 @@ def test_every_method_trains_each_epsilon_and_infinity(project, method):
                                                            dp_accounting.GaussianDpEvent(private["noise_multiplier"])),
                        private["steps"])
     assert abs(accountant.get_epsilon(private["delta"]) - private["epsilon"]) / private["epsilon"] < 0.01
+    learnt_from = "anonymize/avatar" if method in ("maskdp", "dp_sgd_avatar") else "decode"
     for key in (f"{method}-eps2.0", f"{method}-epsinf"):
         checkpoint = torch.load(folder / f"data/private/{method}/{key}/model.pt", weights_only=True)
-        assert checkpoint["config"]["method"] == method
+        assert checkpoint["config"]["method"] == method and checkpoint["config"]["frames"].endswith(learnt_from)
     with open(folder / f"reports/private/{method}.csv") as handle:
         assert [line["model"] for line in csv.DictReader(handle)] == [f"{method}-eps2.0", f"{method}-epsinf"]
     tags = newest_version(f"{method}-eps2.0").tags
@@ -91,12 +93,26 @@ def test_bad_input_is_one_line_before_training(project, tmp_path):
     folder, params, decoded = project
     with pytest.raises(PrivharError, match=r"private.delta = 0.5 is invalid: expected δ < 1/N"):
         run(project, "dp_sgd", params_path=write_params(tmp_path, {"private": {**PRIVATE, "delta": 0.5}}))
-    with pytest.raises(PrivharError, match="needs --masks"):
-        run(project, "maskdp", masks=None)
+    with pytest.raises(PrivharError, match="needs --avatar"):
+        run(project, "maskdp", avatar=None)
     with pytest.raises(PrivharError, match="has no public mask"):
-        run(project, "maskdp_real", masks=decoded)
+        run(project, "maskdp_real", avatar=decoded)
+    empty = shutil.copytree(folder / "data/anonymize/avatar", tmp_path / "empty")
+    for stored in empty.glob("masks/*.npz"):
+        with np.load(stored) as arrays:
+            np.savez_compressed(stored, public=np.zeros_like(arrays["public"]))
+    with pytest.raises(PrivharError, match="no public token in any of the"):
+        run(project, "maskdp", avatar=empty)
     with pytest.raises(PrivharError, match="no public model"):
         run(project, "dp_sgd", init=tmp_path)
     with pytest.raises(PrivharError, match=r"private.epsilons.*greater than 0|epsilons"):
         run(project, "dp_sgd", params_path=write_params(tmp_path, {"private": {**PRIVATE, "epsilons": [0.0]}}))
     assert not (tmp_path / "out").exists()
+
+
+def test_every_method_has_its_semantics_and_its_table_row():
+    from tasks.core.params import PRIVATE_METHODS
+    from tasks.private.stage import SEMANTICS
+    from tasks.private.table import ROWS
+
+    assert set(SEMANTICS) == set(ROWS) == set(PRIVATE_METHODS)

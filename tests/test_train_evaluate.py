@@ -65,7 +65,7 @@ def test_champion_loads_in_a_fresh_interpreter(trained):
 
 def test_evaluate_writes_metrics_keyed_by_method(trained):
     folder, _ = trained
-    metrics = evaluate(params_path=folder / "params.yaml", frames=folder / "data/decode", models=folder / "data/train",
+    metrics = evaluate(params_path=folder / "params.yaml", frames=folder / "data/decode", models=[folder / "data/train"],
                        out=folder / "reports/evaluate")
     written = json.loads((folder / "reports/evaluate/metrics.json").read_text())
     assert written == metrics
@@ -78,7 +78,7 @@ def test_evaluate_writes_metrics_keyed_by_method(trained):
 
 def test_evaluate_without_models_is_one_line(tiny_decoded, tmp_path):
     with pytest.raises(PrivharError, match="no trained models"):
-        evaluate(params_path=tiny_decoded / "params.yaml", frames=tiny_decoded / "data/decode", models=tmp_path, out=tmp_path / "out")
+        evaluate(params_path=tiny_decoded / "params.yaml", frames=tiny_decoded / "data/decode", models=[tmp_path], out=tmp_path / "out")
 
 
 def test_top_k_and_confusion():

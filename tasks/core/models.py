@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 
 import tasks.torchvision_compat  # noqa: F401  (before pytorchvideo imports torchvision)
 import torch
@@ -24,6 +25,8 @@ from pytorchvideo.models.head import ResNetBasicHead
 from pytorchvideo.models.net import Net
 from pytorchvideo.models.resnet import create_bottleneck_block, create_res_basic_stem, create_res_stage
 from torch import nn
+
+from tasks.core.errors import PrivharError
 
 
 class GroupNorm3d(nn.GroupNorm):
@@ -106,6 +109,29 @@ def create_video_classifier(
 def has_batch_norm(model: nn.Module) -> bool:
     """True if any layer mixes samples through batch statistics (forbidden under DP-SGD)."""
     return any(isinstance(module, nn.modules.batchnorm._BatchNorm) for module in model.modules())
+
+
+CLASSIFIER = "blocks.4.proj"  # the final linear layer: the one part tied to the label set
+
+
+def transfer_weights(model: nn.Module, config: dict, checkpoint: Path) -> None:
+    """Load a pretrained model's weights into ``model`` (built from ``config``), all but its classifier.
+
+    The classifier stays as ``model`` initialised it: the pretrained one belongs to the public
+    data's label set (as Kinetics-400's head is not UCF101's), so every fine-tuning learns its
+    own from the data it is given — for a private method, under its privacy guarantee.
+    """
+    if not checkpoint.is_file():
+        raise PrivharError(f"{checkpoint}: not found; expected a trained model (run the pretrain stage)")
+    stored = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    for name in ("width", "norm_groups", "input_size"):
+        if stored["config"].get(name) != config[name]:
+            raise PrivharError(f"{checkpoint}: its {name} {stored['config'].get(name)} differs from this model's "
+                               f"{config[name]}; pretrain with the same train params")
+    backbone = {name: value for name, value in stored["state_dict"].items() if not name.startswith(CLASSIFIER + ".")}
+    missing, unexpected = model.load_state_dict(backbone, strict=False)
+    if unexpected or any(not name.startswith(CLASSIFIER + ".") for name in missing):
+        raise PrivharError(f"{checkpoint}: its layers do not match this model's (missing {missing}, unexpected {unexpected})")
 
 
 def build_from_config(config: dict) -> nn.Module:

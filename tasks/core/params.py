@@ -128,12 +128,17 @@ class PublicParams(Section):
     seed: int  # the synthesize seed of the public set; differs from base.seed, so identities and scenes differ
     identities: Annotated[int, Field(ge=2, le=64)]
     videos_per_action: Annotated[int, Field(ge=2)]
+    epochs: PositiveInt  # of the pretrain stage, from scratch
+
+
+# The private training methods (stages train-private@<method>); tasks/private/stage.py says what each means.
+PRIVATE_METHODS = ("dp_sgd", "dp_sgd_avatar", "multiclip", "maskdp", "maskdp_real")
 
 
 class PrivateParams(Section):
     """Private training (papers 000, 001, 003): stages train-private@<method>, one model per ε."""
 
-    methods: Annotated[list[Literal["dp_sgd", "multiclip", "maskdp", "maskdp_real"]], Field(min_length=1)]
+    methods: Annotated[list[Literal[PRIVATE_METHODS]], Field(min_length=1)]  # type: ignore[valid-type]
     epsilons: Annotated[list[Annotated[float, Field(gt=0.0)]], Field(min_length=1)]
     delta: Annotated[float, Field(gt=0.0, lt=1.0)]
     accountant: Literal["rdp", "prv", "gdp"]
@@ -147,6 +152,7 @@ class PrivateParams(Section):
     clips_per_video: PositiveInt  # K of multiclip
     token: Annotated[list[PositiveInt], Field(min_length=3, max_length=3)]  # MaskDP token [t, h, w]
     public_threshold: Annotated[float, Field(gt=0.0, le=1.0)]
+    maskdp_private_input: Literal["private_tokens", "whole_clip"]  # what the clipped, noised gradient of MaskDP sees
 
 
 class ReportParams(Section):

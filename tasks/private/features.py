@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-HEAD = "blocks.4.proj"
+from tasks.core.models import CLASSIFIER as HEAD
 
 
 def head_of(model: nn.Module) -> nn.Linear:

@@ -152,19 +152,21 @@ def train_dp_sgd(module: nn.Module, data: PrivateData, recipe: Recipe, target_ep
     history = []
     try:
         for epoch in range(1, recipe.epochs + 1):
-            loss_sum, seen = 0.0, 0
+            loss_sum, seen, empty = 0.0, 0, 0
             with BatchMemoryManager(data_loader=private_loader, max_physical_batch_size=recipe.physical_batch_size,
                                     optimizer=optimiser) as batches:
                 for features, labels in batches:
                     optimiser.zero_grad(set_to_none=True)
-                    if len(labels) == 0:  # an empty Poisson batch: Opacus still adds the noise
-                        optimiser.step()
-                        continue
+                    # An empty Poisson batch goes through too: its per-sample gradients are empty
+                    # (its loss is NaN, and unused) and Opacus's step still adds the noise.
                     loss = F.cross_entropy(private_module(features), labels)
                     loss.backward()
                     optimiser.step()
-                    loss_sum, seen = loss_sum + float(loss) * len(labels), seen + len(labels)
-            history.append({"epoch": epoch, "loss": loss_sum / max(seen, 1), "sampled": seen})
+                    if len(labels):
+                        loss_sum, seen = loss_sum + float(loss) * len(labels), seen + len(labels)
+                    else:
+                        empty += 1
+            history.append({"epoch": epoch, "loss": loss_sum / max(seen, 1), "sampled": seen, "empty_batches": empty})
     finally:
         private_module.remove_hooks()
     rate, steps = schedule(len(data.labels), recipe)

@@ -1,16 +1,18 @@
 """Stage ``train-private@<method>``: fine-tune the public model privately, once per ε in ``private.epsilons``.
 
-    public model (pretrain) ─┐
-    <frames> train split ────┼─▶ views per method ─▶ [frozen part: pooled features] ─▶ for ε: DP training
-    <masks> (maskdp)  ───────┘                                                              └─▶ out/<method>-eps<ε>/model.pt
+    public model (pretrain): backbone ─┐
+    <frames> or <avatar> train split ──┼─▶ views per method ─▶ [frozen part: pooled features] ─▶ for ε: DP training
+    <avatar> masks (MaskDP)  ──────────┘                                                              └─▶ out/<method>-eps<ε>/model.pt
 
-Methods (``private.methods``): ``dp_sgd`` (Opacus), ``multiclip`` (K augmented views per video —
-the embedded videos last 2 s, so the K clips are K random flips/shifts of it, drawn once),
-``maskdp`` (the avatar copy, paper 001's setting) and ``maskdp_real`` (raw clips with the avatar
-masks: the real person sits in the *public* tokens, so this row is not private for them — paper
-001 Table 1's domain-gap row, labelled so). ε = ∞ is trained too, with the same recipe, clipping
-kept and no noise (without clipping the same learning rate diverges): the column each table
-compares against.
+Methods (``private.methods``): ``dp_sgd`` (Opacus) on the raw clips, ``dp_sgd_avatar`` (Opacus)
+on the avatar copy, ``multiclip`` (K augmented views per video — the embedded videos last 2 s, so
+the K clips are K random flips/shifts of it, drawn once), ``maskdp`` (the avatar copy, paper
+001's setting) and ``maskdp_real`` (raw clips with the avatar masks: the real person sits in the
+*public* tokens, so this row is not private for them — paper 001 Table 2's domain-gap row,
+labelled so). The classifier starts fresh (the public model's belongs to the public label set),
+so every private model learns its decision from private data under its guarantee. ε = ∞ is
+trained too, with the same recipe, clipping kept and no noise: the column each table compares
+against.
 
 Units and semantics: one video is one unit (DP-SGD: neighbouring datasets differ in one video;
 MaskDP: masked adjacency of Definition 2 — they differ only in one video's private tokens, and
@@ -30,11 +32,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tasks.core.clips import augment, labels_of, load_clips, normalise, split_rows
+from tasks.core.clips import augment, class_names, labels_of, load_clips, normalise, split_rows
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import MANIFEST_NAME, read_manifest, resolve_path
-from tasks.core.models import has_batch_norm, load_checkpoint
-from tasks.core.params import BaseParams, PrivateParams, TrainParams, load_section
+from tasks.core.models import build_from_config, has_batch_norm, load_checkpoint, transfer_weights
+from tasks.core.params import BaseParams, PrivateParams, load_section
 from tasks.core.privacy import NON_PRIVATE, PrivacyGuarantee
 from tasks.core.registry import register_model
 from tasks.core.seeding import derive_seed
@@ -47,8 +49,9 @@ from tasks.private.selective import select_trainable, trainable_count
 from tasks.private.tokens import public_token_map, token_views
 
 MASKED = {"maskdp", "maskdp_real"}
-SEMANTICS = {
+SEMANTICS = {  # one per tasks.core.params.PRIVATE_METHODS
     "dp_sgd": "DP-SGD; unit: one video (add/remove)",
+    "dp_sgd_avatar": "DP-SGD on the avatar copy; unit: one video (add/remove)",
     "multiclip": "multi-clip DP-SGD, K clips averaged per video; unit: one video (add/remove)",
     "maskdp": "MaskDP (paper 001 Def. 2-3): masked adjacency, one video's private tokens; labels not protected",
     "maskdp_real": "MaskDP on real clips: the real person is in the public tokens (domain-gap row, not private for them)",
@@ -86,6 +89,8 @@ def method_views(method: str, clips: torch.Tensor, labels: torch.Tensor, params:
         assert masks is not None
         public = public_token_map(masks, tuple(params.token), params.public_threshold)
         private_view, public_view = token_views(normalise(clips), public)
+        if params.maskdp_private_input == "whole_clip":
+            private_view = normalise(clips)
         pixels = public.flatten(1)
         return PrivateData(private_view.unsqueeze(1), labels, public=public_view, has_private=~pixels.all(1),
                            has_public=pixels.any(1))
@@ -104,7 +109,7 @@ def train_one(method: str, module: nn.Module, data: PrivateData, recipe: Recipe,
               generator: torch.Generator) -> Outcome:
     if math.isinf(epsilon):  # the ε = ∞ column: the same recipe, clipping kept, no noise
         return train_grouped(module, data, recipe, noise_multiplier=0.0, generator=generator)
-    if method == "dp_sgd":
+    if method in ("dp_sgd", "dp_sgd_avatar"):
         return train_dp_sgd(module, data, recipe, epsilon, generator)
     return train_grouped(module, data, recipe, noise_for(epsilon, data, recipe), generator)
 
@@ -115,35 +120,67 @@ def epsilon_by_epoch(privacy: SgdPrivacy, epochs: int) -> list[float]:
                        privacy.accountant).epsilon() for epoch in range(1, epochs + 1)]
 
 
-def _check_inputs(params: PrivateParams, method: str, count: int, masks: Path | None, model: nn.Module) -> None:
+def _check_inputs(params: PrivateParams, count: int, model: nn.Module) -> None:
     if params.delta >= 1.0 / count:
         raise PrivharError(f"private.delta = {params.delta} is invalid: expected δ < 1/N = {1.0 / count:.3g} "
                            f"(N = {count} training videos; δ ≥ 1/N allows releasing one video outright)")
-    if method in MASKED and masks is None:
-        raise PrivharError(f"train-private: method {method} needs --masks (the avatar copy's public masks)")
     if has_batch_norm(model):
         raise PrivharError("train-private: the model has BatchNorm layers, which mix samples; DP-SGD needs GroupNorm")
 
 
+def training_inputs(method: str, frames: Path, avatar: Path | None) -> tuple[Path, Path | None]:
+    """The clips a method learns from and the folder of its public masks (None: no MaskDP).
+
+    ``dp_sgd`` and ``multiclip`` learn from the raw clips; ``dp_sgd_avatar`` from the avatar copy
+    (paper 001 Table 2's "anonymized, DP" row); ``maskdp`` from the avatar copy with its masks
+    (paper 001's setting); ``maskdp_real`` from the raw clips with the avatar copy's masks.
+    """
+    if method in ("dp_sgd", "multiclip"):
+        return frames, None
+    if avatar is None:
+        raise PrivharError(f"train-private: method {method} needs --avatar (the avatar copy and its public masks)")
+    if method == "dp_sgd_avatar":
+        return avatar, None
+    return (avatar if method == "maskdp" else frames), avatar
+
+
+def public_model(init: Path, frames: Path, seed: int) -> tuple[nn.Module, dict[str, Any]]:
+    """The public model to fine-tune: its backbone, and a classifier for the private label set drawn from ``seed``."""
+    if not (init / "model.pt").is_file():
+        raise PrivharError(f"{init / 'model.pt'}: no public model to fine-tune (run the pretrain stage first)")
+    _, stored = load_checkpoint(str(init / "model.pt"))
+    classes = class_names(read_manifest(frames / MANIFEST_NAME))
+    config = {**stored, "classes": classes, "num_classes": len(classes)}
+    torch.manual_seed(seed)
+    model = build_from_config(config)
+    transfer_weights(model, config, init / "model.pt")
+    return model, config
+
+
 def train_private(*, params_path: Path, method: str, frames: Path, init: Path, out: Path, report: Path,
-                  masks: Path | None = None) -> list[dict[str, Any]]:
-    """Run the stage: one model per ε of ``private.epsilons`` (and ∞); return the report rows."""
+                  avatar: Path | None = None) -> list[dict[str, Any]]:
+    """Run the stage: one model per ε of ``private.epsilons`` (and ∞); return the report rows.
+
+    ``frames`` are the raw clips, ``avatar`` the avatar copy (for the MaskDP methods).
+    """
     base = load_section(params_path, "base", BaseParams)
-    train_params = load_section(params_path, "train", TrainParams)
     params = load_section(params_path, "private", PrivateParams)
     if method not in params.methods:
         raise PrivharError(f"train-private: method {method!r} is not one of private.methods = {params.methods}")
+    frames, masks = training_inputs(method, frames, avatar)
     rows = split_rows(read_manifest(frames / MANIFEST_NAME), "train")
-    if not (init / "model.pt").is_file():
-        raise PrivharError(f"{init / 'model.pt'}: no public model to fine-tune (run the pretrain stage first)")
-    pretrained, config = load_checkpoint(str(init / "model.pt"))
-    _check_inputs(params, method, len(rows), masks, pretrained)
+    pretrained, config = public_model(init, frames, derive_seed(base.seed, "private", "classifier"))
+    _check_inputs(params, len(rows), pretrained)
     size = tuple(config["input_size"])
     recipe = recipe_of(params)
     torch.use_deterministic_algorithms(True)
     generator = torch.Generator().manual_seed(derive_seed(base.seed, "private", method, "views"))
     clips = load_clips(rows, frames, size)
     data = method_views(method, clips, labels_of(rows), params, generator, public_masks(rows, masks, size) if masks else None)
+    if data.has_public is not None and not bool(data.has_public.any()):
+        raise PrivharError(f"train-private: {method} found no public token in any of the {len(rows)} training videos "
+                           f"(private.public_threshold = {params.public_threshold}, token {params.token}): MaskDP would be "
+                           "DP-SGD; lower the threshold or use dp_sgd")
     trainable_names = select_trainable(pretrained, params.trainable)
     head_only = all(name.startswith(HEAD + ".") for name in trainable_names)
     if head_only:
@@ -195,7 +232,7 @@ def _record(method: str, key: str, target: float, guarantee: PrivacyGuarantee, o
     return {"model": key, "method": method, "target_epsilon": target, "epsilon": round(guarantee.epsilon, 6),
             "delta": guarantee.delta, "noise_multiplier": round(outcome.privacy.noise_multiplier, 6),
             "sample_rate": round(outcome.privacy.sample_rate, 6), "steps": outcome.privacy.steps,
-            "max_grad_norm": recipe.max_grad_norm, "accountant": recipe.accountant, "trainable_parameters": trainable,
+            "max_grad_norm": recipe.max_grad_norm, "accountant": guarantee.accountant, "trainable_parameters": trainable,
             "final_loss": round(outcome.history[-1]["loss"], 6)}
 
 

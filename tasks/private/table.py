@@ -1,0 +1,198 @@
+"""Stage ``private-table``: Top-1 of every private method at every ε, as the papers tabulate it.
+
+    reports/evaluate/metrics.json ─┐   Top-1 (protocols 1 and 2) per model
+    reports/private/<method>.csv ──┼─▶ out/private.md   Markdown: paper 001 Table 2 / paper 000 Table 2 shape
+    reports/train/<key>.json ──────┘   out/private.csv  one row per model, with its ε and how it was computed
+      (baseline, dprp-eps<ε>)          out/accuracy_vs_epsilon.png
+
+Rows are what was trained (data × training method), columns the target ε of the grid and ∞
+(the same recipe without noise); each cell is Top-1 on the raw test videos (protocol 1: one
+test set for every row). Models trained on a protected copy (MaskDP on the avatar copy,
+Video-DPRP) get a second table on that copy's test split (protocol 2). The achieved ε of each
+cell, its δ and the accountant that computed it are in the ledger table and the CSV.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tasks.core.errors import PrivharError
+from tasks.core.figures import plt, png_bytes
+from tasks.core.params import DprpParams, PrivateParams, load_section
+from tasks.core.storage import atomic_write_bytes, csv_bytes
+from tasks.core.tracking import stage_run
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the table: what data a family of models learnt from and how."""
+
+    data: str
+    training: str
+    method: str  # the model keys' prefix: <method>-eps<ε>
+    note: str = ""
+
+
+ROWS = {
+    "dp_sgd": Row("real", "DP-SGD", "dp_sgd"),
+    "multiclip": Row("real", "MultiClip-DP ({clips} clips)", "multiclip"),
+    "dp_sgd_avatar": Row("avatar-anonymized", "DP-SGD", "dp_sgd_avatar"),
+    "maskdp": Row("avatar-anonymized", "MaskDP", "maskdp"),
+    "maskdp_real": Row("real*", "MaskDP", "maskdp_real", "* real person visible in the public tokens: not private for "
+                       "them, listed to show the domain gap (paper 001 Table 2)"),
+}
+DPRP = Row("Video-DPRP copy", "Video-DPRP", "dprp")
+BASELINE = Row("real", "non-private, full fine-tuning", "baseline")
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise PrivharError(f"{path}: not found; run the stage that writes it (evaluate, train) first")
+    return json.loads(path.read_text())
+
+
+def _ledger(path: Path) -> list[dict[str, str]]:
+    if not path.is_file():
+        raise PrivharError(f"{path}: not found; expected the train-private stage's ledger of this method")
+    with path.open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def _scores(metrics: dict[str, Any], key: str, metrics_path: Path) -> dict[str, Any]:
+    if key not in metrics:
+        raise PrivharError(f"{metrics_path}: no scores for model {key!r}; rerun evaluate after training it")
+    return metrics[key]
+
+
+def collect(*, metrics_path: Path, ledgers: Path, train_reports: Path, methods: list[str], dprp_epsilons: list[float],
+            clips_per_video: int) -> list[dict[str, Any]]:
+    """One record per model: its row, target and achieved ε, δ, accountant, Top-1 / Top-5 under both protocols."""
+    metrics = _read_json(metrics_path)
+    records = []
+    for method in methods:
+        row = ROWS[method]
+        for entry in _ledger(ledgers / f"{method}.csv"):
+            scores = _scores(metrics, entry["model"], metrics_path)
+            records.append(_record(row, entry["model"], float(entry["target_epsilon"]), float(entry["epsilon"]),
+                                   float(entry["delta"]), entry["accountant"], scores, clips_per_video,
+                                   noise_multiplier=entry["noise_multiplier"], steps=entry["steps"]))
+    for epsilon in dprp_epsilons:
+        key = f"dprp-eps{epsilon}"
+        claim = _read_json(train_reports / f"{key}.json")
+        records.append(_record(DPRP, key, epsilon, float(claim["epsilon"]), float(claim["delta"]), claim["accountant"],
+                               _scores(metrics, key, metrics_path), clips_per_video))
+    claim = _read_json(train_reports / "baseline.json")
+    records.append(_record(BASELINE, "baseline", math.inf, math.inf, 0.0, claim["accountant"],
+                           _scores(metrics, "baseline", metrics_path), clips_per_video))
+    return records
+
+
+def _record(row: Row, key: str, target: float, epsilon: float, delta: float, accountant: str, scores: dict[str, Any],
+            clips_per_video: int, **extra: Any) -> dict[str, Any]:
+    return {"data": row.data, "training": row.training.format(clips=clips_per_video), "model": key,
+            "target_epsilon": target, "epsilon": epsilon, "delta": delta, "accountant": accountant,
+            "noise_multiplier": extra.get("noise_multiplier", ""), "steps": extra.get("steps", ""),
+            "top1": scores["top1"], "top5": scores["top5"], "top1_protocol2": scores.get("top1_protocol2", ""),
+            "top5_protocol2": scores.get("top5_protocol2", ""), "test_videos": scores["test_videos"]}
+
+
+def _label(epsilon: float) -> str:
+    return "∞" if math.isinf(epsilon) else f"{epsilon:g}"
+
+
+def _percent(value: Any) -> str:
+    return "—" if value == "" or value is None else f"{100 * float(value):.1f}"
+
+
+def accuracy_table(records: list[dict[str, Any]], score: str) -> str:
+    """Markdown: a row per (data, training), a column per target ε; cells are ``score`` in %, "—" if not run."""
+    epsilons = sorted({record["target_epsilon"] for record in records})
+    lines = ["| data | training | " + " | ".join(f"ε = {_label(e)}" for e in epsilons) + " |",
+             "|---|---|" + "---:|" * len(epsilons)]
+    for (data, training), group in _grouped(records).items():
+        if all(record[score] == "" for record in group):
+            continue
+        by_epsilon = {record["target_epsilon"]: record[score] for record in group}
+        lines.append(f"| {data} | {training} | " + " | ".join(_percent(by_epsilon.get(e, "")) for e in epsilons) + " |")
+    return "\n".join(lines)
+
+
+def ledger_table(records: list[dict[str, Any]]) -> str:
+    """Markdown: the achieved ε of every private model, its δ, and the accountant with the parameters it used."""
+    lines = ["| model | target ε | ε | δ | accountant and parameters |", "|---|---:|---:|---:|---|"]
+    for record in records:
+        if math.isinf(record["epsilon"]):
+            continue
+        lines.append(f"| {record['model']} | {_label(record['target_epsilon'])} | {record['epsilon']:.4g} | "
+                     f"{record['delta']:g} | {record['accountant']} |")
+    return "\n".join(lines)
+
+
+def _grouped(records: list[dict[str, Any]]) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for record in records:
+        groups.setdefault((record["data"], record["training"]), []).append(record)
+    return groups
+
+
+def markdown(records: list[dict[str, Any]]) -> str:
+    notes = sorted({row.note for row in ROWS.values() if row.note and any(r["data"] == row.data for r in records)})
+    tests = max(int(record["test_videos"]) for record in records)
+    return "\n\n".join([
+        "# Private training: Top-1 (%) by target ε",
+        f"Protocol 1 — every model tested on the {tests} raw test videos (paper 000 §4.3). ε = ∞: the same recipe without noise "
+        "(private methods: clipping kept) or, for the non-private row, full fine-tuning.",
+        accuracy_table(records, "top1"),
+        *notes,
+        "## Protocol 2 — tested on the test split of the copy the model learnt from",
+        accuracy_table(records, "top1_protocol2"),
+        "## Privacy spent: ε achieved at δ, and who computed it",
+        ledger_table(records),
+    ]) + "\n"
+
+
+def plot(records: list[dict[str, Any]]) -> bytes:
+    """Top-1 against ε (log scale), a line per (data, training); ∞ drawn at the right edge."""
+    finite = sorted({r["target_epsilon"] for r in records if math.isfinite(r["target_epsilon"])})
+    infinity_x = finite[-1] * 2.5 if finite else 1.0
+    figure, axes = plt.subplots(figsize=(7.5, 4.6))
+    for (data, training), group in _grouped(records).items():
+        group = sorted(group, key=lambda r: r["target_epsilon"])
+        xs = [infinity_x if math.isinf(r["target_epsilon"]) else r["target_epsilon"] for r in group]
+        ys = [100 * r["top1"] for r in group]
+        if len(group) == 1 and math.isinf(group[0]["target_epsilon"]):
+            axes.axhline(ys[0], color="black", linestyle="--", linewidth=1, label=f"{training} ({data})")
+            continue
+        axes.plot(xs, ys, marker="o", label=f"{training} ({data})")
+    axes.set_xscale("log")
+    ticks = [*finite, infinity_x]
+    axes.set_xticks(ticks, [*(_label(e) for e in finite), "∞"])
+    axes.minorticks_off()
+    axes.set_xlabel("target ε (δ per the ledger)")
+    axes.set_ylabel("Top-1 on the raw test videos (%)")
+    axes.set_ylim(0, 100)
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=8, loc="lower right")
+    axes.set_title("Accuracy vs privacy budget (protocol 1)")
+    figure.tight_layout()
+    return png_bytes(figure, dpi=110)
+
+
+def private_table(*, params_path: Path, metrics: Path, ledgers: Path, train_reports: Path, out: Path) -> list[dict[str, Any]]:
+    """Run the stage; return the CSV records written."""
+    private = load_section(params_path, "private", PrivateParams)
+    dprp = load_section(params_path, "dprp", DprpParams)
+    records = collect(metrics_path=metrics, ledgers=ledgers, train_reports=train_reports, methods=private.methods,
+                      dprp_epsilons=dprp.epsilons, clips_per_video=private.clips_per_video)
+    with stage_run("private-table", {"private": private}) as run:
+        atomic_write_bytes(out / "private.csv", csv_bytes(records))
+        atomic_write_bytes(out / "private.md", markdown(records).encode())
+        atomic_write_bytes(out / "accuracy_vs_epsilon.png", plot(records))
+        for name in ("private.md", "private.csv", "accuracy_vs_epsilon.png"):
+            run.log_artifact(out / name)
+    return records
