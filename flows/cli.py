@@ -210,7 +210,7 @@ def bench_dprp_command(frames: int, size: tuple[int, int], k: str, out: Path) ->
 @click.option("--repeats", type=int, default=5, show_default=True)
 @click.option("--out", type=click.Path(path_type=Path), default=Path("reports/bench/private.json"), show_default=True)
 def bench_private_command(batch: int, frames: int, size: tuple[int, int], width: int, repeats: int, out: Path) -> None:
-    """Seconds per logical batch: non-private SGD, DP-SGD (Opacus hooks), selective DP-SGD."""
+    """Seconds per logical batch: non-private SGD, DP-SGD (each Opacus per-sample gradient mode), selective DP-SGD."""
     import json
 
     from tasks.private.bench import run_bench

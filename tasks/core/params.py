@@ -148,6 +148,7 @@ class PrivateParams(Section):
     physical_batch_size: PositiveInt  # rows per forward / backward (BatchMemoryManager)
     learning_rate: Annotated[float, Field(gt=0.0)]
     momentum: Annotated[float, Field(ge=0.0, lt=1.0)]
+    grad_sample_mode: Literal["ew", "hooks", "functorch"]  # Opacus per-sample gradients of dp_sgd
     trainable: str  # all | head | norms_and_head | last_stage_and_head | <regex>
     clips_per_video: PositiveInt  # K of multiclip
     token: Annotated[list[PositiveInt], Field(min_length=3, max_length=3)]  # MaskDP token [t, h, w]

@@ -61,7 +61,7 @@ SEMANTICS = {  # one per tasks.core.params.PRIVATE_METHODS
 def recipe_of(params: PrivateParams) -> Recipe:
     return Recipe(epochs=params.epochs, batch_size=params.batch_size, physical_batch_size=params.physical_batch_size,
                   learning_rate=params.learning_rate, momentum=params.momentum, max_grad_norm=params.max_grad_norm,
-                  delta=params.delta, accountant=params.accountant)
+                  delta=params.delta, accountant=params.accountant, grad_sample_mode=params.grad_sample_mode)
 
 
 def public_masks(rows: list[dict[str, Any]], masks: Path, size: tuple[int, int]) -> torch.Tensor:

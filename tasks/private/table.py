@@ -160,7 +160,7 @@ def plot(records: list[dict[str, Any]]) -> bytes:
     """Top-1 against ε (log scale), a line per (data, training); ∞ drawn at the right edge."""
     finite = sorted({r["target_epsilon"] for r in records if math.isfinite(r["target_epsilon"])})
     infinity_x = finite[-1] * 2.5 if finite else 1.0
-    figure, axes = plt.subplots(figsize=(7.5, 4.6))
+    figure, axes = plt.subplots(figsize=(9.5, 4.6))
     for (data, training), group in _grouped(records).items():
         group = sorted(group, key=lambda r: r["target_epsilon"])
         xs = [infinity_x if math.isinf(r["target_epsilon"]) else r["target_epsilon"] for r in group]
@@ -177,7 +177,7 @@ def plot(records: list[dict[str, Any]]) -> bytes:
     axes.set_ylabel("Top-1 on the raw test videos (%)")
     axes.set_ylim(0, 100)
     axes.grid(alpha=0.3)
-    axes.legend(fontsize=8, loc="lower right")
+    axes.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.02, 0.5))
     axes.set_title("Accuracy vs privacy budget (protocol 1)")
     figure.tight_layout()
     return png_bytes(figure, dpi=110)
