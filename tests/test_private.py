@@ -210,6 +210,16 @@ def test_opacus_per_sample_gradient_modes_agree_on_the_video_classifier():
         assert torch.allclose(found["ew"][name], expected, atol=1e-6) and torch.allclose(found["functorch"][name], expected, atol=1e-6)
 
 
+@pytest.mark.parametrize("train", ["dp_sgd", "grouped"])
+def test_a_batch_norm_model_is_refused_in_one_line(train):
+    model = nn.Sequential(nn.Linear(6, 4), nn.BatchNorm1d(4), nn.Linear(4, 3))
+    with pytest.raises(PrivharError, match="has BatchNorm layers .* use GroupNorm or LayerNorm"):
+        if train == "dp_sgd":
+            train_dp_sgd(model, tiny_data(), RECIPE, target_epsilon=2.0, generator=torch.Generator().manual_seed(0))
+        else:
+            train_grouped(model, tiny_data(), RECIPE, noise_multiplier=1.0, generator=torch.Generator().manual_seed(0))
+
+
 def test_token_map_and_views():
     pixels = torch.zeros(1, 4, 8, 8)
     pixels[0, :, :4, :4] = 1

@@ -30,6 +30,8 @@ from opacus.utils.batch_memory_manager import BatchMemoryManager
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from tasks.core.errors import PrivharError
+from tasks.core.models import has_batch_norm
 from tasks.private.accounting import SgdPrivacy, calibrate
 from tasks.private.gradients import add_noise, apply_gradient, clip_and_sum, per_unit_gradients, summed_gradient, trainable_parameters
 
@@ -90,6 +92,13 @@ def noise_for(target_epsilon: float, data: PrivateData, recipe: Recipe) -> float
     return calibrate(target_epsilon, recipe.delta, rate, steps, recipe.accountant)
 
 
+def require_sample_independence(module: nn.Module) -> None:
+    """Refuse a module whose BatchNorm mixes samples: no per-sample gradient, so no DP guarantee."""
+    if has_batch_norm(module):
+        raise PrivharError(f"private training: the model has BatchNorm layers ({type(module).__name__}), which mix the "
+                           "samples of a batch; DP-SGD needs per-sample gradients: use GroupNorm or LayerNorm")
+
+
 def without_dropout(module: nn.Module) -> nn.Module:
     """Training mode (Opacus checks it) with every dropout layer off: private training adds noise instead."""
     module.train()
@@ -106,6 +115,7 @@ def _optimiser(module: nn.Module, recipe: Recipe) -> torch.optim.SGD:
 def train_grouped(module: nn.Module, data: PrivateData, recipe: Recipe, noise_multiplier: float,
                   generator: torch.Generator) -> Outcome:
     """Multi-clip DP-SGD (``data.public`` None) or MaskDP-SGD: the step of :mod:`tasks.private.gradients`."""
+    require_sample_independence(module)
     count = len(data.labels)
     rate, steps = schedule(count, recipe)
     steps_per_epoch = steps // recipe.epochs
@@ -151,6 +161,7 @@ def train_dp_sgd(module: nn.Module, data: PrivateData, recipe: Recipe, target_ep
 
     Opacus draws the Poisson batches from torch's global generator: seed it before the call.
     """
+    require_sample_independence(module)
     inputs = data.units[:, 0]
     loader = DataLoader(TensorDataset(inputs, data.labels), batch_size=recipe.batch_size)
     engine = PrivacyEngine(accountant=recipe.accountant)
