@@ -44,11 +44,12 @@ def synthesize_command(params_path: Path, out: Path, report: Path | None, public
 @PARAMS
 @_dir("--source", "Folder of the source manifest (the synthesize stage's output).", exists=True)
 @_dir("--out", "Where to write the decoded clips and their manifest.")
-def decode_command(params_path: Path, source: Path, out: Path) -> None:
+@click.option("--run-name", default="decode", show_default=True, help="The stage's MLflow run name (decode-public for the public set).")
+def decode_command(params_path: Path, source: Path, out: Path, run_name: str) -> None:
     """Decode, resample, resize and store clips losslessly."""
     from tasks.decode import decode
 
-    decode(params_path=params_path, source=source, out=out)
+    decode(params_path=params_path, source=source, out=out, run_name=run_name)
 
 
 @stage.command("dprp")

@@ -162,12 +162,12 @@ def decode_one(row: dict[str, Any], *, params: DecodeParams, source_folder: Path
     return decoded
 
 
-def decode(*, params_path: Path, source: Path, out: Path) -> list[dict[str, Any]]:
-    """Run the stage on the manifest in folder ``source``; return the decoded rows."""
+def decode(*, params_path: Path, source: Path, out: Path, run_name: str = "decode") -> list[dict[str, Any]]:
+    """Run the stage on the manifest in folder ``source``; return the decoded rows (logged as MLflow run ``run_name``)."""
     base = load_section(params_path, "base", BaseParams)
     params = load_section(params_path, "decode", DecodeParams)
     rows = read_manifest(source / MANIFEST_NAME)
-    with stage_run("decode", {"base": base, "decode": params}) as run, atomic_directory(out) as staging:
+    with stage_run(run_name, {"base": base, "decode": params}) as run, atomic_directory(out) as staging:
         (staging / "frames").mkdir()
         (staging / "annotations").mkdir()
         started = time.perf_counter()

@@ -128,11 +128,10 @@ def train(*, params_path: Path, frames: Path, out: Path, report: Path, family: s
     fine-tune from (the public model: how HAR models are trained, from pretrained weights).
     """
     base = load_section(params_path, "base", BaseParams)
-    params = load_section(params_path, "train", TrainParams)
-    if epochs is not None:
-        if epochs < 1:
-            raise PrivharError(f"train: --epochs = {epochs} is invalid: expected an integer >= 1")
-        params = params.model_copy(update={"epochs": epochs})
+    if epochs is not None and epochs < 1:
+        raise PrivharError(f"train: --epochs = {epochs} is invalid: expected an integer >= 1")
+    # --epochs replaces train.epochs before it is checked: pretrain does not depend on train.epochs
+    params = load_section(params_path, "train", TrainParams, overrides=None if epochs is None else {"epochs": epochs})
     key, family = out.name, family or params.method
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", family):
         raise PrivharError(f"train: --family = {family!r} is invalid: expected letters, digits, '_', '.' or '-'")

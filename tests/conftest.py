@@ -32,6 +32,11 @@ TINY = {
 }
 
 
+# The pipeline projects keep one stage per kind (stage-level tests cover every method): 18 stages, not 30.
+DAG = {"train": {"epochs": 1}, "dprp": {"epsilons": [8.0]}, "anonymize": {"methods": ["avatar", "blackout"]},
+       "private": {"methods": ["dp_sgd", "maskdp"]}}
+
+
 def write_params(folder: Path, overrides: dict[str, Any] | None = None) -> Path:
     """The repository's params.yaml shrunk to TINY, with ``overrides`` on top."""
     params = yaml.safe_load((REPO / "params.yaml").read_text())
@@ -87,7 +92,7 @@ def make_project(folder: Path, overrides: dict[str, Any] | None = None) -> Path:
     shutil.copy(REPO / "dvc.yaml", folder / "dvc.yaml")
     shutil.copytree(REPO / "tasks", folder / "tasks", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(REPO / "profiles", folder / "profiles")
-    write_params(folder, {"train": {"epochs": 1}, **(overrides or {})})
+    write_params(folder, {**DAG, **(overrides or {})})
     (folder / ".gitignore").write_text(".prefect/\n.privhar/\n.mlflow-ui/\n")
     sh("git", "init", "-q", cwd=folder)
     sh("git", "config", "user.email", "ci@privhar.invalid", cwd=folder)

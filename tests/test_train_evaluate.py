@@ -88,3 +88,27 @@ def test_top_k_and_confusion():
     assert top_k_accuracy(logits, labels, 2) == 0.75
     matrix = confusion_matrix(labels.numpy(), logits.argmax(1).numpy(), 3)
     assert matrix.tolist() == [[1, 0, 0], [1, 0, 0], [0, 1, 1]]
+
+
+def test_fine_tuning_takes_the_public_backbone_and_a_fresh_classifier(trained, tmp_path):
+    from tasks.core.models import CLASSIFIER, build_from_config, transfer_weights
+    from tests.conftest import write_params
+
+    folder, _ = trained
+    checkpoint = folder / "data/train/baseline/model.pt"
+    public = torch.load(checkpoint, weights_only=True)
+    model = build_from_config(public["config"])
+    fresh = {name: value.clone() for name, value in model.state_dict().items()}
+    transfer_weights(model, public["config"], checkpoint)
+    for name, value in model.state_dict().items():
+        expected = fresh[name] if name.startswith(CLASSIFIER + ".") else public["state_dict"][name]
+        assert torch.equal(value, expected), name
+    # --epochs replaces train.epochs before it is checked (pretrain does not depend on train.epochs)
+    params = write_params(tmp_path, {"train": {"epochs": 0}})
+    train(params_path=params, frames=folder / "data/decode", out=tmp_path / "tuned", report=tmp_path / "report",
+          epochs=1, init=folder / "data/train/baseline")
+    assert torch.load(tmp_path / "tuned/model.pt", weights_only=True)["config"]["init"] == str(folder / "data/train/baseline")
+    (tmp_path / "wide").mkdir()
+    with pytest.raises(PrivharError, match=r"model.pt: its width 4 differs from this model's 8"):
+        train(params_path=write_params(tmp_path / "wide", {"train": {"width": 8}}), frames=folder / "data/decode",
+              out=tmp_path / "wide/out", report=tmp_path / "wide/report", init=folder / "data/train/baseline")

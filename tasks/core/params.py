@@ -239,8 +239,11 @@ def parse_section(raw: dict[str, Any], section: str, *, path: Path = Path("param
         raise PrivharError(_describe(error, path, section)) from None
 
 
-def load_section(path: Path, section: str, model: type[S]) -> S:
-    """Read and check one section of the params file."""
-    parsed = parse_section(read_params_file(path), section, path=Path(path))
+def load_section(path: Path, section: str, model: type[S], overrides: dict[str, Any] | None = None) -> S:
+    """Read and check one section of the params file, with ``overrides`` (command-line values) in place first."""
+    raw = read_params_file(path)
+    if overrides and isinstance(raw.get(section), dict):
+        raw[section] = {**raw[section], **overrides}
+    parsed = parse_section(raw, section, path=Path(path))
     assert isinstance(parsed, model)
     return parsed
