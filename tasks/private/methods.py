@@ -10,8 +10,8 @@ privately (paper 001 §5.3: the noise regularises).
 - ``dp_sgd``: Opacus ``PrivacyEngine.make_private_with_epsilon`` and ``BatchMemoryManager``
   (physical batches of ``physical_batch_size`` inside the Poisson-sampled logical batch);
   per-sample gradients by ``private.grad_sample_mode``: ``ew`` (PyTorch's ExpandedWeights, the
-  default: on this 3-D CNN 2.3× a non-private step, against 5.4× for Opacus's ``hooks``, whose
-  Conv3d unfolding is mostly copies; the three agree to 1e-7, tested).
+  default: on this 3-D CNN 1.9-2.5× a non-private step, against 3.9-4.7× for Opacus's ``hooks``,
+  whose Conv3d unfolding is mostly copies; the three agree to 1e-6, tested).
 - ``multiclip`` (Luo et al., cited in paper 000): the unit is the video; its gradient is the mean
   over its K clips, clipped and noised once — K clips cost no more privacy than one.
 - ``maskdp`` (paper 001, Algorithm 1): the private-token view's gradient is clipped and noised,
