@@ -52,6 +52,10 @@ def decode_command(params_path: Path, source: Path, out: Path, run_name: str) ->
     decode(params_path=params_path, source=source, out=out, run_name=run_name)
 
 
+SPEED = click.option("--speed", type=click.Path(path_type=Path, dir_okay=False), default=None,
+                     help="Where to write the measured frames/s (JSON; assess reads it for f_speed).")
+
+
 @stage.command("dprp")
 @PARAMS
 @_dir("--frames", "Folder of the decoded clips.", exists=True)
@@ -59,11 +63,13 @@ def decode_command(params_path: Path, source: Path, out: Path, run_name: str) ->
 @_dir("--out", "Where to write the protected clips, their manifest and the privacy ledger.")
 @click.option("--report", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="Where to write eps<ε>.png (raw and protected test frames).")
-def dprp_stage_command(params_path: Path, frames: Path, epsilon: float, out: Path, report: Path | None) -> None:
+@SPEED
+def dprp_stage_command(params_path: Path, frames: Path, epsilon: float, out: Path, report: Path | None,
+                       speed: Path | None) -> None:
     """Video-DPRP on every decoded clip (both splits) at one ε."""
     from tasks.dprp.stage import dprp
 
-    dprp(params_path=params_path, frames=frames, epsilon=epsilon, out=out, report=report)
+    dprp(params_path=params_path, frames=frames, epsilon=epsilon, out=out, report=report, speed_path=speed)
 
 
 @stage.command("anonymize")
@@ -71,11 +77,12 @@ def dprp_stage_command(params_path: Path, frames: Path, epsilon: float, out: Pat
 @_dir("--frames", "Folder of the decoded clips (with their ground-truth annotations).", exists=True)
 @click.option("--method", required=True, help="One of anonymize.methods: face_blur, low_res_<W>x<H>, blackout, none.")
 @_dir("--out", "Where to write the protected clips, public masks and manifest.")
-def anonymize_stage_command(params_path: Path, frames: Path, method: str, out: Path) -> None:
+@SPEED
+def anonymize_stage_command(params_path: Path, frames: Path, method: str, out: Path, speed: Path | None) -> None:
     """Obfuscate every decoded clip with one method (paper 000 §4.2 baselines)."""
     from tasks.anonymize.stage import anonymize
 
-    anonymize(params_path=params_path, frames=frames, method=method, out=out)
+    anonymize(params_path=params_path, frames=frames, method=method, out=out, speed_path=speed)
 
 
 @stage.command("preview")
@@ -142,6 +149,43 @@ def private_table_command(params_path: Path, metrics: Path, ledgers: Path, train
 
     records = private_table(params_path=params_path, metrics=metrics, ledgers=ledgers, train_reports=train_reports, out=out)
     click.echo(f"private-table: {len(records)} models in {out / 'private.md'}", err=True)
+
+
+@stage.command("assess")
+@PARAMS
+@_dir("--frames", "Folder of the decoded (raw) clips with their annotations: the ground truth.", exists=True)
+@click.option("--copies", "copies", multiple=True, required=True, type=click.Path(path_type=Path, file_okay=False, exists=True),
+              help="A folder of protected copies (data/anonymize, data/dprp); repeatable.")
+@_dir("--speeds", "Folder of the protecting stages' <copy>.json (measured frames/s).", exists=True)
+@_dir("--out", "Where to write signature.json and signature.csv.")
+def assess_command(params_path: Path, frames: Path, copies: tuple[Path, ...], speeds: Path, out: Path) -> None:
+    """Privacy attributes (cMAP, F1) and paper 004's evaluator functions for the raw data and every protected copy."""
+    from tasks.assess.stage import assess
+
+    results = assess(params_path=params_path, frames=frames, copies=list(copies), speeds=speeds, out=out)
+    click.echo(f"assess: {len(results)} copies in {out / 'signature.json'}", err=True)
+
+
+@stage.command("report")
+@PARAMS
+@click.option("--metrics", type=click.Path(path_type=Path, dir_okay=False), required=True,
+              help="The evaluate stage's metrics.json (missing: its rows say 'not run').")
+@click.option("--signature", type=click.Path(path_type=Path, dir_okay=False), required=True,
+              help="The assess stage's signature.json (missing: its rows say 'not run').")
+@_dir("--ledgers", "Folder of the train-private stages' <method>.csv.", exists=True)
+@_dir("--train-reports", "Folder of the train stages' <key>.json.", exists=True)
+@_dir("--dprp", "Folder of the DPRP copies (their ledger.parquet).", exists=True)
+@_dir("--anonymize", "Folder of the anonymized copies.", exists=True)
+@_dir("--frames", "Folder of the decoded clips (the data subjects of each split).", exists=True)
+@_dir("--out", "Where to write results.md and report/.")
+def report_command(params_path: Path, metrics: Path, signature: Path, ledgers: Path, train_reports: Path, dprp: Path,
+                   anonymize: Path, frames: Path, out: Path) -> None:
+    """results.md: paper 000 Table 1, paper 004 signatures, plots and the privacy ledger per method and subject."""
+    from tasks.report.stage import report
+
+    table = report(params_path=params_path, metrics=metrics, signature=signature, ledgers=ledgers,
+                   train_reports=train_reports, dprp=dprp, anonymize=anonymize, frames=frames, out=out)
+    click.echo(f"report: {len(table)} methods in {out / 'results.md'}", err=True)
 
 
 @stage.command("evaluate")

@@ -36,6 +36,7 @@ from tasks.core.errors import PrivharError
 from tasks.core.manifest import MANIFEST_NAME, read_manifest, rebase_path, resolve_path, write_manifest
 from tasks.core.parallel import map_ordered, worker_count
 from tasks.core.params import AnonymizeParams, BaseParams, load_section
+from tasks.core.speed import write_speed
 from tasks.core.storage import atomic_directory, load_frames, save_arrays, save_frames
 from tasks.core.tracking import stage_run
 
@@ -115,8 +116,8 @@ def anonymize_one(row: dict[str, Any], *, method: str, params: AnonymizeParams, 
             "anonymize_method": method, "public_fraction": round(float(public.mean()), 6)}, seconds
 
 
-def anonymize(*, params_path: Path, frames: Path, method: str, out: Path) -> list[dict[str, Any]]:
-    """Protect every clip of the decoded manifest in ``frames`` with ``method``."""
+def anonymize(*, params_path: Path, frames: Path, method: str, out: Path, speed_path: Path | None = None) -> list[dict[str, Any]]:
+    """Protect every clip of the decoded manifest in ``frames`` with ``method``; its measured frames/s to ``speed_path``."""
     base = load_section(params_path, "base", BaseParams)
     params = load_section(params_path, "anonymize", AnonymizeParams)
     if method not in params.methods:
@@ -135,6 +136,9 @@ def anonymize(*, params_path: Path, frames: Path, method: str, out: Path) -> lis
         write_manifest(protected, staging / MANIFEST_NAME)
         total_frames = sum(int(row["n_frames"]) for row in protected)
         speed = total_frames / max(seconds, 1e-9)
+        if speed_path is not None:
+            write_speed(speed_path, frames=total_frames, seconds=seconds,
+                        measured=f"anonymize {method}: the method alone (and the detector when it finds people), one core")
         public = float(np.mean([row["public_fraction"] for row in protected]))
         run.log_metrics({"frames_per_second": speed, "public_fraction": public, "videos": len(protected)})
         run.set_tags({"privhar.method": method, "privhar.people_source": params.source})

@@ -160,6 +160,33 @@ class ReportParams(Section):
     show_raw: bool | Literal["auto"]  # raw frames in pictures: auto = only for the synthetic dataset
 
 
+TRACKERS = ("mil", "kcf", "csrt")
+
+
+class AssessParams(Section):
+    """Privacy and utility of each protected copy (papers 000 §4.3 and 004 §4): stage assess."""
+
+    attacker_size: FrameSize  # frames are area-resized to this for the attribute attacker
+    attacker_epochs: PositiveInt
+    attacker_batch_size: PositiveInt
+    attacker_learning_rate: Annotated[float, Field(gt=0.0)]
+    attacker_frame_step: PositiveInt  # every n-th training frame trains the attacker
+    faces_per_video: PositiveInt  # raw training faces per video for the face recognisers
+    identification_frame_step: PositiveInt  # faces of every n-th test frame are recognised
+    ssim_group: Annotated[float, Field(gt=0.0, le=1.0)]  # fused frames: a group's faces are this similar (paper 004: 0.7)
+    fused_pairs_per_person: PositiveInt
+    detection_frame_step: PositiveInt  # every n-th frame trains and tests the detectors
+    tracking_videos: PositiveInt  # test videos tracked (spread over the test split)
+    trackers: Annotated[list[Literal[TRACKERS]], Field(min_length=1)]  # type: ignore[valid-type]
+    target_fps: Annotated[float, Field(gt=0.0)]  # τ of f_speed (paper 004 eq. 25)
+
+
+class PrivacyParams(Section):
+    """The privacy budget of each data subject across every DP release (report stage, dprp and private stages)."""
+
+    max_epsilon: Annotated[float, Field(gt=0.0)]  # sequential composition cap per subject; .inf: no cap
+
+
 class OrchestrateParams(Section):
     """How the Prefect flow runs the DAG and where the local servers listen (not a stage's input)."""
 
@@ -195,6 +222,8 @@ SECTIONS: dict[str, type[Section]] = {
     "public": PublicParams,
     "private": PrivateParams,
     "report": ReportParams,
+    "assess": AssessParams,
+    "privacy": PrivacyParams,
     "orchestrate": OrchestrateParams,
     "registry": RegistryParams,
 }

@@ -18,11 +18,13 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from tasks.core.budget import check_budget
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import MANIFEST_NAME, read_manifest, rebase_path, resolve_path, write_manifest, write_table
 from tasks.core.parallel import map_ordered
 from tasks.core.params import BaseParams, DprpParams, load_section
 from tasks.core.seeding import derive_seed
+from tasks.core.speed import write_speed
 from tasks.core.storage import atomic_directory, atomic_write_bytes, load_frames, save_frames
 from tasks.core.tracking import stage_run
 from tasks.dprp.calibration import NoiseScales, noise_scales
@@ -55,13 +57,16 @@ def protect_one(row: dict[str, Any], *, params: DprpParams, scales: NoiseScales,
             **scales.as_dict()}
 
 
-def dprp(*, params_path: Path, frames: Path, epsilon: float, out: Path, report: Path | None = None) -> list[dict[str, Any]]:
-    """Protect every clip of the decoded manifest in ``frames`` at total ``epsilon``; preview into ``report``."""
+def dprp(*, params_path: Path, frames: Path, epsilon: float, out: Path, report: Path | None = None,
+         speed_path: Path | None = None) -> list[dict[str, Any]]:
+    """Protect every clip of the decoded manifest in ``frames`` at total ``epsilon``; preview into ``report``,
+    measured frames/s into ``speed_path``."""
     base = load_section(params_path, "base", BaseParams)
     params = load_section(params_path, "dprp", DprpParams)
     if epsilon not in params.epsilons:
         raise PrivharError(f"dprp: epsilon {epsilon} is not one of dprp.epsilons = {params.epsilons}")
     rows = read_manifest(frames / MANIFEST_NAME)
+    check_budget(params_path, f"dprp-eps{epsilon}", rows)  # privacy.max_epsilon, before any work
     d = int(rows[0]["height"]) * int(rows[0]["width"]) * 3
     scales = noise_scales(epsilon=epsilon, delta=params.delta, budget_split=params.budget_split, k=params.k_value,
                           d=d, calibration=params.calibration, neighbour=params.neighbour)
@@ -80,6 +85,9 @@ def dprp(*, params_path: Path, frames: Path, epsilon: float, out: Path, report: 
         protected = map_ordered(work, rows, workers=1, desc=f"dprp ε={epsilon:g}")
         seconds = time.perf_counter() - started
         write_manifest(protected, staging / MANIFEST_NAME)
+        if speed_path is not None:
+            write_speed(speed_path, frames=sum(int(row["n_frames"]) for row in rows), seconds=seconds,
+                        measured=f"dprp ε = {epsilon:g}: projection, noise and reconstruction of every video, one process")
         ledger = [{"video_id": row["video_id"], "split": row["split"], **scales.as_dict(),
                    "projection": params.projection, "k": params.k_value, "d": d} for row in rows]
         write_table(ledger, staging / "ledger.parquet")

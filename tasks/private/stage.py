@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tasks.core.clips import augment, class_names, labels_of, load_clips, normalise, split_rows
+from tasks.core.budget import check_budget
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import MANIFEST_NAME, read_manifest, resolve_path
 from tasks.core.models import build_from_config, has_batch_norm, load_checkpoint, transfer_weights
@@ -171,6 +172,8 @@ def train_private(*, params_path: Path, method: str, frames: Path, init: Path, o
     rows = split_rows(read_manifest(frames / MANIFEST_NAME), "train")
     pretrained, config = public_model(init, frames, derive_seed(base.seed, "private", "classifier"))
     _check_inputs(params, len(rows), pretrained)
+    for epsilon in params.epsilons:  # privacy.max_epsilon, before any work
+        check_budget(params_path, f"{method}-eps{epsilon}", rows)
     size = tuple(config["input_size"])
     recipe = recipe_of(params)
     torch.use_deterministic_algorithms(True)

@@ -1,0 +1,88 @@
+"""Scores of the assessment, each in [0, 1]: class-wise AP / F1 (paper 000 §4.3) and box hits (paper 004 eq. 20, 26).
+
+Written from the definitions, not from scikit-learn, so the tests can check one against the other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+Box = Sequence[float]  # x0, y0, x1, y1 in pixels
+
+
+def average_precision(labels: np.ndarray, scores: np.ndarray) -> float:
+    """AP of one binary label: Σ (R_n − R_{n−1}) P_n over the distinct score thresholds, highest first.
+
+    Tied scores form one threshold, as in scikit-learn. NaN when the label has no positive.
+    """
+    labels = np.asarray(labels, dtype=bool)
+    positives = int(labels.sum())
+    if positives == 0:
+        return float("nan")
+    order = np.argsort(-np.asarray(scores, dtype=np.float64), kind="stable")
+    ranked_scores, ranked_labels = np.asarray(scores, dtype=np.float64)[order], labels[order]
+    last_of_tie = np.r_[np.flatnonzero(np.diff(ranked_scores)), len(ranked_scores) - 1]
+    true_positives = np.cumsum(ranked_labels)[last_of_tie]
+    precision = true_positives / (last_of_tie + 1)
+    recall = true_positives / positives
+    return float(np.sum(np.diff(np.r_[0.0, recall]) * precision))
+
+
+def class_wise_map(labels: np.ndarray, scores: np.ndarray) -> float:
+    """cMAP: the unweighted mean of per-attribute AP over attributes with a positive (paper 000 §4.3)."""
+    values = [average_precision(labels[:, column], scores[:, column]) for column in range(labels.shape[1])]
+    values = [value for value in values if not np.isnan(value)]
+    return float(np.mean(values)) if values else float("nan")
+
+
+def class_wise_f1(labels: np.ndarray, predicted: np.ndarray) -> float:
+    """Macro F1 over attributes: 2TP / (2TP + FP + FN) per attribute (0 when it has neither), then the mean."""
+    labels, predicted = np.asarray(labels, dtype=bool), np.asarray(predicted, dtype=bool)
+    true_pos = (labels & predicted).sum(axis=0)
+    wrong = (labels ^ predicted).sum(axis=0)
+    denominator = 2 * true_pos + wrong
+    f1 = np.divide(2 * true_pos, denominator, out=np.zeros(len(true_pos), dtype=np.float64), where=denominator > 0)
+    return float(f1.mean())
+
+
+def dice(first: Box, second: Box) -> float:
+    """Sørensen-Dice coefficient of two boxes, 2|A∩B| / (|A| + |B|) (paper 004 eq. 26)."""
+    width = max(0.0, min(first[2], second[2]) - max(first[0], second[0]))
+    height = max(0.0, min(first[3], second[3]) - max(first[1], second[1]))
+    areas = (first[2] - first[0]) * (first[3] - first[1]) + (second[2] - second[0]) * (second[3] - second[1])
+    return 2.0 * width * height / areas if areas > 0 else 0.0
+
+
+def matches(first: Box, second: Box, threshold: float = 0.5) -> bool:
+    """Paper 004's b_det ≈ b_gt: Dice above 0.5."""
+    return dice(first, second) > threshold
+
+
+def frame_hit_rate(found: Sequence[Box], truth: Sequence[Box]) -> float:
+    """h of one frame (the algorithm under eq. 20): found boxes matching a true box, over the true boxes; 1 with none.
+
+    Each true box is matched at most once: a second detection of the same object is not a second hit
+    (as printed, h could exceed J — an overlapping pair of detections would count twice).
+    """
+    if not truth:
+        return 1.0
+    unmatched = list(truth)
+    hits = 0
+    for box in found:
+        best = max(range(len(unmatched)), key=lambda index: dice(box, unmatched[index]), default=None)
+        if best is not None and matches(box, unmatched[best]):
+            hits += 1
+            unmatched.pop(best)
+    return hits / len(truth)
+
+
+def speed_score(frames_per_second: float, target: float) -> float:
+    """f_speed (paper 004 eq. 25) with the mean frame time: min(fps / τ, 1).
+
+    Eq. 25 prints max(1 / (τ Δt), 1), which is never below 1; min keeps it in [0, 1], as the paper says e must be.
+    """
+    if target <= 0:
+        raise ValueError("target speed must be positive")
+    return float(min(frames_per_second / target, 1.0))

@@ -1,0 +1,288 @@
+"""Stage ``assess``: how private and how useful each protected copy is, attacker by attacker.
+
+    data/decode (raw, annotated) ───────┬─▶ raw-trained attackers: attribute CNN, face recognisers, HOG detectors
+    data/anonymize/<m>, data/dprp/eps<ε> ┴─▶ per copy: attribute cMAP / F1 (raw-trained and adaptive attacker),
+    reports/speed/<copy>.json ───────────┘   e_id ind / aggr / fused, e_det face and body ind / aggr / fused,
+                                             e_track, e_sim (SSIM, MSE), e_speed ─▶ out/signature.json, .csv
+
+The raw copy is assessed too: it is the reference (no protection, e_speed = 1 since there is no
+filter). Copies are assessed in parallel (``base.workers``); every attacker is seeded, so the
+numbers do not depend on the number of workers.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from tasks.assess.attributes import FrameSet, attribute_model, attribute_names, attribute_privacy, load_frame_set, train_attacker
+from tasks.assess.detection import BODY, FACE, KINDS, Detector, Kind, detection_rate, patch, train_detector, window_box
+from tasks.assess.faces import crop
+from tasks.assess.fusion import fused_pairs, ssim_groups
+from tasks.assess.reid import FaceRecognisers, identification_aggr, identification_fused, identification_ind, recognised_flags
+from tasks.assess.scores import matches, speed_score
+from tasks.assess.similarity import mse_similarity, ssim
+from tasks.assess.tracking import track_video
+from tasks.assess.truth import VideoTruth, clips_of, load_truth
+from tasks.core.clips import split_rows
+from tasks.core.errors import PrivharError
+from tasks.core.manifest import MANIFEST_NAME, read_manifest
+from tasks.core.parallel import map_ordered, worker_count
+from tasks.core.params import AssessParams, BaseParams, load_section
+from tasks.core.seeding import derive_seed
+from tasks.core.speed import read_speed
+from tasks.core.storage import atomic_write_bytes, csv_bytes
+from tasks.core.tracking import stage_run
+from tasks.preview import copies_under
+
+RAW = "raw"
+SIGNATURE = ("e_id_ind", "e_id_aggr", "e_id_fused", "e_det_face_ind", "e_det_face_aggr", "e_det_face_fused",
+             "e_det_body_ind", "e_det_body_aggr", "e_det_body_fused", "e_track", "e_sim_ssim", "e_sim_mse", "e_speed")
+ATTRIBUTE_SCORES = ("cmap_raw_attacker", "f1_raw_attacker", "cmap_adaptive", "f1_adaptive")
+
+
+@dataclass
+class RawAttackers:
+    """Everything trained on raw training frames once, shared (pickled) by the workers."""
+
+    names: list[str]
+    attacker: dict[str, torch.Tensor]
+    recognisers: FaceRecognisers
+    detectors: dict[str, Detector]
+
+
+def copy_name(folder: Path) -> str:
+    """``data/anonymize/avatar`` → ``anonymize-avatar``: the key its trained model has in evaluate."""
+    return f"{folder.parent.name}-{folder.name}"
+
+
+def _frames_and_truth(rows: list[dict[str, Any]], clips: dict[str, np.ndarray], truths: dict[str, VideoTruth],
+                      kind: str, step: int) -> tuple[list[np.ndarray], list[list]]:
+    frames, boxes = [], []
+    for row in rows:
+        truth = truths[row["video_id"]]
+        per_frame = truth.faces if kind == "face" else truth.bodies
+        for t in range(0, len(per_frame), step):
+            frames.append(clips[row["video_id"]][t])
+            boxes.append(per_frame[t])
+    return frames, boxes
+
+
+def train_raw_attackers(params: AssessParams, seed: int, rows: list[dict[str, Any]], raw: Path,
+                        clips: dict[str, np.ndarray], truths: dict[str, VideoTruth]) -> RawAttackers:
+    names = attribute_names(rows)
+    data = load_frame_set(rows, raw, names, clips, size=tuple(params.attacker_size), every=params.attacker_frame_step)
+    attacker = train_attacker(data, epochs=params.attacker_epochs, batch_size=params.attacker_batch_size,
+                              learning_rate=params.attacker_learning_rate, seed=derive_seed(seed, "assess", "attacker", RAW),
+                              desc="attribute attacker (raw)")
+    faces, identities = [], []
+    for row in rows:
+        found = truths[row["video_id"]].occurrences
+        for occurrence in found[:: max(1, len(found) // params.faces_per_video)][: params.faces_per_video]:
+            faces.append(crop(clips[row["video_id"]][occurrence.frame], occurrence.box))
+            identities.append(occurrence.identity)
+    detectors = {}
+    for name, kind in KINDS.items():
+        frames, boxes = _frames_and_truth(rows, clips, truths, name, params.detection_frame_step)
+        detectors[name] = train_detector(kind, frames, boxes, seed=derive_seed(seed, "assess", "detector", name))
+    return RawAttackers(names, attacker.state_dict(), FaceRecognisers(faces, identities), detectors)
+
+
+def fused_windows(kind: Kind, frames: list[np.ndarray], boxes: list[list], owners: list[list[int]], *,
+                  threshold: float, pairs: int) -> tuple[list[np.ndarray], list[list]]:
+    """Fused frames for detection: each person's object windows (1.5× the window box, one size), grouped by SSIM,
+    fused pairwise; the true box of a fused window is the central window box."""
+    scale = 1.5
+    width, height = (int(round(side * scale / kind.upscale / 4)) * 4 for side in kind.window)
+    inner = (width / 6, height / 6, 5 * width / 6, 5 * height / 6)
+    by_person: dict[int, list[np.ndarray]] = {}
+    for frame, frame_boxes, frame_owners in zip(frames, boxes, owners):
+        for box, owner in zip(frame_boxes, frame_owners):
+            x0, y0, x1, y1 = window_box(box, kind)
+            cx, cy, w, h = (x0 + x1) / 2, (y0 + y1) / 2, (x1 - x0) * scale, (y1 - y0) * scale
+            region = (cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2)
+            by_person.setdefault(owner, []).append(_resample(frame, region, (width, height)))
+    fused, truth = [], []
+    for images in by_person.values():
+        for image in fused_pairs(images, ssim_groups(images, threshold), pairs):
+            fused.append(image)
+            truth.append([inner])
+    return fused, truth
+
+
+def _resample(frame: np.ndarray, region: tuple[float, float, float, float], size: tuple[int, int]) -> np.ndarray:
+    import cv2
+
+    x0, y0, x1, y1 = region
+    sx, sy = size[0] / (x1 - x0), size[1] / (y1 - y0)
+    matrix = np.float32([[sx, 0, -x0 * sx], [0, sy, -y0 * sy]])
+    grey = cv2.cvtColor(frame, cv2.COLOR_RGB2GRAY)
+    return cv2.warpAffine(grey, matrix, size, flags=cv2.INTER_AREA, borderMode=cv2.BORDER_REPLICATE)
+
+
+def detection_scores(detector: Detector, frames: list[np.ndarray], boxes: list[list], owners: list[list[int]],
+                     params: AssessParams) -> dict[str, float]:
+    """e_det ind (eq. 20), aggr (eq. 21: adapted on the protected frames' hits), fused (eq. 22: adapted on fused windows)."""
+    kind = detector.kind
+    found = [detector.detect(frame) for frame in frames]
+    from tasks.assess.scores import frame_hit_rate
+
+    scores = {"ind": float(np.mean([frame_hit_rate(f, b) for f, b in zip(found, boxes)]))}
+    aggregated = detector.clone()
+    hits = [patch(frame, box, kind) for frame, frame_found, truth in zip(frames, found, boxes) for box in frame_found
+            if any(matches(box, true) for true in truth)]
+    if hits:
+        aggregated.positives += hits
+        aggregated.fit()
+    scores["aggr"] = detection_rate(aggregated, frames, boxes) if hits else scores["ind"]
+    fused, fused_truth = fused_windows(kind, frames, boxes, owners, threshold=params.ssim_group,
+                                       pairs=params.fused_pairs_per_person)
+    adapted = detector.clone()
+    added = adapted.adapt(fused, fused_truth)
+    scores["fused"] = detection_rate(adapted, frames, boxes) if added else scores["ind"]
+    return scores
+
+
+def _owners(rows: list[dict[str, Any]], truths: dict[str, VideoTruth], kind: str, step: int) -> list[list[int]]:
+    """The identity of each true box, frame by frame, in the order of _frames_and_truth."""
+    owners = []
+    for row in rows:
+        truth = truths[row["video_id"]]
+        people = [int(i) for i in row.get("identities", [row.get("identity", 0)])]
+        for t in range(0, len(truth.bodies), step):
+            if kind == "body":
+                owners.append(people[: len(truth.bodies[t])])
+            else:
+                owners.append([o.identity for o in truth.occurrences if o.frame == t])
+    return owners
+
+
+def assess_copy(item: tuple[str, Path], *, raw: Path, train_rows: list[dict[str, Any]], test_rows: list[dict[str, Any]],
+                truths: dict[str, VideoTruth], attackers: RawAttackers, params: AssessParams, seed: int,
+                speeds: Path) -> dict[str, Any]:
+    """Every score of one copy (``name``, ``folder``)."""
+    name, folder = item
+    started = clock = time.perf_counter()
+    test_clips = clips_of(test_rows, folder)
+    raw_clips = test_clips if name == RAW else clips_of(test_rows, raw)
+    scores: dict[str, Any] = {"copy": name, "folder": str(folder)}
+
+    clock = _lap(scores, "load", clock)
+    # Privacy attributes: the raw-trained attacker, then one trained on this copy's training frames.
+    model = attribute_model(len(attackers.names))
+    model.load_state_dict(attackers.attacker)
+    model.eval()
+    size = tuple(params.attacker_size)
+    test_set = load_frame_set(test_rows, raw, attackers.names, test_clips, size=size)
+    raw_attack = attribute_privacy(model, test_set)
+    scores["cmap_raw_attacker"], scores["f1_raw_attacker"] = raw_attack["cmap"], raw_attack["f1"]
+    if name == RAW:
+        adaptive = raw_attack  # the adaptive attacker of the raw copy is the raw attacker
+    else:
+        train_set = load_frame_set(train_rows, raw, attackers.names, clips_of(train_rows, folder), size=size,
+                                   every=params.attacker_frame_step)
+        adaptive_model = train_attacker(train_set, epochs=params.attacker_epochs, batch_size=params.attacker_batch_size,
+                                        learning_rate=params.attacker_learning_rate,
+                                        seed=derive_seed(seed, "assess", "attacker", name), desc=f"attribute attacker ({name})")
+        adaptive = attribute_privacy(adaptive_model, test_set)
+    scores["cmap_adaptive"], scores["f1_adaptive"] = adaptive["cmap"], adaptive["f1"]
+
+    clock = _lap(scores, "attributes", clock)
+    # f_id: faces inside the true boxes of the protected test frames.
+    occurrences = [o for row in test_rows for o in truths[row["video_id"]].occurrences
+                   if o.frame % params.identification_frame_step == 0]
+    faces = [crop(test_clips[o.video][o.frame], o.box) for o in occurrences]
+    flags = recognised_flags(attackers.recognisers, occurrences, faces)
+    scores["e_id_ind"] = identification_ind(flags)
+    scores["e_id_aggr"] = identification_aggr(occurrences, flags)
+    scores["e_id_fused"] = identification_fused(attackers.recognisers, occurrences, faces, threshold=params.ssim_group,
+                                                pairs_per_person=params.fused_pairs_per_person)
+    scores["face_occurrences"] = len(occurrences)
+
+    clock = _lap(scores, "identification", clock)
+    # f_det: faces and bodies, independent / aggregated / fused frames.
+    for kind_name, detector in attackers.detectors.items():
+        frames, boxes = _frames_and_truth(test_rows, test_clips, truths, kind_name, params.detection_frame_step)
+        owners = _owners(test_rows, truths, kind_name, params.detection_frame_step)
+        for mode, value in detection_scores(detector, frames, boxes, owners, params).items():
+            scores[f"e_det_{kind_name}_{mode}"] = value
+
+    clock = _lap(scores, "detection", clock)
+    # f_track: on videos spread over the test split.
+    picked = np.unique(np.linspace(0, len(test_rows) - 1, min(params.tracking_videos, len(test_rows))).astype(int))
+    rates = [rate for index in picked for rate in track_video(test_clips[test_rows[index]["video_id"]],
+                                                               truths[test_rows[index]["video_id"]].bodies,
+                                                               tuple(params.trackers))]
+    scores["e_track"] = float(np.mean(rates)) if rates else 1.0
+
+    clock = _lap(scores, "tracking", clock)
+    # f_sim: every test frame against its raw frame.
+    pairs = [(raw_clips[v][t], test_clips[v][t]) for v in test_clips for t in range(len(test_clips[v]))]
+    scores["e_sim_ssim"] = float(np.mean([ssim(a, b) for a, b in pairs]))
+    scores["e_sim_mse"] = float(np.mean([mse_similarity(a, b) for a, b in pairs]))
+
+    clock = _lap(scores, "similarity", clock)
+    # f_speed: the frames/s the protecting stage measured.
+    scores["frames_per_second"] = float("inf") if name == RAW else read_speed(speeds / f"{name}.json")
+    scores["e_speed"] = 1.0 if name == RAW else speed_score(scores["frames_per_second"], params.target_fps)
+    scores["assess_seconds"] = time.perf_counter() - started
+    return scores
+
+
+def _lap(scores: dict[str, Any], part: str, since: float) -> float:
+    """Record the seconds ``part`` took (they go to the stage's log, not to the signature)."""
+    now = time.perf_counter()
+    scores[f"seconds_{part}"] = now - since
+    return now
+
+
+def assess(*, params_path: Path, frames: Path, copies: list[Path], speeds: Path, out: Path) -> list[dict[str, Any]]:
+    """Assess the raw copy and every protected copy under ``copies``; write ``out/signature.json`` and ``.csv``."""
+    base = load_section(params_path, "base", BaseParams)
+    params = load_section(params_path, "assess", AssessParams)
+    rows = read_manifest(frames / MANIFEST_NAME)
+    train_rows, test_rows = split_rows(rows, "train"), split_rows(rows, "test")
+    if not train_rows or not test_rows:
+        raise PrivharError(f"{frames / MANIFEST_NAME}: assess needs videos in both splits "
+                           f"(train {len(train_rows)}, test {len(test_rows)})")
+    if not any(key.startswith("attr_") for key in rows[0]):
+        raise PrivharError(f"{frames / MANIFEST_NAME}: no attr_* columns; the attribute attacker needs privacy-attribute "
+                           f"annotations (PA-HMDB style)")
+    found = copies_under(copies)
+    if not found:
+        raise PrivharError(f"assess: no protected copy (a folder with {MANIFEST_NAME}) under {', '.join(map(str, copies))}")
+    truths = {row["video_id"]: load_truth(row, frames) for row in rows}
+    with stage_run("assess", {"base": base, "assess": params}) as run:
+        print(f"assess: training the raw attackers on {len(train_rows)} videos", file=sys.stderr)
+        attackers = train_raw_attackers(params, base.seed, train_rows, frames, clips_of(train_rows, frames), truths)
+        work = partial(assess_copy, raw=frames, train_rows=train_rows, test_rows=test_rows, truths=truths,
+                       attackers=attackers, params=params, seed=base.seed, speeds=speeds)
+        items = [(RAW, frames)] + [(copy_name(folder), folder) for folder in found]
+        results = map_ordered(work, items, workers=worker_count(base.workers), desc="assess copies")
+        for result in results:
+            run.log_metrics({f"{result['copy']}.{key}": value for key, value in result.items()
+                             if key in SIGNATURE + ATTRIBUTE_SCORES})
+        columns = ["copy", *ATTRIBUTE_SCORES, *SIGNATURE, "frames_per_second", "face_occurrences", "folder"]
+        table = [{key: _rounded(result[key]) for key in columns} for result in results]
+        atomic_write_bytes(out / "signature.csv", csv_bytes(table, columns))
+        metrics = {row["copy"]: {key: row[key] for key in (*ATTRIBUTE_SCORES, *SIGNATURE)} for row in table}
+        atomic_write_bytes(out / "signature.json", (json.dumps(metrics, indent=2, sort_keys=True) + "\n").encode())
+        for result in results:
+            print(f"assess: {result['copy']}: cMAP {result['cmap_raw_attacker']:.3f} (adaptive {result['cmap_adaptive']:.3f}), "
+                  f"e_id {result['e_id_ind']:.3f}/{result['e_id_aggr']:.3f}/{result['e_id_fused']:.3f}, "
+                  f"e_det face {result['e_det_face_ind']:.3f} body {result['e_det_body_ind']:.3f}, "
+                  f"e_track {result['e_track']:.3f}, SSIM {result['e_sim_ssim']:.3f}, e_speed {result['e_speed']:.3f} "
+                  f"({result['assess_seconds']:.0f} s)", file=sys.stderr)
+    return results
+
+
+def _rounded(value: Any) -> Any:
+    return round(value, 4) if isinstance(value, float) and np.isfinite(value) else value

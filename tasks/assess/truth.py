@@ -1,0 +1,65 @@
+"""Ground truth of the raw videos (face boxes, body boxes, identities) and the protected frames beside it.
+
+A protected copy keeps each person where they were, so the raw annotations are the ground truth
+𝒢𝒯 of paper 004 for every copy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tasks.assess.faces import Occurrence, occurrences
+from tasks.core.errors import PrivharError
+from tasks.core.manifest import MANIFEST_NAME, read_manifest, resolve_path
+from tasks.core.storage import load_frames
+
+Box = tuple[float, float, float, float]
+REQUIRED = ("face_box", "face_visible", "body_box", "identity")
+
+
+@dataclass(frozen=True)
+class VideoTruth:
+    video: str
+    faces: list[list[Box]]  # per frame, the visible faces
+    bodies: list[list[Box]]  # per frame, every person's body
+    occurrences: list[Occurrence]  # the visible faces, with identities
+
+
+def load_truth(row: dict[str, Any], raw: Path) -> VideoTruth:
+    """The annotations of one raw manifest row; one line naming the file if they cannot serve."""
+    if not row.get("annotations"):
+        raise PrivharError(f"{raw / MANIFEST_NAME}: video {row['video_id']} has no annotations; assess needs face and "
+                           f"body boxes with identities (the synthetic dataset writes them)")
+    path = resolve_path(row["annotations"], raw)
+    with np.load(path) as stored:
+        missing = [key for key in REQUIRED if key not in stored]
+        if missing:
+            raise PrivharError(f"{path}: no {', '.join(missing)}; assess needs {', '.join(REQUIRED)}")
+        arrays = {key: stored[key] for key in REQUIRED}
+    frames = arrays["body_box"].shape[0]
+    faces = [[tuple(map(float, arrays["face_box"][t, p])) for p in range(arrays["face_box"].shape[1])
+              if arrays["face_visible"][t, p]] for t in range(frames)]
+    bodies = [[tuple(map(float, box)) for box in arrays["body_box"][t]] for t in range(frames)]
+    return VideoTruth(row["video_id"], faces, bodies, occurrences(row["video_id"], arrays))
+
+
+def clip_paths(folder: Path) -> dict[str, Path]:
+    """video_id → clip file of a decoded or protected copy."""
+    manifest = folder / MANIFEST_NAME
+    if not manifest.is_file():
+        raise PrivharError(f"{manifest}: not found; expected a decoded or protected copy")
+    return {row["video_id"]: resolve_path(row["path"], folder) for row in read_manifest(manifest)}
+
+
+def clips_of(rows: list[dict[str, Any]], folder: Path) -> dict[str, np.ndarray]:
+    """The clips of ``rows`` in the copy ``folder``; one line naming the copy if a video is missing."""
+    paths = clip_paths(folder)
+    missing = [row["video_id"] for row in rows if row["video_id"] not in paths]
+    if missing:
+        raise PrivharError(f"{folder / MANIFEST_NAME}: {len(missing)} videos of the raw manifest are missing "
+                           f"(first: {missing[0]}); a protected copy must hold every video")
+    return {row["video_id"]: load_frames(paths[row["video_id"]]) for row in rows}

@@ -1,0 +1,155 @@
+"""Stage ``report``: what a person reads first — reports/results.md, with every number also as CSV, Parquet and
+DVC metrics, and the plots as DVC plots.
+
+    reports/evaluate/metrics.json ─┐  Top-1, protocols 1 and 2
+    reports/assess/signature.json ─┤  cMAP / F1 (raw-trained and adaptive attacker), paper 004's e_*
+    reports/private/<method>.csv ──┼─▶ results.md, report/{table1,signature,releases,subjects}.csv, results.parquet,
+    reports/train/<key>.json ──────┤   metrics.json, top1_vs_cmap.png, signature/<copy>.png
+    data/dprp/*/ledger.parquet ────┤   + one nested MLflow run per method (top1, cmap, f1, epsilon, e_*)
+    data/decode (subjects) ────────┘
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from tasks.core.errors import PrivharError
+from tasks.core.manifest import MANIFEST_NAME, read_manifest, write_table
+from tasks.core.params import AnonymizeParams, DprpParams, PrivacyParams, PrivateParams, load_section
+from tasks.core.storage import atomic_write_bytes, csv_bytes
+from tasks.core.tracking import stage_run
+from tasks.report.ledger import SUBJECT_COLUMNS, Release, dprp_releases, family_summary, method_rows, private_releases, subject_totals, unprotected_releases
+from tasks.report.plots import signature_png, top1_vs_cmap_png
+from tasks.report.tables import (NOT_RUN, SIGNATURE_COLUMNS, cell, markdown_table, methods, signature_markdown,
+                                 signature_rows, table_one, table_one_markdown)
+
+
+def _json_or_empty(path: Path) -> dict[str, Any]:
+    """A stage's JSON output, or {} when that stage has not run (its rows then say "not run")."""
+    if not path.is_file():
+        print(f"report: {path} not found: its rows say '{NOT_RUN}'", file=sys.stderr)
+        return {}
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise PrivharError(f"{path}: not valid JSON ({error})") from None
+
+
+def _subjects_markdown(subjects: list[dict[str, Any]]) -> str:
+    """One line per distinct total (every subject usually shares one), naming the subjects."""
+    groups: dict[tuple, list[int]] = {}
+    for row in subjects:
+        key = (row["dp_releases"], row["epsilon_dp"], row["delta_dp"], row["releases_without_dp"], row["total_epsilon"])
+        groups.setdefault(key, []).append(row["subject"])
+    lines = [[", ".join(map(str, people)), str(key[0]), f"{key[1]:g}", f"{key[2]:.2g}", str(key[3]), cell(float(key[4]))]
+             for key, people in groups.items()]
+    return markdown_table(["subjects", "DP releases", "Σ ε (DP)", "Σ δ (DP)", "releases without DP", "total ε"], lines)
+
+
+def _families_markdown(releases: list[dict[str, Any]]) -> str:
+    lines = [[r["method"], r["mechanism"], str(r["releases"]), r["epsilons"], f"{r['delta']:g}", r["accountant"],
+              r["calibration"], cell(float(r["epsilon_sum"])) if math.isinf(r["epsilon_sum"]) else f"{r['epsilon_sum']:.4g}"]
+             for r in family_summary(releases)]
+    return markdown_table(["method", "mechanism", "releases", "ε achieved", "δ", "accountant", "calibration", "Σ ε"],
+                          lines, right_from=8)
+
+
+def results_markdown(table: list[dict[str, Any]], signature: list[dict[str, Any]], releases: list[dict[str, Any]],
+                     subjects: list[dict[str, Any]], cap: float) -> str:
+    cap_text = "none" if math.isinf(cap) else f"ε ≤ {cap:g} per subject"
+    return "\n\n".join([
+        "# privhar results",
+        "Read this first. Every number is also in `report/*.csv`, `report/results.parquet` and `report/metrics.json` "
+        "(`dvc metrics show`); the plots are DVC plots (`dvc plots show`).",
+        "## Utility and privacy attributes per method (paper 000 Table 1)",
+        "Top-1: action recognition, protocol 1 (trained on the method's output, tested on raw test videos) and protocol 2 "
+        "(tested on the method's own test split). cMAP / F1: a privacy-attribute classifier trained on raw frames "
+        "(and, *adaptive*, retrained on the protected training frames) predicting the subjects' attributes on the "
+        "protected test frames — lower is more private; n/a for DP training, which protects the model, not the frames.",
+        table_one_markdown(table),
+        "![Top-1 against attribute cMAP](report/top1_vs_cmap.png)",
+        "Top-1 against ε for every private method: [compare/private.md](compare/private.md), "
+        "![Top-1 against ε](compare/accuracy_vs_epsilon.png)",
+        "## Paper 004 signature: every evaluator in [0, 1], 1 = best",
+        "id: 1 − face re-identification rate (LBPH / Eigen / Fisher trained on raw faces; ind eq. 16, aggr eq. 17, "
+        "fused eq. 18); det: detection hit rate, Dice > 0.5 (HOG + linear SVM trained on raw frames; eq. 20-22); "
+        "track: MIL / KCF / CSRT from the first true box (eq. 23); sim: SSIM and 1 − MSE/255² (eq. 24); "
+        "speed: min(frames/s / τ, 1) (eq. 25, min for the printed max).",
+        signature_markdown(signature),
+        " ".join(f"[{row['copy']}](report/signature/{row['copy']}.png)" for row in signature),
+        "## Privacy ledger",
+        f"Cap (`privacy.max_epsilon`): {cap_text}. Sequential composition over every DP release that holds a subject's "
+        "videos; training on a DPRP copy is post-processing (free). Releases without DP (anonymized copies, models "
+        "trained on raw or anonymized clips, the ε = ∞ references) make a subject's total unbounded.",
+        _families_markdown(releases) if releases else "No release yet.",
+        "Every release, with the accountant's parameters: [report/releases.csv](report/releases.csv).",
+        "### Per data subject",
+        _subjects_markdown(subjects) if releases else "",
+    ]) + "\n"
+
+
+def _mlflow_children(run: Any, table: list[dict[str, Any]], signature: dict[str, Any]) -> None:
+    for row in table:
+        metrics = {key: row[key] for key in ("top1", "top1_protocol2") if not isinstance(row[key], str)}
+        if row["copy"] in signature:
+            attack = signature[row["copy"]]
+            metrics.update({"cmap": attack["cmap_raw_attacker"], "f1": attack["f1_raw_attacker"],
+                            "cmap_adaptive": attack["cmap_adaptive"], "f1_adaptive": attack["f1_adaptive"],
+                            **{key: attack[key] for key in SIGNATURE_COLUMNS}})
+        if math.isfinite(row["epsilon"]):
+            metrics["epsilon"] = row["epsilon"]
+        if metrics:
+            run.child(row["model"], metrics, {"privhar.method": row["method"], "privhar.copy": row["copy"],
+                                              "privhar.epsilon": cell(row["epsilon"])})
+
+
+def report(*, params_path: Path, metrics: Path, signature: Path, ledgers: Path, train_reports: Path, dprp: Path,
+           anonymize: Path, frames: Path, out: Path) -> list[dict[str, Any]]:
+    """Write ``out/results.md`` and ``out/report/*``; return Table 1's rows."""
+    anonymize_params = load_section(params_path, "anonymize", AnonymizeParams)
+    dprp_params = load_section(params_path, "dprp", DprpParams)
+    private = load_section(params_path, "private", PrivateParams)
+    cap = load_section(params_path, "privacy", PrivacyParams).max_epsilon
+    rows = methods(anonymize_params.methods, dprp_params.epsilons, private.methods, private.epsilons)
+    scores, assessed = _json_or_empty(metrics), _json_or_empty(signature)
+    table = table_one(rows, scores, assessed)
+    signatures = signature_rows(rows, assessed)
+    releases = method_rows(dprp_releases(dprp) + private_releases(ledgers, private.methods)
+                           + unprotected_releases(train_reports, anonymize))
+    subjects = subject_totals([_as_release(r) for r in releases], read_manifest(frames / MANIFEST_NAME))
+    folder = out / "report"
+    with stage_run("report", {"privacy": {"max_epsilon": cap}}) as run:
+        atomic_write_bytes(folder / "table1.csv", csv_bytes(table))
+        atomic_write_bytes(folder / "signature.csv", csv_bytes(signatures))
+        atomic_write_bytes(folder / "releases.csv", csv_bytes(releases, [field.name for field in fields(Release)]))
+        atomic_write_bytes(folder / "subjects.csv", csv_bytes(subjects, list(SUBJECT_COLUMNS)))
+        write_table([{key: str(value) if isinstance(value, str) else float(value) if isinstance(value, (int, float)) else value
+                      for key, value in row.items()} for row in _uniform(table)], folder / "results.parquet")
+        dvc_metrics = {row["model"]: {key: row[key] for key in ("top1", "top1_protocol2", "cmap_raw_attacker", "f1_raw_attacker",
+                                                                  "cmap_adaptive", "f1_adaptive") if not isinstance(row[key], str)}
+                       for row in table}
+        atomic_write_bytes(folder / "metrics.json", (json.dumps(dvc_metrics, indent=2, sort_keys=True) + "\n").encode())
+        atomic_write_bytes(folder / "top1_vs_cmap.png", top1_vs_cmap_png(table))
+        for row in signatures:
+            if not isinstance(row["e_id_ind"], str):
+                atomic_write_bytes(folder / "signature" / f"{row['copy']}.png", signature_png(row))
+        atomic_write_bytes(out / "results.md", results_markdown(table, signatures, releases, subjects, cap).encode())
+        _mlflow_children(run, table, assessed)
+        run.log_artifact(out / "results.md")
+    print(f"report: {len(table)} methods, {len(releases)} releases in {out / 'results.md'}", file=sys.stderr)
+    return table
+
+
+def _uniform(table: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Parquet needs one type per column: "not run" / "n/a" become null there (the CSV keeps the words)."""
+    return [{key: (None if isinstance(value, str) and key not in ("method", "model", "copy") else value)
+             for key, value in row.items()} for row in table]
+
+
+def _as_release(row: dict[str, Any]) -> Release:
+    return Release(**row)

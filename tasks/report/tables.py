@@ -1,0 +1,85 @@
+"""The report's tables: paper 000 Table 1 in its shape, paper 004's signature table, the ledger — as rows and Markdown.
+
+A method named in params whose stage has not run yet (no scores) gets "not run" in its cells.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+NOT_RUN = "not run"
+SIGNATURE_COLUMNS = ("e_id_ind", "e_id_aggr", "e_id_fused", "e_det_face_ind", "e_det_face_aggr", "e_det_face_fused",
+                     "e_det_body_ind", "e_det_body_aggr", "e_det_body_fused", "e_track", "e_sim_ssim", "e_sim_mse", "e_speed")
+
+
+@dataclass(frozen=True)
+class Method:
+    """One row of Table 1: a protected copy and the model trained on it, or a DP-trained model."""
+
+    label: str
+    model: str  # its key in evaluate's metrics.json
+    copy: str | None  # its key in assess's signature.json; None for DP training on raw clips (frames not protected)
+    epsilon: float  # math.inf: no DP guarantee
+
+
+def methods(anonymize: list[str], dprp: list[float], private: list[str], private_epsilons: list[float]) -> list[Method]:
+    """Every row the params call for, in the order of the tables."""
+    rows = [Method("none (raw clips)", "baseline", "raw", math.inf)]
+    rows += [Method(f"anonymize: {name}", f"anonymize-{name}", f"anonymize-{name}", math.inf) for name in anonymize]
+    rows += [Method(f"Video-DPRP ε = {e:g}", f"dprp-eps{e}", f"dprp-eps{e}", e) for e in dprp]
+    rows += [Method(f"{name} ε = {cell(e)}", f"{name}-eps{e}", None, e) for name in private for e in [*private_epsilons, math.inf]]
+    return rows
+
+
+def table_one(rows: list[Method], metrics: dict[str, Any], signature: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per method: Top-1 under protocols 1 and 2, cMAP and F1 of the raw-trained and the adaptive attacker, ε."""
+    table = []
+    for method in rows:
+        scores = metrics.get(method.model)
+        attack = signature.get(method.copy) if method.copy else None
+        record: dict[str, Any] = {"method": method.label, "model": method.model, "copy": method.copy or "",
+                                  "epsilon": method.epsilon}
+        record["top1"] = scores["top1"] if scores else NOT_RUN
+        record["top1_protocol2"] = (scores.get("top1_protocol2", scores["top1"]) if scores else NOT_RUN)
+        for key in ("cmap_raw_attacker", "f1_raw_attacker", "cmap_adaptive", "f1_adaptive"):
+            if method.copy is None:
+                record[key] = "n/a"  # DP-SGD protects the model; the frames stay as they were
+            else:
+                record[key] = attack[key] if attack else NOT_RUN
+        table.append(record)
+    return table
+
+
+def signature_rows(rows: list[Method], signature: dict[str, Any]) -> list[dict[str, Any]]:
+    copies = [method for method in rows if method.copy]
+    return [{"method": m.label, "copy": m.copy, **{key: signature[m.copy][key] if m.copy in signature else NOT_RUN
+                                                  for key in SIGNATURE_COLUMNS}} for m in copies]
+
+
+def cell(value: Any, percent: bool = False) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, float) and math.isinf(value):
+        return "∞"
+    return f"{100 * value:.1f}" if percent else f"{value:.3f}" if isinstance(value, float) and not value.is_integer() else f"{value:g}"
+
+
+def markdown_table(headers: list[str], lines: list[list[str]], right_from: int = 1) -> str:
+    rule = ["---" if index < right_from else "---:" for index in range(len(headers))]
+    return "\n".join(["| " + " | ".join(headers) + " |", "|" + "|".join(rule) + "|",
+                      *("| " + " | ".join(line) + " |" for line in lines)])
+
+
+def table_one_markdown(table: list[dict[str, Any]]) -> str:
+    headers = ["method", "ε", "Top-1 P1 (%)", "Top-1 P2 (%)", "cMAP", "F1", "cMAP adaptive", "F1 adaptive"]
+    lines = [[r["method"], cell(r["epsilon"]), cell(r["top1"], True), cell(r["top1_protocol2"], True),
+              cell(r["cmap_raw_attacker"]), cell(r["f1_raw_attacker"]), cell(r["cmap_adaptive"]), cell(r["f1_adaptive"])]
+             for r in table]
+    return markdown_table(headers, lines, right_from=1)
+
+
+def signature_markdown(rows: list[dict[str, Any]]) -> str:
+    headers = ["method", *(key.removeprefix("e_") for key in SIGNATURE_COLUMNS)]
+    return markdown_table(headers, [[r["method"], *(cell(r[key]) for key in SIGNATURE_COLUMNS)] for r in rows])

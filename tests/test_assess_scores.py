@@ -1,0 +1,116 @@
+"""The assessment's scores against independent implementations and hand-made cases (papers 000 §4.3, 004 eq. 16-26)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from skimage.metrics import structural_similarity
+from sklearn.metrics import average_precision_score, f1_score
+
+from tasks.assess.faces import Occurrence
+from tasks.assess.fusion import LEVELS, WAVELET, ssim_groups, swt_fuse
+from tasks.assess.reid import FaceRecognisers, identification_aggr, identification_fused, identification_ind, recognised_flags
+from tasks.assess.scores import class_wise_f1, class_wise_map, dice, frame_hit_rate, matches, speed_score
+from tasks.assess.similarity import mse_similarity, ssim
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_cmap_and_f1_equal_scikit_learn_macro_scores(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    labels = rng.random((240, 7)) < rng.uniform(0.1, 0.6, 7)
+    scores = np.round(rng.random((240, 7)) * 0.6 + labels * rng.uniform(0, 0.5, 7), 2)  # rounded: ties occur
+    assert class_wise_map(labels, scores) == pytest.approx(average_precision_score(labels, scores, average="macro"), abs=1e-12)
+    predicted = scores >= 0.5
+    assert class_wise_f1(labels, predicted) == pytest.approx(f1_score(labels, predicted, average="macro", zero_division=0),
+                                                             abs=1e-12)
+
+
+def test_cmap_of_a_perfect_ranking_is_one_and_f1_of_nothing_predicted_is_zero() -> None:
+    labels = np.array([[1, 0], [0, 1], [1, 1], [0, 0]], dtype=bool)
+    assert class_wise_map(labels, labels.astype(float)) == 1.0
+    assert class_wise_f1(labels, np.zeros_like(labels)) == 0.0
+
+
+@pytest.mark.parametrize("channels", [None, 3])
+def test_ssim_equals_scikit_image(channels: int | None) -> None:
+    rng = np.random.default_rng(4)
+    shape = (48, 64) if channels is None else (48, 64, channels)
+    first = rng.integers(0, 256, shape, dtype=np.uint8)
+    second = np.clip(first.astype(int) + rng.integers(-50, 50, shape), 0, 255).astype(np.uint8)
+    expected = structural_similarity(first, second, channel_axis=None if channels is None else 2, gaussian_weights=True,
+                                     sigma=1.5, use_sample_covariance=False, data_range=255)
+    assert ssim(first, second) == pytest.approx(expected, abs=1e-9)
+    assert ssim(first, first) == pytest.approx(1.0)
+    assert mse_similarity(first, first) == 1.0
+    assert mse_similarity(np.zeros((4, 4), np.uint8), np.full((4, 4), 255, np.uint8)) == 0.0
+
+
+def test_dice_criterion_on_hand_made_boxes() -> None:
+    assert dice((0, 0, 10, 10), (0, 0, 10, 10)) == 1.0
+    assert dice((0, 0, 10, 10), (5, 0, 15, 10)) == pytest.approx(0.5)  # 2·50 / 200
+    assert not matches((0, 0, 10, 10), (5, 0, 15, 10))  # > 0.5 strictly (eq. 26)
+    assert matches((0, 0, 10, 10), (2, 0, 12, 10))  # 2·80 / 200 = 0.8
+    assert dice((0, 0, 10, 10), (20, 20, 30, 30)) == 0.0
+
+
+def test_frame_hit_rate_follows_eq_20() -> None:
+    truth = [(0, 0, 10, 10), (50, 50, 60, 70)]
+    assert frame_hit_rate([], []) == 1.0  # no object in the frame: h = 1
+    assert frame_hit_rate([(100, 100, 110, 110)], []) == 1.0  # false alarms do not lower h
+    assert frame_hit_rate([(1, 0, 11, 10)], truth) == 0.5
+    assert frame_hit_rate([(1, 0, 11, 10), (50, 51, 60, 71)], truth) == 1.0
+    assert frame_hit_rate([(1, 0, 11, 10), (0, 1, 10, 11)], truth) == 0.5  # two detections of one object: one hit
+
+
+def test_speed_score_is_capped_at_one() -> None:
+    assert speed_score(12.5, 25.0) == 0.5
+    assert speed_score(400.0, 25.0) == 1.0
+
+
+def _faces(identities: int, per_person: int, seed: int) -> tuple[list[np.ndarray], list[int]]:
+    """Each person a fixed random texture; each occurrence that texture plus fresh noise."""
+    base = np.random.default_rng(99).integers(30, 226, (identities, 24, 24))
+    rng = np.random.default_rng(seed)
+    faces = [np.clip(base[j] + rng.normal(0, 12, (24, 24)), 0, 255).astype(np.uint8)
+             for j in range(identities) for _ in range(per_person)]
+    return faces, [j for j in range(identities) for _ in range(per_person)]
+
+
+def test_identification_on_raw_faces_is_near_zero_and_on_blacked_out_faces_near_one() -> None:
+    train, train_ids = _faces(8, 6, seed=1)
+    recognisers = FaceRecognisers(train, train_ids)
+    test, test_ids = _faces(8, 5, seed=2)
+    occurrences = [Occurrence(f"v{j}", n, j, (0, 0, 1, 1)) for n, j in enumerate(test_ids)]
+    raw = recognised_flags(recognisers, occurrences, test)
+    assert identification_ind(raw) <= 0.05
+    assert identification_aggr(occurrences, raw) == 0.0
+    black = [np.zeros_like(face) for face in test]
+    hidden = recognised_flags(recognisers, occurrences, black)
+    # every recogniser answers something for a black square: at most one constant guess per recogniser is right
+    assert identification_ind(hidden) >= 1.0 - 3 / 8
+    assert identification_fused(recognisers, occurrences, black, pairs_per_person=10) >= 1.0 - 3 / 8
+
+
+def test_aggregated_identification_never_exceeds_independent() -> None:
+    occurrences = [Occurrence("v", t, person, (0, 0, 1, 1)) for person in (0, 1, 2) for t in range(4)]
+    flags = [t == 0 for person in (0, 1, 2) for t in range(4)]  # each person recognised in one frame of four
+    flags[4] = False  # person 1 never
+    assert identification_ind(flags) == pytest.approx(1 - 2 / 12)
+    assert identification_aggr(occurrences, flags) == pytest.approx(1 - 8 / 12)  # persons 0 and 2 exposed everywhere
+    assert identification_aggr(occurrences, flags) <= identification_ind(flags)
+
+
+def test_swt_fusion_as_defined_on_a_hand_made_pair() -> None:
+    import pywt
+
+    rng = np.random.default_rng(5)
+    first = rng.integers(0, 256, (16, 16)).astype(np.uint8)
+    second = np.roll(first, 2, axis=1)
+    fused = swt_fuse(first, second)
+    a, b = pywt.swt2(first.astype(float), WAVELET, level=LEVELS), pywt.swt2(second.astype(float), WAVELET, level=LEVELS)
+    expected_bands = [((ca + cb) / 2, tuple(np.where(np.abs(x) >= np.abs(y), x, y) for x, y in zip(da, db)))
+                      for (ca, da), (cb, db) in zip(a, b)]
+    assert np.array_equal(fused, np.clip(np.rint(pywt.iswt2(expected_bands, WAVELET)), 0, 255).astype(np.uint8))
+    assert np.array_equal(swt_fuse(first, first), first)  # fusing an image with itself returns it
+    groups = ssim_groups([first, first.copy(), 255 - first], threshold=0.7)
+    assert groups == [[0, 1], [2]]

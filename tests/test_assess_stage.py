@@ -1,0 +1,72 @@
+"""The assess stage end to end on the tiny dataset: every score in [0, 1], the raw reference, bad input in one line."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from tasks.core.errors import PrivharError
+from tests.conftest import write_params
+
+FAST = {"assess": {"attacker_epochs": 2, "attacker_frame_step": 2, "tracking_videos": 2, "fused_pairs_per_person": 3,
+                   "detection_frame_step": 2}}
+
+
+@pytest.fixture(scope="module")
+def blackout(tiny_decoded: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tasks.anonymize.stage import anonymize
+
+    folder = tmp_path_factory.mktemp("assess")
+    params = write_params(folder, {**FAST, "anonymize": {"methods": ["blackout"]}})
+    anonymize(params_path=params, frames=tiny_decoded / "data" / "decode", method="blackout",
+              out=folder / "anonymize" / "blackout", speed_path=folder / "speed" / "anonymize-blackout.json")
+    return folder
+
+
+def test_assess_scores_the_raw_reference_and_a_copy(tiny_decoded: Path, blackout: Path) -> None:
+    from tasks.assess.stage import ATTRIBUTE_SCORES, SIGNATURE, assess
+
+    assess(params_path=blackout / "params.yaml", frames=tiny_decoded / "data" / "decode", copies=[blackout / "anonymize"],
+           speeds=blackout / "speed", out=blackout / "out")
+    signature = json.loads((blackout / "out" / "signature.json").read_text())
+    assert set(signature) == {"raw", "anonymize-blackout"}
+    for scores in signature.values():
+        assert set(scores) == set(ATTRIBUTE_SCORES + SIGNATURE)
+        assert all(0.0 <= value <= 1.0 for value in scores.values()), scores
+    raw, black = signature["raw"], signature["anonymize-blackout"]
+    assert raw["e_sim_ssim"] == 1.0 and raw["e_sim_mse"] == 1.0 and raw["e_speed"] == 1.0
+    assert black["e_sim_ssim"] < 1.0 and black["e_sim_mse"] < 1.0
+    assert raw["cmap_adaptive"] == raw["cmap_raw_attacker"]  # the raw copy's adaptive attacker is the raw one
+    speed = json.loads((blackout / "speed" / "anonymize-blackout.json").read_text())["frames_per_second"]
+    with (blackout / "out" / "signature.csv").open() as handle:
+        rows = {row["copy"]: row for row in csv.DictReader(handle)}
+    assert float(rows["anonymize-blackout"]["frames_per_second"]) == pytest.approx(speed, rel=1e-3)
+
+
+def test_a_missing_speed_file_is_one_line_naming_it(tiny_decoded: Path, blackout: Path, tmp_path: Path) -> None:
+    from tasks.assess.stage import assess
+
+    (tmp_path / "speed").mkdir()
+    with pytest.raises(PrivharError, match=r"anonymize-blackout\.json: not found; the stage that made this copy"):
+        assess(params_path=blackout / "params.yaml", frames=tiny_decoded / "data" / "decode",
+               copies=[blackout / "anonymize"], speeds=tmp_path / "speed", out=tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_footage_without_annotations_is_refused_before_any_work(tiny_decoded: Path, blackout: Path, tmp_path: Path) -> None:
+    import shutil
+
+    from tasks.assess.stage import assess
+    from tasks.core.manifest import read_manifest, write_manifest
+
+    frames = tmp_path / "decode"
+    shutil.copytree(tiny_decoded / "data" / "decode", frames)
+    rows = read_manifest(frames / "manifest.parquet")
+    write_manifest([{key: value for key, value in row.items() if not key.startswith("attr_")} for row in rows],
+                   frames / "manifest.parquet")
+    with pytest.raises(PrivharError, match="no attr_\\* columns"):
+        assess(params_path=blackout / "params.yaml", frames=frames, copies=[blackout / "anonymize"],
+               speeds=blackout / "speed", out=tmp_path / "out")

@@ -1,0 +1,82 @@
+"""The report stage's tables and ledger, and the privacy.max_epsilon cap."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from tasks.core.budget import check_budget, planned_releases
+from tasks.core.errors import PrivharError
+from tasks.report.ledger import Release, subject_totals
+from tasks.report.tables import NOT_RUN, methods, signature_rows, table_one, table_one_markdown
+
+from tests.conftest import write_params
+
+ROWS = [{"video_id": "a", "split": "train", "identities": [0, 1]}, {"video_id": "b", "split": "train", "identities": [2]},
+        {"video_id": "c", "split": "test", "identities": [3]}]
+
+
+def test_a_method_whose_stage_did_not_run_says_not_run() -> None:
+    rows = methods(["avatar", "blackout"], [8.0], ["dp_sgd"], [2.0])
+    metrics = {"baseline": {"top1": 0.75}, "anonymize-avatar": {"top1": 0.69, "top1_protocol2": 0.83},
+               "dp_sgd-eps2.0": {"top1": 0.7}}
+    signature = {"raw": {"cmap_raw_attacker": 0.86, "f1_raw_attacker": 0.8, "cmap_adaptive": 0.86, "f1_adaptive": 0.8}}
+    table = {row["model"]: row for row in table_one(rows, metrics, signature)}
+    assert table["anonymize-blackout"]["top1"] == NOT_RUN and table["dprp-eps8.0"]["cmap_raw_attacker"] == NOT_RUN
+    assert table["anonymize-avatar"]["top1_protocol2"] == 0.83 and table["anonymize-avatar"]["cmap_adaptive"] == NOT_RUN
+    assert table["baseline"]["cmap_raw_attacker"] == 0.86
+    assert table["dp_sgd-eps2.0"]["cmap_raw_attacker"] == "n/a"  # DP training leaves the frames as they are
+    assert table["dp_sgd-epsinf"]["top1"] == NOT_RUN
+    text = table_one_markdown(list(table.values()))
+    assert "| anonymize: blackout | ∞ | not run | not run |" in text
+    assert all(row["e_id_ind"] == NOT_RUN for row in signature_rows(rows, {}))
+
+
+def test_subject_totals_compose_sequentially_and_releases_without_dp_are_unbounded() -> None:
+    dprp = Release("dprp-eps2.0", "dprp", "Video-DPRP", 2.0, 1e-4, "paper", "paper", "train+test")
+    sgd = Release("dp_sgd-eps1.0", "dp_sgd", "DP-SGD", 1.0, 1e-5, "rdp", "σ", "train")
+    totals = {row["subject"]: row for row in subject_totals([dprp, sgd], ROWS)}
+    assert totals[0]["epsilon_dp"] == 3.0 and totals[0]["delta_dp"] == pytest.approx(1.1e-4) and totals[0]["total_epsilon"] == 3.0
+    assert totals[3]["epsilon_dp"] == 2.0  # only in the test split: DP-SGD never saw them
+    blur = Release("anonymize-face_blur", "anonymize", "obfuscation", math.inf, 0.0, "none", "none", "train+test")
+    totals = {row["subject"]: row for row in subject_totals([dprp, sgd, blur], ROWS)}
+    assert totals[2]["epsilon_dp"] == 3.0 and math.isinf(totals[2]["total_epsilon"]) and totals[2]["releases_without_dp"] == 1
+
+
+def test_the_cap_refuses_the_release_that_would_exceed_it_naming_subject_spent_and_requested(tmp_path: Path) -> None:
+    params = write_params(tmp_path, {"dprp": {"epsilons": [2.0, 5.0]}, "private": {"methods": ["dp_sgd"], "epsilons": [1.0, 4.0]},
+                                     "privacy": {"max_epsilon": 8.0}})
+    assert [r.name for r in planned_releases(params)] == ["dprp-eps2.0", "dprp-eps5.0", "dp_sgd-eps1.0", "dp_sgd-eps4.0"]
+    check_budget(params, "dprp-eps5.0", ROWS)  # 2 + 5 = 7 <= 8
+    check_budget(params, "dp_sgd-eps1.0", ROWS)  # 7 + 1 = 8 <= 8
+    with pytest.raises(PrivharError, match=r"privacy.max_epsilon = 8: subject 0 has spent ε = 8 before dp_sgd-eps4.0, "
+                                           r"which requests ε = 4 more"):
+        check_budget(params, "dp_sgd-eps4.0", ROWS)
+
+
+def test_the_dprp_stage_refuses_over_the_cap_before_writing_anything(tiny_decoded: Path, tmp_path: Path) -> None:
+    from tasks.dprp.stage import dprp
+
+    params = write_params(tmp_path, {"dprp": {"epsilons": [5.0, 8.0]}, "privacy": {"max_epsilon": 10.0}})
+    with pytest.raises(PrivharError, match="subject .* has spent ε = 5 before dprp-eps8.0, which requests ε = 8 more"):
+        dprp(params_path=params, frames=tiny_decoded / "data" / "decode", epsilon=8.0, out=tmp_path / "eps8.0")
+    assert not (tmp_path / "eps8.0").exists()
+
+
+def test_report_renders_with_missing_stages(tiny_decoded: Path, tmp_path: Path) -> None:
+    from tasks.report.stage import report
+
+    params = write_params(tmp_path)
+    (tmp_path / "metrics.json").write_text(json.dumps({"baseline": {"top1": 0.5, "top5": 0.9}}))
+    for name in ("ledgers", "train", "dprp", "anonymize"):
+        (tmp_path / name).mkdir()
+    table = report(params_path=params, metrics=tmp_path / "metrics.json", signature=tmp_path / "absent.json",
+                   ledgers=tmp_path / "ledgers", train_reports=tmp_path / "train", dprp=tmp_path / "dprp",
+                   anonymize=tmp_path / "anonymize", frames=tiny_decoded / "data" / "decode", out=tmp_path / "out")
+    text = (tmp_path / "out" / "results.md").read_text()
+    assert "| none (raw clips) | ∞ | 50.0 | 50.0 | not run |" in text
+    assert sum(row["top1"] == NOT_RUN for row in table) == len(table) - 1
+    assert (tmp_path / "out" / "report" / "results.parquet").is_file()
