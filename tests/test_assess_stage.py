@@ -11,16 +11,12 @@ import pytest
 from tasks.core.errors import PrivharError
 from tests.conftest import write_params
 
-FAST = {"assess": {"attacker_epochs": 2, "attacker_frame_step": 2, "tracking_videos": 2, "fused_pairs_per_person": 3,
-                   "detection_frame_step": 2}}
-
-
 @pytest.fixture(scope="module")
 def blackout(tiny_decoded: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     from tasks.anonymize.stage import anonymize
 
     folder = tmp_path_factory.mktemp("assess")
-    params = write_params(folder, {**FAST, "anonymize": {"methods": ["blackout"]}})
+    params = write_params(folder, {"anonymize": {"methods": ["blackout"]}})
     anonymize(params_path=params, frames=tiny_decoded / "data" / "decode", method="blackout",
               out=folder / "anonymize" / "blackout", speed_path=folder / "speed" / "anonymize-blackout.json")
     return folder

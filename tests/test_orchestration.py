@@ -46,7 +46,8 @@ def edit_params(project: Path, section: str, key: str, value) -> None:
 
 def test_the_dag_comes_from_dvc_yaml():
     dag = read_dag(REPO)
-    assert STAGES[-1] == "private-table" and STAGES.index("evaluate") < STAGES.index("private-table")
+    assert STAGES[-1] == "report" and STAGES.index("evaluate") < STAGES.index("private-table") < STAGES.index("report")
+    assert STAGES.index("assess") < STAGES.index("report")
     upstream = {stage.name: stage.upstream for stage in dag}
     dprp = [f"dprp@{epsilon}" for epsilon in ("2.0", "5.0", "8.0")]
     assert upstream["pretrain"] == ("decode-public",) and upstream["train"] == ("decode", "pretrain")
@@ -86,7 +87,7 @@ def test_a_failing_stage_fails_its_task_with_its_one_line_error(project):
         assert state.is_failed()
         message = str(state.result(raise_on_failure=False))
         assert message.startswith("stage train failed: params.yaml: train.epochs = 0 is invalid") and "\n" not in message
-        assert message.endswith("not run: evaluate, private-table")
+        assert message.endswith("not run: evaluate, private-table, report")
         ran = task_runs(state)
         assert ran["train"] == "Failed" and ran["decode"] == "Skipped" and ran["evaluate"] != "Completed"
         edit_params(project, "decode", "fps", 0)  # decode runs in shards in the flow's process (decode-public would fail too)

@@ -27,6 +27,13 @@ def test_pipeline_runs_end_to_end_then_is_up_to_date(project):
         models = {record["model"] for record in csv.DictReader(handle)}
     assert {"baseline", "dprp-eps8.0", "dp_sgd-eps2.0", "dp_sgd-epsinf", "maskdp-eps2.0", "maskdp-epsinf"} <= models
     assert (project / "reports/compare/accuracy_vs_epsilon.png").stat().st_size > 0
+    results = (project / "reports/results.md").read_text()
+    assert "## Utility and privacy attributes per method (paper 000 Table 1)" in results
+    assert "| anonymize: blackout | ∞ |" in results and "| Video-DPRP ε = 8 | 8 |" in results
+    assert "not run" not in results  # every method of the project's params ran
+    signature = json.loads((project / "reports/assess/signature.json").read_text())
+    assert set(signature) == {"raw", "anonymize-avatar", "anonymize-blackout", "dprp-eps8.0"}
+    assert (project / "reports/report/signature/anonymize-avatar.png").stat().st_size > 0
     again = sh("dvc", "repro", cwd=project)
     for name in ("synthesize", "decode", "train", "evaluate"):
         assert f"Running stage '{name}'" not in again.stdout
@@ -45,8 +52,9 @@ def test_parent_and_nested_runs_are_logged(project):
     anonymize = {f"anonymize@{method}" for method in ("avatar", "blackout")} | {"train@anonymize-avatar", "train@anonymize-blackout"}
     public = {"synthesize-public", "decode-public", "train@public"}
     private = {f"train-private@{method}" for method in ("dp_sgd", "maskdp")} | {"private-table"}
+    report = {"assess", "report"}
     assert {run.data.tags["privhar.stage"] for run in children} == ({"synthesize", "decode", "train", "evaluate", "preview"}
-                                                                   | dprp | anonymize | public | private)
+                                                                   | dprp | anonymize | public | private | report)
     assert all("stage_seconds" in run.data.metrics for run in children)
 
 
@@ -62,6 +70,6 @@ def test_dprp_ablation_reruns_only_what_depends_on_it(project):
     """Table 4 of paper 000 as README documents it: `dvc exp run -S dprp.budget_split=… -S dprp.epsilons=[8.0]`."""
     result = sh("dvc", "exp", "run", "-S", "dprp.budget_split=0.5", "-S", "dprp.epsilons=[8.0]", cwd=project)
     ran = {line.split("'")[1] for line in result.stdout.splitlines() if line.startswith("Running stage '")}
-    assert ran == {"dprp@8.0", "train-dprp@8.0", "evaluate", "preview", "private-table"}
+    assert ran == {"dprp@8.0", "train-dprp@8.0", "evaluate", "preview", "private-table", "assess", "report"}
     shown = json.loads(sh("dvc", "exp", "show", "--json", cwd=project).stdout)
     assert "dprp-eps8.0" in json.dumps(shown) and "top1_protocol2" in json.dumps(shown)

@@ -11,7 +11,7 @@ import pytest
 from tasks.core.budget import check_budget, planned_releases
 from tasks.core.errors import PrivharError
 from tasks.report.ledger import Release, subject_totals
-from tasks.report.tables import NOT_RUN, methods, signature_rows, table_one, table_one_markdown
+from tasks.report.tables import NOT_RUN, SIGNATURE_COLUMNS, methods, signature_rows, table_one, table_one_markdown
 
 from tests.conftest import write_params
 
@@ -80,3 +80,30 @@ def test_report_renders_with_missing_stages(tiny_decoded: Path, tmp_path: Path) 
     assert "| none (raw clips) | ∞ | 50.0 | 50.0 | not run |" in text
     assert sum(row["top1"] == NOT_RUN for row in table) == len(table) - 1
     assert (tmp_path / "out" / "report" / "results.parquet").is_file()
+
+
+def test_report_logs_one_nested_mlflow_run_per_method(tiny_decoded: Path, tmp_path: Path) -> None:
+    import mlflow
+
+    from tasks.report.stage import report
+
+    params = write_params(tmp_path, {"anonymize": {"methods": ["blackout"]}, "dprp": {"epsilons": [8.0]},
+                                     "private": {"methods": ["dp_sgd"], "epsilons": [2.0]}})
+    (tmp_path / "metrics.json").write_text(json.dumps({"baseline": {"top1": 0.5}, "dprp-eps8.0": {"top1": 0.2},
+                                                       "dp_sgd-eps2.0": {"top1": 0.4}}))
+    attack = {"cmap_raw_attacker": 0.8, "f1_raw_attacker": 0.7, "cmap_adaptive": 0.8, "f1_adaptive": 0.7,
+              **{key: 0.5 for key in SIGNATURE_COLUMNS}}
+    (tmp_path / "signature.json").write_text(json.dumps({"raw": attack, "dprp-eps8.0": {**attack, "cmap_raw_attacker": 0.3}}))
+    for name in ("ledgers", "train", "dprp", "anonymize"):
+        (tmp_path / name).mkdir()
+    report(params_path=params, metrics=tmp_path / "metrics.json", signature=tmp_path / "signature.json",
+           ledgers=tmp_path / "ledgers", train_reports=tmp_path / "train", dprp=tmp_path / "dprp",
+           anonymize=tmp_path / "anonymize", frames=tiny_decoded / "data" / "decode", out=tmp_path / "out")
+    parent = mlflow.search_runs(search_all_experiments=True, filter_string="tags.mlflow.runName = 'report'",
+                                order_by=["attributes.start_time DESC"], max_results=1).iloc[0]
+    children = mlflow.search_runs(search_all_experiments=True,
+                                  filter_string=f"tags.mlflow.parentRunId = '{parent.run_id}'")
+    by_name = {row["tags.mlflow.runName"]: row for _, row in children.iterrows()}
+    assert set(by_name) == {"baseline", "dprp-eps8.0", "dp_sgd-eps2.0"}  # methods with scores; "not run" ones log nothing
+    assert by_name["dprp-eps8.0"]["metrics.cmap"] == 0.3 and by_name["dprp-eps8.0"]["metrics.epsilon"] == 8.0
+    assert by_name["dprp-eps8.0"]["metrics.e_track"] == 0.5 and by_name["dp_sgd-eps2.0"]["metrics.top1"] == 0.4

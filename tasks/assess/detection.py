@@ -19,6 +19,7 @@ import cv2
 import numpy as np
 from sklearn.svm import LinearSVC
 
+from tasks.assess.regions import grey, warp_region
 from tasks.assess.scores import dice, frame_hit_rate, matches
 from tasks.core.errors import PrivharError
 
@@ -44,10 +45,6 @@ BODY = Kind("body", (24, 64), 8, 1.0)
 KINDS = {"face": FACE, "body": BODY}
 
 
-def _grey(frame: np.ndarray) -> np.ndarray:
-    return cv2.cvtColor(frame, cv2.COLOR_RGB2GRAY) if frame.ndim == 3 else frame
-
-
 def window_box(box: Box, kind: Kind) -> Box:
     """The box widened or heightened (about its centre) to the window's aspect ratio."""
     x0, y0, x1, y1 = box
@@ -63,10 +60,7 @@ def window_box(box: Box, kind: Kind) -> Box:
 
 def patch(frame: np.ndarray, box: Box, kind: Kind) -> np.ndarray:
     """The window-shaped region around ``box`` resized to the HOG window (edges replicated)."""
-    x0, y0, x1, y1 = window_box(box, kind)
-    scale_x, scale_y = kind.window[0] / (x1 - x0), kind.window[1] / (y1 - y0)
-    matrix = np.float32([[scale_x, 0, -x0 * scale_x], [0, scale_y, -y0 * scale_y]])
-    return cv2.warpAffine(_grey(frame), matrix, kind.window, flags=cv2.INTER_AREA, borderMode=cv2.BORDER_REPLICATE)
+    return warp_region(frame, window_box(box, kind), kind.window, cv2.INTER_AREA)
 
 
 def random_negatives(frame: np.ndarray, truth: list[Box], kind: Kind, count: int, rng: np.random.Generator) -> list[np.ndarray]:
@@ -103,7 +97,7 @@ class Detector:
     def features(self, patches: list[np.ndarray]) -> np.ndarray:
         return np.stack([self._hog.compute(item).ravel() for item in patches])
 
-    def fit(self) -> "Detector":
+    def fit(self) -> Detector:
         if not self.positives or not self.negatives:
             raise PrivharError(f"{self.kind.name} detector: {len(self.positives)} positive and {len(self.negatives)} negative "
                                f"windows in the training frames; it needs both (are there annotated {self.kind.name}s?)")
@@ -122,7 +116,7 @@ class Detector:
         self._hog = self.kind.hog()
         self._hog.setSVMDetector(self._weights)
 
-    def clone(self) -> "Detector":
+    def clone(self) -> Detector:
         """A copy that adapts without changing this one (same samples, same fitted weights)."""
         twin = Detector(self.kind, list(self.positives), list(self.negatives), self.hit_threshold)
         twin._weights = self._weights
@@ -131,12 +125,12 @@ class Detector:
 
     def detect(self, frame: np.ndarray) -> list[Box]:
         """Boxes in the frame's own pixels (grouped overlapping windows, OpenCV's non-maximum suppression)."""
-        grey = _grey(frame)
+        image = grey(frame)
         if self.kind.upscale != 1.0:
-            grey = cv2.resize(grey, None, fx=self.kind.upscale, fy=self.kind.upscale, interpolation=cv2.INTER_LINEAR)
-        if grey.shape[0] < self.kind.window[1] or grey.shape[1] < self.kind.window[0]:
+            image = cv2.resize(image, None, fx=self.kind.upscale, fy=self.kind.upscale, interpolation=cv2.INTER_LINEAR)
+        if image.shape[0] < self.kind.window[1] or image.shape[1] < self.kind.window[0]:
             return []
-        rectangles, _ = self._hog.detectMultiScale(grey, hitThreshold=self.hit_threshold, winStride=(4, 4),
+        rectangles, _ = self._hog.detectMultiScale(image, hitThreshold=self.hit_threshold, winStride=(4, 4),
                                                    padding=(0, 0), scale=1.1, groupThreshold=1)
         return [tuple(float(v) / self.kind.upscale for v in (x, y, x + w, y + h)) for x, y, w, h in rectangles]
 

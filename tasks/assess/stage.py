@@ -20,15 +20,17 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import cv2
 import numpy as np
 import torch
 
-from tasks.assess.attributes import FrameSet, attribute_model, attribute_names, attribute_privacy, load_frame_set, train_attacker
-from tasks.assess.detection import BODY, FACE, KINDS, Detector, Kind, detection_rate, patch, train_detector, window_box
+from tasks.assess.attributes import attribute_model, attribute_names, attribute_privacy, load_frame_set, train_attacker
+from tasks.assess.detection import KINDS, Detector, Kind, detection_rate, patch, train_detector, window_box
 from tasks.assess.faces import crop
 from tasks.assess.fusion import fused_pairs, ssim_groups
+from tasks.assess.regions import expanded, warp_region
 from tasks.assess.reid import FaceRecognisers, identification_aggr, identification_fused, identification_ind, recognised_flags
-from tasks.assess.scores import matches, speed_score
+from tasks.assess.scores import frame_hit_rate, matches, speed_score
 from tasks.assess.similarity import mse_similarity, ssim
 from tasks.assess.tracking import track_video
 from tasks.assess.truth import VideoTruth, clips_of, load_truth
@@ -101,15 +103,13 @@ def fused_windows(kind: Kind, frames: list[np.ndarray], boxes: list[list], owner
     """Fused frames for detection: each person's object windows (1.5× the window box, one size), grouped by SSIM,
     fused pairwise; the true box of a fused window is the central window box."""
     scale = 1.5
-    width, height = (int(round(side * scale / kind.upscale / 4)) * 4 for side in kind.window)
+    width, height = (round(side * scale / kind.upscale / 4) * 4 for side in kind.window)
     inner = (width / 6, height / 6, 5 * width / 6, 5 * height / 6)
     by_person: dict[int, list[np.ndarray]] = {}
     for frame, frame_boxes, frame_owners in zip(frames, boxes, owners):
         for box, owner in zip(frame_boxes, frame_owners):
-            x0, y0, x1, y1 = window_box(box, kind)
-            cx, cy, w, h = (x0 + x1) / 2, (y0 + y1) / 2, (x1 - x0) * scale, (y1 - y0) * scale
-            region = (cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2)
-            by_person.setdefault(owner, []).append(_resample(frame, region, (width, height)))
+            region = expanded(window_box(box, kind), scale)
+            by_person.setdefault(owner, []).append(warp_region(frame, region, (width, height), cv2.INTER_AREA))
     fused, truth = [], []
     for images in by_person.values():
         for image in fused_pairs(images, ssim_groups(images, threshold), pairs):
@@ -118,23 +118,11 @@ def fused_windows(kind: Kind, frames: list[np.ndarray], boxes: list[list], owner
     return fused, truth
 
 
-def _resample(frame: np.ndarray, region: tuple[float, float, float, float], size: tuple[int, int]) -> np.ndarray:
-    import cv2
-
-    x0, y0, x1, y1 = region
-    sx, sy = size[0] / (x1 - x0), size[1] / (y1 - y0)
-    matrix = np.float32([[sx, 0, -x0 * sx], [0, sy, -y0 * sy]])
-    grey = cv2.cvtColor(frame, cv2.COLOR_RGB2GRAY)
-    return cv2.warpAffine(grey, matrix, size, flags=cv2.INTER_AREA, borderMode=cv2.BORDER_REPLICATE)
-
-
 def detection_scores(detector: Detector, frames: list[np.ndarray], boxes: list[list], owners: list[list[int]],
                      params: AssessParams) -> dict[str, float]:
     """e_det ind (eq. 20), aggr (eq. 21: adapted on the protected frames' hits), fused (eq. 22: adapted on fused windows)."""
     kind = detector.kind
     found = [detector.detect(frame) for frame in frames]
-    from tasks.assess.scores import frame_hit_rate
-
     scores = {"ind": float(np.mean([frame_hit_rate(f, b) for f, b in zip(found, boxes)]))}
     aggregated = detector.clone()
     hits = [patch(frame, box, kind) for frame, frame_found, truth in zip(frames, found, boxes) for box in frame_found

@@ -29,7 +29,7 @@ def _bgr(frame: np.ndarray) -> np.ndarray:
 
 
 def _rect(box: Box) -> tuple[int, int, int, int]:
-    x0, y0, x1, y1 = (int(round(v)) for v in box)
+    x0, y0, x1, y1 = (round(v) for v in box)
     return x0, y0, max(1, x1 - x0), max(1, y1 - y0)
 
 

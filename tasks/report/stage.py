@@ -23,10 +23,28 @@ from tasks.core.manifest import MANIFEST_NAME, read_manifest, write_table
 from tasks.core.params import AnonymizeParams, DprpParams, PrivacyParams, PrivateParams, load_section
 from tasks.core.storage import atomic_write_bytes, csv_bytes
 from tasks.core.tracking import stage_run
-from tasks.report.ledger import SUBJECT_COLUMNS, Release, dprp_releases, family_summary, method_rows, private_releases, subject_totals, unprotected_releases
+from tasks.report.ledger import (
+    SUBJECT_COLUMNS,
+    Release,
+    dprp_releases,
+    family_summary,
+    method_rows,
+    private_releases,
+    subject_totals,
+    unprotected_releases,
+)
 from tasks.report.plots import signature_png, top1_vs_cmap_png
-from tasks.report.tables import (NOT_RUN, SIGNATURE_COLUMNS, cell, markdown_table, methods, signature_markdown,
-                                 signature_rows, table_one, table_one_markdown)
+from tasks.report.tables import (
+    NOT_RUN,
+    SIGNATURE_COLUMNS,
+    cell,
+    markdown_table,
+    methods,
+    signature_markdown,
+    signature_rows,
+    table_one,
+    table_one_markdown,
+)
 
 
 def _json_or_empty(path: Path) -> dict[str, Any]:
@@ -59,37 +77,36 @@ def _families_markdown(releases: list[dict[str, Any]]) -> str:
                           lines, right_from=8)
 
 
+READ_FIRST = ("Read this first. Every number is also in `report/*.csv`, `report/results.parquet` and `report/metrics.json` "
+              "(`dvc metrics show`); the plots are DVC plots (`dvc plots show`).")
+TABLE_ONE = ("Top-1: action recognition, protocol 1 (trained on the method's output, tested on raw test videos) and "
+             "protocol 2 (tested on the method's own test split). cMAP / F1: a privacy-attribute classifier trained on raw "
+             "frames (and, *adaptive*, retrained on the protected training frames) predicting the subjects' attributes on "
+             "the protected test frames — lower is more private; n/a for DP training, which protects the model, not the frames.")
+SIGNATURE = ("id: 1 − face re-identification rate (LBPH / Eigen / Fisher trained on raw faces; ind eq. 16, aggr eq. 17, "
+             "fused eq. 18); det: detection hit rate, Dice > 0.5 (HOG + linear SVM trained on raw frames; eq. 20-22); "
+             "track: MIL / KCF / CSRT from the first true box (eq. 23); sim: SSIM and 1 − MSE/255² (eq. 24); "
+             "speed: min(frames/s / τ, 1) (eq. 25, min for the printed max).")
+LEDGER = ("Sequential composition over every DP release that holds a subject's videos; training on a DPRP copy is "
+          "post-processing (free). Releases without DP (anonymized copies, models trained on raw or anonymized clips, "
+          "the ε = ∞ references) make a subject's total unbounded.")
+
+
 def results_markdown(table: list[dict[str, Any]], signature: list[dict[str, Any]], releases: list[dict[str, Any]],
                      subjects: list[dict[str, Any]], cap: float) -> str:
     cap_text = "none" if math.isinf(cap) else f"ε ≤ {cap:g} per subject"
+    links = " ".join(f"[{row['copy']}](report/signature/{row['copy']}.png)" for row in signature)
     return "\n\n".join([
-        "# privhar results",
-        "Read this first. Every number is also in `report/*.csv`, `report/results.parquet` and `report/metrics.json` "
-        "(`dvc metrics show`); the plots are DVC plots (`dvc plots show`).",
-        "## Utility and privacy attributes per method (paper 000 Table 1)",
-        "Top-1: action recognition, protocol 1 (trained on the method's output, tested on raw test videos) and protocol 2 "
-        "(tested on the method's own test split). cMAP / F1: a privacy-attribute classifier trained on raw frames "
-        "(and, *adaptive*, retrained on the protected training frames) predicting the subjects' attributes on the "
-        "protected test frames — lower is more private; n/a for DP training, which protects the model, not the frames.",
-        table_one_markdown(table),
+        "# privhar results", READ_FIRST,
+        "## Utility and privacy attributes per method (paper 000 Table 1)", TABLE_ONE, table_one_markdown(table),
         "![Top-1 against attribute cMAP](report/top1_vs_cmap.png)",
-        "Top-1 against ε for every private method: [compare/private.md](compare/private.md), "
+        "Top-1 against ε for every private method: [compare/private.md](compare/private.md)",
         "![Top-1 against ε](compare/accuracy_vs_epsilon.png)",
-        "## Paper 004 signature: every evaluator in [0, 1], 1 = best",
-        "id: 1 − face re-identification rate (LBPH / Eigen / Fisher trained on raw faces; ind eq. 16, aggr eq. 17, "
-        "fused eq. 18); det: detection hit rate, Dice > 0.5 (HOG + linear SVM trained on raw frames; eq. 20-22); "
-        "track: MIL / KCF / CSRT from the first true box (eq. 23); sim: SSIM and 1 − MSE/255² (eq. 24); "
-        "speed: min(frames/s / τ, 1) (eq. 25, min for the printed max).",
-        signature_markdown(signature),
-        " ".join(f"[{row['copy']}](report/signature/{row['copy']}.png)" for row in signature),
-        "## Privacy ledger",
-        f"Cap (`privacy.max_epsilon`): {cap_text}. Sequential composition over every DP release that holds a subject's "
-        "videos; training on a DPRP copy is post-processing (free). Releases without DP (anonymized copies, models "
-        "trained on raw or anonymized clips, the ε = ∞ references) make a subject's total unbounded.",
+        "## Paper 004 signature: every evaluator in [0, 1], 1 = best", SIGNATURE, signature_markdown(signature), links,
+        "## Privacy ledger", f"Cap (`privacy.max_epsilon`): {cap_text}. {LEDGER}",
         _families_markdown(releases) if releases else "No release yet.",
         "Every release, with the accountant's parameters: [report/releases.csv](report/releases.csv).",
-        "### Per data subject",
-        _subjects_markdown(subjects) if releases else "",
+        "### Per data subject", _subjects_markdown(subjects) if releases else "",
     ]) + "\n"
 
 
