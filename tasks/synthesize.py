@@ -146,7 +146,7 @@ def synthesize(*, params_path: Path, out: Path, report: Path | None = None, publ
             rows = map_ordered(render, jobs, workers=worker_count(base.workers), desc="synthesize")
             write_table(_identity_rows(base.seed, params.identities), staging / "identities.parquet")
         else:
-            rows = index_dataset(data.source, data.root, data.split)
+            rows = index_dataset(data.source, data.root, data.split, data.attributes)
         write_manifest(rows, staging / MANIFEST_NAME)
         if report is not None:
             encoded, png = cv2.imencode(".png", preview(rows, staging))

@@ -114,3 +114,17 @@ def test_swt_fusion_as_defined_on_a_hand_made_pair() -> None:
     assert np.array_equal(swt_fuse(first, first), first)  # fusing an image with itself returns it
     groups = ssim_groups([first, first.copy(), 255 - first], threshold=0.7)
     assert groups == [[0, 1], [2]]
+
+
+def test_opencv_bundled_face_detector_finds_the_astronauts_face_and_cannot_be_adapted() -> None:
+    """assess.detector: opencv (real footage): the Haar cascade on scikit-image's astronaut photograph."""
+    from skimage import data
+
+    from tasks.assess.detection import FACE, BundledDetector, detection_rate
+
+    photo = data.astronaut()[::2, ::2].copy()  # 256 × 256: a face of ~48 px, enlarged ×2 as the face detector does
+    face = (88.0, 33.0, 136.0, 81.0)  # the cascade's box on the full-size photo, halved
+    detector = BundledDetector(FACE)
+    assert detection_rate(detector, [photo], [[face]]) == 1.0
+    assert detection_rate(detector, [np.zeros_like(photo)], [[face]]) == 0.0
+    assert detector.adapt([photo], [[face]]) == 0 and detector.clone() is detector

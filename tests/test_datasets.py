@@ -91,3 +91,17 @@ def test_real_dataset_runs_through_synthesize_and_decode(tmp_path):
     assert len(decoded) == 4
     assert {row["split"] for row in read_manifest(tmp_path / "decoded/manifest.parquet")} == {"train", "test"}
     assert np.load(tmp_path / "decoded" / decoded[0]["path"]).shape == (4, 32, 40, 3)
+
+
+def test_pa_hmdb_style_attributes_join_the_rows(tmp_path):
+    make_hmdb51(tmp_path / "hmdb")
+    rows = index_dataset("hmdb51", str(tmp_path / "hmdb"), 1)
+    table = tmp_path / "attributes.csv"
+    table.write_text("video_id,face,skin_tone\n" + "".join(f"{row['video_id']},{number % 2},dark\n"
+                                                           for number, row in enumerate(rows)))
+    merged = index_dataset("hmdb51", str(tmp_path / "hmdb"), 1, str(table))
+    assert [row["attr_face"] for row in merged] == [number % 2 == 1 for number in range(len(rows))]
+    assert {row["attr_skin_tone"] for row in merged} == {"dark"}
+    table.write_text("video_id,face\n" + f"{rows[0]['video_id']},1\n")
+    with pytest.raises(PrivharError, match=f"attributes.csv: no attributes for {len(rows) - 1} videos of the split"):
+        index_dataset("hmdb51", str(tmp_path / "hmdb"), 1, str(table))

@@ -142,14 +142,60 @@ class Detector:
         self.fit()
         return len(hard)
 
-    def adapt(self, frames: list[np.ndarray], truths: list[list[Box]]) -> int:
-        """update(detector) of eq. 21/22: each detection matching a true box becomes a positive; refit; the count added."""
-        found = [patch(frame, box, self.kind) for frame, truth in zip(frames, truths) for box in self.detect(frame)
-                 if any(matches(box, true) for true in truth)]
-        if found:
-            self.positives += found
+    def learn(self, patches: list[np.ndarray]) -> int:
+        """update(detector): the windows become positives and the SVM is refitted; the count added."""
+        if patches:
+            self.positives += patches
             self.fit()
-        return len(found)
+        return len(patches)
+
+    def adapt(self, frames: list[np.ndarray], truths: list[list[Box]]) -> int:
+        """update(detector) of eq. 21/22: each detection matching a true box becomes a positive; the count added."""
+        return self.learn([patch(frame, box, self.kind) for frame, truth in zip(frames, truths)
+                           for box in self.detect(frame) if any(matches(box, true) for true in truth)])
+
+
+class BundledDetector:
+    """OpenCV's bundled detectors, for real footage: the frontal-face Haar cascade and the Dalal-Triggs people detector.
+
+    Neither can be updated here (paper 004 retrained the cascade with opencv_traincascade, an external tool, and
+    notes that OpenCV's HOG model cannot be updated), so its aggregated and fused rates equal the independent one.
+    """
+
+    def __init__(self, kind: Kind) -> None:
+        self.kind = kind
+        self.__setstate__({"kind": kind})
+
+    def __getstate__(self) -> dict:
+        return {"kind": self.kind}
+
+    def __setstate__(self, state: dict) -> None:
+        self.kind = state["kind"]
+        if self.kind.name == "face":
+            self._cascade = cv2.CascadeClassifier(cv2.data.haarcascades + "haarcascade_frontalface_default.xml")
+        else:
+            self._hog = cv2.HOGDescriptor()
+            self._hog.setSVMDetector(cv2.HOGDescriptor_getDefaultPeopleDetector())
+
+    def detect(self, frame: np.ndarray) -> list[Box]:
+        image = grey(frame)
+        scale = self.kind.upscale
+        if scale != 1.0:
+            image = cv2.resize(image, None, fx=scale, fy=scale, interpolation=cv2.INTER_LINEAR)
+        if self.kind.name == "face":
+            rectangles = self._cascade.detectMultiScale(image, scaleFactor=1.1, minNeighbors=5)
+        else:
+            rectangles, _ = self._hog.detectMultiScale(image, winStride=(8, 8), scale=1.05)
+        return [tuple(float(v) / scale for v in (x, y, x + w, y + h)) for x, y, w, h in rectangles]
+
+    def clone(self) -> BundledDetector:
+        return self
+
+    def learn(self, patches: list[np.ndarray]) -> int:
+        return 0
+
+    def adapt(self, frames: list[np.ndarray], truths: list[list[Box]]) -> int:
+        return 0
 
 
 def train_detector(kind: Kind, frames: list[np.ndarray], truths: list[list[Box]], *, seed: int,

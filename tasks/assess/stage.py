@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from tasks.assess.attributes import attribute_model, attribute_names, attribute_privacy, load_frame_set, train_attacker
-from tasks.assess.detection import KINDS, Detector, Kind, detection_rate, patch, train_detector, window_box
+from tasks.assess.detection import KINDS, BundledDetector, Detector, Kind, detection_rate, patch, train_detector, window_box
 from tasks.assess.faces import crop
 from tasks.assess.fusion import fused_pairs, ssim_groups
 from tasks.assess.regions import expanded, warp_region
@@ -58,7 +58,7 @@ class RawAttackers:
     names: list[str]
     attacker: dict[str, torch.Tensor]
     recognisers: FaceRecognisers
-    detectors: dict[str, Detector]
+    detectors: dict[str, Detector | BundledDetector]
 
 
 def copy_name(folder: Path) -> str:
@@ -91,8 +91,11 @@ def train_raw_attackers(params: AssessParams, seed: int, rows: list[dict[str, An
         for occurrence in found[:: max(1, len(found) // params.faces_per_video)][: params.faces_per_video]:
             faces.append(crop(clips[row["video_id"]][occurrence.frame], occurrence.box))
             identities.append(occurrence.identity)
-    detectors = {}
+    detectors: dict[str, Detector | BundledDetector] = {}
     for name, kind in KINDS.items():
+        if params.detector == "opencv":
+            detectors[name] = BundledDetector(kind)
+            continue
         frames, boxes = _frames_and_truth(rows, clips, truths, name, params.detection_frame_step)
         detectors[name] = train_detector(kind, frames, boxes, seed=derive_seed(seed, "assess", "detector", name))
     return RawAttackers(names, attacker.state_dict(), FaceRecognisers(faces, identities), detectors)
@@ -118,19 +121,16 @@ def fused_windows(kind: Kind, frames: list[np.ndarray], boxes: list[list], owner
     return fused, truth
 
 
-def detection_scores(detector: Detector, frames: list[np.ndarray], boxes: list[list], owners: list[list[int]],
+def detection_scores(detector: Detector | BundledDetector, frames: list[np.ndarray], boxes: list[list], owners: list[list[int]],
                      params: AssessParams) -> dict[str, float]:
     """e_det ind (eq. 20), aggr (eq. 21: adapted on the protected frames' hits), fused (eq. 22: adapted on fused windows)."""
     kind = detector.kind
     found = [detector.detect(frame) for frame in frames]
     scores = {"ind": float(np.mean([frame_hit_rate(f, b) for f, b in zip(found, boxes)]))}
     aggregated = detector.clone()
-    hits = [patch(frame, box, kind) for frame, frame_found, truth in zip(frames, found, boxes) for box in frame_found
-            if any(matches(box, true) for true in truth)]
-    if hits:
-        aggregated.positives += hits
-        aggregated.fit()
-    scores["aggr"] = detection_rate(aggregated, frames, boxes) if hits else scores["ind"]
+    added = aggregated.learn([patch(frame, box, kind) for frame, frame_found, truth in zip(frames, found, boxes)
+                              for box in frame_found if any(matches(box, true) for true in truth)])
+    scores["aggr"] = detection_rate(aggregated, frames, boxes) if added else scores["ind"]
     fused, fused_truth = fused_windows(kind, frames, boxes, owners, threshold=params.ssim_group,
                                        pairs=params.fused_pairs_per_person)
     adapted = detector.clone()

@@ -12,6 +12,7 @@ probed keeps zeros and is left for ``decode`` to quarantine with its reason.
 
 from __future__ import annotations
 
+import csv
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -107,8 +108,29 @@ def index_hmdb51(root: Path, split: int) -> list[dict[str, Any]]:
     return rows
 
 
-def index_dataset(source: str, root: str | None, split: int) -> list[dict[str, Any]]:
-    """Rows for a real dataset named by ``data.source``."""
+def merge_attributes(rows: list[dict[str, Any]], path: Path) -> list[dict[str, Any]]:
+    """PA-HMDB-style privacy attributes: a CSV with ``video_id`` (the file's stem) and one column per attribute
+    (0/1, or a value such as a skin tone), added to the rows as ``attr_<column>`` for the assess stage's attacker."""
+    if not path.is_file():
+        raise PrivharError(f"params.yaml: data.attributes = {str(path)!r} is not a file")
+    with path.open(newline="") as handle:
+        reader = csv.DictReader(handle)
+        if not reader.fieldnames or "video_id" not in reader.fieldnames or len(reader.fieldnames) < 2:
+            raise PrivharError(f"{path}: expected a header 'video_id,<attribute>,...'")
+        table = {entry["video_id"]: entry for entry in reader}
+    missing = [row["video_id"] for row in rows if row["video_id"] not in table]
+    if missing:
+        raise PrivharError(f"{path}: no attributes for {len(missing)} videos of the split (first: {missing[0]})")
+
+    def value(text: str) -> bool | str:
+        return {"0": False, "1": True}.get(text.strip(), text.strip())
+
+    return [{**row, **{f"attr_{key}": value(text) for key, text in table[row["video_id"]].items() if key != "video_id"}}
+            for row in rows]
+
+
+def index_dataset(source: str, root: str | None, split: int, attributes: str | None = None) -> list[dict[str, Any]]:
+    """Rows for a real dataset named by ``data.source``, with its privacy attributes when ``attributes`` names them."""
     if root is None:
         raise PrivharError(f"params.yaml: data.root is required when data.source = {source!r}")
     folder = Path(root)
@@ -117,4 +139,4 @@ def index_dataset(source: str, root: str | None, split: int) -> list[dict[str, A
     rows = DATASETS[source](folder, split)
     if not rows:
         raise PrivharError(f"{folder}: split {split} lists no videos")
-    return rows
+    return merge_attributes(rows, Path(attributes)) if attributes else rows

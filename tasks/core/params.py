@@ -37,6 +37,7 @@ class DataParams(Section):
     source: Literal["synthetic", "ucf101", "hmdb51"]
     root: str | None = None
     split: Annotated[int, Field(ge=1, le=3)] = 1
+    attributes: str | None = None  # CSV of PA-HMDB-style privacy attributes: video_id, one column per attribute
 
 
 class SynthesizeParams(Section):
@@ -175,6 +176,7 @@ class AssessParams(Section):
     identification_frame_step: PositiveInt  # faces of every n-th test frame are recognised
     ssim_group: Annotated[float, Field(gt=0.0, le=1.0)]  # fused frames: a group's faces are this similar (paper 004: 0.7)
     fused_pairs_per_person: PositiveInt
+    detector: Literal["trained", "opencv"]  # HOG + SVM trained on raw frames | OpenCV's bundled Haar cascade and people detector
     detection_frame_step: PositiveInt  # every n-th frame trains and tests the detectors
     tracking_videos: PositiveInt  # test videos tracked (spread over the test split)
     trackers: Annotated[list[Literal[TRACKERS]], Field(min_length=1)]  # type: ignore[valid-type]
