@@ -122,5 +122,5 @@ def method_metrics() -> dict[str, dict[str, float]]:
         for content in revision.get("data", {}).values():
             for method, values in content.get("data", {}).items():
                 if isinstance(values, dict) and "top1" in values:
-                    metrics[method] = values
+                    metrics.setdefault(method, {}).update(values)  # evaluate's scores, the report's cMAP / F1
     return metrics

@@ -29,7 +29,7 @@ TINY = {
     "public": {"identities": 4, "videos_per_action": 4, "epochs": 1},
     "private": {"epsilons": [2.0], "epochs": 2, "batch_size": 4, "physical_batch_size": 3, "clips_per_video": 2},
     "assess": {"attacker_epochs": 2, "attacker_frame_step": 2, "tracking_videos": 2, "fused_pairs_per_person": 3,
-               "detection_frame_step": 2},
+               "detector_training_frame_step": 2, "detection_frame_step": 2},
     "orchestrate": {"shard_size": 8, "local_workers": 2},
 }
 

@@ -96,7 +96,7 @@ def train_raw_attackers(params: AssessParams, seed: int, rows: list[dict[str, An
         if params.detector == "opencv":
             detectors[name] = BundledDetector(kind)
             continue
-        frames, boxes = _frames_and_truth(rows, clips, truths, name, params.detection_frame_step)
+        frames, boxes = _frames_and_truth(rows, clips, truths, name, params.detector_training_frame_step)
         detectors[name] = train_detector(kind, frames, boxes, seed=derive_seed(seed, "assess", "detector", name))
     return RawAttackers(names, attacker.state_dict(), FaceRecognisers(faces, identities), detectors)
 

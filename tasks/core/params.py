@@ -177,7 +177,8 @@ class AssessParams(Section):
     ssim_group: Annotated[float, Field(gt=0.0, le=1.0)]  # fused frames: a group's faces are this similar (paper 004: 0.7)
     fused_pairs_per_person: PositiveInt
     detector: Literal["trained", "opencv"]  # HOG + SVM trained on raw frames | OpenCV's bundled Haar cascade and people detector
-    detection_frame_step: PositiveInt  # every n-th frame trains and tests the detectors
+    detector_training_frame_step: PositiveInt  # every n-th raw training frame trains the detectors
+    detection_frame_step: PositiveInt  # every n-th protected test frame is searched (three passes: ind, aggr, fused)
     tracking_videos: PositiveInt  # test videos tracked (spread over the test split)
     trackers: Annotated[list[Literal[TRACKERS]], Field(min_length=1)]  # type: ignore[valid-type]
     target_fps: Annotated[float, Field(gt=0.0)]  # τ of f_speed (paper 004 eq. 25)

@@ -110,19 +110,20 @@ def subject_totals(releases: list[Release], rows: list[dict[str, Any]]) -> list[
 
 
 def family_summary(releases: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The ledger per method: its mechanism, how many releases, their ε and δ, accountant and calibration, Σ ε."""
+    """The ledger per method: its mechanism, its DP releases (ε achieved, δ, accountant, calibration, Σ ε) and how many
+    of its releases carry no DP guarantee."""
     families: dict[str, list[dict[str, Any]]] = {}
     for release in releases:
         families.setdefault(release["family"], []).append(release)
     summary = []
     for family, group in families.items():
         dp = [r for r in group if math.isfinite(r["epsilon"])]
-        summary.append({"method": family, "mechanism": group[0]["mechanism"], "releases": len(group),
-                        "epsilons": ", ".join(f"{r['epsilon']:.3g}" for r in dp) + (" and ∞" if len(dp) < len(group) and dp
-                                                                                      else "∞" if not dp else ""),
-                        "delta": max((r["delta"] for r in dp), default=0.0), "accountant": dp[0]["accountant"].split(";")[0]
-                        if dp else "none", "calibration": dp[0]["calibration"] if dp else "none",
-                        "epsilon_sum": sum(r["epsilon"] for r in dp) if len(dp) == len(group) else math.inf})
+        summary.append({"method": family, "mechanism": group[0]["mechanism"], "dp_releases": len(dp),
+                        "epsilons": ", ".join(f"{r['epsilon']:.3g}" for r in dp) or "—",
+                        "delta": max((r["delta"] for r in dp), default=0.0),
+                        "accountant": dp[0]["accountant"].split(";")[0] if dp else "none",
+                        "calibration": dp[0]["calibration"] if dp else "none",
+                        "epsilon_sum": sum(r["epsilon"] for r in dp), "releases_without_dp": len(group) - len(dp)})
     return summary
 
 

@@ -35,7 +35,7 @@ def top1_vs_cmap_png(table: list[dict[str, Any]]) -> bytes:
         axes.scatter(row["cmap_raw_attacker"], 100 * row["top1"], color=colour, label=row["method"])
         axes.scatter(row["cmap_adaptive"], 100 * row["top1"], facecolors="none", edgecolors=colour)
         axes.plot([row["cmap_raw_attacker"], row["cmap_adaptive"]], [100 * row["top1"]] * 2, color=colour, alpha=0.4)
-    axes.set_xlabel("privacy-attribute cMAP (filled: raw-trained attacker, hollow: adaptive) — lower is more private")
+    axes.set_xlabel("privacy-attribute cMAP, lower is more private\n(filled: raw-trained attacker, hollow: adaptive attacker)")
     axes.set_ylabel("action Top-1 on raw test videos (%)")
     axes.set_ylim(0, 100)
     axes.grid(alpha=0.3)

@@ -47,6 +47,11 @@ from tasks.report.tables import (
 )
 
 
+# report/metrics.json: the names the registry's description and `dvc metrics show` use
+METRIC_NAMES = {"top1": "top1", "top1_protocol2": "top1_protocol2", "cmap": "cmap_raw_attacker", "f1": "f1_raw_attacker",
+                "cmap_adaptive": "cmap_adaptive", "f1_adaptive": "f1_adaptive"}
+
+
 def _json_or_empty(path: Path) -> dict[str, Any]:
     """A stage's JSON output, or {} when that stage has not run (its rows then say "not run")."""
     if not path.is_file():
@@ -70,11 +75,11 @@ def _subjects_markdown(subjects: list[dict[str, Any]]) -> str:
 
 
 def _families_markdown(releases: list[dict[str, Any]]) -> str:
-    lines = [[r["method"], r["mechanism"], str(r["releases"]), r["epsilons"], f"{r['delta']:g}", r["accountant"],
-              r["calibration"], cell(float(r["epsilon_sum"])) if math.isinf(r["epsilon_sum"]) else f"{r['epsilon_sum']:.4g}"]
+    lines = [[r["method"], r["mechanism"], str(r["dp_releases"]), r["epsilons"], f"{r['delta']:g}" if r["dp_releases"] else "—",
+              r["accountant"], r["calibration"], f"{r['epsilon_sum']:.4g}", str(r["releases_without_dp"])]
              for r in family_summary(releases)]
-    return markdown_table(["method", "mechanism", "releases", "ε achieved", "δ", "accountant", "calibration", "Σ ε"],
-                          lines, right_from=8)
+    return markdown_table(["method", "mechanism", "DP releases", "ε achieved", "δ", "accountant", "calibration", "Σ ε (DP)",
+                           "releases without DP"], lines, right_from=7)
 
 
 READ_FIRST = ("Read this first. Every number is also in `report/*.csv`, `report/results.parquet` and `report/metrics.json` "
@@ -147,8 +152,7 @@ def report(*, params_path: Path, metrics: Path, signature: Path, ledgers: Path, 
         atomic_write_bytes(folder / "subjects.csv", csv_bytes(subjects, list(SUBJECT_COLUMNS)))
         write_table([{key: str(value) if isinstance(value, str) else float(value) if isinstance(value, (int, float)) else value
                       for key, value in row.items()} for row in _uniform(table)], folder / "results.parquet")
-        dvc_metrics = {row["model"]: {key: row[key] for key in ("top1", "top1_protocol2", "cmap_raw_attacker", "f1_raw_attacker",
-                                                                  "cmap_adaptive", "f1_adaptive") if not isinstance(row[key], str)}
+        dvc_metrics = {row["model"]: {name: row[key] for name, key in METRIC_NAMES.items() if not isinstance(row[key], str)}
                        for row in table}
         atomic_write_bytes(folder / "metrics.json", (json.dumps(dvc_metrics, indent=2, sort_keys=True) + "\n").encode())
         atomic_write_bytes(folder / "top1_vs_cmap.png", top1_vs_cmap_png(table))

@@ -29,7 +29,8 @@ def methods(anonymize: list[str], dprp: list[float], private: list[str], private
     rows = [Method("none (raw clips)", "baseline", "raw", math.inf)]
     rows += [Method(f"anonymize: {name}", f"anonymize-{name}", f"anonymize-{name}", math.inf) for name in anonymize]
     rows += [Method(f"Video-DPRP ε = {e:g}", f"dprp-eps{e}", f"dprp-eps{e}", e) for e in dprp]
-    rows += [Method(f"{name} ε = {cell(e)}", f"{name}-eps{e}", None, e) for name in private for e in [*private_epsilons, math.inf]]
+    rows += [Method(f"{name} ε = {epsilon_text(e)}", f"{name}-eps{e}", None, e)
+             for name in private for e in [*private_epsilons, math.inf]]
     return rows
 
 
@@ -58,6 +59,10 @@ def signature_rows(rows: list[Method], signature: dict[str, Any]) -> list[dict[s
                                                   for key in SIGNATURE_COLUMNS}} for m in copies]
 
 
+def epsilon_text(epsilon: float) -> str:
+    return "∞" if math.isinf(epsilon) else f"{epsilon:g}"
+
+
 def cell(value: Any, percent: bool = False) -> str:
     if isinstance(value, str):
         return value
@@ -74,7 +79,7 @@ def markdown_table(headers: list[str], lines: list[list[str]], right_from: int =
 
 def table_one_markdown(table: list[dict[str, Any]]) -> str:
     headers = ["method", "ε", "Top-1 P1 (%)", "Top-1 P2 (%)", "cMAP", "F1", "cMAP adaptive", "F1 adaptive"]
-    lines = [[r["method"], cell(r["epsilon"]), cell(r["top1"], True), cell(r["top1_protocol2"], True),
+    lines = [[r["method"], epsilon_text(r["epsilon"]), cell(r["top1"], True), cell(r["top1_protocol2"], True),
               cell(r["cmap_raw_attacker"]), cell(r["f1_raw_attacker"]), cell(r["cmap_adaptive"]), cell(r["f1_adaptive"])]
              for r in table]
     return markdown_table(headers, lines, right_from=1)
