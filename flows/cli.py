@@ -188,6 +188,17 @@ def report_command(params_path: Path, metrics: Path, signature: Path, ledgers: P
     click.echo(f"report: {len(table)} methods in {out / 'results.md'}", err=True)
 
 
+@stage.command("ldp-digits")
+@PARAMS
+@_dir("--out", "Where to write digits.md, digits.csv and digits.png.")
+def ldp_digits_command(params_path: Path, out: Path) -> None:
+    """Paper 002's check on scikit-learn's digits: NB / KNN / NCC on randomized DCAConv codes against ε, d = 16 and 2."""
+    from tasks.ldp.digits import ldp_digits
+
+    rows = ldp_digits(params_path=params_path, out=out)
+    click.echo(f"ldp-digits: {len(rows)} cells in {out / 'digits.md'}", err=True)
+
+
 @stage.command("evaluate")
 @PARAMS
 @_dir("--frames", "Folder of the decoded clips.", exists=True)

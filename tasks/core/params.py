@@ -184,6 +184,19 @@ class AssessParams(Section):
     target_fps: Annotated[float, Field(gt=0.0)]  # τ of f_speed (paper 004 eq. 25)
 
 
+class LdpParams(Section):
+    """Local DP (paper 002): DCAConv codes perturbed by k-ary randomized response (stage ldp-digits)."""
+
+    first_filters: PositiveInt  # L1 (≤ the number of classes)
+    patch: PositiveInt  # k: odd
+    knn_k: PositiveInt
+    repetitions: PositiveInt
+    digits_domains: Annotated[list[Literal[2, 4, 8, 16, 32, 64, 128, 256]], Field(min_length=1)]
+    digits_epsilons: Annotated[list[Annotated[float, Field(gt=0.0)]], Field(min_length=1)]  # per feature; .inf: no noise
+    digits_pool: PositiveInt
+    digits_test_fraction: Annotated[float, Field(gt=0.0, lt=1.0)]
+
+
 class PrivacyParams(Section):
     """The privacy budget of each data subject across every DP release (report stage, dprp and private stages)."""
 
@@ -227,6 +240,7 @@ SECTIONS: dict[str, type[Section]] = {
     "report": ReportParams,
     "assess": AssessParams,
     "privacy": PrivacyParams,
+    "ldp": LdpParams,
     "orchestrate": OrchestrateParams,
     "registry": RegistryParams,
 }
