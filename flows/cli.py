@@ -177,15 +177,30 @@ def assess_command(params_path: Path, frames: Path, copies: tuple[Path, ...], sp
 @_dir("--dprp", "Folder of the DPRP copies (their ledger.parquet).", exists=True)
 @_dir("--anonymize", "Folder of the anonymized copies.", exists=True)
 @_dir("--frames", "Folder of the decoded clips (the data subjects of each split).", exists=True)
+@click.option("--ldp-ledger", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="The ldp stage's ledger.csv (missing: no LDP release yet).")
 @_dir("--out", "Where to write results.md and report/.")
 def report_command(params_path: Path, metrics: Path, signature: Path, ledgers: Path, train_reports: Path, dprp: Path,
-                   anonymize: Path, frames: Path, out: Path) -> None:
+                   anonymize: Path, frames: Path, out: Path, ldp_ledger: Path | None) -> None:
     """results.md: paper 000 Table 1, paper 004 signatures, plots and the privacy ledger per method and subject."""
     from tasks.report.stage import report
 
     table = report(params_path=params_path, metrics=metrics, signature=signature, ledgers=ledgers,
-                   train_reports=train_reports, dprp=dprp, anonymize=anonymize, frames=frames, out=out)
+                   train_reports=train_reports, dprp=dprp, anonymize=anonymize, frames=frames, out=out, ldp_ledger=ldp_ledger)
     click.echo(f"report: {len(table)} methods in {out / 'results.md'}", err=True)
+
+
+@stage.command("ldp")
+@PARAMS
+@_dir("--frames", "Folder of the decoded clips (with their annotations: the person's box).", exists=True)
+@_dir("--out", "Where to write the fitted DCAConv filters and the released (perturbed) training codes.")
+@_dir("--report", "Where to write video.csv, metrics.json and ledger.csv.")
+def ldp_command(params_path: Path, frames: Path, out: Path, report: Path) -> None:
+    """Local DP for video: randomized DCAConv codes of each clip's person-centred motion image, learners per ε."""
+    from tasks.ldp.video import ldp_video
+
+    rows = ldp_video(params_path=params_path, frames=frames, out=out, report=report)
+    click.echo(f"ldp: {len(rows)} results in {report / 'video.csv'}", err=True)
 
 
 @stage.command("ldp-digits")
@@ -292,8 +307,8 @@ def run_command(force: bool, targets: tuple[str, ...]) -> None:
 @click.argument("stages", nargs=-1)
 def flow_command(profile: str, force: bool, stages: tuple[str, ...]) -> None:
     """Run the pipeline once as the Prefect flow (on the project's Prefect server if it is up)."""
-    from flows.prefect_server import use_project_server
     from flows.pipeline_flow import failure_message, pipeline_flow
+    from flows.prefect_server import use_project_server
 
     use_project_server(Path.cwd())
     state = pipeline_flow(project=str(Path.cwd()), profile=profile, stages=list(stages), force=force, return_state=True)

@@ -107,9 +107,58 @@ def test_the_digits_stage_writes_both_tables_the_claims_and_a_plot(tmp_path) -> 
 
     params = write_params(tmp_path, {"ldp": {"repetitions": 2, "digits_epsilons": [0.5, 4.0, float("inf")]}})
     rows = ldp_digits(params_path=params, out=tmp_path / "out")
-    assert {(row["d"], row["learner"]) for row in rows} == {(d, learner) for d in (16, 2) for learner in ("nb", "knn", "ncc")}
-    clean = {row["d"]: row["mean"] for row in rows if row["learner"] == "knn" and math.isinf(row["epsilon"])}
+    assert {(row["d"], row["learner"], row["features"]) for row in rows} == {
+        (d, learner, features) for d in (16, 2) for learner in ("nb", "knn", "ncc") for features in ("dcaconv", "raw_pixels", "hog_bovw")}
+    clean = {row["d"]: row["mean"] for row in rows if row["learner"] == "knn" and math.isinf(row["epsilon"]) and row["features"] == "dcaconv"}
     assert clean[16] > 0.85  # DCAConv codes of the digits without noise
     text = (tmp_path / "out" / "digits.md").read_text()
     assert "## d = 16" in text and "## d = 2" in text and "NB beats KNN at small ε" in text
     assert (tmp_path / "out" / "digits.png").stat().st_size > 0
+
+
+def test_the_video_stage_releases_seeded_codes_and_records_both_epsilons(tiny_decoded, tmp_path) -> None:
+    import csv
+
+    from tasks.ldp.video import ldp_video
+    from tests.conftest import write_params
+
+    frames = tiny_decoded / "data" / "decode"
+    params = write_params(tmp_path)
+    results = ldp_video(params_path=params, frames=frames, out=tmp_path / "data", report=tmp_path / "report")
+    assert {(r["epsilon_per_feature"], r["learner"]) for r in results} == {(e, l) for e in (1.0, math.inf)
+                                                                             for l in ("nb", "knn", "ncc")}
+    features = results[0]["features_per_video"]
+    assert features == 2 * (16 // 2) * (8 // 2)  # L1 · h̃p · w̃p with the default 2 × 2 pooling
+    assert all(r["epsilon_per_video"] == r["epsilon_per_feature"] * features for r in results)
+    released = np.load(tmp_path / "data" / "released_train_codes.npz")
+    assert released["eps1.0"].max() <= 3 and released["epsinf"].shape == released["eps1.0"].shape
+    again = ldp_video(params_path=params, frames=frames, out=tmp_path / "again", report=tmp_path / "report2")
+    assert np.array_equal(np.load(tmp_path / "again" / "released_train_codes.npz")["eps1.0"], released["eps1.0"])
+    assert again == results
+    with (tmp_path / "report" / "ledger.csv").open() as handle:
+        ledger = list(csv.DictReader(handle))
+    assert [float(row["epsilon_per_video"]) for row in ledger] == [features * 1.0, math.inf]
+
+
+def test_the_video_stage_refuses_more_filters_than_actions(tiny_decoded, tmp_path) -> None:
+    from tasks.ldp.video import ldp_video
+    from tests.conftest import write_params
+
+    params = write_params(tmp_path, {"ldp": {"video_first_filters": 5}})
+    with pytest.raises(PrivharError, match="ldp.video_first_filters = 5 .* must not exceed the 3 classes"):
+        ldp_video(params_path=params, frames=tiny_decoded / "data" / "decode", out=tmp_path / "o", report=tmp_path / "r")
+    assert not (tmp_path / "o").exists()
+
+
+def test_baseline_codes_lie_in_the_domain() -> None:
+    from tasks.ldp.baselines import hog_bovw_codes, raw_pixel_codes
+
+    rng = np.random.default_rng(0)
+    train, test = rng.uniform(0, 16, (40, 8, 8)), rng.uniform(-2, 20, (10, 8, 8))
+    for d in (2, 16):
+        raw_train, raw_test = raw_pixel_codes(train, test, d)
+        assert raw_train.shape == (40, 64) and raw_train.min() == 0 and raw_train.max() == d - 1
+        assert 0 <= raw_test.min() and raw_test.max() <= d - 1  # test values outside the training range are clipped
+        words_train, words_test = hog_bovw_codes(train, test, d, seed=1)
+        assert words_train.shape == (40, 9) and words_test.shape == (10, 9)
+        assert 0 <= words_train.min() and words_train.max() <= d - 1

@@ -12,7 +12,6 @@ from tasks.core.budget import check_budget, planned_releases
 from tasks.core.errors import PrivharError
 from tasks.report.ledger import Release, subject_totals
 from tasks.report.tables import NOT_RUN, SIGNATURE_COLUMNS, methods, signature_rows, table_one, table_one_markdown
-
 from tests.conftest import write_params
 
 ROWS = [{"video_id": "a", "split": "train", "identities": [0, 1]}, {"video_id": "b", "split": "train", "identities": [2]},
@@ -107,3 +106,17 @@ def test_report_logs_one_nested_mlflow_run_per_method(tiny_decoded: Path, tmp_pa
     assert set(by_name) == {"baseline", "dprp-eps8.0", "dp_sgd-eps2.0"}  # methods with scores; "not run" ones log nothing
     assert by_name["dprp-eps8.0"]["metrics.cmap"] == 0.3 and by_name["dprp-eps8.0"]["metrics.epsilon"] == 8.0
     assert by_name["dprp-eps8.0"]["metrics.e_track"] == 0.5 and by_name["dp_sgd-eps2.0"]["metrics.top1"] == 0.4
+
+
+def test_ldp_releases_enter_the_ledger_with_their_per_video_epsilon(tmp_path: Path) -> None:
+    from tasks.report.ledger import ldp_releases
+
+    (tmp_path / "ledger.csv").write_text(
+        "release,mechanism,epsilon_per_feature,features_per_video,epsilon_per_video,delta,accountant,splits\n"
+        "ldp-eps0.5,k-ary RR,0.5,64,32.0,0.0,pure,train\nldp-epsinf,k-ary RR,inf,64,inf,0.0,pure,train\n")
+    finite, reference = ldp_releases(tmp_path / "ledger.csv")
+    assert finite.epsilon == 32.0 and finite.private and "0.5 per feature × 64 features" in finite.calibration
+    assert not reference.private and reference.note == "reference without noise"
+    totals = subject_totals([finite, reference], ROWS)
+    assert totals[0]["epsilon_dp"] == 32.0 and math.isinf(totals[0]["total_epsilon"])
+    assert ldp_releases(tmp_path / "absent.csv") == []

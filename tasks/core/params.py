@@ -185,15 +185,21 @@ class AssessParams(Section):
 
 
 class LdpParams(Section):
-    """Local DP (paper 002): DCAConv codes perturbed by k-ary randomized response (stage ldp-digits)."""
+    """Local DP (paper 002): DCAConv codes perturbed by k-ary randomized response (stages ldp, ldp-digits)."""
 
     first_filters: PositiveInt  # L1 (≤ the number of classes)
     patch: PositiveInt  # k: odd
     knn_k: PositiveInt
     repetitions: PositiveInt
+    video_crop: FrameSize  # person-centred crop (height, width) of the video representation
+    video_first_filters: PositiveInt  # L1 for video (≤ the number of actions)
+    video_second_filters: PositiveInt  # L2 for video: d = 2^L2
+    video_pool: PositiveInt
+    video_epsilons: Annotated[list[Annotated[float, Field(gt=0.0)]], Field(min_length=1)]  # per feature; .inf: no noise
     digits_domains: Annotated[list[Literal[2, 4, 8, 16, 32, 64, 128, 256]], Field(min_length=1)]
     digits_epsilons: Annotated[list[Annotated[float, Field(gt=0.0)]], Field(min_length=1)]  # per feature; .inf: no noise
     digits_pool: PositiveInt
+    digits_representations: Annotated[list[Literal["dcaconv", "raw_pixels", "hog_bovw"]], Field(min_length=1)]
     digits_test_fraction: Annotated[float, Field(gt=0.0, lt=1.0)]
 
 

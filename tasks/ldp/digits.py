@@ -1,6 +1,7 @@
 """Stage ``ldp-digits``: paper 002's check on scikit-learn's bundled handwritten digits (Tables 1-2 in shape).
 
-For d = 16 (L2 = 4) and d = 2 (L2 = 1): DCAConv fitted on the training split, every training code
+For d = 16 (L2 = 4) and d = 2 (L2 = 1): DCAConv fitted on the training split (and the paper's baselines,
+raw pixels and HOG visual words in the same domain: tasks/ldp/baselines.py), every training code
 perturbed by k-ary randomized response at each per-feature ε, Naive Bayes, KNN and the nearest-
 centroid classifier fitted on the perturbed codes and tested on clean test codes; ``ldp.repetitions``
 repetitions (a fresh stratified split, filters and perturbation each), mean ± std. Two claims are
@@ -23,6 +24,7 @@ from tasks.core.params import BaseParams, LdpParams, load_section
 from tasks.core.seeding import derive_seed
 from tasks.core.storage import atomic_write_bytes, csv_bytes
 from tasks.core.tracking import stage_run
+from tasks.ldp.baselines import hog_bovw_codes, raw_pixel_codes
 from tasks.ldp.dcaconv import fit_dcaconv
 from tasks.ldp.learners import NaiveBayes, NearestCentroid, knn_predict
 from tasks.ldp.randomized_response import perturb
@@ -31,22 +33,33 @@ LEARNERS = ("nb", "knn", "ncc")
 CLOSE = 0.05  # "approaches the no-noise value": within 5 points
 
 
+def codes_of(representation: str, train_x: np.ndarray, test_x: np.ndarray, train_y: np.ndarray, bits: int,
+             params: LdpParams, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Training and test codes in [0, 2^bits − 1]: DCAConv, or one of paper 002's baselines."""
+    if representation == "dcaconv":
+        encoder = fit_dcaconv(train_x, train_y, first=params.first_filters, second=bits, size=params.patch,
+                              pool=params.digits_pool, seed=seed)
+        return encoder.encode(train_x), encoder.encode(test_x)
+    if representation == "raw_pixels":
+        return raw_pixel_codes(train_x, test_x, 2**bits)
+    return hog_bovw_codes(train_x, test_x, 2**bits, seed)
+
+
 def one_repetition(images: np.ndarray, labels: np.ndarray, bits: int, epsilons: list[float], params: LdpParams,
-                   seed: int) -> dict[tuple[float, str], float]:
+                   seed: int) -> dict[tuple[str, float, str], float]:
     train_x, test_x, train_y, test_y = train_test_split(images, labels, test_size=params.digits_test_fraction,
                                                         stratify=labels, random_state=seed % 2**32)
-    encoder = fit_dcaconv(train_x, train_y, first=params.first_filters, second=bits, size=params.patch,
-                          pool=params.digits_pool, seed=seed)
-    train_codes, test_codes = encoder.encode(train_x), encoder.encode(test_x)
-    rng = np.random.default_rng(seed)
     accuracy = {}
-    for epsilon in epsilons:
-        released = perturb(train_codes, encoder.domain, epsilon, rng)
-        guesses = {"nb": NaiveBayes.fit(released, train_y, encoder.domain, epsilon, 10).predict(test_codes),
-                   "knn": knn_predict(released, train_y, test_codes, k=params.knn_k),
-                   "ncc": NearestCentroid.fit(released, train_y, encoder.domain, epsilon, 10).predict(test_codes)}
-        for learner, guess in guesses.items():
-            accuracy[(epsilon, learner)] = float((guess == test_y).mean())
+    for representation in params.digits_representations:
+        train_codes, test_codes = codes_of(representation, train_x, test_x, train_y, bits, params, seed)
+        rng = np.random.default_rng(derive_seed(seed, representation))
+        for epsilon in epsilons:
+            released = perturb(train_codes, 2**bits, epsilon, rng)
+            guesses = {"nb": NaiveBayes.fit(released, train_y, 2**bits, epsilon, 10).predict(test_codes),
+                       "knn": knn_predict(released, train_y, test_codes, k=params.knn_k),
+                       "ncc": NearestCentroid.fit(released, train_y, 2**bits, epsilon, 10).predict(test_codes)}
+            for learner, guess in guesses.items():
+                accuracy[(representation, epsilon, learner)] = float((guess == test_y).mean())
     return accuracy
 
 
@@ -58,19 +71,22 @@ def digits_table(params: LdpParams, seed: int) -> list[dict[str, Any]]:
         bits = int(math.log2(domain))
         runs = [one_repetition(images, labels, bits, params.digits_epsilons, params, derive_seed(seed, "ldp-digits", domain, rep))
                 for rep in range(params.repetitions)]
-        for epsilon in params.digits_epsilons:
-            for learner in LEARNERS:
-                values = [run[(epsilon, learner)] for run in runs]
-                rows.append({"d": domain, "epsilon": epsilon, "learner": learner, "mean": round(float(np.mean(values)), 4),
-                             "std": round(float(np.std(values)), 4), "repetitions": len(values)})
-        print(f"ldp-digits: d = {domain}: " + ", ".join(f"ε {e:g}: NB {runs[0][(e, 'nb')]:.2f} KNN {runs[0][(e, 'knn')]:.2f}"
-                                                       for e in params.digits_epsilons[:3]) + " …", file=sys.stderr)
+        for representation in params.digits_representations:
+            for epsilon in params.digits_epsilons:
+                for learner in LEARNERS:
+                    values = [run[(representation, epsilon, learner)] for run in runs]
+                    rows.append({"d": domain, "features": representation, "epsilon": epsilon, "learner": learner,
+                                 "mean": round(float(np.mean(values)), 4), "std": round(float(np.std(values)), 4),
+                                 "repetitions": len(values)})
+        print(f"ldp-digits: d = {domain}: {params.repetitions} repetitions of {len(params.digits_representations)} "
+              f"representations done", file=sys.stderr)
     return rows
 
 
 def claims(rows: list[dict[str, Any]]) -> list[str]:
     """The paper's two claims, each confirmed or refuted with the numbers that decide it."""
     lines = []
+    rows = [row for row in rows if row.get("features", "dcaconv") == "dcaconv"]  # the paper's claims are about DCAConv
     for domain in sorted({row["d"] for row in rows}, reverse=True):
         table = {(row["epsilon"], row["learner"]): row["mean"] for row in rows if row["d"] == domain}
         finite = sorted({e for e, _ in table if math.isfinite(e)})
@@ -96,12 +112,14 @@ def markdown(rows: list[dict[str, Any]], params: LdpParams) -> str:
     parts = ["# Paper 002's check: handwritten digits (scikit-learn `load_digits`)", setup]
     for domain in params.digits_domains:
         epsilons = params.digits_epsilons
-        lines = ["| learner | " + " | ".join("∞" if math.isinf(e) else f"ε = {e:g}" for e in epsilons) + " |",
-                 "|---|" + "---:|" * len(epsilons)]
-        for learner in LEARNERS:
-            cells = {row["epsilon"]: row for row in rows if row["d"] == domain and row["learner"] == learner}
-            lines.append(f"| {learner.upper()} | " + " | ".join(f"{100 * cells[e]['mean']:.1f} ± {100 * cells[e]['std']:.1f}"
-                                                              for e in epsilons) + " |")
+        lines = ["| features | learner | " + " | ".join("∞" if math.isinf(e) else f"ε = {e:g}" for e in epsilons) + " |",
+                 "|---|---|" + "---:|" * len(epsilons)]
+        for representation in params.digits_representations:
+            for learner in LEARNERS:
+                cells = {row["epsilon"]: row for row in rows if row["d"] == domain and row["learner"] == learner
+                         and row["features"] == representation}
+                lines.append(f"| {representation} | {learner.upper()} | " + " | ".join(
+                    f"{100 * cells[e]['mean']:.1f} ± {100 * cells[e]['std']:.1f}" for e in epsilons) + " |")
         parts += [f"## d = {domain}", "\n".join(lines)]
     parts += ["## The paper's claims", "\n".join(f"- {line}" for line in claims(rows)), "![accuracy against ε](digits.png)"]
     return "\n\n".join(parts) + "\n"
@@ -113,7 +131,8 @@ def plot(rows: list[dict[str, Any]], params: LdpParams) -> bytes:
     edge = max(finite) * 1.6 if finite else 1.0
     for axis, domain in zip(axes[0], params.digits_domains):
         for learner in LEARNERS:
-            cells = sorted((row for row in rows if row["d"] == domain and row["learner"] == learner), key=lambda r: r["epsilon"])
+            cells = sorted((row for row in rows if row["d"] == domain and row["learner"] == learner
+                            and row["features"] == "dcaconv"), key=lambda r: r["epsilon"])
             xs = [edge if math.isinf(r["epsilon"]) else r["epsilon"] for r in cells]
             axis.errorbar(xs, [100 * r["mean"] for r in cells], yerr=[100 * r["std"] for r in cells], marker="o",
                           capsize=3, label=learner.upper())
@@ -124,7 +143,7 @@ def plot(rows: list[dict[str, Any]], params: LdpParams) -> bytes:
         axis.set_ylim(0, 100)
         axis.set_xlabel("ε per feature")
         axis.set_ylabel("test accuracy (%)")
-        axis.set_title(f"digits, d = {domain}")
+        axis.set_title(f"digits, DCAConv codes, d = {domain}")
         axis.grid(alpha=0.3)
         axis.legend(fontsize=8)
     figure.tight_layout()

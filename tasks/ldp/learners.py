@@ -33,11 +33,17 @@ class NaiveBayes:
         prior = np.bincount(labels, minlength=classes) + 1.0
         return cls(np.log(prior / prior.sum()), np.log(np.stack(frequencies)))
 
-    def predict(self, codes: np.ndarray) -> np.ndarray:
+    def posteriors(self, codes: np.ndarray) -> np.ndarray:
+        """(N, K) class probabilities of each code."""
         columns = np.arange(codes.shape[1])
         scores = self.log_prior[None, :] + np.stack([self.log_frequencies[k][codes, columns].sum(axis=1)
                                                      for k in range(len(self.log_prior))], axis=1)
-        return scores.argmax(axis=1)
+        scores -= scores.max(axis=1, keepdims=True)
+        probabilities = np.exp(scores)
+        return probabilities / probabilities.sum(axis=1, keepdims=True)
+
+    def predict(self, codes: np.ndarray) -> np.ndarray:
+        return self.posteriors(codes).argmax(axis=1)
 
 
 def knn_predict(train: np.ndarray, labels: np.ndarray, test: np.ndarray, k: int = 5, batch: int = 256) -> np.ndarray:

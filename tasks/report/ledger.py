@@ -73,6 +73,18 @@ def private_releases(folder: Path, methods: list[str]) -> list[Release]:
     return releases
 
 
+def ldp_releases(path: Path) -> list[Release]:
+    """The randomized DCAConv codes of the ldp stage (reports/ldp/ledger.csv): ε per video = features × ε per feature."""
+    if not path.is_file():
+        return []  # the stage has not run
+    with path.open(newline="") as handle:
+        return [Release(entry["release"], "ldp", entry["mechanism"], float(entry["epsilon_per_video"]), float(entry["delta"]),
+                        entry["accountant"], f"ε = {float(entry['epsilon_per_feature']):g} per feature × "
+                        f"{entry['features_per_video']} features", entry["splits"],
+                        "" if math.isfinite(float(entry["epsilon_per_video"])) else "reference without noise")
+                for entry in csv.DictReader(handle)]
+
+
 def unprotected_releases(train_reports: Path, anonymize: Path) -> list[Release]:
     """Releases with no DP guarantee: anonymized copies and the models trained on raw clips or on them.
 

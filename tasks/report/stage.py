@@ -28,6 +28,7 @@ from tasks.report.ledger import (
     Release,
     dprp_releases,
     family_summary,
+    ldp_releases,
     method_rows,
     private_releases,
     subject_totals,
@@ -45,7 +46,6 @@ from tasks.report.tables import (
     table_one,
     table_one_markdown,
 )
-
 
 # report/metrics.json: the names the registry's description and `dvc metrics show` use
 METRIC_NAMES = {"top1": "top1", "top1_protocol2": "top1_protocol2", "cmap": "cmap_raw_attacker", "f1": "f1_raw_attacker",
@@ -131,7 +131,7 @@ def _mlflow_children(run: Any, table: list[dict[str, Any]], signature: dict[str,
 
 
 def report(*, params_path: Path, metrics: Path, signature: Path, ledgers: Path, train_reports: Path, dprp: Path,
-           anonymize: Path, frames: Path, out: Path) -> list[dict[str, Any]]:
+           anonymize: Path, frames: Path, out: Path, ldp_ledger: Path | None = None) -> list[dict[str, Any]]:
     """Write ``out/results.md`` and ``out/report/*``; return Table 1's rows."""
     anonymize_params = load_section(params_path, "anonymize", AnonymizeParams)
     dprp_params = load_section(params_path, "dprp", DprpParams)
@@ -142,7 +142,7 @@ def report(*, params_path: Path, metrics: Path, signature: Path, ledgers: Path, 
     table = table_one(rows, scores, assessed)
     signatures = signature_rows(rows, assessed)
     releases = method_rows(dprp_releases(dprp) + private_releases(ledgers, private.methods)
-                           + unprotected_releases(train_reports, anonymize))
+                           + (ldp_releases(ldp_ledger) if ldp_ledger else []) + unprotected_releases(train_reports, anonymize))
     subjects = subject_totals([_as_release(r) for r in releases], read_manifest(frames / MANIFEST_NAME))
     folder = out / "report"
     with stage_run("report", {"privacy": {"max_epsilon": cap}}) as run:

@@ -1,0 +1,159 @@
+"""Stage ``ldp``: local DP for video — each camera releases one randomized DCAConv code per clip (paper 002 on video).
+
+    data/decode ─▶ person-centred grey crops (the box around the person over the clip, ldp.video_crop)
+               ─▶ the clip's motion-energy image: the mean |frame difference| (Bobick & Davis)
+               ─▶ DCAConv (fitted on the training split; out/filters.npz) ─▶ L1 · h̃p · w̃p codes in [0, 2^L2 − 1]
+               ─▶ k-ary randomized response at each ε of ldp.video_epsilons, seeded per (seed, video_id, ε)
+               ─▶ NB / KNN / nearest centroid fitted on the released training codes, Top-1 on clean test codes
+               ─▶ the attribute attacker: Naive Bayes per ``attr_*`` label on the released codes (cMAP, F1)
+
+Why this representation: codes of whole frames do not carry the action here — per-frame codes
+pooled over time by their mode reached Top-1 0.20-0.22 without noise, whole-frame motion images
+0.25-0.30; the person-centred motion image reaches 0.93 (NB). Temporal pooling happens before the
+release, on the camera, so the code stays in the domain d and a clip releases one value per
+feature: features × ε per video, not frames × features × ε. The person box is the camera's to find
+(a person detector on a real camera; the annotations here). The per-feature ε and the total per
+video (sequential composition) are both reported and written to the ledger.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tasks.assess.attributes import attribute_names
+from tasks.assess.regions import expanded, warp_region
+from tasks.assess.scores import class_wise_f1, class_wise_map
+from tasks.assess.truth import load_truth
+from tasks.core.clips import labels_of, split_rows
+from tasks.core.errors import PrivharError
+from tasks.core.manifest import MANIFEST_NAME, read_manifest, resolve_path
+from tasks.core.params import BaseParams, LdpParams, load_section
+from tasks.core.seeding import derive_seed
+from tasks.core.storage import atomic_directory, atomic_write_bytes, csv_bytes, load_frames, save_arrays
+from tasks.core.tracking import stage_run
+from tasks.ldp.dcaconv import fit_dcaconv
+from tasks.ldp.learners import NaiveBayes, NearestCentroid, knn_predict
+from tasks.ldp.randomized_response import check_domain, perturb
+
+
+def motion_images(rows: list[dict[str, Any]], folder: Path, size: tuple[int, int]) -> np.ndarray:
+    """(videos, h, w): per clip, the mean absolute difference of consecutive grey frames inside the person's box.
+
+    The box is the union of the first person's body boxes over the clip, enlarged by 10 %, resampled to ``size``.
+    """
+    images = []
+    for row in rows:
+        truth = load_truth(row, folder)
+        boxes = np.array([people[0] for people in truth.bodies if people])
+        if not len(boxes):
+            raise PrivharError(f"{folder / MANIFEST_NAME}: video {row['video_id']} has no person box; the camera's crop needs one")
+        region = expanded((boxes[:, 0].min(), boxes[:, 1].min(), boxes[:, 2].max(), boxes[:, 3].max()), 1.1)
+        clip = load_frames(resolve_path(row["path"], folder))
+        crops = np.stack([warp_region(frame, region, (size[1], size[0])) for frame in clip]).astype(np.float32) / 255.0
+        images.append(np.abs(np.diff(crops, axis=0)).mean(axis=0) * 10.0 if len(crops) > 1 else crops[0])
+    return np.stack(images)
+
+
+def attribute_privacy(released: np.ndarray, rows: list[dict[str, Any]], test_codes: np.ndarray,
+                      test_rows: list[dict[str, Any]], domain: int, epsilon: float) -> dict[str, float]:
+    """cMAP and class-wise F1 of a Naive Bayes attribute attacker fitted on the released codes (one per
+    ``attr_*`` label, video level) and run on clean test codes: what the codes tell of the people."""
+    names = attribute_names(rows)
+    truth = np.stack([video_labels(row, names) for row in rows]).astype(int)
+    test_truth = np.stack([video_labels(row, names) for row in test_rows])
+    scores = np.stack([NaiveBayes.fit(released, truth[:, column], domain, epsilon, 2).posteriors(test_codes)[:, 1]
+                       for column in range(len(names))], axis=1)
+    return {"cmap": class_wise_map(test_truth, scores), "f1": class_wise_f1(test_truth, scores >= 0.5)}
+
+
+def video_labels(row: dict[str, Any], names: list[str]) -> np.ndarray:
+    """The video-level attribute vector (face visible: in any frame, as the manifest column says)."""
+    values = []
+    for name in names:
+        column, _, value = name.partition("=")
+        values.append(str(row[column]) == value if value else bool(row[column]))
+    return np.asarray(values, dtype=bool)
+
+
+def release(codes: np.ndarray, rows: list[dict[str, Any]], domain: int, epsilon: float, seed: int) -> np.ndarray:
+    """Each owner perturbs its own code once, with its own generator (seed, video_id, ε)."""
+    return np.stack([perturb(code, domain, epsilon, np.random.default_rng(derive_seed(seed, "ldp", row["video_id"], epsilon)))
+                     for code, row in zip(codes, rows)])
+
+
+def ldp_video(*, params_path: Path, frames: Path, out: Path, report: Path) -> list[dict[str, Any]]:
+    base = load_section(params_path, "base", BaseParams)
+    params = load_section(params_path, "ldp", LdpParams)
+    rows = read_manifest(frames / MANIFEST_NAME)
+    train_rows, test_rows = split_rows(rows, "train"), split_rows(rows, "test")
+    if not train_rows or not test_rows:
+        raise PrivharError(f"{frames / MANIFEST_NAME}: ldp needs videos in both splits")
+    classes = int(max(row["label"] for row in rows)) + 1
+    if params.video_first_filters > classes or params.video_second_filters > classes:
+        raise PrivharError(f"params.yaml: ldp.video_first_filters = {params.video_first_filters} and "
+                           f"ldp.video_second_filters = {params.video_second_filters} must not exceed the {classes} "
+                           f"classes (DCA's L_r ≤ K)")
+    for epsilon in params.video_epsilons:
+        check_domain(2**params.video_second_filters, epsilon)
+    size = tuple(params.video_crop)
+    has_attributes = any(key.startswith("attr_") for key in rows[0])  # else the attribute columns say nan
+    with stage_run("ldp", {"ldp": params}) as run, atomic_directory(out) as staging:
+        started = time.perf_counter()
+        train_images, test_images = motion_images(train_rows, frames, size), motion_images(test_rows, frames, size)
+        train_labels, test_labels = labels_of(train_rows).numpy(), labels_of(test_rows).numpy()
+        prepared = time.perf_counter() - started
+        started = time.perf_counter()
+        encoder = fit_dcaconv(train_images, train_labels, first=params.video_first_filters,
+                              second=params.video_second_filters, size=params.patch, pool=params.video_pool,
+                              seed=derive_seed(base.seed, "ldp", "filters"))
+        fitted = time.perf_counter() - started
+        started = time.perf_counter()
+        train_codes, test_codes = encoder.encode(train_images), encoder.encode(test_images)
+        encoded = time.perf_counter() - started
+        features, domain = train_codes.shape[1], encoder.domain
+        save_arrays(staging / "filters.npz", first=encoder.first, second=encoder.second, pool=np.array(encoder.pool))
+        results, released_codes, perturb_seconds = [], {}, 0.0
+        for epsilon in params.video_epsilons:
+            started = time.perf_counter()
+            released = release(train_codes, train_rows, domain, epsilon, base.seed)
+            perturb_seconds += time.perf_counter() - started
+            released_codes[f"eps{epsilon}"] = released
+            guesses = {"nb": NaiveBayes.fit(released, train_labels, domain, epsilon, classes).predict(test_codes),
+                       "knn": knn_predict(released, train_labels, test_codes, k=params.knn_k),
+                       "ncc": NearestCentroid.fit(released, train_labels, domain, epsilon, classes).predict(test_codes)}
+            attack = (attribute_privacy(released, train_rows, test_codes, test_rows, domain, epsilon)
+                      if has_attributes else {"cmap": float("nan"), "f1": float("nan")})
+            for learner, guess in guesses.items():
+                results.append({"epsilon_per_feature": epsilon, "features_per_video": features, "domain": domain,
+                                "epsilon_per_video": epsilon * features, "learner": learner,
+                                "top1": round(float((guess == test_labels).mean()), 4),
+                                "attribute_cmap": round(attack["cmap"], 4), "attribute_f1": round(attack["f1"], 4)})
+        save_arrays(staging / "released_train_codes.npz", **released_codes,
+                    video_id=np.array([row["video_id"] for row in train_rows]))
+        speed = {"encode_features_per_second": round(features * len(rows) / encoded, 1),
+                 "perturb_features_per_second": round(features * len(train_rows) * len(params.video_epsilons)
+                                                      / max(perturb_seconds, 1e-9), 1),
+                 "fit_seconds": round(fitted, 3), "crop_and_motion_seconds": round(prepared, 3)}
+        metrics = {"top1": {f"{r['learner']}_eps{r['epsilon_per_feature']:g}": r["top1"] for r in results}, "speed": speed,
+                   "features_per_video": features, "domain": domain}
+        atomic_write_bytes(report / "video.csv", csv_bytes(results))
+        atomic_write_bytes(report / "metrics.json", (json.dumps(metrics, indent=2, sort_keys=True) + "\n").encode())
+        ledger = [{"release": f"ldp-eps{epsilon:g}", "mechanism": f"k-ary randomized response (d = {domain}) on DCAConv codes",
+                   "epsilon_per_feature": epsilon, "features_per_video": features, "epsilon_per_video": epsilon * features,
+                   "delta": 0.0, "accountant": "pure ε-LDP per feature (paper 002 eq. 3-4), sequential composition over features",
+                   "splits": "train"} for epsilon in params.video_epsilons]
+        atomic_write_bytes(report / "ledger.csv", csv_bytes(ledger))
+        run.log_metrics({**{f"{r['learner']}.eps{r['epsilon_per_feature']:g}": r["top1"] for r in results}, **speed})
+        for r in results:
+            if r["learner"] == "nb":
+                print(f"ldp: ε = {r['epsilon_per_feature']:g} per feature ({r['epsilon_per_video']:g} per video, {features} "
+                      f"features, d = {domain}): " + ", ".join(f"{x['learner'].upper()} {x['top1']:.3f}" for x in results
+                                                               if x["epsilon_per_feature"] == r["epsilon_per_feature"])
+                      + f"; attribute attacker cMAP {r['attribute_cmap']:.3f}", file=sys.stderr)
+    return results
