@@ -52,6 +52,9 @@ def decode_command(params_path: Path, source: Path, out: Path, run_name: str) ->
     decode(params_path=params_path, source=source, out=out, run_name=run_name)
 
 
+COPIES = click.option("--copies", "copies", multiple=True, required=True,
+                      type=click.Path(path_type=Path, file_okay=False, exists=True),
+                      help="A folder of protected copies (data/anonymize, data/dprp); repeatable.")
 SPEED = click.option("--speed", type=click.Path(path_type=Path, dir_okay=False), default=None,
                      help="Where to write the measured frames/s (JSON; assess reads it for f_speed).")
 
@@ -88,8 +91,7 @@ def anonymize_stage_command(params_path: Path, frames: Path, method: str, out: P
 @stage.command("preview")
 @PARAMS
 @_dir("--frames", "Folder of the decoded (raw) clips.", exists=True)
-@click.option("--copies", "copies", multiple=True, required=True, type=click.Path(path_type=Path, file_okay=False, exists=True),
-              help="A folder of protected copies (data/anonymize, data/dprp); repeatable.")
+@COPIES
 @_dir("--out", "Where to write protections.png.")
 def preview_command(params_path: Path, frames: Path, copies: tuple[Path, ...], out: Path) -> None:
     """The same test frames under every protection, as one PNG grid."""
@@ -154,8 +156,7 @@ def private_table_command(params_path: Path, metrics: Path, ledgers: Path, train
 @stage.command("assess")
 @PARAMS
 @_dir("--frames", "Folder of the decoded (raw) clips with their annotations: the ground truth.", exists=True)
-@click.option("--copies", "copies", multiple=True, required=True, type=click.Path(path_type=Path, file_okay=False, exists=True),
-              help="A folder of protected copies (data/anonymize, data/dprp); repeatable.")
+@COPIES
 @_dir("--speeds", "Folder of the protecting stages' <copy>.json (measured frames/s).", exists=True)
 @_dir("--out", "Where to write signature.json and signature.csv.")
 def assess_command(params_path: Path, frames: Path, copies: tuple[Path, ...], speeds: Path, out: Path) -> None:

@@ -21,3 +21,14 @@ def png_bytes(figure: Figure, dpi: int) -> bytes:
     figure.savefig(buffer, format="png", dpi=dpi, metadata={"Software": None})
     plt.close(figure)
     return buffer.getvalue()
+
+
+def percent_chart_png(figure: Figure, axes: plt.Axes, *, ylabel: str, title: str, legend_size: int, dpi: int = 110) -> bytes:
+    """Finish a chart whose y axis is a percentage (0-100) with a legend to its right; as PNG bytes."""
+    axes.set_ylabel(ylabel)
+    axes.set_ylim(0, 100)
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=legend_size, loc="center left", bbox_to_anchor=(1.02, 0.5))
+    axes.set_title(title)
+    figure.tight_layout()
+    return png_bytes(figure, dpi=dpi)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tasks.core.errors import PrivharError
-from tasks.core.figures import plt, png_bytes
+from tasks.core.figures import percent_chart_png, plt
 from tasks.core.params import DprpParams, PrivateParams, load_section
 from tasks.core.storage import atomic_write_bytes, csv_bytes
 from tasks.core.tracking import stage_run
@@ -174,13 +174,8 @@ def plot(records: list[dict[str, Any]]) -> bytes:
     axes.set_xticks(ticks, [*(_label(e) for e in finite), "∞"])
     axes.minorticks_off()
     axes.set_xlabel("target ε (δ per the ledger)")
-    axes.set_ylabel("Top-1 on the raw test videos (%)")
-    axes.set_ylim(0, 100)
-    axes.grid(alpha=0.3)
-    axes.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.02, 0.5))
-    axes.set_title("Accuracy vs privacy budget (protocol 1)")
-    figure.tight_layout()
-    return png_bytes(figure, dpi=110)
+    return percent_chart_png(figure, axes, ylabel="Top-1 on the raw test videos (%)", legend_size=8,
+                             title="Accuracy vs privacy budget (protocol 1)")
 
 
 def private_table(*, params_path: Path, metrics: Path, ledgers: Path, train_reports: Path, out: Path) -> list[dict[str, Any]]:

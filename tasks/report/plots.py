@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tasks.core.figures import plt, png_bytes
+from tasks.core.figures import percent_chart_png, plt, png_bytes
 from tasks.report.tables import SIGNATURE_COLUMNS
 
 PRIVACY = ("e_id_ind", "e_id_aggr", "e_id_fused")
@@ -36,10 +36,5 @@ def top1_vs_cmap_png(table: list[dict[str, Any]]) -> bytes:
         axes.scatter(row["cmap_adaptive"], 100 * row["top1"], facecolors="none", edgecolors=colour)
         axes.plot([row["cmap_raw_attacker"], row["cmap_adaptive"]], [100 * row["top1"]] * 2, color=colour, alpha=0.4)
     axes.set_xlabel("privacy-attribute cMAP, lower is more private\n(filled: raw-trained attacker, hollow: adaptive attacker)")
-    axes.set_ylabel("action Top-1 on raw test videos (%)")
-    axes.set_ylim(0, 100)
-    axes.grid(alpha=0.3)
-    axes.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
-    axes.set_title("Privacy-utility trade-off (paper 000 Table 1)")
-    figure.tight_layout()
-    return png_bytes(figure, dpi=110)
+    return percent_chart_png(figure, axes, ylabel="action Top-1 on raw test videos (%)", legend_size=7,
+                             title="Privacy-utility trade-off (paper 000 Table 1)")
