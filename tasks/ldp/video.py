@@ -6,6 +6,7 @@
                ─▶ k-ary randomized response at each ε of ldp.video_epsilons, seeded per (seed, video_id, ε)
                ─▶ NB / KNN / nearest centroid fitted on the released training codes, Top-1 on clean test codes
                ─▶ the attribute attacker: Naive Bayes per ``attr_*`` label on the released codes (cMAP, F1)
+    (and the same for paper 002's baselines on the same images: raw pixels and HOG visual words in the domain d)
 
 Why this representation: codes of whole frames do not carry the action here — per-frame codes
 pooled over time by their mode reached Top-1 0.20-0.22 without noise, whole-frame motion images
@@ -37,6 +38,7 @@ from tasks.core.params import BaseParams, LdpParams, load_section
 from tasks.core.seeding import derive_seed
 from tasks.core.storage import atomic_directory, atomic_write_bytes, csv_bytes, load_frames, save_arrays
 from tasks.core.tracking import stage_run
+from tasks.ldp.baselines import hog_bovw_codes, raw_pixel_codes
 from tasks.ldp.dcaconv import fit_dcaconv
 from tasks.ldp.learners import NaiveBayes, NearestCentroid, knn_predict
 from tasks.ldp.randomized_response import check_domain, perturb
@@ -81,6 +83,39 @@ def video_labels(row: dict[str, Any], names: list[str]) -> np.ndarray:
     return np.asarray(values, dtype=bool)
 
 
+def baseline_codes(train: np.ndarray, test: np.ndarray, domain: int, seed: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Paper 002's baselines on the same motion images, in the same domain: compared, not released (the ledger
+    holds the DCAConv codes only)."""
+    return {"raw_pixels": raw_pixel_codes(train, test, domain),
+            "hog_bovw": hog_bovw_codes(train, test, domain, derive_seed(seed, "ldp", "hog_bovw"))}
+
+
+def score_codes(name: str, train_codes: np.ndarray, test_codes: np.ndarray, domain: int, params: LdpParams, seed: int,
+                train_rows: list[dict[str, Any]], test_rows: list[dict[str, Any]], classes: int,
+                has_attributes: bool) -> tuple[list[dict[str, Any]], dict[str, np.ndarray], float]:
+    """Release ``train_codes`` at every ε; Top-1 of each learner and the attribute attacker's cMAP / F1; the seconds
+    perturbation took."""
+    train_labels, test_labels = labels_of(train_rows).numpy(), labels_of(test_rows).numpy()
+    features = train_codes.shape[1]
+    results, released_codes, seconds = [], {}, 0.0
+    for epsilon in params.video_epsilons:
+        started = time.perf_counter()
+        released = release(train_codes, train_rows, domain, epsilon, seed)
+        seconds += time.perf_counter() - started
+        released_codes[f"eps{epsilon}"] = released
+        guesses = {"nb": NaiveBayes.fit(released, train_labels, domain, epsilon, classes).predict(test_codes),
+                   "knn": knn_predict(released, train_labels, test_codes, k=params.knn_k),
+                   "ncc": NearestCentroid.fit(released, train_labels, domain, epsilon, classes).predict(test_codes)}
+        attack = (attribute_privacy(released, train_rows, test_codes, test_rows, domain, epsilon)
+                  if has_attributes else {"cmap": float("nan"), "f1": float("nan")})
+        for learner, guess in guesses.items():
+            results.append({"features": name, "epsilon_per_feature": epsilon, "features_per_video": features,
+                            "domain": domain, "epsilon_per_video": epsilon * features, "learner": learner,
+                            "top1": round(float((guess == test_labels).mean()), 4),
+                            "attribute_cmap": round(attack["cmap"], 4), "attribute_f1": round(attack["f1"], 4)})
+    return results, released_codes, seconds
+
+
 def release(codes: np.ndarray, rows: list[dict[str, Any]], domain: int, epsilon: float, seed: int) -> np.ndarray:
     """Each owner perturbs its own code once, with its own generator (seed, video_id, ε)."""
     return np.stack([perturb(code, domain, epsilon, np.random.default_rng(derive_seed(seed, "ldp", row["video_id"], epsilon)))
@@ -118,29 +153,19 @@ def ldp_video(*, params_path: Path, frames: Path, out: Path, report: Path) -> li
         encoded = time.perf_counter() - started
         features, domain = train_codes.shape[1], encoder.domain
         save_arrays(staging / "filters.npz", first=encoder.first, second=encoder.second, pool=np.array(encoder.pool))
-        results, released_codes, perturb_seconds = [], {}, 0.0
-        for epsilon in params.video_epsilons:
-            started = time.perf_counter()
-            released = release(train_codes, train_rows, domain, epsilon, base.seed)
-            perturb_seconds += time.perf_counter() - started
-            released_codes[f"eps{epsilon}"] = released
-            guesses = {"nb": NaiveBayes.fit(released, train_labels, domain, epsilon, classes).predict(test_codes),
-                       "knn": knn_predict(released, train_labels, test_codes, k=params.knn_k),
-                       "ncc": NearestCentroid.fit(released, train_labels, domain, epsilon, classes).predict(test_codes)}
-            attack = (attribute_privacy(released, train_rows, test_codes, test_rows, domain, epsilon)
-                      if has_attributes else {"cmap": float("nan"), "f1": float("nan")})
-            for learner, guess in guesses.items():
-                results.append({"epsilon_per_feature": epsilon, "features_per_video": features, "domain": domain,
-                                "epsilon_per_video": epsilon * features, "learner": learner,
-                                "top1": round(float((guess == test_labels).mean()), 4),
-                                "attribute_cmap": round(attack["cmap"], 4), "attribute_f1": round(attack["f1"], 4)})
+        results, released_codes, perturb_seconds = score_codes(
+            "dcaconv", train_codes, test_codes, domain, params, base.seed, train_rows, test_rows, classes, has_attributes)
+        for name, (train_baseline, test_baseline) in baseline_codes(train_images, test_images, domain, base.seed).items():
+            results += score_codes(name, train_baseline, test_baseline, domain, params, base.seed, train_rows, test_rows,
+                                   classes, has_attributes)[0]
         save_arrays(staging / "released_train_codes.npz", **released_codes,
                     video_id=np.array([row["video_id"] for row in train_rows]))
         speed = {"encode_features_per_second": round(features * len(rows) / encoded, 1),
                  "perturb_features_per_second": round(features * len(train_rows) * len(params.video_epsilons)
                                                       / max(perturb_seconds, 1e-9), 1),
                  "fit_seconds": round(fitted, 3), "crop_and_motion_seconds": round(prepared, 3)}
-        metrics = {"top1": {f"{r['learner']}_eps{r['epsilon_per_feature']:g}": r["top1"] for r in results}, "speed": speed,
+        metrics = {"top1": {f"{r['features']}_{r['learner']}_eps{r['epsilon_per_feature']:g}": r["top1"] for r in results},
+                   "speed": speed,
                    "features_per_video": features, "domain": domain}
         atomic_write_bytes(report / "video.csv", csv_bytes(results))
         atomic_write_bytes(report / "metrics.json", (json.dumps(metrics, indent=2, sort_keys=True) + "\n").encode())
@@ -149,11 +174,13 @@ def ldp_video(*, params_path: Path, frames: Path, out: Path, report: Path) -> li
                    "delta": 0.0, "accountant": "pure ε-LDP per feature (paper 002 eq. 3-4), sequential composition over features",
                    "splits": "train"} for epsilon in params.video_epsilons]
         atomic_write_bytes(report / "ledger.csv", csv_bytes(ledger))
-        run.log_metrics({**{f"{r['learner']}.eps{r['epsilon_per_feature']:g}": r["top1"] for r in results}, **speed})
+        run.log_metrics({**{f"{r['features']}.{r['learner']}.eps{r['epsilon_per_feature']:g}": r["top1"] for r in results},
+                         **speed})
         for r in results:
-            if r["learner"] == "nb":
+            if r["learner"] == "nb" and r["features"] == "dcaconv":
                 print(f"ldp: ε = {r['epsilon_per_feature']:g} per feature ({r['epsilon_per_video']:g} per video, {features} "
-                      f"features, d = {domain}): " + ", ".join(f"{x['learner'].upper()} {x['top1']:.3f}" for x in results
+                      f"features, d = {domain}): " + ", ".join(f"{x['features']} {x['learner'].upper()} {x['top1']:.3f}"
+                                                               for x in results
                                                                if x["epsilon_per_feature"] == r["epsilon_per_feature"])
                       + f"; attribute attacker cMAP {r['attribute_cmap']:.3f}", file=sys.stderr)
     return results
