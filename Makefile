@@ -10,6 +10,14 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.privhar-installed
 DETECTOR_VENV ?= .venv-detector
 DETECTOR_STAMP := $(DETECTOR_VENV)/.privhar-installed
+# The registry connection sometimes drops mid-download (a CI run lost jaxlib at 49 of 80 MB):
+# pip resumes within a run, and the whole install is retried three times before giving up.
+# (--resume-retries needs the upgraded pip, not the venv's first one.)
+comma := ,
+PIP_INSTALL := -m pip install --quiet --retries 10 --resume-retries 10
+retry = for attempt in 1 2 3; do $(1) && break; \
+	if [ $$attempt = 3 ]; then echo "pip install failed 3 times: $(1)" >&2; exit 1; fi; \
+	echo "pip install failed (attempt $$attempt of 3); retrying in 15 s" >&2; sleep 15; done
 
 .PHONY: run test detector-test bench install clean
 
@@ -18,16 +26,16 @@ install: $(STAMP)
 # torch first, pinned: pip then takes this machine's local CPU wheel instead of a CUDA build.
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(call retry,$(BIN)/python -m pip install --quiet --retries 10 --upgrade pip)
+	$(call retry,$(BIN)/python $(PIP_INSTALL) torch==2.13.0)
+	$(call retry,$(BIN)/python $(PIP_INSTALL) -e '.[test]')
 	touch $(STAMP)
 
 $(DETECTOR_STAMP): pyproject.toml
 	test -x $(DETECTOR_VENV)/bin/python || $(PYTHON) -m venv $(DETECTOR_VENV)
-	$(DETECTOR_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(DETECTOR_VENV)/bin/python -m pip install --quiet torch==2.13.0
-	$(DETECTOR_VENV)/bin/python -m pip install --quiet -e '.[test,detector]'
+	$(call retry,$(DETECTOR_VENV)/bin/python -m pip install --quiet --retries 10 --upgrade pip)
+	$(call retry,$(DETECTOR_VENV)/bin/python $(PIP_INSTALL) torch==2.13.0)
+	$(call retry,$(DETECTOR_VENV)/bin/python $(PIP_INSTALL) -e '.[test$(comma)detector]')
 	touch $(DETECTOR_STAMP)
 
 run: $(STAMP)
