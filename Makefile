@@ -2,7 +2,7 @@
 #   make run   - create .venv if missing, install, run the pipeline (dvc repro) on the embedded dataset
 #   make test  - create .venv (and .venv-detector) if missing, install, run the test suite in each
 # mediapipe (anonymize.source: detector) pins numpy<2 and protobuf<5, which flwr cannot share:
-# it gets its own environment, .venv-detector, where the detector tests run.
+# it gets its own environment, .venv-detector, where the detector tests run; flwr (extra federated) is in .venv.
 PYTHON ?= python3.11
 export DVC_NO_ANALYTICS = 1
 VENV ?= .venv
@@ -28,7 +28,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(call retry,$(BIN)/python -m pip install --quiet --retries 10 --upgrade pip)
 	$(call retry,$(BIN)/python $(PIP_INSTALL) torch==2.13.0)
-	$(call retry,$(BIN)/python $(PIP_INSTALL) -e '.[test]')
+	$(call retry,$(BIN)/python $(PIP_INSTALL) -e '.[test$(comma)federated]')
 	touch $(STAMP)
 
 $(DETECTOR_STAMP): pyproject.toml

@@ -137,6 +137,20 @@ def private_command(params_path: Path, method: str, frames: Path, avatar: Path |
     click.echo(f"train-private: {method}: {len(rows)} models in {out}", err=True)
 
 
+@stage.command("federated")
+@PARAMS
+@_dir("--frames", "Folder of the decoded (raw) clips.", exists=True)
+@_dir("--init", "Folder of the public model to fine-tune (the pretrain stage's output).", exists=True)
+@_dir("--out", "Where to write one <aggregation>-<tuning>/model.pt per run.")
+@_dir("--report", "Where to write federated.md / .csv, rounds.csv, accuracy_by_round.png and metrics.json.")
+def federated_command(params_path: Path, frames: Path, init: Path, out: Path, report: Path) -> None:
+    """Federated DP training (paper 003): every federated.aggregations × federated.tunings at federated.epsilon."""
+    from tasks.federated.stage import train_federated
+
+    rows = train_federated(params_path=params_path, frames=frames, init=init, out=out, report=report)
+    click.echo(f"train-federated: {len(rows)} models in {out}; table in {report / 'federated.md'}", err=True)
+
+
 @stage.command("private-table")
 @PARAMS
 @click.option("--metrics", type=click.Path(path_type=Path, dir_okay=False, exists=True), required=True,
@@ -180,14 +194,17 @@ def assess_command(params_path: Path, frames: Path, copies: tuple[Path, ...], sp
 @_dir("--frames", "Folder of the decoded clips (the data subjects of each split).", exists=True)
 @click.option("--ldp-ledger", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="The ldp stage's ledger.csv (missing: no LDP release yet).")
+@click.option("--federated-table", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="The train-federated stage's federated.csv (missing: no federated release yet).")
 @_dir("--out", "Where to write results.md and report/.")
 def report_command(params_path: Path, metrics: Path, signature: Path, ledgers: Path, train_reports: Path, dprp: Path,
-                   anonymize: Path, frames: Path, out: Path, ldp_ledger: Path | None) -> None:
+                   anonymize: Path, frames: Path, out: Path, ldp_ledger: Path | None, federated_table: Path | None) -> None:
     """results.md: paper 000 Table 1, paper 004 signatures, plots and the privacy ledger per method and subject."""
     from tasks.report.stage import report
 
     table = report(params_path=params_path, metrics=metrics, signature=signature, ledgers=ledgers,
-                   train_reports=train_reports, dprp=dprp, anonymize=anonymize, frames=frames, out=out, ldp_ledger=ldp_ledger)
+                   train_reports=train_reports, dprp=dprp, anonymize=anonymize, frames=frames, out=out, ldp_ledger=ldp_ledger,
+                   federated_table=federated_table)
     click.echo(f"report: {len(table)} methods in {out / 'results.md'}", err=True)
 
 

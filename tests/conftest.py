@@ -32,11 +32,12 @@ TINY = {
                "detector_training_frame_step": 2, "detection_frame_step": 2},
     "ldp": {"repetitions": 2, "digits_epsilons": [0.5, 4.0, float("inf")], "video_first_filters": 2,
             "video_second_filters": 2, "video_crop": [16, 8], "video_epsilons": [1.0, float("inf")]},
+    "federated": {"clients": 2, "rounds": 2, "batch_size": 4, "learning_rate": 0.1},
     "orchestrate": {"shard_size": 8, "local_workers": 2},
 }
 
 
-# The pipeline projects keep one stage per kind (stage-level tests cover every method): 22 stages, not 34.
+# The pipeline projects keep one stage per kind (stage-level tests cover every method): 23 stages, not 35.
 DAG = {"train": {"epochs": 1}, "dprp": {"epsilons": [8.0]}, "anonymize": {"methods": ["avatar", "blackout"]},
        "private": {"methods": ["dp_sgd", "maskdp"]}}
 

@@ -2,7 +2,8 @@
 
 The DP releases of the pipeline, in the order the plan makes them: the Video-DPRP copies
 (``dprp.epsilons``, each a release of every video, both splits), then each private method's models
-(``private.methods`` × ``private.epsilons``, each trained on the training split). A subject's spend
+(``private.methods`` × ``private.epsilons``, each trained on the training split), then the federated
+models (``federated.aggregations`` × ``federated.tunings``, each at ``federated.epsilon`` per client). A subject's spend
 before a release is the sum of the ε of the releases before it that hold one of their videos;
 a release that would take any subject past the cap refuses before it does any work.
 Post-processing is free: models trained on a DPRP copy add nothing. Releases without a DP
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from tasks.core.errors import PrivharError
-from tasks.core.params import DprpParams, PrivacyParams, PrivateParams, load_section
+from tasks.core.params import DprpParams, FederatedParams, PrivacyParams, PrivateParams, load_section
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,9 @@ def planned_releases(params_path: Path) -> list[PlannedRelease]:
     releases = [PlannedRelease(f"dprp-eps{epsilon}", epsilon, ("train", "test")) for epsilon in dprp.epsilons]
     releases += [PlannedRelease(f"{method}-eps{epsilon}", epsilon, ("train",))
                  for method in private.methods for epsilon in private.epsilons]
+    federated = load_section(params_path, "federated", FederatedParams)
+    releases += [PlannedRelease(f"federated-{aggregation}-{tuning}", federated.epsilon, ("train",))
+                 for tuning in federated.tunings for aggregation in federated.aggregations]
     return releases
 
 

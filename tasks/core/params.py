@@ -157,6 +157,27 @@ class PrivateParams(Section):
     maskdp_private_input: Literal["private_tokens", "whole_clip"]  # what the clipped, noised gradient of MaskDP sees
 
 
+class FederatedParams(Section):
+    """Federated private training (paper 003, FedDP-STECAR): stage train-federated."""
+
+    clients: PositiveInt  # K
+    partition: Literal["iid", "by_identity", "dirichlet"]
+    alpha: Annotated[float, Field(gt=0.0)]  # Dirichlet concentration (partition: dirichlet)
+    rounds: PositiveInt  # T
+    local_epochs: PositiveInt  # E
+    client_fraction: Annotated[float, Field(gt=0.0, le=1.0)]  # share of clients per round
+    aggregations: Annotated[list[Literal["fedavg", "fednova"]], Field(min_length=1)]
+    tunings: Annotated[dict[str, str], Field(min_length=1)]  # table row name -> private.trainable value
+    epsilon: Annotated[float, Field(gt=0.0)]  # per client after every round (inf: no noise)
+    delta: Annotated[float, Field(gt=0.0, lt=1.0)]
+    max_grad_norm: Annotated[float, Field(gt=0.0)]  # C
+    batch_size: PositiveInt  # B (shuffled fixed-size batches)
+    learning_rate: Annotated[float, Field(gt=0.0)]
+    momentum: Annotated[float, Field(ge=0.0, lt=1.0)]
+    grad_sample_mode: Literal["ew", "hooks", "functorch"]  # Opacus per-sample gradients
+    transport: Literal["in_process", "flower"]  # flower: Flower's simulation engine (extra: federated)
+
+
 class ReportParams(Section):
     show_raw: bool | Literal["auto"]  # raw frames in pictures: auto = only for the synthetic dataset
 
@@ -243,6 +264,7 @@ SECTIONS: dict[str, type[Section]] = {
     "anonymize": AnonymizeParams,
     "public": PublicParams,
     "private": PrivateParams,
+    "federated": FederatedParams,
     "report": ReportParams,
     "assess": AssessParams,
     "privacy": PrivacyParams,

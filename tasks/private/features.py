@@ -9,6 +9,8 @@ whole wrapped model, at a fraction of the cost (a test checks the equality).
 
 from __future__ import annotations
 
+import copy
+
 import torch
 from torch import nn
 
@@ -34,3 +36,37 @@ def pooled_features(model: nn.Module, inputs: torch.Tensor, batch_size: int = 32
         out.append(pool(activations).flatten(1))
     model.train(was_training)
     return torch.cat(out)
+
+
+def first_trainable_block(model: nn.Module) -> int:
+    """Index of the first block of ``model.blocks`` with a trainable parameter: everything before it is frozen."""
+    for index, block in enumerate(model.blocks):
+        if any(parameter.requires_grad for parameter in block.parameters()):
+            return index
+    return len(model.blocks)
+
+
+@torch.no_grad()
+def prefix_activations(model: nn.Module, inputs: torch.Tensor, end: int, batch_size: int = 32) -> torch.Tensor:
+    """Outputs of the frozen blocks ``model.blocks[:end]`` for normalised clips: the tail's inputs, computed once."""
+    was_training = model.training
+    model.eval()
+    out = []
+    for part in inputs.split(batch_size):
+        for block in model.blocks[:end]:
+            part = block(part)
+        out.append(part)
+    model.train(was_training)
+    return torch.cat(out)
+
+
+def tail_of(model: nn.Module, end: int) -> nn.Module:
+    """A copy of ``model`` whose first ``end`` blocks are identities: it maps prefix activations to logits.
+
+    Parameter names stay those of the full model (``blocks.4.proj.weight``), so a tail's state
+    and updates load straight back into the full model.
+    """
+    tail = copy.deepcopy(model)
+    for index in range(end):
+        tail.blocks[index] = nn.Identity()
+    return tail

@@ -85,6 +85,19 @@ def ldp_releases(path: Path) -> list[Release]:
                 for entry in csv.DictReader(handle)]
 
 
+def federated_releases(path: Path) -> list[Release]:
+    """One release per federated model (reports/federated/federated.csv): ε per client, the largest over the clients."""
+    if not path.is_file():
+        return []  # the stage has not run
+    with path.open(newline="") as handle:
+        return [Release(f"federated-{entry['model']}", "federated",
+                        f"FedDP-STECAR: per-client DP-SGD (Opacus), shuffled batches, masked {entry['tuning']} updates, "
+                        f"{entry['aggregation']}", float(entry["epsilon"]), float(entry["delta"]), entry["accountant"],
+                        "σ calibrated so that a client in every round spends federated.epsilon", "train",
+                        "" if math.isfinite(float(entry["epsilon"])) else "reference without noise")
+                for entry in csv.DictReader(handle)]
+
+
 def unprotected_releases(train_reports: Path, anonymize: Path) -> list[Release]:
     """Releases with no DP guarantee: anonymized copies and the models trained on raw clips or on them.
 

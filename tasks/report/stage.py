@@ -28,6 +28,7 @@ from tasks.report.ledger import (
     Release,
     dprp_releases,
     family_summary,
+    federated_releases,
     ldp_releases,
     method_rows,
     private_releases,
@@ -107,6 +108,7 @@ def results_markdown(table: list[dict[str, Any]], signature: list[dict[str, Any]
         "![Top-1 against attribute cMAP](report/top1_vs_cmap.png)",
         "Top-1 against ε for every private method: [compare/private.md](compare/private.md)",
         "![Top-1 against ε](compare/accuracy_vs_epsilon.png)",
+        "Federated DP training (paper 003, FedAvg / FedNova × full / selective): [federated/federated.md](federated/federated.md)",
         "## Paper 004 signature: every evaluator in [0, 1], 1 = best", SIGNATURE, signature_markdown(signature), links,
         "## Privacy ledger", f"Cap (`privacy.max_epsilon`): {cap_text}. {LEDGER}",
         _families_markdown(releases) if releases else "No release yet.",
@@ -131,7 +133,8 @@ def _mlflow_children(run: Any, table: list[dict[str, Any]], signature: dict[str,
 
 
 def report(*, params_path: Path, metrics: Path, signature: Path, ledgers: Path, train_reports: Path, dprp: Path,
-           anonymize: Path, frames: Path, out: Path, ldp_ledger: Path | None = None) -> list[dict[str, Any]]:
+           anonymize: Path, frames: Path, out: Path, ldp_ledger: Path | None = None,
+           federated_table: Path | None = None) -> list[dict[str, Any]]:
     """Write ``out/results.md`` and ``out/report/*``; return Table 1's rows."""
     anonymize_params = load_section(params_path, "anonymize", AnonymizeParams)
     dprp_params = load_section(params_path, "dprp", DprpParams)
@@ -142,7 +145,9 @@ def report(*, params_path: Path, metrics: Path, signature: Path, ledgers: Path, 
     table = table_one(rows, scores, assessed)
     signatures = signature_rows(rows, assessed)
     releases = method_rows(dprp_releases(dprp) + private_releases(ledgers, private.methods)
-                           + (ldp_releases(ldp_ledger) if ldp_ledger else []) + unprotected_releases(train_reports, anonymize))
+                           + (ldp_releases(ldp_ledger) if ldp_ledger else [])
+                           + (federated_releases(federated_table) if federated_table else [])
+                           + unprotected_releases(train_reports, anonymize))
     subjects = subject_totals([_as_release(r) for r in releases], read_manifest(frames / MANIFEST_NAME))
     folder = out / "report"
     with stage_run("report", {"privacy": {"max_epsilon": cap}}) as run:

@@ -1,0 +1,1 @@
+"""Federated private training (paper 003, FedDP-STECAR): clients, aggregation, accounting, Flower."""

@@ -1,0 +1,75 @@
+"""What a federated run trains on: the public model split at its first trainable block, and each client's shard.
+
+Selective tuning (paper 003 eq. 8) freezes a prefix of the network; its activations are a fixed
+function of the clip, so they are computed once (:func:`tasks.private.features.prefix_activations`)
+and the clients train the tail on them — the same gradients, clipping, noise and ε as training the
+whole model with the prefix frozen, at a fraction of the cost. Full fine-tuning trains on the clips.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from tasks.core.clips import labels_of, load_clips, normalise, split_rows
+from tasks.core.manifest import MANIFEST_NAME, read_manifest
+from tasks.core.params import BaseParams, FederatedParams
+from tasks.core.seeding import derive_seed
+from tasks.federated.client import Shard
+from tasks.federated.partition import partition
+from tasks.private.features import first_trainable_block, prefix_activations, tail_of
+from tasks.private.selective import select_trainable, trainable_count
+from tasks.private.stage import public_model
+
+
+@dataclass
+class Clips:
+    """Normalised train and test clips of the raw frames, the training rows and their shards."""
+
+    train: torch.Tensor
+    train_labels: torch.Tensor
+    test: torch.Tensor
+    test_labels: torch.Tensor
+    rows: list[dict]
+    shards: list[list[int]]
+
+
+@dataclass
+class Split:
+    """One tuning's view: the module the clients train (θ_t trainable) and the inputs it takes."""
+
+    model: nn.Module  # the full public model, θ_f frozen
+    tail: nn.Module
+    shards: list[Shard]
+    test: Shard
+    trainable: int  # d_t
+    total: int  # d
+    full_model_bytes: int  # torch.save of every parameter: a full-model update
+
+
+def load_federated_clips(frames: Path, size: tuple[int, int], base: BaseParams, params: FederatedParams) -> Clips:
+    rows = read_manifest(frames / MANIFEST_NAME)
+    train_rows, test_rows = split_rows(rows, "train"), split_rows(rows, "test")
+    shards = partition(train_rows, params.clients, params.partition, params.alpha,
+                       derive_seed(base.seed, "federated", "partition"))
+    return Clips(normalise(load_clips(train_rows, frames, size)), labels_of(train_rows),
+                 normalise(load_clips(test_rows, frames, size)), labels_of(test_rows), train_rows, shards)
+
+
+def split_for(init: Path, frames: Path, clips: Clips, trainable: str, seed: int) -> Split:
+    """The public model with only ``trainable`` (a ``private.trainable`` value) learning, and the tail's inputs."""
+    model, _ = public_model(init, frames, seed)
+    select_trainable(model, trainable)
+    end = first_trainable_block(model)
+    tail = tail_of(model, end)
+    train_inputs = prefix_activations(model, clips.train, end) if end else clips.train
+    test_inputs = prefix_activations(model, clips.test, end) if end else clips.test
+    shards = [Shard(train_inputs[shard], clips.train_labels[shard]) for shard in clips.shards]
+    buffer = io.BytesIO()
+    torch.save({name: parameter.detach() for name, parameter in model.named_parameters()}, buffer)
+    return Split(model, tail, shards, Shard(test_inputs, clips.test_labels), trainable_count(model),
+                 sum(parameter.numel() for parameter in model.parameters()), buffer.getbuffer().nbytes)

@@ -1,0 +1,121 @@
+"""The federated loop (paper 003 Algorithm 1), written once for every transport.
+
+``run_rounds`` holds the server's logic — select S_t, broadcast θ_t, aggregate the masked
+updates (eq. 13), evaluate, account ε per client, measure the bytes — and takes the transport
+as a function: in-process (:func:`in_process`, what ``make run`` uses) or Flower messages
+(:mod:`tasks.federated.flower_app`). Given the same seed both walk the same trajectory: every
+random draw is seeded by (seed, round, client), never by the order results arrive in.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tasks.core.seeding import derive_seed
+from tasks.federated.accounting import epsilon_of, paper_tls_epsilon
+from tasks.federated.aggregation import aggregate, select_clients
+from tasks.federated.client import (
+    ClientResult,
+    LocalRecipe,
+    Shard,
+    client_round,
+    load_trainable,
+    serialized_bytes,
+    trainable_state,
+)
+
+Tensors = dict[str, torch.Tensor]
+# (round, selected clients, broadcast θ_t, per-client seeds) -> one result per selected client, in order
+Transport = Callable[[int, list[int], Tensors, list[int]], list[ClientResult]]
+
+
+def client_seed(seed: int, client: int, round_index: int) -> int:
+    """The seed of client ``client``'s shuffles and noise in round ``round_index`` (noise uses seed + 1)."""
+    return derive_seed(seed, "federated", "client", client, "round", round_index) % 2**62
+
+
+@dataclass(frozen=True)
+class Federation:
+    clients: int  # K
+    rounds: int  # T
+    client_fraction: float
+    aggregation: str  # fedavg | fednova
+    delta: float
+    seed: int
+    recipe: LocalRecipe
+
+
+@dataclass
+class FederationResult:
+    history: list[dict[str, Any]]
+    state: Tensors  # final θ_t
+    participations: list[int]  # rounds each client took part in
+    epsilons: list[float] = field(default_factory=list)  # per client, valid accountant
+
+
+def in_process(module: nn.Module, shards: list[Shard], recipe: LocalRecipe) -> Transport:
+    """Clients as function calls in this process."""
+    def train(round_index: int, selected: list[int], broadcast: Tensors, seeds: list[int]) -> list[ClientResult]:
+        return [client_round(module, broadcast, shards[k], recipe, seed) for k, seed in zip(selected, seeds)]
+    return train
+
+
+@torch.no_grad()
+def evaluate(module: nn.Module, state: Tensors, test: Shard, batch_size: int = 64) -> tuple[float, float]:
+    """(Top-1, mean cross-entropy) of ``module`` with θ_t = ``state`` on the test shard."""
+    load_trainable(module, state)
+    was_training = module.training
+    module.eval()
+    correct, loss = 0, 0.0
+    for inputs, labels in zip(test.inputs.split(batch_size), test.labels.split(batch_size)):
+        logits = module(inputs)
+        correct += int((logits.argmax(1) == labels).sum())
+        loss += float(F.cross_entropy(logits, labels, reduction="sum"))
+    module.train(was_training)
+    return correct / len(test.labels), loss / len(test.labels)
+
+
+def run_rounds(module: nn.Module, federation: Federation, counts: list[int], transport: Transport, test: Shard,
+               full_model_bytes: int, on_round: Callable[[dict[str, Any]], None] | None = None) -> FederationResult:
+    """T rounds of Algorithm 1 from ``module``'s θ_t; ``counts`` are the clients' n_k (for p_k and ε)."""
+    state = trainable_state(module)
+    evaluator = copy.deepcopy(module)  # evaluation loads θ_t into a copy: ``module`` stays w_0 for the next run
+    chooser = np.random.default_rng(derive_seed(federation.seed, "federated", "select"))
+    participations = [0] * federation.clients
+    history = []
+    sigma, epochs = federation.recipe.noise_multiplier, federation.recipe.local_epochs
+    for round_index in range(1, federation.rounds + 1):
+        started = time.perf_counter()
+        selected = select_clients(federation.clients, federation.client_fraction, chooser)
+        seeds = [client_seed(federation.seed, k, round_index) for k in selected]
+        results = transport(round_index, selected, state, seeds)
+        state = aggregate(state, [r.update for r in results], [r.count for r in results], [r.steps for r in results],
+                          federation.aggregation, federation.recipe.momentum)
+        seconds = time.perf_counter() - started
+        for k in selected:
+            participations[k] += 1
+        accuracy, test_loss = evaluate(evaluator, state, test)
+        spent = [epsilon_of(sigma, participations[k] * epochs, federation.delta) for k in range(federation.clients)]
+        update_bytes = [serialized_bytes(r.update) for r in results]
+        record = {"round": round_index, "clients": ",".join(map(str, selected)), "accuracy": accuracy,
+                  "test_loss": test_loss, "train_loss": float(np.mean([r.loss for r in results])),
+                  "epsilon": max(spent), "paper_eq11_epsilon": max(
+                      paper_tls_epsilon(federation.recipe.batch_size, counts[k], sigma, participations[k] * epochs,
+                                        federation.delta) for k in range(federation.clients) if participations[k]),
+                  "bytes_per_client": float(np.mean(update_bytes)), "full_model_bytes": full_model_bytes,
+                  "bytes_ratio": float(np.mean(update_bytes)) / full_model_bytes,
+                  "local_steps": ",".join(str(r.steps) for r in results), "seconds": seconds}
+        history.append(record)
+        if on_round is not None:
+            on_round(record)
+    epsilons = [epsilon_of(sigma, participations[k] * epochs, federation.delta) for k in range(federation.clients)]
+    return FederationResult(history, state, participations, epsilons)

@@ -1,0 +1,155 @@
+"""Stage ``train-federated``: FedDP-STECAR (paper 003) — every aggregation × tuning at one ε per client.
+
+    public model ─┐
+    raw clips ────┴─▶ shards (federated.partition) ─▶ for tuning in federated.tunings, aggregation in federated.aggregations:
+                                                        T rounds of Algorithm 1 (rounds.run_rounds)
+                                                        └─▶ data/federated/<aggregation>-<tuning>/model.pt
+                                                        └─▶ reports/federated/{federated.md, federated.csv, rounds.csv,
+                                                                               accuracy_by_round.png, metrics.json}
+
+σ is calibrated so that a client taking part in every round spends exactly ``federated.epsilon``
+(:mod:`tasks.federated.accounting`: shuffled batches, replace-one); the table gives each run's
+largest per-client ε, the paper's eq. 11 value beside it, the measured bytes per client per round
+against a full-model update, and eq. 14's d_t/d. Each round's accuracy, loss, ε and bytes go to
+MLflow (metric ``<key>.<name>``, step = round); each final model to the registry as ``privhar-federated``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tasks.core.budget import check_budget
+from tasks.core.errors import PrivharError
+from tasks.core.params import BaseParams, FederatedParams, load_section
+from tasks.core.privacy import NON_PRIVATE, PrivacyGuarantee
+from tasks.core.registry import register_model
+from tasks.core.seeding import derive_seed
+from tasks.core.storage import atomic_directory
+from tasks.core.tracking import StageRun, stage_run
+from tasks.federated.accounting import ACCOUNTANT, calibrate
+from tasks.federated.client import LocalRecipe
+from tasks.federated.inputs import Split, load_federated_clips, split_for
+from tasks.federated.rounds import Federation, FederationResult, in_process, run_rounds
+from tasks.federated.table import federated_table
+from tasks.private.stage import public_model
+
+MB = 1e6
+
+
+def federation_of(base: BaseParams, params: FederatedParams, noise_multiplier: float) -> Federation:
+    recipe = LocalRecipe(params.local_epochs, params.batch_size, params.learning_rate, params.momentum,
+                         params.max_grad_norm, noise_multiplier, params.grad_sample_mode)
+    return Federation(params.clients, params.rounds, params.client_fraction, params.aggregations[0], params.delta,
+                      derive_seed(base.seed, "federated"), recipe)
+
+
+def check_inputs(params: FederatedParams, shards: list[list[int]]) -> None:
+    smallest = min(len(shard) for shard in shards)
+    if params.delta >= 1.0 / smallest:
+        raise PrivharError(f"federated.delta = {params.delta} is invalid: expected δ < 1/N_k = {1.0 / smallest:.3g} "
+                           f"(the smallest client holds {smallest} videos)")
+    for name in params.tunings:
+        if not name.replace("_", "").isalnum():
+            raise PrivharError(f"federated.tunings: name {name!r} is invalid: expected letters, digits and '_'")
+
+
+def train_federated(*, params_path: Path, frames: Path, init: Path, out: Path, report: Path) -> list[dict[str, Any]]:
+    """Run the stage; return the table rows."""
+    base = load_section(params_path, "base", BaseParams)
+    params = load_section(params_path, "federated", FederatedParams)
+    _, config = public_model(init, frames, 0)
+    clips = load_federated_clips(frames, tuple(config["input_size"]), base, params)
+    check_inputs(params, clips.shards)
+    for tuning in params.tunings:
+        for aggregation in params.aggregations:
+            check_budget(params_path, f"federated-{aggregation}-{tuning}", clips.rows)
+    compositions = params.rounds * params.local_epochs
+    sigma = calibrate(params.epsilon, compositions, params.delta)
+    torch.use_deterministic_algorithms(True)
+    rows, rounds = [], []
+    with stage_run("train-federated", {"base": base, "federated": params}) as run, atomic_directory(out) as staging:
+        for tuning, trainable in params.tunings.items():
+            started = time.perf_counter()
+            split = split_for(init, frames, clips, trainable, derive_seed(base.seed, "private", "classifier"))
+            prefix_seconds = time.perf_counter() - started  # the frozen prefix, once per tuning: part of each run's cost
+            for aggregation in params.aggregations:
+                key = f"{aggregation}-{tuning}"
+                federation = dataclasses.replace(federation_of(base, params, sigma), aggregation=aggregation)
+                started = time.perf_counter()
+                result = _federate(params.transport, split, federation, [len(shard) for shard in clips.shards],
+                                   functools.partial(_print_round, key))
+                for record in result.history:
+                    _log_round(run, key, record)
+                seconds = time.perf_counter() - started + prefix_seconds
+                rows.append(_row(key, tuning, trainable, aggregation, params, split, result, sigma, seconds))
+                rounds.extend({"model": key, **record} for record in result.history)
+                model = split.model
+                model.load_state_dict({**model.state_dict(), **result.state})
+                model.eval()
+                model_config = {**config, "model": key, "method": "federated", "family": "federated", "frames": str(frames),
+                                "trainable": trainable, "aggregation": aggregation}
+                (staging / key).mkdir()
+                torch.save({"state_dict": model.state_dict(), "config": model_config}, staging / key / "model.pt")
+                guarantee = _guarantee(result, sigma, params)
+                register_model(model, family="federated", key=key, run=run, config=model_config, artifact=key,
+                               tags={"method": "federated", "aggregation": aggregation, "trainable": trainable,
+                                     **guarantee.as_tags(), "clients": params.clients, "rounds": params.rounds,
+                                     "noise_multiplier": sigma, "partition": params.partition})
+    federated_table(rows, rounds, report, params)
+    return rows
+
+
+def _federate(transport: str, split: Split, federation: Federation, counts: list[int],
+              on_round: Callable[[dict[str, Any]], None]) -> FederationResult:
+    """Algorithm 1 in this process, or as Flower apps on Flower's simulation engine (``federated.transport``)."""
+    if transport == "flower":
+        from tasks.federated.flower_app import simulate
+
+        return simulate(split.tail, split.shards, split.test, federation, counts, split.full_model_bytes, on_round)
+    return run_rounds(split.tail, federation, counts, in_process(split.tail, split.shards, federation.recipe), split.test,
+                      split.full_model_bytes, on_round)
+
+
+def _log_round(run: StageRun, key: str, record: dict[str, Any]) -> None:
+    """One round to MLflow (metric ``<key>.<name>``, step = round), from this thread: MLflow's active run is per thread."""
+    run.log_metrics({f"{key}.{name}": record[name] for name in ("accuracy", "test_loss", "train_loss", "epsilon",
+                                                                "bytes_per_client", "bytes_ratio", "seconds")
+                     if math.isfinite(record[name])}, step=record["round"])
+
+
+def _print_round(key: str, record: dict[str, Any]) -> None:
+    print(f"train-federated: {key}: round {record['round']}: Top-1 {100 * record['accuracy']:.1f} %, "
+          f"train loss {record['train_loss']:.3f}, ε {record['epsilon']:.3g}, "
+          f"{record['bytes_per_client'] / MB:.3f} MB per client ({record['seconds']:.1f} s)", file=sys.stderr)
+
+
+def _guarantee(result: FederationResult, sigma: float, params: FederatedParams) -> PrivacyGuarantee:
+    if sigma == 0:
+        return NON_PRIVATE
+    return PrivacyGuarantee(max(result.epsilons), params.delta,
+                            f"{ACCOUNTANT}; sigma={sigma:.6g}, C={params.max_grad_norm}, B={params.batch_size}, "
+                            f"E={params.local_epochs}, rounds taken part in={max(result.participations)}; unit: video")
+
+
+def _row(key: str, tuning: str, trainable: str, aggregation: str, params: FederatedParams, split: Split,
+         result: FederationResult, sigma: float, seconds: float) -> dict[str, Any]:
+    last = result.history[-1]
+    return {"model": key, "tuning": tuning, "trainable": trainable, "aggregation": aggregation,
+            "clients": params.clients, "rounds": params.rounds, "local_epochs": params.local_epochs,
+            "accuracy": round(100 * last["accuracy"], 2), "runtime_s": round(seconds, 2),
+            "mb_per_client_round": round(sum(r["bytes_per_client"] for r in result.history) / len(result.history) / MB, 6),
+            "full_model_mb": round(split.full_model_bytes / MB, 6),
+            "bytes_ratio": round(sum(r["bytes_ratio"] for r in result.history) / len(result.history), 6),
+            "eq14_dt_over_d": round(split.trainable / split.total, 6), "trainable_parameters": split.trainable,
+            "parameters": split.total, "epsilon": round(max(result.epsilons), 6) if sigma else "inf",
+            "paper_eq11_epsilon": round(last["paper_eq11_epsilon"], 6) if sigma else "inf", "delta": params.delta,
+            "noise_multiplier": round(sigma, 6), "max_grad_norm": params.max_grad_norm, "accountant": ACCOUNTANT}

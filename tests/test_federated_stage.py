@@ -1,0 +1,73 @@
+"""The train-federated stage on tiny clips: its table, models, registry tags, ledger entry and bad input."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+import torch
+
+from tasks.core.budget import planned_releases
+from tasks.core.errors import PrivharError
+from tasks.core.registry import newest_version
+from tasks.federated.accounting import epsilon_of
+from tasks.federated.stage import train_federated
+from tasks.train import train
+from tests.conftest import write_params
+
+
+@pytest.fixture(scope="module")
+def project(tiny_decoded, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("federated")
+    params = write_params(folder)
+    decoded = tiny_decoded / "data/decode"
+    train(params_path=params, frames=decoded, out=folder / "data/pretrain/public", report=folder / "reports/train",
+          family="public")
+    return folder, params, decoded
+
+
+def run(project, **overrides):
+    folder, params, decoded = project
+    arguments = {"params_path": params, "frames": decoded, "init": folder / "data/pretrain/public",
+                 "out": folder / "data/federated", "report": folder / "reports/federated"}
+    return train_federated(**{**arguments, **overrides})
+
+
+def test_every_aggregation_and_tuning_is_trained_reported_and_registered(project):
+    folder, params, _ = project
+    rows = run(project)
+    assert [row["model"] for row in rows] == ["fedavg-full", "fednova-full", "fedavg-selective", "fednova-selective"]
+    for row in rows:
+        assert row["epsilon"] == pytest.approx(1.33, abs=1e-6)
+        assert row["epsilon"] == pytest.approx(epsilon_of(row["noise_multiplier"], 2, 1e-4), abs=1e-6)
+        stored = torch.load(folder / "data/federated" / row["model"] / "model.pt", weights_only=False)
+        assert stored["config"]["aggregation"] == row["aggregation"]
+    full, selective = rows[0], rows[2]
+    assert full["bytes_ratio"] == pytest.approx(1.0, abs=0.01) and full["eq14_dt_over_d"] == 1.0
+    assert selective["bytes_ratio"] < 0.2 and selective["eq14_dt_over_d"] < selective["bytes_ratio"]
+    public = torch.load(folder / "data/pretrain/public/model.pt", weights_only=False)["state_dict"]
+    tuned = torch.load(folder / "data/federated/fedavg-selective/model.pt", weights_only=False)["state_dict"]
+    assert all(torch.equal(tuned[name], value) for name, value in public.items() if not name.startswith("blocks.4.proj"))
+    with open(folder / "reports/federated/rounds.csv") as handle:
+        assert len(list(csv.DictReader(handle))) == 4 * 2
+    metrics = json.loads((folder / "reports/federated/metrics.json").read_text())
+    assert set(metrics) == {row["model"] for row in rows}
+    table = (folder / "reports/federated/federated.md").read_text()
+    assert "ε eq. 11 (paper's approximation)" in table and "fednova-selective" in table
+    version = newest_version("fednova-selective")
+    assert float(version.tags["epsilon"]) == pytest.approx(1.33) and "replace-one" in version.tags["accountant"]
+    assert "federated-fednova-selective" in [release.name for release in planned_releases(params)]
+
+
+def test_bad_input_is_one_line_before_training(project, tmp_path):
+    with pytest.raises(PrivharError, match="federated.clients = 500 is more than the"):
+        run(project, params_path=write_params(tmp_path, {"federated": {"clients": 500}}), out=tmp_path / "out")
+    with pytest.raises(PrivharError, match=r"client \d of \d+ got no training video"):
+        run(project, params_path=write_params(tmp_path, {"federated": {"clients": 9, "partition": "by_identity"}}),
+            out=tmp_path / "out")
+    with pytest.raises(PrivharError, match=r"federated.client_fraction = 1.5 is invalid"):
+        run(project, params_path=write_params(tmp_path, {"federated": {"client_fraction": 1.5}}), out=tmp_path / "out")
+    with pytest.raises(PrivharError, match=r"federated.delta = 0.5 is invalid: expected δ < 1/N_k"):
+        run(project, params_path=write_params(tmp_path, {"federated": {"delta": 0.5}}), out=tmp_path / "out")
+    assert not (tmp_path / "out").exists()
