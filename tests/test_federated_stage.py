@@ -7,6 +7,7 @@ import json
 
 import pytest
 import torch
+import yaml
 
 from tasks.core.budget import planned_releases
 from tasks.core.errors import PrivharError
@@ -71,3 +72,20 @@ def test_bad_input_is_one_line_before_training(project, tmp_path):
     with pytest.raises(PrivharError, match=r"federated.delta = 0.5 is invalid: expected δ < 1/N_k"):
         run(project, params_path=write_params(tmp_path, {"federated": {"delta": 0.5}}), out=tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_the_stage_on_flower_gives_the_in_process_table(project, tmp_path):
+    """federated.transport: flower runs the same stage as Flower apps on the simulation engine: same accuracy, ε, bytes."""
+    pytest.importorskip("flwr", reason="flwr is the 'federated' extra")
+    rows = {}
+    for transport in ("in_process", "flower"):
+        (tmp_path / transport).mkdir()
+        params = write_params(tmp_path / transport, {"federated": {"aggregations": ["fednova"], "transport": transport}})
+        document = yaml.safe_load(params.read_text())
+        document["federated"]["tunings"] = {"selective": "head"}  # one run: the overlay merges mappings
+        params.write_text(yaml.safe_dump(document, sort_keys=False))
+        rows[transport] = run(project, params_path=params, out=tmp_path / transport / "data",
+                              report=tmp_path / transport / "reports")
+    local, remote = rows["in_process"], rows["flower"]
+    keep = ("model", "accuracy", "epsilon", "mb_per_client_round", "noise_multiplier")
+    assert [{key: row[key] for key in keep} for row in remote] == [{key: row[key] for key in keep} for row in local]

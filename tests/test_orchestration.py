@@ -54,11 +54,12 @@ def test_the_dag_comes_from_dvc_yaml():
     assert upstream["dprp@8.0"] == ("decode",) and upstream["train-dprp@8.0"] == ("dprp@8.0", "pretrain")
     assert upstream["train-anonymize@avatar"] == ("anonymize@avatar", "pretrain")
     assert upstream["train-private@maskdp"] == ("anonymize@avatar", "decode", "pretrain")
-    # evaluate depends on data/dprp, data/anonymize, data/train and data/private, the parents of those stages' outputs
+    # evaluate depends on data/dprp, data/anonymize, data/train, data/private and data/federated, the parents of those stages' outputs
     anonymize = sorted(f"anonymize@{method}" for method in ("avatar", "face_blur", "low_res_32x24", "low_res_16x12", "blackout"))
     trained = sorted(f"train-{name}" for name in anonymize + dprp)
     private = [f"train-private@{method}" for method in ("dp_sgd", "dp_sgd_avatar", "multiclip", "maskdp", "maskdp_real")]
-    assert upstream["evaluate"] == tuple(sorted(["decode", "train", *dprp, *anonymize, *trained, *private]))
+    assert upstream["evaluate"] == tuple(sorted(["decode", "train", "train-federated", *dprp, *anonymize, *trained, *private]))
+    assert "train-federated" in upstream["report"]
     assert [stage.name for stage in read_dag(REPO, ["decode"])] == ["synthesize", "decode"]
     with pytest.raises(PrivharError, match="no stage 'nope' in dvc.yaml"):
         read_dag(REPO, ["nope"])

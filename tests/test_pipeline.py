@@ -52,7 +52,7 @@ def test_parent_and_nested_runs_are_logged(project):
     anonymize = {f"anonymize@{method}" for method in ("avatar", "blackout")} | {"train@anonymize-avatar", "train@anonymize-blackout"}
     public = {"synthesize-public", "decode-public", "train@public"}
     private = {f"train-private@{method}" for method in ("dp_sgd", "maskdp")} | {"private-table"}
-    report = {"assess", "report", "ldp-digits", "ldp"}
+    report = {"assess", "report", "ldp-digits", "ldp", "train-federated"}
     assert {run.data.tags["privhar.stage"] for run in children} == ({"synthesize", "decode", "train", "evaluate", "preview"}
                                                                    | dprp | anonymize | public | private | report)
     assert all("stage_seconds" in run.data.metrics for run in children)

@@ -48,12 +48,15 @@ def test_subject_totals_compose_sequentially_and_releases_without_dp_are_unbound
 def test_the_cap_refuses_the_release_that_would_exceed_it_naming_subject_spent_and_requested(tmp_path: Path) -> None:
     params = write_params(tmp_path, {"dprp": {"epsilons": [2.0, 5.0]}, "private": {"methods": ["dp_sgd"], "epsilons": [1.0, 4.0]},
                                      "privacy": {"max_epsilon": 8.0}})
-    assert [r.name for r in planned_releases(params)] == ["dprp-eps2.0", "dprp-eps5.0", "dp_sgd-eps1.0", "dp_sgd-eps4.0"]
+    federated = [f"federated-{aggregation}-{tuning}" for tuning in ("full", "selective") for aggregation in ("fedavg", "fednova")]
+    assert [r.name for r in planned_releases(params)] == ["dprp-eps2.0", "dprp-eps5.0", "dp_sgd-eps1.0", "dp_sgd-eps4.0", *federated]
     check_budget(params, "dprp-eps5.0", ROWS)  # 2 + 5 = 7 <= 8
     check_budget(params, "dp_sgd-eps1.0", ROWS)  # 7 + 1 = 8 <= 8
     with pytest.raises(PrivharError, match=r"privacy.max_epsilon = 8: subject 0 has spent ε = 8 before dp_sgd-eps4.0, "
                                            r"which requests ε = 4 more"):
         check_budget(params, "dp_sgd-eps4.0", ROWS)
+    with pytest.raises(PrivharError, match=r"subject 0 has spent ε = 12 before federated-fedavg-full, which requests ε = 1.33"):
+        check_budget(params, "federated-fedavg-full", ROWS)
 
 
 def test_the_dprp_stage_refuses_over_the_cap_before_writing_anything(tiny_decoded: Path, tmp_path: Path) -> None:

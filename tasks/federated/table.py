@@ -23,7 +23,8 @@ from tasks.core.storage import atomic_write_bytes, csv_bytes
 def federated_table(rows: list[dict[str, Any]], rounds: list[dict[str, Any]], report: Path, params: FederatedParams) -> None:
     atomic_write_bytes(report / "federated.csv", csv_bytes(rows))
     atomic_write_bytes(report / "rounds.csv", csv_bytes(rounds))
-    metrics = {row["model"]: {"top1": row["accuracy"], "epsilon": row["epsilon"], "mb_per_client_round": row["mb_per_client_round"],
+    # not "top1": the evaluate stage scores these models too (top1 / top5 as fractions), and the registry reads that
+    metrics = {row["model"]: {"accuracy_percent": row["accuracy"], "epsilon": row["epsilon"], "mb_per_client_round": row["mb_per_client_round"],
                               "runtime_s": row["runtime_s"]} for row in rows}
     atomic_write_bytes(report / "metrics.json", (json.dumps(metrics, indent=2, sort_keys=True) + "\n").encode())
     atomic_write_bytes(report / "accuracy_by_round.png", _plot(rows, rounds, params))
