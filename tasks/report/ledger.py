@@ -91,10 +91,10 @@ def federated_releases(path: Path) -> list[Release]:
         return []  # the stage has not run
     with path.open(newline="") as handle:
         return [Release(f"federated-{entry['model']}", "federated",
-                        f"FedDP-STECAR: per-client DP-SGD (Opacus), shuffled batches, masked {entry['tuning']} updates, "
-                        f"{entry['aggregation']}", float(entry["epsilon"]), float(entry["delta"]), entry["accountant"],
+                        "FedDP-STECAR: DP-SGD (Opacus) per client on shuffled batches, masked updates, FedAvg / FedNova",
+                        float(entry["epsilon"]), float(entry["delta"]), entry["accountant"],
                         "σ calibrated so that a client in every round spends federated.epsilon", "train",
-                        "" if math.isfinite(float(entry["epsilon"])) else "reference without noise")
+                        f"{entry['tuning']} tuning, {entry['aggregation']}")
                 for entry in csv.DictReader(handle)]
 
 
