@@ -140,6 +140,21 @@ def test_the_video_stage_releases_seeded_codes_and_records_both_epsilons(tiny_de
     with (tmp_path / "report" / "ledger.csv").open() as handle:
         ledger = list(csv.DictReader(handle))
     assert [float(row["epsilon_per_video"]) for row in ledger] == [features * 1.0, math.inf]
+    from tasks.core.budget import planned_releases
+
+    planned = {release.name: release.epsilon for release in planned_releases(params)}
+    assert planned[ledger[0]["release"]] == features * 1.0 and ledger[1]["release"] not in planned  # ∞: no DP release
+
+
+def test_the_video_stage_refuses_a_release_over_the_cap_before_any_work(tiny_decoded, tmp_path) -> None:
+    from tasks.ldp.video import ldp_video
+    from tests.conftest import write_params
+
+    params = write_params(tmp_path, {"privacy": {"max_epsilon": 60.0}})  # the plan spends 30.32 first; ldp-eps1 asks 64
+    with pytest.raises(PrivharError, match=r"privacy.max_epsilon = 60: subject \d+ has spent ε = .* before ldp-eps1, "
+                                           r"which requests ε = 64 more"):
+        ldp_video(params_path=params, frames=tiny_decoded / "data" / "decode", out=tmp_path / "o", report=tmp_path / "r")
+    assert not (tmp_path / "o").exists() and not (tmp_path / "r").exists()
 
 
 def test_the_video_stage_refuses_more_filters_than_actions(tiny_decoded, tmp_path) -> None:

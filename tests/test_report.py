@@ -49,7 +49,8 @@ def test_the_cap_refuses_the_release_that_would_exceed_it_naming_subject_spent_a
     params = write_params(tmp_path, {"dprp": {"epsilons": [2.0, 5.0]}, "private": {"methods": ["dp_sgd"], "epsilons": [1.0, 4.0]},
                                      "privacy": {"max_epsilon": 8.0}})
     federated = [f"federated-{aggregation}-{tuning}" for tuning in ("full", "selective") for aggregation in ("fedavg", "fednova")]
-    assert [r.name for r in planned_releases(params)] == ["dprp-eps2.0", "dprp-eps5.0", "dp_sgd-eps1.0", "dp_sgd-eps4.0", *federated]
+    assert [r.name for r in planned_releases(params)] == ["dprp-eps2.0", "dprp-eps5.0", "dp_sgd-eps1.0", "dp_sgd-eps4.0", *federated,
+                                                          "ldp-eps1"]
     check_budget(params, "dprp-eps5.0", ROWS)  # 2 + 5 = 7 <= 8
     check_budget(params, "dp_sgd-eps1.0", ROWS)  # 7 + 1 = 8 <= 8
     with pytest.raises(PrivharError, match=r"privacy.max_epsilon = 8: subject 0 has spent ε = 8 before dp_sgd-eps4.0, "

@@ -3,7 +3,9 @@
 The DP releases of the pipeline, in the order the plan makes them: the Video-DPRP copies
 (``dprp.epsilons``, each a release of every video, both splits), then each private method's models
 (``private.methods`` × ``private.epsilons``, each trained on the training split), then the federated
-models (``federated.aggregations`` × ``federated.tunings``, each at ``federated.epsilon`` per client). A subject's spend
+models (``federated.aggregations`` × ``federated.tunings``, each at ``federated.epsilon`` per client), then the
+ldp stage's randomized codes (one release per finite ``ldp.video_epsilons``, of the training split: ε per
+feature × features per video, sequential composition over the features). A subject's spend
 before a release is the sum of the ε of the releases before it that hold one of their videos;
 a release that would take any subject past the cap refuses before it does any work.
 Post-processing is free: models trained on a DPRP copy add nothing. Releases without a DP
@@ -13,13 +15,15 @@ capped: the ledger lists them as unbounded.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tasks.core.errors import PrivharError
-from tasks.core.params import DprpParams, FederatedParams, PrivacyParams, PrivateParams, load_section
+from tasks.core.params import DprpParams, FederatedParams, LdpParams, PrivacyParams, PrivateParams, load_section
+from tasks.ldp.dcaconv import feature_count
 
 
 @dataclass(frozen=True)
@@ -39,7 +43,16 @@ def planned_releases(params_path: Path) -> list[PlannedRelease]:
     federated = load_section(params_path, "federated", FederatedParams)
     releases += [PlannedRelease(f"federated-{aggregation}-{tuning}", federated.epsilon, ("train",))
                  for tuning in federated.tunings for aggregation in federated.aggregations]
+    ldp = load_section(params_path, "ldp", LdpParams)
+    features = feature_count(ldp.video_first_filters, ldp.video_pool, tuple(ldp.video_crop))
+    releases += [PlannedRelease(ldp_release(epsilon), epsilon * features, ("train",))
+                 for epsilon in ldp.video_epsilons if math.isfinite(epsilon)]
     return releases
+
+
+def ldp_release(epsilon: float) -> str:
+    """The name of the ldp stage's release at ε per feature (its ledger row, its budget check)."""
+    return f"ldp-eps{epsilon:g}"
 
 
 def subjects_by_split(rows: Iterable[dict[str, Any]]) -> dict[str, set[int]]:

@@ -24,6 +24,11 @@ from tasks.core.errors import PrivharError
 from tasks.ldp.dca import fit_dca
 
 
+def feature_count(first_filters: int, pool: int, shape: tuple[int, int]) -> int:
+    """How many features an image of ``shape`` gives: L1 · ⌊h / s⌋ · ⌊w / s⌋ (known before any fitting: the budget plans with it)."""
+    return first_filters * (shape[0] // pool) * (shape[1] // pool)
+
+
 @dataclass(frozen=True)
 class DcaConv:
     first: np.ndarray  # (L1, k, k)
@@ -36,8 +41,7 @@ class DcaConv:
         return 2 ** len(self.second)
 
     def features(self, shape: tuple[int, int]) -> int:
-        """How many features an image of ``shape`` gives: L1 · ⌊h / s⌋ · ⌊w / s⌋."""
-        return len(self.first) * (shape[0] // self.pool) * (shape[1] // self.pool)
+        return feature_count(len(self.first), self.pool, shape)
 
     def encode(self, images: np.ndarray, batch: int = 512) -> np.ndarray:
         """(N, h, w) images → (N, L1 · h̃p · w̃p) integer codes in [0, 2^L2 − 1] (uint8 for L2 ≤ 8)."""

@@ -20,6 +20,7 @@ video (sequential composition) are both reported and written to the ledger.
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -31,6 +32,7 @@ from tasks.assess.attributes import attribute_names
 from tasks.assess.regions import expanded, warp_region
 from tasks.assess.scores import class_wise_f1, class_wise_map
 from tasks.assess.truth import load_truth
+from tasks.core.budget import check_budget, ldp_release
 from tasks.core.clips import labels_of, split_rows
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import MANIFEST_NAME, read_manifest, resolve_path
@@ -136,12 +138,14 @@ def ldp_video(*, params_path: Path, frames: Path, out: Path, report: Path) -> li
                            f"classes (DCA's L_r ≤ K)")
     for epsilon in params.video_epsilons:
         check_domain(2**params.video_second_filters, epsilon)
+        if math.isfinite(epsilon):  # privacy.max_epsilon, before any work
+            check_budget(params_path, ldp_release(epsilon), rows)
     size = tuple(params.video_crop)
     has_attributes = any(key.startswith("attr_") for key in rows[0])  # else the attribute columns say nan
     with stage_run("ldp", {"ldp": params}) as run, atomic_directory(out) as staging:
         started = time.perf_counter()
         train_images, test_images = motion_images(train_rows, frames, size), motion_images(test_rows, frames, size)
-        train_labels, test_labels = labels_of(train_rows).numpy(), labels_of(test_rows).numpy()
+        train_labels = labels_of(train_rows).numpy()
         prepared = time.perf_counter() - started
         started = time.perf_counter()
         encoder = fit_dcaconv(train_images, train_labels, first=params.video_first_filters,
@@ -169,7 +173,7 @@ def ldp_video(*, params_path: Path, frames: Path, out: Path, report: Path) -> li
                    "features_per_video": features, "domain": domain}
         atomic_write_bytes(report / "video.csv", csv_bytes(results))
         atomic_write_bytes(report / "metrics.json", (json.dumps(metrics, indent=2, sort_keys=True) + "\n").encode())
-        ledger = [{"release": f"ldp-eps{epsilon:g}", "mechanism": f"k-ary randomized response (d = {domain}) on DCAConv codes",
+        ledger = [{"release": ldp_release(epsilon), "mechanism": f"k-ary randomized response (d = {domain}) on DCAConv codes",
                    "epsilon_per_feature": epsilon, "features_per_video": features, "epsilon_per_video": epsilon * features,
                    "delta": 0.0, "accountant": "pure ε-LDP per feature (paper 002 eq. 3-4), sequential composition over features",
                    "splits": "train"} for epsilon in params.video_epsilons]
