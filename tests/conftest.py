@@ -39,7 +39,7 @@ TINY = {
 
 # The pipeline projects keep one stage per kind (stage-level tests cover every method): 23 stages, not 35.
 DAG = {"train": {"epochs": 1}, "dprp": {"epsilons": [8.0]}, "anonymize": {"methods": ["avatar", "blackout"]},
-       "private": {"methods": ["dp_sgd", "maskdp"]}}
+       "private": {"methods": ["dp_sgd", "maskdp"]}, "federated": {"aggregations": ["fedavg"], "rounds": 1}}
 
 
 def write_params(folder: Path, overrides: dict[str, Any] | None = None) -> Path:

@@ -43,9 +43,15 @@ def test_one_client_without_noise_or_clipping_is_centralised_training_step_for_s
     """Noise 0, C → ∞, one client, E = 1: each round is one epoch of plain SGD over the same shuffled batches."""
     data, model = toy_data(), toy_model()
     setup = federation(rounds=3)
-    states = []
-    result = run_rounds(model, setup, [len(data.labels)], in_process(model, [data], setup.recipe), data, 1,
-                        on_round=lambda record: states.append(record))
+    train = in_process(model, [data], setup.recipe)
+    broadcasts = []  # w_t as the server sends it: the state after each round
+
+    def recording(round_index, selected, broadcast, seeds):
+        broadcasts.append({name: tensor.clone() for name, tensor in broadcast.items()})
+        return train(round_index, selected, broadcast, seeds)
+
+    result = run_rounds(model, setup, [len(data.labels)], recording, data, 1)
+    federated = [*broadcasts[1:], result.state]
     reference = toy_model()
     optimiser = torch.optim.SGD(reference.parameters(), lr=0.1)
     for round_index in range(1, 4):
@@ -55,9 +61,8 @@ def test_one_client_without_noise_or_clipping_is_centralised_training_step_for_s
             optimiser.zero_grad()
             nn.functional.cross_entropy(reference(inputs), labels).backward()
             optimiser.step()
-    for name, value in trainable_state(reference).items():
-        torch.testing.assert_close(result.state[name], value, rtol=1e-5, atol=1e-6)
-    assert len(states) == 3
+        for name, value in trainable_state(reference).items():
+            torch.testing.assert_close(federated[round_index - 1][name], value, rtol=1e-5, atol=1e-6)
 
 
 def test_fedavg_is_the_weighted_mean_of_the_updates():

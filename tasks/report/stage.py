@@ -144,11 +144,12 @@ def report(*, params_path: Path, metrics: Path, signature: Path, ledgers: Path, 
     scores, assessed = _json_or_empty(metrics), _json_or_empty(signature)
     table = table_one(rows, scores, assessed)
     signatures = signature_rows(rows, assessed)
-    releases = method_rows(dprp_releases(dprp) + private_releases(ledgers, private.methods)
-                           + (ldp_releases(ldp_ledger) if ldp_ledger else [])
-                           + (federated_releases(federated_table) if federated_table else [])
-                           + unprotected_releases(train_reports, anonymize))
-    subjects = subject_totals([_as_release(r) for r in releases], read_manifest(frames / MANIFEST_NAME))
+    found = (dprp_releases(dprp) + private_releases(ledgers, private.methods)
+             + (ldp_releases(ldp_ledger) if ldp_ledger else [])
+             + (federated_releases(federated_table) if federated_table else [])
+             + unprotected_releases(train_reports, anonymize))
+    releases = method_rows(found)
+    subjects = subject_totals(found, read_manifest(frames / MANIFEST_NAME))
     folder = out / "report"
     with stage_run("report", {"privacy": {"max_epsilon": cap}}) as run:
         atomic_write_bytes(folder / "table1.csv", csv_bytes(table))
@@ -177,5 +178,3 @@ def _uniform(table: list[dict[str, Any]]) -> list[dict[str, Any]]:
              for key, value in row.items()} for row in table]
 
 
-def _as_release(row: dict[str, Any]) -> Release:
-    return Release(**row)
