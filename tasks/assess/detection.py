@@ -151,8 +151,7 @@ class Detector:
 
     def adapt(self, frames: list[np.ndarray], truths: list[list[Box]]) -> int:
         """update(detector) of eq. 21/22: each detection matching a true box becomes a positive; the count added."""
-        return self.learn([patch(frame, box, self.kind) for frame, truth in zip(frames, truths)
-                           for box in self.detect(frame) if any(matches(box, true) for true in truth)])
+        return self.learn(matched_patches(frames, [self.detect(frame) for frame in frames], truths, self.kind))
 
 
 class BundledDetector:
@@ -196,6 +195,12 @@ class BundledDetector:
 
     def adapt(self, frames: list[np.ndarray], truths: list[list[Box]]) -> int:
         return 0
+
+
+def matched_patches(frames: list[np.ndarray], found: list[list[Box]], truths: list[list[Box]], kind: Kind) -> list[np.ndarray]:
+    """The windows of the detections ``found`` that match a true box (Dice > 0.5, eq. 26): update(detector)'s positives."""
+    return [patch(frame, box, kind) for frame, detections, truth in zip(frames, found, truths)
+            for box in detections if any(matches(box, true) for true in truth)]
 
 
 def train_detector(kind: Kind, frames: list[np.ndarray], truths: list[list[Box]], *, seed: int,

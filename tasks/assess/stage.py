@@ -25,12 +25,21 @@ import numpy as np
 import torch
 
 from tasks.assess.attributes import attribute_model, attribute_names, attribute_privacy, load_frame_set, train_attacker
-from tasks.assess.detection import KINDS, BundledDetector, Detector, Kind, detection_rate, patch, train_detector, window_box
+from tasks.assess.detection import (
+    KINDS,
+    BundledDetector,
+    Detector,
+    Kind,
+    detection_rate,
+    matched_patches,
+    train_detector,
+    window_box,
+)
 from tasks.assess.faces import crop
 from tasks.assess.fusion import fused_pairs, ssim_groups
 from tasks.assess.regions import expanded, warp_region
 from tasks.assess.reid import FaceRecognisers, identification_aggr, identification_fused, identification_ind, recognised_flags
-from tasks.assess.scores import frame_hit_rate, matches, speed_score
+from tasks.assess.scores import frame_hit_rate, speed_score
 from tasks.assess.similarity import mse_similarity, ssim
 from tasks.assess.tracking import track_video
 from tasks.assess.truth import VideoTruth, clips_of, load_truth
@@ -128,8 +137,7 @@ def detection_scores(detector: Detector | BundledDetector, frames: list[np.ndarr
     found = [detector.detect(frame) for frame in frames]
     scores = {"ind": float(np.mean([frame_hit_rate(f, b) for f, b in zip(found, boxes)]))}
     aggregated = detector.clone()
-    added = aggregated.learn([patch(frame, box, kind) for frame, frame_found, truth in zip(frames, found, boxes)
-                              for box in frame_found if any(matches(box, true) for true in truth)])
+    added = aggregated.learn(matched_patches(frames, found, boxes, kind))  # the hits of the pass above, not a new search
     scores["aggr"] = detection_rate(aggregated, frames, boxes) if added else scores["ind"]
     fused, fused_truth = fused_windows(kind, frames, boxes, owners, threshold=params.ssim_group,
                                        pairs=params.fused_pairs_per_person)
