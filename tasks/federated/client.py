@@ -22,6 +22,7 @@ from opacus import PrivacyEngine
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from tasks.private.gradients import trainable_parameters
 from tasks.private.methods import require_sample_independence, without_dropout
 
 Tensors = dict[str, torch.Tensor]
@@ -56,7 +57,7 @@ class ClientResult:
 
 def trainable_state(module: nn.Module) -> Tensors:
     """θ_t of ``module``: detached copies of the tensors that require gradients."""
-    return {name: parameter.detach().clone() for name, parameter in module.named_parameters() if parameter.requires_grad}
+    return {name: parameter.detach().clone() for name, parameter in trainable_parameters(module).items()}
 
 
 def load_trainable(module: nn.Module, state: Tensors) -> None:
@@ -79,8 +80,7 @@ def client_round(module: nn.Module, broadcast: Tensors, shard: Shard, recipe: Lo
     without_dropout(local)
     count = len(shard.labels)
     batch = min(recipe.batch_size, count)
-    parameters = [parameter for parameter in local.parameters() if parameter.requires_grad]
-    optimiser = torch.optim.SGD(parameters, lr=recipe.learning_rate, momentum=recipe.momentum)
+    optimiser = torch.optim.SGD(list(trainable_parameters(local).values()), lr=recipe.learning_rate, momentum=recipe.momentum)
     loader = DataLoader(TensorDataset(shard.inputs, shard.labels), batch_size=batch, shuffle=True,
                         generator=torch.Generator().manual_seed(seed))
     engine = PrivacyEngine()  # its accountant assumes Poisson sampling: ε comes from tasks.federated.accounting

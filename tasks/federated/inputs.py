@@ -8,7 +8,6 @@ whole model with the prefix frozen, at a fraction of the cost. Full fine-tuning 
 
 from __future__ import annotations
 
-import io
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from tasks.core.clips import labels_of, load_clips, normalise, split_rows
 from tasks.core.manifest import MANIFEST_NAME, read_manifest
 from tasks.core.params import BaseParams, FederatedParams
 from tasks.core.seeding import derive_seed
-from tasks.federated.client import Shard
+from tasks.federated.client import Shard, serialized_bytes
 from tasks.federated.partition import partition
 from tasks.private.features import first_trainable_block, prefix_activations, tail_of
 from tasks.private.selective import select_trainable, trainable_count
@@ -69,7 +68,6 @@ def split_for(init: Path, frames: Path, clips: Clips, trainable: str, seed: int)
     train_inputs = prefix_activations(model, clips.train, end) if end else clips.train
     test_inputs = prefix_activations(model, clips.test, end) if end else clips.test
     shards = [Shard(train_inputs[shard], clips.train_labels[shard]) for shard in clips.shards]
-    buffer = io.BytesIO()
-    torch.save({name: parameter.detach() for name, parameter in model.named_parameters()}, buffer)
+    full_update = {name: parameter.detach() for name, parameter in model.named_parameters()}
     return Split(model, tail, shards, Shard(test_inputs, clips.test_labels), trainable_count(model),
-                 sum(parameter.numel() for parameter in model.parameters()), buffer.getbuffer().nbytes)
+                 sum(parameter.numel() for parameter in model.parameters()), serialized_bytes(full_update))

@@ -91,7 +91,8 @@ def run_rounds(module: nn.Module, federation: Federation, counts: list[int], tra
     evaluator = copy.deepcopy(module)  # evaluation loads θ_t into a copy: ``module`` stays w_0 for the next run
     chooser = np.random.default_rng(derive_seed(federation.seed, "federated", "select"))
     participations = [0] * federation.clients
-    history = []
+    history: list[dict[str, Any]] = []
+    spent: list[float] = []
     sigma, epochs = federation.recipe.noise_multiplier, federation.recipe.local_epochs
     for round_index in range(1, federation.rounds + 1):
         started = time.perf_counter()
@@ -117,5 +118,4 @@ def run_rounds(module: nn.Module, federation: Federation, counts: list[int], tra
         history.append(record)
         if on_round is not None:
             on_round(record)
-    epsilons = [epsilon_of(sigma, participations[k] * epochs, federation.delta) for k in range(federation.clients)]
-    return FederationResult(history, state, participations, epsilons)
+    return FederationResult(history, state, participations, spent)  # ε per client after the last round

@@ -16,7 +16,6 @@ MLflow (metric ``<key>.<name>``, step = round); each final model to the registry
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 import sys
@@ -45,10 +44,10 @@ from tasks.private.stage import public_model
 MB = 1e6
 
 
-def federation_of(base: BaseParams, params: FederatedParams, noise_multiplier: float) -> Federation:
+def federation_of(base: BaseParams, params: FederatedParams, noise_multiplier: float, aggregation: str) -> Federation:
     recipe = LocalRecipe(params.local_epochs, params.batch_size, params.learning_rate, params.momentum,
                          params.max_grad_norm, noise_multiplier, params.grad_sample_mode)
-    return Federation(params.clients, params.rounds, params.client_fraction, params.aggregations[0], params.delta,
+    return Federation(params.clients, params.rounds, params.client_fraction, aggregation, params.delta,
                       derive_seed(base.seed, "federated"), recipe)
 
 
@@ -83,7 +82,7 @@ def train_federated(*, params_path: Path, frames: Path, init: Path, out: Path, r
             prefix_seconds = time.perf_counter() - started  # the frozen prefix, once per tuning: part of each run's cost
             for aggregation in params.aggregations:
                 key = f"{aggregation}-{tuning}"
-                federation = dataclasses.replace(federation_of(base, params, sigma), aggregation=aggregation)
+                federation = federation_of(base, params, sigma, aggregation)
                 started = time.perf_counter()
                 result = _federate(params.transport, split, federation, [len(shard) for shard in clips.shards],
                                    functools.partial(_print_round, key))

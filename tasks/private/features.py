@@ -24,18 +24,9 @@ def head_of(model: nn.Module) -> nn.Linear:
 @torch.no_grad()
 def pooled_features(model: nn.Module, inputs: torch.Tensor, batch_size: int = 32) -> torch.Tensor:
     """(N, C) inputs of the head for normalised clips (N, 3, T, H, W); the model's weights untouched."""
-    was_training = model.training
-    model.eval()
-    blocks = model.blocks
-    pool = blocks[-1].pool
-    out = []
-    for part in inputs.split(batch_size):
-        activations = part
-        for block in blocks[:-1]:
-            activations = block(activations)
-        out.append(pool(activations).flatten(1))
-    model.train(was_training)
-    return torch.cat(out)
+    head = len(model.blocks) - 1
+    pool = model.blocks[head].pool
+    return torch.cat([pool(prefix_activations(model, part, head, batch_size)).flatten(1) for part in inputs.split(batch_size)])
 
 
 def first_trainable_block(model: nn.Module) -> int:

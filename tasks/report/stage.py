@@ -176,5 +176,3 @@ def _uniform(table: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Parquet needs one type per column: "not run" / "n/a" become null there (the CSV keeps the words)."""
     return [{key: (None if isinstance(value, str) and key not in ("method", "model", "copy") else value)
              for key, value in row.items()} for row in table]
-
-
