@@ -128,3 +128,14 @@ def test_opencv_bundled_face_detector_finds_the_astronauts_face_and_cannot_be_ad
     assert detection_rate(detector, [photo], [[face]]) == 1.0
     assert detection_rate(detector, [np.zeros_like(photo)], [[face]]) == 0.0
     assert detector.adapt([photo], [[face]]) == 0 and detector.clone() is detector
+
+
+def test_detections_on_the_enlarged_frame_map_back_to_its_own_pixels() -> None:
+    """Faces are searched on a frame enlarged ×2: a 20-px window at (10, 30) there is a 10-px box at (5, 15)."""
+    from tasks.assess.detection import BODY, FACE, enlarged_grey, frame_boxes
+
+    frame = np.zeros((48, 64, 3), dtype=np.uint8)
+    assert enlarged_grey(frame, FACE).shape == (96, 128) and enlarged_grey(frame, BODY).shape == (48, 64)
+    assert frame_boxes(np.array([[10, 30, 20, 20]]), FACE) == [(5.0, 15.0, 15.0, 25.0)]
+    assert frame_boxes(np.array([[10, 30, 20, 20]]), BODY) == [(10.0, 30.0, 30.0, 50.0)]
+    assert frame_boxes((), FACE) == []  # OpenCV returns an empty tuple when it finds nothing

@@ -25,3 +25,12 @@ def test_per_sample_independence():
     alone = model(batch[:1])
     together = model(batch)[:1]
     assert torch.allclose(alone, together, atol=1e-5)
+
+
+def test_checkpoint_config_is_the_saved_config_without_the_model(tmp_path):
+    from tasks.core.models import checkpoint_config, load_checkpoint
+
+    config = {"num_classes": 4, "width": 8, "norm_groups": 4, "dropout": 0.0, "input_size": [8, 32, 40]}
+    model = create_video_classifier(num_classes=4, width=8)
+    torch.save({"state_dict": model.state_dict(), "config": config}, tmp_path / "model.pt")
+    assert checkpoint_config(tmp_path / "model.pt") == config == load_checkpoint(str(tmp_path / "model.pt"))[1]

@@ -82,6 +82,19 @@ def random_negatives(frame: np.ndarray, truth: list[Box], kind: Kind, count: int
     return found
 
 
+def enlarged_grey(frame: np.ndarray, kind: Kind) -> np.ndarray:
+    """The frame in grey, enlarged by the kind's ``upscale`` so its objects fill the HOG window."""
+    image = grey(frame)
+    if kind.upscale != 1.0:
+        image = cv2.resize(image, None, fx=kind.upscale, fy=kind.upscale, interpolation=cv2.INTER_LINEAR)
+    return image
+
+
+def frame_boxes(rectangles: np.ndarray | tuple, kind: Kind) -> list[Box]:
+    """OpenCV's (x, y, w, h) rectangles on the enlarged image as corner boxes in the frame's own pixels."""
+    return [tuple(float(v) / kind.upscale for v in (x, y, x + w, y + h)) for x, y, w, h in rectangles]
+
+
 @dataclass
 class Detector:
     """A linear SVM on HOG features; ``detect`` runs OpenCV's multi-scale sliding window with it."""
@@ -125,14 +138,12 @@ class Detector:
 
     def detect(self, frame: np.ndarray) -> list[Box]:
         """Boxes in the frame's own pixels (grouped overlapping windows, OpenCV's non-maximum suppression)."""
-        image = grey(frame)
-        if self.kind.upscale != 1.0:
-            image = cv2.resize(image, None, fx=self.kind.upscale, fy=self.kind.upscale, interpolation=cv2.INTER_LINEAR)
+        image = enlarged_grey(frame, self.kind)
         if image.shape[0] < self.kind.window[1] or image.shape[1] < self.kind.window[0]:
             return []
         rectangles, _ = self._hog.detectMultiScale(image, hitThreshold=self.hit_threshold, winStride=(4, 4),
                                                    padding=(0, 0), scale=1.1, groupThreshold=1)
-        return [tuple(float(v) / self.kind.upscale for v in (x, y, x + w, y + h)) for x, y, w, h in rectangles]
+        return frame_boxes(rectangles, self.kind)
 
     def mine_hard_negatives(self, frames: list[np.ndarray], truths: list[list[Box]]) -> int:
         """Add every detection overlapping no true box (Dice < 0.2) as a negative and refit; the count added."""
@@ -177,15 +188,12 @@ class BundledDetector:
             self._hog.setSVMDetector(cv2.HOGDescriptor_getDefaultPeopleDetector())
 
     def detect(self, frame: np.ndarray) -> list[Box]:
-        image = grey(frame)
-        scale = self.kind.upscale
-        if scale != 1.0:
-            image = cv2.resize(image, None, fx=scale, fy=scale, interpolation=cv2.INTER_LINEAR)
+        image = enlarged_grey(frame, self.kind)
         if self.kind.name == "face":
             rectangles = self._cascade.detectMultiScale(image, scaleFactor=1.1, minNeighbors=5)
         else:
             rectangles, _ = self._hog.detectMultiScale(image, winStride=(8, 8), scale=1.05)
-        return [tuple(float(v) / scale for v in (x, y, x + w, y + h)) for x, y, w, h in rectangles]
+        return frame_boxes(rectangles, self.kind)
 
     def clone(self) -> BundledDetector:
         return self

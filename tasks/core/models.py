@@ -140,6 +140,11 @@ def build_from_config(config: dict) -> nn.Module:
                                    norm=group_norm(config["norm_groups"]), dropout=config["dropout"])
 
 
+def checkpoint_config(path: Path) -> dict:
+    """The config saved in a checkpoint, without building its model."""
+    return torch.load(path, map_location="cpu", weights_only=True)["config"]
+
+
 def load_checkpoint(path: str) -> tuple[nn.Module, dict]:
     """A trained classifier in eval mode, and its config."""
     checkpoint = torch.load(path, map_location="cpu", weights_only=True)

@@ -39,7 +39,7 @@ from tasks.federated.client import LocalRecipe
 from tasks.federated.inputs import Split, load_federated_clips, split_for
 from tasks.federated.rounds import Federation, FederationResult, in_process, run_rounds
 from tasks.federated.table import federated_table
-from tasks.private.stage import public_model
+from tasks.private.stage import public_config
 
 MB = 1e6
 
@@ -65,7 +65,7 @@ def train_federated(*, params_path: Path, frames: Path, init: Path, out: Path, r
     """Run the stage; return the table rows."""
     base = load_section(params_path, "base", BaseParams)
     params = load_section(params_path, "federated", FederatedParams)
-    _, config = public_model(init, frames, 0)
+    config = public_config(init, frames)
     clips = load_federated_clips(frames, tuple(config["input_size"]), base, params)
     check_inputs(params, clips.shards)
     for tuning in params.tunings:

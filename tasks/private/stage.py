@@ -32,11 +32,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tasks.core.clips import augment, class_names, labels_of, load_clips, normalise, split_rows
 from tasks.core.budget import check_budget
+from tasks.core.clips import augment, class_names, labels_of, load_clips, normalise, split_rows
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import MANIFEST_NAME, read_manifest, resolve_path
-from tasks.core.models import build_from_config, has_batch_norm, load_checkpoint, transfer_weights
+from tasks.core.models import build_from_config, checkpoint_config, transfer_weights
 from tasks.core.params import BaseParams, PrivateParams, load_section
 from tasks.core.privacy import NON_PRIVATE, PrivacyGuarantee
 from tasks.core.registry import register_model
@@ -45,7 +45,15 @@ from tasks.core.storage import atomic_directory, atomic_write_bytes, csv_bytes
 from tasks.core.tracking import StageRun, stage_run
 from tasks.private.accounting import SgdPrivacy
 from tasks.private.features import HEAD, head_of, pooled_features
-from tasks.private.methods import Outcome, PrivateData, Recipe, noise_for, schedule, train_dp_sgd, train_grouped
+from tasks.private.methods import (
+    Outcome,
+    PrivateData,
+    Recipe,
+    noise_for,
+    require_sample_independence,
+    train_dp_sgd,
+    train_grouped,
+)
 from tasks.private.selective import select_trainable, trainable_count
 from tasks.private.tokens import public_token_map, token_views
 
@@ -125,8 +133,7 @@ def _check_inputs(params: PrivateParams, count: int, model: nn.Module) -> None:
     if params.delta >= 1.0 / count:
         raise PrivharError(f"private.delta = {params.delta} is invalid: expected δ < 1/N = {1.0 / count:.3g} "
                            f"(N = {count} training videos; δ ≥ 1/N allows releasing one video outright)")
-    if has_batch_norm(model):
-        raise PrivharError("train-private: the model has BatchNorm layers, which mix samples; DP-SGD needs GroupNorm")
+    require_sample_independence(model)  # before any clip is loaded
 
 
 def training_inputs(method: str, frames: Path, avatar: Path | None) -> tuple[Path, Path | None]:
@@ -145,13 +152,17 @@ def training_inputs(method: str, frames: Path, avatar: Path | None) -> tuple[Pat
     return (avatar if method == "maskdp" else frames), avatar
 
 
-def public_model(init: Path, frames: Path, seed: int) -> tuple[nn.Module, dict[str, Any]]:
-    """The public model to fine-tune: its backbone, and a classifier for the private label set drawn from ``seed``."""
+def public_config(init: Path, frames: Path) -> dict[str, Any]:
+    """The public model's config with the private label set of ``frames`` (its classes)."""
     if not (init / "model.pt").is_file():
         raise PrivharError(f"{init / 'model.pt'}: no public model to fine-tune (run the pretrain stage first)")
-    _, stored = load_checkpoint(str(init / "model.pt"))
     classes = class_names(read_manifest(frames / MANIFEST_NAME))
-    config = {**stored, "classes": classes, "num_classes": len(classes)}
+    return {**checkpoint_config(init / "model.pt"), "classes": classes, "num_classes": len(classes)}
+
+
+def public_model(init: Path, frames: Path, seed: int) -> tuple[nn.Module, dict[str, Any]]:
+    """The public model to fine-tune: its backbone, and a classifier for the private label set drawn from ``seed``."""
+    config = public_config(init, frames)
     torch.manual_seed(seed)
     model = build_from_config(config)
     transfer_weights(model, config, init / "model.pt")
