@@ -41,13 +41,18 @@ def planned_releases(params_path: Path) -> list[PlannedRelease]:
     releases += [PlannedRelease(f"{method}-eps{epsilon}", epsilon, ("train",))
                  for method in private.methods for epsilon in private.epsilons]
     federated = load_section(params_path, "federated", FederatedParams)
-    releases += [PlannedRelease(f"federated-{aggregation}-{tuning}", federated.epsilon, ("train",))
+    releases += [PlannedRelease(federated_release(aggregation, tuning), federated.epsilon, ("train",))
                  for tuning in federated.tunings for aggregation in federated.aggregations]
     ldp = load_section(params_path, "ldp", LdpParams)
     features = feature_count(ldp.video_first_filters, ldp.video_pool, tuple(ldp.video_crop))
     releases += [PlannedRelease(ldp_release(epsilon), epsilon * features, ("train",))
                  for epsilon in ldp.video_epsilons if math.isfinite(epsilon)]
     return releases
+
+
+def federated_release(aggregation: str, tuning: str) -> str:
+    """The name of the train-federated stage's model of ``aggregation`` × ``tuning`` as a release."""
+    return f"federated-{aggregation}-{tuning}"
 
 
 def ldp_release(epsilon: float) -> str:

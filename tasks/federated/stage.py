@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from tasks.core.budget import check_budget
+from tasks.core.budget import check_budget, federated_release
 from tasks.core.errors import PrivharError
 from tasks.core.params import BaseParams, FederatedParams, load_section
 from tasks.core.privacy import NON_PRIVATE, PrivacyGuarantee
@@ -35,7 +35,7 @@ from tasks.core.seeding import derive_seed
 from tasks.core.storage import atomic_directory
 from tasks.core.tracking import StageRun, stage_run
 from tasks.federated.accounting import ACCOUNTANT, calibrate
-from tasks.federated.client import LocalRecipe
+from tasks.federated.client import LocalRecipe, load_trainable
 from tasks.federated.inputs import Split, load_federated_clips, split_for
 from tasks.federated.rounds import Federation, FederationResult, in_process, run_rounds
 from tasks.federated.table import federated_table
@@ -70,7 +70,7 @@ def train_federated(*, params_path: Path, frames: Path, init: Path, out: Path, r
     check_inputs(params, clips.shards)
     for tuning in params.tunings:
         for aggregation in params.aggregations:
-            check_budget(params_path, f"federated-{aggregation}-{tuning}", clips.rows)
+            check_budget(params_path, federated_release(aggregation, tuning), clips.rows)
     compositions = params.rounds * params.local_epochs
     sigma = calibrate(params.epsilon, compositions, params.delta)
     torch.use_deterministic_algorithms(True)
@@ -92,7 +92,7 @@ def train_federated(*, params_path: Path, frames: Path, init: Path, out: Path, r
                 rows.append(_row(key, tuning, trainable, aggregation, params, split, result, sigma, seconds))
                 rounds.extend({"model": key, **record} for record in result.history)
                 model = split.model
-                model.load_state_dict({**model.state_dict(), **result.state})
+                load_trainable(model, result.state)
                 model.eval()
                 model_config = {**config, "model": key, "method": "federated", "family": "federated", "frames": str(frames),
                                 "trainable": trainable, "aggregation": aggregation}
