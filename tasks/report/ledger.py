@@ -12,7 +12,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from tasks.core.budget import subjects_by_split
+from tasks.core.budget import federated_release, subjects_by_split
 
 MECHANISMS = {
     "dp_sgd": "DP-SGD (Opacus, Poisson sampling, per-video clipping)",
@@ -60,42 +60,40 @@ def private_releases(folder: Path, methods: list[str]) -> list[Release]:
     """One release per private model (reports/private/<method>.csv); the ε = ∞ references are releases without DP."""
     releases = []
     for method in methods:
-        path = folder / f"{method}.csv"
-        if not path.is_file():
-            continue  # the stage has not run; the tables say "not run"
-        with path.open(newline="") as handle:
-            for entry in csv.DictReader(handle):
-                epsilon = float(entry["epsilon"])
-                releases.append(Release(entry["model"], method, MECHANISMS.get(method, method), epsilon, float(entry["delta"]),
-                                        entry["accountant"], "σ calibrated to the target ε by the accountant"
-                                        if math.isfinite(epsilon) else "none: no noise (clipping only)", "train",
-                                        "" if math.isfinite(epsilon) else "reference without noise"))
+        for entry in _csv_entries(folder / f"{method}.csv"):
+            epsilon = float(entry["epsilon"])
+            releases.append(Release(entry["model"], method, MECHANISMS.get(method, method), epsilon, float(entry["delta"]),
+                                    entry["accountant"], "σ calibrated to the target ε by the accountant"
+                                    if math.isfinite(epsilon) else "none: no noise (clipping only)", "train",
+                                    "" if math.isfinite(epsilon) else "reference without noise"))
     return releases
+
+
+def _csv_entries(path: Path) -> list[dict[str, str]]:
+    """The rows of a stage's CSV table; none if the stage has not run (its tables then say "not run")."""
+    if not path.is_file():
+        return []
+    with path.open(newline="") as handle:
+        return list(csv.DictReader(handle))
 
 
 def ldp_releases(path: Path) -> list[Release]:
     """The randomized DCAConv codes of the ldp stage (reports/ldp/ledger.csv): ε per video = features × ε per feature."""
-    if not path.is_file():
-        return []  # the stage has not run
-    with path.open(newline="") as handle:
-        return [Release(entry["release"], "ldp", entry["mechanism"], float(entry["epsilon_per_video"]), float(entry["delta"]),
-                        entry["accountant"], f"ε = {float(entry['epsilon_per_feature']):g} per feature × "
-                        f"{entry['features_per_video']} features", entry["splits"],
-                        "" if math.isfinite(float(entry["epsilon_per_video"])) else "reference without noise")
-                for entry in csv.DictReader(handle)]
+    return [Release(entry["release"], "ldp", entry["mechanism"], float(entry["epsilon_per_video"]), float(entry["delta"]),
+                    entry["accountant"], f"ε = {float(entry['epsilon_per_feature']):g} per feature × "
+                    f"{entry['features_per_video']} features", entry["splits"],
+                    "" if math.isfinite(float(entry["epsilon_per_video"])) else "reference without noise")
+            for entry in _csv_entries(path)]
 
 
 def federated_releases(path: Path) -> list[Release]:
     """One release per federated model (reports/federated/federated.csv): ε per client, the largest over the clients."""
-    if not path.is_file():
-        return []  # the stage has not run
-    with path.open(newline="") as handle:
-        return [Release(f"federated-{entry['model']}", "federated",
-                        "FedDP-STECAR: DP-SGD (Opacus) per client on shuffled batches, masked updates, FedAvg / FedNova",
-                        float(entry["epsilon"]), float(entry["delta"]), entry["accountant"],
-                        "σ calibrated so that a client in every round spends federated.epsilon", "train",
-                        f"{entry['tuning']} tuning, {entry['aggregation']}")
-                for entry in csv.DictReader(handle)]
+    return [Release(federated_release(entry["aggregation"], entry["tuning"]), "federated",
+                    "FedDP-STECAR: DP-SGD (Opacus) per client on shuffled batches, masked updates, FedAvg / FedNova",
+                    float(entry["epsilon"]), float(entry["delta"]), entry["accountant"],
+                    "σ calibrated so that a client in every round spends federated.epsilon", "train",
+                    f"{entry['tuning']} tuning, {entry['aggregation']}")
+            for entry in _csv_entries(path)]
 
 
 def unprotected_releases(train_reports: Path, anonymize: Path) -> list[Release]:
