@@ -142,7 +142,8 @@ class PrivateParams(Section):
     methods: Annotated[list[Literal[PRIVATE_METHODS]], Field(min_length=1)]  # type: ignore[valid-type]
     epsilons: Annotated[list[Annotated[float, Field(gt=0.0)]], Field(min_length=1)]
     delta: Annotated[float, Field(gt=0.0, lt=1.0)]
-    accountant: Literal["rdp", "prv", "gdp"]
+    accountant: Literal["prv", "pld", "rdp", "gdp"]
+    unit: Literal["video", "person"]  # what one Poisson-sampled, clipped unit is: a video, or all of a person's videos
     max_grad_norm: Annotated[float, Field(gt=0.0)]  # C
     epochs: PositiveInt
     batch_size: PositiveInt  # expected logical batch (Poisson sampling)
@@ -227,7 +228,9 @@ class LdpParams(Section):
 class PrivacyParams(Section):
     """The privacy budget of each data subject across every DP release (report stage, dprp and private stages)."""
 
-    max_epsilon: Annotated[float, Field(gt=0.0)]  # sequential composition cap per subject; .inf: no cap
+    max_epsilon: Annotated[float, Field(gt=0.0)]  # cap of each person's total ε over every DP release; .inf: no cap
+    randomness: Literal["secure", "seeded"]  # DP noise, coins, sampling: OS entropy | from base.seed (NOT private)
+    allow_unprotected_releases: bool  # with a finite cap: allow releases without a DP guarantee
 
 
 class OrchestrateParams(Section):

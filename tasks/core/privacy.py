@@ -1,7 +1,9 @@
-"""The privacy guarantee a training method claims for its model, and who computed it.
+"""The privacy guarantee a release claims, and who computed it.
 
-Every ε privhar prints or registers is one of these: the value, δ, and the accountant or
-theorem that produced it. A non-private method claims nothing: ε = ∞.
+Every ε privhar prints or registers is one of these: the value, δ, the accountant or theorem that
+produced it (with its parameters), the **unit** it protects (pixel change, frame, video, person),
+the **neighbouring relation** (add/remove or replace-one) and where its randomness came from
+(secret, or seeded and so not private). A non-private release claims nothing: ε = ∞.
 """
 
 from __future__ import annotations
@@ -9,23 +11,35 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from tasks.core.randomness import SECURE
+
 
 @dataclass(frozen=True)
 class PrivacyGuarantee:
     epsilon: float
     delta: float
     accountant: str
+    unit: str = "none"
+    relation: str = "none"
+    randomness: str = SECURE
 
     def within(self, max_epsilon: float) -> bool:
         """Whether this guarantee meets a target ε (``inf`` admits everything)."""
         return self.epsilon <= max_epsilon
 
+    @property
+    def private(self) -> bool:
+        """A finite ε whose randomness an attacker cannot replay."""
+        return math.isfinite(self.epsilon) and self.randomness == SECURE
+
     def as_tags(self) -> dict[str, str]:
-        return {"epsilon": repr(self.epsilon), "delta": repr(self.delta), "accountant": self.accountant}
+        return {"epsilon": repr(self.epsilon), "delta": repr(self.delta), "accountant": self.accountant,
+                "unit": self.unit, "relation": self.relation, "randomness": self.randomness}
 
     @classmethod
     def from_tags(cls, tags: dict[str, str]) -> PrivacyGuarantee:
-        return cls(float(tags.get("epsilon", "inf")), float(tags.get("delta", "0")), tags.get("accountant", "unknown"))
+        return cls(float(tags.get("epsilon", "inf")), float(tags.get("delta", "0")), tags.get("accountant", "unknown"),
+                   tags.get("unit", "none"), tags.get("relation", "none"), tags.get("randomness", SECURE))
 
 
 NON_PRIVATE = PrivacyGuarantee(epsilon=math.inf, delta=0.0, accountant="none (non-private training)")
@@ -34,16 +48,18 @@ NON_PRIVATE = PrivacyGuarantee(epsilon=math.inf, delta=0.0, accountant="none (no
 def data_guarantee(rows: list[dict]) -> PrivacyGuarantee:
     """What a protected dataset's manifest claims per video, or NON_PRIVATE for raw data.
 
-    Stages that release data under DP (``dprp``, ``ldp``) write ``epsilon``, ``delta`` and
-    ``accountant`` columns. Each video is protected on its own with fresh noise, so a dataset
-    of them is (max ε, max δ)-DP for neighbours differing in one video (parallel composition),
-    and so is any model trained on it (post-processing).
+    Stages that release data under DP (``dprp``, ``ldp``) write ``epsilon``, ``delta``,
+    ``accountant``, ``unit``, ``relation`` and ``randomness`` columns. Each video is protected on
+    its own with fresh noise, so a dataset of them is (max ε, max δ)-DP for that unit (parallel
+    composition), and so is any model trained on it (post-processing).
     """
     if not rows or "epsilon" not in rows[0]:
         return NON_PRIVATE
     accountants = sorted({str(row["accountant"]) for row in rows})
+    first = rows[0]
     return PrivacyGuarantee(max(float(row["epsilon"]) for row in rows), max(float(row["delta"]) for row in rows),
-                            "; ".join(accountants))
+                            "; ".join(accountants), str(first.get("unit", "none")), str(first.get("relation", "none")),
+                            str(first.get("randomness", SECURE)))
 
 
 def strongest(*guarantees: PrivacyGuarantee) -> PrivacyGuarantee:

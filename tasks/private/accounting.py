@@ -1,81 +1,70 @@
 """ε of DP-SGD-style training: the Poisson-subsampled Gaussian mechanism composed over steps.
 
 Every private method here (DP-SGD, multi-clip, MaskDP) releases, per step, a sum of clipped
-per-unit gradients plus N(0, σ²C²) with each unit (a video) sampled independently with
-probability q. Its ε after ``steps`` is what Opacus's accountant of that name computes:
+per-unit gradients plus N(0, σ²C²), each unit (a video, or with ``private.unit: person`` all of a
+person's videos) sampled independently with probability q. The relation each method has:
 
-- ``rdp``: Rényi DP of the sampled Gaussian mechanism (Mironov et al. 2019), composed and
-  converted to (ε, δ) — the bound Theorem 1 of paper 001 writes out for MaskDP;
-- ``prv``: privacy random variables (Gopi et al. 2021), numerically tight;
-- ``gdp``: Gaussian DP by the central limit theorem (Dong et al. 2019), an approximation
-  that is not an upper bound for few steps (Opacus warns; we say so in the tag).
+- DP-SGD and multi-clip: **add/remove** of one unit (the sum is divided by the expected batch qN,
+  so the step does not reveal the batch size);
+- MaskDP (paper 001 Definition 2): masked adjacency *replaces* one video's private tokens —
+  **replace-one**, the clipped sum moves by up to 2C. Paper 001's Theorem 1 accounts it with the
+  add/remove RDP bound; that number is kept beside ours as ``paper_epsilon``, labelled as the paper's.
 
-The tests recompute each RDP ε with Google's ``dp-accounting`` (an independent implementation).
+ε is computed by :mod:`tasks.core.accounting` (default: Opacus's PRV accountant for add/remove,
+dp-accounting's PLD for replace-one). The tests recompute each with an independent implementation.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-from opacus.accountants import create_accountant
-from opacus.accountants.utils import get_noise_multiplier
-
-from tasks.core.errors import PrivharError
+from tasks.core.accounting import (
+    ADD_REMOVE,
+    Relation,
+    calibrate_noise,
+    describe,
+    group_epsilon,
+    sampled_gaussian_epsilon,
+)
 from tasks.core.privacy import PrivacyGuarantee
-
-ACCOUNTANTS = {
-    "rdp": "Opacus RDPAccountant (Rényi DP of the Poisson-sampled Gaussian mechanism)",
-    "prv": "Opacus PRVAccountant (privacy random variables)",
-    "gdp": "Opacus GaussianAccountant (Gaussian DP, CLT approximation)",
-}
 
 
 @dataclass(frozen=True)
 class SgdPrivacy:
-    """The parameters that fix a DP-SGD run's ε: σ (noise multiplier), q, steps, δ, accountant."""
+    """The parameters that fix a DP-SGD run's ε: σ (noise multiplier), q, steps, δ, accountant, relation."""
 
     noise_multiplier: float
     sample_rate: float
     steps: int
     delta: float
     accountant: str
+    relation: Relation = ADD_REMOVE
 
     def epsilon(self) -> float:
-        if self.steps == 0:
-            return 0.0
-        return epsilon_spent(self.noise_multiplier, self.sample_rate, self.steps, self.delta, self.accountant)
+        return sampled_gaussian_epsilon(self.noise_multiplier, self.sample_rate, self.steps, self.delta,
+                                        accountant=self.accountant, relation=self.relation)
 
-    def guarantee(self, unit: str) -> PrivacyGuarantee:
+    def paper_epsilon(self) -> float:
+        """Paper 001 Theorem 1: the add/remove RDP bound of the same (σ, q, steps), whatever the real relation."""
+        return sampled_gaussian_epsilon(self.noise_multiplier, self.sample_rate, self.steps, self.delta,
+                                        accountant="rdp", relation=ADD_REMOVE)
+
+    def group_epsilon(self, group: int) -> float:
+        """ε of a person whose data sit in ``group`` units (exact mixture-of-Gaussians PLD, not group·ε)."""
+        return group_epsilon(self.noise_multiplier, self.sample_rate, self.steps, self.delta, group,
+                             relation=self.relation)
+
+    def describe(self) -> str:
+        return (f"{describe(self.accountant, self.relation)}; sigma={self.noise_multiplier:.6g}, "
+                f"q={self.sample_rate:.6g}, steps={self.steps}")
+
+    def guarantee(self, unit: str, randomness: str) -> PrivacyGuarantee:
         """The claim, its accountant and parameters spelled out (registry tags, ledger)."""
-        return PrivacyGuarantee(self.epsilon(), self.delta,
-                                f"{ACCOUNTANTS[self.accountant]}; sigma={self.noise_multiplier:.6g}, "
-                                f"q={self.sample_rate:.6g}, steps={self.steps}; unit: {unit}")
+        return PrivacyGuarantee(self.epsilon(), self.delta, self.describe(), unit=unit, relation=self.relation,
+                                randomness=randomness)
 
 
-def _check(accountant: str) -> None:
-    if accountant not in ACCOUNTANTS:
-        raise PrivharError(f"private.accountant = {accountant!r} is invalid: expected one of {sorted(ACCOUNTANTS)}")
-
-
-def epsilon_spent(noise_multiplier: float, sample_rate: float, steps: int, delta: float, accountant: str) -> float:
-    """ε after ``steps`` steps of the sampled Gaussian mechanism (σ, q), at δ."""
-    _check(accountant)
-    if noise_multiplier <= 0:
-        return math.inf
-    engine = create_accountant(mechanism=accountant)
-    engine.history = [(noise_multiplier, sample_rate, steps)]
-    return float(engine.get_epsilon(delta=delta))
-
-
-def calibrate(target_epsilon: float, delta: float, sample_rate: float, steps: int, accountant: str) -> float:
-    """The smallest σ (to Opacus's 0.01 tolerance in ε) whose ε after ``steps`` is at most ``target_epsilon``."""
-    _check(accountant)
-    if not target_epsilon > 0:
-        raise PrivharError(f"private.epsilons: {target_epsilon} is invalid: expected ε > 0")
-    try:
-        return float(get_noise_multiplier(target_epsilon=target_epsilon, target_delta=delta, sample_rate=sample_rate,
-                                          steps=steps, accountant=accountant))
-    except ValueError as error:  # Opacus: "The privacy budget is too low."
-        raise PrivharError(f"private: ε = {target_epsilon} at δ = {delta} is unreachable with q = {sample_rate:.4g} "
-                           f"over {steps} steps ({error})") from None
+def calibrate(target_epsilon: float, delta: float, sample_rate: float, steps: int, accountant: str,
+              relation: Relation = ADD_REMOVE) -> float:
+    """The smallest σ (to 0.5 % in ε) whose ε after ``steps`` is at most ``target_epsilon``."""
+    return calibrate_noise(target_epsilon, delta, sample_rate, steps, accountant=accountant, relation=relation)

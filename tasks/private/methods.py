@@ -7,7 +7,7 @@ target ε over all steps (:func:`tasks.private.accounting.calibrate`), so the th
 ε and the same recipe add the same noise. No augmentation and no dropout while training
 privately (paper 001 §5.3: the noise regularises).
 
-- ``dp_sgd``: Opacus ``PrivacyEngine.make_private_with_epsilon`` and ``BatchMemoryManager``
+- ``dp_sgd``: Opacus ``PrivacyEngine.make_private`` and ``BatchMemoryManager``
   (physical batches of ``physical_batch_size`` inside the Poisson-sampled logical batch);
   per-sample gradients by ``private.grad_sample_mode``: ``ew`` (PyTorch's ExpandedWeights, the
   default: on this 3-D CNN 1.9-2.5× a non-private step, against 3.9-4.7× for Opacus's ``hooks``,
@@ -15,12 +15,23 @@ privately (paper 001 §5.3: the noise regularises).
 - ``multiclip`` (Luo et al., cited in paper 000): the unit is the video; its gradient is the mean
   over its K clips, clipped and noised once — K clips cost no more privacy than one.
 - ``maskdp`` (paper 001, Algorithm 1): the private-token view's gradient is clipped and noised,
-  the public-token view's is added unclipped and noise-free (lines 6-11).
+  the public-token view's is added unclipped and noise-free (lines 6-11). Two departures from the
+  algorithm as printed, both needed for the guarantee: (1) the public gradient is summed over a
+  batch drawn *independently* of the private Poisson sample (Lemma 1 of paper 001 assumes the two
+  independent; summed over the same batch, the noise-free public term shows who was sampled and
+  amplification by subsampling is lost); (2) the relation is **replace-one** (Definition 2 swaps one
+  video's private tokens), accounted with PLD, not Theorem 1's add/remove RDP (kept as the paper's).
+
+Units (``private.unit``): ``video`` samples and clips each video; ``person`` samples persons (each
+video belongs to its first identity) and clips the *sum* of a sampled person's video gradients as
+one unit (McMahan et al. 2018, user-level DP-SGD), so ε holds per person directly. Person units run
+through the grouped loop for every method (Opacus has no user-level sampling).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -30,10 +41,19 @@ from opacus.utils.batch_memory_manager import BatchMemoryManager
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from tasks.core.accounting import ADD_REMOVE, Relation
 from tasks.core.errors import PrivharError
 from tasks.core.models import has_batch_norm
 from tasks.private.accounting import SgdPrivacy, calibrate
-from tasks.private.gradients import add_noise, apply_gradient, clip_and_sum, per_unit_gradients, summed_gradient, trainable_parameters
+from tasks.private.gradients import (
+    Gradients,
+    add_noise,
+    apply_gradient,
+    clip_and_sum,
+    per_unit_gradients,
+    summed_gradient,
+    trainable_parameters,
+)
 
 
 @dataclass(frozen=True)
@@ -47,6 +67,7 @@ class Recipe:
     delta: float
     accountant: str
     grad_sample_mode: str = "ew"  # Opacus per-sample gradients (dp_sgd): ew (ExpandedWeights) | hooks | functorch
+    relation: Relation = ADD_REMOVE  # replace-one for MaskDP's masked adjacency
 
 
 @dataclass
@@ -55,7 +76,8 @@ class PrivateData:
 
     For MaskDP, ``has_private`` / ``has_public`` (N,) say whether a video has any token of each
     kind: a video without private tokens contributes no private gradient (nothing of it is
-    private), one without public tokens no public gradient.
+    private), one without public tokens no public gradient. ``owners`` (N,) names the privacy
+    unit of each video (0 .. units − 1) when the unit is the person; None: each video is its own.
     """
 
     units: torch.Tensor
@@ -63,6 +85,18 @@ class PrivateData:
     public: torch.Tensor | None = None  # (N, ...): the public-token view of each video (maskdp)
     has_private: torch.Tensor | None = None
     has_public: torch.Tensor | None = None
+    owners: torch.Tensor | None = None
+
+    @property
+    def unit_count(self) -> int:
+        """How many privacy units are Poisson-sampled: videos, or persons."""
+        return len(self.labels) if self.owners is None else int(self.owners.max()) + 1
+
+    def videos_of(self, chosen_units: torch.Tensor) -> torch.Tensor:
+        """The videos of the sampled units, in order."""
+        if self.owners is None:
+            return chosen_units
+        return torch.nonzero(torch.isin(self.owners, chosen_units)).flatten()
 
     def private_weights(self, part: torch.Tensor) -> torch.Tensor:
         return torch.ones(len(part)) if self.has_private is None else self.has_private[part].float()
@@ -79,7 +113,7 @@ class Outcome:
 
 
 def schedule(count: int, recipe: Recipe) -> tuple[float, int]:
-    """(q, steps) of a run over ``count`` units."""
+    """(q, steps) of a run over ``count`` units (videos or persons)."""
     steps_per_epoch = math.ceil(count / recipe.batch_size)
     return 1.0 / steps_per_epoch, steps_per_epoch * recipe.epochs
 
@@ -88,8 +122,8 @@ def noise_for(target_epsilon: float, data: PrivateData, recipe: Recipe) -> float
     """σ for the target ε over the whole run; 0 when no video has a private token (nothing to protect)."""
     if data.has_private is not None and not bool(data.has_private.any()):
         return 0.0
-    rate, steps = schedule(len(data.labels), recipe)
-    return calibrate(target_epsilon, recipe.delta, rate, steps, recipe.accountant)
+    rate, steps = schedule(data.unit_count, recipe)
+    return calibrate(target_epsilon, recipe.delta, rate, steps, recipe.accountant, recipe.relation)
 
 
 def require_sample_independence(module: nn.Module) -> None:
@@ -112,41 +146,93 @@ def _optimiser(module: nn.Module, recipe: Recipe) -> torch.optim.SGD:
     return torch.optim.SGD(list(trainable_parameters(module).values()), lr=recipe.learning_rate, momentum=recipe.momentum)
 
 
+def _sum_by_owner(gradients: Gradients, owners: torch.Tensor | None) -> Gradients:
+    """Per-video gradients (B, ...) summed per privacy unit (person): the unit that is clipped."""
+    if owners is None:
+        return gradients
+    _, index = torch.unique(owners, return_inverse=True)
+    count = int(index.max()) + 1
+    return {name: torch.zeros(count, *g.shape[1:], dtype=g.dtype).index_add_(0, index, g) for name, g in gradients.items()}
+
+
+def _private_sum(module: nn.Module, data: PrivateData, videos: torch.Tensor, recipe: Recipe) -> tuple[Gradients, int, float]:
+    """Σ over the sampled units of their clipped gradients; how many were clipped; the summed loss."""
+    total = {name: torch.zeros_like(parameter) for name, parameter in trainable_parameters(module).items()}
+    clipped, loss_sum = 0, 0.0
+    # a person's videos go through one physical batch together, so their gradient is clipped as one unit
+    parts = [videos] if data.owners is not None else list(videos.split(recipe.physical_batch_size))
+    for part in parts:
+        if not len(part):
+            continue
+        weights = data.private_weights(part)
+        gradients, losses = per_unit_gradients(module, data.units[part], data.labels[part])
+        unit_gradients = {name: g * weights.view(-1, *[1] * (g.dim() - 1)) for name, g in gradients.items()}
+        summed, norms = clip_and_sum(_sum_by_owner(unit_gradients, None if data.owners is None else data.owners[part]),
+                                     recipe.max_grad_norm)
+        clipped += int((norms > recipe.max_grad_norm).sum())
+        total = {name: total[name] + summed[name] for name in total}
+        loss_sum += float(losses.sum())
+    return total, clipped, loss_sum
+
+
+def _public_sum(module: nn.Module, data: PrivateData, videos: torch.Tensor, recipe: Recipe) -> Gradients:
+    """Algorithm 1 line 6: the public-token views' loss gradient, summed, never clipped (on its own batch)."""
+    assert data.public is not None
+    total = {name: torch.zeros_like(parameter) for name, parameter in trainable_parameters(module).items()}
+    for part in videos.split(recipe.physical_batch_size):
+        public_weights = data.public_weights(part)
+        public = summed_gradient(module, lambda: (F.cross_entropy(module(data.public[part]), data.labels[part],
+                                                                  reduction="none") * public_weights).sum())
+        total = {name: total[name] + public[name] for name in total}
+    return total
+
+
+def poisson_sample(count: int, rate: float, generator: torch.Generator) -> torch.Tensor:
+    """Each of ``count`` units independently with probability ``rate`` (the accountant's sampling)."""
+    return torch.nonzero(torch.rand(count, generator=generator) < rate).flatten()
+
+
+StepCallback = Callable[[int, int, nn.Module], None]  # (step, units sampled, module) after each update
+
+
 def train_grouped(module: nn.Module, data: PrivateData, recipe: Recipe, noise_multiplier: float,
-                  generator: torch.Generator) -> Outcome:
-    """Multi-clip DP-SGD (``data.public`` None) or MaskDP-SGD: the step of :mod:`tasks.private.gradients`."""
+                  generator: torch.Generator, public_generator: torch.Generator | None = None,
+                  on_step: StepCallback | None = None) -> Outcome:
+    """Multi-clip DP-SGD (``data.public`` None) or MaskDP-SGD: the step of :mod:`tasks.private.gradients`.
+
+    ``generator`` draws the private Poisson sample and the noise; ``public_generator`` (MaskDP) draws the
+    public batch, independently of the private one. ``on_step`` sees every iterate (progress, audits).
+    """
     require_sample_independence(module)
-    count = len(data.labels)
+    count, videos = data.unit_count, len(data.labels)
     rate, steps = schedule(count, recipe)
     steps_per_epoch = steps // recipe.epochs
     optimiser = _optimiser(module, recipe)
     without_dropout(module)
-    history = []
+    if data.public is not None and public_generator is None:
+        raise PrivharError("MaskDP needs a public_generator: the public batch must be drawn independently of the private one")
+    history, step = [], 0
     for epoch in range(1, recipe.epochs + 1):
         clipped, seen, loss_sum = 0, 0, 0.0
         for _ in range(steps_per_epoch):
-            chosen = torch.nonzero(torch.rand(count, generator=generator) < rate).flatten()
-            total = {name: torch.zeros_like(parameter) for name, parameter in trainable_parameters(module).items()}
-            for part in chosen.split(recipe.physical_batch_size):
-                weights = data.private_weights(part)
-                gradients, losses = per_unit_gradients(module, data.units[part], data.labels[part])
-                unit_gradients = {name: g * weights.view(-1, *[1] * (g.dim() - 1)) for name, g in gradients.items()}
-                summed, norms = clip_and_sum(unit_gradients, recipe.max_grad_norm)
-                clipped += int((norms > recipe.max_grad_norm).sum())
-                total = {name: total[name] + summed[name] for name in total}
-                if data.public is not None:  # Algorithm 1 line 6: public tokens, summed, never clipped
-                    public_weights = data.public_weights(part)
-                    public = summed_gradient(module, lambda: (F.cross_entropy(module(data.public[part]), data.labels[part],
-                                                                              reduction="none") * public_weights).sum())
-                    total = {name: total[name] + public[name] for name in total}
-                loss_sum += float(losses.sum())
-            apply_gradient(module, add_noise(total, noise_multiplier, recipe.max_grad_norm, generator), rate * count)
+            chosen = poisson_sample(count, rate, generator)
+            private, step_clipped, step_loss = _private_sum(module, data, data.videos_of(chosen), recipe)
+            total = {name: g / (rate * count) for name, g in
+                     add_noise(private, noise_multiplier, recipe.max_grad_norm, generator).items()}
+            if data.public is not None:  # its own Poisson sample of videos, at the same rate
+                public_batch = poisson_sample(videos, rate, public_generator)
+                public = _public_sum(module, data, public_batch, recipe)
+                total = {name: total[name] + public[name] / (rate * videos) for name in total}
+            apply_gradient(module, total, 1.0)
             optimiser.step()
             optimiser.zero_grad(set_to_none=True)
-            seen += len(chosen)
+            clipped, seen, loss_sum = clipped + step_clipped, seen + len(chosen), loss_sum + step_loss
+            step += 1
+            if on_step is not None:
+                on_step(step, len(chosen), module)
         history.append({"epoch": epoch, "loss": loss_sum / max(seen, 1), "clipped_fraction": clipped / max(seen, 1),
                         "sampled": seen})
-    return Outcome(history, SgdPrivacy(noise_multiplier, rate, steps, recipe.delta, recipe.accountant))
+    return Outcome(history, SgdPrivacy(noise_multiplier, rate, steps, recipe.delta, recipe.accountant, recipe.relation))
 
 
 def _no_per_sample_gradients(module: nn.Module) -> None:
@@ -155,21 +241,27 @@ def _no_per_sample_gradients(module: nn.Module) -> None:
         parameter.grad_sample = torch.zeros(0, *parameter.shape)
 
 
+OPACUS_ACCOUNTANTS = ("prv", "rdp", "gdp")
+
+
 def train_dp_sgd(module: nn.Module, data: PrivateData, recipe: Recipe, target_epsilon: float,
                  generator: torch.Generator) -> Outcome:
-    """DP-SGD with Opacus: ``make_private_with_epsilon`` (Poisson sampling) and ``BatchMemoryManager``.
+    """DP-SGD with Opacus: ``make_private`` (Poisson sampling; σ from our calibration) and ``BatchMemoryManager``.
 
-    Opacus draws the Poisson batches from torch's global generator: seed it before the call.
+    Opacus draws the Poisson batches from torch's global generator: seed it before the call (from
+    OS entropy unless the randomness is ``seeded``); ``generator`` draws the noise.
     """
     require_sample_independence(module)
     inputs = data.units[:, 0]
     loader = DataLoader(TensorDataset(inputs, data.labels), batch_size=recipe.batch_size)
-    engine = PrivacyEngine(accountant=recipe.accountant)
+    rate, steps = schedule(len(data.labels), recipe)
+    noise_multiplier = calibrate(target_epsilon, recipe.delta, rate, steps, recipe.accountant, recipe.relation)
+    engine = PrivacyEngine(accountant=recipe.accountant if recipe.accountant in OPACUS_ACCOUNTANTS else "prv")
     without_dropout(module)
-    private_module, optimiser, private_loader = engine.make_private_with_epsilon(
-        module=module, optimizer=_optimiser(module, recipe), data_loader=loader, target_epsilon=target_epsilon,
-        target_delta=recipe.delta, epochs=recipe.epochs, max_grad_norm=recipe.max_grad_norm, poisson_sampling=True,
-        noise_generator=generator, grad_sample_mode=recipe.grad_sample_mode)
+    private_module, optimiser, private_loader = engine.make_private(
+        module=module, optimizer=_optimiser(module, recipe), data_loader=loader, noise_multiplier=noise_multiplier,
+        max_grad_norm=recipe.max_grad_norm, poisson_sampling=True, noise_generator=generator,
+        grad_sample_mode=recipe.grad_sample_mode)
     history = []
     try:
         for epoch in range(1, recipe.epochs + 1):
@@ -189,6 +281,6 @@ def train_dp_sgd(module: nn.Module, data: PrivateData, recipe: Recipe, target_ep
             history.append({"epoch": epoch, "loss": loss_sum / max(seen, 1), "sampled": seen, "empty_batches": empty})
     finally:
         private_module.remove_hooks()
-    rate, steps = schedule(len(data.labels), recipe)
-    return Outcome(history, SgdPrivacy(float(optimiser.noise_multiplier), rate, steps, recipe.delta, recipe.accountant),
+    return Outcome(history, SgdPrivacy(float(optimiser.noise_multiplier), rate, steps, recipe.delta, recipe.accountant,
+                                       recipe.relation),
                    engine_epsilon=float(engine.get_epsilon(recipe.delta)))

@@ -14,16 +14,21 @@ so every private model learns its decision from private data under its guarantee
 trained too, with the same recipe, clipping kept and no noise: the column each table compares
 against.
 
-Units and semantics: one video is one unit (DP-SGD: neighbouring datasets differ in one video;
-MaskDP: masked adjacency of Definition 2 — they differ only in one video's private tokens, and
-labels are not protected). ε comes from :mod:`tasks.private.accounting` with the run's σ, q, steps.
+Units and semantics (``private.unit``): ``video`` — DP-SGD and multi-clip: add/remove of one video;
+MaskDP: masked adjacency of Definition 2, one video's private tokens replaced (replace-one), labels
+not protected. ``person`` — each sampled person's videos are clipped as one unit: ε per person
+directly. Either way each model's per-person ε is also written (``<method>_persons.csv``): in
+``video`` mode by group privacy over the person's videos, computed exactly from the composed
+mechanism (:func:`tasks.core.accounting.group_epsilon`), not m·ε. ε comes from
+:mod:`tasks.private.accounting` with the run's σ, q, steps; DP randomness (Poisson samples, noise)
+comes from :class:`tasks.core.randomness.DpRandomness` — secret unless ``privacy.randomness: seeded``.
 """
 
 from __future__ import annotations
 
 import copy
+import logging
 import math
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -32,13 +37,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tasks.core.accounting import ADD_REMOVE, REPLACE_ONE
 from tasks.core.budget import check_budget
+from tasks.core.subjects import person_units, person_videos
 from tasks.core.clips import augment, class_names, labels_of, load_clips, normalise, split_rows
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import MANIFEST_NAME, read_manifest, resolve_path
 from tasks.core.models import build_from_config, checkpoint_config, transfer_weights
-from tasks.core.params import BaseParams, PrivateParams, load_section
+from tasks.core.params import BaseParams, PrivacyParams, PrivateParams, load_section
 from tasks.core.privacy import NON_PRIVATE, PrivacyGuarantee
+from tasks.core.randomness import DpRandomness
 from tasks.core.registry import register_model
 from tasks.core.seeding import derive_seed
 from tasks.core.storage import atomic_directory, atomic_write_bytes, csv_bytes
@@ -55,22 +63,29 @@ from tasks.private.methods import (
     train_grouped,
 )
 from tasks.private.selective import select_trainable, trainable_count
-from tasks.private.tokens import public_token_map, token_views
+from tasks.private.tokens import public_pixels, token_views
 
+LOG = logging.getLogger(__name__)
 MASKED = {"maskdp", "maskdp_real"}
 SEMANTICS = {  # one per tasks.core.params.PRIVATE_METHODS
-    "dp_sgd": "DP-SGD; unit: one video (add/remove)",
-    "dp_sgd_avatar": "DP-SGD on the avatar copy; unit: one video (add/remove)",
-    "multiclip": "multi-clip DP-SGD, K clips averaged per video; unit: one video (add/remove)",
-    "maskdp": "MaskDP (paper 001 Def. 2-3): masked adjacency, one video's private tokens; labels not protected",
+    "dp_sgd": "DP-SGD; add/remove of one unit",
+    "dp_sgd_avatar": "DP-SGD on the avatar copy; add/remove of one unit",
+    "multiclip": "multi-clip DP-SGD, K clips averaged per video; add/remove of one unit",
+    "maskdp": "MaskDP (paper 001 Def. 2-3): masked adjacency, one unit's private tokens replaced; labels not protected",
     "maskdp_real": "MaskDP on real clips: the real person is in the public tokens (domain-gap row, not private for them)",
 }
 
 
-def recipe_of(params: PrivateParams) -> Recipe:
+def relation_of(method: str) -> str:
+    """MaskDP's masked adjacency replaces private tokens: replace-one; the others add or remove a unit."""
+    return REPLACE_ONE if method in MASKED else ADD_REMOVE
+
+
+def recipe_of(params: PrivateParams, method: str) -> Recipe:
     return Recipe(epochs=params.epochs, batch_size=params.batch_size, physical_batch_size=params.physical_batch_size,
                   learning_rate=params.learning_rate, momentum=params.momentum, max_grad_norm=params.max_grad_norm,
-                  delta=params.delta, accountant=params.accountant, grad_sample_mode=params.grad_sample_mode)
+                  delta=params.delta, accountant=params.accountant, grad_sample_mode=params.grad_sample_mode,
+                  relation=relation_of(method))
 
 
 def public_masks(rows: list[dict[str, Any]], masks: Path, size: tuple[int, int]) -> torch.Tensor:
@@ -96,7 +111,7 @@ def method_views(method: str, clips: torch.Tensor, labels: torch.Tensor, params:
         return PrivateData(views, labels)
     if method in MASKED:
         assert masks is not None
-        public = public_token_map(masks, tuple(params.token), params.public_threshold)
+        public = public_pixels(masks, tuple(params.token), params.public_threshold)
         private_view, public_view = token_views(normalise(clips), public)
         if params.maskdp_private_input == "whole_clip":
             private_view = normalise(clips)
@@ -115,24 +130,29 @@ def as_features(model: nn.Module, data: PrivateData) -> PrivateData:
 
 
 def train_one(method: str, module: nn.Module, data: PrivateData, recipe: Recipe, epsilon: float,
-              generator: torch.Generator) -> Outcome:
+              randomness: DpRandomness) -> Outcome:
+    """One model at one ε; its Poisson samples, noise and (MaskDP) public batches from ``randomness``."""
+    key = (method, epsilon)
+    generator = randomness.torch("private", *key, "noise")
+    public_generator = randomness.torch("private", *key, "public-batches")
     if math.isinf(epsilon):  # the ε = ∞ column: the same recipe, clipping kept, no noise
-        return train_grouped(module, data, recipe, noise_multiplier=0.0, generator=generator)
-    if method in ("dp_sgd", "dp_sgd_avatar"):
+        return train_grouped(module, data, recipe, 0.0, generator, public_generator)
+    if method in ("dp_sgd", "dp_sgd_avatar") and data.owners is None:
+        torch.manual_seed(randomness.seed("private", *key, "batches"))  # Opacus's Poisson sampler uses the global RNG
         return train_dp_sgd(module, data, recipe, epsilon, generator)
-    return train_grouped(module, data, recipe, noise_for(epsilon, data, recipe), generator)
+    return train_grouped(module, data, recipe, noise_for(epsilon, data, recipe), generator, public_generator)
 
 
 def epsilon_by_epoch(privacy: SgdPrivacy, epochs: int) -> list[float]:
     per_epoch = privacy.steps // epochs
     return [SgdPrivacy(privacy.noise_multiplier, privacy.sample_rate, per_epoch * epoch, privacy.delta,
-                       privacy.accountant).epsilon() for epoch in range(1, epochs + 1)]
+                       privacy.accountant, privacy.relation).epsilon() for epoch in range(1, epochs + 1)]
 
 
 def _check_inputs(params: PrivateParams, count: int, model: nn.Module) -> None:
     if params.delta >= 1.0 / count:
         raise PrivharError(f"private.delta = {params.delta} is invalid: expected δ < 1/N = {1.0 / count:.3g} "
-                           f"(N = {count} training videos; δ ≥ 1/N allows releasing one video outright)")
+                           f"(N = {count} training {params.unit}s; δ ≥ 1/N allows releasing one {params.unit} outright)")
     require_sample_independence(model)  # before any clip is loaded
 
 
@@ -177,20 +197,26 @@ def train_private(*, params_path: Path, method: str, frames: Path, init: Path, o
     """
     base = load_section(params_path, "base", BaseParams)
     params = load_section(params_path, "private", PrivateParams)
+    randomness = DpRandomness(load_section(params_path, "privacy", PrivacyParams).randomness, base.seed)
     if method not in params.methods:
         raise PrivharError(f"train-private: method {method!r} is not one of private.methods = {params.methods}")
     frames, masks = training_inputs(method, frames, avatar)
     rows = split_rows(read_manifest(frames / MANIFEST_NAME), "train")
     pretrained, config = public_model(init, frames, derive_seed(base.seed, "private", "classifier"))
-    _check_inputs(params, len(rows), pretrained)
+    owners, units_per_person = person_units(rows)
+    _check_inputs(params, len(rows) if params.unit == "video" else int(owners.max()) + 1, pretrained)
     for epsilon in params.epsilons:  # privacy.max_epsilon, before any work
         check_budget(params_path, f"{method}-eps{epsilon}", rows)
     size = tuple(config["input_size"])
-    recipe = recipe_of(params)
+    recipe = recipe_of(params, method)
+    if params.unit == "video":
+        units_per_person = {person: len(videos) for person, videos in person_videos(rows).items()}
     torch.use_deterministic_algorithms(True)
     generator = torch.Generator().manual_seed(derive_seed(base.seed, "private", method, "views"))
     clips = load_clips(rows, frames, size)
     data = method_views(method, clips, labels_of(rows), params, generator, public_masks(rows, masks, size) if masks else None)
+    if params.unit == "person":
+        data.owners = owners
     if data.has_public is not None and not bool(data.has_public.any()):
         raise PrivharError(f"train-private: {method} found no public token in any of the {len(rows)} training videos "
                            f"(private.public_threshold = {params.public_threshold}, token {params.token}): MaskDP would be "
@@ -199,23 +225,26 @@ def train_private(*, params_path: Path, method: str, frames: Path, init: Path, o
     head_only = all(name.startswith(HEAD + ".") for name in trainable_names)
     if head_only:
         data = as_features(pretrained, data)
-    results = []
+    results, persons = [], []
     with stage_run(f"train-private@{method}", {"base": base, "private": params}) as run, atomic_directory(out) as staging:
         for epsilon in [*params.epsilons, math.inf]:
             key = f"{method}-eps{epsilon}"
             model = copy.deepcopy(pretrained)
             select_trainable(model, params.trainable)
             module = head_of(model) if head_only else model
-            torch.manual_seed(derive_seed(base.seed, "private", method, epsilon, "batches"))
-            outcome = train_one(method, module, data, recipe, epsilon, torch.Generator().manual_seed(
-                derive_seed(base.seed, "private", method, epsilon, "noise")))
+            outcome = train_one(method, module, data, recipe, epsilon, randomness)
             if math.isinf(epsilon):
                 guarantee = NON_PRIVATE
             elif data.has_private is not None and not bool(data.has_private.any()):
-                guarantee = PrivacyGuarantee(0.0, 0.0, "MaskDP: no private token in any video, nothing private is used")
+                guarantee = PrivacyGuarantee(0.0, 0.0, "MaskDP: no private token in any video, nothing private is used",
+                                             params.unit, relation_of(method), randomness.label)
             else:
-                guarantee = _guarantee(method, outcome.privacy)
-            results.append(_record(method, key, epsilon, guarantee, outcome, trainable_count(model), recipe))
+                guarantee = _guarantee(method, outcome.privacy, params.unit, randomness.label)
+            by_person = _person_epsilons(guarantee, outcome.privacy, units_per_person)
+            persons += [{"model": key, "subject": person, "units": units_per_person[person], "epsilon_person": value}
+                        for person, value in by_person.items()]
+            results.append(_record(method, key, epsilon, guarantee, outcome, trainable_count(model), recipe,
+                                   max(by_person.values(), default=math.inf)))
             _log(run, key, outcome, recipe, epsilon)
             model.eval()
             model_config = {**config, "model": key, "method": method, "family": method, "frames": str(frames),
@@ -224,27 +253,44 @@ def train_private(*, params_path: Path, method: str, frames: Path, init: Path, o
             torch.save({"state_dict": model.state_dict(), "config": model_config}, staging / key / "model.pt")
             register_model(model, family=method, key=key, run=run, config=model_config, artifact=key.replace(".", "_"),
                            tags={"method": method, **guarantee.as_tags(), "semantics": SEMANTICS[method],
+                                 "epsilon_person_max": repr(results[-1]["epsilon_person_max"]),
                                  "trainable": params.trainable, "trainable_parameters": trainable_count(model),
                                  "noise_multiplier": outcome.privacy.noise_multiplier, "max_grad_norm": recipe.max_grad_norm,
                                  "sample_rate": outcome.privacy.sample_rate, "steps": outcome.privacy.steps})
-            print(f"train-private: {key}: ε {guarantee.epsilon:.4g} (target {epsilon}), σ {outcome.privacy.noise_multiplier:.4g}, "
-                  f"loss {outcome.history[-1]['loss']:.4f}", file=sys.stderr)
+            LOG.info("train-private: %s: ε %.4g per %s (target %s), %.4g per person at most, σ %.4g, loss %.4f; randomness %s",
+                     key, guarantee.epsilon, params.unit, epsilon, results[-1]["epsilon_person_max"],
+                     outcome.privacy.noise_multiplier, outcome.history[-1]["loss"], randomness.label)
     atomic_write_bytes(report / f"{method}.csv", csv_bytes(results))
+    atomic_write_bytes(report / f"{method}_persons.csv", csv_bytes(persons))
     return results
 
 
-def _guarantee(method: str, privacy: SgdPrivacy) -> PrivacyGuarantee:
+def _guarantee(method: str, privacy: SgdPrivacy, unit: str, randomness: str) -> PrivacyGuarantee:
     if method == "maskdp_real":  # ε holds for the background tokens only; the real person is public here
-        spent = privacy.guarantee("video (masked adjacency)")
-        return PrivacyGuarantee(spent.epsilon, spent.delta, spent.accountant + "; the real person is NOT protected")
-    unit = "video (masked adjacency, labels public)" if method == "maskdp" else "video"
-    return privacy.guarantee(unit)
+        spent = privacy.guarantee(f"{unit} (masked adjacency)", randomness)
+        return PrivacyGuarantee(spent.epsilon, spent.delta, spent.accountant + "; the real person is NOT protected",
+                                spent.unit, spent.relation, randomness)
+    return privacy.guarantee(f"{unit} (masked adjacency, labels public)" if method == "maskdp" else unit, randomness)
+
+
+def _person_epsilons(guarantee: PrivacyGuarantee, privacy: SgdPrivacy, units_per_person: dict[int, int]) -> dict[int, float]:
+    """Each person's ε: group privacy over the units holding them (1 unit: the model's own ε)."""
+    if not math.isfinite(guarantee.epsilon):
+        return {person: math.inf for person in units_per_person}
+    if guarantee.epsilon == 0:
+        return {person: 0.0 for person in units_per_person}
+    groups = {units: (guarantee.epsilon if units == 1 else privacy.group_epsilon(units))
+              for units in set(units_per_person.values())}
+    return {person: round(groups[units], 6) for person, units in units_per_person.items()}
 
 
 def _record(method: str, key: str, target: float, guarantee: PrivacyGuarantee, outcome: Outcome, trainable: int,
-            recipe: Recipe) -> dict[str, Any]:
+            recipe: Recipe, epsilon_person_max: float) -> dict[str, Any]:
+    paper = outcome.privacy.paper_epsilon() if method in MASKED and math.isfinite(guarantee.epsilon) else None
     return {"model": key, "method": method, "target_epsilon": target, "epsilon": round(guarantee.epsilon, 6),
-            "delta": guarantee.delta, "noise_multiplier": round(outcome.privacy.noise_multiplier, 6),
+            "delta": guarantee.delta, "unit": guarantee.unit, "relation": guarantee.relation,
+            "epsilon_person_max": epsilon_person_max, "paper_epsilon": "" if paper is None else round(paper, 6),
+            "randomness": guarantee.randomness, "noise_multiplier": round(outcome.privacy.noise_multiplier, 6),
             "sample_rate": round(outcome.privacy.sample_rate, 6), "steps": outcome.privacy.steps,
             "max_grad_norm": recipe.max_grad_norm, "accountant": guarantee.accountant, "trainable_parameters": trainable,
             "final_loss": round(outcome.history[-1]["loss"], 6)}

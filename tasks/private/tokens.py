@@ -2,7 +2,11 @@
 
 A token is a ``[t, h, w]`` patch of the clip (edge tokens may be smaller). It is public when at
 least ``public_threshold`` of its pixels are public in the anonymize stage's mask r_i (rendered
-avatar pixels), else private.
+avatar pixels), else private. Inside a public token only the avatar pixels themselves are public
+(:func:`public_pixels`): a token that is half avatar would otherwise put real pixels — the edge of
+the person, the background next to them — into the noise-free public gradient (at threshold 0.5,
+20 % of the public view's pixels were real). The other pixels of a public token go to the private
+view, so every real pixel is clipped and noised.
 
 How the tokens reach a CNN: a 3-D CNN cannot drop tokens as a transformer does, so each view
 keeps the clip's shape and zeroes the other set's tokens *after* normalisation (zero is the
@@ -24,6 +28,11 @@ def public_token_map(public_pixels: torch.Tensor, token: tuple[int, int, int], t
     for axis, size in zip((1, 2, 3), token):
         public = public.repeat_interleave(size, dim=axis)
     return public[:, :public_pixels.shape[1], :public_pixels.shape[2], :public_pixels.shape[3]]
+
+
+def public_pixels(masks: torch.Tensor, token: tuple[int, int, int], threshold: float) -> torch.Tensor:
+    """Per pixel (N, T, H, W) bool: public when its token is public *and* the pixel itself is avatar (0/1 ``masks``)."""
+    return public_token_map(masks, token, threshold) & (masks > 0.5)
 
 
 def token_views(clips: torch.Tensor, public: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,0 +1,204 @@
+"""ε of the mechanisms privhar runs, under the neighbouring relation each really has.
+
+Two relations (``Relation``): **add/remove** (one unit present or absent: Poisson-sampled DP-SGD
+with the sum divided by the *expected* batch) and **replace-one** (one unit swapped for another: a
+fixed-size batch, MaskDP's masked adjacency, which substitutes one video's private tokens). For a
+clipped sum with clip C, replace-one moves the sum by up to 2C: in dp-accounting's terms a shift of
+±C around the other data, ``sensitivity = 1`` in units of C with ``REPLACE_ONE``.
+
+Accountants of the Poisson-subsampled Gaussian mechanism (σ = noise multiplier, q, steps):
+
+- ``prv``: Opacus ``PRVAccountant`` (Gopi et al. 2021), numerically tight; add/remove only;
+- ``pld``: Google's dp-accounting privacy-loss distributions (Koskela et al.; Doroshenko et al. 2022,
+  pessimistic connect-the-dots), tight; add/remove and replace-one;
+- ``rdp``: Opacus ``RDPAccountant`` (Mironov et al. 2019), an upper bound about 10 % above PLD here;
+- ``gdp``: Opacus ``GaussianAccountant`` (CLT), an approximation, not a bound for few steps.
+
+Opacus's accountants know add/remove only: a replace-one mechanism is always accounted with PLD
+(:func:`effective_accountant`), whatever ``private.accountant`` says.
+
+**Groups** (the person as the unit). A person whose data sit in m units (videos) of a
+Poisson-sampled Gaussian sum changes, in one step, j ~ Binomial(m, q) clipped terms: the sum moves
+by at most j·C (all aligned is the worst case, Choquette-Choo et al. 2023, Cor. 4.7). Its exact
+privacy loss is a *mixture of Gaussians* with sensitivities 0..m and binomial weights, composed over
+the steps (:func:`group_epsilon`, dp-accounting PLD) — not m·ε. Under replace-one, the person's
+data are first replaced by the empty contribution and then by the other data: two such group steps,
+ε = 2ε', δ = δ'(1 + e^{ε'}) (group privacy along a path of two), or, where that is useless (large ε'), the
+Gaussian mechanism without any amplification: μ = 2·m·√steps/σ.
+
+**Gaussian DP** (:func:`gdp_epsilon`): a composition of Gaussian mechanisms without sampling is
+exactly μ-GDP (Dong, Roth & Su 2019, Cor. 3.3), δ(ε) = Φ(−ε/μ + μ/2) − e^ε Φ(−ε/μ − μ/2).
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from typing import Literal
+
+import numpy as np
+from scipy.optimize import brentq
+from scipy.stats import binom, norm
+
+from tasks.core.errors import PrivharError
+
+Relation = Literal["add/remove", "replace-one"]
+ADD_REMOVE: Relation = "add/remove"
+REPLACE_ONE: Relation = "replace-one"
+ACCOUNTANTS = {
+    "prv": "Opacus PRVAccountant (privacy random variables)",
+    "pld": "dp-accounting PLD (privacy-loss distributions, pessimistic)",
+    "rdp": "Opacus RDPAccountant (Rényi DP of the Poisson-sampled Gaussian mechanism)",
+    "gdp": "Opacus GaussianAccountant (Gaussian DP, CLT approximation: not a bound for few steps)",
+}
+PLD_INTERVAL = 1e-3  # dp-accounting's value discretisation (pessimistic: rounding only raises ε)
+
+
+def check_accountant(accountant: str) -> None:
+    if accountant not in ACCOUNTANTS:
+        raise PrivharError(f"private.accountant = {accountant!r} is invalid: expected one of {sorted(ACCOUNTANTS)}")
+
+
+def effective_accountant(accountant: str, relation: Relation) -> str:
+    """The accountant actually used: PLD for replace-one, which Opacus's accountants do not cover."""
+    check_accountant(accountant)
+    return "pld" if relation == REPLACE_ONE else accountant
+
+
+def describe(accountant: str, relation: Relation) -> str:
+    used = effective_accountant(accountant, relation)
+    note = "" if used == accountant else f" (private.accountant = {accountant} covers add/remove only)"
+    return f"{ACCOUNTANTS[used]}, {relation}{note}"
+
+
+def _neighbouring(relation: Relation):
+    from dp_accounting import NeighboringRelation
+
+    return NeighboringRelation.REPLACE_ONE if relation == REPLACE_ONE else NeighboringRelation.ADD_OR_REMOVE_ONE
+
+
+@lru_cache(maxsize=4096)
+def _pld_epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta: float, relation: Relation) -> float:
+    from dp_accounting.pld import privacy_loss_distribution
+
+    single = privacy_loss_distribution.from_gaussian_mechanism(
+        noise_multiplier, sensitivity=1.0, sampling_prob=sample_rate, neighboring_relation=_neighbouring(relation),
+        value_discretization_interval=PLD_INTERVAL)
+    return float(single.self_compose(steps).get_epsilon_for_delta(delta))
+
+
+def sampled_gaussian_epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta: float, *,
+                             accountant: str, relation: Relation) -> float:
+    """ε after ``steps`` of the Poisson-subsampled Gaussian mechanism (σ, q) at δ, under ``relation``."""
+    used = effective_accountant(accountant, relation)
+    if steps == 0:
+        return 0.0
+    if noise_multiplier <= 0:
+        return math.inf
+    if used == "pld":
+        return _pld_epsilon(float(noise_multiplier), float(sample_rate), int(steps), float(delta), relation)
+    from opacus.accountants import create_accountant
+
+    engine = create_accountant(mechanism=used)
+    engine.history = [(noise_multiplier, sample_rate, steps)]
+    return float(engine.get_epsilon(delta=delta))
+
+
+def calibrate_noise(target_epsilon: float, delta: float, sample_rate: float, steps: int, *, accountant: str,
+                    relation: Relation) -> float:
+    """The smallest σ (to 0.5 % in ε) whose ε after ``steps`` is at most ``target_epsilon``."""
+    used = effective_accountant(accountant, relation)
+    if not target_epsilon > 0:
+        raise PrivharError(f"private.epsilons: {target_epsilon} is invalid: expected ε > 0")
+    if used != "pld":
+        from opacus.accountants.utils import get_noise_multiplier
+
+        try:
+            return float(get_noise_multiplier(target_epsilon=target_epsilon, target_delta=delta, sample_rate=sample_rate,
+                                              steps=steps, accountant=used, epsilon_tolerance=0.005 * target_epsilon))
+        except ValueError as error:  # Opacus: "The privacy budget is too low."
+            raise PrivharError(f"private: ε = {target_epsilon} at δ = {delta} is unreachable with q = {sample_rate:.4g} "
+                               f"over {steps} steps ({error})") from None
+
+    def spent(sigma: float) -> float:
+        return sampled_gaussian_epsilon(sigma, sample_rate, steps, delta, accountant=used, relation=relation)
+
+    low, high = 0.1, 1.0
+    while spent(high) > target_epsilon:
+        low, high = high, high * 2
+        if high > 1e4:
+            raise PrivharError(f"private: ε = {target_epsilon} at δ = {delta} is unreachable with q = {sample_rate:.4g} "
+                               f"over {steps} steps")
+    while spent(low) <= target_epsilon and low > 1e-3:
+        high, low = low, low / 2
+    while spent(high) < 0.995 * target_epsilon and high - low > 1e-4:
+        middle = (low + high) / 2
+        low, high = (low, middle) if spent(middle) <= target_epsilon else (middle, high)
+    return high
+
+
+def _binomial_mixture(group: int, sample_rate: float) -> tuple[np.ndarray, np.ndarray]:
+    counts = np.arange(group + 1)
+    weights = binom.pmf(counts, group, sample_rate)
+    keep = weights > 1e-40
+    return counts[keep].astype(float), weights[keep] / weights[keep].sum()
+
+
+@lru_cache(maxsize=4096)
+def _group_add_remove(noise_multiplier: float, sample_rate: float, steps: int, delta: float, group: int) -> float:
+    from dp_accounting.pld import privacy_loss_distribution
+
+    if group == 1:
+        return _pld_epsilon(noise_multiplier, sample_rate, steps, delta, ADD_REMOVE)
+    sensitivities, weights = _binomial_mixture(group, sample_rate)
+    single = privacy_loss_distribution.from_mixture_gaussian_mechanism(
+        noise_multiplier, sensitivities.tolist(), weights.tolist(),
+        value_discretization_interval=min(0.02, PLD_INTERVAL * group))
+    return float(single.self_compose(steps).get_epsilon_for_delta(delta))
+
+
+def group_epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta: float, group: int, *,
+                  relation: Relation) -> float:
+    """ε of a group of ``group`` units (a person's videos) in the Poisson-subsampled Gaussian mechanism (module doc)."""
+    if group <= 0 or steps == 0:
+        return 0.0
+    if noise_multiplier <= 0:
+        return math.inf
+    args = (float(noise_multiplier), float(sample_rate), int(steps))
+    if relation == ADD_REMOVE:
+        return _group_add_remove(*args, float(delta), int(group))
+    return _group_replace_one(*args, float(delta), int(group))
+
+
+def _group_replace_one(noise_multiplier: float, sample_rate: float, steps: int, delta: float, group: int) -> float:
+    """The smaller of two bounds: the path of two group steps (2ε', δ'(1 + e^{ε'}) ≤ δ), and the Gaussian
+    mechanism without amplification (each step moves the sum by at most 2·group·C: μ = 2·group·√steps / σ)."""
+    unsampled = gdp_epsilon(2 * group * math.sqrt(steps) / noise_multiplier, delta)
+    step_delta = delta / 2
+    for _ in range(8):
+        step_epsilon = _group_add_remove(noise_multiplier, sample_rate, steps, step_delta, group)
+        if step_epsilon > 40:  # δ' would be below e^-40 δ: the path bound is useless here
+            break
+        if step_delta * (1 + math.exp(step_epsilon)) <= delta:
+            return min(2 * step_epsilon, unsampled)
+        step_delta = 0.999 * delta / (1 + math.exp(step_epsilon))
+    return unsampled
+
+
+def gdp_delta(epsilon: float, mu: float) -> float:
+    """δ(ε) of μ-GDP (the second term in log space: e^ε overflows where Φ underflows)."""
+    return float(norm.cdf(-epsilon / mu + mu / 2) - math.exp(epsilon + norm.logcdf(-epsilon / mu - mu / 2)))
+
+
+def gdp_epsilon(mu: float, delta: float) -> float:
+    """The smallest ε with δ(ε) ≤ ``delta`` for μ-GDP (μ = 0: nothing released; μ = ∞: no bound)."""
+    if mu == 0:
+        return 0.0
+    if math.isinf(mu):
+        return math.inf
+    if gdp_delta(0.0, mu) <= delta:
+        return 0.0
+    high = 1.0
+    while gdp_delta(high, mu) > delta:
+        high *= 2
+    return float(brentq(lambda epsilon: gdp_delta(epsilon, mu) - delta, 0.0, high, xtol=1e-10 * max(1.0, high)))

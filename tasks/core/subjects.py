@@ -1,0 +1,49 @@
+"""Who the data subjects of a manifest are, and which privacy units hold each of them.
+
+A row names its people in ``identities`` (a list) or ``identity``. A dataset without either
+(no annotation of who is who) makes each video its own subject — the report says so.
+
+With ``private.unit: person`` each video belongs to one unit: its first identity (the primary
+actor). A person who also appears in another person's video is then held by that unit too: their
+ε is group privacy over every unit that holds one of their videos.
+
+>>> rows = [{"identities": [0]}, {"identities": [0, 1]}, {"identities": [1]}]
+>>> person_videos(rows)
+{0: [0, 1], 1: [1, 2]}
+>>> owners, units = person_units(rows)
+>>> owners.tolist(), units
+([0, 0, 1], {0: 1, 1: 2})
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+
+def people_in(row: dict[str, Any], index: int) -> list[int]:
+    """The subjects of one row; a row that names nobody is its own subject (−1 − index)."""
+    people = row.get("identities")
+    if people is None:
+        people = [row.get("identity")] if row.get("identity") is not None else []
+    people = [int(person) for person in people if person is not None]
+    return people or [-1 - index]
+
+
+def person_videos(rows: list[dict[str, Any]]) -> dict[int, list[int]]:
+    """Each subject's row indices."""
+    found: dict[int, list[int]] = {}
+    for index, row in enumerate(rows):
+        for person in people_in(row, index):
+            found.setdefault(person, []).append(index)
+    return dict(sorted(found.items()))
+
+
+def person_units(rows: list[dict[str, Any]]) -> tuple[torch.Tensor, dict[int, int]]:
+    """(the unit 0..U−1 of each row — its first subject —, how many units hold each subject)."""
+    primaries = [people_in(row, index)[0] for index, row in enumerate(rows)]
+    numbering = {person: unit for unit, person in enumerate(sorted(set(primaries)))}
+    owners = torch.tensor([numbering[person] for person in primaries])
+    units = {person: len({int(owners[index]) for index in videos}) for person, videos in person_videos(rows).items()}
+    return owners, units

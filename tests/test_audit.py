@@ -1,0 +1,190 @@
+"""Empirical privacy audits: many runs of a mechanism with and without a canary, a threshold attack, and a
+Clopper-Pearson lower bound ε̂ on what the runs prove; ε̂ must not exceed the ε the accountant claims.
+
+Each audit also plants the bug it is meant to catch (noise halved, the canary in every batch, MaskDP's
+public gradient summed over the private batch, randomized response at twice its ε) and checks that
+the audit then fails: a test that cannot fail proves nothing. The randomness is seeded (tests only).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import beta
+from torch import nn
+
+import tasks.private.methods as methods
+from tasks.core.accounting import ADD_REMOVE, REPLACE_ONE, sampled_gaussian_epsilon
+from tasks.ldp.randomized_response import perturb
+from tasks.private.methods import PrivateData, Recipe, train_grouped
+
+RUNS = 12_000  # per world
+CONFIDENCE = 0.999  # of each one-sided Clopper-Pearson bound, Bonferroni over the thresholds tried
+# The audit checks the accountant's whole (ε, δ) curve at one point: a few thousand runs see rates near
+# 1e-3, so ε is claimed and audited at δ = 1e-3 (the same accountant, the same σ, q, steps).
+DELTA = 1e-3
+
+
+def epsilon_lower_bound(hits_canary: int, hits_without: int, runs: int, thresholds: int = 1) -> float:
+    """ε̂ = ln((TPR_low − δ) / FPR_high), Clopper-Pearson at CONFIDENCE (Bonferroni over ``thresholds``)."""
+    alpha = (1 - CONFIDENCE) / thresholds
+    tpr_low = beta.ppf(alpha, hits_canary, runs - hits_canary + 1) if hits_canary else 0.0
+    fpr_high = beta.ppf(1 - alpha, hits_without + 1, runs - hits_without) if hits_without < runs else 1.0
+    return math.log((tpr_low - DELTA) / fpr_high) if tpr_low > DELTA else 0.0
+
+
+def best_bound(scores_canary: np.ndarray, scores_without: np.ndarray, thresholds: list[float]) -> float:
+    return max(epsilon_lower_bound(int((scores_canary > t).sum()), int((scores_without > t).sum()), len(scores_canary),
+                                   len(thresholds)) for t in thresholds)
+
+
+class _Stop(Exception):
+    """Ends a run after its first iterate: the audit observes that step (white box)."""
+
+
+def first_step(data: PrivateData, recipe: Recipe, sigma: float, seed: int) -> torch.Tensor:
+    """The trainable weights after one step of the grouped loop (multi-clip / MaskDP / person units), from zero."""
+    module = nn.Linear(2, 2, bias=False)
+    with torch.no_grad():
+        module.weight.zero_()
+    seen = {}
+
+    def stop(step: int, sampled: int, trained: nn.Module) -> None:
+        seen["weight"] = trained.weight.detach().clone()
+        raise _Stop
+
+    try:
+        train_grouped(module, data, recipe, sigma, torch.Generator().manual_seed(2 * seed),
+                      torch.Generator().manual_seed(2 * seed + 1), on_step=stop)
+    except _Stop:
+        pass
+    return seen["weight"]
+
+
+def canary_data(units: int, canary: float, public: bool = False) -> PrivateData:
+    """``units`` units of zero input (no gradient) but the first, whose input is ``canary`` along x₀;
+    with ``public``, every unit also has a public view and the first's lies along x₁ (MaskDP)."""
+    inputs = torch.zeros(units, 1, 2)
+    inputs[0, 0, 0] = canary
+    labels = torch.zeros(units, dtype=torch.long)
+    if not public:
+        return PrivateData(inputs, labels)
+    views = torch.zeros(units, 2)
+    views[0, 1] = 100.0
+    return PrivateData(inputs, labels, public=views, has_private=torch.ones(units, dtype=torch.bool),
+                       has_public=torch.ones(units, dtype=torch.bool))
+
+
+def recipe_for(units: int, batch: int) -> Recipe:
+    return Recipe(epochs=1, batch_size=batch, physical_batch_size=16, learning_rate=1e-3, momentum=0.0, max_grad_norm=1.0,
+                  delta=DELTA, accountant="pld")
+
+
+def private_scores(data: PrivateData, recipe: Recipe, sigma: float, runs: int, offset: int,
+                   public_gate: bool = False) -> np.ndarray:
+    """z: the first update along the canary's clipped gradient, in units of C (the noise has std σ).
+
+    With ``public_gate`` (MaskDP) the attacker reads the noise-free public column first: where it shows
+    the canary's public view, the canary was in the public batch; elsewhere the run scores −∞.
+    """
+    rate = 1.0 / math.ceil(len(data.labels) / recipe.batch_size)
+    scale = rate * len(data.labels) / (recipe.learning_rate * recipe.max_grad_norm)
+    direction = torch.tensor([[-1.0, 0.0], [1.0, 0.0]]) / math.sqrt(2)  # the clipped gradient of label 0 along x₀
+    scores = []
+    for run in range(runs):
+        weight = first_step(data, recipe, sigma, offset + run)
+        z = float(-(weight * direction).sum() * scale)
+        if public_gate and abs(float(weight[0, 1])) < 0.025:  # the public term moves it by 0.05, the noise by ~0.001
+            z = -math.inf
+        scores.append(z)
+    return np.array(scores)
+
+
+def audit_grouped(*, units: int, batch: int, sigma: float, relation: str, runs: int = RUNS) -> tuple[float, float]:
+    """(ε̂, ε claimed) of one step of the grouped loop: the canary's input +100 against 0 (add/remove) or −100
+    (replace-one, MaskDP's masked adjacency: the private tokens swapped, the public view the same)."""
+    public = relation == REPLACE_ONE
+    recipe = recipe_for(units, batch)
+    rate = 1.0 / math.ceil(units / batch)
+    with_canary = private_scores(canary_data(units, 100.0, public), recipe, sigma, runs, 0, public)
+    without = private_scores(canary_data(units, -100.0 if public else 0.0, public), recipe, sigma, runs, 10**6, public)
+    claimed = sampled_gaussian_epsilon(sigma, rate, 1, DELTA, accountant="pld", relation=relation)
+    return best_bound(with_canary, without, [1.0, 1.5, 2.0, 2.5, 3.0]), claimed
+
+
+def test_dp_sgd_noise_holds_and_halved_noise_is_caught(monkeypatch):
+    found, claimed = audit_grouped(units=1, batch=1, sigma=1.0, relation=ADD_REMOVE)
+    assert found <= claimed
+    original = methods.add_noise
+    monkeypatch.setattr(methods, "add_noise", lambda summed, sigma, clip, generator: original(summed, sigma / 2, clip, generator))
+    broken, claimed = audit_grouped(units=1, batch=1, sigma=1.0, relation=ADD_REMOVE)
+    assert broken > claimed, (broken, claimed)
+
+
+def test_poisson_sampling_holds_and_a_canary_in_every_batch_is_caught(monkeypatch):
+    found, claimed = audit_grouped(units=10, batch=1, sigma=1.0, relation=ADD_REMOVE)
+    assert found <= claimed
+    monkeypatch.setattr(methods, "poisson_sample", lambda count, rate, generator: torch.arange(count))
+    broken, claimed = audit_grouped(units=10, batch=1, sigma=1.0, relation=ADD_REMOVE)
+    assert broken > claimed, (broken, claimed)
+
+
+def test_batches_are_poisson_not_fixed_size(monkeypatch):
+    """Fixed-size batches show no amplification an attack can see in a few thousand runs; their sizes give them away:
+    under Poisson sampling the batch size is Binomial(N, q)."""
+
+    def batch_sizes() -> list[int]:
+        sizes = []
+        data = PrivateData(torch.zeros(40, 1, 2), torch.zeros(40, dtype=torch.long))
+        recipe = Recipe(epochs=25, batch_size=8, physical_batch_size=16, learning_rate=1e-3, momentum=0.0,
+                        max_grad_norm=1.0, delta=DELTA, accountant="pld")
+        train_grouped(nn.Linear(2, 2), data, recipe, 1.0, torch.Generator().manual_seed(0),
+                      on_step=lambda step, sampled, module: sizes.append(sampled))
+        return sizes
+
+    def binomial_like(sizes: list[int]) -> bool:
+        return abs(np.mean(sizes) - 8.0) < 0.8 and 0.6 * 6.4 < np.var(sizes) < 1.5 * 6.4  # N q, N q (1 − q)
+
+    assert binomial_like(batch_sizes())
+
+    def fixed(count: int, rate: float, generator: torch.Generator) -> torch.Tensor:
+        return torch.randperm(count, generator=generator)[:round(count * rate)]
+
+    monkeypatch.setattr(methods, "poisson_sample", fixed)
+    assert not binomial_like(batch_sizes())
+
+
+def test_maskdp_holds_and_a_public_gradient_on_the_private_batch_is_caught(monkeypatch):
+    found, claimed = audit_grouped(units=10, batch=1, sigma=1.0, relation=REPLACE_ONE)
+    assert found <= claimed
+    original = methods.poisson_sample
+    last: dict[str, torch.Tensor] = {}
+
+    def same_batch(count: int, rate: float, generator: torch.Generator) -> torch.Tensor:
+        if "private" in last:  # the public draw: the private batch again (Algorithm 1 as printed)
+            return last.pop("private")
+        last["private"] = original(count, rate, generator)
+        return last["private"]
+
+    monkeypatch.setattr(methods, "poisson_sample", same_batch)
+    broken, claimed = audit_grouped(units=10, batch=1, sigma=1.0, relation=REPLACE_ONE)
+    assert broken > claimed, (broken, claimed)
+
+
+@pytest.mark.parametrize("domain", [2, 16])
+def test_randomized_response_holds_and_twice_its_epsilon_is_caught(domain):
+    """Input 0 against 1, output 0 as the attack's guess: p/q = e^ε exactly, so ε̂ comes close to ε."""
+    runs, epsilon = 200_000, 1.0
+    rng = np.random.default_rng(0)
+
+    def bound(used: float) -> float:
+        with_zero = perturb(np.zeros(runs, dtype=np.int64), domain, used, rng)
+        with_one = perturb(np.ones(runs, dtype=np.int64), domain, used, rng)
+        return epsilon_lower_bound(int((with_zero == 0).sum()), int((with_one == 0).sum()), runs)
+
+    found = bound(epsilon)
+    assert 0.85 * epsilon < found <= epsilon
+    assert bound(2 * epsilon) > epsilon
