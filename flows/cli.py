@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 from pathlib import Path
 
@@ -20,6 +21,13 @@ def _dir(name: str, help_text: str, exists: bool = False) -> click.Option:
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
     """privhar: privacy-preserving video human-activity recognition, end to end."""
+    # the stages log through logging.getLogger(__name__): their progress and privacy lines on stderr
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    tasks_logger = logging.getLogger("tasks")
+    if not tasks_logger.handlers:
+        tasks_logger.addHandler(handler)
+        tasks_logger.setLevel(logging.INFO)
 
 
 @main.group()
@@ -253,12 +261,14 @@ def evaluate_command(params_path: Path, frames: Path, models: tuple[Path, ...], 
 @click.option("--k", "k", default="32x32x3", show_default=True, help="Projection dimension: an integer or HxWxC.")
 @click.option("--budget-split", type=float, default=0.8, show_default=True, help="b: share of (ε, δ) for P.")
 @click.option("--rank", default="1.0", show_default=True, help="Reconstruction rank r: an integer, or a fraction of k.")
-@click.option("--seed", type=int, default=2026, show_default=True, help="Seed of R and of the noise.")
+@click.option("--seed", type=int, default=None,
+              help="Seed of R and of the noise: reproducible, and then NOT private (tests, reproducing a result). "
+                   "Without it R and the noise come from OS entropy and are never stored.")
 @click.option("--calibration", type=click.Choice(["paper", "gaussian"]), default="paper", show_default=True)
 @click.option("--neighbour", type=click.Choice(["frame", "pixel"]), default="frame", show_default=True,
               help="Neighbouring videos for --calibration gaussian.")
 def dprp_command(source: Path, target: Path, epsilon: float, delta: float, k: str, budget_split: float, rank: str,
-                 seed: int, calibration: str, neighbour: str) -> None:
+                 seed: int | None, calibration: str, neighbour: str) -> None:
     """Protect one video with Video-DPRP and print its privacy report as JSON."""
     import json
 

@@ -171,7 +171,8 @@ def train(*, params_path: Path, frames: Path, out: Path, report: Path, family: s
         privacy = strongest(METHOD_PRIVACY[params.method], data_guarantee(train_rows))
         final = {**history[-1], "trainable_parameters": trainable, "train_videos": len(train_rows),
                  "epsilon": privacy.epsilon if math.isfinite(privacy.epsilon) else "inf", "delta": privacy.delta,
-                 "accountant": privacy.accountant}
+                 "accountant": privacy.accountant, "unit": privacy.unit, "relation": privacy.relation,
+                 "randomness": privacy.randomness}
         run.log_metrics({"train_seconds": seconds, "trainable_parameters": trainable, "epsilon": privacy.epsilon,
                          "delta": privacy.delta})
         run.set_tags({"privhar.method": params.method, "privhar.model": key, "privhar.accountant": privacy.accountant})

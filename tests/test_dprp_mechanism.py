@@ -94,7 +94,8 @@ def test_paper_sigmas_match_theorems_3_and_4_as_printed(epsilon, delta, k, b):
 
 @pytest.mark.parametrize("epsilon, delta, k, b", CASES)
 @pytest.mark.parametrize("neighbour", ["frame", "pixel"])
-def test_gaussian_sigmas_match_an_independent_computation(epsilon, delta, k, b, neighbour):
+@pytest.mark.parametrize("secret", [True, False])
+def test_gaussian_sigmas_match_an_independent_computation(epsilon, delta, k, b, neighbour, secret):
     d = 230400
     e1, d1, e2, d2 = b * epsilon, b * delta, (1 - b) * epsilon, (1 - b) * delta
     change = 255 * np.sqrt(d) if neighbour == "frame" else 255.0
@@ -105,13 +106,49 @@ def test_gaussian_sigmas_match_an_independent_computation(epsilon, delta, k, b, 
     def mechanism(sensitivity, eps, dlt):
         return sensitivity * np.sqrt(2 * np.log(1.25 / dlt)) / eps
 
-    e_p = change * np.sqrt(chi(d1 / 2) / k)
-    e_q = change * np.sqrt(chi(d2 / 4) / k)
-    row = 255 * np.sqrt(d) * (np.sqrt(d) + np.sqrt(k) + np.sqrt(2 * np.log(4 / d2))) / np.sqrt(k)
-    got = noise_scales(epsilon=epsilon, delta=delta, budget_split=b, k=k, d=d, calibration="gaussian", neighbour=neighbour)
+    def s_max(beta):  # Davidson-Szarek bound on the largest singular value of R
+        return (np.sqrt(d) + np.sqrt(k) + np.sqrt(2 * np.log(1 / beta))) / np.sqrt(k)
+
+    e_p = change * (np.sqrt(chi(d1 / 2) / k) if secret else s_max(d1 / 2))
+    e_q = change * (np.sqrt(chi(d2 / 4) / k) if secret else s_max(d2 / 4))
+    row = 255 * np.sqrt(d) * s_max(d2 / 4)
+    got = noise_scales(epsilon=epsilon, delta=delta, budget_split=b, k=k, d=d, calibration="gaussian", neighbour=neighbour,
+                       secret_projection=secret)
     assert got.sigma1 == pytest.approx(mechanism(e_p, e1, d1 / 2), rel=1e-12)
     assert got.sigma2 == pytest.approx(mechanism(2 * row * e_q + e_q ** 2, e2, d2 / 2), rel=1e-12)
     assert got.failure_probability == pytest.approx(d1 / 2 + d2 / 2)
+
+
+def test_paper_calibration_covers_255_over_sqrt_k_and_says_what_a_pixel_and_a_frame_cost():
+    """Issue 17: at ε = 2, k = 768 (96 × 128 frames) the paper's σ1 gives about 85 for one pixel value and 1.8e6 for a whole
+    frame (secret R); its χ² failure probability δ1/2 is inside the recorded δ."""
+    got = noise_scales(epsilon=2.0, delta=1e-4, budget_split=0.8, k=768, d=96 * 128 * 3, calibration="paper",
+                       neighbour="frame", secret_projection=True)
+    assert got.sigma1 == pytest.approx(29.31, abs=0.01) and "255/sqrt(k)" in got.unit
+    assert 80 < got.epsilon_one_pixel < 90 and 1.7e6 < got.epsilon_whole_frame < 1.9e6
+    assert got.delta == pytest.approx(1e-4 + 0.8e-4 / 2) and got.paper_delta == 1e-4
+    # σ1 is exactly the Gaussian σ for a change of 255/√k at δ1 under the χ² bound: the paper's ε for that change
+    from tasks.core.accounting import gdp_epsilon
+
+    mu = 255 / np.sqrt(768) * np.sqrt((768 + 2 * np.sqrt(768 * np.log(2 / 0.8e-4)) + 2 * np.log(2 / 0.8e-4)) / 768) / got.sigma1
+    assert gdp_epsilon(mu, 0.8e-4) < 1.6  # the exact Gaussian ε of what it covers is within ε1
+    public = noise_scales(epsilon=2.0, delta=1e-4, budget_split=0.8, k=768, d=96 * 128 * 3, calibration="paper",
+                          neighbour="frame", secret_projection=False)
+    assert public.epsilon_one_pixel > got.epsilon_one_pixel  # a public R: the operator norm, for every Δx
+
+
+def test_an_adversarial_frame_change_beats_the_chi_square_bound_but_not_the_operator_norm():
+    """With R public, Δx along R's top left singular vector: ‖ΔxR‖ = 255·s_max(R), far above the χ² bound."""
+    from tasks.dprp.calibration import chi_square_bound, operator_norm_bound
+
+    d, k = 8 * 8 * 3, 24
+    dense = Projection(seed=3, d=d, k=k).dense().double()
+    u, singular, _ = torch.linalg.svd(dense, full_matrices=False)
+    change = 255.0 * u[:, 0]  # ‖Δx‖ = 255: one pixel's worth of ℓ2, spread adversarially
+    moved = float((change @ dense).norm())
+    assert moved == pytest.approx(255.0 * float(singular[0]))
+    assert moved > 255.0 * math.sqrt(chi_square_bound(k, 1e-5) / k)
+    assert moved <= 255.0 * operator_norm_bound(d, k, 1e-5)
 
 
 def test_same_seed_same_bytes_and_each_video_its_own_r():

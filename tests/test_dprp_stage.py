@@ -8,6 +8,7 @@ import pytest
 
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import read_manifest
+from tasks.core.randomness import NOT_PRIVATE, SECURE
 from tasks.dprp.calibration import noise_scales
 from tasks.dprp.stage import dprp
 from tests.conftest import write_params
@@ -17,25 +18,62 @@ DPRP = {"epsilons": [2.0, 8.0], "delta": 1.0e-4, "k": [4, 4, 3], "budget_split":
 
 
 @pytest.mark.parametrize("projection", ["shared", "per_video"])
-def test_stage_protects_every_clip_and_records_its_privacy(tiny_decoded, tmp_path, monkeypatch, projection):
+@pytest.mark.parametrize("randomness", ["secure", "seeded"])
+def test_stage_protects_every_clip_and_records_its_privacy(tiny_decoded, tmp_path, monkeypatch, projection, randomness):
     monkeypatch.chdir(tiny_decoded)
-    params = write_params(tmp_path, {"dprp": {**DPRP, "projection": projection}})
+    params = write_params(tmp_path, {"dprp": {**DPRP, "projection": projection}, "privacy": {"randomness": randomness}})
     rows = dprp(params_path=params, frames=tiny_decoded / "data/decode", epsilon=8.0, out=tmp_path / "out",
                 report=tmp_path / "report")
     assert (tmp_path / "report/eps8.0.png").read_bytes()[:4] == b"\x89PNG"
     source = read_manifest(tiny_decoded / "data/decode/manifest.parquet")
     assert [row["video_id"] for row in rows] == [row["video_id"] for row in source]
     assert {row["split"] for row in rows} == {"train", "test"}
+    secret = projection == "per_video" and randomness == "secure"
     expected = noise_scales(epsilon=8.0, delta=1e-4, budget_split=0.8, k=48, d=32 * 40 * 3, calibration="paper",
-                            neighbour="frame")
+                            neighbour="frame", secret_projection=secret)
     ledger = pq.read_table(tmp_path / "out/ledger.parquet").to_pylist()
     assert len(ledger) == len(source) and all(entry["sigma1"] == expected.sigma1 for entry in ledger)
     assert {row["accountant"] for row in rows} == {expected.accountant}  # what a model trained on them claims
+    assert {row["randomness"] for row in ledger} == {SECURE if randomness == "secure" else NOT_PRIVATE}
+    assert all(entry["delta"] == pytest.approx(1e-4 + 0.8e-4 / 2) and "255/sqrt(k)" in entry["unit"] for entry in ledger)
     clip = np.load(tmp_path / "out" / rows[0]["path"])
     original = np.load(tiny_decoded / "data/decode" / source[0]["path"])
     assert clip.shape == original.shape and clip.dtype == np.uint8 and not np.array_equal(clip, original)
     again = dprp(params_path=params, frames=tiny_decoded / "data/decode", epsilon=8.0, out=tmp_path / "again")
-    assert np.load(tmp_path / "again" / again[0]["path"]).tobytes() == clip.tobytes()
+    # seeded: the same bytes (a reproduced table, not private); secure: fresh noise every run
+    assert (np.load(tmp_path / "again" / again[0]["path"]).tobytes() == clip.tobytes()) == (randomness == "seeded")
+
+
+def test_secret_noise_cannot_be_regenerated_from_the_repository(tiny_decoded, tmp_path, monkeypatch):
+    """Issue 17: with the seed in params.yaml an attacker regenerates M (and a per-video R) in seeded mode, so P̃ − M = XR;
+    in secure mode the seeds the mechanism used are fresh OS entropy, never derived from params, and differ per run."""
+    import tasks.dprp.stage as stage
+    from tasks.core.seeding import derive_seed
+
+    monkeypatch.chdir(tiny_decoded)
+    used: list[tuple[int, int]] = []
+    original = stage.protect_video
+
+    def spy(frames, projection, **kwargs):
+        used.append((projection.seed, kwargs["noise_seed"]))
+        return original(frames, projection, **kwargs)
+
+    monkeypatch.setattr(stage, "protect_video", spy)
+    video = read_manifest(tiny_decoded / "data/decode/manifest.parquet")[0]["video_id"]
+    replayed = (derive_seed(2026, "dprp-R", video), derive_seed(2026, "dprp-noise", 8.0, video))
+    for randomness in ("seeded", "secure"):
+        (tmp_path / randomness).mkdir()
+        params = write_params(tmp_path / randomness, {"dprp": {**DPRP, "projection": "per_video"},
+                                                      "privacy": {"randomness": randomness}})
+        runs = []
+        for attempt in range(2):
+            used.clear()
+            dprp(params_path=params, frames=tiny_decoded / "data/decode", epsilon=8.0, out=tmp_path / randomness / f"{attempt}")
+            runs.append(used[0])
+        if randomness == "seeded":
+            assert runs == [replayed, replayed]
+        else:
+            assert runs[0] != runs[1] and replayed[0] not in {runs[0][0], runs[1][0]} and replayed[1] not in {runs[0][1], runs[1][1]}
 
 
 def test_an_epsilon_not_configured_is_one_line(tiny_decoded, tmp_path):

@@ -6,24 +6,39 @@ sequential composition (paper §3.4, after Theorem 4) gives (ε1 + ε2, δ1 + δ
 ``paper`` — σ1 and σ2 exactly as Theorems 3 and 4 print them, with θ = 255/√k and
 σp = 1/√k (§3.4, lines 106-113 of the text). Two defects are kept, not fixed, in this mode
 (``../shared/papers/README.md``): Theorem 4's σ2 = θ·√(√(2·ln 1.25 / δ2) / ε2) is not the
-Gaussian mechanism, and θ bounds a change of one pixel value although the paper's
-neighbours differ in a whole frame. The numbers are reported as "paper calibration".
+Gaussian mechanism, and σ1 = θ·σp·√(χ²-bound)·(…) divides by √k twice, so what the calibration
+covers is **an ℓ2 change of one frame of at most 255/√k grey levels** (9.2 at k = 768) — neither
+one pixel value (255) nor one frame (255·√d). Beside it we report the ε the *same* noise gives
+for a one-pixel and for a whole-frame change (:func:`change_epsilon`, exact Gaussian DP of P's
+noise at δ1; at ε = 2, k = 768: about 85 and 1.8·10⁶). Theorem 3's χ² bound holds with
+probability 1 − δ1/2 (its ln(2/δ1)): that failure probability is added to the recorded δ.
 
 ``gaussian`` — the Gaussian mechanism σ = Δ·√(2 ln(1.25/δ)) / ε (Dwork & Roth, Thm A.1;
 proven for ε < 1, and used as the textbook calibration beyond it — the report says so),
-with Δ derived from a stated neighbouring relation:
+with Δ derived from a stated neighbouring relation (replace-one: a frame's or a pixel's content
+replaced, the video's length fixed):
 
 - ``frame``: X, X' differ in one whole frame (row t), ‖x_t − x'_t‖₂ ≤ 255·√d (the paper's
   definition).  ``pixel``: one pixel value differs by at most 255, ‖Δx‖₂ ≤ 255.
-- P = XR changes in one row by ΔxR. For a fixed Δx, ‖ΔxR‖² / ‖Δx‖² ~ χ²_k / k (R has
-  N(0, 1/k) entries), and Laurent & Massart's bound χ²_k ≤ k + 2√(k·ln(1/β)) + 2·ln(1/β)
-  holds with probability ≥ 1 − β over R, which is drawn independently of the data. So
-  Δ1 = ‖Δx‖·√(c_β/k), c_β = k + 2√(k ln(1/β)) + 2 ln(1/β), and β joins δ1.
+- P = XR changes in one row by ΔxR. How large ‖ΔxR‖ can be depends on who knows R:
+  * R **secret** (``projection: per_video`` drawn from OS entropy under ``privacy.randomness:
+    secure``): for neighbours fixed before R is drawn, ‖ΔxR‖² / ‖Δx‖² ~ χ²_k / k, and
+    Laurent & Massart's χ²_k ≤ k + 2√(k·ln(1/β)) + 2·ln(1/β) holds with probability ≥ 1 − β;
+  * R **public** (``shared``, or any R regenerable from ``base.seed``): Δx may be chosen after R,
+    along its top singular direction (an adversarial frame change reaches 1221 against the χ²
+    bound 215); only the operator norm holds for every Δx: s_max(R) ≤ (√d + √k + √(2 ln(1/β)))/√k
+    with probability ≥ 1 − β (Davidson & Szarek).
+  So Δ1 = ‖Δx‖·(√(c_β/k) or s_bound), and β joins δ1.
 - Q = PᵀP changes by p'ᵀp' − pᵀp = pᵀe + eᵀp + eᵀe with e = ΔxR, so
-  ‖ΔQ‖_F ≤ 2‖p‖‖e‖ + ‖e‖². Every row of X has ‖x‖ ≤ 255·√d, and ‖xR‖ ≤ ‖x‖·s_max(R) with
-  s_max(R) ≤ (√d + √k + √(2 ln(1/β)))/√k with probability ≥ 1 − β (Davidson & Szarek), so
+  ‖ΔQ‖_F ≤ 2‖p‖‖e‖ + ‖e‖². Every row of X has ‖x‖ ≤ 255·√d, and ‖xR‖ ≤ ‖x‖·s_max(R), so
   Δ2 = 2·B_p·‖e‖_max + ‖e‖²_max with B_p = 255·√d·s_bound and ‖e‖_max = Δ1; this β and the
   one above join δ2. For ``frame`` e can be as large as p itself, and Δ2 ≈ 3·B_p².
+
+**The person.** A person in v videos of T frames changes every frame of them. P's rows get
+independent noise, so the change of a whole video is a Gaussian mechanism with sensitivity
+‖ΔX R‖_F ≤ √T·255·√d·s_bound; v videos compose: μ = √(vT)·255·√d·s_bound/σ1 (exact Gaussian DP,
+Dong-Roth-Su), plus, where Q is used (rank r < k), μ_Q = √v·T·Δ2(frame)/σ2 in quadrature
+(:meth:`NoiseScales.person_epsilon`).
 Expect frame-level Gaussian noise to drown the signal: that is a finding, not a bug.
 """
 
@@ -33,6 +48,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Literal
 
+from tasks.core.accounting import REPLACE_ONE, gdp_epsilon
 from tasks.core.errors import PrivharError
 
 Calibration = Literal["paper", "gaussian"]
@@ -47,22 +63,41 @@ class NoiseScales:
     sigma1: float
     sigma2: float
     epsilon: float
-    delta: float
+    delta: float  # total, the failure probability of the sensitivity bounds included
     epsilon1: float
     delta1: float
     epsilon2: float
     delta2: float
     calibration: str
-    neighbour: str
+    neighbour: str  # what ε covers: the unit of the claim
     failure_probability: float  # of the high-probability sensitivity bounds, already inside delta
+    sensitivity_bound: str  # χ² (secret R) or operator norm (public R)
+    epsilon_one_pixel: float  # the ε P's noise gives for one pixel value changed by 255 (at δ1)
+    epsilon_whole_frame: float  # … for a whole frame changed (255·√d)
+    mu_per_frame: float  # Gaussian DP of P's noise for one whole frame changed, any R (operator norm)
+    mu_q_per_video: float  # … of Q's noise for a whole video changed; 0 when Q is not used (r = k)
+    relation: str = REPLACE_ONE
+    paper_delta: float | None = None  # the δ the paper's calibration names (paper mode)
 
     @property
     def accountant(self) -> str:
         """The theorem behind ε, as the registry and ledgers name it."""
-        return f"Video-DPRP, {self.calibration}; neighbours: {self.neighbour}"
+        return f"Video-DPRP, {self.calibration}; covers: {self.neighbour}; sensitivity: {self.sensitivity_bound}"
+
+    @property
+    def unit(self) -> str:
+        return self.neighbour
+
+    def person_epsilon(self, videos: int, frames: int) -> tuple[float, float]:
+        """(ε, δ) for a person in ``videos`` videos of ``frames`` frames each (module docstring, "The person")."""
+        if videos == 0:
+            return 0.0, 0.0
+        mu = math.sqrt(videos * frames * self.mu_per_frame ** 2 + videos * self.mu_q_per_video ** 2)
+        delta = videos * self.delta
+        return gdp_epsilon(mu, videos * (self.delta - self.failure_probability)), delta
 
     def as_dict(self) -> dict[str, float | str]:
-        return {**asdict(self), "accountant": self.accountant}
+        return {**asdict(self), "accountant": self.accountant, "unit": self.unit}
 
 
 def check_budget(epsilon: float, delta: float, budget_split: float, k: int, d: int) -> None:
@@ -104,8 +139,23 @@ def gaussian_sigma(sensitivity: float, epsilon: float, delta: float) -> float:
     return sensitivity * math.sqrt(2 * math.log(1.25 / delta)) / epsilon
 
 
-def gaussian_scales(epsilon: float, delta: float, budget_split: float, k: int, d: int,
-                    neighbour: Neighbour) -> tuple[float, float, float, float, float]:
+def operator_norm_bound(d: int, k: int, beta: float) -> float:
+    """Davidson-Szarek: s_max(R) ≤ (√d + √k + √(2 ln(1/β)))/√k with probability ≥ 1 − β, R ~ N(0, 1/k)^{d×k}."""
+    return (math.sqrt(d) + math.sqrt(k) + math.sqrt(2 * math.log(1 / beta))) / math.sqrt(k)
+
+
+def row_factor(k: int, d: int, beta: float, secret_projection: bool) -> float:
+    """‖ΔxR‖ ≤ factor·‖Δx‖ with probability ≥ 1 − β: χ² for a secret R, the operator norm for a public one."""
+    return math.sqrt(chi_square_bound(k, beta) / k) if secret_projection else operator_norm_bound(d, k, beta)
+
+
+def change_epsilon(change: float, factor: float, sigma1: float, delta: float) -> float:
+    """ε of P's noise σ1 for a frame change of ℓ2 norm ``change`` (exact Gaussian DP at ``delta``)."""
+    return gdp_epsilon(change * factor / sigma1, delta)
+
+
+def gaussian_scales(epsilon: float, delta: float, budget_split: float, k: int, d: int, neighbour: Neighbour,
+                    secret_projection: bool) -> tuple[float, float, float, float, float]:
     """(σ1, σ2, δ1 used by the mechanism, δ2 used, total failure probability) for the Gaussian mode.
 
     Half of each δ_i pays for the high-probability bounds over R (β), half for the mechanism.
@@ -113,10 +163,9 @@ def gaussian_scales(epsilon: float, delta: float, budget_split: float, k: int, d
     e1, d1, e2, d2 = split_budget(epsilon, delta, budget_split)
     beta1, beta2 = d1 / 2, d2 / 4  # Δ2 uses two bounds over R (‖e‖ and s_max): β each
     row_change = PIXEL_MAX * math.sqrt(d) if neighbour == "frame" else PIXEL_MAX
-    delta_p = row_change * math.sqrt(chi_square_bound(k, beta1) / k)
-    change_in_q = row_change * math.sqrt(chi_square_bound(k, beta2) / k)
-    s_max = (math.sqrt(d) + math.sqrt(k) + math.sqrt(2 * math.log(1 / beta2))) / math.sqrt(k)
-    row_norm = PIXEL_MAX * math.sqrt(d) * s_max
+    delta_p = row_change * row_factor(k, d, beta1, secret_projection)
+    change_in_q = row_change * row_factor(k, d, beta2, secret_projection)
+    row_norm = PIXEL_MAX * math.sqrt(d) * operator_norm_bound(d, k, beta2)
     delta_q = 2 * row_norm * change_in_q + change_in_q ** 2
     sigma1 = gaussian_sigma(delta_p, e1, d1 - beta1)
     sigma2 = gaussian_sigma(delta_q, e2, d2 - 2 * beta2)
@@ -124,14 +173,35 @@ def gaussian_scales(epsilon: float, delta: float, budget_split: float, k: int, d
 
 
 def noise_scales(*, epsilon: float, delta: float, budget_split: float, k: int, d: int,
-                 calibration: Calibration, neighbour: Neighbour) -> NoiseScales:
-    """σ1, σ2 and the full privacy record of one video's mechanism."""
+                 calibration: Calibration, neighbour: Neighbour, secret_projection: bool = False,
+                 full_rank: bool = True) -> NoiseScales:
+    """σ1, σ2 and the full privacy record of one video's mechanism.
+
+    ``secret_projection``: R is drawn per video from OS entropy and never stored (then the χ² bound
+    holds); otherwise R is public and the operator-norm bound is used. ``full_rank``: Q is not used.
+    """
     check_budget(epsilon, delta, budget_split, k, d)
     e1, d1, e2, d2 = split_budget(epsilon, delta, budget_split)
+    bound = ("χ² over a secret per-video R (Laurent-Massart)" if secret_projection
+             else "operator norm of a public R (Davidson-Szarek)")
+    beta = d1 / 2
+    factor = row_factor(k, d, beta, secret_projection)
+    frame_change = PIXEL_MAX * math.sqrt(d)
     if calibration == "paper":
         sigma1, sigma2 = paper_scales(epsilon, delta, budget_split, k)
-        return NoiseScales(sigma1, sigma2, epsilon, delta, e1, d1, e2, d2, "paper (Theorems 3-4 as printed)",
-                           "pixel value (what θ = 255/√k bounds)", 0.0)
-    sigma1, sigma2, _, _, failure = gaussian_scales(epsilon, delta, budget_split, k, d, neighbour)
-    return NoiseScales(sigma1, sigma2, epsilon, delta, e1, d1, e2, d2, "gaussian (Dwork-Roth, Δ derived)",
-                       neighbour, failure)
+        failure = d1 / 2  # Theorem 3's χ² bound: ln(2/δ1), i.e. β = δ1/2
+        label = "paper (Theorems 3-4 as printed)"
+        covers = "an l2 change of one frame of at most 255/sqrt(k) grey levels (paper calibration)"
+        record_delta = delta + failure
+    else:
+        sigma1, sigma2, _, _, failure = gaussian_scales(epsilon, delta, budget_split, k, d, neighbour, secret_projection)
+        label = "gaussian (Dwork-Roth, Δ derived)"
+        covers = "one whole frame replaced" if neighbour == "frame" else "one pixel value changed by up to 255"
+        record_delta = delta
+    q_frame = frame_change * operator_norm_bound(d, k, d2 / 4)
+    delta_q_frame = 2 * frame_change * operator_norm_bound(d, k, d2 / 4) * q_frame + q_frame ** 2
+    mu_q = 0.0 if full_rank else delta_q_frame / sigma2
+    return NoiseScales(sigma1, sigma2, epsilon, record_delta, e1, d1, e2, d2, label, covers, failure, bound,
+                       change_epsilon(PIXEL_MAX, factor, sigma1, d1), change_epsilon(frame_change, factor, sigma1, d1),
+                       frame_change * operator_norm_bound(d, k, beta) / sigma1, mu_q,
+                       paper_delta=delta if calibration == "paper" else None)

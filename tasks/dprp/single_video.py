@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from tasks.core.errors import PrivharError
-from tasks.core.seeding import derive_seed
+from tasks.core.randomness import DpRandomness
 from tasks.core.storage import is_clip
 from tasks.dprp.calibration import Calibration, Neighbour, noise_scales
 from tasks.dprp.mechanism import Projection, fits_comfortably, protect_video, rank_of
@@ -56,19 +56,25 @@ def parse_rank(rank: str) -> int | float:
 
 
 def protect_file(source: Path, target: Path, *, epsilon: float, delta: float, k: str, budget_split: float,
-                 rank: str, seed: int, calibration: Calibration, neighbour: Neighbour) -> dict[str, Any]:
-    """Protect ``source`` into ``target``; return the privacy report."""
+                 rank: str, seed: int | None, calibration: Calibration, neighbour: Neighbour) -> dict[str, Any]:
+    """Protect ``source`` into ``target``; return the privacy report.
+
+    ``seed`` None: R and the noise from OS entropy (secret, R then covered by the χ² bound); a seed makes
+    both reproducible, R public, and the report says "not private".
+    """
     frames, fps = read_clip(source)
     d = int(np.prod(frames.shape[1:]))
     k_value = parse_k(k)
-    scales = noise_scales(epsilon=epsilon, delta=delta, budget_split=budget_split, k=k_value, d=d,
-                          calibration=calibration, neighbour=neighbour)
+    randomness = DpRandomness("secure" if seed is None else "seeded", seed or 0)
     r = rank_of(parse_rank(rank), k_value)
+    scales = noise_scales(epsilon=epsilon, delta=delta, budget_split=budget_split, k=k_value, d=d,
+                          calibration=calibration, neighbour=neighbour, secret_projection=randomness.private,
+                          full_rank=r == k_value)
     started = time.perf_counter()
-    projection = Projection(seed=derive_seed(seed, "dprp", "R", source.name), d=d, k=k_value,
+    projection = Projection(seed=randomness.seed("dprp", "R", source.name), d=d, k=k_value,
                             keep=fits_comfortably(d, k_value))
     protected = protect_video(frames, projection, sigma1=scales.sigma1, sigma2=scales.sigma2, rank=r,
-                              noise_seed=derive_seed(seed, "dprp", "noise", source.name))
+                              noise_seed=randomness.seed("dprp", "noise", source.name))
     seconds = time.perf_counter() - started
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = target.with_name(f".{target.name}.tmp{target.suffix}")  # never a half-written output
@@ -81,4 +87,4 @@ def protect_file(source: Path, target: Path, *, epsilon: float, delta: float, k:
     os.replace(staging, target)
     return {"input": str(source), "output": str(target), "frames": int(frames.shape[0]),
             "frame_shape": list(frames.shape[1:]), "d": d, "k": k_value, "rank": r, "seed": seed,
-            "projection": "per_video", **scales.as_dict(), "seconds": round(seconds, 3)}
+            "randomness": randomness.label, "projection": "per_video", **scales.as_dict(), "seconds": round(seconds, 3)}

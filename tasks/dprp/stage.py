@@ -4,15 +4,17 @@
                                                     ├─▶ ledger.parquet: σ1, σ2, ε, δ, split, mode, β per video
                                                     └─▶ report/eps<ε>.png: raw and protected test frames
 
-Both splits are protected: protocol 2 evaluates on protected test videos. R is public
-randomness: ``projection: shared`` draws one R for the dataset from (base.seed, "dprp-R"),
-``per_video`` one per video from (base.seed, video_id); the noise M, N is always fresh
-per video and ε. Videos go through ``map_ordered``, so the Prefect flow can shard them.
+Both splits are protected: protocol 2 evaluates on protected test videos. ``projection: shared``
+draws one public R for the dataset from (base.seed, "dprp-R"); ``per_video`` draws one per video,
+secretly from OS entropy under ``privacy.randomness: secure`` (from (base.seed, video_id) when
+seeded). The calibration's sensitivity bound follows (tasks/dprp/calibration.py): χ² for a secret R,
+the operator norm for a public one. The noise M, N is fresh per video and ε, secret unless seeded.
+Videos go through ``map_ordered``, so the Prefect flow can shard them.
 """
 
 from __future__ import annotations
 
-import sys
+import logging
 import time
 from functools import partial
 from pathlib import Path
@@ -22,39 +24,44 @@ from tasks.core.budget import check_budget
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import MANIFEST_NAME, read_manifest, rebase_path, resolve_path, write_manifest, write_table
 from tasks.core.parallel import map_ordered
-from tasks.core.params import BaseParams, DprpParams, load_section
+from tasks.core.params import BaseParams, DprpParams, PrivacyParams, load_section
+from tasks.core.randomness import DpRandomness
 from tasks.core.seeding import derive_seed
 from tasks.core.speed import write_speed
 from tasks.core.storage import atomic_directory, atomic_write_bytes, load_frames, save_frames
 from tasks.core.tracking import stage_run
 from tasks.dprp.calibration import NoiseScales, noise_scales
-from tasks.dprp.mechanism import Projection, fits_comfortably, protect_video
+from tasks.dprp.mechanism import Projection, fits_comfortably, protect_video, rank_of
 from tasks.dprp.preview import preview_png
 from tasks.preview import raw_frames_allowed
 
+LOG = logging.getLogger(__name__)
 
-def projection_for(video_id: str, *, params: DprpParams, seed: int, d: int, shared: Projection | None) -> Projection:
-    """The shared R, or this video's own."""
+
+def projection_for(video_id: str, *, params: DprpParams, randomness: DpRandomness, d: int,
+                   shared: Projection | None) -> Projection:
+    """The shared R, or this video's own (secret unless the randomness is seeded)."""
     if shared is not None:
         return shared
-    return Projection(seed=derive_seed(seed, "dprp-R", video_id), d=d, k=params.k_value, block_rows=params.block_rows,
+    return Projection(seed=randomness.seed("dprp-R", video_id), d=d, k=params.k_value, block_rows=params.block_rows,
                       threads=1, keep=fits_comfortably(d, params.k_value))
 
 
-def protect_one(row: dict[str, Any], *, params: DprpParams, scales: NoiseScales, epsilon: float, seed: int,
-                source: Path, out: Path, final: Path, workdir: Path, shared: Projection | None) -> dict[str, Any]:
+def protect_one(row: dict[str, Any], *, params: DprpParams, scales: NoiseScales, epsilon: float,
+                randomness: DpRandomness, source: Path, out: Path, final: Path, workdir: Path,
+                shared: Projection | None) -> dict[str, Any]:
     """One clip: protected frames written, its manifest row (with its privacy record) returned."""
     frames = load_frames(workdir / resolve_path(row["path"], source))
     d = int(frames[0].size)
-    projection = projection_for(row["video_id"], params=params, seed=seed, d=d, shared=shared)
+    projection = projection_for(row["video_id"], params=params, randomness=randomness, d=d, shared=shared)
     protected = protect_video(frames, projection, sigma1=scales.sigma1, sigma2=scales.sigma2, rank=params.rank,
-                              noise_seed=derive_seed(seed, "dprp-noise", epsilon, row["video_id"]))
+                              noise_seed=randomness.seed("dprp-noise", epsilon, row["video_id"]))
     if projection is not shared:
         projection.release()
     save_frames(workdir / out / "frames" / f"{row['video_id']}.npy", protected.frames)
     annotations = rebase_path(row.get("annotations"), workdir / source, workdir / final)
     return {**row, "path": f"frames/{row['video_id']}.npy", "annotations": annotations, "projection": params.projection,
-            **scales.as_dict()}
+            **scales.as_dict(), "randomness": randomness.label}
 
 
 def dprp(*, params_path: Path, frames: Path, epsilon: float, out: Path, report: Path | None = None,
@@ -63,13 +70,16 @@ def dprp(*, params_path: Path, frames: Path, epsilon: float, out: Path, report: 
     measured frames/s into ``speed_path``."""
     base = load_section(params_path, "base", BaseParams)
     params = load_section(params_path, "dprp", DprpParams)
+    randomness = DpRandomness(load_section(params_path, "privacy", PrivacyParams).randomness, base.seed)
     if epsilon not in params.epsilons:
         raise PrivharError(f"dprp: epsilon {epsilon} is not one of dprp.epsilons = {params.epsilons}")
     rows = read_manifest(frames / MANIFEST_NAME)
     check_budget(params_path, f"dprp-eps{epsilon}", rows)  # privacy.max_epsilon, before any work
     d = int(rows[0]["height"]) * int(rows[0]["width"]) * 3
     scales = noise_scales(epsilon=epsilon, delta=params.delta, budget_split=params.budget_split, k=params.k_value,
-                          d=d, calibration=params.calibration, neighbour=params.neighbour)
+                          d=d, calibration=params.calibration, neighbour=params.neighbour,
+                          secret_projection=params.projection == "per_video" and randomness.private,
+                          full_rank=rank_of(params.rank, params.k_value) == params.k_value)
     shared = None
     if params.projection == "shared":  # built (and its RᵀR computed) before the workers fork: they share it
         shared = Projection(seed=derive_seed(base.seed, "dprp-R"), d=d, k=params.k_value, block_rows=params.block_rows,
@@ -78,7 +88,7 @@ def dprp(*, params_path: Path, frames: Path, epsilon: float, out: Path, report: 
     with stage_run(f"dprp@{epsilon:g}", {"base": base, "dprp": params}) as run, atomic_directory(out) as staging:
         (staging / "frames").mkdir()
         started = time.perf_counter()
-        work = partial(protect_one, params=params, scales=scales, epsilon=epsilon, seed=base.seed, source=frames,
+        work = partial(protect_one, params=params, scales=scales, epsilon=epsilon, randomness=randomness, source=frames,
                        out=staging, final=out, workdir=Path.cwd(), shared=shared)
         # One process: torch's matmuls already use every core, and forking after torch's thread
         # pool has started is unsafe. (The Prefect flow may still shard the videos over threads or Dask.)
@@ -88,8 +98,9 @@ def dprp(*, params_path: Path, frames: Path, epsilon: float, out: Path, report: 
         if speed_path is not None:
             write_speed(speed_path, frames=sum(int(row["n_frames"]) for row in rows), seconds=seconds,
                         measured=f"dprp ε = {epsilon:g}: projection, noise and reconstruction of every video, one process")
-        ledger = [{"video_id": row["video_id"], "split": row["split"], **scales.as_dict(),
-                   "projection": params.projection, "k": params.k_value, "d": d} for row in rows]
+        ledger = [{"video_id": row["video_id"], "split": row["split"], **scales.as_dict(), "randomness": randomness.label,
+                   "projection": params.projection, "k": params.k_value, "d": d, "n_frames": int(row["n_frames"])}
+                  for row in rows]
         write_table(ledger, staging / "ledger.parquet")
         run.log_metrics({"epsilon": epsilon, "delta": params.delta, "sigma1": scales.sigma1, "sigma2": scales.sigma2,
                          "videos": len(protected), "seconds_per_video": seconds / len(protected)})
@@ -101,6 +112,8 @@ def dprp(*, params_path: Path, frames: Path, epsilon: float, out: Path, report: 
             show_raw = raw_frames_allowed(params_path)
             atomic_write_bytes(report / f"eps{epsilon}.png", preview_png(test, frames, protected, staging, title,
                                                                           show_raw=show_raw))
-        print(f"dprp: ε = {epsilon:g}: {len(protected)} videos, σ1 = {scales.sigma1:.4g}, σ2 = {scales.sigma2:.4g} "
-              f"({scales.calibration}), {seconds / len(protected):.3f} s/video", file=sys.stderr)
+        LOG.info("dprp: ε = %g (covers %s; %g for one pixel, %.3g for a whole frame), δ = %.3g: %d videos, σ1 = %.4g, "
+                 "σ2 = %.4g (%s), %.3f s/video; randomness %s", epsilon, scales.unit, scales.epsilon_one_pixel,
+                 scales.epsilon_whole_frame, scales.delta, len(protected), scales.sigma1, scales.sigma2, scales.calibration,
+                 seconds / len(protected), randomness.label)
     return protected
