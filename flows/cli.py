@@ -219,13 +219,15 @@ def report_command(params_path: Path, metrics: Path, signature: Path, ledgers: P
 @stage.command("ldp")
 @PARAMS
 @_dir("--frames", "Folder of the decoded clips (with their annotations: the person's box).", exists=True)
+@_dir("--public", "Folder of the decoded public clips: the DCAConv filters are fitted on them, never on private videos.",
+      exists=True)
 @_dir("--out", "Where to write the fitted DCAConv filters and the released (perturbed) training codes.")
 @_dir("--report", "Where to write video.csv, metrics.json and ledger.csv.")
-def ldp_command(params_path: Path, frames: Path, out: Path, report: Path) -> None:
+def ldp_command(params_path: Path, frames: Path, public: Path, out: Path, report: Path) -> None:
     """Local DP for video: randomized DCAConv codes of each clip's person-centred motion image, learners per ε."""
     from tasks.ldp.video import ldp_video
 
-    rows = ldp_video(params_path=params_path, frames=frames, out=out, report=report)
+    rows = ldp_video(params_path=params_path, frames=frames, public=public, out=out, report=report)
     click.echo(f"ldp: {len(rows)} results in {report / 'video.csv'}", err=True)
 
 

@@ -84,6 +84,19 @@ def tiny_decoded(tiny_synthetic: Path) -> Path:
     return tiny_synthetic
 
 
+@pytest.fixture(scope="session")
+def tiny_public(tiny_synthetic: Path) -> Path:
+    """The tiny public set (other people, other scenes), decoded: data/public/decode beside the tiny dataset."""
+    from tasks.decode import decode
+    from tasks.synthesize import synthesize
+
+    params = tiny_synthetic / "params.yaml"
+    synthesize(params_path=params, out=tiny_synthetic / "data" / "public" / "synthesize", public=True)
+    decode(params_path=params, source=tiny_synthetic / "data" / "public" / "synthesize",
+           out=tiny_synthetic / "data" / "public" / "decode")
+    return tiny_synthetic / "data" / "public" / "decode"
+
+
 def sh(*args: str, cwd: Path, timeout: float = 900) -> subprocess.CompletedProcess:
     """Run a command of this environment; fail the test with its output if it fails."""
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}

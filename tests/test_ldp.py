@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
+from tasks.core.randomness import NOT_PRIVATE
 import pytest
 
 from tasks.core.errors import PrivharError
@@ -116,15 +118,16 @@ def test_the_digits_stage_writes_both_tables_the_claims_and_a_plot(tmp_path) -> 
     assert (tmp_path / "out" / "digits.png").stat().st_size > 0
 
 
-def test_the_video_stage_releases_seeded_codes_and_records_both_epsilons(tiny_decoded, tmp_path) -> None:
+def test_the_video_stage_releases_seeded_codes_and_records_both_epsilons(tiny_decoded, tiny_public, tmp_path) -> None:
     import csv
 
     from tasks.ldp.video import ldp_video
     from tests.conftest import write_params
 
     frames = tiny_decoded / "data" / "decode"
-    params = write_params(tmp_path)
-    results = ldp_video(params_path=params, frames=frames, out=tmp_path / "data", report=tmp_path / "report")
+    params = write_params(tmp_path, {"privacy": {"randomness": "seeded"}})
+    results = ldp_video(params_path=params, frames=frames, public=tiny_public, out=tmp_path / "data",
+                        report=tmp_path / "report")
     assert {(r["features"], r["epsilon_per_feature"], r["learner"]) for r in results} == {
         (f, e, learner) for f in ("dcaconv", "raw_pixels", "hog_bovw") for e in (1.0, math.inf) for learner in ("nb", "knn", "ncc")}
     assert all(0.0 <= r["top1"] <= 1.0 for r in results)
@@ -134,37 +137,68 @@ def test_the_video_stage_releases_seeded_codes_and_records_both_epsilons(tiny_de
     assert all(r["epsilon_per_video"] == r["epsilon_per_feature"] * features for r in results)
     released = np.load(tmp_path / "data" / "released_train_codes.npz")
     assert released["eps1.0"].max() <= 3 and released["epsinf"].shape == released["eps1.0"].shape
-    again = ldp_video(params_path=params, frames=frames, out=tmp_path / "again", report=tmp_path / "report2")
+    again = ldp_video(params_path=params, frames=frames, public=tiny_public, out=tmp_path / "again",
+                      report=tmp_path / "report2")
     assert np.array_equal(np.load(tmp_path / "again" / "released_train_codes.npz")["eps1.0"], released["eps1.0"])
     assert [r for r in again if r["features"] == "dcaconv"] == results
     with (tmp_path / "report" / "ledger.csv").open() as handle:
         ledger = list(csv.DictReader(handle))
     assert [float(row["epsilon_per_video"]) for row in ledger] == [features * 1.0, math.inf]
+    assert all(row["randomness"] == NOT_PRIVATE and row["central_steps_on_private_data"].startswith("none") for row in ledger)
     from tasks.core.budget import planned_releases
 
     planned = {release.name: release.epsilon for release in planned_releases(params)}
     assert planned[ledger[0]["release"]] == features * 1.0 and ledger[1]["release"] not in planned  # ∞: no DP release
 
 
-def test_the_video_stage_refuses_a_release_over_the_cap_before_any_work(tiny_decoded, tmp_path) -> None:
+def test_the_video_stage_refuses_a_release_over_the_cap_before_any_work(tiny_decoded, tiny_public, tmp_path) -> None:
     from tasks.ldp.video import ldp_video
     from tests.conftest import write_params
 
     params = write_params(tmp_path, {"privacy": {"max_epsilon": 60.0}})  # the plan spends 30.32 first; ldp-eps1 asks 64
     with pytest.raises(PrivharError, match=r"privacy.max_epsilon = 60: subject \d+ has spent ε = .* before ldp-eps1, "
                                            r"which requests ε = 64 more"):
-        ldp_video(params_path=params, frames=tiny_decoded / "data" / "decode", out=tmp_path / "o", report=tmp_path / "r")
+        ldp_video(params_path=params, frames=tiny_decoded / "data" / "decode", public=tiny_public, out=tmp_path / "o",
+                  report=tmp_path / "r")
     assert not (tmp_path / "o").exists() and not (tmp_path / "r").exists()
 
 
-def test_the_video_stage_refuses_more_filters_than_actions(tiny_decoded, tmp_path) -> None:
+def test_the_video_stage_refuses_more_filters_than_actions(tiny_decoded, tiny_public, tmp_path) -> None:
     from tasks.ldp.video import ldp_video
     from tests.conftest import write_params
 
     params = write_params(tmp_path, {"ldp": {"video_first_filters": 5}})
     with pytest.raises(PrivharError, match="ldp.video_first_filters = 5 .* must not exceed the 3 classes"):
-        ldp_video(params_path=params, frames=tiny_decoded / "data" / "decode", out=tmp_path / "o", report=tmp_path / "r")
+        ldp_video(params_path=params, frames=tiny_decoded / "data" / "decode", public=tiny_public, out=tmp_path / "o",
+                  report=tmp_path / "r")
     assert not (tmp_path / "o").exists()
+
+
+def test_the_filters_never_see_private_videos(tiny_decoded, tiny_public, tmp_path) -> None:
+    """Issue 17: the DCAConv filters are a function of the public set alone — change every private video and they stay."""
+    from tasks.ldp.video import ldp_video
+    from tests.conftest import write_params
+
+    params = write_params(tmp_path, {"ldp": {"video_epsilons": [float("inf")]}})
+    ldp_video(params_path=params, frames=tiny_decoded / "data" / "decode", public=tiny_public, out=tmp_path / "a",
+              report=tmp_path / "ra")
+    ldp_video(params_path=params, frames=tiny_public, public=tiny_public, out=tmp_path / "b", report=tmp_path / "rb")
+    first, second = np.load(tmp_path / "a" / "filters.npz"), np.load(tmp_path / "b" / "filters.npz")
+    assert all(np.array_equal(first[name], second[name]) for name in ("first", "second"))
+
+
+def test_secure_coins_differ_from_run_to_run_and_from_the_seeded_ones(tiny_decoded, tiny_public, tmp_path) -> None:
+    from tasks.ldp.video import ldp_video
+    from tests.conftest import write_params
+
+    released = {}
+    for name, randomness in (("a", "secure"), ("b", "secure"), ("c", "seeded")):
+        (tmp_path / name).mkdir()
+        params = write_params(tmp_path / name, {"privacy": {"randomness": randomness}, "ldp": {"video_epsilons": [1.0]}})
+        ldp_video(params_path=params, frames=tiny_decoded / "data" / "decode", public=tiny_public, out=tmp_path / name / "o",
+                  report=tmp_path / name / "r")
+        released[name] = np.load(tmp_path / name / "o" / "released_train_codes.npz")["eps1.0"]
+    assert not np.array_equal(released["a"], released["b"]) and not np.array_equal(released["a"], released["c"])
 
 
 def test_baseline_codes_lie_in_the_domain() -> None:

@@ -1,9 +1,10 @@
 """Stage ``ldp``: local DP for video — each camera releases one randomized DCAConv code per clip (paper 002 on video).
 
+    data/public/decode ─▶ motion images ─▶ DCAConv filters (out/filters.npz): fitted on the PUBLIC set only
     data/decode ─▶ person-centred grey crops (the box around the person over the clip, ldp.video_crop)
                ─▶ the clip's motion-energy image: the mean |frame difference| (Bobick & Davis)
-               ─▶ DCAConv (fitted on the training split; out/filters.npz) ─▶ L1 · h̃p · w̃p codes in [0, 2^L2 − 1]
-               ─▶ k-ary randomized response at each ε of ldp.video_epsilons, seeded per (seed, video_id, ε)
+               ─▶ DCAConv with the public filters ─▶ L1 · h̃p · w̃p codes in [0, 2^L2 − 1]
+               ─▶ k-ary randomized response at each ε of ldp.video_epsilons, each camera's coins its own and secret
                ─▶ NB / KNN / nearest centroid fitted on the released training codes, Top-1 on clean test codes
                ─▶ the attribute attacker: Naive Bayes per ``attr_*`` label on the released codes (cMAP, F1)
     (and the same for paper 002's baselines on the same images: raw pixels and HOG visual words in the domain d)
@@ -14,7 +15,14 @@ pooled over time by their mode reached Top-1 0.20-0.22 without noise, whole-fram
 release, on the camera, so the code stays in the domain d and a clip releases one value per
 feature: features × ε per video, not frames × features × ε. The person box is the camera's to find
 (a person detector on a real camera; the annotations here). The per-feature ε and the total per
-video (sequential composition) are both reported and written to the ledger.
+video (sequential composition) are both reported and written to the ledger, and so is the person:
+v videos of a person, v × features × ε (pure ε-LDP composes exactly by addition).
+
+No central step touches private data (paper 002 fits DCA centrally on the training data, which under
+local DP would be a non-private release of everyone's videos and labels): the filters are fitted on
+the public set (``data/public``: other people, the same actions), shipped to the cameras, and the
+ledger says so. The coins come from :class:`tasks.core.randomness.DpRandomness`: OS entropy unless
+``privacy.randomness: seeded``. The learners run centrally on the released codes (post-processing).
 """
 
 from __future__ import annotations
@@ -36,7 +44,8 @@ from tasks.core.budget import check_budget, ldp_release
 from tasks.core.clips import labels_of, split_rows
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import MANIFEST_NAME, read_manifest, resolve_path
-from tasks.core.params import BaseParams, LdpParams, load_section
+from tasks.core.params import BaseParams, LdpParams, PrivacyParams, load_section
+from tasks.core.randomness import DpRandomness
 from tasks.core.seeding import derive_seed
 from tasks.core.storage import atomic_directory, atomic_write_bytes, csv_bytes, load_frames, save_arrays
 from tasks.core.tracking import stage_run
@@ -44,6 +53,9 @@ from tasks.ldp.baselines import hog_bovw_codes, raw_pixel_codes
 from tasks.ldp.dcaconv import fit_dcaconv
 from tasks.ldp.learners import NaiveBayes, NearestCentroid, knn_predict
 from tasks.ldp.randomized_response import check_domain, perturb
+
+
+CENTRAL_STEPS = "none: the DCAConv filters were fitted on the public set (data/public), the coins are each camera's own"
 
 
 def motion_images(rows: list[dict[str, Any]], folder: Path, size: tuple[int, int]) -> np.ndarray:
@@ -92,7 +104,8 @@ def baseline_codes(train: np.ndarray, test: np.ndarray, domain: int, seed: int) 
             "hog_bovw": hog_bovw_codes(train, test, domain, derive_seed(seed, "ldp", "hog_bovw"))}
 
 
-def score_codes(name: str, train_codes: np.ndarray, test_codes: np.ndarray, domain: int, params: LdpParams, seed: int,
+def score_codes(name: str, train_codes: np.ndarray, test_codes: np.ndarray, domain: int, params: LdpParams,
+                randomness: DpRandomness,
                 train_rows: list[dict[str, Any]], test_rows: list[dict[str, Any]], classes: int,
                 has_attributes: bool) -> tuple[list[dict[str, Any]], dict[str, np.ndarray], float]:
     """Release ``train_codes`` at every ε; Top-1 of each learner and the attribute attacker's cMAP / F1; the seconds
@@ -102,7 +115,7 @@ def score_codes(name: str, train_codes: np.ndarray, test_codes: np.ndarray, doma
     results, released_codes, seconds = [], {}, 0.0
     for epsilon in params.video_epsilons:
         started = time.perf_counter()
-        released = release(train_codes, train_rows, domain, epsilon, seed)
+        released = release(train_codes, train_rows, domain, epsilon, randomness)
         seconds += time.perf_counter() - started
         released_codes[f"eps{epsilon}"] = released
         guesses = {"nb": NaiveBayes.fit(released, train_labels, domain, epsilon, classes).predict(test_codes),
@@ -118,16 +131,20 @@ def score_codes(name: str, train_codes: np.ndarray, test_codes: np.ndarray, doma
     return results, released_codes, seconds
 
 
-def release(codes: np.ndarray, rows: list[dict[str, Any]], domain: int, epsilon: float, seed: int) -> np.ndarray:
-    """Each owner perturbs its own code once, with its own generator (seed, video_id, ε)."""
-    return np.stack([perturb(code, domain, epsilon, np.random.default_rng(derive_seed(seed, "ldp", row["video_id"], epsilon)))
+def release(codes: np.ndarray, rows: list[dict[str, Any]], domain: int, epsilon: float,
+            randomness: DpRandomness) -> np.ndarray:
+    """Each owner perturbs its own code once, with its own generator (secret unless seeded: (seed, video_id, ε))."""
+    return np.stack([perturb(code, domain, epsilon, randomness.numpy("ldp", row["video_id"], epsilon))
                      for code, row in zip(codes, rows)])
 
 
-def ldp_video(*, params_path: Path, frames: Path, out: Path, report: Path) -> list[dict[str, Any]]:
+def ldp_video(*, params_path: Path, frames: Path, public: Path, out: Path, report: Path) -> list[dict[str, Any]]:
+    """Fit the filters on ``public``, release the private training split's codes at every ε, score learners."""
     base = load_section(params_path, "base", BaseParams)
     params = load_section(params_path, "ldp", LdpParams)
+    randomness = DpRandomness(load_section(params_path, "privacy", PrivacyParams).randomness, base.seed)
     rows = read_manifest(frames / MANIFEST_NAME)
+    public_rows = read_manifest(public / MANIFEST_NAME)
     train_rows, test_rows = split_rows(rows, "train"), split_rows(rows, "test")
     if not train_rows or not test_rows:
         raise PrivharError(f"{frames / MANIFEST_NAME}: ldp needs videos in both splits")
@@ -145,10 +162,10 @@ def ldp_video(*, params_path: Path, frames: Path, out: Path, report: Path) -> li
     with stage_run("ldp", {"ldp": params}) as run, atomic_directory(out) as staging:
         started = time.perf_counter()
         train_images, test_images = motion_images(train_rows, frames, size), motion_images(test_rows, frames, size)
-        train_labels = labels_of(train_rows).numpy()
+        public_images = motion_images(public_rows, public, size)
         prepared = time.perf_counter() - started
         started = time.perf_counter()
-        encoder = fit_dcaconv(train_images, train_labels, first=params.video_first_filters,
+        encoder = fit_dcaconv(public_images, labels_of(public_rows).numpy(), first=params.video_first_filters,
                               second=params.video_second_filters, size=params.patch, pool=params.video_pool,
                               seed=derive_seed(base.seed, "ldp", "filters"))
         fitted = time.perf_counter() - started
@@ -158,9 +175,9 @@ def ldp_video(*, params_path: Path, frames: Path, out: Path, report: Path) -> li
         features, domain = train_codes.shape[1], encoder.domain
         save_arrays(staging / "filters.npz", first=encoder.first, second=encoder.second, pool=np.array(encoder.pool))
         results, released_codes, perturb_seconds = score_codes(
-            "dcaconv", train_codes, test_codes, domain, params, base.seed, train_rows, test_rows, classes, has_attributes)
+            "dcaconv", train_codes, test_codes, domain, params, randomness, train_rows, test_rows, classes, has_attributes)
         for name, (train_baseline, test_baseline) in baseline_codes(train_images, test_images, domain, base.seed).items():
-            results += score_codes(name, train_baseline, test_baseline, domain, params, base.seed, train_rows, test_rows,
+            results += score_codes(name, train_baseline, test_baseline, domain, params, randomness, train_rows, test_rows,
                                    classes, has_attributes)[0]
         save_arrays(staging / "released_train_codes.npz", **released_codes,
                     video_id=np.array([row["video_id"] for row in train_rows]))
@@ -176,6 +193,8 @@ def ldp_video(*, params_path: Path, frames: Path, out: Path, report: Path) -> li
         ledger = [{"release": ldp_release(epsilon), "mechanism": f"k-ary randomized response (d = {domain}) on DCAConv codes",
                    "epsilon_per_feature": epsilon, "features_per_video": features, "epsilon_per_video": epsilon * features,
                    "delta": 0.0, "accountant": "pure ε-LDP per feature (paper 002 eq. 3-4), sequential composition over features",
+                   "unit": "video (one camera's clip)", "relation": "replace-one (any other clip of the camera)",
+                   "randomness": randomness.label, "central_steps_on_private_data": CENTRAL_STEPS,
                    "splits": "train"} for epsilon in params.video_epsilons]
         atomic_write_bytes(report / "ledger.csv", csv_bytes(ledger))
         run.log_metrics({**{f"{r['features']}.{r['learner']}.eps{r['epsilon_per_feature']:g}": r["top1"] for r in results},
