@@ -9,6 +9,7 @@ import pytest
 import torch
 import yaml
 
+from tasks.core.accounting import gdp_epsilon
 from tasks.core.budget import planned_releases
 from tasks.core.errors import PrivharError
 from tasks.core.registry import newest_version
@@ -59,6 +60,16 @@ def test_every_aggregation_and_tuning_is_trained_reported_and_registered(project
     version = newest_version("fednova-selective")
     assert float(version.tags["epsilon"]) == pytest.approx(1.33) and "replace-one" in version.tags["accountant"]
     assert "federated-fednova-selective" in [release.name for release in planned_releases(params)]
+    assert version.tags["unit"] == "video" and version.tags["relation"] == "replace-one"
+    assert version.tags["randomness"].startswith("secret")
+    with open(folder / "reports/federated/federated_persons.csv") as handle:
+        persons = list(csv.DictReader(handle))
+    # a person with m videos: μ = m · 2·sqrt(rounds·E)/σ (all m in one batch is the worst case)
+    for person in persons:
+        sigma = next(row["noise_multiplier"] for row in rows if row["model"] == person["model"])
+        expected = gdp_epsilon(int(person["units"]) * 2 * 2 ** 0.5 / sigma, 1e-4)
+        assert float(person["epsilon_person"]) == pytest.approx(expected, rel=1e-5)
+    assert all(row["epsilon_person_max"] > 2 * row["epsilon"] for row in rows)  # every tiny person has 2+ videos
 
 
 def test_bad_input_is_one_line_before_training(project, tmp_path):
@@ -80,7 +91,8 @@ def test_the_stage_on_flower_gives_the_in_process_table(project, tmp_path):
     rows = {}
     for transport in ("in_process", "flower"):
         (tmp_path / transport).mkdir()
-        params = write_params(tmp_path / transport, {"federated": {"aggregations": ["fednova"], "transport": transport}})
+        params = write_params(tmp_path / transport, {"federated": {"aggregations": ["fednova"], "transport": transport},
+                                                     "privacy": {"randomness": "seeded"}})  # the same trajectory
         document = yaml.safe_load(params.read_text())
         document["federated"]["tunings"] = {"selective": "head"}  # one run: the overlay merges mappings
         params.write_text(yaml.safe_dump(document, sort_keys=False))

@@ -16,6 +16,12 @@ Gaussian mechanism's (Balle & Wang 2018, Thm. 8; Dong et al. Cor. 2.13):
 
 The tests recompute it with Google's ``dp-accounting`` (privacy-loss distributions, replace-one).
 
+**The person** (:func:`person_epsilon`). A person with m videos at a client can have them all in one
+batch: that epoch's sum moves by up to 2mC. Spread over batches, the sensitivities s_i add up to 2mC
+with Σ s_i² ≤ (2mC)². Either way μ = 2m·sqrt(r·E)/σ bounds the person (group privacy of Gaussian DP
+is exact: μ scales by m), and a person split over several clients composes across them under the
+same bound.
+
 The paper's eq. 11, ε_TLS = (q/σ)·sqrt(2E ln(1/δ)) with q = B/N, is printed beside it and
 labelled as the paper's approximation: it is not an upper bound (at q = 1 it is below the
 Gaussian mechanism's own ε), and it ignores the rounds.
@@ -26,8 +32,8 @@ from __future__ import annotations
 import math
 
 from scipy.optimize import brentq
-from scipy.stats import norm
 
+from tasks.core.accounting import gdp_delta, gdp_epsilon
 from tasks.core.errors import PrivharError
 
 ACCOUNTANT = ("exact composition of Gaussian mechanisms (mu-GDP, Dong-Roth-Su 2019 Cor. 3.3 / 2.13); "
@@ -40,8 +46,8 @@ def gdp_mu(noise_multiplier: float, epochs: int) -> float:
 
 
 def delta_of(epsilon: float, mu: float) -> float:
-    """δ(ε) of μ-GDP (the second term in log space: e^ε overflows where Φ underflows)."""
-    return float(norm.cdf(-epsilon / mu + mu / 2) - math.exp(epsilon + norm.logcdf(-epsilon / mu - mu / 2)))
+    """δ(ε) of μ-GDP."""
+    return gdp_delta(epsilon, mu)
 
 
 def epsilon_of(noise_multiplier: float, epochs: int, delta: float) -> float:
@@ -50,13 +56,16 @@ def epsilon_of(noise_multiplier: float, epochs: int, delta: float) -> float:
         return 0.0
     if noise_multiplier <= 0:
         return math.inf
-    mu = gdp_mu(noise_multiplier, epochs)
-    if delta_of(0.0, mu) <= delta:
+    return gdp_epsilon(gdp_mu(noise_multiplier, epochs), delta)
+
+
+def person_epsilon(noise_multiplier: float, epochs: int, videos: int, delta: float) -> float:
+    """ε of a person with ``videos`` videos after ``epochs`` shuffled epochs: μ = 2·videos·sqrt(epochs)/σ."""
+    if epochs == 0 or videos == 0:
         return 0.0
-    high = 1.0
-    while delta_of(high, mu) > delta:
-        high *= 2
-    return float(brentq(lambda epsilon: delta_of(epsilon, mu) - delta, 0.0, high, xtol=1e-10))
+    if noise_multiplier <= 0:
+        return math.inf
+    return gdp_epsilon(videos * gdp_mu(noise_multiplier, epochs), delta)
 
 
 def calibrate(target_epsilon: float, epochs: int, delta: float) -> float:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import io
 import math
+import os
 from dataclasses import dataclass
 
 import torch
@@ -72,8 +73,19 @@ def local_steps(count: int, recipe: LocalRecipe) -> int:
     return recipe.local_epochs * math.ceil(count / min(recipe.batch_size, count))
 
 
+def client_generator(seed: int, stream: int) -> torch.Generator:
+    """The client's own randomness: OS entropy when ``seed`` < 0 (secure: not even the server knows it),
+    else seeded from ``seed`` + ``stream`` (reproducible, NOT private)."""
+    if seed < 0:
+        return torch.Generator().manual_seed(int.from_bytes(os.urandom(8), "little"))
+    return torch.Generator().manual_seed(seed + stream)
+
+
 def client_round(module: nn.Module, broadcast: Tensors, shard: Shard, recipe: LocalRecipe, seed: int) -> ClientResult:
-    """Train a copy of ``module`` from ``broadcast`` on ``shard``; return Δ_k. ``seed`` fixes shuffles and noise."""
+    """Train a copy of ``module`` from ``broadcast`` on ``shard``; return Δ_k.
+
+    ``seed`` fixes the shuffles and the noise; a negative seed draws both from the client's OS entropy.
+    """
     local = copy.deepcopy(module)
     load_trainable(local, broadcast)
     require_sample_independence(local)
@@ -82,12 +94,12 @@ def client_round(module: nn.Module, broadcast: Tensors, shard: Shard, recipe: Lo
     batch = min(recipe.batch_size, count)
     optimiser = torch.optim.SGD(list(trainable_parameters(local).values()), lr=recipe.learning_rate, momentum=recipe.momentum)
     loader = DataLoader(TensorDataset(shard.inputs, shard.labels), batch_size=batch, shuffle=True,
-                        generator=torch.Generator().manual_seed(seed))
+                        generator=client_generator(seed, 0))
     engine = PrivacyEngine()  # its accountant assumes Poisson sampling: ε comes from tasks.federated.accounting
     private, optimiser, loader = engine.make_private(
         module=local, optimizer=optimiser, data_loader=loader, noise_multiplier=recipe.noise_multiplier,
         max_grad_norm=recipe.max_grad_norm, poisson_sampling=False, grad_sample_mode=recipe.grad_sample_mode,
-        noise_generator=torch.Generator().manual_seed(seed + 1))
+        noise_generator=client_generator(seed, 1))
     loss_sum, seen = 0.0, 0
     try:
         for _ in range(recipe.local_epochs):

@@ -38,8 +38,14 @@ Tensors = dict[str, torch.Tensor]
 Transport = Callable[[int, list[int], Tensors, list[int]], list[ClientResult]]
 
 
-def client_seed(seed: int, client: int, round_index: int) -> int:
-    """The seed of client ``client``'s shuffles and noise in round ``round_index`` (noise uses seed + 1)."""
+SECRET_SEED = -1  # sent to a client: draw your shuffles and noise from your own OS entropy
+
+
+def client_seed(seed: int, client: int, round_index: int, secure: bool = False) -> int:
+    """The seed of client ``client``'s shuffles and noise in round ``round_index`` (noise uses seed + 1);
+    :data:`SECRET_SEED` under secure randomness: the client's own OS entropy, known to nobody else."""
+    if secure:
+        return SECRET_SEED
     return derive_seed(seed, "federated", "client", client, "round", round_index) % 2**62
 
 
@@ -52,6 +58,7 @@ class Federation:
     delta: float
     seed: int
     recipe: LocalRecipe
+    secure: bool = False  # clients' shuffles and noise from their own OS entropy (privacy.randomness: secure)
 
 
 @dataclass
@@ -97,7 +104,7 @@ def run_rounds(module: nn.Module, federation: Federation, counts: list[int], tra
     for round_index in range(1, federation.rounds + 1):
         started = time.perf_counter()
         selected = select_clients(federation.clients, federation.client_fraction, chooser)
-        seeds = [client_seed(federation.seed, k, round_index) for k in selected]
+        seeds = [client_seed(federation.seed, k, round_index, federation.secure) for k in selected]
         results = transport(round_index, selected, state, seeds)
         state = aggregate(state, [r.update for r in results], [r.count for r in results], [r.steps for r in results],
                           federation.aggregation, federation.recipe.momentum)

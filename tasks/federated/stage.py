@@ -26,15 +26,18 @@ from typing import Any
 
 import torch
 
+from tasks.core.accounting import REPLACE_ONE
 from tasks.core.budget import check_budget, federated_release
 from tasks.core.errors import PrivharError
-from tasks.core.params import BaseParams, FederatedParams, load_section
+from tasks.core.params import BaseParams, FederatedParams, PrivacyParams, load_section
 from tasks.core.privacy import NON_PRIVATE, PrivacyGuarantee
+from tasks.core.randomness import DpRandomness
 from tasks.core.registry import register_model
 from tasks.core.seeding import derive_seed
-from tasks.core.storage import atomic_directory
+from tasks.core.storage import atomic_directory, atomic_write_bytes, csv_bytes
+from tasks.core.subjects import person_videos
 from tasks.core.tracking import StageRun, stage_run
-from tasks.federated.accounting import ACCOUNTANT, calibrate
+from tasks.federated.accounting import ACCOUNTANT, calibrate, person_epsilon
 from tasks.federated.client import LocalRecipe, load_trainable
 from tasks.federated.inputs import Split, load_federated_clips, split_for
 from tasks.federated.rounds import Federation, FederationResult, in_process, run_rounds
@@ -44,11 +47,12 @@ from tasks.private.stage import public_config
 MB = 1e6
 
 
-def federation_of(base: BaseParams, params: FederatedParams, noise_multiplier: float, aggregation: str) -> Federation:
+def federation_of(base: BaseParams, params: FederatedParams, noise_multiplier: float, aggregation: str,
+                  randomness: DpRandomness) -> Federation:
     recipe = LocalRecipe(params.local_epochs, params.batch_size, params.learning_rate, params.momentum,
                          params.max_grad_norm, noise_multiplier, params.grad_sample_mode)
     return Federation(params.clients, params.rounds, params.client_fraction, aggregation, params.delta,
-                      derive_seed(base.seed, "federated"), recipe)
+                      derive_seed(base.seed, "federated"), recipe, secure=randomness.private)
 
 
 def check_inputs(params: FederatedParams, shards: list[list[int]]) -> None:
@@ -65,6 +69,7 @@ def train_federated(*, params_path: Path, frames: Path, init: Path, out: Path, r
     """Run the stage; return the table rows."""
     base = load_section(params_path, "base", BaseParams)
     params = load_section(params_path, "federated", FederatedParams)
+    randomness = DpRandomness(load_section(params_path, "privacy", PrivacyParams).randomness, base.seed)
     config = public_config(init, frames)
     clips = load_federated_clips(frames, tuple(config["input_size"]), base, params)
     check_inputs(params, clips.shards)
@@ -74,7 +79,8 @@ def train_federated(*, params_path: Path, frames: Path, init: Path, out: Path, r
     compositions = params.rounds * params.local_epochs
     sigma = calibrate(params.epsilon, compositions, params.delta)
     torch.use_deterministic_algorithms(True)
-    rows, rounds = [], []
+    videos_per_person = {person: len(videos) for person, videos in person_videos(clips.rows).items()}
+    rows, rounds, persons = [], [], []
     with stage_run("train-federated", {"base": base, "federated": params}) as run, atomic_directory(out) as staging:
         for tuning, trainable in params.tunings.items():
             started = time.perf_counter()
@@ -82,14 +88,21 @@ def train_federated(*, params_path: Path, frames: Path, init: Path, out: Path, r
             prefix_seconds = time.perf_counter() - started  # the frozen prefix, once per tuning: part of each run's cost
             for aggregation in params.aggregations:
                 key = f"{aggregation}-{tuning}"
-                federation = federation_of(base, params, sigma, aggregation)
+                federation = federation_of(base, params, sigma, aggregation, randomness)
                 started = time.perf_counter()
                 result = _federate(params.transport, split, federation, [len(shard) for shard in clips.shards],
                                    functools.partial(_print_round, key))
                 for record in result.history:
                     _log_round(run, key, record)
                 seconds = time.perf_counter() - started + prefix_seconds
-                rows.append(_row(key, tuning, trainable, aggregation, params, split, result, sigma, seconds))
+                guarantee = _guarantee(result, sigma, params, randomness)
+                by_person = {person: person_epsilon(sigma, max(result.participations) * params.local_epochs, count,
+                                                    params.delta) for person, count in videos_per_person.items()}
+                persons += [{"model": key, "subject": person, "units": videos_per_person[person],
+                             "epsilon_person": round(value, 6)} for person, value in by_person.items()]
+                rows.append({**_row(key, tuning, trainable, aggregation, params, split, result, sigma, seconds),
+                             "unit": guarantee.unit, "relation": guarantee.relation,
+                             "epsilon_person_max": round(max(by_person.values()), 6), "randomness": guarantee.randomness})
                 rounds.extend({"model": key, **record} for record in result.history)
                 model = split.model
                 load_trainable(model, result.state)
@@ -98,12 +111,13 @@ def train_federated(*, params_path: Path, frames: Path, init: Path, out: Path, r
                                 "trainable": trainable, "aggregation": aggregation}
                 (staging / key).mkdir()
                 torch.save({"state_dict": model.state_dict(), "config": model_config}, staging / key / "model.pt")
-                guarantee = _guarantee(result, sigma, params)
                 register_model(model, family="federated", key=key, run=run, config=model_config, artifact=key,
                                tags={"method": "federated", "aggregation": aggregation, "trainable": trainable,
                                      **guarantee.as_tags(), "clients": params.clients, "rounds": params.rounds,
+                                     "epsilon_person_max": repr(rows[-1]["epsilon_person_max"]),
                                      "noise_multiplier": sigma, "partition": params.partition})
     federated_table(rows, rounds, report, params)
+    atomic_write_bytes(report / "federated_persons.csv", csv_bytes(persons))
     return rows
 
 
@@ -127,16 +141,17 @@ def _log_round(run: StageRun, key: str, record: dict[str, Any]) -> None:
 
 def _print_round(key: str, record: dict[str, Any]) -> None:
     print(f"train-federated: {key}: round {record['round']}: Top-1 {100 * record['accuracy']:.1f} %, "
-          f"train loss {record['train_loss']:.3f}, ε {record['epsilon']:.3g}, "
+          f"train loss {record['train_loss']:.3f}, ε {record['epsilon']:.3g} per video, "
           f"{record['bytes_per_client'] / MB:.3f} MB per client ({record['seconds']:.1f} s)", file=sys.stderr)
 
 
-def _guarantee(result: FederationResult, sigma: float, params: FederatedParams) -> PrivacyGuarantee:
+def _guarantee(result: FederationResult, sigma: float, params: FederatedParams, randomness: DpRandomness) -> PrivacyGuarantee:
     if sigma == 0:
         return NON_PRIVATE
     return PrivacyGuarantee(max(result.epsilons), params.delta,
                             f"{ACCOUNTANT}; sigma={sigma:.6g}, C={params.max_grad_norm}, B={params.batch_size}, "
-                            f"E={params.local_epochs}, rounds taken part in={max(result.participations)}; unit: video")
+                            f"E={params.local_epochs}, rounds taken part in={max(result.participations)}",
+                            unit="video", relation=REPLACE_ONE, randomness=randomness.label)
 
 
 def _row(key: str, tuning: str, trainable: str, aggregation: str, params: FederatedParams, split: Split,
