@@ -263,3 +263,22 @@ def test_bench_private_writes_every_timing(tmp_path):
     assert set(record["full_dp_over_selective_dp"]) == {"norms_and_head", "last_stage_and_head", "head"}
     counts = [record[f"dp_sgd_{choice}_trainable_parameters"] for choice in ("head", "norms_and_head", "last_stage_and_head", "all")]
     assert counts == sorted(counts) and counts[-1] == record["parameters"]
+
+
+def test_person_units_sum_a_persons_video_gradients_and_clip_them_once():
+    """private.unit: person — one step at q = 1, σ = 0: the update is Σ_person clip(Σ_its videos g_v) / P."""
+    data = tiny_data(count=5)
+    data.owners = torch.tensor([0, 0, 1, 1, 1])
+    recipe = Recipe(**{**RECIPE.__dict__, "epochs": 1, "batch_size": 2, "momentum": 0.0})
+    module = tiny_head()
+    before = copy.deepcopy(module.state_dict())
+    train_grouped(module, data, recipe, 0.0, torch.Generator().manual_seed(0))
+    reference = manual_gradients(tiny_head(), data.units, data.labels)
+    expected = {name: torch.zeros_like(value) for name, value in before.items()}
+    for person in (0, 1):
+        summed = {name: sum(reference[v][name] for v in range(5) if int(data.owners[v]) == person) for name in expected}
+        norm = float(torch.cat([g.flatten() for g in summed.values()]).norm())
+        factor = min(1.0, recipe.max_grad_norm / (norm + 1e-6))
+        expected = {name: expected[name] + summed[name] * factor for name in expected}
+    for name, value in module.state_dict().items():
+        assert torch.allclose(value, before[name] - recipe.learning_rate * expected[name] / 2, atol=1e-6), name
