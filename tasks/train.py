@@ -34,6 +34,7 @@ from torch import nn
 from tqdm import tqdm
 
 from tasks.core.clips import augment, class_names, labels_of, load_clips, normalise, split_rows
+from tasks.core.budget import check_unprotected
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import MANIFEST_NAME, read_manifest
 from tasks.core.models import create_video_classifier, group_norm, has_batch_norm, transfer_weights
@@ -146,6 +147,8 @@ def train(*, params_path: Path, frames: Path, out: Path, report: Path, family: s
     # order, so two models differ only in the data they learnt from.
     torch.manual_seed(derive_seed(base.seed, "train", params.method, "init"))
     generator = torch.Generator().manual_seed(derive_seed(base.seed, "train", params.method, "batches"))
+    if family != "public" and not math.isfinite(data_guarantee(train_rows).epsilon):  # the public set holds no subject
+        check_unprotected(params_path, f"the non-private model {key} (trained on {frames})")
     classes = class_names(rows)
     config = {"num_classes": len(classes), "width": params.width, "norm_groups": params.norm_groups,
               "dropout": params.dropout, "input_size": list(params.input_size), "clip_frames": int(train_rows[0]["n_frames"]),

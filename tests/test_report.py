@@ -8,14 +8,18 @@ from pathlib import Path
 
 import pytest
 
+from tasks.core.accounting import ADD_REMOVE, calibrate_noise, group_epsilon
 from tasks.core.budget import check_budget, planned_releases
+from tasks.core.randomness import NOT_PRIVATE
 from tasks.core.errors import PrivharError
 from tasks.report.ledger import Release, subject_totals
 from tasks.report.tables import NOT_RUN, SIGNATURE_COLUMNS, methods, signature_rows, table_one, table_one_markdown
 from tests.conftest import write_params
 
-ROWS = [{"video_id": "a", "split": "train", "identities": [0, 1]}, {"video_id": "b", "split": "train", "identities": [2]},
-        {"video_id": "c", "split": "test", "identities": [3]}]
+ROWS = [{"video_id": "a", "split": "train", "identities": [0, 1], "height": 32, "width": 40, "n_frames": 4},
+        {"video_id": "b", "split": "train", "identities": [2], "height": 32, "width": 40, "n_frames": 4},
+        {"video_id": "c", "split": "test", "identities": [3], "height": 32, "width": 40, "n_frames": 4}]
+ROWS_WITH_FRAMES = ROWS
 
 
 def test_a_method_whose_stage_did_not_run_says_not_run() -> None:
@@ -34,37 +38,77 @@ def test_a_method_whose_stage_did_not_run_says_not_run() -> None:
     assert all(row["e_id_ind"] == NOT_RUN for row in signature_rows(rows, {}))
 
 
-def test_subject_totals_compose_sequentially_and_releases_without_dp_are_unbounded() -> None:
-    dprp = Release("dprp-eps2.0", "dprp", "Video-DPRP", 2.0, 1e-4, "paper", "paper", "train+test")
-    sgd = Release("dp_sgd-eps1.0", "dp_sgd", "DP-SGD", 1.0, 1e-5, "rdp", "σ", "train")
+def test_person_totals_compose_group_epsilons_and_unbounded_or_seeded_releases_are_infinite() -> None:
+    dprp = Release("dprp-eps2.0", "dprp", "Video-DPRP", 2.0, 1e-4, "paper", "paper", "train+test",
+                   persons={0: (50.0, 1e-3), 1: (50.0, 1e-3), 2: (40.0, 1e-3), 3: (40.0, 1e-3)})
+    sgd = Release("dp_sgd-eps1.0", "dp_sgd", "DP-SGD", 1.0, 1e-5, "prv", "σ", "train",
+                  persons={0: (1.0, 1e-5), 1: (1.0, 1e-5), 2: (1.0, 1e-5)})
     totals = {row["subject"]: row for row in subject_totals([dprp, sgd], ROWS)}
-    assert totals[0]["epsilon_dp"] == 3.0 and totals[0]["delta_dp"] == pytest.approx(1.1e-4) and totals[0]["total_epsilon"] == 3.0
-    assert totals[3]["epsilon_dp"] == 2.0  # only in the test split: DP-SGD never saw them
+    assert totals[0]["epsilon_per_unit_sum"] == 3.0 and totals[0]["epsilon_person"] == 51.0
+    assert totals[0]["delta_person"] == pytest.approx(1.01e-3) and totals[0]["total_epsilon_person"] == 51.0
+    assert totals[3]["epsilon_person"] == 40.0  # only in the test split: DP-SGD never saw them
     blur = Release("anonymize-face_blur", "anonymize", "obfuscation", math.inf, 0.0, "none", "none", "train+test")
-    totals = {row["subject"]: row for row in subject_totals([dprp, sgd, blur], ROWS)}
-    assert totals[2]["epsilon_dp"] == 3.0 and math.isinf(totals[2]["total_epsilon"]) and totals[2]["releases_without_dp"] == 1
+    seeded = Release("dp_sgd-eps2.0", "dp_sgd", "DP-SGD", 2.0, 1e-5, "prv", "σ", "train", randomness=NOT_PRIVATE,
+                     persons={2: (2.0, 1e-5)})
+    totals = {row["subject"]: row for row in subject_totals([dprp, sgd, blur, seeded], ROWS)}
+    assert totals[2]["epsilon_person"] == 43.0 and math.isinf(totals[2]["total_epsilon_person"])
+    assert totals[2]["releases_without_dp"] == 1 and totals[2]["releases_seeded"] == 1
 
 
-def test_the_cap_refuses_the_release_that_would_exceed_it_naming_subject_spent_and_requested(tmp_path: Path) -> None:
-    params = write_params(tmp_path, {"dprp": {"epsilons": [2.0, 5.0]}, "private": {"methods": ["dp_sgd"], "epsilons": [1.0, 4.0]},
+def test_planned_person_epsilon_is_group_privacy_over_the_persons_videos(tmp_path: Path) -> None:
+    params = write_params(tmp_path, {"private": {"methods": ["dp_sgd", "maskdp"], "epsilons": [1.0], "batch_size": 2}})
+    plan = {release.name: release for release in planned_releases(params)}
+    rows = [row for row in ROWS if row["split"] == "train"] + [
+        {"video_id": "d", "split": "train", "identities": [0], "height": 32, "width": 40, "n_frames": 4}]
+    found = plan["dp_sgd-eps1.0"].person_epsilons(rows)
+    rate, steps = 1 / 2, 2 * 2  # 3 videos, batch 2: 2 steps per epoch, q = 1/2, 2 epochs
+    sigma = calibrate_noise(1.0, 1e-4, rate, steps, accountant="prv", relation=ADD_REMOVE)
+    assert found[0] == pytest.approx(group_epsilon(sigma, rate, steps, 1e-4, 2, relation=ADD_REMOVE))  # a and d
+    assert found[2] == pytest.approx(group_epsilon(sigma, rate, steps, 1e-4, 1, relation=ADD_REMOVE)) and found[0] > 2 * found[2]
+    masked = plan["maskdp-eps1.0"].person_epsilons(rows)  # replace-one: more than add/remove at the same target
+    assert masked[0] > found[0]
+    frames = plan["dprp-eps2.0"].person_epsilons(ROWS)  # the paper calibration covers 255/√k of one frame: a person is huge
+    assert min(frames.values()) > 1e3
+
+
+def test_the_cap_refuses_the_release_that_would_exceed_it_naming_person_spent_and_requested(tmp_path: Path) -> None:
+    params = write_params(tmp_path, {"dprp": {"epsilons": [2.0, 5.0], "calibration": "gaussian", "neighbour": "pixel"},
+                                     "private": {"methods": ["dp_sgd"], "epsilons": [1.0, 4.0]},
                                      "privacy": {"max_epsilon": 8.0}})
     federated = [f"federated-{aggregation}-{tuning}" for tuning in ("full", "selective") for aggregation in ("fedavg", "fednova")]
     assert [r.name for r in planned_releases(params)] == ["dprp-eps2.0", "dprp-eps5.0", "dp_sgd-eps1.0", "dp_sgd-eps4.0", *federated,
                                                           "ldp-eps1"]
-    check_budget(params, "dprp-eps5.0", ROWS)  # 2 + 5 = 7 <= 8
-    check_budget(params, "dp_sgd-eps1.0", ROWS)  # 7 + 1 = 8 <= 8
-    with pytest.raises(PrivharError, match=r"privacy.max_epsilon = 8: subject 0 has spent ε = 8 before dp_sgd-eps4.0, "
-                                           r"which requests ε = 4 more"):
-        check_budget(params, "dp_sgd-eps4.0", ROWS)
-    with pytest.raises(PrivharError, match=r"subject 0 has spent ε = 12 before federated-fedavg-full, which requests ε = 1.33"):
-        check_budget(params, "federated-fedavg-full", ROWS)
+    # a person in one video of 4 frames: the pixel-level calibration says little about a whole person
+    with pytest.raises(PrivharError, match=r"privacy.max_epsilon = 8: person \d has spent ε = 0 before dprp-eps2.0, which "
+                                           r"requests ε = [\d.e+]+ more for them \(group privacy"):
+        check_budget(params, "dprp-eps2.0", ROWS)
+
+
+def test_a_finite_cap_refuses_unprotected_and_seeded_releases_unless_allowed(tiny_decoded: Path, tmp_path: Path) -> None:
+    from tasks.anonymize.stage import anonymize
+
+    for name, privacy in (("capped", {"max_epsilon": 1e12}), ("seeded", {"max_epsilon": 1e12, "randomness": "seeded"}),
+                          ("allowed", {"max_epsilon": 1e12, "randomness": "seeded", "allow_unprotected_releases": True})):
+        (tmp_path / name).mkdir()
+        params = write_params(tmp_path / name, {"privacy": privacy, "anonymize": {"methods": ["blackout"]}})
+        if name == "allowed":
+            anonymize(params_path=params, frames=tiny_decoded / "data" / "decode", method="blackout", out=tmp_path / name / "o")
+            check_budget(params, "ldp-eps1", ROWS_WITH_FRAMES)
+            continue
+        with pytest.raises(PrivharError, match="privacy.max_epsilon = 1e\\+12 is finite and the anonymized copy anonymize@blackout "
+                                               "has no DP guarantee; set privacy.allow_unprotected_releases: true"):
+            anonymize(params_path=params, frames=tiny_decoded / "data" / "decode", method="blackout", out=tmp_path / name / "o")
+        assert not (tmp_path / name / "o").exists()
+        if name == "seeded":
+            with pytest.raises(PrivharError, match=r"ldp-eps1 \(privacy.randomness: seeded, so not private\) has no DP"):
+                check_budget(params, "ldp-eps1", ROWS_WITH_FRAMES)
 
 
 def test_the_dprp_stage_refuses_over_the_cap_before_writing_anything(tiny_decoded: Path, tmp_path: Path) -> None:
     from tasks.dprp.stage import dprp
 
     params = write_params(tmp_path, {"dprp": {"epsilons": [5.0, 8.0]}, "privacy": {"max_epsilon": 10.0}})
-    with pytest.raises(PrivharError, match="subject .* has spent ε = 5 before dprp-eps8.0, which requests ε = 8 more"):
+    with pytest.raises(PrivharError, match=r"person .* has spent ε = .* before dprp-eps8.0, which requests ε = .* more"):
         dprp(params_path=params, frames=tiny_decoded / "data" / "decode", epsilon=8.0, out=tmp_path / "eps8.0")
     assert not (tmp_path / "eps8.0").exists()
 
@@ -121,6 +165,8 @@ def test_ldp_releases_enter_the_ledger_with_their_per_video_epsilon(tmp_path: Pa
     finite, reference = ldp_releases(tmp_path / "ledger.csv")
     assert finite.epsilon == 32.0 and finite.private and "0.5 per feature × 64 features" in finite.calibration
     assert not reference.private and reference.note == "reference without noise"
+    finite, reference = ldp_releases(tmp_path / "ledger.csv", ROWS)
+    assert finite.persons[0] == (32.0, 0.0)  # one training video of person 0: 1 × 32
     totals = subject_totals([finite, reference], ROWS)
-    assert totals[0]["epsilon_dp"] == 32.0 and math.isinf(totals[0]["total_epsilon"])
+    assert totals[0]["epsilon_person"] == 32.0 and math.isinf(totals[0]["total_epsilon_person"])
     assert ldp_releases(tmp_path / "absent.csv") == []

@@ -32,6 +32,7 @@ from tasks.anonymize.avatars import avatar_for, render
 from tasks.anonymize.detector import detect_people, load_mediapipe
 from tasks.anonymize.inpaint import remove_people
 from tasks.anonymize.obfuscate import LOW_RES, black_out, blur_faces, dilate, low_res_size, low_resolution, no_public_pixels
+from tasks.core.budget import check_unprotected
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import MANIFEST_NAME, read_manifest, rebase_path, resolve_path, write_manifest
 from tasks.core.parallel import map_ordered, worker_count
@@ -122,6 +123,7 @@ def anonymize(*, params_path: Path, frames: Path, method: str, out: Path, speed_
     params = load_section(params_path, "anonymize", AnonymizeParams)
     if method not in params.methods:
         raise PrivharError(f"anonymize: method {method!r} is not one of anonymize.methods = {params.methods}")
+    check_unprotected(params_path, f"the anonymized copy anonymize@{method}")  # obfuscation: no DP guarantee
     rows = read_manifest(frames / MANIFEST_NAME)
     if params.source == "detector" and NEEDS_PEOPLE.get(method):
         load_mediapipe()  # one line now if it is missing, not one per worker

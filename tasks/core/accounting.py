@@ -208,3 +208,15 @@ def gdp_epsilon(mu: float, delta: float) -> float:
     while gdp_delta(high, mu) > delta:
         high *= 2
     return float(brentq(lambda epsilon: gdp_delta(epsilon, mu) - delta, 0.0, high, xtol=1e-10 * max(1.0, high)))
+
+
+def gaussian_person_epsilon(*, mu_per_frame: float, mu_q_per_video: float, delta: float, failure: float, videos: int,
+                            frames: int) -> tuple[float, float]:
+    """(ε, δ) of a person whose ``videos`` videos of ``frames`` frames all change, for a Gaussian mechanism with
+    independent noise per frame row (Video-DPRP's P, μ per whole-frame change) and per video (its Q): exact
+    Gaussian DP, μ = sqrt(videos·frames·μ_frame² + videos·μ_Q²); the sensitivity bounds' failure probability
+    ``failure`` per video is added to δ."""
+    if videos == 0:
+        return 0.0, 0.0
+    mu = math.sqrt(videos * frames * mu_per_frame ** 2 + videos * mu_q_per_video ** 2)
+    return gdp_epsilon(mu, videos * (delta - failure)), videos * delta

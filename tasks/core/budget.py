@@ -1,53 +1,51 @@
-"""Each data subject's privacy budget: ``privacy.max_epsilon`` over every DP release, by sequential composition.
+"""Each person's privacy budget: ``privacy.max_epsilon`` over every DP release, by sequential composition.
+
+The person is the unit (DESIGN.md): a person in m videos is protected by a release at its *group*
+ε over those videos, computed exactly from the composed mechanism where a tighter bound than m·ε
+exists — the mixture-of-Gaussians PLD for DP-SGD (:func:`tasks.core.accounting.group_epsilon`), Gaussian
+DP for Video-DPRP and the federated clients, m·features·ε for pure ε-LDP codes — never the per-video ε
+summed. A person's total is the sum of those group ε over the releases that hold them.
 
 The DP releases of the pipeline, in the order the plan makes them: the Video-DPRP copies
 (``dprp.epsilons``, each a release of every video, both splits), then each private method's models
 (``private.methods`` × ``private.epsilons``, each trained on the training split), then the federated
-models (``federated.aggregations`` × ``federated.tunings``, each at ``federated.epsilon`` per client), then the
-ldp stage's randomized codes (one release per finite ``ldp.video_epsilons``, of the training split: ε per
-feature × features per video, sequential composition over the features). A subject's spend
-before a release is the sum of the ε of the releases before it that hold one of their videos;
-a release that would take any subject past the cap refuses before it does any work.
-Post-processing is free: models trained on a DPRP copy add nothing. Releases without a DP
-guarantee (anonymized copies, models trained on them or on raw clips, the ε = ∞ references) are not
-capped: the ledger lists them as unbounded.
+models (``federated.aggregations`` × ``federated.tunings``), then the ldp stage's randomized codes (one
+release per finite ``ldp.video_epsilons``, of the training split). A release that would take any
+person past the cap refuses before it does any work. Post-processing is free: models trained on a
+DPRP copy add nothing.
+
+With a finite cap, releases without a DP guarantee — anonymized copies, models trained on raw or
+anonymized clips, the ε = ∞ references, and every release whose randomness is ``seeded`` (reproducible
+from params, so not private) — are refused too (:func:`check_unprotected`), unless
+``privacy.allow_unprotected_releases`` is true; the report lists them as unbounded.
+
+The per-release person ε of the plan needs each release's σ: it is computed only when the cap is
+finite (a few seconds per release).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tasks.core.accounting import ADD_REMOVE, REPLACE_ONE, calibrate_noise, group_epsilon
 from tasks.core.errors import PrivharError
 from tasks.core.params import DprpParams, FederatedParams, LdpParams, PrivacyParams, PrivateParams, load_section
-from tasks.ldp.dcaconv import feature_count
+from tasks.core.subjects import people_in, person_units, person_videos
+
+# (the rows of the release's splits) -> each person's ε under that release
+PersonEpsilons = Callable[[list[dict[str, Any]]], dict[int, float]]
 
 
 @dataclass(frozen=True)
 class PlannedRelease:
     name: str  # dprp-eps2.0, dp_sgd-eps0.5: the key of the copy or model
-    epsilon: float
+    epsilon: float  # per unit, as the release claims it
     splits: tuple[str, ...]  # which splits' videos it releases
-
-
-def planned_releases(params_path: Path) -> list[PlannedRelease]:
-    """Every DP release of the pipeline, in plan order."""
-    dprp = load_section(params_path, "dprp", DprpParams)
-    private = load_section(params_path, "private", PrivateParams)
-    releases = [PlannedRelease(f"dprp-eps{epsilon}", epsilon, ("train", "test")) for epsilon in dprp.epsilons]
-    releases += [PlannedRelease(f"{method}-eps{epsilon}", epsilon, ("train",))
-                 for method in private.methods for epsilon in private.epsilons]
-    federated = load_section(params_path, "federated", FederatedParams)
-    releases += [PlannedRelease(federated_release(aggregation, tuning), federated.epsilon, ("train",))
-                 for tuning in federated.tunings for aggregation in federated.aggregations]
-    ldp = load_section(params_path, "ldp", LdpParams)
-    features = feature_count(ldp.video_first_filters, ldp.video_pool, tuple(ldp.video_crop))
-    releases += [PlannedRelease(ldp_release(epsilon), epsilon * features, ("train",))
-                 for epsilon in ldp.video_epsilons if math.isfinite(epsilon)]
-    return releases
+    person_epsilons: PersonEpsilons
 
 
 def federated_release(aggregation: str, tuning: str) -> str:
@@ -60,33 +58,116 @@ def ldp_release(epsilon: float) -> str:
     return f"ldp-eps{epsilon:g}"
 
 
+def _videos(rows: list[dict[str, Any]]) -> dict[int, int]:
+    return {person: len(videos) for person, videos in person_videos(rows).items()}
+
+
+def _dprp(params: DprpParams, epsilon: float, secret: bool) -> PersonEpsilons:
+    def person_epsilons(rows: list[dict[str, Any]]) -> dict[int, float]:
+        from tasks.dprp.calibration import noise_scales  # lazy: the stage's calibration (issue 20: move to core)
+        from tasks.dprp.mechanism import rank_of
+
+        d = int(rows[0]["height"]) * int(rows[0]["width"]) * 3
+        scales = noise_scales(epsilon=epsilon, delta=params.delta, budget_split=params.budget_split, k=params.k_value, d=d,
+                              calibration=params.calibration, neighbour=params.neighbour,
+                              secret_projection=secret and params.projection == "per_video",
+                              full_rank=rank_of(params.rank, params.k_value) == params.k_value)
+        frames = max(int(row["n_frames"]) for row in rows)
+        return {person: scales.person_epsilon(count, frames)[0] for person, count in _videos(rows).items()}
+    return person_epsilons
+
+
+def _private(params: PrivateParams, method: str, epsilon: float) -> PersonEpsilons:
+    relation = REPLACE_ONE if method.startswith("maskdp") else ADD_REMOVE
+
+    def person_epsilons(rows: list[dict[str, Any]]) -> dict[int, float]:
+        owners, units_per_person = person_units(rows)
+        held = units_per_person if params.unit == "person" else _videos(rows)
+        count = int(owners.max()) + 1 if params.unit == "person" else len(rows)
+        steps_per_epoch = math.ceil(count / params.batch_size)
+        rate, steps = 1.0 / steps_per_epoch, steps_per_epoch * params.epochs
+        sigma = calibrate_noise(epsilon, params.delta, rate, steps, accountant=params.accountant, relation=relation)
+        return {person: group_epsilon(sigma, rate, steps, params.delta, units, relation=relation)
+                for person, units in held.items()}
+    return person_epsilons
+
+
+def _federated(params: FederatedParams) -> PersonEpsilons:
+    def person_epsilons(rows: list[dict[str, Any]]) -> dict[int, float]:
+        from tasks.federated.accounting import calibrate, person_epsilon  # lazy: the stage's accountant
+
+        epochs = params.rounds * params.local_epochs
+        sigma = calibrate(params.epsilon, epochs, params.delta)
+        return {person: person_epsilon(sigma, epochs, count, params.delta) for person, count in _videos(rows).items()}
+    return person_epsilons
+
+
+def _ldp(per_video: float) -> PersonEpsilons:
+    def person_epsilons(rows: list[dict[str, Any]]) -> dict[int, float]:
+        return {person: count * per_video for person, count in _videos(rows).items()}  # pure ε-LDP: exact sum
+    return person_epsilons
+
+
+def planned_releases(params_path: Path) -> list[PlannedRelease]:
+    """Every DP release of the pipeline, in plan order."""
+    dprp = load_section(params_path, "dprp", DprpParams)
+    private = load_section(params_path, "private", PrivateParams)
+    secret = load_section(params_path, "privacy", PrivacyParams).randomness == "secure"
+    releases = [PlannedRelease(f"dprp-eps{epsilon}", epsilon, ("train", "test"), _dprp(dprp, epsilon, secret))
+                for epsilon in dprp.epsilons]
+    releases += [PlannedRelease(f"{method}-eps{epsilon}", epsilon, ("train",), _private(private, method, epsilon))
+                 for method in private.methods for epsilon in private.epsilons]
+    federated = load_section(params_path, "federated", FederatedParams)
+    releases += [PlannedRelease(federated_release(aggregation, tuning), federated.epsilon, ("train",), _federated(federated))
+                 for tuning in federated.tunings for aggregation in federated.aggregations]
+    ldp = load_section(params_path, "ldp", LdpParams)
+    from tasks.ldp.dcaconv import feature_count  # lazy: the stage's feature count (issue 20: move to core)
+
+    features = feature_count(ldp.video_first_filters, ldp.video_pool, tuple(ldp.video_crop))
+    releases += [PlannedRelease(ldp_release(epsilon), epsilon * features, ("train",), _ldp(epsilon * features))
+                 for epsilon in ldp.video_epsilons if math.isfinite(epsilon)]
+    return releases
+
+
 def subjects_by_split(rows: Iterable[dict[str, Any]]) -> dict[str, set[int]]:
-    """The identities (data subjects) in each split of a manifest."""
+    """The identities (data subjects) in each split of a manifest; a row naming nobody is its own subject."""
     found: dict[str, set[int]] = {}
-    for row in rows:
-        people = row.get("identities")
-        people = [row.get("identity")] if people is None else list(people)
-        found.setdefault(row["split"], set()).update(int(person) for person in people if person is not None)
+    for index, row in enumerate(rows):
+        found.setdefault(row["split"], set()).update(people_in(row, index))
     return found
 
 
+def check_unprotected(params_path: Path, what: str) -> None:
+    """Refuse a release without a DP guarantee (one line) when the cap is finite and such releases are not allowed."""
+    privacy = load_section(params_path, "privacy", PrivacyParams)
+    if math.isfinite(privacy.max_epsilon) and not privacy.allow_unprotected_releases:
+        raise PrivharError(f"privacy.max_epsilon = {privacy.max_epsilon:g} is finite and {what} has no DP guarantee; "
+                           "set privacy.allow_unprotected_releases: true to release it anyway (the report lists it as unbounded)")
+
+
 def check_budget(params_path: Path, release: str, rows: list[dict[str, Any]]) -> None:
-    """Refuse ``release`` (one line) if it would take a subject past ``privacy.max_epsilon``."""
-    cap = load_section(params_path, "privacy", PrivacyParams).max_epsilon
+    """Refuse ``release`` (one line) if it would take a person past ``privacy.max_epsilon``, or if the cap is finite and
+    its randomness is seeded (not private)."""
+    privacy = load_section(params_path, "privacy", PrivacyParams)
     plan = planned_releases(params_path)
     names = [planned.name for planned in plan]
     if release not in names:
         raise PrivharError(f"privacy budget: {release!r} is not a planned DP release ({', '.join(names)})")
-    subjects = subjects_by_split(rows)
+    if math.isinf(privacy.max_epsilon):
+        return
+    if privacy.randomness == "seeded":
+        check_unprotected(params_path, f"{release} (privacy.randomness: seeded, so not private)")
     spent: dict[int, float] = {}
     for planned in plan:
-        holders = set().union(*(subjects.get(split, set()) for split in planned.splits))
+        holding = [row for row in rows if row["split"] in planned.splits]
+        requested = planned.person_epsilons(holding) if holding else {}
         if planned.name == release:
-            for subject in sorted(holders):
-                if spent.get(subject, 0.0) + planned.epsilon > cap:
-                    raise PrivharError(f"privacy.max_epsilon = {cap:g}: subject {subject} has spent ε = "
-                                       f"{spent.get(subject, 0.0):g} before {release}, which requests ε = {planned.epsilon:g} "
-                                       f"more (sequential composition); raise the cap or drop a release")
+            for person, epsilon in sorted(requested.items()):
+                if spent.get(person, 0.0) + epsilon > privacy.max_epsilon:
+                    raise PrivharError(f"privacy.max_epsilon = {privacy.max_epsilon:g}: person {person} has spent ε = "
+                                       f"{spent.get(person, 0.0):.4g} before {release}, which requests ε = {epsilon:.4g} "
+                                       "more for them (group privacy over their videos, sequential composition); "
+                                       "raise the cap or drop a release")
             return
-        for subject in holders:
-            spent[subject] = spent.get(subject, 0.0) + planned.epsilon
+        for person, epsilon in requested.items():
+            spent[person] = spent.get(person, 0.0) + epsilon

@@ -48,7 +48,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Literal
 
-from tasks.core.accounting import REPLACE_ONE, gdp_epsilon
+from tasks.core.accounting import REPLACE_ONE, gaussian_person_epsilon, gdp_epsilon
 from tasks.core.errors import PrivharError
 
 Calibration = Literal["paper", "gaussian"]
@@ -90,11 +90,8 @@ class NoiseScales:
 
     def person_epsilon(self, videos: int, frames: int) -> tuple[float, float]:
         """(ε, δ) for a person in ``videos`` videos of ``frames`` frames each (module docstring, "The person")."""
-        if videos == 0:
-            return 0.0, 0.0
-        mu = math.sqrt(videos * frames * self.mu_per_frame ** 2 + videos * self.mu_q_per_video ** 2)
-        delta = videos * self.delta
-        return gdp_epsilon(mu, videos * (self.delta - self.failure_probability)), delta
+        return gaussian_person_epsilon(mu_per_frame=self.mu_per_frame, mu_q_per_video=self.mu_q_per_video,
+                                       delta=self.delta, failure=self.failure_probability, videos=videos, frames=frames)
 
     def as_dict(self) -> dict[str, float | str]:
         return {**asdict(self), "accountant": self.accountant, "unit": self.unit}

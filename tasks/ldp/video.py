@@ -40,7 +40,7 @@ from tasks.assess.attributes import attribute_names
 from tasks.assess.regions import expanded, warp_region
 from tasks.assess.scores import class_wise_f1, class_wise_map
 from tasks.assess.truth import load_truth
-from tasks.core.budget import check_budget, ldp_release
+from tasks.core.budget import check_budget, check_unprotected, ldp_release
 from tasks.core.clips import labels_of, split_rows
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import MANIFEST_NAME, read_manifest, resolve_path
@@ -157,6 +157,8 @@ def ldp_video(*, params_path: Path, frames: Path, public: Path, out: Path, repor
         check_domain(2**params.video_second_filters, epsilon)
         if math.isfinite(epsilon):  # privacy.max_epsilon, before any work
             check_budget(params_path, ldp_release(epsilon), rows)
+        else:
+            check_unprotected(params_path, f"{ldp_release(epsilon)} (codes without randomized response)")
     size = tuple(params.video_crop)
     has_attributes = any(key.startswith("attr_") for key in rows[0])  # else the attribute columns say nan
     with stage_run("ldp", {"ldp": params}) as run, atomic_directory(out) as staging:

@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tasks.core.accounting import ADD_REMOVE, REPLACE_ONE
-from tasks.core.budget import check_budget
+from tasks.core.budget import check_budget, check_unprotected
 from tasks.core.subjects import person_units, person_videos
 from tasks.core.clips import augment, class_names, labels_of, load_clips, normalise, split_rows
 from tasks.core.errors import PrivharError
@@ -207,6 +207,7 @@ def train_private(*, params_path: Path, method: str, frames: Path, init: Path, o
     _check_inputs(params, len(rows) if params.unit == "video" else int(owners.max()) + 1, pretrained)
     for epsilon in params.epsilons:  # privacy.max_epsilon, before any work
         check_budget(params_path, f"{method}-eps{epsilon}", rows)
+    check_unprotected(params_path, f"the reference {method}-epsinf (the same recipe without noise)")
     size = tuple(config["input_size"])
     recipe = recipe_of(params, method)
     if params.unit == "video":

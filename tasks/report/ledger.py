@@ -1,21 +1,33 @@
-"""The privacy ledger of a pipeline run: every release of subject data, its mechanism and guarantee, and each
-subject's total under sequential composition (post-processing free; tasks/core/budget.py states the rules)."""
+"""The privacy ledger of a pipeline run: every release of subject data, its mechanism, unit, relation and randomness,
+and each person's total (tasks/core/budget.py states the rules).
+
+Two views per person, side by side:
+- **per unit** (what each release prints): the sum of the releases' ε as claimed per video (or per frame,
+  per pixel change). It is *not* a guarantee for a person who appears in many videos;
+- **per person**: each release's group ε over the person's videos (exact from the composed mechanism:
+  ``<method>_persons.csv`` of the training stages; Gaussian DP for Video-DPRP; videos × ε for LDP codes),
+  summed over the releases (sequential composition). Releases without a DP guarantee, and releases whose
+  randomness was seeded (reproducible from params), make the person's total unbounded.
+"""
 
 from __future__ import annotations
 
 import csv
 import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
 
+from tasks.core.accounting import gaussian_person_epsilon
 from tasks.core.budget import federated_release, subjects_by_split
+from tasks.core.randomness import SECURE
+from tasks.core.subjects import person_videos
 
 MECHANISMS = {
-    "dp_sgd": "DP-SGD (Opacus, Poisson sampling, per-video clipping)",
+    "dp_sgd": "DP-SGD (Opacus, Poisson sampling, per-unit clipping)",
     "dp_sgd_avatar": "DP-SGD on the avatar copy (Opacus)",
     "multiclip": "MultiClip DP-SGD (per-video gradient over K clips, clipped once)",
     "maskdp": "MaskDP-SGD (masked adjacency: private tokens clipped and noised)",
@@ -23,7 +35,9 @@ MECHANISMS = {
 }
 
 
-SUBJECT_COLUMNS = ("subject", "dp_releases", "epsilon_dp", "delta_dp", "releases_without_dp", "total_epsilon")
+SUBJECT_COLUMNS = ("subject", "dp_releases", "epsilon_per_unit_sum", "epsilon_person", "delta_person",
+                   "releases_without_dp", "releases_seeded", "total_epsilon_person")
+PersonEpsilons = dict[int, tuple[float, float]]  # person -> (ε, δ) under one release
 
 
 @dataclass(frozen=True)
@@ -33,39 +47,71 @@ class Release:
     name: str
     family: str  # the method: dprp, dp_sgd, …, anonymize, non-private models
     mechanism: str
-    epsilon: float  # inf: no DP guarantee
+    epsilon: float  # per unit; inf: no DP guarantee
     delta: float
     accountant: str
     calibration: str
     splits: str  # "train" or "train+test"
     note: str = ""
+    unit: str = "none"
+    relation: str = "none"
+    randomness: str = SECURE
+    epsilon_person_max: float = math.inf
+    persons: PersonEpsilons = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def private(self) -> bool:
-        return math.isfinite(self.epsilon)
+        """A finite ε whose randomness is secret."""
+        return math.isfinite(self.epsilon) and self.randomness == SECURE
+
+
+def _max_person(persons: PersonEpsilons) -> float:
+    return max((epsilon for epsilon, _ in persons.values()), default=math.inf)
 
 
 def dprp_releases(folder: Path) -> list[Release]:
-    """One release per DPRP copy (data/dprp/eps<ε>/ledger.parquet): ε, δ, calibration as the stage recorded them."""
+    """One release per DPRP copy (data/dprp/eps<ε>/ledger.parquet), with each person's ε by Gaussian DP over their
+    videos' frames (tasks/dprp/calibration.py, "The person")."""
     releases = []
     for ledger in sorted(folder.glob("*/ledger.parquet")):
-        row = pq.read_table(ledger).slice(0, 1).to_pylist()[0]
+        rows = pq.read_table(ledger).to_pylist()
+        first = rows[0]
+        persons = {}
+        for person, videos in person_videos(rows).items():
+            persons[person] = gaussian_person_epsilon(
+                mu_per_frame=float(first["mu_per_frame"]), mu_q_per_video=float(first["mu_q_per_video"]),
+                delta=float(first["delta"]), failure=float(first["failure_probability"]), videos=len(videos),
+                frames=max(int(rows[index]["n_frames"]) for index in videos))
+        note = (f"same noise: ε {float(first['epsilon_one_pixel']):.3g} for one pixel value, "
+                f"{float(first['epsilon_whole_frame']):.3g} for a whole frame")
         releases.append(Release(f"dprp-{ledger.parent.name}", "dprp", "Video-DPRP (Gaussian on the projection P and covariance Q)",
-                                float(row["epsilon"]), float(row["delta"]), str(row["accountant"]), str(row["calibration"]),
-                                "train+test"))
+                                float(first["epsilon"]), float(first["delta"]), str(first["accountant"]),
+                                str(first["calibration"]), "train+test", note, str(first["unit"]), str(first["relation"]),
+                                str(first["randomness"]), _max_person(persons), persons))
     return releases
+
+
+def _persons(path: Path) -> dict[str, PersonEpsilons]:
+    """model -> person -> (ε, δ) from a training stage's ``*_persons.csv``."""
+    found: dict[str, PersonEpsilons] = {}
+    for entry in _csv_entries(path):
+        found.setdefault(entry["model"], {})[int(entry["subject"])] = (float(entry["epsilon_person"]), 0.0)
+    return found
 
 
 def private_releases(folder: Path, methods: list[str]) -> list[Release]:
     """One release per private model (reports/private/<method>.csv); the ε = ∞ references are releases without DP."""
     releases = []
     for method in methods:
+        persons = _persons(folder / f"{method}_persons.csv")
         for entry in _csv_entries(folder / f"{method}.csv"):
-            epsilon = float(entry["epsilon"])
-            releases.append(Release(entry["model"], method, MECHANISMS.get(method, method), epsilon, float(entry["delta"]),
+            epsilon, delta = float(entry["epsilon"]), float(entry["delta"])
+            mine = {person: (value, delta) for person, (value, _) in persons.get(entry["model"], {}).items()}
+            releases.append(Release(entry["model"], method, MECHANISMS.get(method, method), epsilon, delta,
                                     entry["accountant"], "σ calibrated to the target ε by the accountant"
                                     if math.isfinite(epsilon) else "none: no noise (clipping only)", "train",
-                                    "" if math.isfinite(epsilon) else "reference without noise"))
+                                    "" if math.isfinite(epsilon) else "reference without noise", entry.get("unit", "video"),
+                                    entry.get("relation", "none"), entry.get("randomness", SECURE), _max_person(mine), mine))
     return releases
 
 
@@ -77,23 +123,37 @@ def _csv_entries(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(handle))
 
 
-def ldp_releases(path: Path) -> list[Release]:
-    """The randomized DCAConv codes of the ldp stage (reports/ldp/ledger.csv): ε per video = features × ε per feature."""
-    return [Release(entry["release"], "ldp", entry["mechanism"], float(entry["epsilon_per_video"]), float(entry["delta"]),
-                    entry["accountant"], f"ε = {float(entry['epsilon_per_feature']):g} per feature × "
-                    f"{entry['features_per_video']} features", entry["splits"],
-                    "" if math.isfinite(float(entry["epsilon_per_video"])) else "reference without noise")
-            for entry in _csv_entries(path)]
+def ldp_releases(path: Path, rows: list[dict[str, Any]] | None = None) -> list[Release]:
+    """The randomized DCAConv codes of the ldp stage (reports/ldp/ledger.csv): ε per video = features × ε per feature;
+    per person: their training videos × that (pure ε-LDP composes by addition)."""
+    train = [row for row in rows or [] if row["split"] == "train"]
+    releases = []
+    for entry in _csv_entries(path):
+        per_video = float(entry["epsilon_per_video"])
+        persons = ({person: (len(videos) * per_video, 0.0) for person, videos in person_videos(train).items()}
+                   if math.isfinite(per_video) else {})
+        releases.append(Release(entry["release"], "ldp", entry["mechanism"], per_video, float(entry["delta"]),
+                                entry["accountant"], f"ε = {float(entry['epsilon_per_feature']):g} per feature × "
+                                f"{entry['features_per_video']} features", entry["splits"],
+                                "" if math.isfinite(per_video) else "reference without noise", entry.get("unit", "video"),
+                                entry.get("relation", "none"), entry.get("randomness", SECURE), _max_person(persons), persons))
+    return releases
 
 
 def federated_releases(path: Path) -> list[Release]:
     """One release per federated model (reports/federated/federated.csv): ε per client, the largest over the clients."""
-    return [Release(federated_release(entry["aggregation"], entry["tuning"]), "federated",
-                    "FedDP-STECAR: DP-SGD (Opacus) per client on shuffled batches, masked updates, FedAvg / FedNova",
-                    float(entry["epsilon"]), float(entry["delta"]), entry["accountant"],
-                    "σ calibrated so that a client in every round spends federated.epsilon", "train",
-                    f"{entry['tuning']} tuning, {entry['aggregation']}")
-            for entry in _csv_entries(path)]
+    persons = _persons(path.with_name("federated_persons.csv"))
+    releases = []
+    for entry in _csv_entries(path):
+        name, delta = federated_release(entry["aggregation"], entry["tuning"]), float(entry["delta"])
+        mine = {person: (value, delta) for person, (value, _) in persons.get(entry["model"], {}).items()}
+        releases.append(Release(name, "federated",
+                                "FedDP-STECAR: DP-SGD (Opacus) per client on shuffled batches, masked updates, FedAvg / FedNova",
+                                float(entry["epsilon"]), delta, entry["accountant"],
+                                "σ calibrated so that a client in every round spends federated.epsilon", "train",
+                                f"{entry['tuning']} tuning, {entry['aggregation']}", entry.get("unit", "video"),
+                                entry.get("relation", "replace-one"), entry.get("randomness", SECURE), _max_person(mine), mine))
+    return releases
 
 
 def unprotected_releases(train_reports: Path, anonymize: Path) -> list[Release]:
@@ -117,24 +177,30 @@ def unprotected_releases(train_reports: Path, anonymize: Path) -> list[Release]:
 
 
 def subject_totals(releases: list[Release], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per subject: DP releases holding them, Σε and Σδ (sequential composition), releases without DP, the total."""
+    """Per person: DP releases holding them, Σ of the per-unit ε (not a guarantee), Σ of their person-level ε and δ
+    (sequential composition), releases without DP or with seeded randomness, and the total (∞ if any of those)."""
     subjects = subjects_by_split(rows)
     every = sorted(set().union(*subjects.values())) if subjects else []
     table = []
     for subject in every:
         holding = [r for r in releases if any(subject in subjects.get(split, set()) for split in r.splits.split("+"))]
-        dp = [r for r in holding if r.private]
-        unbounded = len(holding) - len(dp)
-        total_epsilon = sum(r.epsilon for r in dp)
-        table.append({"subject": subject, "dp_releases": len(dp), "epsilon_dp": round(total_epsilon, 4),
-                      "delta_dp": sum(r.delta for r in dp), "releases_without_dp": unbounded,
-                      "total_epsilon": math.inf if unbounded else round(total_epsilon, 4)})
+        finite = [r for r in holding if math.isfinite(r.epsilon)]
+        seeded = [r for r in finite if not r.private]
+        unbounded = len(holding) - len(finite)
+        person = [r.persons.get(subject, (r.epsilon_person_max, r.delta)) for r in finite]
+        epsilon_person = sum(epsilon for epsilon, _ in person)
+        table.append({"subject": subject, "dp_releases": len(finite),
+                      "epsilon_per_unit_sum": round(sum(r.epsilon for r in finite), 4),
+                      "epsilon_person": round(epsilon_person, 4) if math.isfinite(epsilon_person) else math.inf,
+                      "delta_person": sum(delta for _, delta in person), "releases_without_dp": unbounded,
+                      "releases_seeded": len(seeded),
+                      "total_epsilon_person": math.inf if unbounded or seeded else round(epsilon_person, 4)})
     return table
 
 
 def family_summary(releases: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The ledger per method: its mechanism, its DP releases (ε achieved, δ, accountant, calibration, Σ ε) and how many
-    of its releases carry no DP guarantee."""
+    """The ledger per method: its mechanism, unit and relation, its DP releases (ε per unit, the largest ε of one
+    person, δ, accountant, calibration) and how many of its releases carry no DP guarantee."""
     families: dict[str, list[dict[str, Any]]] = {}
     for release in releases:
         families.setdefault(release["family"], []).append(release)
@@ -142,13 +208,16 @@ def family_summary(releases: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for family, group in families.items():
         dp = [r for r in group if math.isfinite(r["epsilon"])]
         summary.append({"method": family, "mechanism": group[0]["mechanism"], "dp_releases": len(dp),
+                        "unit": dp[0]["unit"] if dp else "none", "relation": dp[0]["relation"] if dp else "none",
                         "epsilons": ", ".join(f"{r['epsilon']:.3g}" for r in dp) or "—",
+                        "person_epsilons": ", ".join(f"{r['epsilon_person_max']:.3g}" for r in dp) or "—",
                         "delta": max((r["delta"] for r in dp), default=0.0),
                         "accountant": dp[0]["accountant"].split(";")[0] if dp else "none",
                         "calibration": dp[0]["calibration"] if dp else "none",
+                        "randomness": dp[0]["randomness"] if dp else "none",
                         "epsilon_sum": sum(r["epsilon"] for r in dp), "releases_without_dp": len(group) - len(dp)})
     return summary
 
 
 def method_rows(releases: list[Release]) -> list[dict[str, Any]]:
-    return [asdict(release) for release in releases]
+    return [{key: value for key, value in asdict(release).items() if key != "persons"} for release in releases]

@@ -65,22 +65,21 @@ def _json_or_empty(path: Path) -> dict[str, Any]:
 
 
 def _subjects_markdown(subjects: list[dict[str, Any]]) -> str:
-    """One line per distinct total (every subject usually shares one), naming the subjects."""
-    groups: dict[tuple, list[int]] = {}
-    for row in subjects:
-        key = (row["dp_releases"], row["epsilon_dp"], row["delta_dp"], row["releases_without_dp"], row["total_epsilon"])
-        groups.setdefault(key, []).append(row["subject"])
-    lines = [[", ".join(map(str, people)), str(key[0]), f"{key[1]:g}", f"{key[2]:.2g}", str(key[3]), cell(float(key[4]))]
-             for key, people in groups.items()]
-    return markdown_table(["subjects", "DP releases", "Σ ε (DP)", "Σ δ (DP)", "releases without DP", "total ε"], lines)
+    """One line per person: the per-unit sum (what adding the printed ε gives, not a guarantee) beside the person's ε."""
+    lines = [[str(row["subject"]), str(row["dp_releases"]), f"{row['epsilon_per_unit_sum']:g}", f"{row['epsilon_person']:.4g}",
+              f"{row['delta_person']:.2g}", str(row["releases_without_dp"]), str(row["releases_seeded"]),
+              cell(float(row["total_epsilon_person"]))] for row in subjects]
+    return markdown_table(["person", "DP releases", "Σ ε per unit (not a guarantee)", "Σ ε per person", "Σ δ per person",
+                           "releases without DP", "seeded (not private)", "total ε of the person"], lines)
 
 
 def _families_markdown(releases: list[dict[str, Any]]) -> str:
-    lines = [[r["method"], r["mechanism"], str(r["dp_releases"]), r["epsilons"], f"{r['delta']:g}" if r["dp_releases"] else "—",
-              r["accountant"], r["calibration"], f"{r['epsilon_sum']:.4g}", str(r["releases_without_dp"])]
-             for r in family_summary(releases)]
-    return markdown_table(["method", "mechanism", "DP releases", "ε achieved", "δ", "accountant", "calibration", "Σ ε (DP)",
-                           "releases without DP"], lines, right_from=7)
+    lines = [[r["method"], r["mechanism"], r["unit"], r["relation"], str(r["dp_releases"]), r["epsilons"], r["person_epsilons"],
+              f"{r['delta']:g}" if r["dp_releases"] else "—", r["accountant"], r["calibration"], r["randomness"],
+              str(r["releases_without_dp"])] for r in family_summary(releases)]
+    return markdown_table(["method", "mechanism", "unit (what ε covers)", "relation", "DP releases", "ε per unit",
+                           "ε of the most exposed person", "δ", "accountant", "calibration", "randomness",
+                           "releases without DP"], lines, right_from=11)
 
 
 READ_FIRST = ("Read this first. Every number is also in `report/*.csv`, `report/results.parquet` and `report/metrics.json` "
@@ -93,14 +92,19 @@ SIGNATURE = ("id: 1 − face re-identification rate (LBPH / Eigen / Fisher train
              "fused eq. 18); det: detection hit rate, Dice > 0.5 (HOG + linear SVM trained on raw frames; eq. 20-22); "
              "track: MIL / KCF / CSRT from the first true box (eq. 23); sim: SSIM and 1 − MSE/255² (eq. 24); "
              "speed: min(frames/s / τ, 1) (eq. 25, min for the printed max).")
-LEDGER = ("Sequential composition over every DP release that holds a subject's videos; training on a DPRP copy is "
-          "post-processing (free). Releases without DP (anonymized copies, models trained on raw or anonymized clips, "
-          "the ε = ∞ references) make a subject's total unbounded.")
+LEDGER = ("Every ε names its unit — what one neighbouring change is: a video, a person, a frame, a pixel change — and "
+          "its relation (add/remove or replace-one). The person is the unit that matters: a person appears in many videos, "
+          "so each release's ε for a person is its group ε over their videos, computed exactly from the composed mechanism "
+          "(mixture-of-Gaussians PLD for DP-SGD, Gaussian DP for Video-DPRP and the federated clients, videos × ε for LDP "
+          "codes), and a person's total is the sum over the releases that hold them (sequential composition). Training on "
+          "a DPRP copy is post-processing (free). Releases without DP (anonymized copies, models trained on raw or "
+          "anonymized clips, the ε = ∞ references) and releases made with seeded randomness (reproducible from params, "
+          "so not private) make a person's total unbounded. Expect large person-level numbers: that is the finding.")
 
 
 def results_markdown(table: list[dict[str, Any]], signature: list[dict[str, Any]], releases: list[dict[str, Any]],
                      subjects: list[dict[str, Any]], cap: float) -> str:
-    cap_text = "none" if math.isinf(cap) else f"ε ≤ {cap:g} per subject"
+    cap_text = "none" if math.isinf(cap) else f"ε ≤ {cap:g} per person"
     links = " ".join(f"[{row['copy']}](report/signature/{row['copy']}.png)" for row in signature)
     return "\n\n".join([
         "# privhar results", READ_FIRST,
@@ -113,7 +117,7 @@ def results_markdown(table: list[dict[str, Any]], signature: list[dict[str, Any]
         "## Privacy ledger", f"Cap (`privacy.max_epsilon`): {cap_text}. {LEDGER}",
         _families_markdown(releases) if releases else "No release yet.",
         "Every release, with the accountant's parameters: [report/releases.csv](report/releases.csv).",
-        "### Per data subject", _subjects_markdown(subjects) if releases else "",
+        "### Per person", _subjects_markdown(subjects) if releases else "",
     ]) + "\n"
 
 
@@ -145,7 +149,7 @@ def report(*, params_path: Path, metrics: Path, signature: Path, ledgers: Path, 
     table = table_one(rows, scores, assessed)
     signatures = signature_rows(rows, assessed)
     found = (dprp_releases(dprp) + private_releases(ledgers, private.methods)
-             + (ldp_releases(ldp_ledger) if ldp_ledger else [])
+             + (ldp_releases(ldp_ledger, read_manifest(frames / MANIFEST_NAME)) if ldp_ledger else [])
              + (federated_releases(federated_table) if federated_table else [])
              + unprotected_releases(train_reports, anonymize))
     releases = method_rows(found)
@@ -154,7 +158,8 @@ def report(*, params_path: Path, metrics: Path, signature: Path, ledgers: Path, 
     with stage_run("report", {"privacy": {"max_epsilon": cap}}) as run:
         atomic_write_bytes(folder / "table1.csv", csv_bytes(table))
         atomic_write_bytes(folder / "signature.csv", csv_bytes(signatures))
-        atomic_write_bytes(folder / "releases.csv", csv_bytes(releases, [field.name for field in fields(Release)]))
+        atomic_write_bytes(folder / "releases.csv", csv_bytes(releases, [field.name for field in fields(Release)
+                                                                         if field.name != "persons"]))
         atomic_write_bytes(folder / "subjects.csv", csv_bytes(subjects, list(SUBJECT_COLUMNS)))
         write_table([{key: str(value) if isinstance(value, str) else float(value) if isinstance(value, (int, float)) else value
                       for key, value in row.items()} for row in _uniform(table)], folder / "results.parquet")
