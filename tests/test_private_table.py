@@ -11,7 +11,8 @@ import pytest
 from tasks.core.errors import PrivharError
 from tasks.private.table import accuracy_table, collect, markdown, plot
 
-LEDGER_FIELDS = ["model", "target_epsilon", "epsilon", "delta", "noise_multiplier", "steps", "accountant"]
+LEDGER_FIELDS = ["model", "target_epsilon", "epsilon", "delta", "noise_multiplier", "steps", "accountant", "unit", "relation",
+                 "epsilon_person_max", "paper_epsilon"]
 
 
 @pytest.fixture
@@ -23,14 +24,17 @@ def reports(tmp_path):
             writer = csv.DictWriter(handle, LEDGER_FIELDS)
             writer.writeheader()
             writer.writerow({"model": f"{method}-eps2.0", "target_epsilon": 2.0, "epsilon": 1.9987, "delta": 1e-4,
-                             "noise_multiplier": 1.7, "steps": 300, "accountant": "rdp (Opacus), q=0.1, sigma=1.7, steps=300"})
+                             "noise_multiplier": 1.7, "steps": 300, "accountant": "rdp (Opacus), q=0.1, sigma=1.7, steps=300",
+                             "unit": "video", "relation": "replace-one" if method == "maskdp_real" else "add/remove",
+                             "epsilon_person_max": 93.5, "paper_epsilon": 0.98 if method == "maskdp_real" else ""})
             writer.writerow({"model": f"{method}-epsinf", "target_epsilon": "inf", "epsilon": "inf", "delta": 0.0,
                              "noise_multiplier": 0.0, "steps": 300, "accountant": "none (non-private training)"})
         metrics[f"{method}-eps2.0"] = {"top1": scores[0], "top5": 1.0, "test_videos": 200}
         metrics[f"{method}-epsinf"] = {"top1": scores[1], "top5": 1.0, "test_videos": 200}
     (tmp_path / "metrics.json").write_text(json.dumps(metrics))
     (tmp_path / "baseline.json").write_text(json.dumps({"epsilon": "inf", "delta": 0.0, "accountant": "none (non-private training)"}))
-    (tmp_path / "dprp-eps8.0.json").write_text(json.dumps({"epsilon": 8.0, "delta": 1e-4, "accountant": "Video-DPRP (Theorems 3-4)"}))
+    (tmp_path / "dprp-eps8.0.json").write_text(json.dumps({"epsilon": 8.0, "delta": 1e-4, "accountant": "Video-DPRP (Theorems 3-4)",
+                                                           "unit": "frame", "relation": "replace-one"}))
     return tmp_path
 
 
@@ -55,8 +59,9 @@ def test_the_ledger_carries_the_achieved_epsilon_and_its_accountant(reports):
     achieved = {record["model"]: record for record in records}
     assert achieved["dp_sgd-eps2.0"]["epsilon"] == pytest.approx(1.9987) and math.isinf(achieved["baseline"]["epsilon"])
     text = markdown(records)
-    assert "| dp_sgd-eps2.0 | 2 | 1.999 | 0.0001 | rdp (Opacus), q=0.1, sigma=1.7, steps=300 |" in text
-    assert "| dprp-eps8.0 | 8 | 8 | 0.0001 | Video-DPRP (Theorems 3-4) |" in text
+    assert "| dp_sgd-eps2.0 | 2 | 1.999 | video | add/remove | 93.5 |  | 0.0001 | rdp (Opacus), q=0.1, sigma=1.7, steps=300 |" in text
+    assert "| maskdp_real-eps2.0 | 2 | 1.999 | video | replace-one | 93.5 | 0.98 | 0.0001 |" in text  # the paper's number beside
+    assert "| dprp-eps8.0 | 8 | 8 | frame | replace-one |  |  | 0.0001 | Video-DPRP (Theorems 3-4) |" in text
     assert "not private for them" in text  # the maskdp_real footnote
     assert plot(records)[:4] == b"\x89PNG"
 

@@ -12,9 +12,11 @@ import numpy as np
 from sklearn.cluster import KMeans
 
 
-def raw_pixel_codes(train: np.ndarray, test: np.ndarray, d: int) -> tuple[np.ndarray, np.ndarray]:
-    """(N, h, w) images → (N, h·w) integers in [0, d − 1], scaled by the training split's minimum and maximum."""
-    low, high = float(train.min()), float(train.max())
+def raw_pixel_codes(train: np.ndarray, test: np.ndarray, d: int, fit: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(N, h, w) images → (N, h·w) integers in [0, d − 1], scaled by the minimum and maximum of ``fit`` (default: the
+    training split; the video stage passes the public set: under local DP no central step sees private data)."""
+    fit = train if fit is None else fit
+    low, high = float(fit.min()), float(fit.max())
 
     def scale(images: np.ndarray) -> np.ndarray:
         unit = (images.reshape(len(images), -1) - low) / max(high - low, 1e-12)
@@ -31,9 +33,11 @@ def _blocks(images: np.ndarray) -> np.ndarray:
     return np.stack([hog.compute(image).reshape(-1, 36) for image in scaled])
 
 
-def hog_bovw_codes(train: np.ndarray, test: np.ndarray, d: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Each HOG block's visual word (one of d k-means centres fitted on the training blocks)."""
+def hog_bovw_codes(train: np.ndarray, test: np.ndarray, d: int, seed: int,
+                   fit: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Each HOG block's visual word (one of d k-means centres fitted on the blocks of ``fit``, default the training split)."""
     train_blocks, test_blocks = _blocks(train), _blocks(test)
-    words = KMeans(n_clusters=d, n_init=1, random_state=seed % 2**32).fit(train_blocks.reshape(-1, 36))
+    fit_blocks = train_blocks if fit is None else _blocks(fit)
+    words = KMeans(n_clusters=d, n_init=1, random_state=seed % 2**32).fit(fit_blocks.reshape(-1, 36))
     return (words.predict(train_blocks.reshape(-1, 36)).reshape(len(train), -1),
             words.predict(test_blocks.reshape(-1, 36)).reshape(len(test), -1))

@@ -97,11 +97,12 @@ def video_labels(row: dict[str, Any], names: list[str]) -> np.ndarray:
     return np.asarray(values, dtype=bool)
 
 
-def baseline_codes(train: np.ndarray, test: np.ndarray, domain: int, seed: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Paper 002's baselines on the same motion images, in the same domain: compared, not released (the ledger
-    holds the DCAConv codes only)."""
-    return {"raw_pixels": raw_pixel_codes(train, test, domain),
-            "hog_bovw": hog_bovw_codes(train, test, domain, derive_seed(seed, "ldp", "hog_bovw"))}
+def baseline_codes(train: np.ndarray, test: np.ndarray, domain: int, seed: int,
+                   public: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Paper 002's baselines on the same motion images, in the same domain, their scaling and visual words fitted on
+    the ``public`` images: compared, not released (the ledger holds the DCAConv codes only)."""
+    return {"raw_pixels": raw_pixel_codes(train, test, domain, fit=public),
+            "hog_bovw": hog_bovw_codes(train, test, domain, derive_seed(seed, "ldp", "hog_bovw"), fit=public)}
 
 
 def score_codes(name: str, train_codes: np.ndarray, test_codes: np.ndarray, domain: int, params: LdpParams,
@@ -178,7 +179,8 @@ def ldp_video(*, params_path: Path, frames: Path, public: Path, out: Path, repor
         save_arrays(staging / "filters.npz", first=encoder.first, second=encoder.second, pool=np.array(encoder.pool))
         results, released_codes, perturb_seconds = score_codes(
             "dcaconv", train_codes, test_codes, domain, params, randomness, train_rows, test_rows, classes, has_attributes)
-        for name, (train_baseline, test_baseline) in baseline_codes(train_images, test_images, domain, base.seed).items():
+        for name, (train_baseline, test_baseline) in baseline_codes(train_images, test_images, domain, base.seed,
+                                                                         public_images).items():
             results += score_codes(name, train_baseline, test_baseline, domain, params, randomness, train_rows, test_rows,
                                    classes, has_attributes)[0]
         save_arrays(staging / "released_train_codes.npz", **released_codes,

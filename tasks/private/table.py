@@ -80,12 +80,16 @@ def collect(*, metrics_path: Path, ledgers: Path, train_reports: Path, methods: 
             scores = _scores(metrics, entry["model"], metrics_path)
             records.append(_record(row, entry["model"], float(entry["target_epsilon"]), float(entry["epsilon"]),
                                    float(entry["delta"]), entry["accountant"], scores, clips_per_video,
-                                   noise_multiplier=entry["noise_multiplier"], steps=entry["steps"]))
+                                   noise_multiplier=entry["noise_multiplier"], steps=entry["steps"],
+                                   unit=entry.get("unit", ""), relation=entry.get("relation", ""),
+                                   epsilon_person_max=entry.get("epsilon_person_max", ""),
+                                   paper_epsilon=entry.get("paper_epsilon", ""), randomness=entry.get("randomness", "")))
     for epsilon in dprp_epsilons:
         key = f"dprp-eps{epsilon}"
         claim = _read_json(train_reports / f"{key}.json")
         records.append(_record(DPRP, key, epsilon, float(claim["epsilon"]), float(claim["delta"]), claim["accountant"],
-                               _scores(metrics, key, metrics_path), clips_per_video))
+                               _scores(metrics, key, metrics_path), clips_per_video, unit=claim.get("unit", ""),
+                               relation=claim.get("relation", ""), randomness=claim.get("randomness", "")))
     claim = _read_json(train_reports / "baseline.json")
     records.append(_record(BASELINE, "baseline", math.inf, math.inf, 0.0, claim["accountant"],
                            _scores(metrics, "baseline", metrics_path), clips_per_video))
@@ -97,6 +101,7 @@ def _record(row: Row, key: str, target: float, epsilon: float, delta: float, acc
     return {"data": row.data, "training": row.training.format(clips=clips_per_video), "model": key,
             "target_epsilon": target, "epsilon": epsilon, "delta": delta, "accountant": accountant,
             "noise_multiplier": extra.get("noise_multiplier", ""), "steps": extra.get("steps", ""),
+            **{name: extra.get(name, "") for name in ("unit", "relation", "epsilon_person_max", "paper_epsilon", "randomness")},
             "top1": scores["top1"], "top5": scores["top5"], "top1_protocol2": scores.get("top1_protocol2", ""),
             "top5_protocol2": scores.get("top5_protocol2", ""), "test_videos": scores["test_videos"]}
 
@@ -123,13 +128,17 @@ def accuracy_table(records: list[dict[str, Any]], score: str) -> str:
 
 
 def ledger_table(records: list[dict[str, Any]]) -> str:
-    """Markdown: the achieved ε of every private model, its δ, and the accountant with the parameters it used."""
-    lines = ["| model | target ε | ε | δ | accountant and parameters |", "|---|---:|---:|---:|---|"]
+    """Markdown: the achieved ε of every private model with its unit and relation, the ε of the most exposed person,
+    the paper's number where a paper printed another (MaskDP: 001 Theorem 1, add/remove RDP), δ, the accountant."""
+    lines = ["| model | target ε | ε | unit | relation | ε of the most exposed person | paper's ε (not a bound) | δ | "
+             "accountant and parameters |", "|---|---:|---:|---|---|---:|---:|---:|---|"]
     for record in records:
         if math.isinf(record["epsilon"]):
             continue
-        lines.append(f"| {record['model']} | {_label(record['target_epsilon'])} | {record['epsilon']:.4g} | "
-                     f"{record['delta']:g} | {record['accountant']} |")
+        person = "" if record["epsilon_person_max"] == "" else f"{float(record['epsilon_person_max']):.4g}"
+        paper = "" if record["paper_epsilon"] == "" else f"{float(record['paper_epsilon']):.4g}"
+        lines.append(f"| {record['model']} | {_label(record['target_epsilon'])} | {record['epsilon']:.4g} | {record['unit']} | "
+                     f"{record['relation']} | {person} | {paper} | {record['delta']:g} | {record['accountant']} |")
     return "\n".join(lines)
 
 
