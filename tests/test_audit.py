@@ -21,7 +21,7 @@ from tasks.core.accounting import ADD_REMOVE, REPLACE_ONE, sampled_gaussian_epsi
 from tasks.ldp.randomized_response import perturb
 from tasks.private.methods import PrivateData, Recipe, train_grouped
 
-RUNS = 12_000  # per world (the grouped-loop audits; Video-DPRP uses 4 000)
+RUNS = 12_000  # per world (the grouped-loop audits; Video-DPRP uses 4 000); `pytest -m slow` runs 10x
 CONFIDENCE = 0.999  # of each one-sided Clopper-Pearson bound, Bonferroni over the thresholds tried
 # The audit checks the accountant's whole (ε, δ) curve at one point: a few thousand runs see rates near
 # 1e-3, so ε is claimed and audited at δ = 1e-3 (the same accountant, the same σ, q, steps).
@@ -238,3 +238,16 @@ def test_video_dprp_noise_holds_and_an_eighth_of_it_is_caught():
     assert found <= claimed
     broken, claimed = audit_dprp(noise_divisor=8.0)
     assert broken > claimed, (broken, claimed)
+
+
+@pytest.mark.slow
+def test_the_heavy_audit_still_passes_as_built_and_catches_halved_noise(monkeypatch):
+    """10x the runs: tighter bounds, so a regression of a few percent in the noise shows too."""
+    found, claimed = audit_grouped(units=1, batch=1, sigma=1.0, relation=ADD_REMOVE, runs=10 * RUNS)
+    assert found <= claimed
+    original = methods.add_noise
+    monkeypatch.setattr(methods, "add_noise", lambda summed, sigma, clip, generator: original(summed, sigma / 2, clip, generator))
+    broken, claimed = audit_grouped(units=1, batch=1, sigma=1.0, relation=ADD_REMOVE, runs=10 * RUNS)
+    assert broken > claimed
+    found, claimed = audit_dprp(runs=40_000)
+    assert found <= claimed
