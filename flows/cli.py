@@ -28,6 +28,7 @@ def main() -> None:
     if not tasks_logger.handlers:
         tasks_logger.addHandler(handler)
         tasks_logger.setLevel(logging.INFO)
+        tasks_logger.propagate = False  # once on stderr, not again through a root handler another library set up
 
 
 @main.group()

@@ -152,15 +152,33 @@ def _binomial_mixture(group: int, sample_rate: float) -> tuple[np.ndarray, np.nd
 
 @lru_cache(maxsize=4096)
 def _group_add_remove(noise_multiplier: float, sample_rate: float, steps: int, delta: float, group: int) -> float:
-    from dp_accounting.pld import privacy_loss_distribution
+    """The mixture-of-Gaussians PLD of a group; its discretisation grows with the group (the loss grows as group²).
 
+    dp-accounting's ε search sometimes overflows (ε = ∞ at one group size between two finite ones): then it is
+    recomputed at another discretisation, then for the next larger groups (a group's ε only grows with its size:
+    Binomial(m + 1, q) sensitivities dominate Binomial(m, q)), and, should all fail, the Gaussian mechanism
+    without amplification (μ = group·√steps/σ, a valid bound) is used.
+    """
     if group == 1:
         return _pld_epsilon(noise_multiplier, sample_rate, steps, delta, ADD_REMOVE)
+    for larger in range(group, group + 4):
+        for scale in (1.0, 1.7, 3.1):
+            epsilon = _mixture_epsilon(noise_multiplier, sample_rate, steps, delta, larger, scale)
+            if math.isfinite(epsilon):
+                return epsilon
+    return gdp_epsilon(group * math.sqrt(steps) / noise_multiplier, delta)
+
+
+def _mixture_epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta: float, group: int,
+                     scale: float) -> float:
+    from dp_accounting.pld import privacy_loss_distribution
+
     sensitivities, weights = _binomial_mixture(group, sample_rate)
     single = privacy_loss_distribution.from_mixture_gaussian_mechanism(
         noise_multiplier, sensitivities.tolist(), weights.tolist(),
-        value_discretization_interval=min(0.02, PLD_INTERVAL * group))
-    return float(single.self_compose(steps).get_epsilon_for_delta(delta))
+        value_discretization_interval=min(0.1, PLD_INTERVAL * group) * scale)
+    with np.errstate(over="ignore", divide="ignore"):
+        return float(single.self_compose(steps).get_epsilon_for_delta(delta))
 
 
 def group_epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta: float, group: int, *,
