@@ -62,7 +62,7 @@ def test_every_method_trains_each_epsilon_and_infinity(project, method):
                                                            dp_accounting.GaussianDpEvent(private["noise_multiplier"])),
                        private["steps"])
     pld = accountant.get_epsilon(private["delta"])
-    assert pld * 0.99 <= private["epsilon"] <= pld * 1.01 + 1e-3, (private["epsilon"], pld)
+    assert pld - 1e-6 <= private["epsilon"] <= pld * 1.01 + 1e-3, (private["epsilon"], pld)  # never below PLD
     if method.startswith("maskdp"):  # Theorem 1's add/remove RDP number, kept beside and labelled the paper's
         assert float(private["paper_epsilon"]) < private["epsilon"]
     with open(folder / f"reports/private/{method}_persons.csv") as handle:
