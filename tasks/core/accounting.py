@@ -52,6 +52,10 @@ ACCOUNTANTS = {
     "gdp": "Opacus GaussianAccountant (Gaussian DP, CLT approximation: not a bound for few steps)",
 }
 PLD_INTERVAL = 1e-3  # dp-accounting's value discretisation (pessimistic: rounding only raises ε)
+# … of a group: a first pass at 0.5, then ε/1000 of that (at least 1e-3, at most 0.5): the pessimistic rounding then
+# adds well under 1 % (m = 37, σ 6.25: 93.2 against 92.75 at 0.02; m = 55, σ 1.59: 2 343.5 against 2 342.7) in a
+# fraction of the time of a fixed fine interval.
+PLD_INTERVAL_COARSE = 0.5
 PRV_ERROR = 1e-3  # Opacus PRV's ε error (its answer is an upper bound within it); its default 0.01 is 2 % at ε = 0.5
 
 
@@ -163,20 +167,22 @@ def _group_add_remove(noise_multiplier: float, sample_rate: float, steps: int, d
         return _pld_epsilon(noise_multiplier, sample_rate, steps, delta, ADD_REMOVE)
     for larger in range(group, group + 4):
         for scale in (1.0, 1.7, 3.1):
-            epsilon = _mixture_epsilon(noise_multiplier, sample_rate, steps, delta, larger, scale)
-            if math.isfinite(epsilon):
-                return epsilon
+            coarse = _mixture_epsilon(noise_multiplier, sample_rate, steps, delta, larger, PLD_INTERVAL_COARSE * scale)
+            if not math.isfinite(coarse):
+                continue
+            fine = _mixture_epsilon(noise_multiplier, sample_rate, steps, delta, larger,
+                                    min(PLD_INTERVAL_COARSE, max(PLD_INTERVAL, coarse / 1000)) * scale)
+            return fine if math.isfinite(fine) else coarse
     return gdp_epsilon(group * math.sqrt(steps) / noise_multiplier, delta)
 
 
 def _mixture_epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta: float, group: int,
-                     scale: float) -> float:
+                     interval: float) -> float:
     from dp_accounting.pld import privacy_loss_distribution
 
     sensitivities, weights = _binomial_mixture(group, sample_rate)
     single = privacy_loss_distribution.from_mixture_gaussian_mechanism(
-        noise_multiplier, sensitivities.tolist(), weights.tolist(),
-        value_discretization_interval=min(0.1, PLD_INTERVAL * group) * scale)
+        noise_multiplier, sensitivities.tolist(), weights.tolist(), value_discretization_interval=interval)
     with np.errstate(over="ignore", divide="ignore"):
         return float(single.self_compose(steps).get_epsilon_for_delta(delta))
 
