@@ -63,6 +63,20 @@ def _opacus_options(accountant: str) -> dict[str, float]:
     return {"eps_error": PRV_ERROR} if accountant == "prv" else {}
 
 
+def relation_of(method: str) -> Relation:
+    """A private training method's relation: MaskDP's masked adjacency replaces private tokens; the others add or
+    remove a unit."""
+    from tasks.core.params import MASKED_METHODS
+
+    return REPLACE_ONE if method in MASKED_METHODS else ADD_REMOVE
+
+
+def poisson_schedule(count: int, batch_size: int, epochs: int) -> tuple[float, int]:
+    """(q, steps) of DP-SGD over ``count`` units: q = 1/⌈count/B⌉ (Opacus's 1/len(data_loader)), ⌈count/B⌉ steps an epoch."""
+    steps_per_epoch = math.ceil(count / batch_size)
+    return 1.0 / steps_per_epoch, steps_per_epoch * epochs
+
+
 def check_accountant(accountant: str) -> None:
     if accountant not in ACCOUNTANTS:
         raise PrivharError(f"private.accountant = {accountant!r} is invalid: expected one of {sorted(ACCOUNTANTS)}")

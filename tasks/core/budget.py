@@ -31,10 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tasks.core.accounting import ADD_REMOVE, REPLACE_ONE, calibrate_noise, group_epsilon
+from tasks.core.accounting import calibrate_noise, group_epsilon, poisson_schedule, relation_of
 from tasks.core.errors import PrivharError
 from tasks.core.params import DprpParams, FederatedParams, LdpParams, PrivacyParams, PrivateParams, load_section
-from tasks.core.subjects import people_in, person_units, person_videos
+from tasks.core.subjects import people_in, person_units, videos_per_person
 
 # (the rows of the release's splits) -> each person's ε under that release
 PersonEpsilons = Callable[[list[dict[str, Any]]], dict[int, float]]
@@ -58,10 +58,6 @@ def ldp_release(epsilon: float) -> str:
     return f"ldp-eps{epsilon:g}"
 
 
-def _videos(rows: list[dict[str, Any]]) -> dict[int, int]:
-    return {person: len(videos) for person, videos in person_videos(rows).items()}
-
-
 def _dprp(params: DprpParams, epsilon: float, secret: bool) -> PersonEpsilons:
     def person_epsilons(rows: list[dict[str, Any]]) -> dict[int, float]:
         from tasks.dprp.calibration import noise_scales  # lazy: the stage's calibration (issue 20: move to core)
@@ -73,19 +69,18 @@ def _dprp(params: DprpParams, epsilon: float, secret: bool) -> PersonEpsilons:
                               secret_projection=secret and params.projection == "per_video",
                               full_rank=rank_of(params.rank, params.k_value) == params.k_value)
         frames = max(int(row["n_frames"]) for row in rows)
-        return {person: scales.person_epsilon(count, frames)[0] for person, count in _videos(rows).items()}
+        return {person: scales.person_epsilon(count, frames)[0] for person, count in videos_per_person(rows).items()}
     return person_epsilons
 
 
 def _private(params: PrivateParams, method: str, epsilon: float) -> PersonEpsilons:
-    relation = REPLACE_ONE if method.startswith("maskdp") else ADD_REMOVE
+    relation = relation_of(method)
 
     def person_epsilons(rows: list[dict[str, Any]]) -> dict[int, float]:
         owners, units_per_person = person_units(rows)
-        held = units_per_person if params.unit == "person" else _videos(rows)
+        held = units_per_person if params.unit == "person" else videos_per_person(rows)
         count = int(owners.max()) + 1 if params.unit == "person" else len(rows)
-        steps_per_epoch = math.ceil(count / params.batch_size)
-        rate, steps = 1.0 / steps_per_epoch, steps_per_epoch * params.epochs
+        rate, steps = poisson_schedule(count, params.batch_size, params.epochs)
         sigma = calibrate_noise(epsilon, params.delta, rate, steps, accountant=params.accountant, relation=relation)
         return {person: group_epsilon(sigma, rate, steps, params.delta, units, relation=relation)
                 for person, units in held.items()}
@@ -98,13 +93,13 @@ def _federated(params: FederatedParams) -> PersonEpsilons:
 
         epochs = params.rounds * params.local_epochs
         sigma = calibrate(params.epsilon, epochs, params.delta)
-        return {person: person_epsilon(sigma, epochs, count, params.delta) for person, count in _videos(rows).items()}
+        return {person: person_epsilon(sigma, epochs, count, params.delta) for person, count in videos_per_person(rows).items()}
     return person_epsilons
 
 
 def _ldp(per_video: float) -> PersonEpsilons:
     def person_epsilons(rows: list[dict[str, Any]]) -> dict[int, float]:
-        return {person: count * per_video for person, count in _videos(rows).items()}  # pure ε-LDP: exact sum
+        return {person: count * per_video for person, count in videos_per_person(rows).items()}  # pure ε-LDP: exact sum
     return person_epsilons
 
 

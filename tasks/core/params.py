@@ -134,6 +134,7 @@ class PublicParams(Section):
 
 # The private training methods (stages train-private@<method>); tasks/private/stage.py says what each means.
 PRIVATE_METHODS = ("dp_sgd", "dp_sgd_avatar", "multiclip", "maskdp", "maskdp_real")
+MASKED_METHODS = ("maskdp", "maskdp_real")  # masked adjacency (paper 001 Def. 2): replace-one
 
 
 class PrivateParams(Section):

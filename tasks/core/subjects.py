@@ -40,6 +40,11 @@ def person_videos(rows: list[dict[str, Any]]) -> dict[int, list[int]]:
     return dict(sorted(found.items()))
 
 
+def videos_per_person(rows: list[dict[str, Any]]) -> dict[int, int]:
+    """How many of ``rows`` hold each subject: the group size of a person-level bound."""
+    return {person: len(videos) for person, videos in person_videos(rows).items()}
+
+
 def person_units(rows: list[dict[str, Any]]) -> tuple[torch.Tensor, dict[int, int]]:
     """(the unit 0..U−1 of each row — its first subject —, how many units hold each subject)."""
     primaries = [people_in(row, index)[0] for index, row in enumerate(rows)]

@@ -35,7 +35,7 @@ from tasks.core.randomness import DpRandomness
 from tasks.core.registry import register_model
 from tasks.core.seeding import derive_seed
 from tasks.core.storage import atomic_directory, atomic_write_bytes, csv_bytes
-from tasks.core.subjects import person_videos
+from tasks.core.subjects import videos_per_person
 from tasks.core.tracking import StageRun, stage_run
 from tasks.federated.accounting import ACCOUNTANT, calibrate, person_epsilon
 from tasks.federated.client import LocalRecipe, load_trainable
@@ -79,7 +79,7 @@ def train_federated(*, params_path: Path, frames: Path, init: Path, out: Path, r
     compositions = params.rounds * params.local_epochs
     sigma = calibrate(params.epsilon, compositions, params.delta)
     torch.use_deterministic_algorithms(True)
-    videos_per_person = {person: len(videos) for person, videos in person_videos(clips.rows).items()}
+    held = videos_per_person(clips.rows)
     rows, rounds, persons = [], [], []
     with stage_run("train-federated", {"base": base, "federated": params}) as run, atomic_directory(out) as staging:
         for tuning, trainable in params.tunings.items():
@@ -97,8 +97,8 @@ def train_federated(*, params_path: Path, frames: Path, init: Path, out: Path, r
                 seconds = time.perf_counter() - started + prefix_seconds
                 guarantee = _guarantee(result, sigma, params, randomness)
                 by_person = {person: person_epsilon(sigma, max(result.participations) * params.local_epochs, count,
-                                                    params.delta) for person, count in videos_per_person.items()}
-                persons += [{"model": key, "subject": person, "units": videos_per_person[person],
+                                                    params.delta) for person, count in held.items()}
+                persons += [{"model": key, "subject": person, "units": held[person],
                              "epsilon_person": round(value, 6)} for person, value in by_person.items()]
                 rows.append({**_row(key, tuning, trainable, aggregation, params, split, result, sigma, seconds),
                              "unit": guarantee.unit, "relation": guarantee.relation,

@@ -30,7 +30,6 @@ through the grouped loop for every method (Opacus has no user-level sampling).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -41,7 +40,7 @@ from opacus.utils.batch_memory_manager import BatchMemoryManager
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from tasks.core.accounting import ADD_REMOVE, Relation
+from tasks.core.accounting import ADD_REMOVE, Relation, poisson_schedule
 from tasks.core.errors import PrivharError
 from tasks.core.models import has_batch_norm
 from tasks.private.accounting import SgdPrivacy, calibrate
@@ -114,8 +113,7 @@ class Outcome:
 
 def schedule(count: int, recipe: Recipe) -> tuple[float, int]:
     """(q, steps) of a run over ``count`` units (videos or persons)."""
-    steps_per_epoch = math.ceil(count / recipe.batch_size)
-    return 1.0 / steps_per_epoch, steps_per_epoch * recipe.epochs
+    return poisson_schedule(count, recipe.batch_size, recipe.epochs)
 
 
 def noise_for(target_epsilon: float, data: PrivateData, recipe: Recipe) -> float:

@@ -37,14 +37,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tasks.core.accounting import ADD_REMOVE, REPLACE_ONE
+from tasks.core.accounting import relation_of
 from tasks.core.budget import check_budget, check_unprotected
-from tasks.core.subjects import person_units, person_videos
+from tasks.core.subjects import person_units, videos_per_person
 from tasks.core.clips import augment, class_names, labels_of, load_clips, normalise, split_rows
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import MANIFEST_NAME, read_manifest, resolve_path
 from tasks.core.models import build_from_config, checkpoint_config, transfer_weights
-from tasks.core.params import BaseParams, PrivacyParams, PrivateParams, load_section
+from tasks.core.params import MASKED_METHODS, BaseParams, PrivacyParams, PrivateParams, load_section
 from tasks.core.privacy import NON_PRIVATE, PrivacyGuarantee
 from tasks.core.randomness import DpRandomness
 from tasks.core.registry import register_model
@@ -66,7 +66,7 @@ from tasks.private.selective import select_trainable, trainable_count
 from tasks.private.tokens import public_pixels, token_views
 
 LOG = logging.getLogger(__name__)
-MASKED = {"maskdp", "maskdp_real"}
+MASKED = set(MASKED_METHODS)
 SEMANTICS = {  # one per tasks.core.params.PRIVATE_METHODS
     "dp_sgd": "DP-SGD; add/remove of one unit",
     "dp_sgd_avatar": "DP-SGD on the avatar copy; add/remove of one unit",
@@ -74,11 +74,6 @@ SEMANTICS = {  # one per tasks.core.params.PRIVATE_METHODS
     "maskdp": "MaskDP (paper 001 Def. 2-3): masked adjacency, one unit's private tokens replaced; labels not protected",
     "maskdp_real": "MaskDP on real clips: the real person is in the public tokens (domain-gap row, not private for them)",
 }
-
-
-def relation_of(method: str) -> str:
-    """MaskDP's masked adjacency replaces private tokens: replace-one; the others add or remove a unit."""
-    return REPLACE_ONE if method in MASKED else ADD_REMOVE
 
 
 def recipe_of(params: PrivateParams, method: str) -> Recipe:
@@ -211,7 +206,7 @@ def train_private(*, params_path: Path, method: str, frames: Path, init: Path, o
     size = tuple(config["input_size"])
     recipe = recipe_of(params, method)
     if params.unit == "video":
-        units_per_person = {person: len(videos) for person, videos in person_videos(rows).items()}
+        units_per_person = videos_per_person(rows)
     torch.use_deterministic_algorithms(True)
     generator = torch.Generator().manual_seed(derive_seed(base.seed, "private", method, "views"))
     clips = load_clips(rows, frames, size)
