@@ -45,7 +45,7 @@ test: $(STAMP) detector-test
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -q
 
 detector-test: $(DETECTOR_STAMP)
-	PATH="$(abspath $(DETECTOR_VENV)/bin):$$PATH" $(DETECTOR_VENV)/bin/python -m pytest -q tests/test_detector.py tests/test_anonymize.py
+	PATH="$(abspath $(DETECTOR_VENV)/bin):$$PATH" $(DETECTOR_VENV)/bin/python -m pytest -q tests/test_detector.py tests/test_anonymize.py tests/test_real_footage.py
 
 # Timings on this machine (not tests): reports/bench/*.json
 bench: $(STAMP)

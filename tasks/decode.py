@@ -114,14 +114,14 @@ def read_video(path: Path) -> tuple[np.ndarray, float]:
     return frames, fps
 
 
-def _crop(array: np.ndarray, geometry: Geometry, target: tuple[int, int]) -> np.ndarray:
+def crop(array: np.ndarray, geometry: Geometry, target: tuple[int, int]) -> np.ndarray:
     return array[geometry.crop_y: geometry.crop_y + target[0], geometry.crop_x: geometry.crop_x + target[1]]
 
 
 def transform_annotations(annotations: dict[str, np.ndarray], indices: np.ndarray, geometry: Geometry,
                           target: tuple[int, int]) -> dict[str, np.ndarray]:
     """Carry ground truth through the same frame selection and geometry as the pixels."""
-    masks = [_crop(geometry.image(mask, cv2.INTER_NEAREST), geometry, target) for mask in annotations["person_mask"][indices]]
+    masks = [crop(geometry.image(mask, cv2.INTER_NEAREST), geometry, target) for mask in annotations["person_mask"][indices]]
     out = {"person_mask": np.stack(masks), "face_visible": annotations["face_visible"][indices],
            "identity": annotations["identity"], "skeleton": geometry.points(annotations["skeleton"][indices])}
     if "joint_depth" in annotations:  # depth is along the camera axis: the image geometry leaves it alone
@@ -149,7 +149,7 @@ def decode_one(row: dict[str, Any], *, params: DecodeParams, source_folder: Path
     target = (params.size[0], params.size[1])
     indices = resample_indices(len(frames), fps, params.fps, params.frames, params.short_videos)
     geometry = Geometry.fit(frames.shape[1:3], target)
-    clip = np.stack([_crop(geometry.image(frame, cv2.INTER_AREA), geometry, target) for frame in frames[indices]])
+    clip = np.stack([crop(geometry.image(frame, cv2.INTER_AREA), geometry, target) for frame in frames[indices]])
     save_frames(out / "frames" / f"{row['video_id']}.npy", clip)
     decoded = {**row, "path": f"frames/{row['video_id']}.npy", "n_frames": params.frames, "fps": float(params.fps),
                "height": target[0], "width": target[1], "source_path": str(path),

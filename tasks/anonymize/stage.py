@@ -5,38 +5,39 @@ virtual humans in the same pose (:mod:`tasks.anonymize.avatars`), the avatars' p
 as the public mask MaskDP needs. The baselines of paper 000 §4.2 are in
 :mod:`tasks.anonymize.obfuscate`.
 
-    decode manifest ─▶ frames/<id>.npy + annotations/<id>.npz ─▶ method ─▶ frames/<id>.npy
-                                                                    └─▶ masks/<id>.npz (public pixels, 0/1;
-                                                                        only methods that make any)
+    decode manifest ─▶ people (anonymize.source, tasks/anonymize/people.py) ─▶ method ─▶ coverage check
+        ─▶ frames/<id>.npy, masks/<id>.npz (public pixels, 0/1; only methods that make any)
+        └▶ quarantine.parquet (clips below anonymize.min_coverage: left out, or released black)
 
 One output per method (``anonymize@face_blur``, ``anonymize@low_res_32x24`` …), so each feeds
-training and evaluation like the raw clips do. People come from ``anonymize.source``: the
-dataset's ground truth (the person masks, skeletons and face boxes the decode stage carried
-along; a clip without them stops the stage with one line naming the video), or ``detector``:
-models bundled in mediapipe (:mod:`tasks.anonymize.detector`), for real footage. The manifest adds
-``public_fraction`` (share of public pixels, MaskDP's input) and the mask's path; the
-speed of the method (frames/s, the f_speed of paper 004) goes to the stage's MLflow run.
+training and evaluation like the raw clips do. Fail closed: a method that removes people
+(avatar, blackout) or faces (face_blur) must change at least ``anonymize.min_coverage`` of the
+clip's reference pixels (:mod:`tasks.anonymize.coverage`), or the clip is not released as
+anonymized. The manifest adds ``coverage``, ``public_fraction`` (MaskDP's input) and where
+people were searched; the method's speed (frames/s, f_speed of paper 004) goes to MLflow.
 """
 
 from __future__ import annotations
 
-import sys
+import logging
 import time
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from tasks.anonymize.avatars import avatar_for, render
-from tasks.anonymize.detector import detect_people, load_mediapipe
+from tasks.anonymize.coverage import coverage
 from tasks.anonymize.inpaint import remove_people
 from tasks.anonymize.obfuscate import LOW_RES, black_out, blur_faces, dilate, low_res_size, low_resolution, no_public_pixels
 from tasks.core.budget import check_unprotected
 from tasks.core.errors import PrivharError
-from tasks.core.manifest import MANIFEST_NAME, read_manifest, rebase_path, resolve_path, write_manifest
+from tasks.anonymize.people import detectors_of, find_people, resolve_source, video_identity
+from tasks.core.manifest import MANIFEST_NAME, read_manifest, rebase_path, resolve_path, write_manifest, write_table
 from tasks.core.parallel import map_ordered, worker_count
-from tasks.core.params import AnonymizeParams, BaseParams, load_section
+from tasks.core.params import AnonymizeParams, BaseParams, DataParams, DecodeParams, load_section
 from tasks.core.speed import write_speed
 from tasks.core.storage import atomic_directory, load_frames, save_arrays, save_frames
 from tasks.core.tracking import stage_run
@@ -44,6 +45,10 @@ from tasks.core.tracking import stage_run
 NEEDS_PEOPLE = {"avatar": ("person_mask", "skeleton", "joint_depth", "identity"), "face_blur": ("face_box",),
                       "blackout": ("person_mask",)}
 PUBLIC_PIXEL_METHODS = {"avatar", "blackout"}  # methods whose output has synthetic pixels: they write masks/
+GATED_METHODS = {"avatar", "blackout", "face_blur"}  # they claim to remove people (faces): coverage must reach min_coverage
+QUARANTINE_SCHEMA = pa.schema([("video_id", pa.string()), ("split", pa.string()), ("coverage", pa.float64()),
+                               ("reason", pa.string())])
+log = logging.getLogger(__name__)
 
 
 def replace_with_avatars(frames: np.ndarray, truth: dict[str, np.ndarray], dilation: int,
@@ -64,22 +69,6 @@ def replace_with_avatars(frames: np.ndarray, truth: dict[str, np.ndarray], dilat
     return out, public
 
 
-def ground_truth(row: dict[str, Any], source: Path, keys: tuple[str, ...]) -> dict[str, np.ndarray]:
-    """The clip's annotations ``keys``, or a one-line error naming the video; nothing is read when none are needed."""
-    if not keys:
-        return {}
-    stored = row.get("annotations")
-    path = resolve_path(stored, source) if stored else None
-    if path is None or not path.is_file():
-        raise PrivharError(f"anonymize: video {row['video_id']} has no ground-truth annotations "
-                           f"({path or 'no annotations column'}); anonymize.source = ground_truth needs them")
-    with np.load(path) as annotations:
-        missing = [key for key in keys if key not in annotations.files]
-        if missing:
-            raise PrivharError(f"anonymize: {path}: video {row['video_id']} lacks {missing}")
-        return {key: annotations[key] for key in keys}
-
-
 def apply_method(method: str, frames: np.ndarray, truth: dict[str, np.ndarray], params: AnonymizeParams,
                  seed: int) -> tuple[np.ndarray, np.ndarray]:
     """(protected clip, public mask) for one method."""
@@ -94,56 +83,89 @@ def apply_method(method: str, frames: np.ndarray, truth: dict[str, np.ndarray], 
     return frames.copy(), no_public_pixels(frames)  # none
 
 
-def anonymize_one(row: dict[str, Any], *, method: str, params: AnonymizeParams, seed: int, source: Path, out: Path,
-                  final: Path, workdir: Path) -> tuple[dict[str, Any], float]:
-    """One clip: protected frames and public mask written; its manifest row and the method's seconds returned."""
+def anonymize_one(row: dict[str, Any], *, method: str, params: AnonymizeParams, decode: DecodeParams, source_kind: str,
+                  seed: int, source: Path, out: Path, final: Path, workdir: Path) -> tuple[dict[str, Any], float]:
+    """One clip: its manifest row (or a quarantine row, with ``reason``) and the method's seconds.
+
+    Protected frames and the public mask are written only for a released clip.
+    """
     frames = load_frames(workdir / resolve_path(row["path"], source))
     keys = NEEDS_PEOPLE.get(method, ())
     started = time.perf_counter()
-    if params.source == "detector":  # finding people is part of the method's cost (f_speed)
-        people = detect_people(frames, keys, video_id=str(row["video_id"]), min_confidence=params.detector_confidence)
-    else:
-        people = ground_truth(row, workdir / source, keys)
-        started = time.perf_counter()
+    people, searched = {}, ""
+    if keys:
+        found = find_people(row, frames, keys, source=source_kind, params=params, decode=decode, annotations=workdir / source,
+                            workdir=workdir, identity=video_identity(str(row["video_id"])))
+        people, searched = found.arrays, found.searched_at
+        if source_kind == "ground_truth":  # reading annotations is not part of the method's cost
+            started = time.perf_counter()
     protected, public = apply_method(method, frames, people, params, seed)
     seconds = time.perf_counter() - started
+    covered, blacked_out = float("nan"), False
+    if method in GATED_METHODS:
+        covered = coverage(frames, protected, found.reference)
+        if covered < params.min_coverage:
+            reason = (f"coverage {covered:.3f} < anonymize.min_coverage {params.min_coverage}: {method} changed "
+                      f"{covered:.1%} of the {int(found.reference.sum())} moving / person pixels ({source_kind})")
+            if params.on_low_coverage == "quarantine":
+                return {"video_id": str(row["video_id"]), "split": str(row["split"]), "coverage": covered, "reason": reason}, seconds
+            log.info("anonymize: %s: %s; released black", row["video_id"], reason)
+            protected, public, blacked_out = np.zeros_like(frames), np.ones(frames.shape[:3], np.uint8), True
     save_frames(workdir / out / "frames" / f"{row['video_id']}.npy", protected)
     mask = ""
-    if method in PUBLIC_PIXEL_METHODS:
+    if method in PUBLIC_PIXEL_METHODS or blacked_out:
         mask = f"masks/{row['video_id']}.npz"
         save_arrays(workdir / out / mask, public=public)
     annotations = rebase_path(row.get("annotations"), workdir / source, workdir / final)
     return {**row, "path": f"frames/{row['video_id']}.npy", "mask": mask, "annotations": annotations,
-            "anonymize_method": method, "public_fraction": round(float(public.mean()), 6)}, seconds
+            "anonymize_method": method, "public_fraction": round(float(public.mean()), 6), "coverage": covered,
+            "blacked_out": blacked_out, "people_source": source_kind if keys else "", "people_searched_at": searched}, seconds
 
 
 def anonymize(*, params_path: Path, frames: Path, method: str, out: Path, speed_path: Path | None = None) -> list[dict[str, Any]]:
     """Protect every clip of the decoded manifest in ``frames`` with ``method``; its measured frames/s to ``speed_path``."""
     base = load_section(params_path, "base", BaseParams)
     params = load_section(params_path, "anonymize", AnonymizeParams)
+    decode = load_section(params_path, "decode", DecodeParams)
+    source_kind = resolve_source(params, load_section(params_path, "data", DataParams).source)
     if method not in params.methods:
         raise PrivharError(f"anonymize: method {method!r} is not one of anonymize.methods = {params.methods}")
     check_unprotected(params_path, f"the anonymized copy anonymize@{method}")  # obfuscation: no DP guarantee
     rows = read_manifest(frames / MANIFEST_NAME)
-    if params.source == "detector" and NEEDS_PEOPLE.get(method):
+    if NEEDS_PEOPLE.get(method) and "mediapipe" in detectors_of(source_kind, params) and source_kind != "ground_truth":
+        from tasks.anonymize.detector import load_mediapipe
+
         load_mediapipe()  # one line now if it is missing, not one per worker
     with stage_run(f"anonymize@{method}", {"base": base, "anonymize": params}) as run, atomic_directory(out) as staging:
         (staging / "frames").mkdir()
         (staging / "masks").mkdir()
-        work = partial(anonymize_one, method=method, params=params, seed=base.seed, source=frames, out=staging, final=out,
-                       workdir=Path.cwd())
+        work = partial(anonymize_one, method=method, params=params, decode=decode, source_kind=source_kind, seed=base.seed,
+                       source=frames, out=staging, final=out, workdir=Path.cwd())
         results = map_ordered(work, rows, workers=worker_count(base.workers), desc=f"anonymize {method}")
-        protected = [row for row, _ in results]
+        protected = [row for row, _ in results if "reason" not in row]
+        quarantined = [row for row, _ in results if "reason" in row]
+        if not protected:
+            raise PrivharError(f"anonymize: {method}: every one of the {len(rows)} videos is below anonymize.min_coverage = "
+                               f"{params.min_coverage} (first: {quarantined[0]['video_id']}: {quarantined[0]['reason']})")
         seconds = sum(spent for _, spent in results)
+        write_table(quarantined, staging / "quarantine.parquet", schema=QUARANTINE_SCHEMA)
         write_manifest(protected, staging / MANIFEST_NAME)
-        total_frames = sum(int(row["n_frames"]) for row in protected)
+        total_frames = sum(int(row["n_frames"]) for row in rows)
         speed = total_frames / max(seconds, 1e-9)
         if speed_path is not None:
             write_speed(speed_path, frames=total_frames, seconds=seconds,
-                        measured=f"anonymize {method}: the method alone (and the detector when it finds people), one core")
+                        measured=f"anonymize {method}: the method alone (and the detectors when they find people), one core")
         public = float(np.mean([row["public_fraction"] for row in protected]))
-        run.log_metrics({"frames_per_second": speed, "public_fraction": public, "videos": len(protected)})
-        run.set_tags({"privhar.method": method, "privhar.people_source": params.source})
-        print(f"anonymize: {method}: {len(protected)} videos, {speed:.0f} frames/s (the method alone, one core), "
-              f"public pixels {public:.3f}", file=sys.stderr)
+        covered = [row["coverage"] for row in protected + quarantined if not np.isnan(row["coverage"])]
+        blacked = sum(bool(row["blacked_out"]) for row in protected)
+        run.log_metrics({"frames_per_second": speed, "public_fraction": public, "videos": len(protected),
+                         "quarantined": len(quarantined), "blacked_out": blacked,
+                         **({"coverage_min": min(covered), "coverage_mean": float(np.mean(covered))} if covered else {})})
+        run.set_tags({"privhar.method": method, "privhar.people_source": source_kind})
+        for row in quarantined:
+            log.info("anonymize: %s: quarantined %s: %s", method, row["video_id"], row["reason"])
+        coverage_note = (f"coverage min {min(covered):.3f} mean {np.mean(covered):.3f} (min_coverage {params.min_coverage}); "
+                         f"{len(quarantined)} quarantined, {blacked} blacked out; " if covered else "")
+        log.info("anonymize: %s: %d of %d videos released; %s%.0f frames/s (people from %s, one core), public pixels %.3f",
+                 method, len(protected), len(rows), coverage_note, speed, source_kind, public)
     return protected

@@ -109,8 +109,15 @@ class AnonymizeParams(Section):
 
     methods: Annotated[list[Annotated[str, Field(pattern=r"^(avatar|face_blur|blackout|none|low_res_\d+x\d+)$")]],
                        Field(min_length=1)]
-    source: Literal["ground_truth", "detector"]  # where people are found: the dataset's annotations, or mediapipe
+    # where people are found (tasks/anonymize/people.py): auto = ground_truth for the synthetic dataset, ensemble for real data
+    source: Literal["auto", "ground_truth", "detector", "motion", "ensemble"]
+    ensemble: Annotated[list[Literal["mediapipe", "hog", "motion", "faces"]], Field(min_length=1)]  # united masks
     detector_confidence: Annotated[float, Field(gt=0.0, lt=1.0)]  # mediapipe's minimum detection / tracking score
+    motion_models: Annotated[list[Literal["mog2", "knn"]], Field(min_length=1)]  # background subtractors, united
+    motion_grow: Annotated[int, Field(ge=0, le=64)]  # source pixels closed and added around moving blobs
+    hog_upscale: Annotated[float, Field(ge=1.0, le=8.0)]  # frames enlarged for OpenCV's HOG (people >= ~96 px) and Haar
+    min_coverage: Annotated[float, Field(ge=0.0, le=1.0)]  # share of a clip's moving / person pixels the method must change
+    on_low_coverage: Literal["quarantine", "blackout"]  # a clip below min_coverage: left out, or released all black
     face_blur_kernel: Annotated[int, Field(ge=1, le=255)]
     face_blur_sigma: Annotated[float, Field(gt=0.0)]
     mask_dilation: Annotated[int, Field(ge=0, le=64)]  # pixels added around a person mask (avatar, blackout)

@@ -1,0 +1,41 @@
+"""The fail-closed check: how much of the people a protected clip still shows unchanged.
+
+A clip's reference pixels are its *moving* pixels: a pixel moves in kept frame t when it
+differs by more than :data:`MOVING_THRESHOLD` grey levels (any channel) from the same pixel a
+quarter of a second before *and* after (three-frame differencing at the decoded size, on every
+source frame: the pixels a person covers at t and not around it; the background revealed
+behind a walker differs on one side only). The method's coverage is the share of them it
+changed (clips are stored losslessly: an unchanged pixel is byte-equal). The detectors' own
+person pixels are not in the reference: a detector's box holds background, which MPEG-4 copies
+byte for byte between frames, so a removed box can equal the original there and count as
+missed when nothing of a person is left. A person who never moves is in no reference: the
+assess stage's residual detections measure that. For ``face_blur`` the reference is the face
+boxes. With the dataset's ground truth, the reference is the true person mask: a synthetic
+camera jitters, and its textured scenes would count as moving.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+MOVING_THRESHOLD = 25  # grey levels: above compression noise of a static scene, below a person's contrast
+GAP_SECONDS = 0.25  # three-frame differencing: frames this far before and after
+
+
+def moving_pixels(frames: np.ndarray, picked: np.ndarray, fps: float) -> np.ndarray:
+    """(len(picked), H, W) bool: pixels of ``frames[picked]`` that differ from the frames ``GAP_SECONDS`` around."""
+    gap = max(1, round(GAP_SECONDS * fps))
+    last = len(frames) - 1
+    clip = frames[picked].astype(np.int16)
+    before = frames[np.clip(picked - gap, 0, last)].astype(np.int16)
+    after = frames[np.clip(picked + gap, 0, last)].astype(np.int16)
+    return (np.abs(clip - before).max(axis=-1) > MOVING_THRESHOLD) & (np.abs(clip - after).max(axis=-1) > MOVING_THRESHOLD)
+
+
+def coverage(original: np.ndarray, protected: np.ndarray, reference: np.ndarray) -> float:
+    """Share of the ``reference`` pixels (T, H, W) where ``protected`` differs from ``original``; 1.0 when there are none."""
+    total = int(reference.sum())
+    if total == 0:
+        return 1.0
+    changed = (original != protected).any(axis=-1)
+    return float((changed & reference).sum() / total)

@@ -1,0 +1,172 @@
+"""Where the anonymize stage finds people (``anonymize.source``), and the pixels its coverage check is measured on.
+
+    ground_truth  the dataset's annotations (the synthetic dataset's exact masks, skeletons, face boxes)
+    detector      mediapipe alone (selfie segmenter, BlazePose per person, BlazeFace); any camera
+    motion        background subtraction alone (OpenCV MOG2 / KNN): assumes a static camera, misses
+                  a person who never moves
+    ensemble      the detectors of ``anonymize.ensemble`` united: a pixel any of them calls person is
+                  removed (fail closed). mediapipe; hog (OpenCV's people detector on enlarged frames);
+                  motion; faces (OpenCV's Haar cascade and, with mediapipe, BlazeFace)
+    auto          ground_truth for the synthetic dataset, ensemble for real data
+
+Detectors run on the source frames the decode stage kept (:mod:`tasks.anonymize.source_clip`),
+masks and points mapped down. No detector here can tell that a moving blob is *not* a person
+(a car, a branch), so all motion foreground is removed: it costs utility, never privacy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+
+from tasks.anonymize.coverage import moving_pixels
+from tasks.anonymize.motion import moving_people
+from tasks.anonymize.opencv_detectors import face_boxes, fill_boxes, people_boxes
+from tasks.anonymize.source_clip import SourceClip, source_clip
+from tasks.core.errors import PrivharError
+from tasks.core.manifest import resolve_path
+from tasks.core.params import AnonymizeParams, DecodeParams
+from tasks.synthetic.body import JOINTS
+
+DETECTORS_OF = {"detector": ("mediapipe",), "motion": ("motion",)}
+MIN_PERSON_AREA = 0.0005  # of the frame: smaller blobs get no pose of their own (they are still removed)
+Box = tuple[float, float, float, float]
+
+
+def resolve_source(params: AnonymizeParams, data_source: str) -> str:
+    """``auto`` → ground_truth on the synthetic dataset (it has exact annotations), ensemble on real data."""
+    if params.source != "auto":
+        return params.source
+    return "ground_truth" if data_source == "synthetic" else "ensemble"
+
+
+def video_identity(video_id: str) -> int:
+    """A stable identity number per video: no detector here knows who is who across videos."""
+    return int.from_bytes(hashlib.sha256(video_id.encode()).digest()[:4], "big")
+
+
+def detectors_of(source: str, params: AnonymizeParams) -> tuple[str, ...]:
+    return DETECTORS_OF.get(source, tuple(params.ensemble))
+
+
+@dataclass(frozen=True)
+class People:
+    """The annotation arrays the methods read (the ground truth's names and shapes) and the coverage reference."""
+
+    arrays: dict[str, np.ndarray]
+    reference: np.ndarray  # (T, H, W) bool: the pixels the method must change
+    searched_at: str  # where people were looked for: "ground truth", "source 320x240", "decoded 128x96"
+
+
+def ground_truth(row: dict[str, Any], source: Path, keys: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """The clip's annotations ``keys``, or a one-line error naming the video; nothing is read when none are needed."""
+    if not keys:
+        return {}
+    stored = row.get("annotations")
+    path = resolve_path(stored, source) if stored else None
+    if path is None or not path.is_file():
+        raise PrivharError(f"anonymize: video {row['video_id']} has no ground-truth annotations "
+                           f"({path or 'no annotations column'}); anonymize.source = ground_truth needs them")
+    with np.load(path) as annotations:
+        missing = [key for key in keys if key not in annotations.files]
+        if missing:
+            raise PrivharError(f"anonymize: {path}: video {row['video_id']} lacks {missing}")
+        return {key: annotations[key] for key in keys}
+
+
+def _boxes_array(boxes: list[list[Box]], clip: SourceClip) -> np.ndarray:
+    """(T, F, 4) decoded-pixel boxes, NaN where a frame has fewer than F."""
+    most = max([len(frame_boxes) for frame_boxes in boxes] + [1])
+    array = np.full((len(boxes), most, 4), np.nan, np.float32)
+    for t, frame_boxes in enumerate(boxes):
+        for index, (x0, y0, x1, y1) in enumerate(frame_boxes):
+            corners = clip.points_down(np.array([[x0, y0], [x1, y1]], np.float32))
+            array[t, index] = corners.reshape(4)
+    return array
+
+
+def person_boxes(mask: np.ndarray) -> list[Box]:
+    """Boxes of the connected person blobs of one frame's mask, left to right (the poses' order)."""
+    count, _, stats, _ = cv2.connectedComponentsWithStats(mask.astype(np.uint8), connectivity=8)
+    least = MIN_PERSON_AREA * mask.size
+    found = [(float(x), float(y), float(x + w), float(y + h)) for x, y, w, h, area in stats[1:count] if area >= least]
+    return sorted(found)
+
+
+def _poses(kept: np.ndarray, person: np.ndarray, params: AnonymizeParams) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """BlazePose on every person blob; depth ordered by where a person stands (lower in the frame is nearer)."""
+    from tasks.anonymize.detector import poses_in_boxes
+
+    boxes = [person_boxes(mask) for mask in person]
+    skeleton, depth, mask = poses_in_boxes(kept, boxes, params.detector_confidence)
+    for t, frame_boxes in enumerate(boxes):
+        for p, box in enumerate(frame_boxes):
+            depth[t, p] += 10.0 * box[3] / kept.shape[1]  # mediapipe's z is relative to each crop's own hips
+    return skeleton, depth, mask
+
+
+def detect(row: dict[str, Any], frames: np.ndarray, keys: tuple[str, ...], *, source: str, params: AnonymizeParams,
+           decode: DecodeParams, workdir: Path, identity: int) -> People:
+    """People of one decoded clip ``frames`` found by the detectors of ``source`` on its source frames."""
+    clip = source_clip(row, frames, decode, workdir)
+    kept = clip.kept
+    detectors = detectors_of(source, params)
+    count, height, width = kept.shape[:3]
+    wants_faces = "face_box" in keys
+    person = np.zeros((count, height, width), bool)
+    faces: list[list[Box]] = [[] for _ in range(count)]
+    if "mediapipe" in detectors or "faces" in detectors:
+        from tasks.anonymize import detector as mediapipe_models
+
+        if "mediapipe" in detectors:
+            faces = mediapipe_models.find_faces(kept, params.detector_confidence)
+        if "faces" in detectors:
+            faces = [found + face_boxes(frame, params.hog_upscale) for found, frame in zip(faces, kept)]
+    if not wants_faces or set(keys) - {"face_box"}:
+        if "motion" in detectors:
+            for model in params.motion_models:
+                person |= moving_people(clip.frames, clip.picked, model=model, grow=params.motion_grow)
+        if "hog" in detectors:
+            person |= np.stack([fill_boxes((height, width), people_boxes(frame, params.hog_upscale)) for frame in kept])
+        if "mediapipe" in detectors:
+            from tasks.anonymize.detector import segment_people
+
+            person |= segment_people(kept)
+        person |= np.stack([fill_boxes((height, width), boxes) for boxes in faces])  # a face is a person's
+    skeleton = np.full((count, 1, len(JOINTS), 2), np.nan, np.float32)
+    depth = np.full((count, 1, len(JOINTS)), np.nan, np.float32)
+    if "skeleton" in keys and "mediapipe" in detectors:
+        skeleton, depth, posed = _poses(kept, person, params)
+        person |= posed
+        skeleton = clip.points_down(skeleton)
+    person_mask = clip.mask_down(person)
+    face_box = _boxes_array(faces, clip)
+    if wants_faces and not set(keys) - {"face_box"}:
+        reference = np.stack([fill_boxes(person_mask.shape[1:], [tuple(b) for b in boxes if np.isfinite(b).all()])
+                              for boxes in face_box])
+    else:
+        reference = moving_pixels(clip.decoded(), clip.picked, clip.fps)
+    arrays = {"person_mask": person_mask.astype(np.uint8), "skeleton": skeleton, "joint_depth": depth,
+              "identity": identity + np.arange(skeleton.shape[1], dtype=np.int64), "face_box": face_box}
+    where = "decoded" if clip.geometry is None else "source"
+    return People({key: arrays[key] for key in keys}, reference, f"{where} {width}x{height}")
+
+
+def find_people(row: dict[str, Any], frames: np.ndarray, keys: tuple[str, ...], *, source: str, params: AnonymizeParams,
+                decode: DecodeParams, annotations: Path, workdir: Path, identity: int) -> People:
+    """The people of one clip from ``source`` (already resolved from ``auto``), with the coverage reference."""
+    if source != "ground_truth":
+        return detect(row, frames, keys, source=source, params=params, decode=decode, workdir=workdir, identity=identity)
+    reference_key = "face_box" if keys == ("face_box",) else "person_mask"
+    truth = ground_truth(row, annotations, tuple(dict.fromkeys((*keys, reference_key))))
+    if reference_key == "face_box":
+        reference = np.stack([fill_boxes(frames.shape[1:3], [tuple(b) for b in boxes if np.isfinite(b).all()])
+                              for boxes in truth["face_box"]])
+    else:
+        reference = truth["person_mask"] > 0
+    return People({key: truth[key] for key in keys}, reference, "ground truth")
