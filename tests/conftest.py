@@ -28,7 +28,7 @@ TINY = {
     "evaluate": {"batch_size": 8},
     "public": {"identities": 4, "videos_per_action": 4, "epochs": 1},
     "private": {"epsilons": [2.0], "epochs": 2, "batch_size": 4, "physical_batch_size": 3, "clips_per_video": 2},
-    "assess": {"attacker_epochs": 2, "attacker_frame_step": 2, "tracking_videos": 2, "fused_pairs_per_person": 3,
+    "assess": {"attacker_epochs": 2, "attacker_frame_step": 2, "tracking_videos": 2, "residual_videos": 2, "fused_pairs_per_person": 3,
                "detector_training_frame_step": 2, "detection_frame_step": 2},
     "ldp": {"repetitions": 2, "digits_epsilons": [0.5, 4.0, float("inf")], "video_first_filters": 2,
             "video_second_filters": 2, "video_crop": [16, 8], "video_epsilons": [1.0, float("inf")]},

@@ -13,6 +13,7 @@ numbers do not depend on the number of workers.
 from __future__ import annotations
 
 import json
+import logging
 import sys
 import time
 from dataclasses import dataclass
@@ -42,10 +43,11 @@ from tasks.assess.reid import FaceRecognisers, identification_aggr, identificati
 from tasks.assess.scores import frame_hit_rate, speed_score
 from tasks.assess.similarity import mse_similarity, ssim
 from tasks.assess.tracking import track_video
-from tasks.assess.truth import VideoTruth, clips_of, load_truth
+from tasks.assess.residual import RESIDUALS, residual_scores
+from tasks.assess.truth import VideoTruth, clips_of, load_truth, released
 from tasks.core.clips import split_rows
 from tasks.core.errors import PrivharError
-from tasks.core.manifest import MANIFEST_NAME, read_manifest
+from tasks.core.manifest import MANIFEST_NAME, read_manifest, resolve_path
 from tasks.core.parallel import map_ordered, worker_count
 from tasks.core.params import AssessParams, BaseParams, load_section
 from tasks.core.seeding import derive_seed
@@ -58,6 +60,9 @@ RAW = "raw"
 SIGNATURE = ("e_id_ind", "e_id_aggr", "e_id_fused", "e_det_face_ind", "e_det_face_aggr", "e_det_face_fused",
              "e_det_body_ind", "e_det_body_aggr", "e_det_body_fused", "e_track", "e_sim_ssim", "e_sim_mse", "e_speed")
 ATTRIBUTE_SCORES = ("cmap_raw_attacker", "f1_raw_attacker", "cmap_adaptive", "f1_adaptive")
+LEFT = ("coverage", "quarantined", *RESIDUALS)  # what is left of people: the anonymize check, detectors re-run
+TRUTH_SCORES = SIGNATURE[:10]  # e_id, e_det, e_track: scored against annotated faces and bodies
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -66,7 +71,7 @@ class RawAttackers:
 
     names: list[str]
     attacker: dict[str, torch.Tensor]
-    recognisers: FaceRecognisers
+    recognisers: FaceRecognisers | None  # None without annotated faces
     detectors: dict[str, Detector | BundledDetector]
 
 
@@ -89,12 +94,16 @@ def _frames_and_truth(rows: list[dict[str, Any]], clips: dict[str, np.ndarray], 
 
 def train_raw_attackers(params: AssessParams, seed: int, rows: list[dict[str, Any]], raw: Path,
                         clips: dict[str, np.ndarray], truths: dict[str, VideoTruth]) -> RawAttackers:
-    names = attribute_names(rows)
-    data = load_frame_set(rows, raw, names, clips, size=tuple(params.attacker_size), every=params.attacker_frame_step)
-    attacker = train_attacker(data, epochs=params.attacker_epochs, batch_size=params.attacker_batch_size,
-                              learning_rate=params.attacker_learning_rate, seed=derive_seed(seed, "assess", "attacker", RAW),
-                              desc="attribute attacker (raw)")
+    names = attribute_names(rows) if any(key.startswith("attr_") for key in rows[0]) else []
+    state: dict[str, torch.Tensor] = {}
+    if names:
+        data = load_frame_set(rows, raw, names, clips, size=tuple(params.attacker_size), every=params.attacker_frame_step)
+        state = train_attacker(data, epochs=params.attacker_epochs, batch_size=params.attacker_batch_size,
+                               learning_rate=params.attacker_learning_rate, seed=derive_seed(seed, "assess", "attacker", RAW),
+                               desc="attribute attacker (raw)").state_dict()
     faces, identities = [], []
+    if not truths:  # real footage without annotations: no face or body boxes to train or score on
+        return RawAttackers(names, state, None, {})
     for row in rows:
         found = truths[row["video_id"]].occurrences
         for occurrence in found[:: max(1, len(found) // params.faces_per_video)][: params.faces_per_video]:
@@ -107,7 +116,7 @@ def train_raw_attackers(params: AssessParams, seed: int, rows: list[dict[str, An
             continue
         frames, boxes = _frames_and_truth(rows, clips, truths, name, params.detector_training_frame_step)
         detectors[name] = train_detector(kind, frames, boxes, seed=derive_seed(seed, "assess", "detector", name))
-    return RawAttackers(names, attacker.state_dict(), FaceRecognisers(faces, identities), detectors)
+    return RawAttackers(names, state, FaceRecognisers(faces, identities), detectors)
 
 
 def fused_windows(kind: Kind, frames: list[np.ndarray], boxes: list[list], owners: list[list[int]], *,
@@ -167,12 +176,54 @@ def assess_copy(item: tuple[str, Path], *, raw: Path, train_rows: list[dict[str,
     """Every score of one copy (``name``, ``folder``)."""
     name, folder = item
     started = clock = time.perf_counter()
+    test_rows, test_copy, held_test = released(test_rows, folder)
+    train_rows, _, held_train = released(train_rows, folder)
     test_clips = clips_of(test_rows, folder)
     raw_clips = test_clips if name == RAW else clips_of(test_rows, raw)
-    scores: dict[str, Any] = {"copy": name, "folder": str(folder)}
+    scores: dict[str, Any] = {"copy": name, "folder": str(folder), **dict.fromkeys((*ATTRIBUTE_SCORES, *TRUTH_SCORES))}
+    covered = [float(row["coverage"]) for row in test_copy if row.get("coverage") is not None and np.isfinite(row["coverage"])]
+    scores["coverage"] = float(np.mean(covered)) if covered else None
+    scores["quarantined"] = held_test + held_train
 
     clock = _lap(scores, "load", clock)
-    # Privacy attributes: the raw-trained attacker, then one trained on this copy's training frames.
+    if attackers.names:
+        _attribute_scores(scores, name, raw, train_rows, test_rows, test_clips, folder, attackers, params, seed)
+    clock = _lap(scores, "attributes", clock)
+    if truths:
+        _truth_scores(scores, test_rows, test_clips, truths, attackers, params)
+    clock = _lap(scores, "detection", clock)
+    # what is left: detectors re-run on protected frames (avatar pixels excluded)
+    picked = np.unique(np.linspace(0, len(test_rows) - 1, min(params.residual_videos, len(test_rows))).astype(int))
+    videos = [test_rows[index]["video_id"] for index in picked]
+    public = {row["video_id"]: _public_mask(row, folder) for row in test_copy}
+    scores.update(residual_scores(raw_clips, test_clips, public, videos, params.detection_frame_step))
+
+    clock = _lap(scores, "residual", clock)
+    # f_sim: every test frame against its raw frame.
+    pairs = [(raw_clips[v][t], test_clips[v][t]) for v in test_clips for t in range(len(test_clips[v]))]
+    scores["e_sim_ssim"] = float(np.mean([ssim(a, b) for a, b in pairs]))
+    scores["e_sim_mse"] = float(np.mean([mse_similarity(a, b) for a, b in pairs]))
+
+    clock = _lap(scores, "similarity", clock)
+    # f_speed: the frames/s the protecting stage measured.
+    scores["frames_per_second"] = float("inf") if name == RAW else read_speed(speeds / f"{name}.json")
+    scores["e_speed"] = 1.0 if name == RAW else speed_score(scores["frames_per_second"], params.target_fps)
+    scores["assess_seconds"] = time.perf_counter() - started
+    return scores
+
+
+def _public_mask(row: dict[str, Any], folder: Path) -> np.ndarray | None:
+    """A protected clip's avatar (synthetic) pixels, when its copy wrote any."""
+    if not row.get("mask"):
+        return None
+    with np.load(resolve_path(row["mask"], folder)) as stored:
+        return stored["public"]
+
+
+def _attribute_scores(scores: dict[str, Any], name: str, raw: Path, train_rows: list[dict[str, Any]],
+                      test_rows: list[dict[str, Any]], test_clips: dict[str, np.ndarray], folder: Path,
+                      attackers: RawAttackers, params: AssessParams, seed: int) -> None:
+    """Privacy attributes: the raw-trained attacker, then one trained on this copy's training frames."""
     model = attribute_model(len(attackers.names))
     model.load_state_dict(attackers.attacker)
     model.eval()
@@ -191,7 +242,10 @@ def assess_copy(item: tuple[str, Path], *, raw: Path, train_rows: list[dict[str,
         adaptive = attribute_privacy(adaptive_model, test_set)
     scores["cmap_adaptive"], scores["f1_adaptive"] = adaptive["cmap"], adaptive["f1"]
 
-    clock = _lap(scores, "attributes", clock)
+
+def _truth_scores(scores: dict[str, Any], test_rows: list[dict[str, Any]], test_clips: dict[str, np.ndarray],
+                  truths: dict[str, VideoTruth], attackers: RawAttackers, params: AssessParams) -> None:
+    """e_id, e_det and e_track of paper 004: scored against the annotated faces and bodies."""
     # f_id: faces inside the true boxes of the protected test frames.
     occurrences = [o for row in test_rows for o in truths[row["video_id"]].occurrences
                    if o.frame % params.identification_frame_step == 0]
@@ -202,35 +256,18 @@ def assess_copy(item: tuple[str, Path], *, raw: Path, train_rows: list[dict[str,
     scores["e_id_fused"] = identification_fused(attackers.recognisers, occurrences, faces, threshold=params.ssim_group,
                                                 pairs_per_person=params.fused_pairs_per_person)
     scores["face_occurrences"] = len(occurrences)
-
-    clock = _lap(scores, "identification", clock)
     # f_det: faces and bodies, independent / aggregated / fused frames.
     for kind_name, detector in attackers.detectors.items():
         frames, boxes = _frames_and_truth(test_rows, test_clips, truths, kind_name, params.detection_frame_step)
         owners = _owners(test_rows, truths, kind_name, params.detection_frame_step)
         for mode, value in detection_scores(detector, frames, boxes, owners, params).items():
             scores[f"e_det_{kind_name}_{mode}"] = value
-
-    clock = _lap(scores, "detection", clock)
     # f_track: on videos spread over the test split.
     picked = np.unique(np.linspace(0, len(test_rows) - 1, min(params.tracking_videos, len(test_rows))).astype(int))
     rates = [rate for index in picked for rate in track_video(test_clips[test_rows[index]["video_id"]],
                                                                truths[test_rows[index]["video_id"]].bodies,
                                                                tuple(params.trackers))]
     scores["e_track"] = float(np.mean(rates)) if rates else 1.0
-
-    clock = _lap(scores, "tracking", clock)
-    # f_sim: every test frame against its raw frame.
-    pairs = [(raw_clips[v][t], test_clips[v][t]) for v in test_clips for t in range(len(test_clips[v]))]
-    scores["e_sim_ssim"] = float(np.mean([ssim(a, b) for a, b in pairs]))
-    scores["e_sim_mse"] = float(np.mean([mse_similarity(a, b) for a, b in pairs]))
-
-    clock = _lap(scores, "similarity", clock)
-    # f_speed: the frames/s the protecting stage measured.
-    scores["frames_per_second"] = float("inf") if name == RAW else read_speed(speeds / f"{name}.json")
-    scores["e_speed"] = 1.0 if name == RAW else speed_score(scores["frames_per_second"], params.target_fps)
-    scores["assess_seconds"] = time.perf_counter() - started
-    return scores
 
 
 def _lap(scores: dict[str, Any], part: str, since: float) -> float:
@@ -249,15 +286,17 @@ def assess(*, params_path: Path, frames: Path, copies: list[Path], speeds: Path,
     if not train_rows or not test_rows:
         raise PrivharError(f"{frames / MANIFEST_NAME}: assess needs videos in both splits "
                            f"(train {len(train_rows)}, test {len(test_rows)})")
-    if not any(key.startswith("attr_") for key in rows[0]):
-        raise PrivharError(f"{frames / MANIFEST_NAME}: no attr_* columns; the attribute attacker needs privacy-attribute "
-                           f"annotations (PA-HMDB style)")
     found = copies_under(copies)
     if not found:
         raise PrivharError(f"assess: no protected copy (a folder with {MANIFEST_NAME}) under {', '.join(map(str, copies))}")
-    truths = {row["video_id"]: load_truth(row, frames) for row in rows}
+    # real footage has no annotations: e_id / e_det / e_track are then not measured, the residual detections are
+    truths = {row["video_id"]: load_truth(row, frames) for row in rows} if any(row.get("annotations") for row in rows) else {}
     with stage_run("assess", {"base": base, "assess": params}) as run:
-        print(f"assess: training the raw attackers on {len(train_rows)} videos", file=sys.stderr)
+        if not any(key.startswith("attr_") for key in rows[0]):
+            log.info("assess: %s has no attr_* columns (data.attributes): attribute cMAP / F1 not measured", frames / MANIFEST_NAME)
+        if not truths:
+            log.info("assess: no face / body annotations: e_id, e_det and e_track not measured (residual detections are)")
+        log.info("assess: training the raw attackers on %d videos", len(train_rows))
         attackers = train_raw_attackers(params, base.seed, train_rows, frames, clips_of(train_rows, frames), truths)
         work = partial(assess_copy, raw=frames, train_rows=train_rows, test_rows=test_rows, truths=truths,
                        attackers=attackers, params=params, seed=base.seed, speeds=speeds)
@@ -265,19 +304,25 @@ def assess(*, params_path: Path, frames: Path, copies: list[Path], speeds: Path,
         results = map_ordered(work, items, workers=worker_count(base.workers), desc="assess copies")
         for result in results:
             run.log_metrics({f"{result['copy']}.{key}": value for key, value in result.items()
-                             if key in SIGNATURE + ATTRIBUTE_SCORES})
-        columns = ["copy", *ATTRIBUTE_SCORES, *SIGNATURE, "frames_per_second", "face_occurrences", "folder"]
-        table = [{key: _rounded(result[key]) for key in columns} for result in results]
+                             if key in SIGNATURE + ATTRIBUTE_SCORES + LEFT and value is not None})
+        columns = ["copy", *ATTRIBUTE_SCORES, *SIGNATURE, *LEFT, "frames_per_second", "face_occurrences", "folder"]
+        table = [{key: _rounded(result.get(key)) for key in columns} for result in results]
         atomic_write_bytes(out / "signature.csv", csv_bytes(table, columns))
-        metrics = {row["copy"]: {key: row[key] for key in (*ATTRIBUTE_SCORES, *SIGNATURE)} for row in table}
+        metrics = {row["copy"]: {key: row[key] for key in (*ATTRIBUTE_SCORES, *SIGNATURE, *LEFT)} for row in table}
         atomic_write_bytes(out / "signature.json", (json.dumps(metrics, indent=2, sort_keys=True) + "\n").encode())
         for result in results:
-            print(f"assess: {result['copy']}: cMAP {result['cmap_raw_attacker']:.3f} (adaptive {result['cmap_adaptive']:.3f}), "
-                  f"e_id {result['e_id_ind']:.3f}/{result['e_id_aggr']:.3f}/{result['e_id_fused']:.3f}, "
-                  f"e_det face {result['e_det_face_ind']:.3f} body {result['e_det_body_ind']:.3f}, "
-                  f"e_track {result['e_track']:.3f}, SSIM {result['e_sim_ssim']:.3f}, e_speed {result['e_speed']:.3f} "
-                  f"({result['assess_seconds']:.0f} s)", file=sys.stderr)
+            log.info("assess: %s: cMAP %s (adaptive %s), e_id %s/%s/%s, e_det face %s body %s, e_track %s, SSIM %.3f, "
+                     "e_speed %.3f; left: coverage %s, %d quarantined, %.2f people and %.2f faces found per frame, "
+                     "%.3f of the person pixels (%.0f s)", result["copy"],
+                     *(_text(result[key]) for key in ("cmap_raw_attacker", "cmap_adaptive", "e_id_ind", "e_id_aggr",
+                                                     "e_id_fused", "e_det_face_ind", "e_det_body_ind", "e_track")),
+                     result["e_sim_ssim"], result["e_speed"], _text(result["coverage"]), result["quarantined"],
+                     result["residual_people"], result["residual_faces"], result["residual_pixels"], result["assess_seconds"])
     return results
+
+
+def _text(value: float | None) -> str:
+    return "not measured" if value is None else f"{value:.3f}"
 
 
 def _rounded(value: Any) -> Any:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow.parquet as pq
 
 from tasks.assess.faces import Occurrence, occurrences
 from tasks.core.errors import PrivharError
@@ -53,6 +54,24 @@ def clip_paths(folder: Path) -> dict[str, Path]:
     if not manifest.is_file():
         raise PrivharError(f"{manifest}: not found; expected a decoded or protected copy")
     return {row["video_id"]: resolve_path(row["path"], folder) for row in read_manifest(manifest)}
+
+
+def released(rows: list[dict[str, Any]], folder: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
+    """(rows the copy released, its manifest rows of them, how many of ``rows`` it quarantined): a clip the anonymize stage quarantined (its
+    ``quarantine.parquet``) is not released, so no attacker sees it; any other missing clip is an error."""
+    manifest = folder / MANIFEST_NAME
+    if not manifest.is_file():
+        raise PrivharError(f"{manifest}: not found; expected a decoded or protected copy")
+    copy = {row["video_id"]: row for row in read_manifest(manifest)}
+    held = set()
+    if (folder / "quarantine.parquet").is_file():
+        held = {row["video_id"] for row in pq.read_table(folder / "quarantine.parquet", columns=["video_id"]).to_pylist()}
+    missing = [row["video_id"] for row in rows if row["video_id"] not in copy and row["video_id"] not in held]
+    if missing:
+        raise PrivharError(f"{manifest}: {len(missing)} videos of the raw manifest are missing and not quarantined "
+                           f"(first: {missing[0]}); a protected copy must hold every video")
+    kept = [row for row in rows if row["video_id"] in copy]
+    return kept, [copy[row["video_id"]] for row in kept], sum(row["video_id"] in held for row in rows)
 
 
 def clips_of(rows: list[dict[str, Any]], folder: Path) -> dict[str, np.ndarray]:

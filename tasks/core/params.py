@@ -210,6 +210,7 @@ class AssessParams(Section):
     detector_training_frame_step: PositiveInt  # every n-th raw training frame trains the detectors
     detection_frame_step: PositiveInt  # every n-th protected test frame is searched (three passes: ind, aggr, fused)
     tracking_videos: PositiveInt  # test videos tracked (spread over the test split)
+    residual_videos: PositiveInt  # test videos searched for what is left of people (HOG, Haar, the ensemble re-run)
     trackers: Annotated[list[Literal[TRACKERS]], Field(min_length=1)]  # type: ignore[valid-type]
     target_fps: Annotated[float, Field(gt=0.0)]  # τ of f_speed (paper 004 eq. 25)
 

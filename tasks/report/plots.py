@@ -13,7 +13,7 @@ PRIVACY = ("e_id_ind", "e_id_aggr", "e_id_fused")
 def signature_png(row: dict[str, Any]) -> bytes:
     """Paper 004's signature of one copy: every e_* in [0, 1]; privacy bars red, utility bars blue."""
     figure, axes = plt.subplots(figsize=(7.5, 3.0))
-    values = [row[key] if not isinstance(row[key], str) else 0.0 for key in SIGNATURE_COLUMNS]
+    values = [row[key] if isinstance(row[key], float | int) else 0.0 for key in SIGNATURE_COLUMNS]  # not run / measured: 0
     colours = ["tab:red" if key in PRIVACY else "tab:blue" for key in SIGNATURE_COLUMNS]
     axes.bar(range(len(values)), values, color=colours)
     axes.set_xticks(range(len(values)), [key.removeprefix("e_") for key in SIGNATURE_COLUMNS], rotation=45, ha="right",
@@ -30,7 +30,7 @@ def top1_vs_cmap_png(table: list[dict[str, Any]]) -> bytes:
     """One point per protected copy: Top-1 (protocol 1) against the raw-trained attacker's cMAP (filled) and the
     adaptive attacker's (hollow). Up and to the left is better."""
     figure, axes = plt.subplots(figsize=(7.5, 5.0))
-    for index, row in enumerate(r for r in table if not isinstance(r["cmap_raw_attacker"], str) and not isinstance(r["top1"], str)):
+    for index, row in enumerate(r for r in table if isinstance(r["cmap_raw_attacker"], float | int) and not isinstance(r["top1"], str)):
         colour = f"C{index % 10}"
         axes.scatter(row["cmap_raw_attacker"], 100 * row["top1"], color=colour, label=row["method"])
         axes.scatter(row["cmap_adaptive"], 100 * row["top1"], facecolors="none", edgecolors=colour)

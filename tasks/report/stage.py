@@ -38,6 +38,7 @@ from tasks.report.ledger import (
 from tasks.report.plots import signature_png, top1_vs_cmap_png
 from tasks.report.tables import (
     NOT_RUN,
+    LEFT_COLUMNS,
     SIGNATURE_COLUMNS,
     cell,
     markdown_table,
@@ -91,7 +92,12 @@ TABLE_ONE = ("Top-1: action recognition, protocol 1 (trained on the method's out
 SIGNATURE = ("id: 1 − face re-identification rate (LBPH / Eigen / Fisher trained on raw faces; ind eq. 16, aggr eq. 17, "
              "fused eq. 18); det: detection hit rate, Dice > 0.5 (HOG + linear SVM trained on raw frames; eq. 20-22); "
              "track: MIL / KCF / CSRT from the first true box (eq. 23); sim: SSIM and 1 − MSE/255² (eq. 24); "
-             "speed: min(frames/s / τ, 1) (eq. 25, min for the printed max).")
+             "speed: min(frames/s / τ, 1) (eq. 25, min for the printed max). What is left of people, the last columns: "
+             "coverage: the share of moving (or true person) pixels the anonymize method changed, mean over released "
+             "clips (tasks/anonymize/coverage.py); held back: clips below anonymize.min_coverage, quarantined; people / "
+             "faces per frame: OpenCV's HOG people and Haar face detections re-run on the protected test frames (not on "
+             "avatar pixels); person pixels: share of the raw frames' person pixels (MOG2 / KNN motion and HOG) the same "
+             "detectors still find. n/m: not measured (real footage without annotations or attributes).")
 LEDGER = ("Every ε names its unit — what one neighbouring change is: a video, a person, a frame, a pixel change — and "
           "its relation (add/remove or replace-one). The person is the unit that matters: a person appears in many videos, "
           "so each release's ε for a person is its group ε over their videos, computed exactly from the composed mechanism "
@@ -126,9 +132,10 @@ def _mlflow_children(run: Any, table: list[dict[str, Any]], signature: dict[str,
         metrics = {key: row[key] for key in ("top1", "top1_protocol2") if not isinstance(row[key], str)}
         if row["copy"] in signature:
             attack = signature[row["copy"]]
-            metrics.update({"cmap": attack["cmap_raw_attacker"], "f1": attack["f1_raw_attacker"],
-                            "cmap_adaptive": attack["cmap_adaptive"], "f1_adaptive": attack["f1_adaptive"],
-                            **{key: attack[key] for key in SIGNATURE_COLUMNS}})
+            found = {"cmap": attack["cmap_raw_attacker"], "f1": attack["f1_raw_attacker"],
+                     "cmap_adaptive": attack["cmap_adaptive"], "f1_adaptive": attack["f1_adaptive"],
+                     **{key: attack.get(key) for key in SIGNATURE_COLUMNS + LEFT_COLUMNS}}
+            metrics.update({key: value for key, value in found.items() if value is not None})
         if math.isfinite(row["epsilon"]):
             metrics["epsilon"] = row["epsilon"]
         if metrics:

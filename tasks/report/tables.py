@@ -10,6 +10,9 @@ from dataclasses import dataclass
 from typing import Any
 
 NOT_RUN = "not run"
+NOT_MEASURED = "n/m"  # assess could not measure it (real footage: no annotations or attributes)
+# what is left of people (assess): the anonymize coverage check, clips held back, detectors re-run on the copy
+LEFT_COLUMNS = ("coverage", "quarantined", "residual_people", "residual_faces", "residual_pixels")
 SIGNATURE_COLUMNS = ("e_id_ind", "e_id_aggr", "e_id_fused", "e_det_face_ind", "e_det_face_aggr", "e_det_face_fused",
                      "e_det_body_ind", "e_det_body_aggr", "e_det_body_fused", "e_track", "e_sim_ssim", "e_sim_mse", "e_speed")
 
@@ -55,8 +58,8 @@ def table_one(rows: list[Method], metrics: dict[str, Any], signature: dict[str, 
 
 def signature_rows(rows: list[Method], signature: dict[str, Any]) -> list[dict[str, Any]]:
     copies = [method for method in rows if method.copy]
-    return [{"method": m.label, "copy": m.copy, **{key: signature[m.copy][key] if m.copy in signature else NOT_RUN
-                                                  for key in SIGNATURE_COLUMNS}} for m in copies]
+    return [{"method": m.label, "copy": m.copy, **{key: signature[m.copy].get(key) if m.copy in signature else NOT_RUN
+                                                  for key in SIGNATURE_COLUMNS + LEFT_COLUMNS}} for m in copies]
 
 
 def epsilon_text(epsilon: float) -> str:
@@ -64,6 +67,8 @@ def epsilon_text(epsilon: float) -> str:
 
 
 def cell(value: Any, percent: bool = False) -> str:
+    if value is None:
+        return NOT_MEASURED
     if isinstance(value, str):
         return value
     if isinstance(value, float) and math.isinf(value):
@@ -86,5 +91,6 @@ def table_one_markdown(table: list[dict[str, Any]]) -> str:
 
 
 def signature_markdown(rows: list[dict[str, Any]]) -> str:
-    headers = ["method", *(key.removeprefix("e_") for key in SIGNATURE_COLUMNS)]
-    return markdown_table(headers, [[r["method"], *(cell(r[key]) for key in SIGNATURE_COLUMNS)] for r in rows])
+    headers = ["method", *(key.removeprefix("e_") for key in SIGNATURE_COLUMNS),
+               "coverage", "held back", "people / frame", "faces / frame", "person pixels"]
+    return markdown_table(headers, [[r["method"], *(cell(r[key]) for key in SIGNATURE_COLUMNS + LEFT_COLUMNS)] for r in rows])

@@ -1,0 +1,68 @@
+"""What a protected copy still shows of people: person and face detectors re-run on its frames.
+
+Paper 004 scores detectors against ground truth; real footage has none, and the question a
+camera owner asks is simpler — does anything still find a person? On every
+``assess.detection_frame_step``-th frame of ``assess.residual_videos`` test videos:
+
+    residual_people  OpenCV's HOG people detections per frame (frames enlarged :data:`UPSCALE`×)
+    residual_faces   Haar frontal-face detections per frame (enlarged the same)
+    residual_pixels  share of the raw frame's person pixels — the anonymize ensemble without
+                     mediapipe: MOG2 / KNN motion over the clip ∪ HOG boxes — that the same
+                     ensemble still finds on the protected frame
+
+A detection more than half on avatar pixels (the copy's public mask) is the avatar, not a
+person, and public pixels are not residual person pixels. On a copy filled with noise (DPRP)
+the motion models fire everywhere: there residual_pixels is an upper bound.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tasks.anonymize.motion import moving_people
+from tasks.anonymize.opencv_detectors import face_boxes, fill_boxes, people_boxes
+
+UPSCALE = 4.0  # decoded frames are small (people 10-40 rows at 96): HOG wants ~96 rows, Haar ~24
+MOTION_GROW = 1  # decoded pixels around a moving blob
+RESIDUALS = ("residual_people", "residual_faces", "residual_pixels")
+
+
+def _outside_public(boxes: list[tuple[float, float, float, float]], public: np.ndarray | None) -> int:
+    """Boxes not mostly on avatar pixels."""
+    if public is None:
+        return len(boxes)
+    kept = 0
+    for box in boxes:
+        area = fill_boxes(public.shape, [box])
+        kept += int(area.sum() == 0 or public[area].mean() <= 0.5)
+    return kept
+
+
+def _person_pixels(clip: np.ndarray, t: int) -> np.ndarray:
+    moving = np.zeros(clip.shape[1:3], bool)
+    for model in ("mog2", "knn"):
+        moving |= moving_people(clip, np.array([t]), model=model, grow=MOTION_GROW)[0]
+    return moving | fill_boxes(clip.shape[1:3], people_boxes(clip[t], UPSCALE))
+
+
+def residual_scores(raw: dict[str, np.ndarray], protected: dict[str, np.ndarray], public: dict[str, np.ndarray | None],
+                    videos: list[str], step: int) -> dict[str, Any]:
+    """The three residual figures over ``videos`` (ids present in ``protected``), every ``step``-th frame."""
+    people, faces, found, kept, frames = 0, 0, 0, 0, 0
+    for video in videos:
+        clip, mask = protected[video], public.get(video)
+        for t in range(0, len(clip), step):
+            frame_public = None if mask is None else mask[t].astype(bool)
+            people += _outside_public(people_boxes(clip[t], UPSCALE), frame_public)
+            faces += _outside_public(face_boxes(clip[t], UPSCALE), frame_public)
+            before = _person_pixels(raw[video], t)
+            after = _person_pixels(clip, t) & before
+            if frame_public is not None:
+                after &= ~frame_public
+            found += int(before.sum())
+            kept += int(after.sum())
+            frames += 1
+    return {"residual_people": people / max(frames, 1), "residual_faces": faces / max(frames, 1),
+            "residual_pixels": kept / found if found else 0.0}
