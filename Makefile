@@ -19,7 +19,7 @@ retry = for attempt in 1 2 3; do $(1) && break; \
 	if [ $$attempt = 3 ]; then echo "pip install failed 3 times: $(1)" >&2; exit 1; fi; \
 	echo "pip install failed (attempt $$attempt of 3); retrying in 15 s" >&2; sleep 15; done
 
-.PHONY: run test detector-test bench install clean
+.PHONY: run test detector-test bench footage install clean
 
 install: $(STAMP)
 
@@ -48,9 +48,21 @@ detector-test: $(DETECTOR_STAMP)
 	PATH="$(abspath $(DETECTOR_VENV)/bin):$$PATH" $(DETECTOR_VENV)/bin/python -m pytest -q tests/test_detector.py tests/test_anonymize.py tests/test_real_footage.py
 
 # Timings on this machine (not tests): reports/bench/*.json
-bench: $(STAMP)
+bench: $(STAMP) $(DETECTOR_STAMP) footage
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/privhar bench dprp
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/privhar bench private
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/privhar bench anonymize
+	PATH="$(abspath $(DETECTOR_VENV)/bin):$$PATH" $(DETECTOR_VENV)/bin/privhar bench anonymize --out reports/bench/anonymize-mediapipe.json
+
+# Real footage: OpenCV's vtest.avi (Debian package opencv-doc; Apache-2.0 / BSD-3-Clause) cut into 4 s clips at 320x240
+FOOTAGE_CACHE := .privhar/footage
+footage: data/footage/vtest/classInd.txt
+data/footage/vtest/classInd.txt: $(STAMP)
+	mkdir -p $(FOOTAGE_CACHE)
+	test -f $(FOOTAGE_CACHE)/vtest.avi || (cd $(FOOTAGE_CACHE) && apt-get download opencv-doc && \
+		dpkg-deb --fsys-tarfile opencv-doc_*.deb | tar -xO ./usr/share/doc/opencv-doc/examples/data/vtest.avi > vtest.avi && \
+		rm -f opencv-doc_*.deb)
+	$(BIN)/privhar footage $(FOOTAGE_CACHE)/vtest.avi data/footage/vtest --seconds 4 --size 240 320
 
 clean:
 	rm -rf data/synthesize data/decode data/train reports/evaluate reports/train mlflow.db mlartifacts

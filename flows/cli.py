@@ -322,6 +322,37 @@ def bench_private_command(batch: int, frames: int, size: tuple[int, int], width:
     click.echo(json.dumps(record, indent=2))
 
 
+@bench.command("anonymize")
+@click.option("--root", type=click.Path(path_type=Path, file_okay=False, exists=True), default=Path("data/footage/vtest"),
+              show_default=True, help="A UCF101-shaped folder of real footage (make footage cuts one).")
+@PARAMS
+@click.option("--out", type=click.Path(path_type=Path), default=Path("reports/bench/anonymize.json"), show_default=True)
+def bench_anonymize_command(root: Path, params_path: Path, out: Path) -> None:
+    """Coverage of the moving pixels and frames/s of each people source (and the ensemble) on real footage."""
+    import json
+
+    from tasks.anonymize.bench import run_bench
+
+    click.echo(json.dumps(run_bench(root=root, params_path=params_path, out=out), indent=2))
+
+
+@main.command("footage")
+@click.argument("recording", type=click.Path(path_type=Path, dir_okay=False))
+@click.argument("out", type=click.Path(path_type=Path, file_okay=False))
+@click.option("--action", default="Walking", show_default=True, help="The class folder the clips go in.")
+@click.option("--seconds", type=float, default=4.0, show_default=True, help="Length of each clip.")
+@click.option("--size", type=(int, int), default=None, help="Resize to height width (default: as recorded).")
+@click.option("--test-every", type=click.IntRange(min=2), default=4, show_default=True,
+              help="Every n-th clip goes to the test split.")
+def footage_command(recording: Path, out: Path, action: str, seconds: float, size: tuple[int, int] | None,
+                    test_every: int) -> None:
+    """Cut a long camera RECORDING into a UCF101-shaped folder OUT (set data.source: ucf101, data.root: OUT)."""
+    from tasks.footage import cut_recording
+
+    clips = cut_recording(recording, out, action=action, seconds=seconds, size=size, test_every=test_every)
+    click.echo(f"footage: {len(clips)} clips of {seconds:g} s in {out}", err=True)
+
+
 @main.command("run")
 @click.option("--force", is_flag=True, help="Rerun every stage even if it is up to date.")
 @click.argument("targets", nargs=-1)
