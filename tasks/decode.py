@@ -30,7 +30,7 @@ import torch
 
 from tasks.core.datasets import probe
 from tasks.core.errors import PrivharError
-from tasks.core.manifest import MANIFEST_NAME, read_manifest, resolve_path, write_manifest, write_table
+from tasks.core.manifest import MANIFEST_NAME, QUARANTINE_NAME, read_manifest, resolve_path, write_manifest, write_table
 from tasks.core.params import BaseParams, DecodeParams, load_section
 from tasks.core.parallel import map_ordered, worker_count
 from tasks.core.storage import atomic_directory, save_arrays, save_frames
@@ -183,7 +183,7 @@ def decode(*, params_path: Path, source: Path, out: Path, run_name: str = "decod
                                f"decode.max_failed_fraction = {params.max_failed_fraction}); first: {example['path']}: {example['reason']}")
         for item in failed:
             print(f"decode: quarantined {item['path']}: {item['reason']}", file=sys.stderr)
-        write_table(failed, staging / "quarantine.parquet", schema=QUARANTINE_SCHEMA)
+        write_table(failed, staging / QUARANTINE_NAME, schema=QUARANTINE_SCHEMA)
         write_manifest(decoded, staging / MANIFEST_NAME)
         source_frames = sum(row["source_frames"] for row in decoded)
         speed = {"videos": len(decoded), "quarantined": len(failed), "decode_seconds": seconds,

@@ -43,6 +43,8 @@ def middle_frame(row: dict[str, Any], folder: Path) -> np.ndarray:
 
 
 def _public_mask(row: dict[str, Any], folder: Path, t: int) -> np.ndarray:
+    if not row.get("mask"):  # a copy whose method makes no public pixels wrote masks only for clips it blacked out
+        return np.zeros((int(row["height"]), int(row["width"]), 3), np.uint8)
     with np.load(resolve_path(row["mask"], folder)) as stored:
         return np.repeat(stored["public"][t][..., None] * 255, 3, axis=-1).astype(np.uint8)
 

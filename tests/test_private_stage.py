@@ -8,6 +8,7 @@ import shutil
 
 import dp_accounting
 import numpy as np
+import pyarrow as pa
 import pytest
 import torch
 
@@ -144,6 +145,26 @@ def test_maskdp_public_view_holds_only_avatar_pixels_on_the_anonymize_masks(proj
     private_view, public_view = token_views(clips, public)
     assert torch.equal(private_view + public_view, clips)
     assert (public_view * (masks < 0.5).unsqueeze(1)).abs().sum() == 0
+
+
+def test_a_clip_the_avatar_copy_held_back_has_nothing_public(project, tmp_path):
+    """maskdp_real takes raw clips with the avatar copy's masks: a quarantined clip has no avatar, so no public pixel."""
+    import shutil
+
+    from tasks.core.manifest import read_manifest, write_manifest, write_table
+    from tasks.private.stage import public_masks
+
+    copy = tmp_path / "avatar"
+    shutil.copytree(project[0] / "data/anonymize/avatar", copy)
+    released = read_manifest(copy / "manifest.parquet")
+    held = released[0]
+    write_manifest(released[1:], copy / "manifest.parquet")
+    write_table([{"video_id": held["video_id"]}], copy / "quarantine.parquet")
+    masks = public_masks(released, copy, (32, 40))
+    assert not masks[0].any() and masks[1:].any()
+    write_table([], copy / "quarantine.parquet", schema=pa.schema([("video_id", pa.string())]))
+    with pytest.raises(PrivharError, match=rf"video {held['video_id']} has no public mask"):
+        public_masks(released, copy, (32, 40))
 
 
 def test_person_units_clip_each_person_once_and_claim_epsilon_per_person(project, tmp_path):

@@ -61,6 +61,7 @@ class People:
     arrays: dict[str, np.ndarray]
     reference: np.ndarray  # (T, H, W) bool: the pixels the method must change
     searched_at: str  # where people were looked for: "ground truth", "source 320x240", "decoded 128x96"
+    measured_on: str  # what the reference pixels are: "moving pixels", "true person pixels", "face pixels"
 
 
 def ground_truth(row: dict[str, Any], source: Path, keys: tuple[str, ...]) -> dict[str, np.ndarray]:
@@ -154,7 +155,8 @@ def detect(row: dict[str, Any], frames: np.ndarray, keys: tuple[str, ...], *, so
     arrays = {"person_mask": person_mask.astype(np.uint8), "skeleton": skeleton, "joint_depth": depth,
               "identity": identity + np.arange(skeleton.shape[1], dtype=np.int64), "face_box": face_box}
     where = "decoded" if clip.geometry is None else "source"
-    return People({key: arrays[key] for key in keys}, reference, f"{where} {width}x{height}")
+    measured_on = "face pixels" if wants_faces and not set(keys) - {"face_box"} else "moving pixels"
+    return People({key: arrays[key] for key in keys}, reference, f"{where} {width}x{height}", measured_on)
 
 
 def find_people(row: dict[str, Any], frames: np.ndarray, keys: tuple[str, ...], *, source: str, params: AnonymizeParams,
@@ -169,4 +171,5 @@ def find_people(row: dict[str, Any], frames: np.ndarray, keys: tuple[str, ...], 
                               for boxes in truth["face_box"]])
     else:
         reference = truth["person_mask"] > 0
-    return People({key: truth[key] for key in keys}, reference, "ground truth")
+    measured = "true face pixels" if reference_key == "face_box" else "true person pixels"
+    return People({key: truth[key] for key in keys}, reference, "ground truth", measured)

@@ -35,7 +35,7 @@ from tasks.anonymize.obfuscate import LOW_RES, black_out, blur_faces, dilate, lo
 from tasks.core.budget import check_unprotected
 from tasks.core.errors import PrivharError
 from tasks.anonymize.people import detectors_of, find_people, resolve_source, video_identity
-from tasks.core.manifest import MANIFEST_NAME, read_manifest, rebase_path, resolve_path, write_manifest, write_table
+from tasks.core.manifest import MANIFEST_NAME, QUARANTINE_NAME, read_manifest, rebase_path, resolve_path, write_manifest, write_table
 from tasks.core.parallel import map_ordered, worker_count
 from tasks.core.params import AnonymizeParams, BaseParams, DataParams, DecodeParams, load_section
 from tasks.core.speed import write_speed
@@ -106,7 +106,7 @@ def anonymize_one(row: dict[str, Any], *, method: str, params: AnonymizeParams, 
         covered = coverage(frames, protected, found.reference)
         if covered < params.min_coverage:
             reason = (f"coverage {covered:.3f} < anonymize.min_coverage {params.min_coverage}: {method} changed "
-                      f"{covered:.1%} of the {int(found.reference.sum())} moving / person pixels ({source_kind})")
+                      f"{covered:.1%} of the {int(found.reference.sum())} {found.measured_on} (people from {source_kind})")
             if params.on_low_coverage == "quarantine":
                 return {"video_id": str(row["video_id"]), "split": str(row["split"]), "coverage": covered, "reason": reason}, seconds
             log.info("anonymize: %s: %s; released black", row["video_id"], reason)
@@ -148,7 +148,7 @@ def anonymize(*, params_path: Path, frames: Path, method: str, out: Path, speed_
             raise PrivharError(f"anonymize: {method}: every one of the {len(rows)} videos is below anonymize.min_coverage = "
                                f"{params.min_coverage} (first: {quarantined[0]['video_id']}: {quarantined[0]['reason']})")
         seconds = sum(spent for _, spent in results)
-        write_table(quarantined, staging / "quarantine.parquet", schema=QUARANTINE_SCHEMA)
+        write_table(quarantined, staging / QUARANTINE_NAME, schema=QUARANTINE_SCHEMA)
         write_manifest(protected, staging / MANIFEST_NAME)
         total_frames = sum(int(row["n_frames"]) for row in rows)
         speed = total_frames / max(seconds, 1e-9)

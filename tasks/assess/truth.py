@@ -11,11 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow.parquet as pq
 
 from tasks.assess.faces import Occurrence, occurrences
 from tasks.core.errors import PrivharError
-from tasks.core.manifest import MANIFEST_NAME, read_manifest, resolve_path
+from tasks.core.manifest import MANIFEST_NAME, quarantined, read_manifest, resolve_path
 from tasks.core.storage import load_frames
 
 Box = tuple[float, float, float, float]
@@ -63,9 +62,7 @@ def released(rows: list[dict[str, Any]], folder: Path) -> tuple[list[dict[str, A
     if not manifest.is_file():
         raise PrivharError(f"{manifest}: not found; expected a decoded or protected copy")
     copy = {row["video_id"]: row for row in read_manifest(manifest)}
-    held = set()
-    if (folder / "quarantine.parquet").is_file():
-        held = {row["video_id"] for row in pq.read_table(folder / "quarantine.parquet", columns=["video_id"]).to_pylist()}
+    held = quarantined(folder)
     missing = [row["video_id"] for row in rows if row["video_id"] not in copy and row["video_id"] not in held]
     if missing:
         raise PrivharError(f"{manifest}: {len(missing)} videos of the raw manifest are missing and not quarantined "

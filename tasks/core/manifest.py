@@ -32,6 +32,7 @@ REQUIRED_COLUMNS: dict[str, pa.DataType] = {
     "width": pa.int64(),
 }
 SPLITS = ("train", "test")
+QUARANTINE_NAME = "quarantine.parquet"
 MANIFEST_NAME = "manifest.parquet"
 
 
@@ -69,6 +70,12 @@ def write_table(rows: list[dict[str, Any]], path: Path, schema: pa.Schema | None
     buffer = io.BytesIO()
     pq.write_table(table, buffer, compression="zstd")
     atomic_write_bytes(Path(path), buffer.getvalue())
+
+
+def quarantined(folder: Path) -> set[str]:
+    """Videos a per-video stage held back in ``folder`` (its ``quarantine.parquet``: unreadable, or short of coverage)."""
+    path = Path(folder) / QUARANTINE_NAME
+    return set(pq.read_table(path, columns=["video_id"]).column("video_id").to_pylist()) if path.is_file() else set()
 
 
 def write_manifest(rows: list[dict[str, Any]], path: Path) -> pa.Table:

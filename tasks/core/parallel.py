@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextvars import ContextVar
@@ -58,15 +59,20 @@ def map_ordered(function: Callable[[T], R], items: Sequence[T], *, workers: int,
         progress.close()
 
 
+FORK_UNSAFE_MODULES = ("mediapipe",)
+
+
 def pool_context(function: Callable) -> multiprocessing.context.BaseContext:
     """``fork`` in a single-threaded process (fast); else a fork server.
 
     Forking a process that runs other threads (MLflow's, Prefect's, a test runner's) can copy
     a lock some thread holds, and the child waits on it forever. The fork server is started
     clean, once per process, with the function's module, cv2 and torch imported, and forks
-    the workers from there.
+    the workers from there. mediapipe's TFLite graphs run native threads that Python does not
+    count (a forked worker hung on their locks after a clip had been through mediapipe): once it
+    is loaded, the fork server too.
     """
-    if threading.active_count() == 1:
+    if threading.active_count() == 1 and not any(name in sys.modules for name in FORK_UNSAFE_MODULES):
         return multiprocessing.get_context("fork")
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload([getattr(function, "func", function).__module__, "cv2", "torch"])

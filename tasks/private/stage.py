@@ -42,7 +42,7 @@ from tasks.core.budget import check_budget, check_unprotected
 from tasks.core.subjects import person_units, videos_per_person
 from tasks.core.clips import augment, class_names, labels_of, load_clips, normalise, split_rows
 from tasks.core.errors import PrivharError
-from tasks.core.manifest import MANIFEST_NAME, read_manifest, resolve_path
+from tasks.core.manifest import MANIFEST_NAME, quarantined, read_manifest, resolve_path
 from tasks.core.models import build_from_config, checkpoint_config, transfer_weights
 from tasks.core.params import MASKED_METHODS, BaseParams, PrivacyParams, PrivateParams, load_section
 from tasks.core.privacy import NON_PRIVATE, PrivacyGuarantee
@@ -86,9 +86,13 @@ def recipe_of(params: PrivateParams, method: str) -> Recipe:
 def public_masks(rows: list[dict[str, Any]], masks: Path, size: tuple[int, int]) -> torch.Tensor:
     """(N, T, h, w) 0/1 public pixels of ``rows`` from the anonymize output ``masks``, resized like the clips."""
     by_id = {row["video_id"]: row for row in read_manifest(masks / MANIFEST_NAME)}
+    held = quarantined(masks)
     out = []
     for row in rows:
         stored = by_id.get(row["video_id"], {}).get("mask")
+        if row["video_id"] in held:  # no avatar was released for it: nothing of it is public
+            out.append(torch.zeros(int(row["n_frames"]), *size))
+            continue
         if not stored:
             raise PrivharError(f"{masks / MANIFEST_NAME}: video {row['video_id']} has no public mask; maskdp needs the "
                                "avatar copy's masks (anonymize@avatar)")
