@@ -36,6 +36,16 @@ def stage() -> None:
     """Run one stage of the pipeline (the commands dvc.yaml calls)."""
 
 
+@stage.command("scan")
+@PARAMS
+@click.option("--out", required=True, type=click.Path(path_type=Path, dir_okay=False), help="Where to write the listing (CSV).")
+def scan_command(params_path: Path, out: Path) -> None:
+    """List the files of the real dataset (path, size, time): what the index stage depends on."""
+    from tasks.scan import scan
+
+    scan(params_path=params_path, out=out)
+
+
 @stage.command("synthesize")
 @PARAMS
 @_dir("--out", "Where to write the source videos and their manifest.")

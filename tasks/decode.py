@@ -1,7 +1,7 @@
 """Stage ``decode``: source videos -> fixed-size, fixed-rate clips stored losslessly.
 
     source manifest ─▶ EncodedVideo (pytorchvideo, PyAV) ─▶ resample to decode.fps
-      ─▶ keep decode.frames (loop or pad short videos) ─▶ resize + centre crop to decode.size
+      ─▶ keep decode.frames (loop or pad short videos) ─▶ resize + centre crop to decode.frame_size
       ─▶ frames/<id>.npy (T, H, W, 3) uint8 RGB  [+ annotations/<id>.npz carried along]
 
 Resampling assumes a constant frame rate: output frame j shows the source frame shown at
@@ -146,7 +146,7 @@ def decode_one(row: dict[str, Any], *, params: DecodeParams, source_folder: Path
         frames, fps = read_video(workdir / path)
     except Quarantined as reason:
         return {"video_id": row["video_id"], "path": str(path), "reason": str(reason)}
-    target = (params.size[0], params.size[1])
+    target = (params.frame_size[0], params.frame_size[1])
     indices = resample_indices(len(frames), fps, params.fps, params.frames, params.short_videos)
     geometry = Geometry.fit(frames.shape[1:3], target)
     clip = np.stack([crop(geometry.image(frame, cv2.INTER_AREA), geometry, target) for frame in frames[indices]])

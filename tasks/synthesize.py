@@ -72,7 +72,7 @@ def make_video(job: VideoJob, *, seed: int, params: SynthesizeParams, out: Path)
     return {
         "video_id": job.video_id, "split": job.split, "label": job.label, "action": job.action,
         "path": f"videos/{job.video_id}.avi", "n_frames": params.frames, "fps": float(params.fps),
-        "height": params.size[0], "width": params.size[1],
+        "height": params.frame_size[0], "width": params.frame_size[1],
         "annotations": f"annotations/{job.video_id}.npz",
         "identity": primary.identity, "identities": [actor.identity for actor in spec.actors],
         "scene": spec.scene, "yaw": primary.yaw, "speed": primary.style.speed, "amplitude": primary.style.amplitude,
@@ -146,7 +146,7 @@ def synthesize(*, params_path: Path, out: Path, report: Path | None = None, publ
             rows = map_ordered(render, jobs, workers=worker_count(base.workers), desc="synthesize")
             write_table(_identity_rows(base.seed, params.identities), staging / "identities.parquet")
         else:
-            rows = index_dataset(data.source, data.root, data.split, data.attributes)
+            rows = index_dataset(data.source, data.root, data.split, data.attributes, data.subjects)
         write_manifest(rows, staging / MANIFEST_NAME)
         if report is not None:
             encoded, png = cv2.imencode(".png", preview(rows, staging))

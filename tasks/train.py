@@ -161,26 +161,28 @@ def train(*, params_path: Path, frames: Path, out: Path, report: Path, family: s
     if has_batch_norm(model):
         raise PrivharError("train: the model has BatchNorm layers; use GroupNorm or LayerNorm")
     run_name = "train" if key == params.method else f"train@{key}"
-    with stage_run(run_name, {"base": base, "train": params}) as run, atomic_directory(out) as staging:
-        data = TrainingData(load_clips(train_rows, frames, tuple(params.input_size)), labels_of(train_rows), classes)
-        trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-        print(f"train: {key} ({params.method}) on {len(train_rows)} videos of {frames}, {trainable} trainable parameters",
-              file=sys.stderr)
-        started = time.perf_counter()
-        history = TRAINING_METHODS[params.method](model, data, params, generator, run)
-        seconds = time.perf_counter() - started
-        model.eval()
-        torch.save({"state_dict": model.state_dict(), "config": config}, staging / "model.pt")
-        privacy = strongest(METHOD_PRIVACY[params.method], data_guarantee(train_rows))
-        final = {**history[-1], "trainable_parameters": trainable, "train_videos": len(train_rows),
-                 "epsilon": privacy.epsilon if math.isfinite(privacy.epsilon) else "inf", "delta": privacy.delta,
-                 "accountant": privacy.accountant, "unit": privacy.unit, "relation": privacy.relation,
-                 "randomness": privacy.randomness}
-        run.log_metrics({"train_seconds": seconds, "trainable_parameters": trainable, "epsilon": privacy.epsilon,
-                         "delta": privacy.delta})
-        run.set_tags({"privhar.method": params.method, "privhar.model": key, "privhar.accountant": privacy.accountant})
+    with stage_run(run_name, {"base": base, "train": params}) as run:
+        with atomic_directory(out) as staging:
+            data = TrainingData(load_clips(train_rows, frames, tuple(params.input_size)), labels_of(train_rows), classes)
+            trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+            print(f"train: {key} ({params.method}) on {len(train_rows)} videos of {frames}, {trainable} trainable parameters",
+                  file=sys.stderr)
+            started = time.perf_counter()
+            history = TRAINING_METHODS[params.method](model, data, params, generator, run)
+            seconds = time.perf_counter() - started
+            model.eval()
+            torch.save({"state_dict": model.state_dict(), "config": config}, staging / "model.pt")
+            privacy = strongest(METHOD_PRIVACY[params.method], data_guarantee(train_rows))
+            final = {**history[-1], "trainable_parameters": trainable, "train_videos": len(train_rows),
+                     "epsilon": privacy.epsilon if math.isfinite(privacy.epsilon) else "inf", "delta": privacy.delta,
+                     "accountant": privacy.accountant, "unit": privacy.unit, "relation": privacy.relation,
+                     "randomness": privacy.randomness}
+            run.log_metrics({"train_seconds": seconds, "trainable_parameters": trainable, "epsilon": privacy.epsilon,
+                             "delta": privacy.delta})
+            run.set_tags({"privhar.method": params.method, "privhar.model": key, "privhar.accountant": privacy.accountant})
+        atomic_write_bytes(report / f"{key}.json", (json.dumps(final, indent=2, sort_keys=True) + "\n").encode())
+        atomic_write_bytes(report / f"{key}_history.csv", _history_csv(history))
+        # registered once the output folder and reports are complete: a failed stage leaves no version behind
         register_model(model, family=family, key=key, run=run, config=config,
                        tags={"method": params.method, **privacy.as_tags(), "dataset": dataset_tag(frames)})
-    atomic_write_bytes(report / f"{key}.json", (json.dumps(final, indent=2, sort_keys=True) + "\n").encode())
-    atomic_write_bytes(report / f"{key}_history.csv", _history_csv(history))
     return final

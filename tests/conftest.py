@@ -22,8 +22,8 @@ BIN = Path(sys.executable).parent
 TINY = {
     "base": {"workers": 2},
     "synthesize": {"actions": ["walk", "wave", "squat"], "identities": 4, "videos_per_action": 4, "frames": 12,
-                   "fps": 12.0, "size": [72, 96], "scenes": 2, "two_person_fraction": 0.25},
-    "decode": {"fps": 6.0, "frames": 4, "size": [32, 40]},
+                   "fps": 12.0, "frame_size": [72, 96], "scenes": 2, "two_person_fraction": 0.25},
+    "decode": {"fps": 6.0, "frames": 4, "frame_size": [32, 40]},
     "train": {"epochs": 2, "batch_size": 4, "input_size": [32, 40], "width": 4},
     "evaluate": {"batch_size": 8},
     "public": {"identities": 4, "videos_per_action": 4, "epochs": 1},

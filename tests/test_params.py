@@ -25,7 +25,7 @@ def test_repository_params_are_valid():
         ("decode", {"decode": {"fps": -3.0}}, "decode.fps = -3.0 is invalid"),
         ("decode", {"decode": {"frames": "16"}}, "decode.frames = '16' is invalid"),
         ("decode", {"decode": {"short_videos": "mirror"}}, "decode.short_videos = 'mirror' is invalid: input should be 'loop' or 'pad'"),
-        ("decode", {"decode": {"size": [96]}}, "decode.size = [96] is invalid"),
+        ("decode", {"decode": {"frame_size": [96]}}, "decode.frame_size = [96] is invalid"),
         ("decode", {"decode": {"max_failed_fraction": 1.5}}, "decode.max_failed_fraction = 1.5 is invalid"),
         ("decode", {"decode": {"fsp": 8.0}}, "decode.fsp is not a known key of 'decode'"),
         ("synthesize", {"synthesize": {"actions": ["walk", "moonwalk"]}}, "synthesize.actions.1 = 'moonwalk' is invalid"),

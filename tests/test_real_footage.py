@@ -28,7 +28,7 @@ FOOTAGE = REPO / "tests" / "data" / "vtest"
 HAS_MEDIAPIPE = importlib.util.find_spec("mediapipe") is not None
 ENSEMBLE = ["mediapipe", "hog", "motion", "faces"] if HAS_MEDIAPIPE else ["hog", "motion", "faces"]
 REAL = {"data": {"source": "ucf101", "root": str(FOOTAGE), "split": 1},
-        "decode": {"fps": 4.0, "frames": 8, "size": [96, 128]}, "anonymize": {"source": "ensemble", "ensemble": ENSEMBLE}}
+        "decode": {"fps": 4.0, "frames": 8, "frame_size": [96, 128]}, "anonymize": {"source": "ensemble", "ensemble": ENSEMBLE}}
 
 
 def params_for(folder, **anonymize):

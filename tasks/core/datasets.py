@@ -8,11 +8,18 @@
 
 Rows carry the container's own metadata where it can be read; a file that cannot even be
 probed keeps zeros and is left for ``decode`` to quarantine with its reason.
+
+Every row names its data subject (the person is the unit of privacy, DESIGN.md) in ``identity``,
+with ``subject`` saying what it is: UCF101's group (``v_<Class>_g08_c01``: the 25 groups are the same
+actors), HMDB51's source video (``<source>_<action>_<6 meta fields>``: one film or clip, the same
+people), or a ``data.subjects`` CSV (``video_id,subject``) that overrides both. A video whose subject
+cannot be told keeps ``identity`` null: it is its own subject, and the report says how many are.
 """
 
 from __future__ import annotations
 
 import csv
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -49,8 +56,28 @@ def _find(root: Path, names: list[str], folders: tuple[str, ...]) -> Path | None
     return None
 
 
-def _row(video: Path, split: str, label: int, action: str) -> dict[str, Any]:
-    return {"video_id": video.stem, "split": split, "label": label, "action": action,
+UCF101_GROUP = re.compile(r"_g(\d+)_c\d+$")
+HMDB51_META_FIELDS = 6  # visible body parts, camera motion, people, viewpoint, quality, clip number
+
+
+def ucf101_subject(stem: str) -> str | None:
+    """UCF101's group of a video (``v_ApplyEyeMakeup_g08_c01`` -> ``g08``): its clips share actors and background."""
+    found = UCF101_GROUP.search(stem)
+    return f"g{int(found.group(1)):02d}" if found else None
+
+
+def hmdb51_subject(stem: str, action: str) -> str | None:
+    """HMDB51's source video of a clip (``April_09_brush_hair_u_nm_np1_ba_goo_0`` -> ``April_09``)."""
+    fields = stem.split("_")
+    action_fields = action.split("_")
+    head = fields[:-HMDB51_META_FIELDS]
+    if len(head) <= len(action_fields) or head[-len(action_fields):] != action_fields:
+        return None
+    return "_".join(head[:-len(action_fields)])
+
+
+def _row(video: Path, split: str, label: int, action: str, subject: str | None) -> dict[str, Any]:
+    return {"video_id": video.stem, "split": split, "label": label, "action": action, "subject": subject,
             "path": str(video.resolve()), **probe(video)}
 
 
@@ -83,7 +110,8 @@ def index_ucf101(root: Path, split: int) -> list[dict[str, Any]]:
             action = relative.split("/")[0]
             if action not in label_of:
                 raise PrivharError(f"{list_file}:{number}: class '{action}' is not a known class folder")
-            rows.append(_row(root / relative, split_name, label_of[action], action))
+            video = root / relative
+            rows.append(_row(video, split_name, label_of[action], action, ucf101_subject(video.stem)))
     return rows
 
 
@@ -104,7 +132,9 @@ def index_hmdb51(root: Path, split: int) -> list[dict[str, Any]]:
                 raise PrivharError(f"{split_file}:{number}: expected '<video> <0|1|2>', got {line.strip()!r}")
             if fields[1] == "0":
                 continue
-            rows.append(_row(root / action / fields[0], "train" if fields[1] == "1" else "test", label, action))
+            video = root / action / fields[0]
+            rows.append(_row(video, "train" if fields[1] == "1" else "test", label, action,
+                             hmdb51_subject(video.stem, action)))
     return rows
 
 
@@ -129,8 +159,31 @@ def merge_attributes(rows: list[dict[str, Any]], path: Path) -> list[dict[str, A
             for row in rows]
 
 
-def index_dataset(source: str, root: str | None, split: int, attributes: str | None = None) -> list[dict[str, Any]]:
-    """Rows for a real dataset named by ``data.source``, with its privacy attributes when ``attributes`` names them."""
+def merge_subjects(rows: list[dict[str, Any]], path: Path) -> list[dict[str, Any]]:
+    """A user's ``video_id,subject`` CSV: who is in each video, overriding what the file names say."""
+    if not path.is_file():
+        raise PrivharError(f"params.yaml: data.subjects = {str(path)!r} is not a file")
+    with path.open(newline="") as handle:
+        reader = csv.DictReader(handle)
+        if not reader.fieldnames or not {"video_id", "subject"} <= set(reader.fieldnames):
+            raise PrivharError(f"{path}: expected a header 'video_id,subject'")
+        table = {entry["video_id"]: entry["subject"].strip() for entry in reader}
+    missing = [row["video_id"] for row in rows if not table.get(row["video_id"])]
+    if missing:
+        raise PrivharError(f"{path}: no subject for {len(missing)} videos of the split (first: {missing[0]})")
+    return [{**row, "subject": table[row["video_id"]]} for row in rows]
+
+
+def number_subjects(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``identity``: the subject as an integer (sorted names), null where the subject is unknown."""
+    numbering = {name: number for number, name in enumerate(sorted({row["subject"] for row in rows if row["subject"]}))}
+    return [{**row, "identity": numbering.get(row["subject"])} for row in rows]
+
+
+def index_dataset(source: str, root: str | None, split: int, attributes: str | None = None,
+                  subjects: str | None = None) -> list[dict[str, Any]]:
+    """Rows for a real dataset named by ``data.source``, with its subjects (from the file names, or the ``subjects``
+    CSV) and its privacy attributes when ``attributes`` names them."""
     if root is None:
         raise PrivharError(f"params.yaml: data.root is required when data.source = {source!r}")
     folder = Path(root)
@@ -139,4 +192,10 @@ def index_dataset(source: str, root: str | None, split: int, attributes: str | N
     rows = DATASETS[source](folder, split)
     if not rows:
         raise PrivharError(f"{folder}: split {split} lists no videos")
+    for name in ("train", "test"):
+        if not any(row["split"] == name for row in rows):
+            raise PrivharError(f"{folder}: split {split} lists no {name} videos (a {name} split is needed)")
+    if subjects:
+        rows = merge_subjects(rows, Path(subjects))
+    rows = number_subjects(rows)
     return merge_attributes(rows, Path(attributes)) if attributes else rows

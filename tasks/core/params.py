@@ -10,8 +10,9 @@ import math
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from ruamel.yaml import YAML
+from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
 from tasks.core.errors import PrivharError
 
@@ -38,6 +39,7 @@ class DataParams(Section):
     root: str | None = None
     split: Annotated[int, Field(ge=1, le=3)] = 1
     attributes: str | None = None  # CSV of PA-HMDB-style privacy attributes: video_id, one column per attribute
+    subjects: str | None = None  # CSV of video_id, subject: who is in each video (overrides UCF101 groups / HMDB51 sources)
 
 
 class SynthesizeParams(Section):
@@ -47,7 +49,7 @@ class SynthesizeParams(Section):
     test_fraction: Annotated[float, Field(gt=0.0, lt=1.0)]
     frames: Annotated[int, Field(ge=4)]
     fps: Annotated[float, Field(gt=0.0, le=120.0)]
-    size: FrameSize
+    frame_size: FrameSize
     scenes: Annotated[int, Field(ge=1, le=64)]
     scene_action_correlation: Fraction
     two_person_fraction: Fraction
@@ -63,7 +65,7 @@ class SynthesizeParams(Section):
 class DecodeParams(Section):
     fps: Annotated[float, Field(gt=0.0, le=120.0)]
     frames: PositiveInt
-    size: FrameSize
+    frame_size: FrameSize
     short_videos: Literal["loop", "pad"]
     max_failed_fraction: Fraction
 
@@ -129,6 +131,19 @@ class AnonymizeParams(Section):
             raise ValueError("must be odd (a Gaussian kernel has a centre pixel)")
         return value
 
+    @field_validator("methods")
+    @classmethod
+    def _low_res_sizes(cls, methods: list[str]) -> list[str]:
+        """low_res_WxH must name a size a frame can be shrunk to (checked here, not mid-stage)."""
+        for method in methods:
+            if method.startswith("low_res_"):
+                width, height = (int(n) for n in method.removeprefix("low_res_").split("x"))
+                if not (1 <= width <= 4096 and 1 <= height <= 4096):
+                    raise ValueError(f"{method}: width and height must be 1..4096 pixels")
+        if len(set(methods)) != len(methods):
+            raise ValueError("a method is listed twice (each gets one output folder)")
+        return methods
+
 
 class PublicParams(Section):
     """Public pretraining data: synthetic people and scenes of another seed (no private subject in them)."""
@@ -164,6 +179,16 @@ class PrivateParams(Section):
     token: Annotated[list[PositiveInt], Field(min_length=3, max_length=3)]  # MaskDP token [t, h, w]
     public_threshold: Annotated[float, Field(gt=0.0, le=1.0)]
     maskdp_private_input: Literal["private_tokens", "whole_clip"]  # what the clipped, noised gradient of MaskDP sees
+
+    @field_validator("epsilons")
+    @classmethod
+    def _finite_and_distinct(cls, epsilons: list[float]) -> list[float]:
+        """Each ε gets one model folder, and the stage adds the non-private (∞) model itself."""
+        if any(math.isinf(e) for e in epsilons):
+            raise ValueError("must be finite: the stage trains the non-private (.inf) model itself")
+        if len(set(epsilons)) != len(epsilons):
+            raise ValueError("an epsilon is listed twice (each gets one model folder)")
+        return epsilons
 
 
 class FederatedParams(Section):
@@ -288,18 +313,26 @@ S = TypeVar("S", bound=Section)
 
 
 def read_params_file(path: Path) -> dict[str, Any]:
-    """The raw YAML mapping; a missing or malformed file is a one-line error."""
+    """The raw YAML mapping, read as DVC reads it (ruamel, YAML 1.2: ``1e-3`` is a number).
+
+    A missing or malformed file, or a top-level section no stage knows, is a one-line error.
+    """
     path = Path(path)
     if not path.is_file():
         raise PrivharError(f"{path}: params file not found")
     try:
-        content = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
+        content = YAML(typ="safe", pure=True).load(path.read_text())
+    except YAMLError as error:
+        mark = error.problem_mark if isinstance(error, MarkedYAMLError) else None
         where = f" at line {mark.line + 1}" if mark else ""
         raise PrivharError(f"{path}: not valid YAML{where}") from None
+    except OSError as error:
+        raise PrivharError(f"{path}: cannot be read ({error.strerror})") from None
     if not isinstance(content, dict):
         raise PrivharError(f"{path}: expected a mapping of sections, got {type(content).__name__}")
+    unknown = sorted(str(key) for key in content if key not in SECTIONS)
+    if unknown:
+        raise PrivharError(f"{path}: unknown section '{unknown[0]}' (sections: {', '.join(SECTIONS)})")
     return content
 
 

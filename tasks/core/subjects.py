@@ -31,6 +31,25 @@ def people_in(row: dict[str, Any], index: int) -> list[int]:
     return people or [-1 - index]
 
 
+def unnamed_videos(rows: list[dict[str, Any]]) -> int:
+    """How many rows name no subject (each is then its own subject: a person in several is not seen as one)."""
+    return sum(people_in(row, index)[0] < 0 for index, row in enumerate(rows))
+
+
+def subjects_statement(rows: list[dict[str, Any]]) -> str:
+    """One sentence for the report: who the data subjects are, and how many videos name nobody."""
+    unnamed = unnamed_videos(rows)
+    named = len(person_videos(rows)) - unnamed
+    kinds = sorted({str(row["subject"]).split(":")[0] for row in rows if row.get("subject")})
+    told = ("the dataset's subjects (UCF101 group, HMDB51 source video or the data.subjects CSV)" if kinds
+            else "the dataset's identities")
+    if not unnamed:
+        return f"Data subjects: {named} people, from {told}."
+    return (f"Data subjects: {named} people from {told}, and {unnamed} of {len(rows)} videos that name nobody: each of "
+            "those is counted as its own subject, so a person in several of them is under-counted — supply a "
+            "data.subjects CSV (video_id, subject) to bound them.")
+
+
 def person_videos(rows: list[dict[str, Any]]) -> dict[int, list[int]]:
     """Each subject's row indices."""
     found: dict[int, list[int]] = {}

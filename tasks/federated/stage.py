@@ -16,6 +16,7 @@ MLflow (metric ``<key>.<name>``, step = round); each final model to the registry
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 import sys
@@ -81,43 +82,48 @@ def train_federated(*, params_path: Path, frames: Path, init: Path, out: Path, r
     torch.use_deterministic_algorithms(True)
     held = videos_per_person(clips.rows)
     rows, rounds, persons = [], [], []
-    with stage_run("train-federated", {"base": base, "federated": params}) as run, atomic_directory(out) as staging:
-        for tuning, trainable in params.tunings.items():
-            started = time.perf_counter()
-            split = split_for(init, frames, clips, trainable, derive_seed(base.seed, "private", "classifier"))
-            prefix_seconds = time.perf_counter() - started  # the frozen prefix, once per tuning: part of each run's cost
-            for aggregation in params.aggregations:
-                key = f"{aggregation}-{tuning}"
-                federation = federation_of(base, params, sigma, aggregation, randomness)
+    registrations = []  # registered once the output folder and reports are complete: a failed stage leaves no version
+    with stage_run("train-federated", {"base": base, "federated": params}) as run:
+        with atomic_directory(out) as staging:
+            for tuning, trainable in params.tunings.items():
                 started = time.perf_counter()
-                result = _federate(params.transport, split, federation, [len(shard) for shard in clips.shards],
-                                   functools.partial(_print_round, key))
-                for record in result.history:
-                    _log_round(run, key, record)
-                seconds = time.perf_counter() - started + prefix_seconds
-                guarantee = _guarantee(result, sigma, params, randomness)
-                by_person = {person: person_epsilon(sigma, max(result.participations) * params.local_epochs, count,
-                                                    params.delta) for person, count in held.items()}
-                persons += [{"model": key, "subject": person, "units": held[person],
-                             "epsilon_person": round(value, 6)} for person, value in by_person.items()]
-                rows.append({**_row(key, tuning, trainable, aggregation, params, split, result, sigma, seconds),
-                             "unit": guarantee.unit, "relation": guarantee.relation,
-                             "epsilon_person_max": round(max(by_person.values()), 6), "randomness": guarantee.randomness})
-                rounds.extend({"model": key, **record} for record in result.history)
-                model = split.model
-                load_trainable(model, result.state)
-                model.eval()
-                model_config = {**config, "model": key, "method": "federated", "family": "federated", "frames": str(frames),
-                                "trainable": trainable, "aggregation": aggregation}
-                (staging / key).mkdir()
-                torch.save({"state_dict": model.state_dict(), "config": model_config}, staging / key / "model.pt")
-                register_model(model, family="federated", key=key, run=run, config=model_config, artifact=key,
-                               tags={"method": "federated", "aggregation": aggregation, "trainable": trainable,
-                                     **guarantee.as_tags(), "clients": params.clients, "rounds": params.rounds,
-                                     "epsilon_person_max": repr(rows[-1]["epsilon_person_max"]),
-                                     "noise_multiplier": sigma, "partition": params.partition})
-    federated_table(rows, rounds, report, params)
-    atomic_write_bytes(report / "federated_persons.csv", csv_bytes(persons))
+                split = split_for(init, frames, clips, trainable, derive_seed(base.seed, "private", "classifier"))
+                prefix_seconds = time.perf_counter() - started  # the frozen prefix, once per tuning: part of each run's cost
+                for aggregation in params.aggregations:
+                    key = f"{aggregation}-{tuning}"
+                    federation = federation_of(base, params, sigma, aggregation, randomness)
+                    started = time.perf_counter()
+                    result = _federate(params.transport, split, federation, [len(shard) for shard in clips.shards],
+                                       functools.partial(_print_round, key))
+                    for record in result.history:
+                        _log_round(run, key, record)
+                    seconds = time.perf_counter() - started + prefix_seconds
+                    guarantee = _guarantee(result, sigma, params, randomness)
+                    by_person = {person: person_epsilon(sigma, max(result.participations) * params.local_epochs, count,
+                                                        params.delta) for person, count in held.items()}
+                    persons += [{"model": key, "subject": person, "units": held[person],
+                                 "epsilon_person": round(value, 6)} for person, value in by_person.items()]
+                    rows.append({**_row(key, tuning, trainable, aggregation, params, split, result, sigma, seconds),
+                                 "unit": guarantee.unit, "relation": guarantee.relation,
+                                 "epsilon_person_max": round(max(by_person.values()), 6), "randomness": guarantee.randomness})
+                    rounds.extend({"model": key, **record} for record in result.history)
+                    model = copy.deepcopy(split.model)  # registered after the loop: each key keeps its own weights
+                    load_trainable(model, result.state)
+                    model.eval()
+                    model_config = {**config, "model": key, "method": "federated", "family": "federated", "frames": str(frames),
+                                    "trainable": trainable, "aggregation": aggregation}
+                    (staging / key).mkdir()
+                    torch.save({"state_dict": model.state_dict(), "config": model_config}, staging / key / "model.pt")
+                    registrations.append(functools.partial(
+                        register_model, model, family="federated", key=key, run=run, config=model_config, artifact=key,
+                        tags={"method": "federated", "aggregation": aggregation, "trainable": trainable,
+                              **guarantee.as_tags(), "clients": params.clients, "rounds": params.rounds,
+                              "epsilon_person_max": repr(rows[-1]["epsilon_person_max"]),
+                              "noise_multiplier": sigma, "partition": params.partition}))
+        federated_table(rows, rounds, report, params)
+        atomic_write_bytes(report / "federated_persons.csv", csv_bytes(persons))
+        for register in registrations:
+            register()
     return rows
 
 

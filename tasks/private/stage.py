@@ -27,6 +27,7 @@ comes from :class:`tasks.core.randomness.DpRandomness` — secret unless ``priva
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 import math
 from pathlib import Path
@@ -226,42 +227,47 @@ def train_private(*, params_path: Path, method: str, frames: Path, init: Path, o
     if head_only:
         data = as_features(pretrained, data)
     results, persons = [], []
-    with stage_run(f"train-private@{method}", {"base": base, "private": params}) as run, atomic_directory(out) as staging:
-        for epsilon in [*params.epsilons, math.inf]:
-            key = f"{method}-eps{epsilon}"
-            model = copy.deepcopy(pretrained)
-            select_trainable(model, params.trainable)
-            module = head_of(model) if head_only else model
-            outcome = train_one(method, module, data, recipe, epsilon, randomness)
-            if math.isinf(epsilon):
-                guarantee = NON_PRIVATE
-            elif data.has_private is not None and not bool(data.has_private.any()):
-                guarantee = PrivacyGuarantee(0.0, 0.0, "MaskDP: no private token in any video, nothing private is used",
-                                             params.unit, relation_of(method), randomness.label)
-            else:
-                guarantee = _guarantee(method, outcome.privacy, params.unit, randomness.label)
-            by_person = _person_epsilons(guarantee, outcome.privacy, units_per_person)
-            persons += [{"model": key, "subject": person, "units": units_per_person[person], "epsilon_person": value}
-                        for person, value in by_person.items()]
-            results.append(_record(method, key, epsilon, guarantee, outcome, trainable_count(model), recipe,
-                                   max(by_person.values(), default=math.inf)))
-            _log(run, key, outcome, recipe, epsilon)
-            model.eval()
-            model_config = {**config, "model": key, "method": method, "family": method, "frames": str(frames),
-                            "target_epsilon": epsilon, "trainable": params.trainable}
-            (staging / key).mkdir()
-            torch.save({"state_dict": model.state_dict(), "config": model_config}, staging / key / "model.pt")
-            register_model(model, family=method, key=key, run=run, config=model_config, artifact=key.replace(".", "_"),
-                           tags={"method": method, **guarantee.as_tags(), "semantics": SEMANTICS[method],
-                                 "epsilon_person_max": repr(results[-1]["epsilon_person_max"]),
-                                 "trainable": params.trainable, "trainable_parameters": trainable_count(model),
-                                 "noise_multiplier": outcome.privacy.noise_multiplier, "max_grad_norm": recipe.max_grad_norm,
-                                 "sample_rate": outcome.privacy.sample_rate, "steps": outcome.privacy.steps})
-            LOG.info("train-private: %s: ε %.4g per %s (target %s), %.4g per person at most, σ %.4g, loss %.4f; randomness %s",
-                     key, guarantee.epsilon, params.unit, epsilon, results[-1]["epsilon_person_max"],
-                     outcome.privacy.noise_multiplier, outcome.history[-1]["loss"], randomness.label)
-    atomic_write_bytes(report / f"{method}.csv", csv_bytes(results))
-    atomic_write_bytes(report / f"{method}_persons.csv", csv_bytes(persons))
+    registrations = []  # registered once the output folder and reports are complete: a failed stage leaves no version
+    with stage_run(f"train-private@{method}", {"base": base, "private": params}) as run:
+        with atomic_directory(out) as staging:
+            for epsilon in [*params.epsilons, math.inf]:
+                key = f"{method}-eps{epsilon}"
+                model = copy.deepcopy(pretrained)
+                select_trainable(model, params.trainable)
+                module = head_of(model) if head_only else model
+                outcome = train_one(method, module, data, recipe, epsilon, randomness)
+                if math.isinf(epsilon):
+                    guarantee = NON_PRIVATE
+                elif data.has_private is not None and not bool(data.has_private.any()):
+                    guarantee = PrivacyGuarantee(0.0, 0.0, "MaskDP: no private token in any video, nothing private is used",
+                                                 params.unit, relation_of(method), randomness.label)
+                else:
+                    guarantee = _guarantee(method, outcome.privacy, params.unit, randomness.label)
+                by_person = _person_epsilons(guarantee, outcome.privacy, units_per_person)
+                persons += [{"model": key, "subject": person, "units": units_per_person[person], "epsilon_person": value}
+                            for person, value in by_person.items()]
+                results.append(_record(method, key, epsilon, guarantee, outcome, trainable_count(model), recipe,
+                                       max(by_person.values(), default=math.inf)))
+                _log(run, key, outcome, recipe, epsilon)
+                model.eval()
+                model_config = {**config, "model": key, "method": method, "family": method, "frames": str(frames),
+                                "target_epsilon": epsilon, "trainable": params.trainable}
+                (staging / key).mkdir()
+                torch.save({"state_dict": model.state_dict(), "config": model_config}, staging / key / "model.pt")
+                registrations.append(functools.partial(
+                    register_model, model, family=method, key=key, run=run, config=model_config, artifact=key.replace(".", "_"),
+                    tags={"method": method, **guarantee.as_tags(), "semantics": SEMANTICS[method],
+                          "epsilon_person_max": repr(results[-1]["epsilon_person_max"]),
+                          "trainable": params.trainable, "trainable_parameters": trainable_count(model),
+                          "noise_multiplier": outcome.privacy.noise_multiplier, "max_grad_norm": recipe.max_grad_norm,
+                          "sample_rate": outcome.privacy.sample_rate, "steps": outcome.privacy.steps}))
+                LOG.info("train-private: %s: ε %.4g per %s (target %s), %.4g per person at most, σ %.4g, loss %.4f; randomness %s",
+                         key, guarantee.epsilon, params.unit, epsilon, results[-1]["epsilon_person_max"],
+                         outcome.privacy.noise_multiplier, outcome.history[-1]["loss"], randomness.label)
+        atomic_write_bytes(report / f"{method}.csv", csv_bytes(results))
+        atomic_write_bytes(report / f"{method}_persons.csv", csv_bytes(persons))
+        for register in registrations:
+            register()
     return results
 
 

@@ -22,6 +22,7 @@ from tasks.core.errors import PrivharError
 from tasks.core.manifest import MANIFEST_NAME, read_manifest, write_table
 from tasks.core.params import AnonymizeParams, DprpParams, PrivacyParams, PrivateParams, load_section
 from tasks.core.storage import atomic_write_bytes, csv_bytes
+from tasks.core.subjects import subjects_statement
 from tasks.core.tracking import stage_run
 from tasks.report.ledger import (
     SUBJECT_COLUMNS,
@@ -109,7 +110,7 @@ LEDGER = ("Every ε names its unit — what one neighbouring change is: a video,
 
 
 def results_markdown(table: list[dict[str, Any]], signature: list[dict[str, Any]], releases: list[dict[str, Any]],
-                     subjects: list[dict[str, Any]], cap: float) -> str:
+                     subjects: list[dict[str, Any]], cap: float, who: str = "") -> str:
     cap_text = "none" if math.isinf(cap) else f"ε ≤ {cap:g} per person"
     links = " ".join(f"[{row['copy']}](report/signature/{row['copy']}.png)" for row in signature)
     return "\n\n".join([
@@ -123,7 +124,7 @@ def results_markdown(table: list[dict[str, Any]], signature: list[dict[str, Any]
         "## Privacy ledger", f"Cap (`privacy.max_epsilon`): {cap_text}. {LEDGER}",
         _families_markdown(releases) if releases else "No release yet.",
         "Every release, with the accountant's parameters: [report/releases.csv](report/releases.csv).",
-        "### Per person", _subjects_markdown(subjects) if releases else "",
+        "### Per person", who, _subjects_markdown(subjects) if releases else "",
     ]) + "\n"
 
 
@@ -160,7 +161,8 @@ def report(*, params_path: Path, metrics: Path, signature: Path, ledgers: Path, 
              + (federated_releases(federated_table) if federated_table else [])
              + unprotected_releases(train_reports, anonymize))
     releases = method_rows(found)
-    subjects = subject_totals(found, read_manifest(frames / MANIFEST_NAME))
+    decoded = read_manifest(frames / MANIFEST_NAME)
+    subjects = subject_totals(found, decoded)
     folder = out / "report"
     with stage_run("report", {"privacy": {"max_epsilon": cap}}) as run:
         atomic_write_bytes(folder / "table1.csv", csv_bytes(table))
@@ -177,7 +179,7 @@ def report(*, params_path: Path, metrics: Path, signature: Path, ledgers: Path, 
         for row in signatures:
             if not isinstance(row["e_id_ind"], str):
                 atomic_write_bytes(folder / "signature" / f"{row['copy']}.png", signature_png(row))
-        atomic_write_bytes(out / "results.md", results_markdown(table, signatures, releases, subjects, cap).encode())
+        atomic_write_bytes(out / "results.md", results_markdown(table, signatures, releases, subjects, cap, subjects_statement(decoded)).encode())
         _mlflow_children(run, table, assessed)
         run.log_artifact(out / "results.md")
     print(f"report: {len(table)} methods, {len(releases)} releases in {out / 'results.md'}", file=sys.stderr)

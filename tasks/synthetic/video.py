@@ -80,7 +80,7 @@ def _margin(params: SynthesizeParams) -> int:
 def _scene(seed: int, index: int, params: SynthesizeParams) -> Scene:
     """The scene panorama: twice the frame width (room to pan) plus the jitter margin."""
     margin = _margin(params)
-    return scene_of(seed, index, params.size[0] + 2 * margin, 2 * params.size[1] + 2 * margin)
+    return scene_of(seed, index, params.frame_size[0] + 2 * margin, 2 * params.frame_size[1] + 2 * margin)
 
 
 def _duration(params: SynthesizeParams) -> float:
@@ -109,7 +109,7 @@ def _fit_height(actor: ActorSpec, seed: int, params: SynthesizeParams) -> ActorS
     identity = identity_of(seed, actor.identity)
     points = _trajectory(actor, seed, params)
     top = points[..., 1].min() - 1.2 * identity.build.head_radius * actor.height_px * identity.height
-    limit = 0.03 * params.size[0]
+    limit = 0.03 * params.frame_size[0]
     if top >= limit:
         return actor
     factor = (actor.ground_y - limit) / (actor.ground_y - top)
@@ -120,7 +120,7 @@ def _place(actor: ActorSpec, points: np.ndarray, params: SynthesizeParams, rng: 
            pan: float = 0.0) -> ActorSpec:
     """Choose origin_x so the trajectory ``points`` (seen by a camera panning at ``pan``) stays in [lo, hi] of the width."""
     xs = (points[..., 0] - pan * _times(params)[:, None]).ravel()
-    width = params.size[1]
+    width = params.frame_size[1]
     left, right = lo * width - xs.min(), hi * width - xs.max()
     origin = rng.uniform(left, right) if right > left else (left + right) / 2
     return replace(actor, origin_x=float(origin))
@@ -128,18 +128,18 @@ def _place(actor: ActorSpec, points: np.ndarray, params: SynthesizeParams, rng: 
 
 def _tracking_pan(points: np.ndarray, params: SynthesizeParams) -> float:
     """Pan (px/s) that keeps a travelling person (trajectory ``points``) in view: their mean speed, if they would leave the frame."""
-    if np.ptp(points[..., 0]) <= 0.9 * params.size[1]:
+    if np.ptp(points[..., 0]) <= 0.9 * params.frame_size[1]:
         return 0.0
     pelvis = points[:, JOINT_INDEX["pelvis"], 0]
     speed = (pelvis[-1] - pelvis[0]) / max(_duration(params) - 1.0 / params.fps, 1e-6)
-    limit = params.size[1] / _duration(params)  # the panorama is one frame width wider than the view
+    limit = params.frame_size[1] / _duration(params)  # the panorama is one frame width wider than the view
     return float(np.clip(speed, -limit, limit))
 
 
 def sample_spec(seed: int, video_id: str, action: str, label: int, params: SynthesizeParams) -> VideoSpec:
     """Everything random about one video, drawn from ``rng_for(seed, "video", video_id)``."""
     rng = rng_for(seed, "video", video_id)
-    height, width = params.size
+    height, width = params.frame_size
     home_scene = label % params.scenes
     scene = home_scene if rng.random() < params.scene_action_correlation else int(rng.integers(params.scenes))
     horizon = _scene(seed, scene, params).horizon
@@ -193,7 +193,7 @@ def _draw_stool(canvas: np.ndarray, box: tuple[float, float, float, float], offs
 
 def render_video(spec: VideoSpec, seed: int, params: SynthesizeParams) -> Rendered:
     """Render ``spec`` into frames and ground truth (deterministic in spec, seed, params)."""
-    height, width = params.size
+    height, width = params.frame_size
     margin = _margin(params)
     scene = _scene(seed, spec.scene, params)
     # Where the view starts in the panorama: the centre when still, the end the camera pans away from otherwise.

@@ -1,0 +1,62 @@
+"""Stage ``scan``: the files of a real dataset, listed with sizes and modification times.
+
+DVC hashes a stage's dependencies, but the videos of ``data.root`` live outside the project
+(hundreds of GB for Kinetics): hashing them on every ``dvc repro`` would cost more than the
+pipeline. This stage runs every time (``always_changed`` in dvc.yaml) and writes one small
+listing — every file under ``data.root`` plus the ``data.attributes`` and ``data.subjects``
+CSVs, each with its size and modification time — that the index (synthesize) stage depends on.
+Replacing, adding or removing a file changes the listing, so the index and everything after it
+reruns; an unchanged folder writes the same bytes, and DVC skips what follows. The embedded
+synthetic dataset has no files outside the project: its listing is the header alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from tasks.core.errors import PrivharError
+from tasks.core.params import DataParams, load_section
+from tasks.core.storage import atomic_write_bytes, csv_bytes
+
+LOG = logging.getLogger(__name__)
+COLUMNS = ["path", "size", "mtime_ns"]
+
+
+def _entry(path: Path, shown: str) -> dict[str, object]:
+    try:
+        status = path.stat()
+    except OSError as error:
+        raise PrivharError(f"{path}: cannot be read ({error.strerror})") from None
+    return {"path": shown, "size": status.st_size, "mtime_ns": status.st_mtime_ns}
+
+
+def dataset_files(data: DataParams) -> list[dict[str, object]]:
+    """One row per file of the real dataset (relative to ``data.root``) and per CSV that data names."""
+    if data.source == "synthetic":
+        return []
+    if data.root is None or not Path(data.root).is_dir():
+        raise PrivharError(f"params.yaml: data.root = {data.root!r} is not a folder (data.source = {data.source!r})")
+    root = Path(data.root)
+    rows = []
+    for folder, subfolders, names in os.walk(root, onerror=None):
+        subfolders[:] = sorted(name for name in subfolders if not name.startswith("."))
+        for name in sorted(names):
+            if not name.startswith("."):
+                path = Path(folder) / name
+                rows.append(_entry(path, path.relative_to(root).as_posix()))
+    for key in ("attributes", "subjects"):
+        named = getattr(data, key)
+        if named is not None:
+            rows.append(_entry(Path(named), f"data.{key}: {Path(named).resolve()}"))
+    return sorted(rows, key=lambda row: str(row["path"]))
+
+
+def scan(*, params_path: Path, out: Path) -> list[dict[str, object]]:
+    """Write the listing to ``out`` (a CSV); return its rows."""
+    data = load_section(params_path, "data", DataParams)
+    rows = dataset_files(data)
+    atomic_write_bytes(out, csv_bytes(rows, COLUMNS) if rows else (",".join(COLUMNS) + "\n").encode())
+    LOG.info("scan: %d files of %s listed in %s", len(rows), data.root or "the embedded dataset", out)
+    return rows
