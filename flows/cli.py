@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import signal
 import sys
 from pathlib import Path
 
@@ -14,8 +15,18 @@ PARAMS = click.option("--params", "params_path", type=click.Path(path_type=Path)
                       show_default=True, help="The params file.")
 
 
+def _writable(context: click.Context, parameter: click.Parameter, value: Path | None) -> Path | None:
+    """An output folder or file is checked before the stage does any work (read-only, /proc, below a file)."""
+    from tasks.core.storage import check_writable
+
+    if value is not None:
+        check_writable(value, f"--{parameter.name} path")
+    return value
+
+
 def _dir(name: str, help_text: str, exists: bool = False) -> click.Option:
-    return click.option(name, required=True, type=click.Path(path_type=Path, file_okay=False, exists=exists), help=help_text)
+    return click.option(name, required=True, type=click.Path(path_type=Path, file_okay=False, exists=exists), help=help_text,
+                        callback=None if exists else _writable)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -38,7 +49,8 @@ def stage() -> None:
 
 @stage.command("scan")
 @PARAMS
-@click.option("--out", required=True, type=click.Path(path_type=Path, dir_okay=False), help="Where to write the listing (CSV).")
+@click.option("--out", required=True, type=click.Path(path_type=Path, dir_okay=False), callback=_writable,
+              help="Where to write the listing (CSV).")
 def scan_command(params_path: Path, out: Path) -> None:
     """List the files of the real dataset (path, size, time): what the index stage depends on."""
     from tasks.scan import scan
@@ -49,7 +61,8 @@ def scan_command(params_path: Path, out: Path) -> None:
 @stage.command("synthesize")
 @PARAMS
 @_dir("--out", "Where to write the source videos and their manifest.")
-@click.option("--report", type=click.Path(path_type=Path, file_okay=False), default=None, help="Where to write preview.png.")
+@click.option("--report", type=click.Path(path_type=Path, file_okay=False), default=None, callback=_writable,
+              help="Where to write preview.png.")
 @click.option("--public", is_flag=True, help="Render the public pretraining set (params section public) instead.")
 def synthesize_command(params_path: Path, out: Path, report: Path | None, public: bool) -> None:
     """Render the embedded dataset, or index the real one data.source names."""
@@ -74,7 +87,7 @@ def decode_command(params_path: Path, source: Path, out: Path, run_name: str) ->
 COPIES = click.option("--copies", "copies", multiple=True, required=True,
                       type=click.Path(path_type=Path, file_okay=False, exists=True),
                       help="A folder of protected copies (data/anonymize, data/dprp); repeatable.")
-SPEED = click.option("--speed", type=click.Path(path_type=Path, dir_okay=False), default=None,
+SPEED = click.option("--speed", type=click.Path(path_type=Path, dir_okay=False), default=None, callback=_writable,
                      help="Where to write the measured frames/s (JSON; assess reads it for f_speed).")
 
 
@@ -83,7 +96,7 @@ SPEED = click.option("--speed", type=click.Path(path_type=Path, dir_okay=False),
 @_dir("--frames", "Folder of the decoded clips.", exists=True)
 @click.option("--epsilon", type=float, required=True, help="Total ε (one of dprp.epsilons).")
 @_dir("--out", "Where to write the protected clips, their manifest and the privacy ledger.")
-@click.option("--report", type=click.Path(path_type=Path, file_okay=False), default=None,
+@click.option("--report", type=click.Path(path_type=Path, file_okay=False), default=None, callback=_writable,
               help="Where to write eps<ε>.png (raw and protected test frames).")
 @SPEED
 def dprp_stage_command(params_path: Path, frames: Path, epsilon: float, out: Path, report: Path | None,
@@ -285,8 +298,10 @@ def dprp_command(source: Path, target: Path, epsilon: float, delta: float, k: st
     """Protect one video with Video-DPRP and print its privacy report as JSON."""
     import json
 
+    from tasks.core.storage import check_video_output
     from tasks.dprp.single_video import protect_file
 
+    check_video_output(target)
     report = protect_file(source, target, epsilon=epsilon, delta=delta, k=k, budget_split=budget_split, rank=rank,
                           seed=seed, calibration=calibration, neighbour=neighbour)  # type: ignore[arg-type]
     click.echo(json.dumps(report, indent=2))
@@ -301,7 +316,8 @@ def bench() -> None:
 @click.option("--frames", type=int, default=180, show_default=True, help="T (a 7 s UCF101 clip at 25 fps).")
 @click.option("--size", type=(int, int), default=(240, 320), show_default=True, help="Frame height and width.")
 @click.option("--k", "k", default="32x32x3", show_default=True, help="Projection dimension: an integer or HxWxC.")
-@click.option("--out", type=click.Path(path_type=Path), default=Path("reports/bench/dprp.json"), show_default=True)
+@click.option("--out", type=click.Path(path_type=Path), default=Path("reports/bench/dprp.json"), show_default=True,
+              callback=_writable)
 def bench_dprp_command(frames: int, size: tuple[int, int], k: str, out: Path) -> None:
     """Per-video seconds of Video-DPRP (both projection modes), its GFLOP/s and the machine's matmul rate."""
     import json
@@ -320,7 +336,8 @@ def bench_dprp_command(frames: int, size: tuple[int, int], k: str, out: Path) ->
 @click.option("--size", type=(int, int), default=(96, 128), show_default=True, help="Frame height and width (train.input_size).")
 @click.option("--width", type=int, default=16, show_default=True, help="Model width (train.width).")
 @click.option("--repeats", type=int, default=5, show_default=True)
-@click.option("--out", type=click.Path(path_type=Path), default=Path("reports/bench/private.json"), show_default=True)
+@click.option("--out", type=click.Path(path_type=Path), default=Path("reports/bench/private.json"), show_default=True,
+              callback=_writable)
 def bench_private_command(batch: int, frames: int, size: tuple[int, int], width: int, repeats: int, out: Path) -> None:
     """Seconds per logical batch: non-private SGD, DP-SGD (each Opacus per-sample gradient mode), selective DP-SGD."""
     import json
@@ -336,7 +353,8 @@ def bench_private_command(batch: int, frames: int, size: tuple[int, int], width:
 @click.option("--root", type=click.Path(path_type=Path, file_okay=False, exists=True), default=Path("data/footage/vtest"),
               show_default=True, help="A UCF101-shaped folder of real footage (make footage cuts one).")
 @PARAMS
-@click.option("--out", type=click.Path(path_type=Path), default=Path("reports/bench/anonymize.json"), show_default=True)
+@click.option("--out", type=click.Path(path_type=Path), default=Path("reports/bench/anonymize.json"), show_default=True,
+              callback=_writable)
 def bench_anonymize_command(root: Path, params_path: Path, out: Path) -> None:
     """Coverage of the moving pixels and frames/s of each people source (and the ensemble) on real footage."""
     import json
@@ -348,7 +366,7 @@ def bench_anonymize_command(root: Path, params_path: Path, out: Path) -> None:
 
 @main.command("footage")
 @click.argument("recording", type=click.Path(path_type=Path, dir_okay=False))
-@click.argument("out", type=click.Path(path_type=Path, file_okay=False))
+@click.argument("out", type=click.Path(path_type=Path, file_okay=False), callback=_writable)
 @click.option("--action", default="Walking", show_default=True, help="The class folder the clips go in.")
 @click.option("--seconds", type=float, default=4.0, show_default=True, help="Length of each clip.")
 @click.option("--size", type=(int, int), default=None, help="Resize to height width (default: as recorded).")
@@ -443,8 +461,14 @@ def _print_scores(metrics: dict) -> None:
                    f"({values['test_videos']} test videos)")
 
 
+def _terminated(signum: int, frame: object) -> None:
+    """SIGTERM (dvc, Prefect, kill) unwinds like an error: staging folders go, the MLflow run ends as FAILED."""
+    raise SystemExit(128 + signum)
+
+
 def entry_point() -> None:
     """Console script: a user error is one line on stderr and exit status 2, never a traceback."""
+    signal.signal(signal.SIGTERM, _terminated)
     try:
         main(standalone_mode=False)
     except PrivharError as error:
@@ -453,6 +477,10 @@ def entry_point() -> None:
     except (click.exceptions.Abort, KeyboardInterrupt):
         click.echo("privhar: interrupted", err=True)
         sys.exit(130)
+    except OSError as error:  # a file-system fault the stage could not check up front: still one line
+        where = f"{error.filename}: " if error.filename else ""
+        click.echo(f"{ERROR_PREFIX}{where}{error.strerror or error}", err=True)
+        sys.exit(2)
     except click.ClickException as error:
         error.show()
         sys.exit(error.exit_code)

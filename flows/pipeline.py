@@ -21,6 +21,7 @@ from flows.project_lock import project_lock
 from tasks.core.errors import ERROR_PREFIX, PrivharError
 from tasks.core.params import RegistryParams, load_section
 from tasks.core.registry import record_scores
+from tasks.evaluate import SCORED_PATH
 from tasks.core.tracking import pipeline_run
 
 
@@ -90,11 +91,23 @@ def score_models(project: Path) -> dict[str, dict[str, float]]:
     max_epsilon = load_section(project / "params.yaml", "registry", RegistryParams).champion_max_epsilon
     metrics = method_metrics()
     provenance = {"dvc_lock_sha256": file_sha256(project / "dvc.lock"), "git_commit": git_commit(project)}
+    scored = scored_checkpoints(project / SCORED_PATH)
     for method, values in metrics.items():
         mlflow.log_metrics({f"{method}.{key}": float(value) for key, value in values.items()})
-        # DVC skips evaluate when its committed outputs still match, so the scores are recorded here.
-        record_scores(method, values, provenance, max_epsilon)
+        # DVC skips evaluate when its committed outputs still match, so the scores are recorded here — for the
+        # model files evaluate scored only (a model trained since is left unscored).
+        record_scores(method, values, provenance, max_epsilon, scored.get(method))
     return metrics
+
+
+def scored_checkpoints(path: Path) -> dict[str, str]:
+    """``{model key: checkpoint digest}`` of the last evaluate (empty when it has not run)."""
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except (OSError, json.JSONDecodeError) as error:
+        raise PrivharError(f"{path}: cannot be read as JSON ({error})") from None
 
 
 def file_sha256(path: Path) -> str:

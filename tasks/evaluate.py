@@ -28,8 +28,11 @@ from tasks.core.figures import plt, png_bytes
 from tasks.core.manifest import MANIFEST_NAME, read_manifest
 from tasks.core.models import load_checkpoint
 from tasks.core.params import EvaluateParams, load_section
+from tasks.core.registry import checkpoint_digest
 from tasks.core.storage import atomic_write_bytes, csv_bytes
 from tasks.core.tracking import stage_run
+
+SCORED_PATH = Path("reports/evaluate/scored.json")  # {model key: checkpoint SHA-256}, read by the registry scoring
 
 
 def top_k_accuracy(logits: torch.Tensor, labels: torch.Tensor, k: int) -> float:
@@ -127,6 +130,7 @@ def evaluate(*, params_path: Path, frames: Path, models: list[Path], out: Path) 
     test_rows = tests.rows(frames)
     checkpoints = find_checkpoints(models)
     metrics: dict[str, dict[str, float]] = {}
+    scored: dict[str, str] = {}  # model key -> SHA-256 of the checkpoint scored: the registry scores only these files
     predictions: list[dict[str, Any]] = []
     with stage_run("evaluate", {"evaluate": params}) as run:
         for checkpoint in checkpoints:
@@ -147,6 +151,7 @@ def evaluate(*, params_path: Path, frames: Path, models: list[Path], out: Path) 
                                  "actual": config["classes"][row["label"]], "predicted": config["classes"][int(guess)]}
                                 for row, guess in zip(tests.rows(folder), guesses[protocol])]
             metrics[key] = {name: round(value, 4) for name, value in scores.items()}
+            scored[key] = checkpoint_digest(checkpoint)
             matrix = confusion_matrix(labels_of(test_rows).numpy(), guesses[1].numpy(), len(config["classes"]))
             png = plot_confusion(matrix, config["classes"], f"{key}: Top-1 {scores['top1']:.3f} on {len(test_rows)} raw test videos")
             atomic_write_bytes(out / "confusion" / f"{key}.png", png)
@@ -158,4 +163,5 @@ def evaluate(*, params_path: Path, frames: Path, models: list[Path], out: Path) 
         atomic_write_bytes(out / "predictions.csv",
                            csv_bytes(predictions, ["model", "protocol", "video_id", "actual", "predicted"]))
         atomic_write_bytes(out / "metrics.json", (json.dumps(metrics, indent=2, sort_keys=True) + "\n").encode())
+        atomic_write_bytes(out / SCORED_PATH.name, (json.dumps(scored, indent=2, sort_keys=True) + "\n").encode())
     return metrics

@@ -41,7 +41,7 @@ from tasks.core.models import create_video_classifier, group_norm, has_batch_nor
 from tasks.core.params import BaseParams, TrainParams, load_section
 from tasks.core.plugins import Registry
 from tasks.core.privacy import NON_PRIVATE, data_guarantee, strongest
-from tasks.core.registry import register_model
+from tasks.core.registry import CHECKPOINT_TAG, checkpoint_digest, register_model
 from tasks.core.seeding import derive_seed
 from tasks.core.storage import atomic_directory, atomic_write_bytes, csv_bytes
 from tasks.core.tracking import StageRun, stage_run
@@ -172,6 +172,7 @@ def train(*, params_path: Path, frames: Path, out: Path, report: Path, family: s
             seconds = time.perf_counter() - started
             model.eval()
             torch.save({"state_dict": model.state_dict(), "config": config}, staging / "model.pt")
+            digest = checkpoint_digest(staging / "model.pt")
             privacy = strongest(METHOD_PRIVACY[params.method], data_guarantee(train_rows))
             final = {**history[-1], "trainable_parameters": trainable, "train_videos": len(train_rows),
                      "epsilon": privacy.epsilon if math.isfinite(privacy.epsilon) else "inf", "delta": privacy.delta,
@@ -184,5 +185,6 @@ def train(*, params_path: Path, frames: Path, out: Path, report: Path, family: s
         atomic_write_bytes(report / f"{key}_history.csv", _history_csv(history))
         # registered once the output folder and reports are complete: a failed stage leaves no version behind
         register_model(model, family=family, key=key, run=run, config=config,
-                       tags={"method": params.method, **privacy.as_tags(), "dataset": dataset_tag(frames)})
+                       tags={"method": params.method, **privacy.as_tags(), "dataset": dataset_tag(frames),
+                             CHECKPOINT_TAG: digest})
     return final

@@ -9,20 +9,34 @@ from torch import nn
 
 from flows.cli import main
 from tasks.core.privacy import PrivacyGuarantee
-from tasks.core.registry import list_versions, model_name, record_scores, register_model, update_champion
+from tasks.core.registry import CHECKPOINT_TAG, list_versions, model_name, record_scores, register_model, update_champion
 from tasks.core.tracking import stage_run
 
 METHOD = "registrytest"
 
 
-def register(epsilon: float, top1: float | None) -> str:
+def register(epsilon: float, top1: float | None, family: str = METHOD, scored_digest: str | None = None) -> str:
+    digest = f"digest-{epsilon}-{top1}"
     with stage_run("train", {}) as run:
-        version = register_model(nn.Linear(2, 2), family=METHOD, key=METHOD, run=run, config={},
-                                 tags={"method": METHOD, **PrivacyGuarantee(epsilon, 1e-5, "RDP (test)").as_tags()})
+        version = register_model(nn.Linear(2, 2), family=family, key=family, run=run, config={},
+                                 tags={"method": family, CHECKPOINT_TAG: digest,
+                                       **PrivacyGuarantee(epsilon, 1e-5, "RDP (test)").as_tags()})
     if top1 is not None:
-        record_scores(METHOD, {"top1": top1, "top5": 1.0, "test_videos": 10},
-                      {"dvc_lock_sha256": "abc", "git_commit": "deadbeef"}, max_epsilon=8.0)
+        record_scores(family, {"top1": top1, "top5": 1.0, "test_videos": 10},
+                      {"dvc_lock_sha256": "abc", "git_commit": "deadbeef"}, max_epsilon=8.0,
+                      scored_digest=scored_digest or digest)
     return version
+
+
+def test_stale_metrics_never_score_a_newer_model():
+    """evaluate scored version 1's file; version 2 (trained since, evaluate not rerun) keeps no score and no alias."""
+    family = "registrystale"
+    first = register(2.0, 0.6, family)
+    second = register(2.0, 0.9, family, scored_digest="digest-2.0-0.6")
+    client = MlflowClient()
+    assert "top1" not in client.get_model_version(model_name(family), second).tags
+    assert not client.get_model_version(model_name(family), second).description
+    assert str(client.get_model_version_by_alias(model_name(family), "champion").version) == first
 
 
 @pytest.fixture(scope="module")

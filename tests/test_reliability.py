@@ -163,3 +163,98 @@ def test_the_cap_holds_for_a_ucf101_group(tmp_path):
     release = next(r for r in planned_releases(params) if r.name == "dp_sgd-eps1.0")
     person = release.person_epsilons([row for row in rows if row["split"] == "train"])
     assert len(person) == 1 and next(iter(person.values())) > 1.0
+
+
+# --- file-system faults: one line, before any work ----------------------------------------------------------------
+
+
+def _privhar(*args: str, cwd: Path) -> Any:
+    import subprocess
+    import sys
+
+    privhar = Path(sys.executable).parent / "privhar"
+    return subprocess.run([str(privhar), *args], cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+def _one_line_error(result: Any, *fragments: str) -> None:
+    assert result.returncode == 2, result.stderr[-2000:]
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert all(fragment in lines[0] for fragment in fragments), lines[0]
+
+
+def test_unwritable_video_outputs_are_refused_before_the_work(tmp_path):
+    from tasks.synthetic.encode import write_video
+
+    video = tmp_path / "in.avi"
+    write_video(video, np.zeros((4, 16, 16, 3), np.uint8), fps=4.0)
+    _one_line_error(_privhar("dprp", str(video), str(tmp_path / "out.txt"), "--epsilon", "8", "--delta", "1e-5",
+                             "--k", "16", cwd=tmp_path), "out.txt", "expected one of .npy")
+    _one_line_error(_privhar("dprp", str(video), "/proc/out.avi", "--epsilon", "8", "--delta", "1e-5", "--k", "16",
+                             cwd=tmp_path), "/proc/out.avi", "pseudo-file system")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+def test_a_read_only_output_folder_is_refused(tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o555)
+    params = write_params(tmp_path)
+    try:
+        _one_line_error(_privhar("stage", "synthesize", "--params", str(params), "--out", str(locked / "synthesize"),
+                                 cwd=tmp_path), str(locked), "read-only")
+    finally:
+        locked.chmod(0o755)
+
+
+def test_outputs_below_a_file_or_under_sys_are_refused(tmp_path):
+    params = write_params(tmp_path)
+    (tmp_path / "afile").write_text("x")
+    _one_line_error(_privhar("stage", "synthesize", "--params", str(params), "--out", str(tmp_path / "afile/sub"),
+                             cwd=tmp_path), "afile is a file")
+    _one_line_error(_privhar("stage", "synthesize", "--params", str(params), "--out", "/sys/privhar", cwd=tmp_path),
+                    "/sys/privhar", "pseudo-file system")
+
+
+def test_check_writable_sees_read_only_folders(tmp_path, monkeypatch):
+    """Root (CI containers) can write anywhere: the access check itself is tested through os.access."""
+    from tasks.core import storage
+
+    monkeypatch.setattr(storage.os, "access", lambda path, mode: False)
+    with pytest.raises(PrivharError, match="is read-only for this user"):
+        storage.check_writable(tmp_path / "out")
+
+
+# --- killed stages ------------------------------------------------------------------------------------------------
+
+
+def test_runs_of_a_killed_stage_end_as_killed():
+    import subprocess
+    import sys
+
+    from mlflow import MlflowClient
+
+    from tasks.core.tracking import configure, end_orphaned_runs, stage_run
+
+    code = ("import os, signal; from tasks.core.tracking import stage_run\n"
+            "with stage_run('killtest', {}):\n    os.kill(os.getpid(), signal.SIGKILL)\n")
+    subprocess.run([sys.executable, "-c", code], cwd=REPO, env=dict(os.environ), timeout=300)
+    client = MlflowClient()
+    experiment = configure()
+    orphans = client.search_runs([experiment], "tags.`privhar.stage` = 'killtest' and attributes.status = 'RUNNING'")
+    assert len(orphans) == 1  # SIGKILL: nothing could end it
+    with stage_run("killtest", {}):
+        pass
+    ended = client.get_run(orphans[0].info.run_id)
+    assert ended.info.status == "KILLED"
+    assert end_orphaned_runs("tags.`privhar.stage` = 'killtest'") == []
+
+
+def test_stale_staging_folders_are_removed(tmp_path):
+    from tasks.core.storage import atomic_directory
+
+    (tmp_path / ".out.tmp-dead").mkdir()
+    (tmp_path / ".out.old-dead").mkdir()
+    with atomic_directory(tmp_path / "out") as staging:
+        (staging / "a").write_text("a")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]

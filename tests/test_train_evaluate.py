@@ -12,7 +12,7 @@ import torch
 
 from tasks.core.errors import PrivharError
 from tasks.core.models import load_checkpoint
-from tasks.core.registry import newest_version, record_scores
+from tasks.core.registry import checkpoint_digest, newest_version, record_scores
 from tasks.evaluate import confusion_matrix, evaluate, top_k_accuracy
 from tasks.train import train
 
@@ -55,7 +55,8 @@ def test_model_is_registered_with_its_privacy_claim(trained):
 
 def test_champion_loads_in_a_fresh_interpreter(trained):
     """models:/privhar-baseline@champion classifies a clip without importing privhar by hand first."""
-    record_scores("baseline", {"top1": 0.5, "top5": 1.0, "test_videos": 3}, {"git_commit": "test"}, math.inf)
+    record_scores("baseline", {"top1": 0.5, "top5": 1.0, "test_videos": 3}, {"git_commit": "test"}, math.inf,
+                  checkpoint_digest(trained[0] / "data/train/baseline/model.pt"))
     code = ("import mlflow, torch; model = mlflow.pytorch.load_model('models:/privhar-baseline@champion'); "
             "print(tuple(model(torch.zeros(1, 3, 4, 32, 40)).shape))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ), timeout=300)

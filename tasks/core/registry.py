@@ -9,15 +9,23 @@ version of each key is described with its scores and tagged with the ``dvc.lock`
 git commit that reproduce it, and the ``champion`` alias moves to the best Top-1 (protocol 1:
 the raw test videos, the same for every model) whose ε meets ``registry.champion_max_epsilon``.
 
+Scores reach a version only from an evaluate output that scored *that* model file: each version is
+tagged with the SHA-256 of its checkpoint (``checkpoint_sha256``), evaluate writes the digest of every
+checkpoint it scored (``scored.json``), and a version whose digest differs — a model trained after the
+last evaluate — is left unscored, whatever ``metrics.json`` says.
+
 MLflow reserves the alias ``latest``: ``models:/privhar-<method>/latest`` is its own,
 always-current pointer to the newest version, so privhar sets no alias of that name.
 """
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from torch import nn
@@ -25,8 +33,19 @@ from torch import nn
 from tasks.core.privacy import PrivacyGuarantee
 from tasks.core.tracking import StageRun
 
+LOG = logging.getLogger(__name__)
 CHAMPION = "champion"
 PREFIX = "privhar-"
+CHECKPOINT_TAG = "checkpoint_sha256"
+
+
+def checkpoint_digest(path: Path) -> str:
+    """SHA-256 of a saved model file: what ties a registered version to the evaluate output that scored it."""
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def model_name(family: str) -> str:
@@ -79,12 +98,20 @@ def describe_scores(scores: Mapping[str, float], privacy: PrivacyGuarantee) -> s
 
 
 def record_scores(key: str, scores: Mapping[str, float], provenance: Mapping[str, str],
-                  max_epsilon: float) -> str | None:
-    """Describe the newest version of ``key`` with its scores and provenance; move its family's ``champion``."""
+                  max_epsilon: float, scored_digest: str | None) -> str | None:
+    """Describe the newest version of ``key`` with its scores and provenance; move its family's ``champion``.
+
+    ``scored_digest`` is the checkpoint digest evaluate scored for ``key``: a version of another digest (trained
+    after that evaluate, or before versions carried one) is not described, and no alias moves for it.
+    """
     from mlflow import MlflowClient
 
     version = newest_version(key)
     if version is None:
+        return None
+    if scored_digest is None or version.tags.get(CHECKPOINT_TAG) != scored_digest:
+        LOG.warning("registry: %s version %s not scored: the evaluate output is for another model file "
+                    "(evaluate is out of date; run it to score this version)", version.name, version.version)
         return None
     client = MlflowClient()
     name = version.name

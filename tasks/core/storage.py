@@ -18,14 +18,48 @@ from pathlib import Path
 
 import numpy as np
 
+from tasks.core.errors import PrivharError
+
+PSEUDO_FILESYSTEMS = (Path("/proc"), Path("/sys"), Path("/dev"))
+VIDEO_SUFFIXES = (".npy", ".avi", ".mp4", ".mkv", ".mov")  # .npy: exact frames; the rest: MPEG-4 through PyAV
+
+
+def check_writable(path: Path, what: str = "output") -> None:
+    """Refuse (one line, before any work) an output that cannot be written: under /proc, /sys or /dev, in a
+    read-only folder, below a file, or a folder where a file is wanted."""
+    path = Path(path).absolute()
+    if any(path == root or root in path.parents for root in PSEUDO_FILESYSTEMS):
+        raise PrivharError(f"{path}: the {what} cannot go under {next(r for r in PSEUDO_FILESYSTEMS if r == path or r in path.parents)}"
+                           " (a kernel pseudo-file system)")
+    existing = path
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir() and existing != path:
+        raise PrivharError(f"{path}: the {what} cannot be created: {existing} is a file, not a folder")
+    folder = existing if existing.is_dir() else existing.parent
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise PrivharError(f"{path}: the {what} cannot be written: {folder} is read-only for this user")
+
+
+def check_video_output(path: Path) -> Path:
+    """An output video must be a format this project writes (checked before the work, not after it)."""
+    if Path(path).suffix.lower() not in VIDEO_SUFFIXES:
+        raise PrivharError(f"{path}: cannot write a video as {Path(path).suffix or 'a file without extension'!r} "
+                           f"(expected one of {', '.join(VIDEO_SUFFIXES)})")
+    if Path(path).is_dir():
+        raise PrivharError(f"{path}: is a folder; expected a video file name")
+    check_writable(path, "video")
+    return Path(path)
+
 
 @contextlib.contextmanager
 def atomic_directory(target: Path) -> Iterator[Path]:
     """Yield an empty temporary folder that replaces ``target`` when the block succeeds."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    for stale in target.parent.glob(f".{target.name}.tmp-*"):  # left by a run killed mid-way (SIGKILL, power)
-        shutil.rmtree(stale, ignore_errors=True)
+    for pattern in (f".{target.name}.tmp-*", f".{target.name}.old-*"):  # left by a run killed mid-way (SIGKILL, power)
+        for stale in target.parent.glob(pattern):
+            shutil.rmtree(stale, ignore_errors=True)
     staging = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex[:8]}"
     staging.mkdir()
     try:
@@ -44,6 +78,8 @@ def atomic_write_bytes(path: Path, payload: bytes) -> None:
     """Write a file so that readers see either the old or the complete new content."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    for stale in path.parent.glob(f".{path.name}.tmp-*"):  # left by a writer killed mid-way
+        stale.unlink(missing_ok=True)
     staging = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
     staging.write_bytes(payload)
     os.replace(staging, path)

@@ -4,17 +4,25 @@ The store defaults to SQLite inside the project (``mlflow.db``, artifacts in
 ``mlartifacts/``); ``MLFLOW_TRACKING_URI`` overrides it. ``privhar run`` opens the parent
 run and passes its id to the stages (run by DVC as separate processes) through
 ``PRIVHAR_PARENT_RUN_ID``; a stage run on its own opens a top-level run.
+
+A run records the host and process that own it. A process killed outright (SIGKILL, power) cannot
+end its run, which would stay RUNNING forever: the next run of the same stage ends every RUNNING
+run of that stage whose process on this host is gone as KILLED. SIGTERM is turned into an exception
+by the command line, so a terminated stage ends its own run as FAILED.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+import socket
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+LOG = logging.getLogger(__name__)
 PARENT_ENV = "PRIVHAR_PARENT_RUN_ID"
 EXPERIMENT_ENV = "PRIVHAR_EXPERIMENT"
 DEFAULT_EXPERIMENT = "privhar"
@@ -84,16 +92,51 @@ class StageRun:
             return run.info.run_id
 
 
+def _owner_tags() -> dict[str, str]:
+    return {"privhar.host": socket.gethostname(), "privhar.pid": str(os.getpid())}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def end_orphaned_runs(filter_string: str) -> list[str]:
+    """End as KILLED the RUNNING runs matching ``filter_string`` whose owning process on this host is gone."""
+    from mlflow import MlflowClient
+    from mlflow.entities import RunStatus
+
+    client = MlflowClient()
+    ended = []
+    host = socket.gethostname()
+    experiment = configure()
+    for run in client.search_runs([experiment], f"{filter_string} and attributes.status = 'RUNNING'", max_results=1000):
+        tags = run.data.tags
+        pid = tags.get("privhar.pid", "")
+        if tags.get("privhar.host") == host and pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            client.set_terminated(run.info.run_id, RunStatus.to_string(RunStatus.KILLED))
+            ended.append(run.info.run_id)
+    if ended:
+        LOG.warning("mlflow: %d run(s) of a killed process ended as KILLED (%s)", len(ended), ", ".join(ended))
+    return ended
+
+
 @contextlib.contextmanager
 def stage_run(stage: str, sections: Mapping[str, Any]) -> Iterator[StageRun]:
     """A (nested) MLflow run for one stage: params as given, wall time as measured."""
     import mlflow
 
     configure()
+    end_orphaned_runs(f"tags.`privhar.stage` = '{stage}'")
     parent = os.environ.get(PARENT_ENV)
     started = time.perf_counter()
     with mlflow.start_run(run_name=stage, parent_run_id=parent or None, nested=bool(parent),
-                          tags={"privhar.stage": stage}) as run:
+                          tags={"privhar.stage": stage, **_owner_tags()}) as run:
         mlflow.log_params(flatten(sections))
         yield StageRun(run.info.run_id)
         mlflow.log_metric("stage_seconds", time.perf_counter() - started)
@@ -105,7 +148,8 @@ def pipeline_run(name: str, tags: Mapping[str, Any] | None = None) -> Iterator[s
     import mlflow
 
     configure()
-    with mlflow.start_run(run_name=name, tags={"privhar.pipeline": "true", **(tags or {})}) as run:
+    end_orphaned_runs("tags.`privhar.pipeline` = 'true'")
+    with mlflow.start_run(run_name=name, tags={"privhar.pipeline": "true", **_owner_tags(), **(tags or {})}) as run:
         previous = os.environ.get(PARENT_ENV)
         os.environ[PARENT_ENV] = run.info.run_id
         try:

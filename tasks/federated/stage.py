@@ -33,7 +33,7 @@ from tasks.core.errors import PrivharError
 from tasks.core.params import BaseParams, FederatedParams, PrivacyParams, load_section
 from tasks.core.privacy import NON_PRIVATE, PrivacyGuarantee
 from tasks.core.randomness import DpRandomness
-from tasks.core.registry import register_model
+from tasks.core.registry import CHECKPOINT_TAG, checkpoint_digest, register_model
 from tasks.core.seeding import derive_seed
 from tasks.core.storage import atomic_directory, atomic_write_bytes, csv_bytes
 from tasks.core.subjects import videos_per_person
@@ -117,6 +117,7 @@ def train_federated(*, params_path: Path, frames: Path, init: Path, out: Path, r
                     registrations.append(functools.partial(
                         register_model, model, family="federated", key=key, run=run, config=model_config, artifact=key,
                         tags={"method": "federated", "aggregation": aggregation, "trainable": trainable,
+                              CHECKPOINT_TAG: checkpoint_digest(staging / key / "model.pt"),
                               **guarantee.as_tags(), "clients": params.clients, "rounds": params.rounds,
                               "epsilon_person_max": repr(rows[-1]["epsilon_person_max"]),
                               "noise_multiplier": sigma, "partition": params.partition}))

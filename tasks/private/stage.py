@@ -48,7 +48,7 @@ from tasks.core.models import build_from_config, checkpoint_config, transfer_wei
 from tasks.core.params import MASKED_METHODS, BaseParams, PrivacyParams, PrivateParams, load_section
 from tasks.core.privacy import NON_PRIVATE, PrivacyGuarantee
 from tasks.core.randomness import DpRandomness
-from tasks.core.registry import register_model
+from tasks.core.registry import CHECKPOINT_TAG, checkpoint_digest, register_model
 from tasks.core.seeding import derive_seed
 from tasks.core.storage import atomic_directory, atomic_write_bytes, csv_bytes
 from tasks.core.tracking import StageRun, stage_run
@@ -257,6 +257,7 @@ def train_private(*, params_path: Path, method: str, frames: Path, init: Path, o
                 registrations.append(functools.partial(
                     register_model, model, family=method, key=key, run=run, config=model_config, artifact=key.replace(".", "_"),
                     tags={"method": method, **guarantee.as_tags(), "semantics": SEMANTICS[method],
+                          CHECKPOINT_TAG: checkpoint_digest(staging / key / "model.pt"),
                           "epsilon_person_max": repr(results[-1]["epsilon_person_max"]),
                           "trainable": params.trainable, "trainable_parameters": trainable_count(model),
                           "noise_multiplier": outcome.privacy.noise_multiplier, "max_grad_norm": recipe.max_grad_norm,
