@@ -397,13 +397,18 @@ def run_command(force: bool, targets: tuple[str, ...]) -> None:
 @click.argument("stages", nargs=-1)
 def flow_command(profile: str, force: bool, stages: tuple[str, ...]) -> None:
     """Run the pipeline once as the Prefect flow (on the project's Prefect server if it is up)."""
-    from flows.pipeline_flow import failure_message, pipeline_flow
+    from flows.project_lock import check_unlocked
     from flows.prefect_server import use_project_server
 
+    check_unlocked(Path.cwd())  # before a temporary Prefect server is started for nothing
     use_project_server(Path.cwd())
+    from flows.flow_logging import tracebacks_to_file
+    from flows.pipeline_flow import failure_message, pipeline_flow
+
+    log = tracebacks_to_file(Path.cwd())
     state = pipeline_flow(project=str(Path.cwd()), profile=profile, stages=list(stages), force=force, return_state=True)
     if not state.is_completed():
-        raise PrivharError(failure_message(state, str(state.message)))
+        raise PrivharError(f"{failure_message(state, str(state.message))} (Prefect's log and tracebacks: {log})")
     _print_scores(state.result())
 
 
@@ -425,10 +430,17 @@ def serve_command(host: str | None, port: int | None, stop: bool) -> None:
 @main.command("ui")
 @click.option("--host", default=None, help="Address to listen on [default: orchestrate.host, 127.0.0.1].")
 @click.option("--port", type=int, default=None, help="Port [default: orchestrate.mlflow_port].")
-def ui_command(host: str | None, port: int | None) -> None:
+@click.option("--stop", is_flag=True, help="Stop this project's MLflow UI on --port (every one without --port).")
+def ui_command(host: str | None, port: int | None, stop: bool) -> None:
     """The MLflow UI (runs, metrics, model registry) over the project's store, until Ctrl-C."""
-    from flows.mlflow_ui import run_ui
+    from flows.mlflow_ui import run_ui, stop_uis
     from tasks.core.params import OrchestrateParams, load_section
+
+    if stop:
+        ports = stop_uis(Path.cwd(), port)
+        click.echo(f"privhar: stopped the MLflow UI on port {', '.join(map(str, ports))}" if ports
+                   else "privhar: no MLflow UI of this project was running", err=True)
+        return
 
     settings = load_section(Path("params.yaml"), "orchestrate", OrchestrateParams)
     run_ui(Path.cwd(), host or settings.host, port or settings.mlflow_port)

@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 from flows.prefect_server import HOME, prefect_environment, prefect_server
-from flows.servers import interrupt_on_signals, stop_process_group
-from tasks.core.errors import ERROR_PREFIX
+from flows.servers import interrupt_on_signals, pid_alive, stop_process_group
+from tasks.core.errors import ERROR_PREFIX, PrivharError
 from tasks.core.params import OrchestrateParams, load_section
 
 DEPLOYMENT_NAME = "scheduled"
@@ -34,10 +34,14 @@ def serve(project: Path, host: str | None = None, port: int | None = None) -> No
     project = Path(project).resolve()
     settings = load_section(project / "params.yaml", "orchestrate", OrchestrateParams)
     host, port = host or settings.host, port or settings.prefect_port
+    running = serving(project)
+    if running is not None:
+        raise PrivharError(f"privhar serve is already running for this project (pid {running[0]}, Prefect server at "
+                           f"http://{running[1]}:{running[2]}); stop it first with 'privhar serve --stop'")
     server = prefect_server(project, host, port)
     pid_file = project / HOME / SERVE_PID
     pid_file.parent.mkdir(parents=True, exist_ok=True)
-    pid_file.write_text(str(os.getpid()))  # first, so that --stop finds a serve that is still starting
+    pid_file.write_text(f"{os.getpid()} {host} {port}")  # first, so that --stop finds a serve that is still starting
     interrupt_on_signals()  # until the runner starts and installs its own SIGTERM handler
     started, status = False, 0
     try:
@@ -79,13 +83,28 @@ def serve(project: Path, host: str | None = None, port: int | None = None) -> No
         os._exit(status)
 
 
+def serving(project: Path) -> tuple[int, str, int] | None:
+    """(pid, host, port) of the project's running ``privhar serve``, or None (a stale pid file is removed)."""
+    pid_file = Path(project).resolve() / HOME / SERVE_PID
+    try:
+        fields = pid_file.read_text().split()
+        pid, host, port = int(fields[0]), fields[1], int(fields[2])
+    except (FileNotFoundError, ValueError, IndexError):
+        return None
+    if not pid_alive(pid):
+        pid_file.unlink(missing_ok=True)
+        return None
+    return pid, host, port
+
+
 def stop_serving(project: Path) -> list[str]:
     """End a ``privhar serve`` of this project (and a server it left); return what was stopped."""
     home = Path(project).resolve() / HOME
     stopped = []
     serve_pid = home / SERVE_PID
-    if serve_pid.is_file():
-        pid = int(serve_pid.read_text().strip() or 0)
+    running = serving(project)
+    if running is not None:
+        pid = running[0]
         try:
             os.kill(pid, signal.SIGTERM)
             stopped.append(f"privhar serve (pid {pid})")

@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from flows.servers import LocalServer, interrupt_on_signals
+from flows.servers import LocalServer, interrupt_on_signals, stop_process_group
 from tasks.core.tracking import tracking_uri
 
 HOME = ".mlflow-ui"
@@ -25,7 +25,15 @@ def mlflow_ui(project: Path, host: str, port: int) -> LocalServer:
                "--default-artifact-root", (project / "mlartifacts").as_uri(), "--host", host, "--port", str(port),
                "--workers", "1")
     home = project / HOME
-    return LocalServer("MLflow UI", command, env, f"http://{host}:{port}/health", home / "ui.pid", home / "ui.log")
+    return LocalServer("MLflow UI", command, env, f"http://{host}:{port}/health", home / f"ui-{port}.pid",
+                       home / f"ui-{port}.log", host, port)
+
+
+def stop_uis(project: Path, port: int | None = None) -> list[int]:
+    """Stop the project's MLflow UI on ``port`` (every one if None); return the ports stopped."""
+    home = Path(project).resolve() / HOME
+    files = [home / f"ui-{port}.pid"] if port else sorted(home.glob("ui-*.pid"))
+    return [int(file.stem.removeprefix("ui-")) for file in files if stop_process_group(file)]
 
 
 def run_ui(project: Path, host: str, port: int) -> None:

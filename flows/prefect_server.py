@@ -40,7 +40,7 @@ def prefect_server(project: Path, host: str, port: int) -> LocalServer:
     command = (str(Path(sys.executable).parent / "prefect"), "server", "start", "--host", host, "--port", str(port),
                "--analytics-off")
     return LocalServer("Prefect server", command, env, f"{env['PREFECT_API_URL']}/health", home / "server.pid",
-                       home / "server.log")
+                       home / "server.log", host, port)
 
 
 def use_project_server(project: Path) -> str | None:
@@ -54,7 +54,11 @@ def use_project_server(project: Path) -> str | None:
     from tasks.core.params import OrchestrateParams, load_section
 
     settings = load_section(Path(project) / "params.yaml", "orchestrate", OrchestrateParams)
-    env = prefect_environment(project, settings.host, settings.prefect_port)
+    from flows.deployment import serving
+
+    running = serving(project)  # privhar serve --port N: its server, wherever it listens
+    host, port = (running[1], running[2]) if running else (settings.host, settings.prefect_port)
+    env = prefect_environment(project, host, port)
     if not answers(f"{env['PREFECT_API_URL']}/health"):
         os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
         return None

@@ -18,6 +18,12 @@ from tasks.core.errors import PrivharError
 LOCK_NAME = Path(".privhar") / "run.lock"
 
 
+def check_unlocked(project: Path) -> None:
+    """Fail at once, naming the holder, if a run holds the lock (before a command starts servers for its own run)."""
+    with project_lock(project, "a lock check"):
+        pass
+
+
 @contextlib.contextmanager
 def project_lock(project: Path, what: str) -> Iterator[None]:
     """Hold the project's run lock for the block, or fail at once naming the holder."""

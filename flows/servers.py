@@ -1,8 +1,10 @@
 """Local servers privhar starts for its UIs (Prefect, MLflow): start or reuse, wait, stop.
 
-A server runs in its own process group, with its pid in a file inside the project, so that
-stopping it (from the same shell or from ``--stop`` in another) ends every process it
-started, workers included.
+A server runs in its own process group, with its pid in a file of its own inside the project
+(one per server and port), so that stopping it (from the same shell or from ``--stop`` in
+another) ends every process it started, workers included. The group is led by
+:mod:`flows.server_guard`, which ends it when the command that started it is gone: a killed
+``privhar ui`` leaves no orphan. A port something else listens on is refused in one line.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -37,6 +40,28 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(probe.getsockname()[1])
 
 
+def port_in_use(host: str, port: int) -> bool:
+    """Whether something accepts TCP connections on ``host:port``."""
+    target = "127.0.0.1" if host in ("0.0.0.0", "") else ("::1" if host == "::" else host)
+    try:
+        with socket.create_connection((target, port), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists (a zombie child of ours is reaped first)."""
+    _reap(pid)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def answers(url: str, timeout: float = 2.0) -> bool:
     """Whether ``url`` answers HTTP 200."""
     try:
@@ -56,6 +81,8 @@ class LocalServer:
     health_url: str
     pid_file: Path
     log_file: Path
+    host: str
+    port: int
 
     def is_up(self) -> bool:
         return answers(self.health_url)
@@ -64,9 +91,13 @@ class LocalServer:
         """Start the server unless one already answers; return whether this call started it."""
         if self.is_up():
             return False
+        if port_in_use(self.host, self.port):
+            raise PrivharError(f"{self.name}: port {self.port} on {self.host} is busy (another program listens there); "
+                               "choose another with --port")
         self.pid_file.parent.mkdir(parents=True, exist_ok=True)
+        guarded = (sys.executable, str(Path(__file__).with_name("server_guard.py")), str(os.getpid()), "--", *self.command)
         with open(self.log_file, "ab") as log:
-            process = subprocess.Popen(list(self.command), env=self.env, stdout=log, stderr=subprocess.STDOUT,
+            process = subprocess.Popen(guarded, env=self.env, stdout=log, stderr=subprocess.STDOUT,
                                        stdin=subprocess.DEVNULL, start_new_session=True)
         self.pid_file.write_text(str(process.pid))
         deadline = time.monotonic() + timeout

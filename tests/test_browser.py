@@ -101,7 +101,7 @@ def served(tmp_path_factory, chromium):
                  f"the deployment on the Prefect server (log: {logs / 'serve.log'})")
         wait_for(lambda: answers(f"http://127.0.0.1:{mlflow_port}/health"), 120, "the MLflow UI")
         servers["server_pgid"] = int((project / ".prefect" / "server.pid").read_text())
-        servers["ui_server_pgid"] = int((project / ".mlflow-ui" / "ui.pid").read_text())
+        servers["ui_server_pgid"] = int((project / ".mlflow-ui" / f"ui-{mlflow_port}.pid").read_text())
         yield {"project": project, "prefect": f"http://127.0.0.1:{prefect_port}", "api": prefect_api,
                "mlflow": f"http://127.0.0.1:{mlflow_port}", "servers": servers, "env": env}
     finally:
