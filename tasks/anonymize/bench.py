@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from tasks.core.params import read_params_file
 from tasks.core.storage import atomic_write_bytes
 
 log = logging.getLogger(__name__)
@@ -45,7 +46,7 @@ def run_bench(*, root: Path, params_path: Path, out: Path) -> dict[str, Any]:
     from tasks.decode import decode
     from tasks.synthesize import synthesize
 
-    params = yaml.safe_load(params_path.read_text())
+    params = read_params_file(params_path)
     threshold = float(params["anonymize"]["min_coverage"])
     with tempfile.TemporaryDirectory(prefix="privhar-bench-") as scratch:
         folder = Path(scratch)
