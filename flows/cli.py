@@ -141,12 +141,15 @@ def preview_command(params_path: Path, frames: Path, copies: tuple[Path, ...], o
 @click.option("--epochs", type=int, default=None, help="Override train.epochs.")
 @click.option("--init", type=click.Path(path_type=Path, file_okay=False, exists=True), default=None,
               help="Folder of a model to fine-tune (the pretrain stage's data/pretrain/public) [default: from scratch].")
+@click.option("--seeds", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Training seeds (the pipeline passes report.seeds): seed i >= 1 is saved in <out>/seed<i>.")
 def train_command(params_path: Path, frames: Path, out: Path, report: Path, family: str | None, epochs: int | None,
-                  init: Path | None) -> None:
+                  init: Path | None, seeds: int) -> None:
     """Train the video classifier with the method train.method names."""
     from tasks.train import train
 
-    final = train(params_path=params_path, frames=frames, out=out, report=report, family=family, epochs=epochs, init=init)
+    final = train(params_path=params_path, frames=frames, out=out, report=report, family=family, epochs=epochs, init=init,
+                  seeds=seeds)
     click.echo(f"train: final loss {final['loss']:.4f}, train accuracy {final['train_accuracy']:.4f}", err=True)
 
 

@@ -21,6 +21,7 @@ from flows.project_lock import project_lock
 from tasks.core.errors import ERROR_PREFIX, PrivharError
 from tasks.core.params import RegistryParams, load_section
 from tasks.core.registry import record_scores
+from tasks.core.seeds import base_key
 from tasks.evaluate import SCORED_PATH
 from tasks.core.tracking import pipeline_run
 
@@ -96,7 +97,8 @@ def score_models(project: Path) -> dict[str, dict[str, float]]:
         mlflow.log_metrics({f"{method}.{key}": float(value) for key, value in values.items()})
         # DVC skips evaluate when its committed outputs still match, so the scores are recorded here — for the
         # model files evaluate scored only (a model trained since is left unscored).
-        record_scores(method, values, provenance, max_epsilon, scored.get(method))
+        if base_key(method)[1] == 0:  # training seeds i >= 1 are not registered: their scores make the interval
+            record_scores(method, values, provenance, max_epsilon, scored.get(method))
     return metrics
 
 

@@ -1,6 +1,6 @@
 """Stage ``evaluate``: action recognition on the test split, per trained model.
 
-    <models>/…/<key>/model.pt ─┐   (data/train, data/private)
+    <models>/…/<key>/model.pt ─┐   (data/train, data/private; seeds: <key>/seed<i>/model.pt)
     data/decode (test split) ──┼─▶ protocol 1 ─▶ Top-1, Top-5 ─▶ out/metrics.json  {key: {top1, top5, ...}}
     <its training folder> ─────┴─▶ protocol 2 ─▶ top1_protocol2 ├─▶ out/predictions.csv
                                                                 └─▶ out/confusion/<key>.png
@@ -9,7 +9,9 @@ The protocols are paper 000's (§4.3): protocol 1 tests on the raw test videos w
 model learnt from (``top1``: the same test set for every model, so the registry's champion
 compares like with like); protocol 2 tests on the test split of the protected copy the model
 was trained on (``top1_protocol2``), for models trained on protected clips only.
-``metrics.json`` is keyed by model, then metric, so ``dvc metrics show`` lists them side by side.
+``metrics.json`` is keyed by model, then metric, so ``dvc metrics show`` lists them side by side;
+each training seed is a model of its own (``baseline-seed1``), and each registered model also carries
+the mean and 95 % interval of its Top-1 over its seeds (``top1_mean``, ``top1_ci95``, ``seeds``).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from tasks.core.manifest import MANIFEST_NAME, read_manifest
 from tasks.core.models import load_checkpoint
 from tasks.core.params import EvaluateParams, load_section
 from tasks.core.registry import checkpoint_digest
+from tasks.core.seeds import base_key, checkpoint_key, interval, seed_scores
 from tasks.core.storage import atomic_write_bytes, csv_bytes
 from tasks.core.tracking import stage_run
 
@@ -109,18 +112,34 @@ def protected_folder(config: dict[str, Any], raw: Path) -> Path | None:
 
 
 def find_checkpoints(folders: list[Path]) -> list[Path]:
-    """Every ``<key>/model.pt`` under ``folders`` (``data/train/baseline``, ``data/private/dp_sgd/dp_sgd-eps2.0``), keys unique."""
+    """Every ``<key>/model.pt`` under ``folders`` (``data/train/baseline``, ``data/private/dp_sgd/dp_sgd-eps2.0``), keys
+    unique; a training seed's ``<key>/seed<i>/model.pt`` is the key ``<key>-seed<i>`` (:mod:`tasks.core.seeds`)."""
     checkpoints: dict[str, Path] = {}
     for folder in folders:
         found = sorted(folder.rglob("model.pt"))
         if not found:
             raise PrivharError(f"{folder}: no trained models (<key>/model.pt); run the stage that trains them first")
         for checkpoint in found:
-            key = checkpoint.parent.name
+            key = checkpoint_key(checkpoint)
             if key in checkpoints:
                 raise PrivharError(f"{checkpoint}: model key {key!r} is also {checkpoints[key]}; keys must be unique")
             checkpoints[key] = checkpoint
     return [checkpoints[key] for key in sorted(checkpoints)]
+
+
+def add_seed_summaries(metrics: dict[str, dict[str, float]]) -> None:
+    """Beside each registered model's own scores: ``seeds``, and ``<score>_mean`` / ``<score>_ci95`` (the half-width of
+    the 95 % Student-t interval) over its training seeds, for Top-1 under both protocols."""
+    for key in [key for key in metrics if base_key(key)[1] == 0]:
+        for score in ("top1", "top1_protocol2"):
+            values = seed_scores(metrics, key, score)
+            if not values:
+                continue
+            spread = interval(values)
+            metrics[key]["seeds"] = spread.seeds
+            metrics[key][f"{score}_mean"] = round(spread.mean, 4)
+            if spread.seeds > 1:
+                metrics[key][f"{score}_ci95"] = round(spread.half_width, 4)
 
 
 def evaluate(*, params_path: Path, frames: Path, models: list[Path], out: Path) -> dict[str, dict[str, float]]:
@@ -134,7 +153,7 @@ def evaluate(*, params_path: Path, frames: Path, models: list[Path], out: Path) 
     predictions: list[dict[str, Any]] = []
     with stage_run("evaluate", {"evaluate": params}) as run:
         for checkpoint in checkpoints:
-            key = checkpoint.parent.name
+            key = checkpoint_key(checkpoint)
             model, config = load_checkpoint(str(checkpoint))
             size = tuple(config["input_size"])
             protected = protected_folder(config, frames)
@@ -152,14 +171,17 @@ def evaluate(*, params_path: Path, frames: Path, models: list[Path], out: Path) 
                                 for row, guess in zip(tests.rows(folder), guesses[protocol])]
             metrics[key] = {name: round(value, 4) for name, value in scores.items()}
             scored[key] = checkpoint_digest(checkpoint)
-            matrix = confusion_matrix(labels_of(test_rows).numpy(), guesses[1].numpy(), len(config["classes"]))
-            png = plot_confusion(matrix, config["classes"], f"{key}: Top-1 {scores['top1']:.3f} on {len(test_rows)} raw test videos")
-            atomic_write_bytes(out / "confusion" / f"{key}.png", png)
             run.log_metrics({f"{key}.{name}": value for name, value in scores.items() if name != "test_videos"})
-            run.log_artifact(out / "confusion" / f"{key}.png")
+            if base_key(key)[1] == 0:  # a confusion matrix for the registered model, not for every training seed
+                matrix = confusion_matrix(labels_of(test_rows).numpy(), guesses[1].numpy(), len(config["classes"]))
+                png = plot_confusion(matrix, config["classes"],
+                                     f"{key}: Top-1 {scores['top1']:.3f} on {len(test_rows)} raw test videos")
+                atomic_write_bytes(out / "confusion" / f"{key}.png", png)
+                run.log_artifact(out / "confusion" / f"{key}.png")
             second = f"  protocol 2 Top-1 {scores['top1_protocol2']:.4f}" if protected is not None else ""
             print(f"evaluate: {key}: Top-1 {scores['top1']:.4f}  Top-5 {scores['top5']:.4f}{second}  "
                   f"({len(test_rows)} test videos)", file=sys.stderr)
+        add_seed_summaries(metrics)
         atomic_write_bytes(out / "predictions.csv",
                            csv_bytes(predictions, ["model", "protocol", "video_id", "actual", "predicted"]))
         atomic_write_bytes(out / "metrics.json", (json.dumps(metrics, indent=2, sort_keys=True) + "\n").encode())

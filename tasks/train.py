@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import re
 import sys
@@ -43,6 +44,7 @@ from tasks.core.plugins import Registry
 from tasks.core.privacy import NON_PRIVATE, data_guarantee, strongest
 from tasks.core.registry import CHECKPOINT_TAG, checkpoint_digest, register_model
 from tasks.core.seeding import derive_seed
+from tasks.core.seeds import seed_folder
 from tasks.core.storage import atomic_directory, atomic_write_bytes, csv_bytes
 from tasks.core.tracking import StageRun, stage_run
 
@@ -54,6 +56,7 @@ class TrainingData:
     classes: list[str]
 
 
+LOG = logging.getLogger(__name__)
 Method = Callable[[nn.Module, TrainingData, TrainParams, torch.Generator, StageRun], list[dict[str, float]]]
 TRAINING_METHODS: Registry[Method] = Registry("training method")
 
@@ -120,14 +123,43 @@ def _history_csv(history: list[dict[str, float]]) -> bytes:
                       for record in history])
 
 
+def _train_seed(params: TrainParams, base_seed: int, seed: int, data: TrainingData, init: Path | None,
+                config: dict[str, Any], key: str, frames: Path, run: StageRun) -> tuple[nn.Module, list[dict[str, float]], float]:
+    """One training seed: a fresh model (fine-tuned from ``init``), its history and seconds.
+
+    Seeded by method, not by key: on raw or protected clips the same initialisation and batch
+    order, so two models of one seed differ only in the data they learnt from. Seed 0 keeps the
+    keys it had before seeds existed.
+    """
+    keys = () if seed == 0 else ("seed", seed)
+    torch.manual_seed(derive_seed(base_seed, "train", params.method, "init", *keys))
+    generator = torch.Generator().manual_seed(derive_seed(base_seed, "train", params.method, "batches", *keys))
+    model = create_video_classifier(num_classes=len(data.classes), width=params.width, norm=group_norm(params.norm_groups),
+                                    dropout=params.dropout)
+    if init is not None:
+        transfer_weights(model, config, init / "model.pt")
+    if has_batch_norm(model):
+        raise PrivharError("train: the model has BatchNorm layers; use GroupNorm or LayerNorm")
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    LOG.info("train: %s (%s) seed %d on %d videos of %s, %d trainable parameters", key, params.method, seed,
+             len(data.labels), frames, trainable)
+    started = time.perf_counter()
+    history = TRAINING_METHODS[params.method](model, data, params, generator, run)
+    model.eval()
+    return model, history, time.perf_counter() - started
+
+
 def train(*, params_path: Path, frames: Path, out: Path, report: Path, family: str | None = None,
-          epochs: int | None = None, init: Path | None = None) -> dict[str, Any]:
-    """Run the stage; return the final training record.
+          epochs: int | None = None, init: Path | None = None, seeds: int = 1) -> dict[str, Any]:
+    """Run the stage; return the final training record (of seed 0, the registered model).
 
     ``family`` names the registered model (default: the method); ``epochs`` overrides
     ``train.epochs`` (the pretrain stage uses ``public.epochs``); ``init`` is a model folder to
-    fine-tune from (the public model: how HAR models are trained, from pretrained weights).
+    fine-tune from (the public model: how HAR models are trained, from pretrained weights);
+    ``seeds`` training seeds (``report.seeds``): seed i ≥ 1 in ``out/seed<i>`` (:mod:`tasks.core.seeds`).
     """
+    if seeds < 1:
+        raise PrivharError(f"train: --seeds = {seeds} is invalid: expected an integer >= 1")
     base = load_section(params_path, "base", BaseParams)
     if epochs is not None and epochs < 1:
         raise PrivharError(f"train: --epochs = {epochs} is invalid: expected an integer >= 1")
@@ -143,10 +175,6 @@ def train(*, params_path: Path, frames: Path, out: Path, report: Path, family: s
     if params.threads:
         torch.set_num_threads(params.threads)
     torch.use_deterministic_algorithms(True)
-    # Seeded by method, not by key: on raw or protected clips the same initialisation and batch
-    # order, so two models differ only in the data they learnt from.
-    torch.manual_seed(derive_seed(base.seed, "train", params.method, "init"))
-    generator = torch.Generator().manual_seed(derive_seed(base.seed, "train", params.method, "batches"))
     if family != "public" and not math.isfinite(data_guarantee(train_rows).epsilon):  # the public set holds no subject
         check_unprotected(params_path, f"the non-private model {key} (trained on {frames})")
     classes = class_names(rows)
@@ -154,37 +182,32 @@ def train(*, params_path: Path, frames: Path, out: Path, report: Path, family: s
               "dropout": params.dropout, "input_size": list(params.input_size), "clip_frames": int(train_rows[0]["n_frames"]),
               "classes": classes, "method": params.method, "model": key, "family": family, "frames": str(frames),
               "init": str(init) if init else None}
-    model = create_video_classifier(num_classes=len(classes), width=params.width, norm=group_norm(params.norm_groups),
-                                    dropout=params.dropout)
-    if init is not None:
-        transfer_weights(model, config, init / "model.pt")
-    if has_batch_norm(model):
-        raise PrivharError("train: the model has BatchNorm layers; use GroupNorm or LayerNorm")
     run_name = "train" if key == params.method else f"train@{key}"
+    privacy = strongest(METHOD_PRIVACY[params.method], data_guarantee(train_rows))
     with stage_run(run_name, {"base": base, "train": params}) as run:
         with atomic_directory(out) as staging:
             data = TrainingData(load_clips(train_rows, frames, tuple(params.input_size)), labels_of(train_rows), classes)
-            trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-            print(f"train: {key} ({params.method}) on {len(train_rows)} videos of {frames}, {trainable} trainable parameters",
-                  file=sys.stderr)
-            started = time.perf_counter()
-            history = TRAINING_METHODS[params.method](model, data, params, generator, run)
-            seconds = time.perf_counter() - started
-            model.eval()
-            torch.save({"state_dict": model.state_dict(), "config": config}, staging / "model.pt")
-            digest = checkpoint_digest(staging / "model.pt")
-            privacy = strongest(METHOD_PRIVACY[params.method], data_guarantee(train_rows))
-            final = {**history[-1], "trainable_parameters": trainable, "train_videos": len(train_rows),
-                     "epsilon": privacy.epsilon if math.isfinite(privacy.epsilon) else "inf", "delta": privacy.delta,
-                     "accountant": privacy.accountant, "unit": privacy.unit, "relation": privacy.relation,
-                     "randomness": privacy.randomness}
-            run.log_metrics({"train_seconds": seconds, "trainable_parameters": trainable, "epsilon": privacy.epsilon,
-                             "delta": privacy.delta})
-            run.set_tags({"privhar.method": params.method, "privhar.model": key, "privhar.accountant": privacy.accountant})
+            for seed in range(seeds):
+                model, history, seconds = _train_seed(params, base.seed, seed, data, init, config, key, frames,
+                                                      run.prefixed(f"seed{seed}.") if seed else run)
+                folder = seed_folder(staging, seed)
+                folder.mkdir(exist_ok=True)
+                torch.save({"state_dict": model.state_dict(), "config": {**config, "seed": seed}}, folder / "model.pt")
+                if seed == 0:
+                    registered, first_history, digest = model, history, checkpoint_digest(folder / "model.pt")
+                    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+                    final = {**history[-1], "trainable_parameters": trainable, "train_videos": len(train_rows),
+                             "epsilon": privacy.epsilon if math.isfinite(privacy.epsilon) else "inf", "delta": privacy.delta,
+                             "accountant": privacy.accountant, "unit": privacy.unit, "relation": privacy.relation,
+                             "randomness": privacy.randomness, "seeds": seeds}
+                    run.log_metrics({"train_seconds": seconds, "trainable_parameters": trainable, "epsilon": privacy.epsilon,
+                                     "delta": privacy.delta})
+            run.set_tags({"privhar.method": params.method, "privhar.model": key, "privhar.accountant": privacy.accountant,
+                          "privhar.seeds": seeds})
         atomic_write_bytes(report / f"{key}.json", (json.dumps(final, indent=2, sort_keys=True) + "\n").encode())
-        atomic_write_bytes(report / f"{key}_history.csv", _history_csv(history))
+        atomic_write_bytes(report / f"{key}_history.csv", _history_csv(first_history))
         # registered once the output folder and reports are complete: a failed stage leaves no version behind
-        register_model(model, family=family, key=key, run=run, config=config,
+        register_model(registered, family=family, key=key, run=run, config=config,
                        tags={"method": params.method, **privacy.as_tags(), "dataset": dataset_tag(frames),
                              CHECKPOINT_TAG: digest})
     return final

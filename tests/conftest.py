@@ -34,12 +34,14 @@ TINY = {
             "video_second_filters": 2, "video_crop": [16, 8], "video_epsilons": [1.0, float("inf")]},
     "federated": {"clients": 2, "rounds": 2, "batch_size": 4, "learning_rate": 0.1},
     "orchestrate": {"shard_size": 8, "local_workers": 2},
+    "report": {"seeds": 1},  # stage tests train one seed; the pipeline projects (DAG) train two
 }
 
 
 # The pipeline projects keep one stage per kind (stage-level tests cover every method): 23 stages, not 35.
 DAG = {"train": {"epochs": 1}, "dprp": {"epsilons": [8.0]}, "anonymize": {"methods": ["avatar", "blackout"]},
-       "private": {"methods": ["dp_sgd", "maskdp"]}, "federated": {"aggregations": ["fedavg"], "rounds": 1}}
+       "private": {"methods": ["dp_sgd", "maskdp"]}, "federated": {"aggregations": ["fedavg"], "rounds": 1},
+       "report": {"seeds": 2}}
 
 
 def write_params(folder: Path, overrides: dict[str, Any] | None = None) -> Path:

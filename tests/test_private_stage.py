@@ -190,3 +190,43 @@ def test_every_method_has_its_semantics_and_its_table_row():
     from tasks.private.table import ROWS
 
     assert set(SEMANTICS) == set(ROWS) == set(PRIVATE_METHODS)
+
+
+def test_each_seed_is_a_fresh_model_and_a_dp_release_of_its_own(project, tmp_path):
+    """Issue 19: report.seeds trains every ε again from other seeds; each is a release the budget counts."""
+    from tasks.core.budget import planned_releases
+    from tasks.report.ledger import private_releases
+
+    folder, _, decoded = project
+    params = write_params(tmp_path, {"private": PRIVATE, "anonymize": {"methods": ["avatar"]}, "report": {"seeds": 2}})
+    rows = run(project, "dp_sgd", params_path=params, out=tmp_path / "out/dp_sgd", report=tmp_path / "report")
+    assert [(row["model"], row["seed"]) for row in rows] == [("dp_sgd-eps2.0", 0), ("dp_sgd-eps2.0-seed1", 1),
+                                                             ("dp_sgd-epsinf", 0), ("dp_sgd-epsinf-seed1", 1)]
+    assert 1.98 <= rows[1]["epsilon"] <= 2.0
+    first, second = (torch.load(tmp_path / "out/dp_sgd/dp_sgd-eps2.0" / name / "model.pt", weights_only=True)["state_dict"]
+                     for name in (".", "seed1"))
+    assert not torch.equal(first["blocks.4.proj.weight"], second["blocks.4.proj.weight"])  # a fresh head, fresh noise
+    assert newest_version("dp_sgd-eps2.0-seed1") is None  # seed 0 is the registered model
+    names = [release.name for release in private_releases(tmp_path / "report", ["dp_sgd"])]
+    assert names == ["dp_sgd-eps2.0", "dp_sgd-eps2.0-seed1", "dp_sgd-epsinf", "dp_sgd-epsinf-seed1"]
+    assert "maskdp-eps2.0-seed1" in [planned.name for planned in planned_releases(params)]
+    # a cap that seed 0 fits under and seed 1 does not: the stage refuses before any work
+    from tasks.core.budget import check_budget
+    from tasks.core.manifest import read_manifest
+
+    manifest = read_manifest(decoded / "manifest.parquet")
+    spent: dict[int, float] = {}
+    for planned in planned_releases(params):
+        requested = planned.person_epsilons([r for r in manifest if r["split"] in planned.splits])
+        if planned.name == "dp_sgd-eps2.0-seed1":
+            break
+        for person, value in requested.items():
+            spent[person] = spent.get(person, 0.0) + value
+    most = max(spent, key=spent.get)
+    (tmp_path / "capped").mkdir()
+    capped = write_params(tmp_path / "capped", {"private": PRIVATE, "anonymize": {"methods": ["avatar"]}, "report": {"seeds": 2},
+                                                "privacy": {"max_epsilon": spent[most] + requested[most] / 2}})
+    check_budget(capped, "dp_sgd-eps2.0", manifest)
+    with pytest.raises(PrivharError, match="before dp_sgd-eps2.0-seed1"):
+        run(project, "dp_sgd", params_path=capped, out=tmp_path / "refused", report=tmp_path / "refused-report")
+    assert not (tmp_path / "refused").exists()

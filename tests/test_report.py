@@ -170,3 +170,29 @@ def test_ldp_releases_enter_the_ledger_with_their_per_video_epsilon(tmp_path: Pa
     totals = subject_totals([finite, reference], ROWS)
     assert totals[0]["epsilon_person"] == 32.0 and math.isinf(totals[0]["total_epsilon_person"])
     assert ldp_releases(tmp_path / "absent.csv") == []
+
+
+def test_claims_are_decided_by_welch_over_the_seeds_not_by_one_run():
+    """Issue 19: a claim holds or is reversed only when the seeds' gap is significant at 95 % (scipy's Welch test)."""
+    from scipy import stats
+
+    from tasks.report.claims import decide, paper_claims
+
+    def seeds(key, values):
+        return {key + ("" if index == 0 else f"-seed{index}"): {"top1": value} for index, value in enumerate(values)}
+
+    metrics = {**seeds("maskdp-eps1.0", [0.62, 0.60, 0.61]), **seeds("dp_sgd-eps1.0", [0.50, 0.52, 0.51]),
+               **seeds("dp_sgd_avatar-eps1.0", [0.70, 0.50, 0.66]), **seeds("multiclip-eps1.0", [0.40, 0.41, 0.42]),
+               **seeds("fedavg-selective", [0.55]), **seeds("fedavg-full", [0.30])}
+    claims = paper_claims(["dp_sgd", "dp_sgd_avatar", "multiclip", "maskdp"], [1.0], [2.0], ["fedavg"], ["full", "selective"])
+    rows = {row["claim"]: row for row in decide(claims, metrics)}
+    assert rows["MaskDP (avatar copy) beats DP-SGD on real clips at ε = 1"]["verdict"].startswith("holds")
+    assert rows["MultiClip-DP beats DP-SGD at ε = 1"]["verdict"].startswith("reversed")
+    overlapping = rows["MaskDP beats DP-SGD on the same avatar copy at ε = 1"]
+    p_value = stats.ttest_ind([0.62, 0.60, 0.61], [0.70, 0.50, 0.66], equal_var=False).pvalue
+    assert overlapping["verdict"] == f"undecided (p = {p_value:.2f})"
+    assert rows["selective tuning beats full fine-tuning under federated DP (fedavg)"]["verdict"] == "undecided (one seed)"
+    assert overlapping["higher_top1"] == "61.0 ± 2.5"  # t(0.975, 2) · 0.01 / √3 = 0.0248
+    assert not any("Video-DPRP" in claim.text for claim in claims)  # no DPRP copy at ε = 8 here
+    missing = decide(claims, {})
+    assert {row["verdict"] for row in missing} == {"not run"}

@@ -4,11 +4,13 @@ import csv
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 
 import pytest
 import torch
+from scipy import stats
 
 from tasks.core.errors import PrivharError
 from tasks.core.models import load_checkpoint
@@ -70,7 +72,8 @@ def test_evaluate_writes_metrics_keyed_by_method(trained):
                        out=folder / "reports/evaluate")
     written = json.loads((folder / "reports/evaluate/metrics.json").read_text())
     assert written == metrics
-    assert set(written["baseline"]) == {"top1", "top5", "test_videos"}
+    assert set(written["baseline"]) == {"top1", "top5", "test_videos", "seeds", "top1_mean"}  # one seed: no interval
+    assert written["baseline"]["seeds"] == 1 and written["baseline"]["top1_mean"] == written["baseline"]["top1"]
     assert 0.0 <= written["baseline"]["top1"] <= 1.0 and written["baseline"]["top5"] == 1.0  # 3 classes
     assert (folder / "reports/evaluate/confusion/baseline.png").read_bytes()[:4] == b"\x89PNG"
     rows = list(csv.DictReader((folder / "reports/evaluate/predictions.csv").open()))
@@ -113,3 +116,29 @@ def test_fine_tuning_takes_the_public_backbone_and_a_fresh_classifier(trained, t
     with pytest.raises(PrivharError, match=r"model.pt: its width 4 differs from this model's 8"):
         train(params_path=write_params(tmp_path / "wide", {"train": {"width": 8}}), frames=folder / "data/decode",
               out=tmp_path / "wide/out", report=tmp_path / "wide/report", init=folder / "data/train/baseline")
+
+
+def test_seeds_train_fresh_models_and_evaluate_reports_their_interval(trained, tmp_path):
+    """Issue 19: every trained row over report.seeds seeds; seed 0 is the model one seed gives, the others differ."""
+    folder, final = trained
+    models = tmp_path / "models"
+    again = train(params_path=folder / "params.yaml", frames=folder / "data/decode", out=models / "baseline",
+                  report=tmp_path / "report", seeds=3)
+    assert again["loss"] == final["loss"] and again["seeds"] == 3
+    weights = [torch.load(path, weights_only=True)["state_dict"] for path in
+               (models / "baseline/model.pt", models / "baseline/seed1/model.pt", models / "baseline/seed2/model.pt")]
+    single = torch.load(folder / "data/train/baseline/model.pt", weights_only=True)["state_dict"]
+    assert all(torch.equal(single[name], weights[0][name]) for name in single)
+    assert not all(torch.equal(weights[0][name], weights[1][name]) for name in single)
+    metrics = evaluate(params_path=folder / "params.yaml", frames=folder / "data/decode", models=[models],
+                       out=tmp_path / "evaluate")
+    assert set(metrics) == {"baseline", "baseline-seed1", "baseline-seed2"}
+    values = [metrics[key]["top1"] for key in ("baseline", "baseline-seed1", "baseline-seed2")]
+    assert metrics["baseline"]["seeds"] == 3
+    assert metrics["baseline"]["top1_mean"] == pytest.approx(statistics.fmean(values), abs=1e-4)
+    if statistics.stdev(values) > 0:  # the half-width of scipy's t interval around the mean
+        low, high = stats.t.interval(0.95, 2, loc=statistics.fmean(values), scale=statistics.stdev(values) / math.sqrt(3))
+        assert metrics["baseline"]["top1_ci95"] == pytest.approx((high - low) / 2, abs=1e-4)
+    with pytest.raises(PrivharError, match="--seeds = 0"):
+        train(params_path=folder / "params.yaml", frames=folder / "data/decode", out=tmp_path / "none", report=tmp_path / "r",
+              seeds=0)

@@ -8,8 +8,9 @@ summed. A person's total is the sum of those group ε over the releases that hol
 
 The DP releases of the pipeline, in the order the plan makes them: the Video-DPRP copies
 (``dprp.epsilons``, each a release of every video, both splits), then each private method's models
-(``private.methods`` × ``private.epsilons``, each trained on the training split), then the federated
-models (``federated.aggregations`` × ``federated.tunings``), then the ldp stage's randomized codes (one
+(``private.methods`` × ``private.epsilons`` × ``report.seeds``, each trained on the training split: a model
+trained again from another seed is another release of the same people), then the federated models
+(``federated.aggregations`` × ``federated.tunings`` × ``report.seeds``), then the ldp stage's randomized codes (one
 release per finite ``ldp.video_epsilons``, of the training split). A release that would take any
 person past the cap refuses before it does any work. Post-processing is free: models trained on a
 DPRP copy add nothing.
@@ -33,7 +34,8 @@ from typing import Any
 
 from tasks.core.accounting import calibrate_noise, group_epsilon, poisson_schedule, relation_of
 from tasks.core.errors import PrivharError
-from tasks.core.params import DprpParams, FederatedParams, LdpParams, PrivacyParams, PrivateParams, load_section
+from tasks.core.params import DprpParams, FederatedParams, LdpParams, PrivacyParams, PrivateParams, ReportParams, load_section
+from tasks.core.seeds import seed_suffix
 from tasks.core.subjects import people_in, person_units, videos_per_person
 
 # (the rows of the release's splits) -> each person's ε under that release
@@ -110,11 +112,17 @@ def planned_releases(params_path: Path) -> list[PlannedRelease]:
     secret = load_section(params_path, "privacy", PrivacyParams).randomness == "secure"
     releases = [PlannedRelease(f"dprp-eps{epsilon}", epsilon, ("train", "test"), _dprp(dprp, epsilon, secret))
                 for epsilon in dprp.epsilons]
-    releases += [PlannedRelease(f"{method}-eps{epsilon}", epsilon, ("train",), _private(private, method, epsilon))
-                 for method in private.methods for epsilon in private.epsilons]
+    seeds = range(load_section(params_path, "report", ReportParams).seeds)
+    for method in private.methods:  # the seeds of one model share its mechanism (check_budget computes it once)
+        for epsilon in private.epsilons:
+            mechanism = _private(private, method, epsilon)
+            releases += [PlannedRelease(f"{method}-eps{epsilon}{seed_suffix(seed)}", epsilon, ("train",), mechanism)
+                         for seed in seeds]
     federated = load_section(params_path, "federated", FederatedParams)
-    releases += [PlannedRelease(federated_release(aggregation, tuning), federated.epsilon, ("train",), _federated(federated))
-                 for tuning in federated.tunings for aggregation in federated.aggregations]
+    mechanism = _federated(federated)
+    releases += [PlannedRelease(federated_release(aggregation, tuning) + seed_suffix(seed), federated.epsilon, ("train",),
+                                mechanism)
+                 for tuning in federated.tunings for aggregation in federated.aggregations for seed in seeds]
     ldp = load_section(params_path, "ldp", LdpParams)
     from tasks.ldp.dcaconv import feature_count  # lazy: the stage's feature count (issue 20: move to core)
 
@@ -153,9 +161,12 @@ def check_budget(params_path: Path, release: str, rows: list[dict[str, Any]]) ->
     if privacy.randomness == "seeded":
         check_unprotected(params_path, f"{release} (privacy.randomness: seeded, so not private)")
     spent: dict[int, float] = {}
+    computed: dict[int, dict[int, float]] = {}  # per mechanism: the seeds of a model request the same ε
     for planned in plan:
         holding = [row for row in rows if row["split"] in planned.splits]
-        requested = planned.person_epsilons(holding) if holding else {}
+        if id(planned.person_epsilons) not in computed:
+            computed[id(planned.person_epsilons)] = planned.person_epsilons(holding) if holding else {}
+        requested = computed[id(planned.person_epsilons)]
         if planned.name == release:
             for person, epsilon in sorted(requested.items()):
                 if spent.get(person, 0.0) + epsilon > privacy.max_epsilon:

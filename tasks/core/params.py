@@ -214,6 +214,7 @@ class FederatedParams(Section):
 
 class ReportParams(Section):
     show_raw: bool | Literal["auto"]  # raw frames in pictures: auto = only for the synthetic dataset
+    seeds: PositiveInt  # training seeds of every trained row (tasks/core/seeds.py); seed 0 is the registered model
 
 
 TRACKERS = ("mil", "kcf", "csrt")

@@ -85,12 +85,14 @@ def newest_version(key: str) -> Any | None:
     return max(versions, key=lambda v: int(v.version), default=None)  # a key lives in one family
 
 
-SCORE_TAGS = ("top1", "top5", "top1_protocol2", "top5_protocol2", "cmap")
+SCORE_TAGS = ("top1", "top5", "top1_protocol2", "top5_protocol2", "cmap", "top1_mean", "top1_ci95")
 
 
 def describe_scores(scores: Mapping[str, float], privacy: PrivacyGuarantee) -> str:
     """One line for the registry: protocol 1 first (raw test videos), protocol 2 when measured."""
     parts = [f"Top-1 {scores['top1']:.4f}", f"Top-5 {scores['top5']:.4f}"]
+    if "top1_ci95" in scores:  # the row's spread over its training seeds (this version is seed 0)
+        parts += [f"row Top-1 {scores['top1_mean']:.4f} ± {scores['top1_ci95']:.4f} over {int(scores['seeds'])} seeds"]
     parts += [f"protocol 2 Top-1 {scores['top1_protocol2']:.4f}"] if "top1_protocol2" in scores else []
     parts += [f"cMAP {scores['cmap']:.4f}"] if "cmap" in scores else []
     return (f"{', '.join(parts)} on {int(scores['test_videos'])} test videos; "

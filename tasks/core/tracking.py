@@ -65,13 +65,18 @@ def flatten(sections: Mapping[str, Any]) -> dict[str, str]:
 class StageRun:
     """What a stage may log to its run."""
 
-    def __init__(self, run_id: str) -> None:
+    def __init__(self, run_id: str, prefix: str = "") -> None:
         self.run_id = run_id
+        self.prefix = prefix
+
+    def prefixed(self, prefix: str) -> StageRun:
+        """The same run, its metric names under ``prefix`` (``seed1.loss``): another training seed's curves."""
+        return StageRun(self.run_id, self.prefix + prefix)
 
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
         import mlflow
 
-        mlflow.log_metrics({key: float(value) for key, value in metrics.items()}, step=step)
+        mlflow.log_metrics({self.prefix + key: float(value) for key, value in metrics.items()}, step=step)
 
     def log_artifact(self, path: Path, folder: str | None = None) -> None:
         import mlflow

@@ -4,6 +4,7 @@
     raw clips ────┴─▶ shards (federated.partition) ─▶ for tuning in federated.tunings, aggregation in federated.aggregations:
                                                         T rounds of Algorithm 1 (rounds.run_rounds)
                                                         └─▶ data/federated/<aggregation>-<tuning>/model.pt
+                                                            (seed i ≥ 1 of report.seeds: …/seed<i>/model.pt)
                                                         └─▶ reports/federated/{federated.md, federated.csv, rounds.csv,
                                                                                accuracy_by_round.png, metrics.json}
 
@@ -30,11 +31,13 @@ import torch
 from tasks.core.accounting import REPLACE_ONE
 from tasks.core.budget import check_budget, federated_release
 from tasks.core.errors import PrivharError
-from tasks.core.params import BaseParams, FederatedParams, PrivacyParams, load_section
+from tasks.core.manifest import MANIFEST_NAME, read_manifest
+from tasks.core.params import BaseParams, FederatedParams, PrivacyParams, ReportParams, load_section
 from tasks.core.privacy import NON_PRIVATE, PrivacyGuarantee
 from tasks.core.randomness import DpRandomness
 from tasks.core.registry import CHECKPOINT_TAG, checkpoint_digest, register_model
 from tasks.core.seeding import derive_seed
+from tasks.core.seeds import seed_folder, seed_suffix
 from tasks.core.storage import atomic_directory, atomic_write_bytes, csv_bytes
 from tasks.core.subjects import videos_per_person
 from tasks.core.tracking import StageRun, stage_run
@@ -43,17 +46,18 @@ from tasks.federated.client import LocalRecipe, load_trainable
 from tasks.federated.inputs import Split, load_federated_clips, split_for
 from tasks.federated.rounds import Federation, FederationResult, in_process, run_rounds
 from tasks.federated.table import federated_table
-from tasks.private.stage import public_config
+from tasks.private.stage import classifier_seed, public_config
 
 MB = 1e6
 
 
 def federation_of(base: BaseParams, params: FederatedParams, noise_multiplier: float, aggregation: str,
-                  randomness: DpRandomness) -> Federation:
+                  randomness: DpRandomness, seed: int = 0) -> Federation:
     recipe = LocalRecipe(params.local_epochs, params.batch_size, params.learning_rate, params.momentum,
                          params.max_grad_norm, noise_multiplier, params.grad_sample_mode)
     return Federation(params.clients, params.rounds, params.client_fraction, aggregation, params.delta,
-                      derive_seed(base.seed, "federated"), recipe, secure=randomness.private)
+                      derive_seed(base.seed, "federated", *(() if seed == 0 else ("seed", seed))), recipe,
+                      secure=randomness.private)
 
 
 def check_inputs(params: FederatedParams, shards: list[list[int]]) -> None:
@@ -74,9 +78,13 @@ def train_federated(*, params_path: Path, frames: Path, init: Path, out: Path, r
     config = public_config(init, frames)
     clips = load_federated_clips(frames, tuple(config["input_size"]), base, params)
     check_inputs(params, clips.shards)
+    seeds = load_section(params_path, "report", ReportParams).seeds
+    every_row = read_manifest(frames / MANIFEST_NAME)
     for tuning in params.tunings:
         for aggregation in params.aggregations:
-            check_budget(params_path, federated_release(aggregation, tuning), clips.rows)
+            for seed in range(seeds):  # every seed is a release of the clients' videos
+                # every row, both splits: the earlier Video-DPRP releases hold the person's test videos too
+                check_budget(params_path, federated_release(aggregation, tuning) + seed_suffix(seed), every_row)
     compositions = params.rounds * params.local_epochs
     sigma = calibrate(params.epsilon, compositions, params.delta)
     torch.use_deterministic_algorithms(True)
@@ -86,41 +94,47 @@ def train_federated(*, params_path: Path, frames: Path, init: Path, out: Path, r
     with stage_run("train-federated", {"base": base, "federated": params}) as run:
         with atomic_directory(out) as staging:
             for tuning, trainable in params.tunings.items():
-                started = time.perf_counter()
-                split = split_for(init, frames, clips, trainable, derive_seed(base.seed, "private", "classifier"))
-                prefix_seconds = time.perf_counter() - started  # the frozen prefix, once per tuning: part of each run's cost
-                for aggregation in params.aggregations:
-                    key = f"{aggregation}-{tuning}"
-                    federation = federation_of(base, params, sigma, aggregation, randomness)
+                for seed in range(seeds):
                     started = time.perf_counter()
-                    result = _federate(params.transport, split, federation, [len(shard) for shard in clips.shards],
-                                       functools.partial(_print_round, key))
-                    for record in result.history:
-                        _log_round(run, key, record)
-                    seconds = time.perf_counter() - started + prefix_seconds
-                    guarantee = _guarantee(result, sigma, params, randomness)
-                    by_person = {person: person_epsilon(sigma, max(result.participations) * params.local_epochs, count,
-                                                        params.delta) for person, count in held.items()}
-                    persons += [{"model": key, "subject": person, "units": held[person],
-                                 "epsilon_person": round(value, 6)} for person, value in by_person.items()]
-                    rows.append({**_row(key, tuning, trainable, aggregation, params, split, result, sigma, seconds),
-                                 "unit": guarantee.unit, "relation": guarantee.relation,
-                                 "epsilon_person_max": round(max(by_person.values()), 6), "randomness": guarantee.randomness})
-                    rounds.extend({"model": key, **record} for record in result.history)
-                    model = copy.deepcopy(split.model)  # registered after the loop: each key keeps its own weights
-                    load_trainable(model, result.state)
-                    model.eval()
-                    model_config = {**config, "model": key, "method": "federated", "family": "federated", "frames": str(frames),
-                                    "trainable": trainable, "aggregation": aggregation}
-                    (staging / key).mkdir()
-                    torch.save({"state_dict": model.state_dict(), "config": model_config}, staging / key / "model.pt")
-                    registrations.append(functools.partial(
-                        register_model, model, family="federated", key=key, run=run, config=model_config, artifact=key,
-                        tags={"method": "federated", "aggregation": aggregation, "trainable": trainable,
-                              CHECKPOINT_TAG: checkpoint_digest(staging / key / "model.pt"),
-                              **guarantee.as_tags(), "clients": params.clients, "rounds": params.rounds,
-                              "epsilon_person_max": repr(rows[-1]["epsilon_person_max"]),
-                              "noise_multiplier": sigma, "partition": params.partition}))
+                    split = split_for(init, frames, clips, trainable, classifier_seed(base.seed, seed))
+                    prefix_seconds = time.perf_counter() - started  # the frozen prefix, once per tuning: part of each run's cost
+                    for aggregation in params.aggregations:
+                        name = f"{aggregation}-{tuning}"
+                        key = name + seed_suffix(seed)
+                        federation = federation_of(base, params, sigma, aggregation, randomness, seed)
+                        started = time.perf_counter()
+                        result = _federate(params.transport, split, federation, [len(shard) for shard in clips.shards],
+                                           functools.partial(_print_round, key))
+                        for record in result.history:
+                            _log_round(run, key, record)
+                        seconds = time.perf_counter() - started + prefix_seconds
+                        guarantee = _guarantee(result, sigma, params, randomness)
+                        by_person = {person: person_epsilon(sigma, max(result.participations) * params.local_epochs, count,
+                                                            params.delta) for person, count in held.items()}
+                        persons += [{"model": key, "subject": person, "units": held[person],
+                                     "epsilon_person": round(value, 6)} for person, value in by_person.items()]
+                        rows.append({**_row(key, tuning, trainable, aggregation, params, split, result, sigma, seconds),
+                                     "unit": guarantee.unit, "relation": guarantee.relation,
+                                     "epsilon_person_max": round(max(by_person.values()), 6),
+                                     "randomness": guarantee.randomness, "seed": seed})
+                        rounds.extend({"model": key, **record} for record in result.history)
+                        model = copy.deepcopy(split.model)  # registered after the loop: each key keeps its own weights
+                        load_trainable(model, result.state)
+                        model.eval()
+                        model_config = {**config, "model": key, "method": "federated", "family": "federated",
+                                        "frames": str(frames), "trainable": trainable, "aggregation": aggregation, "seed": seed}
+                        folder = seed_folder(staging / name, seed)
+                        folder.mkdir(parents=True)
+                        torch.save({"state_dict": model.state_dict(), "config": model_config}, folder / "model.pt")
+                        if seed:  # the registered model is seed 0; the other seeds measure the spread of the row
+                            continue
+                        registrations.append(functools.partial(
+                            register_model, model, family="federated", key=key, run=run, config=model_config, artifact=key,
+                            tags={"method": "federated", "aggregation": aggregation, "trainable": trainable,
+                                  CHECKPOINT_TAG: checkpoint_digest(folder / "model.pt"),
+                                  **guarantee.as_tags(), "clients": params.clients, "rounds": params.rounds,
+                                  "epsilon_person_max": repr(rows[-1]["epsilon_person_max"]),
+                                  "noise_multiplier": sigma, "partition": params.partition}))
         federated_table(rows, rounds, report, params)
         atomic_write_bytes(report / "federated_persons.csv", csv_bytes(persons))
         for register in registrations:

@@ -45,11 +45,12 @@ from tasks.core.clips import augment, class_names, labels_of, load_clips, normal
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import MANIFEST_NAME, quarantined, read_manifest, resolve_path
 from tasks.core.models import build_from_config, checkpoint_config, transfer_weights
-from tasks.core.params import MASKED_METHODS, BaseParams, PrivacyParams, PrivateParams, load_section
+from tasks.core.params import MASKED_METHODS, BaseParams, PrivacyParams, PrivateParams, ReportParams, load_section
 from tasks.core.privacy import NON_PRIVATE, PrivacyGuarantee
 from tasks.core.randomness import DpRandomness
 from tasks.core.registry import CHECKPOINT_TAG, checkpoint_digest, register_model
 from tasks.core.seeding import derive_seed
+from tasks.core.seeds import seed_folder, seed_suffix
 from tasks.core.storage import atomic_directory, atomic_write_bytes, csv_bytes
 from tasks.core.tracking import StageRun, stage_run
 from tasks.private.accounting import SgdPrivacy
@@ -130,9 +131,9 @@ def as_features(model: nn.Module, data: PrivateData) -> PrivateData:
 
 
 def train_one(method: str, module: nn.Module, data: PrivateData, recipe: Recipe, epsilon: float,
-              randomness: DpRandomness) -> Outcome:
-    """One model at one ε; its Poisson samples, noise and (MaskDP) public batches from ``randomness``."""
-    key = (method, epsilon)
+              randomness: DpRandomness, seed: int = 0) -> Outcome:
+    """One model at one ε and training seed; its Poisson samples, noise and (MaskDP) public batches from ``randomness``."""
+    key = (method, epsilon) if seed == 0 else (method, epsilon, "seed", seed)
     generator = randomness.torch("private", *key, "noise")
     public_generator = randomness.torch("private", *key, "public-batches")
     if math.isinf(epsilon):  # the ε = ∞ column: the same recipe, clipping kept, no noise
@@ -180,6 +181,11 @@ def public_config(init: Path, frames: Path) -> dict[str, Any]:
     return {**checkpoint_config(init / "model.pt"), "classes": classes, "num_classes": len(classes)}
 
 
+def classifier_seed(base_seed: int, seed: int) -> int:
+    """The seed of the fresh classifier of training seed ``seed`` (seed 0: the key it had before seeds existed)."""
+    return derive_seed(base_seed, "private", "classifier", *(() if seed == 0 else ("seed", seed)))
+
+
 def public_model(init: Path, frames: Path, seed: int) -> tuple[nn.Module, dict[str, Any]]:
     """The public model to fine-tune: its backbone, and a classifier for the private label set drawn from ``seed``."""
     config = public_config(init, frames)
@@ -191,7 +197,11 @@ def public_model(init: Path, frames: Path, seed: int) -> tuple[nn.Module, dict[s
 
 def train_private(*, params_path: Path, method: str, frames: Path, init: Path, out: Path, report: Path,
                   avatar: Path | None = None) -> list[dict[str, Any]]:
-    """Run the stage: one model per ε of ``private.epsilons`` (and ∞); return the report rows.
+    """Run the stage: one model per ε of ``private.epsilons`` (and ∞) and seed of ``report.seeds``; return the report rows.
+
+    Seed i ≥ 1 of ``<method>-eps<ε>`` is ``<method>-eps<ε>/seed<i>/model.pt`` (key ``<method>-eps<ε>-seed<i>``):
+    a fresh classifier and fresh DP randomness; the frozen backbone's features and the method's views are shared.
+    Each seed of a finite ε is its own DP release of the training set (the budget and the ledger count it).
 
     ``frames`` are the raw clips, ``avatar`` the avatar copy (for the MaskDP methods).
     """
@@ -201,12 +211,15 @@ def train_private(*, params_path: Path, method: str, frames: Path, init: Path, o
     if method not in params.methods:
         raise PrivharError(f"train-private: method {method!r} is not one of private.methods = {params.methods}")
     frames, masks = training_inputs(method, frames, avatar)
-    rows = split_rows(read_manifest(frames / MANIFEST_NAME), "train")
-    pretrained, config = public_model(init, frames, derive_seed(base.seed, "private", "classifier"))
+    every_row = read_manifest(frames / MANIFEST_NAME)  # the budget counts every release of a person's videos, both splits
+    rows = split_rows(every_row, "train")
+    seeds = load_section(params_path, "report", ReportParams).seeds
+    pretrained, config = public_model(init, frames, classifier_seed(base.seed, 0))
     owners, units_per_person = person_units(rows)
     _check_inputs(params, len(rows) if params.unit == "video" else int(owners.max()) + 1, pretrained)
-    for epsilon in params.epsilons:  # privacy.max_epsilon, before any work
-        check_budget(params_path, f"{method}-eps{epsilon}", rows)
+    for epsilon in params.epsilons:  # privacy.max_epsilon, before any work: every seed is a release
+        for seed in range(seeds):
+            check_budget(params_path, f"{method}-eps{epsilon}{seed_suffix(seed)}", every_row)
     check_unprotected(params_path, f"the reference {method}-epsinf (the same recipe without noise)")
     size = tuple(config["input_size"])
     recipe = recipe_of(params, method)
@@ -231,40 +244,45 @@ def train_private(*, params_path: Path, method: str, frames: Path, init: Path, o
     with stage_run(f"train-private@{method}", {"base": base, "private": params}) as run:
         with atomic_directory(out) as staging:
             for epsilon in [*params.epsilons, math.inf]:
-                key = f"{method}-eps{epsilon}"
-                model = copy.deepcopy(pretrained)
-                select_trainable(model, params.trainable)
-                module = head_of(model) if head_only else model
-                outcome = train_one(method, module, data, recipe, epsilon, randomness)
-                if math.isinf(epsilon):
-                    guarantee = NON_PRIVATE
-                elif data.has_private is not None and not bool(data.has_private.any()):
-                    guarantee = PrivacyGuarantee(0.0, 0.0, "MaskDP: no private token in any video, nothing private is used",
-                                                 params.unit, relation_of(method), randomness.label)
-                else:
-                    guarantee = _guarantee(method, outcome.privacy, params.unit, randomness.label)
-                by_person = _person_epsilons(guarantee, outcome.privacy, units_per_person)
-                persons += [{"model": key, "subject": person, "units": units_per_person[person], "epsilon_person": value}
-                            for person, value in by_person.items()]
-                results.append(_record(method, key, epsilon, guarantee, outcome, trainable_count(model), recipe,
-                                       max(by_person.values(), default=math.inf)))
-                _log(run, key, outcome, recipe, epsilon)
-                model.eval()
-                model_config = {**config, "model": key, "method": method, "family": method, "frames": str(frames),
-                                "target_epsilon": epsilon, "trainable": params.trainable}
-                (staging / key).mkdir()
-                torch.save({"state_dict": model.state_dict(), "config": model_config}, staging / key / "model.pt")
-                registrations.append(functools.partial(
-                    register_model, model, family=method, key=key, run=run, config=model_config, artifact=key.replace(".", "_"),
-                    tags={"method": method, **guarantee.as_tags(), "semantics": SEMANTICS[method],
-                          CHECKPOINT_TAG: checkpoint_digest(staging / key / "model.pt"),
-                          "epsilon_person_max": repr(results[-1]["epsilon_person_max"]),
-                          "trainable": params.trainable, "trainable_parameters": trainable_count(model),
-                          "noise_multiplier": outcome.privacy.noise_multiplier, "max_grad_norm": recipe.max_grad_norm,
-                          "sample_rate": outcome.privacy.sample_rate, "steps": outcome.privacy.steps}))
-                LOG.info("train-private: %s: ε %.4g per %s (target %s), %.4g per person at most, σ %.4g, loss %.4f; randomness %s",
-                         key, guarantee.epsilon, params.unit, epsilon, results[-1]["epsilon_person_max"],
-                         outcome.privacy.noise_multiplier, outcome.history[-1]["loss"], randomness.label)
+                for seed in range(seeds):
+                    name = f"{method}-eps{epsilon}"
+                    key = name + seed_suffix(seed)
+                    model = copy.deepcopy(pretrained if seed == 0 else public_model(init, frames, classifier_seed(base.seed, seed))[0])
+                    select_trainable(model, params.trainable)
+                    module = head_of(model) if head_only else model
+                    outcome = train_one(method, module, data, recipe, epsilon, randomness, seed)
+                    if math.isinf(epsilon):
+                        guarantee = NON_PRIVATE
+                    elif data.has_private is not None and not bool(data.has_private.any()):
+                        guarantee = PrivacyGuarantee(0.0, 0.0, "MaskDP: no private token in any video, nothing private is used",
+                                                     params.unit, relation_of(method), randomness.label)
+                    else:
+                        guarantee = _guarantee(method, outcome.privacy, params.unit, randomness.label)
+                    by_person = _person_epsilons(guarantee, outcome.privacy, units_per_person)
+                    persons += [{"model": key, "subject": person, "units": units_per_person[person], "epsilon_person": value}
+                                for person, value in by_person.items()]
+                    results.append({**_record(method, key, epsilon, guarantee, outcome, trainable_count(model), recipe,
+                                              max(by_person.values(), default=math.inf)), "seed": seed})
+                    _log(run, key, outcome, recipe, epsilon)
+                    model.eval()
+                    model_config = {**config, "model": key, "method": method, "family": method, "frames": str(frames),
+                                    "target_epsilon": epsilon, "trainable": params.trainable, "seed": seed}
+                    folder = seed_folder(staging / name, seed)
+                    folder.mkdir(parents=True)
+                    torch.save({"state_dict": model.state_dict(), "config": model_config}, folder / "model.pt")
+                    if seed == 0:  # the registered model; the other seeds measure the spread of the row
+                        registrations.append(functools.partial(
+                            register_model, model, family=method, key=key, run=run, config=model_config,
+                            artifact=key.replace(".", "_"),
+                            tags={"method": method, **guarantee.as_tags(), "semantics": SEMANTICS[method],
+                                  CHECKPOINT_TAG: checkpoint_digest(folder / "model.pt"),
+                                  "epsilon_person_max": repr(results[-1]["epsilon_person_max"]),
+                                  "trainable": params.trainable, "trainable_parameters": trainable_count(model),
+                                  "noise_multiplier": outcome.privacy.noise_multiplier, "max_grad_norm": recipe.max_grad_norm,
+                                  "sample_rate": outcome.privacy.sample_rate, "steps": outcome.privacy.steps}))
+                    LOG.info("train-private: %s: ε %.4g per %s (target %s), %.4g per person at most, σ %.4g, loss %.4f; "
+                             "randomness %s", key, guarantee.epsilon, params.unit, epsilon, results[-1]["epsilon_person_max"],
+                             outcome.privacy.noise_multiplier, outcome.history[-1]["loss"], randomness.label)
         atomic_write_bytes(report / f"{method}.csv", csv_bytes(results))
         atomic_write_bytes(report / f"{method}_persons.csv", csv_bytes(persons))
         for register in registrations:

@@ -7,7 +7,8 @@
 
 Rows are what was trained (data × training method), columns the target ε of the grid and ∞
 (the same recipe without noise); each cell is Top-1 on the raw test videos (protocol 1: one
-test set for every row). Models trained on a protected copy (MaskDP on the avatar copy,
+test set for every row), as the mean ± 95 % interval over the row's training seeds (``report.seeds``).
+Models trained on a protected copy (MaskDP on the avatar copy,
 Video-DPRP) get a second table on that copy's test split (protocol 2). The achieved ε of each
 cell, its δ and the accountant that computed it are in the ledger table and the CSV.
 """
@@ -77,6 +78,8 @@ def collect(*, metrics_path: Path, ledgers: Path, train_reports: Path, methods: 
     for method in methods:
         row = ROWS[method]
         for entry in _ledger(ledgers / f"{method}.csv"):
+            if int(entry.get("seed") or 0):
+                continue  # another training seed of a row: in the row's interval (evaluate's top1_mean, top1_ci95)
             scores = _scores(metrics, entry["model"], metrics_path)
             records.append(_record(row, entry["model"], float(entry["target_epsilon"]), float(entry["epsilon"]),
                                    float(entry["delta"]), entry["accountant"], scores, clips_per_video,
@@ -103,7 +106,9 @@ def _record(row: Row, key: str, target: float, epsilon: float, delta: float, acc
             "noise_multiplier": extra.get("noise_multiplier", ""), "steps": extra.get("steps", ""),
             **{name: extra.get(name, "") for name in ("unit", "relation", "epsilon_person_max", "paper_epsilon", "randomness")},
             "top1": scores["top1"], "top5": scores["top5"], "top1_protocol2": scores.get("top1_protocol2", ""),
-            "top5_protocol2": scores.get("top5_protocol2", ""), "test_videos": scores["test_videos"]}
+            "top5_protocol2": scores.get("top5_protocol2", ""), "test_videos": scores["test_videos"],
+            "seeds": scores.get("seeds", 1), **{f"{score}_{part}": scores.get(f"{score}_{part}", "")
+                                              for score in ("top1", "top1_protocol2") for part in ("mean", "ci95")}}
 
 
 def _label(epsilon: float) -> str:
@@ -114,6 +119,15 @@ def _percent(value: Any) -> str:
     return "—" if value == "" or value is None else f"{100 * float(value):.1f}"
 
 
+def _cell(record: dict[str, Any] | None, score: str) -> str:
+    """``mean ± half-width`` of the 95 % interval over the row's seeds, in %; the single run's score without seeds."""
+    if record is None or record[score] == "":
+        return "—"
+    if record.get(f"{score}_ci95", "") == "":
+        return _percent(record.get(f"{score}_mean") or record[score])
+    return f"{_percent(record[f'{score}_mean'])} ± {_percent(record[f'{score}_ci95'])}"
+
+
 def accuracy_table(records: list[dict[str, Any]], score: str) -> str:
     """Markdown: a row per (data, training), a column per target ε; cells are ``score`` in %, "—" if not run."""
     epsilons = sorted({record["target_epsilon"] for record in records})
@@ -122,8 +136,8 @@ def accuracy_table(records: list[dict[str, Any]], score: str) -> str:
     for (data, training), group in _grouped(records).items():
         if all(record[score] == "" for record in group):
             continue
-        by_epsilon = {record["target_epsilon"]: record[score] for record in group}
-        lines.append(f"| {data} | {training} | " + " | ".join(_percent(by_epsilon.get(e, "")) for e in epsilons) + " |")
+        by_epsilon = {record["target_epsilon"]: record for record in group}
+        lines.append(f"| {data} | {training} | " + " | ".join(_cell(by_epsilon.get(e), score) for e in epsilons) + " |")
     return "\n".join(lines)
 
 
@@ -152,10 +166,13 @@ def _grouped(records: list[dict[str, Any]]) -> dict[tuple[str, str], list[dict[s
 def markdown(records: list[dict[str, Any]]) -> str:
     notes = sorted({row.note for row in ROWS.values() if row.note and any(r["data"] == row.data for r in records)})
     tests = max(int(record["test_videos"]) for record in records)
+    seeds = max(int(record["seeds"]) for record in records)
     return "\n\n".join([
         "# Private training: Top-1 (%) by target ε",
         f"Protocol 1 — every model tested on the {tests} raw test videos (paper 000 §4.3). ε = ∞: the same recipe without noise "
-        "(private methods: clipping kept) or, for the non-private row, full fine-tuning.",
+        "(private methods: clipping kept) or, for the non-private row, full fine-tuning. "
+        f"Each cell: mean ± half-width of the 95 % Student-t interval over {seeds} training seeds (report.seeds); "
+        "each seed of a private model is a DP release of its own in the ledger.",
         accuracy_table(records, "top1"),
         *notes,
         "## Protocol 2 — tested on the test split of the copy the model learnt from",
@@ -173,17 +190,18 @@ def plot(records: list[dict[str, Any]]) -> bytes:
     for (data, training), group in _grouped(records).items():
         group = sorted(group, key=lambda r: r["target_epsilon"])
         xs = [infinity_x if math.isinf(r["target_epsilon"]) else r["target_epsilon"] for r in group]
-        ys = [100 * r["top1"] for r in group]
+        ys = [100 * float(r["top1_mean"] if r["top1_mean"] != "" else r["top1"]) for r in group]
+        errors = [100 * float(r["top1_ci95"]) if r["top1_ci95"] != "" else 0.0 for r in group]
         if len(group) == 1 and math.isinf(group[0]["target_epsilon"]):
             axes.axhline(ys[0], color="black", linestyle="--", linewidth=1, label=f"{training} ({data})")
             continue
-        axes.plot(xs, ys, marker="o", label=f"{training} ({data})")
+        axes.errorbar(xs, ys, yerr=errors, marker="o", capsize=3, label=f"{training} ({data})")
     axes.set_xscale("log")
     ticks = [*finite, infinity_x]
     axes.set_xticks(ticks, [*(_label(e) for e in finite), "∞"])
     axes.minorticks_off()
     axes.set_xlabel("target ε (δ per the ledger)")
-    return percent_chart_png(figure, axes, ylabel="Top-1 on the raw test videos (%)", legend_size=8,
+    return percent_chart_png(figure, axes, ylabel="Top-1 on the raw test videos (%), mean ± 95 % over seeds", legend_size=8,
                              title="Accuracy vs privacy budget (protocol 1)")
 
 

@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 from tasks.core.accounting import gaussian_person_epsilon
 from tasks.core.budget import federated_release, subjects_by_split
 from tasks.core.randomness import SECURE
+from tasks.core.seeds import seed_suffix
 from tasks.core.subjects import person_videos
 
 MECHANISMS = {
@@ -100,7 +101,8 @@ def _persons(path: Path) -> dict[str, PersonEpsilons]:
 
 
 def private_releases(folder: Path, methods: list[str]) -> list[Release]:
-    """One release per private model (reports/private/<method>.csv); the ε = ∞ references are releases without DP."""
+    """One release per private model and training seed (reports/private/<method>.csv); the ε = ∞ references are
+    releases without DP."""
     releases = []
     for method in methods:
         persons = _persons(folder / f"{method}_persons.csv")
@@ -145,7 +147,8 @@ def federated_releases(path: Path) -> list[Release]:
     persons = _persons(path.with_name("federated_persons.csv"))
     releases = []
     for entry in _csv_entries(path):
-        name, delta = federated_release(entry["aggregation"], entry["tuning"]), float(entry["delta"])
+        name = federated_release(entry["aggregation"], entry["tuning"]) + seed_suffix(int(entry.get("seed") or 0))
+        delta = float(entry["delta"])
         mine = {person: (value, delta) for person, (value, _) in persons.get(entry["model"], {}).items()}
         releases.append(Release(name, "federated",
                                 "FedDP-STECAR: DP-SGD (Opacus) per client on shuffled batches, masked updates, FedAvg / FedNova",

@@ -4,7 +4,7 @@ DVC metrics, and the plots as DVC plots.
     reports/evaluate/metrics.json ─┐  Top-1, protocols 1 and 2
     reports/assess/signature.json ─┤  cMAP / F1 (raw-trained and adaptive attacker), paper 004's e_*
     reports/private/<method>.csv ──┼─▶ results.md, report/{table1,signature,releases,subjects}.csv, results.parquet,
-    reports/train/<key>.json ──────┤   metrics.json, top1_vs_cmap.png, signature/<copy>.png
+    reports/train/<key>.json ──────┤   claims.csv, metrics.json, top1_vs_cmap.png, signature/<copy>.png
     data/dprp/*/ledger.parquet ────┤   + one nested MLflow run per method (top1, cmap, f1, epsilon, e_*)
     data/decode (subjects) ────────┘
 """
@@ -20,10 +20,11 @@ from typing import Any
 
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import MANIFEST_NAME, read_manifest, write_table
-from tasks.core.params import AnonymizeParams, DprpParams, PrivacyParams, PrivateParams, load_section
+from tasks.core.params import AnonymizeParams, DprpParams, FederatedParams, PrivacyParams, PrivateParams, load_section
 from tasks.core.storage import atomic_write_bytes, csv_bytes
 from tasks.core.subjects import subjects_statement
 from tasks.core.tracking import stage_run
+from tasks.report.claims import decide, paper_claims
 from tasks.report.ledger import (
     SUBJECT_COLUMNS,
     Release,
@@ -51,7 +52,8 @@ from tasks.report.tables import (
 )
 
 # report/metrics.json: the names the registry's description and `dvc metrics show` use
-METRIC_NAMES = {"top1": "top1", "top1_protocol2": "top1_protocol2", "cmap": "cmap_raw_attacker", "f1": "f1_raw_attacker",
+CLAIM_COLUMNS = ("paper", "claim", "higher_model", "lower_model", "higher_top1", "lower_top1", "gap", "seeds", "verdict")
+METRIC_NAMES = {"top1": "top1", "top1_protocol2": "top1_protocol2", "top1_mean": "top1_mean", "top1_ci95": "top1_ci95", "cmap": "cmap_raw_attacker", "f1": "f1_raw_attacker",
                 "cmap_adaptive": "cmap_adaptive", "f1_adaptive": "f1_adaptive"}
 
 
@@ -87,7 +89,8 @@ def _families_markdown(releases: list[dict[str, Any]]) -> str:
 READ_FIRST = ("Read this first. Every number is also in `report/*.csv`, `report/results.parquet` and `report/metrics.json` "
               "(`dvc metrics show`); the plots are DVC plots (`dvc plots show`).")
 TABLE_ONE = ("Top-1: action recognition, protocol 1 (trained on the method's output, tested on raw test videos) and "
-             "protocol 2 (tested on the method's own test split). cMAP / F1: a privacy-attribute classifier trained on raw "
+             "protocol 2 (tested on the method's own test split), as mean ± half-width of the 95 % Student-t interval over "
+             "the row's training seeds (`report.seeds`). cMAP / F1: a privacy-attribute classifier trained on raw "
              "frames (and, *adaptive*, retrained on the protected training frames) predicting the subjects' attributes on "
              "the protected test frames — lower is more private; n/a for DP training, which protects the model, not the frames.")
 SIGNATURE = ("id: 1 − face re-identification rate (LBPH / Eigen / Fisher trained on raw faces; ind eq. 16, aggr eq. 17, "
@@ -109,8 +112,22 @@ LEDGER = ("Every ε names its unit — what one neighbouring change is: a video,
           "so not private) make a person's total unbounded. Expect large person-level numbers: that is the finding.")
 
 
+CLAIMS = ("Each claim compares two rows' Top-1 (protocol 1) over their training seeds with Welch's t-test: *holds* or "
+          "*reversed* when the gap is significant at 95 %, *undecided* otherwise — one run decides nothing (another "
+          "machine moved single-run Top-1 by up to 17 points). Where each paper makes the claim: tasks/report/claims.py.")
+
+
+def _claims_markdown(claims: list[dict[str, Any]]) -> str:
+    if not claims:
+        return "No claim can be tested with these params (each needs both of its rows trained)."
+    lines = [[row["paper"], row["claim"], f"{row['higher_model']}: {row['higher_top1']}",
+              f"{row['lower_model']}: {row['lower_top1']}", row["verdict"]] for row in claims]
+    return markdown_table(["paper", "claim", "claimed higher, Top-1 (%)", "claimed lower, Top-1 (%)", "verdict"], lines,
+                          right_from=5)
+
+
 def results_markdown(table: list[dict[str, Any]], signature: list[dict[str, Any]], releases: list[dict[str, Any]],
-                     subjects: list[dict[str, Any]], cap: float, who: str = "") -> str:
+                     subjects: list[dict[str, Any]], cap: float, who: str = "", claims: list[dict[str, Any]] | None = None) -> str:
     cap_text = "none" if math.isinf(cap) else f"ε ≤ {cap:g} per person"
     links = " ".join(f"[{row['copy']}](report/signature/{row['copy']}.png)" for row in signature)
     return "\n\n".join([
@@ -120,6 +137,7 @@ def results_markdown(table: list[dict[str, Any]], signature: list[dict[str, Any]
         "Top-1 against ε for every private method: [compare/private.md](compare/private.md)",
         "![Top-1 against ε](compare/accuracy_vs_epsilon.png)",
         "Federated DP training (paper 003, FedAvg / FedNova × full / selective): [federated/federated.md](federated/federated.md)",
+        "## The papers' claims, decided over seeds", CLAIMS, _claims_markdown(claims or []),
         "## Paper 004 signature: every evaluator in [0, 1], 1 = best", SIGNATURE, signature_markdown(signature), links,
         "## Privacy ledger", f"Cap (`privacy.max_epsilon`): {cap_text}. {LEDGER}",
         _families_markdown(releases) if releases else "No release yet.",
@@ -152,9 +170,12 @@ def report(*, params_path: Path, metrics: Path, signature: Path, ledgers: Path, 
     dprp_params = load_section(params_path, "dprp", DprpParams)
     private = load_section(params_path, "private", PrivateParams)
     cap = load_section(params_path, "privacy", PrivacyParams).max_epsilon
+    federated = load_section(params_path, "federated", FederatedParams)
     rows = methods(anonymize_params.methods, dprp_params.epsilons, private.methods, private.epsilons)
     scores, assessed = _json_or_empty(metrics), _json_or_empty(signature)
     table = table_one(rows, scores, assessed)
+    claims = decide(paper_claims(private.methods, private.epsilons, dprp_params.epsilons, federated.aggregations,
+                                 list(federated.tunings)), scores)
     signatures = signature_rows(rows, assessed)
     found = (dprp_releases(dprp) + private_releases(ledgers, private.methods)
              + (ldp_releases(ldp_ledger, read_manifest(frames / MANIFEST_NAME)) if ldp_ledger else [])
@@ -170,16 +191,18 @@ def report(*, params_path: Path, metrics: Path, signature: Path, ledgers: Path, 
         atomic_write_bytes(folder / "releases.csv", csv_bytes(releases, [field.name for field in fields(Release)
                                                                          if field.name != "persons"]))
         atomic_write_bytes(folder / "subjects.csv", csv_bytes(subjects, list(SUBJECT_COLUMNS)))
+        atomic_write_bytes(folder / "claims.csv", csv_bytes(claims, list(CLAIM_COLUMNS)))
         write_table([{key: str(value) if isinstance(value, str) else float(value) if isinstance(value, (int, float)) else value
                       for key, value in row.items()} for row in _uniform(table)], folder / "results.parquet")
-        dvc_metrics = {row["model"]: {name: row[key] for name, key in METRIC_NAMES.items() if not isinstance(row[key], str)}
-                       for row in table}
+        dvc_metrics = {row["model"]: {name: row[key] for name, key in METRIC_NAMES.items()
+                                      if not isinstance(row[key], str) and not math.isnan(row[key])} for row in table}
         atomic_write_bytes(folder / "metrics.json", (json.dumps(dvc_metrics, indent=2, sort_keys=True) + "\n").encode())
         atomic_write_bytes(folder / "top1_vs_cmap.png", top1_vs_cmap_png(table))
         for row in signatures:
             if not isinstance(row["e_id_ind"], str):
                 atomic_write_bytes(folder / "signature" / f"{row['copy']}.png", signature_png(row))
-        atomic_write_bytes(out / "results.md", results_markdown(table, signatures, releases, subjects, cap, subjects_statement(decoded)).encode())
+        atomic_write_bytes(out / "results.md", results_markdown(table, signatures, releases, subjects, cap, subjects_statement(decoded),
+                                                                   claims).encode())
         _mlflow_children(run, table, assessed)
         run.log_artifact(out / "results.md")
     print(f"report: {len(table)} methods, {len(releases)} releases in {out / 'results.md'}", file=sys.stderr)

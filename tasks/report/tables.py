@@ -47,6 +47,12 @@ def table_one(rows: list[Method], metrics: dict[str, Any], signature: dict[str, 
                                   "epsilon": method.epsilon}
         record["top1"] = scores["top1"] if scores else NOT_RUN
         record["top1_protocol2"] = (scores.get("top1_protocol2", scores["top1"]) if scores else NOT_RUN)
+        # the row over its training seeds (evaluate's summaries); protocol 2 is protocol 1 for models of raw clips
+        suffix = "_protocol2" if scores and "top1_protocol2_mean" in scores else ""
+        for name, source in (("top1", "top1"), ("top1_protocol2", "top1" + suffix)):
+            record[f"{name}_mean"] = scores.get(f"{source}_mean", scores[source]) if scores else NOT_RUN
+            record[f"{name}_ci95"] = scores.get(f"{source}_ci95", math.nan) if scores else NOT_RUN
+        record["seeds"] = scores.get("seeds", 1) if scores else NOT_RUN
         for key in ("cmap_raw_attacker", "f1_raw_attacker", "cmap_adaptive", "f1_adaptive"):
             if method.copy is None:
                 record[key] = "n/a"  # DP-SGD protects the model; the frames stay as they were
@@ -82,9 +88,17 @@ def markdown_table(headers: list[str], lines: list[list[str]], right_from: int =
                       *("| " + " | ".join(line) + " |" for line in lines)])
 
 
+def spread_cell(record: dict[str, Any], score: str) -> str:
+    """``mean ± half-width`` (%) of the 95 % interval over the row's seeds; the mean alone for one seed."""
+    mean, half = record[f"{score}_mean"], record[f"{score}_ci95"]
+    if isinstance(mean, str) or isinstance(half, str) or math.isnan(half):
+        return cell(mean, True)
+    return f"{100 * mean:.1f} ± {100 * half:.1f}"
+
+
 def table_one_markdown(table: list[dict[str, Any]]) -> str:
     headers = ["method", "ε", "Top-1 P1 (%)", "Top-1 P2 (%)", "cMAP", "F1", "cMAP adaptive", "F1 adaptive"]
-    lines = [[r["method"], epsilon_text(r["epsilon"]), cell(r["top1"], True), cell(r["top1_protocol2"], True),
+    lines = [[r["method"], epsilon_text(r["epsilon"]), spread_cell(r, "top1"), spread_cell(r, "top1_protocol2"),
               cell(r["cmap_raw_attacker"]), cell(r["f1_raw_attacker"]), cell(r["cmap_adaptive"]), cell(r["f1_adaptive"])]
              for r in table]
     return markdown_table(headers, lines, right_from=1)
