@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from tasks.core.errors import ERROR_PREFIX, PrivharError
+from tasks.core.params import ANONYMIZE_METHODS, PRIVATE_METHODS
 
 PARAMS = click.option("--params", "params_path", type=click.Path(path_type=Path), default=Path("params.yaml"),
                       show_default=True, help="The params file.")
@@ -30,6 +31,7 @@ def _dir(name: str, help_text: str, exists: bool = False) -> click.Option:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="privhar", prog_name="privhar")
 def main() -> None:
     """privhar: privacy-preserving video human-activity recognition, end to end."""
     # the stages log through logging.getLogger(__name__): their progress and privacy lines on stderr
@@ -110,7 +112,7 @@ def dprp_stage_command(params_path: Path, frames: Path, epsilon: float, out: Pat
 @stage.command("anonymize")
 @PARAMS
 @_dir("--frames", "Folder of the decoded clips (with their ground-truth annotations).", exists=True)
-@click.option("--method", required=True, help="One of anonymize.methods: face_blur, low_res_<W>x<H>, blackout, none.")
+@click.option("--method", required=True, help=f"One of anonymize.methods: {', '.join(ANONYMIZE_METHODS)}.")
 @_dir("--out", "Where to write the protected clips, public masks and manifest.")
 @SPEED
 def anonymize_stage_command(params_path: Path, frames: Path, method: str, out: Path, speed: Path | None) -> None:
@@ -155,7 +157,7 @@ def train_command(params_path: Path, frames: Path, out: Path, report: Path, fami
 
 @stage.command("private")
 @PARAMS
-@click.option("--method", required=True, help="One of private.methods: dp_sgd, multiclip, maskdp, maskdp_real.")
+@click.option("--method", required=True, type=click.Choice(PRIVATE_METHODS), help="One of private.methods.")
 @_dir("--frames", "Folder of the decoded (raw) clips.", exists=True)
 @click.option("--avatar", type=click.Path(path_type=Path, file_okay=False, exists=True), default=None,
               help="The avatar copy (anonymize@avatar): maskdp learns from it, both MaskDP methods use its public masks.")
@@ -419,11 +421,14 @@ def flow_command(profile: str, force: bool, stages: tuple[str, ...]) -> None:
 @click.option("--host", default=None, help="Address to listen on [default: orchestrate.host, 127.0.0.1].")
 @click.option("--port", type=int, default=None, help="Port of the Prefect server [default: orchestrate.prefect_port].")
 @click.option("--stop", is_flag=True, help="Stop a running 'privhar serve' of this project and its server.")
-def serve_command(host: str | None, port: int | None, stop: bool) -> None:
-    """Serve the scheduled pipeline deployment on the project's Prefect server until interrupted."""
+@click.argument("action", required=False, type=click.Choice(["stop"]))
+def serve_command(host: str | None, port: int | None, stop: bool, action: str | None) -> None:
+    """Serve the scheduled pipeline deployment on the project's Prefect server until interrupted.
+
+    `privhar serve stop` (as `prefect server stop`) is `privhar serve --stop`."""
     from flows.deployment import serve, stop_serving
 
-    if stop:
+    if stop or action == "stop":
         stopped = stop_serving(Path.cwd())
         click.echo(f"privhar: stopped {', '.join(stopped)}" if stopped else "privhar: nothing was serving", err=True)
         return
@@ -434,12 +439,13 @@ def serve_command(host: str | None, port: int | None, stop: bool) -> None:
 @click.option("--host", default=None, help="Address to listen on [default: orchestrate.host, 127.0.0.1].")
 @click.option("--port", type=int, default=None, help="Port [default: orchestrate.mlflow_port].")
 @click.option("--stop", is_flag=True, help="Stop this project's MLflow UI on --port (every one without --port).")
-def ui_command(host: str | None, port: int | None, stop: bool) -> None:
-    """The MLflow UI (runs, metrics, model registry) over the project's store, until Ctrl-C."""
+@click.argument("action", required=False, type=click.Choice(["stop"]))
+def ui_command(host: str | None, port: int | None, stop: bool, action: str | None) -> None:
+    """The MLflow UI (runs, metrics, model registry) over the project's store, until Ctrl-C (`privhar ui stop`: --stop)."""
     from flows.mlflow_ui import run_ui, stop_uis
     from tasks.core.params import OrchestrateParams, load_section
 
-    if stop:
+    if stop or action == "stop":
         ports = stop_uis(Path.cwd(), port)
         click.echo(f"privhar: stopped the MLflow UI on port {', '.join(map(str, ports))}" if ports
                    else "privhar: no MLflow UI of this project was running", err=True)
@@ -470,9 +476,16 @@ def models_command() -> None:
 
 
 def _print_scores(metrics: dict) -> None:
+    """One line per registered model (seed 0), with its row's mean ± 95 % over the training seeds."""
+    from tasks.core.seeds import base_key
+
     for key, values in sorted(metrics.items()):
+        if base_key(key)[1]:
+            continue
         second = f"  protocol 2 Top-1 {values['top1_protocol2']:.4f}" if "top1_protocol2" in values else ""
-        click.echo(f"{key:>14}  Top-1 {values['top1']:.4f}  Top-5 {values['top5']:.4f}{second}  "
+        row = (f"  row {values['top1_mean']:.4f} ± {values['top1_ci95']:.4f} over {int(values['seeds'])} seeds"
+               if "top1_ci95" in values else "")
+        click.echo(f"{key:>14}  Top-1 {values['top1']:.4f}  Top-5 {values['top5']:.4f}{second}{row}  "
                    f"({values['test_videos']} test videos)")
 
 
@@ -482,20 +495,21 @@ def _terminated(signum: int, frame: object) -> None:
 
 
 def entry_point() -> None:
-    """Console script: a user error is one line on stderr and exit status 2, never a traceback."""
+    """Console script: a failed stage or bad input is one line on stderr and exit status 1, never a traceback; a usage
+    error (an unknown option, a missing argument) is click's message and status 2."""
     signal.signal(signal.SIGTERM, _terminated)
     try:
         main(standalone_mode=False)
     except PrivharError as error:
         click.echo(f"{ERROR_PREFIX}{error}", err=True)
-        sys.exit(2)
+        sys.exit(1)
     except (click.exceptions.Abort, KeyboardInterrupt):
         click.echo("privhar: interrupted", err=True)
         sys.exit(130)
     except OSError as error:  # a file-system fault the stage could not check up front: still one line
         where = f"{error.filename}: " if error.filename else ""
         click.echo(f"{ERROR_PREFIX}{where}{error.strerror or error}", err=True)
-        sys.exit(2)
+        sys.exit(1)
     except click.ClickException as error:
         error.show()
         sys.exit(error.exit_code)

@@ -218,7 +218,7 @@ def audit_dprp(noise_divisor: float = 1.0, runs: int = 4_000) -> tuple[float, fl
     probability β, which joins δ): μ = Δ1/σ1.
     """
     from tasks.core.accounting import gdp_epsilon
-    from tasks.dprp.calibration import chi_square_bound, noise_scales
+    from tasks.core.dprp_calibration import chi_square_bound, noise_scales
 
     scales = noise_scales(epsilon=6.0, delta=1e-5, budget_split=0.8, k=24, d=48, calibration="gaussian", neighbour="pixel",
                           secret_projection=True)

@@ -28,7 +28,7 @@ def test_bad_param_is_one_line_without_traceback(tmp_path):
     params = write_params(tmp_path, {"decode": {"fps": 0.0}})
     (tmp_path / "source").mkdir()
     result = run("stage", "decode", "--params", str(params), "--source", str(tmp_path / "source"), "--out", str(tmp_path / "out"))
-    assert result.returncode == 2
+    assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
     assert lines == [f"privhar: error: {params}: decode.fps = 0.0 is invalid: input should be greater than 0"]
     assert not (tmp_path / "out").exists()
@@ -36,5 +36,23 @@ def test_bad_param_is_one_line_without_traceback(tmp_path):
 
 def test_run_outside_a_project_is_one_line(tmp_path):
     result = run("run", cwd=tmp_path)
-    assert result.returncode == 2
+    assert result.returncode == 1
     assert result.stderr.strip() == f"privhar: error: {tmp_path}: no dvc.yaml here (run privhar from the project folder)"
+
+
+def test_version_and_usage_errors():
+    """Issue 20: `privhar --version`; a usage error is click's status 2, a failed stage status 1."""
+    from importlib.metadata import version
+
+    shown = run("--version")
+    assert shown.returncode == 0 and shown.stdout.strip() == f"privhar, version {version('privhar')}"
+    usage = run("stage", "train")
+    assert usage.returncode == 2 and "Missing option" in usage.stderr
+
+
+def test_serve_stop_and_ui_stop_as_subcommand_words(tmp_path):
+    """`privhar serve stop` as `prefect server stop`; nothing running here, so each says so."""
+    served = run("serve", "stop", cwd=tmp_path)
+    assert served.returncode == 0 and served.stderr.strip() == "privhar: nothing was serving"
+    ui = run("ui", "stop", cwd=tmp_path)
+    assert ui.returncode == 0 and ui.stderr.strip() == "privhar: no MLflow UI of this project was running"

@@ -8,7 +8,7 @@ import torch
 
 from tasks.core.errors import PrivharError
 from tasks.core.seeding import derive_seed
-from tasks.dprp.calibration import noise_scales
+from tasks.core.dprp_calibration import noise_scales
 from tasks.dprp.mechanism import Projection, project, protect_video
 
 
@@ -139,7 +139,7 @@ def test_paper_calibration_covers_255_over_sqrt_k_and_says_what_a_pixel_and_a_fr
 
 def test_an_adversarial_frame_change_beats_the_chi_square_bound_but_not_the_operator_norm():
     """With R public, Δx along R's top left singular vector: ‖ΔxR‖ = 255·s_max(R), far above the χ² bound."""
-    from tasks.dprp.calibration import chi_square_bound, operator_norm_bound
+    from tasks.core.dprp_calibration import chi_square_bound, operator_norm_bound
 
     d, k = 8 * 8 * 3, 24
     dense = Projection(seed=3, d=d, k=k).dense().double()

@@ -9,7 +9,7 @@ import pytest
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import read_manifest
 from tasks.core.randomness import NOT_PRIVATE, SECURE
-from tasks.dprp.calibration import noise_scales
+from tasks.core.dprp_calibration import noise_scales
 from tasks.dprp.stage import dprp
 from tests.conftest import write_params
 

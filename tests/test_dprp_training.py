@@ -7,7 +7,7 @@ import pytest
 
 from tasks.core.errors import PrivharError
 from tasks.core.registry import newest_version
-from tasks.dprp.calibration import noise_scales
+from tasks.core.dprp_calibration import noise_scales
 from tasks.dprp.stage import dprp
 from tasks.evaluate import evaluate
 from tasks.train import train

@@ -14,7 +14,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from tasks.core.errors import PrivharError
-from tasks.federated.accounting import calibrate, epsilon_of, paper_tls_epsilon
+from tasks.core.federated_accounting import calibrate, epsilon_of, paper_tls_epsilon
 from tasks.federated.aggregation import aggregate, local_step_norm, select_clients
 from tasks.federated.client import LocalRecipe, Shard, client_round, serialized_bytes, trainable_state
 from tasks.federated.partition import partition

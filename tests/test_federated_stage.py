@@ -13,7 +13,7 @@ from tasks.core.accounting import gdp_epsilon
 from tasks.core.budget import planned_releases
 from tasks.core.errors import PrivharError
 from tasks.core.registry import newest_version
-from tasks.federated.accounting import epsilon_of
+from tasks.core.federated_accounting import epsilon_of
 from tasks.federated.stage import train_federated
 from tasks.train import train
 from tests.conftest import write_params

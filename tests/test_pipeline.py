@@ -19,6 +19,9 @@ def test_pipeline_runs_end_to_end_then_is_up_to_date(project):
     assert "baseline  Top-1" in result.stdout
     metrics = json.loads((project / "reports/evaluate/metrics.json").read_text())
     assert 0.0 <= metrics["baseline"]["top1"] <= 1.0
+    # report.seeds: 2 (tests.conftest.DAG): every trained row twice, the registered seed 0 with the row's interval
+    assert metrics["baseline"]["seeds"] == 2 and "top1_ci95" in metrics["baseline"]
+    assert {"baseline-seed1", "dp_sgd-eps2.0-seed1", "maskdp-epsinf-seed1", "fedavg-selective-seed1"} <= set(metrics)
     shown = sh("dvc", "metrics", "show", "--json", cwd=project).stdout
     assert '"top1"' in shown and '"baseline"' in shown
     table = (project / "reports/compare/private.md").read_text()
@@ -31,6 +34,11 @@ def test_pipeline_runs_end_to_end_then_is_up_to_date(project):
     assert "## Utility and privacy attributes per method (paper 000 Table 1)" in results
     assert "| anonymize: blackout | ∞ |" in results and "| Video-DPRP ε = 8 | 8 |" in results
     assert "not run" not in results  # every method of the project's params ran
+    assert "## The papers' claims, decided over seeds" in results
+    with (project / "reports/report/claims.csv").open() as handle:
+        claims = list(csv.DictReader(handle))
+    assert [claim["claim"] for claim in claims] == ["selective tuning beats full fine-tuning under federated DP (fedavg)"]
+    assert claims[0]["seeds"] == "2" and claims[0]["verdict"].split()[0] in ("holds", "reversed", "undecided")
     signature = json.loads((project / "reports/assess/signature.json").read_text())
     assert set(signature) == {"raw", "anonymize-avatar", "anonymize-blackout", "dprp-eps8.0"}
     assert (project / "reports/report/signature/anonymize-avatar.png").stat().st_size > 0

@@ -177,7 +177,7 @@ def _privhar(*args: str, cwd: Path) -> Any:
 
 
 def _one_line_error(result: Any, *fragments: str) -> None:
-    assert result.returncode == 2, result.stderr[-2000:]
+    assert result.returncode == 1, result.stderr[-2000:]
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
     assert all(fragment in lines[0] for fragment in fragments), lines[0]

@@ -40,7 +40,7 @@ def test_ui_on_a_busy_port_is_one_line_and_touches_no_other_pid_file(tmp_path):
         busy.listen()
         port = busy.getsockname()[1]
         result = _privhar("ui", "--port", str(port), cwd=tmp_path, timeout=60)
-    assert result.returncode == 2, result.stderr
+    assert result.returncode == 1, result.stderr
     assert result.stderr.strip().splitlines() == [f"privhar: error: MLflow UI: port {port} on 127.0.0.1 is busy "
                                                   "(another program listens there); choose another with --port"]
     assert other.read_text() == "123456"
@@ -77,7 +77,7 @@ def test_a_second_serve_is_refused_naming_the_first(tmp_path):
     (tmp_path / ".prefect").mkdir()
     (tmp_path / ".prefect" / "serve.pid").write_text(f"{os.getpid()} 127.0.0.1 4321")  # a live process serving
     result = _privhar("serve", cwd=tmp_path, timeout=60)
-    assert result.returncode == 2
+    assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
         f"privhar: error: privhar serve is already running for this project (pid {os.getpid()}, Prefect server at "
         "http://127.0.0.1:4321); stop it first with 'privhar serve --stop'"]
@@ -92,7 +92,7 @@ def test_flow_checks_the_lock_before_starting_a_server(tmp_path):
         started = time.monotonic()
         result = _privhar("flow", cwd=project, timeout=120)
         seconds = time.monotonic() - started
-    assert result.returncode == 2 and "a pipeline run is already in progress (a test run" in result.stderr
+    assert result.returncode == 1 and "a pipeline run is already in progress (a test run" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and seconds < 15, (seconds, result.stderr)
 
 

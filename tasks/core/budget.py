@@ -33,6 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from tasks.core.accounting import calibrate_noise, group_epsilon, poisson_schedule, relation_of
+from tasks.core.dprp_calibration import noise_scales, rank_of
+from tasks.core.federated_accounting import calibrate, person_epsilon
+from tasks.core.ldp_codes import feature_count
 from tasks.core.errors import PrivharError
 from tasks.core.params import DprpParams, FederatedParams, LdpParams, PrivacyParams, PrivateParams, ReportParams, load_section
 from tasks.core.seeds import seed_suffix
@@ -62,9 +65,6 @@ def ldp_release(epsilon: float) -> str:
 
 def _dprp(params: DprpParams, epsilon: float, secret: bool) -> PersonEpsilons:
     def person_epsilons(rows: list[dict[str, Any]]) -> dict[int, float]:
-        from tasks.dprp.calibration import noise_scales  # lazy: the stage's calibration (issue 20: move to core)
-        from tasks.dprp.mechanism import rank_of
-
         d = int(rows[0]["height"]) * int(rows[0]["width"]) * 3
         scales = noise_scales(epsilon=epsilon, delta=params.delta, budget_split=params.budget_split, k=params.k_value, d=d,
                               calibration=params.calibration, neighbour=params.neighbour,
@@ -91,8 +91,6 @@ def _private(params: PrivateParams, method: str, epsilon: float) -> PersonEpsilo
 
 def _federated(params: FederatedParams) -> PersonEpsilons:
     def person_epsilons(rows: list[dict[str, Any]]) -> dict[int, float]:
-        from tasks.federated.accounting import calibrate, person_epsilon  # lazy: the stage's accountant
-
         epochs = params.rounds * params.local_epochs
         sigma = calibrate(params.epsilon, epochs, params.delta)
         return {person: person_epsilon(sigma, epochs, count, params.delta) for person, count in videos_per_person(rows).items()}
@@ -124,8 +122,6 @@ def planned_releases(params_path: Path) -> list[PlannedRelease]:
                                 mechanism)
                  for tuning in federated.tunings for aggregation in federated.aggregations for seed in seeds]
     ldp = load_section(params_path, "ldp", LdpParams)
-    from tasks.ldp.dcaconv import feature_count  # lazy: the stage's feature count (issue 20: move to core)
-
     features = feature_count(ldp.video_first_filters, ldp.video_pool, tuple(ldp.video_crop))
     releases += [PlannedRelease(ldp_release(epsilon), epsilon * features, ("train",), _ldp(epsilon * features))
                  for epsilon in ldp.video_epsilons if math.isfinite(epsilon)]

@@ -106,10 +106,14 @@ class DprpParams(Section):
         return self.k if isinstance(self.k, int) else math.prod(self.k)
 
 
+ANONYMIZE_METHODS = ("avatar", "face_blur", "blackout", "none", "low_res_<W>x<H>")  # the command line's help says these
+ANONYMIZE_PATTERN = "^(" + "|".join(ANONYMIZE_METHODS[:-1]) + r"|low_res_\d+x\d+)$"
+
+
 class AnonymizeParams(Section):
     """The anonymize stage: one output per method (paper 000 §4.2 baselines; avatars of paper 001 §5.2)."""
 
-    methods: Annotated[list[Annotated[str, Field(pattern=r"^(avatar|face_blur|blackout|none|low_res_\d+x\d+)$")]],
+    methods: Annotated[list[Annotated[str, Field(pattern=ANONYMIZE_PATTERN)]],
                        Field(min_length=1)]
     # where people are found (tasks/anonymize/people.py): auto = ground_truth for the synthetic dataset, ensemble for real data
     source: Literal["auto", "ground_truth", "detector", "motion", "ensemble"]

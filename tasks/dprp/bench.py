@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from tasks.core.storage import atomic_write_bytes
-from tasks.dprp.calibration import noise_scales
+from tasks.core.dprp_calibration import noise_scales
 from tasks.dprp.mechanism import Projection, fits_comfortably, gram_flops, protect_video
 
 

@@ -42,6 +42,7 @@ import torch
 
 from tasks.core.errors import PrivharError
 from tasks.core.storage import is_clip
+from tasks.core.dprp_calibration import rank_of  # noqa: F401 (the budget plans with it too)
 
 NOISE_STREAM_P, NOISE_STREAM_Q = 1, 2
 GRAM_CHUNKS = 8  # column chunks of the lower block-triangle of RᵀR (flops: (c + 1)/(2c) of the full product)
@@ -195,14 +196,6 @@ def fits_comfortably(d: int, k: int, share: float = 1 / 6) -> bool:
     """
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     return 4 * d * k <= share * memory
-
-
-def rank_of(rank: int | float, k: int) -> int:
-    """``rank`` as an integer r in 1..k (a float in (0, 1] is a fraction of k)."""
-    r = math.ceil(rank * k) if isinstance(rank, float) else int(rank)
-    if not 1 <= r <= k:
-        raise PrivharError(f"dprp: rank = {rank} is invalid: expected an integer in 1..k = {k} or a fraction in (0, 1]")
-    return r
 
 
 def project(x: torch.Tensor, projection: Projection) -> torch.Tensor:

@@ -18,7 +18,7 @@ import numpy as np
 from tasks.core.errors import PrivharError
 from tasks.core.randomness import DpRandomness
 from tasks.core.storage import is_clip
-from tasks.dprp.calibration import Calibration, Neighbour, noise_scales
+from tasks.core.dprp_calibration import Calibration, Neighbour, noise_scales
 from tasks.dprp.mechanism import Projection, fits_comfortably, protect_video, rank_of
 
 

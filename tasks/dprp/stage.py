@@ -7,7 +7,7 @@
 Both splits are protected: protocol 2 evaluates on protected test videos. ``projection: shared``
 draws one public R for the dataset from (base.seed, "dprp-R"); ``per_video`` draws one per video,
 secretly from OS entropy under ``privacy.randomness: secure`` (from (base.seed, video_id) when
-seeded). The calibration's sensitivity bound follows (tasks/dprp/calibration.py): χ² for a secret R,
+seeded). The calibration's sensitivity bound follows (tasks/core/dprp_calibration.py): χ² for a secret R,
 the operator norm for a public one. The noise M, N is fresh per video and ε, secret unless seeded.
 Videos go through ``map_ordered``, so the Prefect flow can shard them.
 """
@@ -30,7 +30,7 @@ from tasks.core.seeding import derive_seed
 from tasks.core.speed import write_speed
 from tasks.core.storage import atomic_directory, atomic_write_bytes, load_frames, save_frames
 from tasks.core.tracking import stage_run
-from tasks.dprp.calibration import NoiseScales, noise_scales
+from tasks.core.dprp_calibration import NoiseScales, noise_scales
 from tasks.dprp.mechanism import Projection, fits_comfortably, protect_video, rank_of
 from tasks.dprp.preview import preview_png
 from tasks.preview import raw_frames_allowed

@@ -95,7 +95,7 @@ def client_round(module: nn.Module, broadcast: Tensors, shard: Shard, recipe: Lo
     optimiser = torch.optim.SGD(list(trainable_parameters(local).values()), lr=recipe.learning_rate, momentum=recipe.momentum)
     loader = DataLoader(TensorDataset(shard.inputs, shard.labels), batch_size=batch, shuffle=True,
                         generator=client_generator(seed, 0))
-    engine = PrivacyEngine()  # its accountant assumes Poisson sampling: ε comes from tasks.federated.accounting
+    engine = PrivacyEngine()  # its accountant assumes Poisson sampling: ε comes from tasks.core.federated_accounting
     private, optimiser, loader = engine.make_private(
         module=local, optimizer=optimiser, data_loader=loader, noise_multiplier=recipe.noise_multiplier,
         max_grad_norm=recipe.max_grad_norm, poisson_sampling=False, grad_sample_mode=recipe.grad_sample_mode,

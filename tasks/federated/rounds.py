@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tasks.core.seeding import derive_seed
-from tasks.federated.accounting import epsilon_of, paper_tls_epsilon
+from tasks.core.federated_accounting import epsilon_of, paper_tls_epsilon
 from tasks.federated.aggregation import aggregate, select_clients
 from tasks.federated.client import (
     ClientResult,

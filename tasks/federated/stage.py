@@ -9,7 +9,7 @@
                                                                                accuracy_by_round.png, metrics.json}
 
 σ is calibrated so that a client taking part in every round spends exactly ``federated.epsilon``
-(:mod:`tasks.federated.accounting`: shuffled batches, replace-one); the table gives each run's
+(:mod:`tasks.core.federated_accounting`: shuffled batches, replace-one); the table gives each run's
 largest per-client ε, the paper's eq. 11 value beside it, the measured bytes per client per round
 against a full-model update, and eq. 14's d_t/d. Each round's accuracy, loss, ε and bytes go to
 MLflow (metric ``<key>.<name>``, step = round); each final model to the registry as ``privhar-federated``.
@@ -41,7 +41,7 @@ from tasks.core.seeds import seed_folder, seed_suffix
 from tasks.core.storage import atomic_directory, atomic_write_bytes, csv_bytes
 from tasks.core.subjects import videos_per_person
 from tasks.core.tracking import StageRun, stage_run
-from tasks.federated.accounting import ACCOUNTANT, calibrate, person_epsilon
+from tasks.core.federated_accounting import ACCOUNTANT, calibrate, person_epsilon
 from tasks.federated.client import LocalRecipe, load_trainable
 from tasks.federated.inputs import Split, load_federated_clips, split_for
 from tasks.federated.rounds import Federation, FederationResult, in_process, run_rounds

@@ -22,11 +22,7 @@ import torch.nn.functional as F
 
 from tasks.core.errors import PrivharError
 from tasks.ldp.dca import fit_dca
-
-
-def feature_count(first_filters: int, pool: int, shape: tuple[int, int]) -> int:
-    """How many features an image of ``shape`` gives: L1 · ⌊h / s⌋ · ⌊w / s⌋ (known before any fitting: the budget plans with it)."""
-    return first_filters * (shape[0] // pool) * (shape[1] // pool)
+from tasks.core.ldp_codes import feature_count
 
 
 @dataclass(frozen=True)

@@ -72,7 +72,7 @@ def _max_person(persons: PersonEpsilons) -> float:
 
 def dprp_releases(folder: Path) -> list[Release]:
     """One release per DPRP copy (data/dprp/eps<ε>/ledger.parquet), with each person's ε by Gaussian DP over their
-    videos' frames (tasks/dprp/calibration.py, "The person")."""
+    videos' frames (tasks/core/dprp_calibration.py, "The person")."""
     releases = []
     for ledger in sorted(folder.glob("*/ledger.parquet")):
         rows = pq.read_table(ledger).to_pylist()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from tasks.core.figures import percent_chart_png, plt, png_bytes
@@ -31,10 +32,12 @@ def top1_vs_cmap_png(table: list[dict[str, Any]]) -> bytes:
     adaptive attacker's (hollow). Up and to the left is better."""
     figure, axes = plt.subplots(figsize=(7.5, 5.0))
     for index, row in enumerate(r for r in table if isinstance(r["cmap_raw_attacker"], float | int) and not isinstance(r["top1"], str)):
-        colour = f"C{index % 10}"
-        axes.scatter(row["cmap_raw_attacker"], 100 * row["top1"], color=colour, label=row["method"])
-        axes.scatter(row["cmap_adaptive"], 100 * row["top1"], facecolors="none", edgecolors=colour)
-        axes.plot([row["cmap_raw_attacker"], row["cmap_adaptive"]], [100 * row["top1"]] * 2, color=colour, alpha=0.4)
+        colour, top1 = f"C{index % 10}", 100 * row.get("top1_mean", row["top1"])  # the row over its training seeds
+        spread = 100 * row.get("top1_ci95", math.nan)
+        axes.errorbar(row["cmap_raw_attacker"], top1, yerr=None if math.isnan(spread) else spread, color=colour, marker="o",
+                      capsize=3, label=row["method"])
+        axes.scatter(row["cmap_adaptive"], top1, facecolors="none", edgecolors=colour)
+        axes.plot([row["cmap_raw_attacker"], row["cmap_adaptive"]], [top1] * 2, color=colour, alpha=0.4)
     axes.set_xlabel("privacy-attribute cMAP, lower is more private\n(filled: raw-trained attacker, hollow: adaptive attacker)")
-    return percent_chart_png(figure, axes, ylabel="action Top-1 on raw test videos (%)", legend_size=7,
+    return percent_chart_png(figure, axes, ylabel="action Top-1 on raw test videos (%), mean ± 95 % over seeds", legend_size=7,
                              title="Privacy-utility trade-off (paper 000 Table 1)")

@@ -202,3 +202,11 @@ def noise_scales(*, epsilon: float, delta: float, budget_split: float, k: int, d
                        change_epsilon(PIXEL_MAX, factor, sigma1, d1), change_epsilon(frame_change, factor, sigma1, d1),
                        frame_change * operator_norm_bound(d, k, beta) / sigma1, mu_q,
                        paper_delta=delta if calibration == "paper" else None)
+
+
+def rank_of(rank: int | float, k: int) -> int:
+    """``rank`` as an integer r in 1..k (a float in (0, 1] is a fraction of k)."""
+    r = math.ceil(rank * k) if isinstance(rank, float) else int(rank)
+    if not 1 <= r <= k:
+        raise PrivharError(f"dprp: rank = {rank} is invalid: expected an integer in 1..k = {k} or a fraction in (0, 1]")
+    return r
