@@ -1,6 +1,7 @@
 # Two commands set everything up on a fresh machine:
 #   make run   - create .venv if missing, install, run the pipeline (dvc repro) on the embedded dataset
 #   make test  - create .venv (and .venv-detector) if missing, install, run the test suite in each
+#   make docs  - build the documentation into build/site (CI runs it after make test)
 # mediapipe (anonymize.source: detector) pins numpy<2 and protobuf<5, which flwr cannot share:
 # it gets its own environment, .venv-detector, where the detector tests run; flwr (extra federated) is in .venv.
 PYTHON ?= python3.11
@@ -19,7 +20,7 @@ retry = for attempt in 1 2 3; do $(1) && break; \
 	if [ $$attempt = 3 ]; then echo "pip install failed 3 times: $(1)" >&2; exit 1; fi; \
 	echo "pip install failed (attempt $$attempt of 3); retrying in 15 s" >&2; sleep 15; done
 
-.PHONY: run test detector-test bench footage install clean
+.PHONY: run test detector-test docs bench footage install clean
 
 install: $(STAMP)
 
@@ -28,7 +29,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(call retry,$(BIN)/python -m pip install --quiet --retries 10 --upgrade pip)
 	$(call retry,$(BIN)/python $(PIP_INSTALL) torch==2.13.0)
-	$(call retry,$(BIN)/python $(PIP_INSTALL) -e '.[test$(comma)federated]')
+	$(call retry,$(BIN)/python $(PIP_INSTALL) -e '.[test$(comma)federated$(comma)docs]')
 	touch $(STAMP)
 
 $(DETECTOR_STAMP): pyproject.toml
@@ -43,6 +44,12 @@ run: $(STAMP)
 
 test: $(STAMP) detector-test
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -q
+
+# The documentation (mkdocs, Material): docs/*.md, and the pipeline's reports/ copied in as the result pages.
+# --strict: a broken link or a missing page fails the build (CI builds it after the tests).
+docs: $(STAMP)
+	rm -rf docs/results && cp -r reports docs/results
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir build/site
 
 detector-test: $(DETECTOR_STAMP)
 	PATH="$(abspath $(DETECTOR_VENV)/bin):$$PATH" $(DETECTOR_VENV)/bin/python -m pytest -q tests/test_detector.py tests/test_anonymize.py tests/test_real_footage.py

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from sklearn import metrics
 
 from tasks.core.clips import labels_of, load_clips, normalise, split_rows
 from tasks.core.errors import PrivharError
@@ -39,22 +40,23 @@ SCORED_PATH = Path("reports/evaluate/scored.json")  # {model key: checkpoint SHA
 
 
 def top_k_accuracy(logits: torch.Tensor, labels: torch.Tensor, k: int) -> float:
-    """Share of samples whose label is among the k highest scores.
+    """Share of samples whose label is among the k highest scores (scikit-learn's ``top_k_accuracy_score``).
 
     >>> top_k_accuracy(torch.tensor([[0.1, 0.9, 0.0], [0.8, 0.15, 0.05]]), torch.tensor([1, 1]), 1)
     0.5
     >>> top_k_accuracy(torch.tensor([[0.1, 0.9, 0.0], [0.8, 0.15, 0.05]]), torch.tensor([1, 1]), 2)
     1.0
     """
-    k = min(k, logits.shape[1])
-    hits = (logits.topk(k, dim=1).indices == labels[:, None]).any(dim=1)
-    return float(hits.float().mean())
+    classes = logits.shape[1]
+    scores = logits.numpy()
+    if classes == 2:  # scikit-learn takes a binary problem's scores as one column: the second class's margin
+        scores = scores[:, 1] - scores[:, 0]
+    return float(metrics.top_k_accuracy_score(labels.numpy(), scores, k=min(k, classes), labels=list(range(classes))))
 
 
 def confusion_matrix(actual: np.ndarray, predicted: np.ndarray, classes: int) -> np.ndarray:
-    matrix = np.zeros((classes, classes), dtype=np.int64)
-    np.add.at(matrix, (actual, predicted), 1)
-    return matrix
+    """Counts of (actual, predicted) class pairs, every class a row even if absent (scikit-learn's)."""
+    return metrics.confusion_matrix(actual, predicted, labels=list(range(classes)))
 
 
 def plot_confusion(matrix: np.ndarray, names: list[str], title: str) -> bytes:

@@ -7,8 +7,10 @@ import os
 import statistics
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+import numpy as np
 import torch
 from scipy import stats
 
@@ -66,6 +68,22 @@ def test_champion_loads_in_a_fresh_interpreter(trained):
     assert result.stdout.strip().splitlines()[-1] == "(1, 3)"
 
 
+def test_registered_model_has_a_signature_and_carries_its_code(trained):
+    """Issue 20: the registry shows the clip schema; pip need not find privhar (its code travels in the model)."""
+    import mlflow
+
+    info = mlflow.models.get_model_info(f"models:/privhar-baseline/{newest_version('baseline').version}")
+    clips, = info.signature.inputs.inputs
+    assert (clips.shape, str(clips.type)) == ((-1, 3, -1, -1, -1), "float32")
+    assert info.signature.outputs.inputs[0].shape == (-1, 3)
+    folder = Path(mlflow.artifacts.download_artifacts(info.model_uri))
+    assert (folder / "code/tasks/core/models.py").is_file()
+    requirements = (folder / "requirements.txt").read_text().split()
+    assert not any(line.startswith("privhar") for line in requirements) and any(line.startswith("torch==") for line in requirements)
+    prediction = mlflow.pyfunc.load_model(info.model_uri).predict(np.zeros((2, 3, 6, 48, 64), dtype=np.float32))  # schema-checked
+    assert np.asarray(prediction).shape == (2, 3)
+
+
 def test_evaluate_writes_metrics_keyed_by_method(trained):
     folder, _ = trained
     metrics = evaluate(params_path=folder / "params.yaml", frames=folder / "data/decode", models=[folder / "data/train"],
@@ -86,12 +104,17 @@ def test_evaluate_without_models_is_one_line(tiny_decoded, tmp_path):
 
 
 def test_top_k_and_confusion():
+    """scikit-learn's scores against the oracle by hand: the label among the k highest, counts per pair."""
     logits = torch.tensor([[3.0, 2.0, 1.0], [1.0, 3.0, 2.0], [1.0, 2.0, 3.0], [3.0, 1.0, 2.0]])
     labels = torch.tensor([0, 2, 2, 1])
-    assert top_k_accuracy(logits, labels, 1) == 0.5
-    assert top_k_accuracy(logits, labels, 2) == 0.75
-    matrix = confusion_matrix(labels.numpy(), logits.argmax(1).numpy(), 3)
-    assert matrix.tolist() == [[1, 0, 0], [1, 0, 0], [0, 1, 1]]
+    for k in (1, 2, 3, 5):
+        oracle = (logits.topk(min(k, 3), dim=1).indices == labels[:, None]).any(dim=1).float().mean().item()
+        assert top_k_accuracy(logits, labels, k) == oracle
+    assert top_k_accuracy(logits, labels, 1) == 0.5 and top_k_accuracy(logits, labels, 2) == 0.75
+    binary = torch.tensor([[0.2, 0.8], [0.9, 0.1], [0.3, 0.7]])  # two actions: scikit-learn's binary form
+    assert top_k_accuracy(binary, torch.tensor([1, 1, 0]), 1) == pytest.approx(1 / 3)
+    matrix = confusion_matrix(labels.numpy(), logits.argmax(1).numpy(), 4)  # a class no sample has: a row of zeros
+    assert matrix.tolist() == [[1, 0, 0, 0], [1, 0, 0, 0], [0, 1, 1, 0], [0, 0, 0, 0]]
 
 
 def test_fine_tuning_takes_the_public_backbone_and_a_fresh_classifier(trained, tmp_path):

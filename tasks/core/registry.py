@@ -53,9 +53,29 @@ def model_name(family: str) -> str:
 
 
 def _requirements() -> list[str]:
+    """What pip installs to load a model: the libraries; privhar's own code is in the model (``code_paths``)."""
     from importlib.metadata import version
 
-    return [f"{name}=={version(name)}" for name in ("torch", "torchvision", "pytorchvideo")] + ["privhar"]
+    return [f"{name}=={version(name)}" for name in ("torch", "torchvision", "pytorchvideo", "numpy")]
+
+
+def clip_signature(classes: int) -> Any:
+    """Clips ``(N, 3, T, H, W)`` float32 (normalised frames; T, H and W free: any length and size the model takes)
+    in, ``(N, classes)`` logits out."""
+    import numpy as np
+    from mlflow.models import ModelSignature
+    from mlflow.types import Schema, TensorSpec
+
+    return ModelSignature(inputs=Schema([TensorSpec(np.dtype(np.float32), (-1, 3, -1, -1, -1))]),
+                          outputs=Schema([TensorSpec(np.dtype(np.float32), (-1, classes))]))
+
+
+def example_clip() -> Any:
+    """A small input example (one 4-frame 32×40 clip of zeros) for the registry's schema view and serving checks;
+    the model pools globally, so the size of the example does not limit the input."""
+    import numpy as np
+
+    return np.zeros((1, 3, 4, 32, 40), dtype=np.float32)
 
 
 def register_model(model: nn.Module, *, family: str, key: str, run: StageRun, config: Mapping[str, Any],
@@ -67,8 +87,12 @@ def register_model(model: nn.Module, *, family: str, key: str, run: StageRun, co
 
     name = model_name(family)
     # pickle, not pt2: pt2 traces one fixed input shape, while clips of any length and size are valid input.
+    # code_paths: the model's classes travel with it, so a fresh environment with torch loads it without privhar.
     info = mlflow.pytorch.log_model(model, name=artifact, registered_model_name=name, serialization_format="pickle",
-                                    pip_requirements=_requirements(), metadata={"privhar_config": dict(config)})
+                                    pip_requirements=_requirements(), metadata={"privhar_config": dict(config)},
+                                    code_paths=[str(Path(__file__).resolve().parents[1])],
+                                    signature=clip_signature(int(config["num_classes"])),
+                                    input_example=example_clip())
     client = MlflowClient()
     version = str(info.registered_model_version)
     for tag, value in {**tags, "model": key}.items():
