@@ -15,8 +15,8 @@ its reason in ``quarantine.parquet`` and the stage goes on; if more than
 
 from __future__ import annotations
 
+import logging
 import math
-import sys
 import time
 from dataclasses import dataclass
 from functools import partial
@@ -35,6 +35,8 @@ from tasks.core.params import BaseParams, DecodeParams, load_section
 from tasks.core.parallel import map_ordered, worker_count
 from tasks.core.storage import atomic_directory, save_arrays, save_frames
 from tasks.core.tracking import stage_run
+
+LOG = logging.getLogger(__name__)
 
 TRUNCATION_TOLERANCE = 0.9  # fewer decoded frames than this share of the header's count = truncated
 QUARANTINE_SCHEMA = pa.schema([("video_id", pa.string()), ("path", pa.string()), ("reason", pa.string())])
@@ -182,13 +184,12 @@ def decode(*, params_path: Path, source: Path, out: Path, run_name: str = "decod
             raise PrivharError(f"decode: {len(failed)} of {len(results)} videos failed ({failed_fraction:.0%} > "
                                f"decode.max_failed_fraction = {params.max_failed_fraction}); first: {example['path']}: {example['reason']}")
         for item in failed:
-            print(f"decode: quarantined {item['path']}: {item['reason']}", file=sys.stderr)
+            LOG.info(f"decode: quarantined {item['path']}: {item['reason']}")
         write_table(failed, staging / QUARANTINE_NAME, schema=QUARANTINE_SCHEMA)
         write_manifest(decoded, staging / MANIFEST_NAME)
         source_frames = sum(row["source_frames"] for row in decoded)
         speed = {"videos": len(decoded), "quarantined": len(failed), "decode_seconds": seconds,
                  "source_frames_per_second": source_frames / seconds, "videos_per_second": len(results) / seconds}
         run.log_metrics(speed)
-        print(f"decode: {len(decoded)} videos, {len(failed)} quarantined, {speed['source_frames_per_second']:.0f} source frames/s",
-              file=sys.stderr)
+        LOG.info(f"decode: {len(decoded)} videos, {len(failed)} quarantined, {speed['source_frames_per_second']:.0f} source frames/s")
     return decoded

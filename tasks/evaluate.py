@@ -16,8 +16,8 @@ the mean and 95 % interval of its Top-1 over its seeds (``top1_mean``, ``top1_ci
 
 from __future__ import annotations
 
+import logging
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,8 @@ from tasks.core.registry import checkpoint_digest
 from tasks.core.seeds import base_key, checkpoint_key, interval, seed_scores
 from tasks.core.storage import atomic_write_bytes, csv_bytes
 from tasks.core.tracking import stage_run
+
+LOG = logging.getLogger(__name__)
 
 SCORED_PATH = Path("reports/evaluate/scored.json")  # {model key: checkpoint SHA-256}, read by the registry scoring
 
@@ -181,8 +183,8 @@ def evaluate(*, params_path: Path, frames: Path, models: list[Path], out: Path) 
                 atomic_write_bytes(out / "confusion" / f"{key}.png", png)
                 run.log_artifact(out / "confusion" / f"{key}.png")
             second = f"  protocol 2 Top-1 {scores['top1_protocol2']:.4f}" if protected is not None else ""
-            print(f"evaluate: {key}: Top-1 {scores['top1']:.4f}  Top-5 {scores['top5']:.4f}{second}  "
-                  f"({len(test_rows)} test videos)", file=sys.stderr)
+            LOG.info(f"evaluate: {key}: Top-1 {scores['top1']:.4f}  Top-5 {scores['top5']:.4f}{second}  "
+                     f"({len(test_rows)} test videos)")
         add_seed_summaries(metrics)
         atomic_write_bytes(out / "predictions.csv",
                            csv_bytes(predictions, ["model", "protocol", "video_id", "actual", "predicted"]))

@@ -17,10 +17,10 @@ MLflow (metric ``<key>.<name>``, step = round); each final model to the registry
 
 from __future__ import annotations
 
+import logging
 import copy
 import functools
 import math
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -47,6 +47,8 @@ from tasks.federated.inputs import Split, load_federated_clips, split_for
 from tasks.federated.rounds import Federation, FederationResult, in_process, run_rounds
 from tasks.federated.table import federated_table
 from tasks.private.stage import classifier_seed, public_config
+
+LOG = logging.getLogger(__name__)
 
 MB = 1e6
 
@@ -161,9 +163,9 @@ def _log_round(run: StageRun, key: str, record: dict[str, Any]) -> None:
 
 
 def _print_round(key: str, record: dict[str, Any]) -> None:
-    print(f"train-federated: {key}: round {record['round']}: Top-1 {100 * record['accuracy']:.1f} %, "
-          f"train loss {record['train_loss']:.3f}, ε {record['epsilon']:.3g} per video, "
-          f"{record['bytes_per_client'] / MB:.3f} MB per client ({record['seconds']:.1f} s)", file=sys.stderr)
+    LOG.info(f"train-federated: {key}: round {record['round']}: Top-1 {100 * record['accuracy']:.1f} %, "
+             f"train loss {record['train_loss']:.3f}, ε {record['epsilon']:.3g} per video, "
+             f"{record['bytes_per_client'] / MB:.3f} MB per client ({record['seconds']:.1f} s)")
 
 
 def _guarantee(result: FederationResult, sigma: float, params: FederatedParams, randomness: DpRandomness) -> PrivacyGuarantee:

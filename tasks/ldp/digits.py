@@ -10,8 +10,8 @@ checked and reported: KNN approaches its no-noise accuracy once ε ≥ ln(d + 1)
 
 from __future__ import annotations
 
+import logging
 import math
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,8 @@ from tasks.ldp.baselines import hog_bovw_codes, raw_pixel_codes
 from tasks.ldp.dcaconv import fit_dcaconv
 from tasks.ldp.learners import NaiveBayes, NearestCentroid, knn_predict
 from tasks.ldp.randomized_response import perturb
+
+LOG = logging.getLogger(__name__)
 
 LEARNERS = ("nb", "knn", "ncc")
 CLOSE = 0.05  # "approaches the no-noise value": within 5 points
@@ -78,8 +80,8 @@ def digits_table(params: LdpParams, seed: int) -> list[dict[str, Any]]:
                     rows.append({"d": domain, "features": representation, "epsilon": epsilon, "learner": learner,
                                  "mean": round(float(np.mean(values)), 4), "std": round(float(np.std(values)), 4),
                                  "repetitions": len(values)})
-        print(f"ldp-digits: d = {domain}: {params.repetitions} repetitions of {len(params.digits_representations)} "
-              f"representations done", file=sys.stderr)
+        LOG.info(f"ldp-digits: d = {domain}: {params.repetitions} repetitions of {len(params.digits_representations)} "
+                 f"representations done")
     return rows
 
 
@@ -161,5 +163,5 @@ def ldp_digits(*, params_path: Path, out: Path) -> list[dict[str, Any]]:
         run.log_metrics({f"d{row['d']}.{row['learner']}.eps{row['epsilon']:g}": row["mean"] for row in rows
                          if math.isfinite(row["epsilon"])})
         for line in claims(rows):
-            print(f"ldp-digits: {line}", file=sys.stderr)
+            LOG.info(f"ldp-digits: {line}")
     return rows

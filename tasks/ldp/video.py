@@ -27,9 +27,9 @@ ledger says so. The coins come from :class:`tasks.core.randomness.DpRandomness`:
 
 from __future__ import annotations
 
+import logging
 import json
 import math
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -53,6 +53,8 @@ from tasks.ldp.baselines import hog_bovw_codes, raw_pixel_codes
 from tasks.ldp.dcaconv import fit_dcaconv
 from tasks.ldp.learners import NaiveBayes, NearestCentroid, knn_predict
 from tasks.ldp.randomized_response import check_domain, perturb
+
+LOG = logging.getLogger(__name__)
 
 
 CENTRAL_STEPS = "none: the DCAConv filters were fitted on the public set (data/public), the coins are each camera's own"
@@ -205,9 +207,9 @@ def ldp_video(*, params_path: Path, frames: Path, public: Path, out: Path, repor
                          **speed})
         for r in results:
             if r["learner"] == "nb" and r["features"] == "dcaconv":
-                print(f"ldp: ε = {r['epsilon_per_feature']:g} per feature ({r['epsilon_per_video']:g} per video, {features} "
-                      f"features, d = {domain}): " + ", ".join(f"{x['features']} {x['learner'].upper()} {x['top1']:.3f}"
-                                                               for x in results
-                                                               if x["epsilon_per_feature"] == r["epsilon_per_feature"])
-                      + f"; attribute attacker cMAP {r['attribute_cmap']:.3f}", file=sys.stderr)
+                LOG.info(f"ldp: ε = {r['epsilon_per_feature']:g} per feature ({r['epsilon_per_video']:g} per video, {features} "
+                         f"features, d = {domain}): " + ", ".join(f"{x['features']} {x['learner'].upper()} {x['top1']:.3f}"
+                                                                  for x in results
+                                                                  if x["epsilon_per_feature"] == r["epsilon_per_feature"])
+                         + f"; attribute attacker cMAP {r['attribute_cmap']:.3f}")
     return results

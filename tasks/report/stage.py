@@ -11,9 +11,9 @@ DVC metrics, and the plots as DVC plots.
 
 from __future__ import annotations
 
+import logging
 import json
 import math
-import sys
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -51,6 +51,8 @@ from tasks.report.tables import (
     table_one_markdown,
 )
 
+LOG = logging.getLogger(__name__)
+
 # report/metrics.json: the names the registry's description and `dvc metrics show` use
 CLAIM_COLUMNS = ("paper", "claim", "higher_model", "lower_model", "higher_top1", "lower_top1", "gap", "seeds", "verdict")
 METRIC_NAMES = {"top1": "top1", "top1_protocol2": "top1_protocol2", "top1_mean": "top1_mean", "top1_ci95": "top1_ci95", "cmap": "cmap_raw_attacker", "f1": "f1_raw_attacker",
@@ -60,7 +62,7 @@ METRIC_NAMES = {"top1": "top1", "top1_protocol2": "top1_protocol2", "top1_mean":
 def _json_or_empty(path: Path) -> dict[str, Any]:
     """A stage's JSON output, or {} when that stage has not run (its rows then say "not run")."""
     if not path.is_file():
-        print(f"report: {path} not found: its rows say '{NOT_RUN}'", file=sys.stderr)
+        LOG.info(f"report: {path} not found: its rows say '{NOT_RUN}'")
         return {}
     try:
         return json.loads(path.read_text())
@@ -205,7 +207,7 @@ def report(*, params_path: Path, metrics: Path, signature: Path, ledgers: Path, 
                                                                    claims).encode())
         _mlflow_children(run, table, assessed)
         run.log_artifact(out / "results.md")
-    print(f"report: {len(table)} methods, {len(releases)} releases in {out / 'results.md'}", file=sys.stderr)
+    LOG.info(f"report: {len(table)} methods, {len(releases)} releases in {out / 'results.md'}")
     return table
 
 
