@@ -110,6 +110,7 @@ def _pld_epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta:
     return float(single.self_compose(steps).get_epsilon_for_delta(delta))
 
 
+@lru_cache(maxsize=4096)  # pure in its arguments: the training seeds of one model ask it the same
 def sampled_gaussian_epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta: float, *,
                              accountant: str, relation: Relation) -> float:
     """ε after ``steps`` of the Poisson-subsampled Gaussian mechanism (σ, q) at δ, under ``relation``."""
@@ -127,6 +128,7 @@ def sampled_gaussian_epsilon(noise_multiplier: float, sample_rate: float, steps:
     return float(engine.get_epsilon(delta=delta, **_opacus_options(used)))
 
 
+@lru_cache(maxsize=1024)  # pure in its arguments: each seed of a model, and each method at one ε and q, share σ
 def calibrate_noise(target_epsilon: float, delta: float, sample_rate: float, steps: int, *, accountant: str,
                     relation: Relation) -> float:
     """The smallest σ (to 0.5 % in ε) whose ε after ``steps`` is at most ``target_epsilon``."""
