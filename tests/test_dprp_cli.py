@@ -36,7 +36,7 @@ def test_bad_input_is_one_line(tmp_path, capsys, monkeypatch):
         try:
             entry_point()
         except SystemExit as stop:
-            assert stop.code == 2
+            assert stop.code == 1  # bad input: status 1 (2 is click's, for usage errors)
         error = capsys.readouterr().err
         assert message in error and error.count("\n") == 1
     assert not (tmp_path / "out.npy").exists()
