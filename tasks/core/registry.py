@@ -86,13 +86,14 @@ def register_model(model: nn.Module, *, family: str, key: str, run: StageRun, co
     from mlflow import MlflowClient
 
     name = model_name(family)
+    clip_model = "num_classes" in config  # a video classifier of this project (tests register toy models too)
     # pickle, not pt2: pt2 traces one fixed input shape, while clips of any length and size are valid input.
     # code_paths: the model's classes travel with it, so a fresh environment with torch loads it without privhar.
     info = mlflow.pytorch.log_model(model, name=artifact, registered_model_name=name, serialization_format="pickle",
                                     pip_requirements=_requirements(), metadata={"privhar_config": dict(config)},
                                     code_paths=[str(Path(__file__).resolve().parents[1])],
-                                    signature=clip_signature(int(config["num_classes"])),
-                                    input_example=example_clip())
+                                    signature=clip_signature(int(config["num_classes"])) if clip_model else None,
+                                    input_example=example_clip() if clip_model else None)
     client = MlflowClient()
     version = str(info.registered_model_version)
     for tag, value in {**tags, "model": key}.items():
