@@ -44,7 +44,7 @@ from tasks.core.plugins import Registry
 from tasks.core.privacy import NON_PRIVATE, data_guarantee, strongest
 from tasks.core.registry import CHECKPOINT_TAG, checkpoint_digest, register_model
 from tasks.core.seeding import derive_seed
-from tasks.core.seeds import seed_folder
+from tasks.core.seeds import seed_folder, seed_keys
 from tasks.core.storage import atomic_directory, atomic_write_bytes, csv_bytes
 from tasks.core.tracking import StageRun, stage_run
 
@@ -131,7 +131,7 @@ def _train_seed(params: TrainParams, base_seed: int, seed: int, data: TrainingDa
     order, so two models of one seed differ only in the data they learnt from. Seed 0 keeps the
     keys it had before seeds existed.
     """
-    keys = () if seed == 0 else ("seed", seed)
+    keys = seed_keys(seed)
     torch.manual_seed(derive_seed(base_seed, "train", params.method, "init", *keys))
     generator = torch.Generator().manual_seed(derive_seed(base_seed, "train", params.method, "batches", *keys))
     model = create_video_classifier(num_classes=len(data.classes), width=params.width, norm=group_norm(params.norm_groups),

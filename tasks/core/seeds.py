@@ -33,6 +33,16 @@ def seed_suffix(seed: int) -> str:
     return "" if seed == 0 else f"-seed{seed}"
 
 
+def seed_keys(seed: int) -> tuple[object, ...]:
+    """What a training seed adds to the keys its randomness is derived from: nothing for seed 0, so the registered
+    model keeps the seeds it had before seeds existed.
+
+    >>> seed_keys(0), seed_keys(2)
+    ((), ('seed', 2))
+    """
+    return () if seed == 0 else ("seed", seed)
+
+
 def seed_folder(folder: Path, seed: int) -> Path:
     """Where seed ``seed`` of the model in ``folder`` is saved."""
     return folder if seed == 0 else folder / f"seed{seed}"

@@ -37,7 +37,7 @@ from tasks.core.privacy import NON_PRIVATE, PrivacyGuarantee
 from tasks.core.randomness import DpRandomness
 from tasks.core.registry import CHECKPOINT_TAG, checkpoint_digest, register_model
 from tasks.core.seeding import derive_seed
-from tasks.core.seeds import seed_folder, seed_suffix
+from tasks.core.seeds import seed_folder, seed_keys, seed_suffix
 from tasks.core.storage import atomic_directory, atomic_write_bytes, csv_bytes
 from tasks.core.subjects import videos_per_person
 from tasks.core.tracking import StageRun, stage_run
@@ -58,7 +58,7 @@ def federation_of(base: BaseParams, params: FederatedParams, noise_multiplier: f
     recipe = LocalRecipe(params.local_epochs, params.batch_size, params.learning_rate, params.momentum,
                          params.max_grad_norm, noise_multiplier, params.grad_sample_mode)
     return Federation(params.clients, params.rounds, params.client_fraction, aggregation, params.delta,
-                      derive_seed(base.seed, "federated", *(() if seed == 0 else ("seed", seed))), recipe,
+                      derive_seed(base.seed, "federated", *seed_keys(seed)), recipe,
                       secure=randomness.private)
 
 

@@ -50,7 +50,7 @@ from tasks.core.privacy import NON_PRIVATE, PrivacyGuarantee
 from tasks.core.randomness import DpRandomness
 from tasks.core.registry import CHECKPOINT_TAG, checkpoint_digest, register_model
 from tasks.core.seeding import derive_seed
-from tasks.core.seeds import seed_folder, seed_suffix
+from tasks.core.seeds import seed_folder, seed_keys, seed_suffix
 from tasks.core.storage import atomic_directory, atomic_write_bytes, csv_bytes
 from tasks.core.tracking import StageRun, stage_run
 from tasks.private.accounting import SgdPrivacy
@@ -133,7 +133,7 @@ def as_features(model: nn.Module, data: PrivateData) -> PrivateData:
 def train_one(method: str, module: nn.Module, data: PrivateData, recipe: Recipe, epsilon: float,
               randomness: DpRandomness, seed: int = 0) -> Outcome:
     """One model at one ε and training seed; its Poisson samples, noise and (MaskDP) public batches from ``randomness``."""
-    key = (method, epsilon) if seed == 0 else (method, epsilon, "seed", seed)
+    key = (method, epsilon, *seed_keys(seed))
     generator = randomness.torch("private", *key, "noise")
     public_generator = randomness.torch("private", *key, "public-batches")
     if math.isinf(epsilon):  # the ε = ∞ column: the same recipe, clipping kept, no noise
@@ -183,7 +183,7 @@ def public_config(init: Path, frames: Path) -> dict[str, Any]:
 
 def classifier_seed(base_seed: int, seed: int) -> int:
     """The seed of the fresh classifier of training seed ``seed`` (seed 0: the key it had before seeds existed)."""
-    return derive_seed(base_seed, "private", "classifier", *(() if seed == 0 else ("seed", seed)))
+    return derive_seed(base_seed, "private", "classifier", *seed_keys(seed))
 
 
 def public_model(init: Path, frames: Path, seed: int) -> tuple[nn.Module, dict[str, Any]]:
