@@ -245,6 +245,22 @@ def report_command(params_path: Path, metrics: Path, signature: Path, ledgers: P
     click.echo(f"report: {len(table)} methods in {out / 'results.md'}", err=True)
 
 
+@stage.command("register")
+@PARAMS
+@click.option("--metrics", "metrics", multiple=True, required=True, type=click.Path(path_type=Path, dir_okay=False, exists=True),
+              help="A metrics.json of model scores (evaluate's Top-1, the report's cMAP / F1); repeat for several.")
+@click.option("--scored", type=click.Path(path_type=Path, dir_okay=False, exists=True), required=True,
+              help="evaluate's scored.json: the SHA-256 of each model file it scored.")
+@click.option("--out", required=True, type=click.Path(path_type=Path, dir_okay=False), callback=_writable,
+              help="Where to write registered.json (model key: version described).")
+def register_command(params_path: Path, metrics: tuple[Path, ...], scored: Path, out: Path) -> None:
+    """Score the MLflow registry: each model's newest version gets its scores and provenance; champion aliases move."""
+    from tasks.register import register
+
+    registered = register(params_path=params_path, metrics=list(metrics), scored=scored, out=out)
+    click.echo(f"register: {sum(v['version'] is not None for v in registered.values())} versions scored in {out}", err=True)
+
+
 @stage.command("ldp")
 @PARAMS
 @_dir("--frames", "Folder of the decoded clips (with their annotations: the person's box).", exists=True)

@@ -1,15 +1,14 @@
 """What every pipeline run shares, and ``privhar run``: the whole DAG by ``dvc repro``.
 
 A run holds the project lock, opens one MLflow parent run (the stages, separate
-processes, log nested runs under it) and ends by scoring the registered models:
-describe each method's newest version with its Top-1, its ``dvc.lock`` hash and git
-commit, and move the ``champion`` alias.
+processes, log nested runs under it) and ends by logging every model's scores to it. The
+registry (each method's newest version described with its Top-1, ``dvc.lock`` hash and git
+commit, the ``champion`` alias) is scored by the DAG's own ``register`` stage.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import subprocess
@@ -19,10 +18,6 @@ from pathlib import Path
 
 from flows.project_lock import project_lock
 from tasks.core.errors import ERROR_PREFIX, PrivharError
-from tasks.core.params import RegistryParams, load_section
-from tasks.core.registry import record_scores
-from tasks.core.seeds import base_key
-from tasks.evaluate import SCORED_PATH
 from tasks.core.tracking import pipeline_run
 
 
@@ -86,44 +81,14 @@ def run_pipeline(project: Path, *, force: bool = False, targets: tuple[str, ...]
 
 
 def score_models(project: Path) -> dict[str, dict[str, float]]:
-    """Log each method's metrics to the parent run and describe its newest registered version."""
+    """Log each model's metrics to the parent run; return them. The registry itself is scored by the ``register``
+    stage (tasks/register.py), so a plain ``dvc repro`` scores it too."""
     import mlflow
 
-    max_epsilon = load_section(project / "params.yaml", "registry", RegistryParams).champion_max_epsilon
     metrics = method_metrics()
-    provenance = {"dvc_lock_sha256": file_sha256(project / "dvc.lock"), "git_commit": git_commit(project)}
-    scored = scored_checkpoints(project / SCORED_PATH)
     for method, values in metrics.items():
         mlflow.log_metrics({f"{method}.{key}": float(value) for key, value in values.items()})
-        # DVC skips evaluate when its committed outputs still match, so the scores are recorded here — for the
-        # model files evaluate scored only (a model trained since is left unscored).
-        if base_key(method)[1] == 0:  # training seeds i >= 1 are not registered: their scores make the interval
-            record_scores(method, values, provenance, max_epsilon, scored.get(method))
     return metrics
-
-
-def scored_checkpoints(path: Path) -> dict[str, str]:
-    """``{model key: checkpoint digest}`` of the last evaluate (empty when it has not run)."""
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        return {}
-    except (OSError, json.JSONDecodeError) as error:
-        raise PrivharError(f"{path}: cannot be read as JSON ({error})") from None
-
-
-def file_sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "none"
-
-
-def git_commit(project: Path) -> str:
-    """HEAD's commit, ``+dirty`` if tracked files differ from it; ``none`` outside git."""
-    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=project, capture_output=True, text=True, check=False)
-    if head.returncode != 0:
-        return "none"
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=project,
-                           capture_output=True, text=True, check=False).stdout.strip()
-    return head.stdout.strip() + ("+dirty" if dirty else "")
 
 
 def method_metrics() -> dict[str, dict[str, float]]:

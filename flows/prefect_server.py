@@ -27,6 +27,7 @@ def prefect_environment(project: Path, host: str, port: int) -> dict[str, str]:
         "PREFECT_API_URL": f"http://{_client_host(host)}:{port}/api",
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",  # no network here; and no telemetry unasked
         "PREFECT_UI_ENABLED": "true",
+        "PREFECT_LOGGING_EXTRA_LOGGERS": "tasks",  # the stages' logging (progress, privacy lines) in the run's log
     }
 
 

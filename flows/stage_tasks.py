@@ -17,14 +17,12 @@ stage fails its task with the stage's own one-line error.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import logging
 import shlex
 import subprocess
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -105,31 +103,7 @@ def shard_mapper(stage: str, settings: OrchestrateParams, logger: logging.Logger
     return mapper
 
 
-class _LogLines(io.TextIOBase):
-    """A text stream that sends each complete line to a logger (for a stage's stderr)."""
-
-    def __init__(self, logger: logging.LoggerAdapter) -> None:
-        self.logger, self.pending = logger, ""
-
-    def write(self, text: str) -> int:
-        self.pending += text.replace("\r", "\n")
-        *lines, self.pending = self.pending.split("\n")
-        for line in lines:
-            if line.strip():
-                self.logger.info(line.rstrip())
-        return len(text)
-
-
-@contextlib.contextmanager
-def _stderr_to(logger: logging.LoggerAdapter) -> Iterator[None]:
-    stream = _LogLines(logger)
-    with contextlib.redirect_stderr(stream):
-        yield
-    stream.write("\n")
-
-
-# One in-process stage at a time: its shards already fill the task runner, and sys.stderr
-# (redirected into the task log) is one per process.
+# One in-process stage at a time: its shards already fill the task runner.
 _IN_PROCESS = threading.Lock()
 
 
@@ -140,8 +114,11 @@ def run_sharded(stage: DagStage, settings: OrchestrateParams, logger: logging.Lo
     words = shlex.split(stage.cmd)
     if words[:2] != ["privhar", "stage"]:
         raise PrivharError(f"orchestrate.sharded_stages: stage {stage.name}'s command is not 'privhar stage ...': {stage.cmd}")
+    # the stage logs through logging.getLogger("tasks.…"): Prefect's PREFECT_LOGGING_EXTRA_LOGGERS=tasks
+    # (flows/prefect_server.py) puts those lines in this task run's log
+    logging.getLogger("tasks").setLevel(logging.INFO)
     try:
-        with _IN_PROCESS, _stderr_to(logger), installed_mapper(shard_mapper(stage.name, settings, logger)):
+        with _IN_PROCESS, installed_mapper(shard_mapper(stage.name, settings, logger)):
             main(words[1:], standalone_mode=False)
     except PrivharError as error:
         raise StageFailed(f"stage {stage.name} failed: {error}") from None

@@ -2,7 +2,8 @@
 
     <models>/…/<key>/model.pt ─┐   (data/train, data/private; seeds: <key>/seed<i>/model.pt)
     data/decode (test split) ──┼─▶ protocol 1 ─▶ Top-1, Top-5 ─▶ out/metrics.json  {key: {top1, top5, ...}}
-    <its training folder> ─────┴─▶ protocol 2 ─▶ top1_protocol2 ├─▶ out/predictions.csv
+    <its training folder> ─────┴─▶ protocol 2 ─▶ top1_protocol2 ├─▶ out/predictions.csv (every model, both protocols)
+                                                                ├─▶ out/predictions/<key>.csv (DVC confusion plots)
                                                                 └─▶ out/confusion/<key>.png
 
 The protocols are paper 000's (§4.3): protocol 1 tests on the raw test videos whatever the
@@ -22,10 +23,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import polars as pl
 import torch
 from sklearn import metrics
 
-from tasks.core.clips import labels_of, load_clips, normalise, split_rows
+from tasks.core.clips import labels_of, load_clips, normalise
 from tasks.core.errors import PrivharError
 from tasks.core.figures import plt, png_bytes
 from tasks.core.manifest import MANIFEST_NAME, read_manifest
@@ -33,7 +35,8 @@ from tasks.core.models import load_checkpoint
 from tasks.core.params import EvaluateParams, load_section
 from tasks.core.registry import checkpoint_digest
 from tasks.core.seeds import base_key, checkpoint_key, interval, seed_scores
-from tasks.core.storage import atomic_write_bytes, csv_bytes
+from tasks.core.storage import atomic_directory, atomic_write_bytes
+from tasks.core.tables import csv_bytes, frame_of
 from tasks.core.tracking import stage_run
 
 LOG = logging.getLogger(__name__)
@@ -92,7 +95,7 @@ class TestSets:
 
     def rows(self, folder: Path) -> list[dict[str, Any]]:
         if folder not in self._rows:
-            rows = split_rows(read_manifest(folder / MANIFEST_NAME), "test")
+            rows = read_manifest(folder / MANIFEST_NAME, split="test")
             if not rows:
                 raise PrivharError(f"{folder / MANIFEST_NAME}: no videos in the test split")
             self._rows[folder] = rows
@@ -146,6 +149,16 @@ def add_seed_summaries(metrics: dict[str, dict[str, float]]) -> None:
                 metrics[key][f"{score}_ci95"] = round(spread.half_width, 4)
 
 
+def write_confusion_data(predictions: pl.DataFrame, folder: Path) -> None:
+    """``folder/<key>.csv`` (video_id, actual, predicted) of each registered model (seed 0) under protocol 1: the data
+    of the confusion matrices that ``dvc plots diff`` draws with its ``confusion`` template (dvc.yaml ``plots:``)."""
+    keys = [key for key in predictions["model"].unique(maintain_order=True) if base_key(key)[1] == 0]
+    registered = predictions.filter((pl.col("protocol") == 1) & pl.col("model").is_in(keys))
+    with atomic_directory(folder) as staging:
+        for (key,), frame in registered.partition_by("model", as_dict=True, maintain_order=True).items():
+            atomic_write_bytes(staging / f"{key}.csv", csv_bytes(frame.select("video_id", "actual", "predicted")))
+
+
 def evaluate(*, params_path: Path, frames: Path, models: list[Path], out: Path) -> dict[str, dict[str, float]]:
     """Run the stage over every ``<key>/model.pt`` in ``models``; return the metrics written."""
     params = load_section(params_path, "evaluate", EvaluateParams)
@@ -156,6 +169,7 @@ def evaluate(*, params_path: Path, frames: Path, models: list[Path], out: Path) 
     scored: dict[str, str] = {}  # model key -> SHA-256 of the checkpoint scored: the registry scores only these files
     predictions: list[dict[str, Any]] = []
     with stage_run("evaluate", {"evaluate": params}) as run:
+        run.log_dataset(frames, "test", "testing")
         for checkpoint in checkpoints:
             key = checkpoint_key(checkpoint)
             model, config = load_checkpoint(str(checkpoint))
@@ -175,7 +189,8 @@ def evaluate(*, params_path: Path, frames: Path, models: list[Path], out: Path) 
                                 for row, guess in zip(tests.rows(folder), guesses[protocol])]
             metrics[key] = {name: round(value, 4) for name, value in scores.items()}
             scored[key] = checkpoint_digest(checkpoint)
-            run.log_metrics({f"{key}.{name}": value for name, value in scores.items() if name != "test_videos"})
+            with run.model_run(key, {"privhar.checkpoint": str(checkpoint)}) as model_run:  # per model: compare view
+                model_run.log_metrics({name: value for name, value in scores.items() if name != "test_videos"})
             if base_key(key)[1] == 0:  # a confusion matrix for the registered model, not for every training seed
                 matrix = confusion_matrix(labels_of(test_rows).numpy(), guesses[1].numpy(), len(config["classes"]))
                 png = plot_confusion(matrix, config["classes"],
@@ -186,8 +201,9 @@ def evaluate(*, params_path: Path, frames: Path, models: list[Path], out: Path) 
             LOG.info(f"evaluate: {key}: Top-1 {scores['top1']:.4f}  Top-5 {scores['top5']:.4f}{second}  "
                      f"({len(test_rows)} test videos)")
         add_seed_summaries(metrics)
-        atomic_write_bytes(out / "predictions.csv",
-                           csv_bytes(predictions, ["model", "protocol", "video_id", "actual", "predicted"]))
+        table = frame_of(predictions, ["model", "protocol", "video_id", "actual", "predicted"])
+        atomic_write_bytes(out / "predictions.csv", csv_bytes(table))
+        write_confusion_data(table, out / "predictions")
         atomic_write_bytes(out / "metrics.json", (json.dumps(metrics, indent=2, sort_keys=True) + "\n").encode())
         atomic_write_bytes(out / SCORED_PATH.name, (json.dumps(scored, indent=2, sort_keys=True) + "\n").encode())
     return metrics

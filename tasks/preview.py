@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import polars as pl
 
 from tasks.core.errors import PrivharError
 from tasks.core.figures import plt, png_bytes
-from tasks.core.manifest import MANIFEST_NAME, read_manifest, resolve_path
+from tasks.core.manifest import MANIFEST_NAME, read_manifest, resolve_path, scan_manifest
 from tasks.core.params import DataParams, ReportParams, load_section
 from tasks.core.storage import atomic_write_bytes, load_frames
 from tasks.core.tracking import stage_run
@@ -51,9 +52,12 @@ def _public_mask(row: dict[str, Any], folder: Path, t: int) -> np.ndarray:
 
 def protections_grid(raw: Path, copies: list[Path], *, show_raw: bool, videos: int = 3) -> bytes:
     """PNG bytes: rows = test videos, columns = [raw,] each copy [, its public mask when it has one]."""
-    raw_rows = {row["video_id"]: row for row in read_manifest(raw / MANIFEST_NAME) if row["split"] == "test"}
+    shared = scan_manifest(raw / MANIFEST_NAME).filter(pl.col("split") == "test").select("video_id")
+    for copy in copies:  # the test videos every copy holds (a copy may have quarantined some)
+        shared = shared.join(scan_manifest(copy / MANIFEST_NAME).select("video_id"), on="video_id", how="semi")
+    picked = shared.sort("video_id").head(videos).collect()["video_id"].to_list()
+    raw_rows = {row["video_id"]: row for row in read_manifest(raw / MANIFEST_NAME, split="test")}
     tables = {copy: {row["video_id"]: row for row in read_manifest(copy / MANIFEST_NAME)} for copy in copies}
-    picked = [video for video in sorted(raw_rows) if all(video in table for table in tables.values())][:videos]
     if not picked:
         raise PrivharError(f"preview: no test video is in {raw} and in every copy ({', '.join(map(str, copies))})")
     columns: list[tuple[str, Any]] = [("raw", lambda v: middle_frame(raw_rows[v], raw))] if show_raw else []

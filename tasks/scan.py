@@ -18,7 +18,8 @@ from pathlib import Path
 
 from tasks.core.errors import PrivharError
 from tasks.core.params import DataParams, load_section
-from tasks.core.storage import atomic_write_bytes, csv_bytes
+from tasks.core.storage import atomic_write_bytes
+from tasks.core.tables import csv_bytes
 
 LOG = logging.getLogger(__name__)
 COLUMNS = ["path", "size", "mtime_ns"]
@@ -57,6 +58,6 @@ def scan(*, params_path: Path, out: Path) -> list[dict[str, object]]:
     """Write the listing to ``out`` (a CSV); return its rows."""
     data = load_section(params_path, "data", DataParams)
     rows = dataset_files(data)
-    atomic_write_bytes(out, csv_bytes(rows, COLUMNS) if rows else (",".join(COLUMNS) + "\n").encode())
+    atomic_write_bytes(out, csv_bytes(rows, COLUMNS))
     LOG.info("scan: %d files of %s listed in %s", len(rows), data.root or "the embedded dataset", out)
     return rows

@@ -17,7 +17,6 @@ training data's (:func:`tasks.core.privacy.strongest`).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
@@ -32,7 +31,6 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
-from tqdm import tqdm
 
 from tasks.core.clips import augment, class_names, labels_of, load_clips, normalise, split_rows
 from tasks.core.budget import check_unprotected
@@ -42,10 +40,12 @@ from tasks.core.models import create_video_classifier, group_norm, has_batch_nor
 from tasks.core.params import BaseParams, TrainParams, load_section
 from tasks.core.plugins import Registry
 from tasks.core.privacy import NON_PRIVATE, data_guarantee, strongest
+from tasks.core.progress import progress
 from tasks.core.registry import CHECKPOINT_TAG, checkpoint_digest, register_model
 from tasks.core.seeding import derive_seed
 from tasks.core.seeds import seed_folder, seed_keys
-from tasks.core.storage import atomic_directory, atomic_write_bytes, csv_bytes
+from tasks.core.storage import atomic_directory, atomic_write_bytes
+from tasks.core.tables import csv_bytes
 from tasks.core.tracking import StageRun, stage_run
 
 
@@ -93,9 +93,9 @@ def train_baseline(model: nn.Module, data: TrainingData, params: TrainParams, ge
     for epoch in range(1, params.epochs + 1):
         model.train()
         total_loss, correct = 0.0, 0
-        progress = tqdm(batches(len(data.labels), params.batch_size, generator), desc=f"train epoch {epoch}/{params.epochs}",
-                        unit="batch", dynamic_ncols=True)
-        for index in progress:
+        order = batches(len(data.labels), params.batch_size, generator)
+        bar = progress(len(order), f"train epoch {epoch}/{params.epochs}", "batch")
+        for index in order:
             inputs = normalise(augment(data.clips[index], generator))
             logits = model(inputs)
             loss = F.cross_entropy(logits, data.labels[index])
@@ -105,17 +105,13 @@ def train_baseline(model: nn.Module, data: TrainingData, params: TrainParams, ge
             schedule.step()
             total_loss += loss.item() * len(index)
             correct += int((logits.argmax(1) == data.labels[index]).sum())
-            progress.set_postfix(loss=f"{loss.item():.3f}")
+            bar.set_postfix(loss=f"{loss.item():.3f}")
+            bar.update(1)
+        bar.close()
         record = {"epoch": epoch, "loss": total_loss / len(data.labels), "train_accuracy": correct / len(data.labels)}
         run.log_metrics({"loss": record["loss"], "train_accuracy": record["train_accuracy"]}, step=epoch)
         history.append(record)
     return history
-
-
-def dataset_tag(frames: Path) -> str:
-    """The training data, exactly: its folder and the first 12 hex digits of its manifest's SHA-256."""
-    digest = hashlib.sha256((frames / MANIFEST_NAME).read_bytes()).hexdigest()[:12]
-    return f"{frames}@{digest}"
 
 
 def _history_csv(history: list[dict[str, float]]) -> bytes:
@@ -204,10 +200,11 @@ def train(*, params_path: Path, frames: Path, out: Path, report: Path, family: s
                                      "delta": privacy.delta})
             run.set_tags({"privhar.method": params.method, "privhar.model": key, "privhar.accountant": privacy.accountant,
                           "privhar.seeds": seeds})
+            data_digest = run.log_dataset(frames, "train", "training")
         atomic_write_bytes(report / f"{key}.json", (json.dumps(final, indent=2, sort_keys=True) + "\n").encode())
         atomic_write_bytes(report / f"{key}_history.csv", _history_csv(first_history))
         # registered once the output folder and reports are complete: a failed stage leaves no version behind
         register_model(registered, family=family, key=key, run=run, config=config,
-                       tags={"method": params.method, **privacy.as_tags(), "dataset": dataset_tag(frames),
+                       tags={"method": params.method, **privacy.as_tags(), "dataset": f"{frames}@{data_digest}",
                              CHECKPOINT_TAG: digest})
     return final

@@ -105,3 +105,6 @@ def test_pa_hmdb_style_attributes_join_the_rows(tmp_path):
     table.write_text("video_id,face\n" + f"{rows[0]['video_id']},1\n")
     with pytest.raises(PrivharError, match=f"attributes.csv: no attributes for {len(rows) - 1} videos of the split"):
         index_dataset("hmdb51", str(tmp_path / "hmdb"), 1, str(table))
+    table.write_text("video_id,face\n" + "".join(f"{row['video_id']},1\n" for row in [*rows, rows[0]]))
+    with pytest.raises(PrivharError, match=f"attributes.csv: 1 videos listed more than once \\(first: {rows[0]['video_id']}\\)"):
+        index_dataset("hmdb51", str(tmp_path / "hmdb"), 1, str(table))

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from tasks.core.tables import compact
 from tests.conftest import make_project, sh
 
 
@@ -24,13 +25,13 @@ def test_pipeline_runs_end_to_end_then_is_up_to_date(project):
     assert {"baseline-seed1", "dp_sgd-eps2.0-seed1", "maskdp-epsinf-seed1", "fedavg-selective-seed1"} <= set(metrics)
     shown = sh("dvc", "metrics", "show", "--json", cwd=project).stdout
     assert '"top1"' in shown and '"baseline"' in shown
-    table = (project / "reports/compare/private.md").read_text()
+    table = compact((project / "reports/compare/private.md").read_text())
     assert "| real | DP-SGD |" in table and "| avatar-anonymized | MaskDP |" in table and "ε = ∞" in table
     with (project / "reports/compare/private.csv").open() as handle:
         models = {record["model"] for record in csv.DictReader(handle)}
     assert {"baseline", "dprp-eps8.0", "dp_sgd-eps2.0", "dp_sgd-epsinf", "maskdp-eps2.0", "maskdp-epsinf"} <= models
     assert (project / "reports/compare/accuracy_vs_epsilon.png").stat().st_size > 0
-    results = (project / "reports/results.md").read_text()
+    results = compact((project / "reports/results.md").read_text())
     assert "## Utility and privacy attributes per method (paper 000 Table 1)" in results
     assert "| anonymize: blackout | ∞ |" in results and "| Video-DPRP ε = 8 | 8 |" in results
     assert "not run" not in results  # every method of the project's params ran
@@ -60,7 +61,7 @@ def test_parent_and_nested_runs_are_logged(project):
     anonymize = {f"anonymize@{method}" for method in ("avatar", "blackout")} | {"train@anonymize-avatar", "train@anonymize-blackout"}
     public = {"synthesize-public", "decode-public", "train@public"}
     private = {f"train-private@{method}" for method in ("dp_sgd", "maskdp")} | {"private-table"}
-    report = {"assess", "report", "ldp-digits", "ldp", "train-federated"}
+    report = {"assess", "report", "register", "ldp-digits", "ldp", "train-federated"}
     assert {run.data.tags["privhar.stage"] for run in children} == ({"synthesize", "decode", "train", "evaluate", "preview"}
                                                                    | dprp | anonymize | public | private | report)
     assert all("stage_seconds" in run.data.metrics for run in children)
@@ -72,6 +73,29 @@ def test_experiment_with_a_changed_param(project):
     result = sh("dvc", "exp", "run", "-S", "train.epochs=2", cwd=project)
     assert "Running stage 'train'" in result.stdout
     assert "Running stage 'decode'" not in result.stdout
+    # the registry is scored by the DAG's register stage, not by privhar run: a plain dvc exp run scores it too
+    assert "Running stage 'register'" in result.stdout
+    from mlflow import MlflowClient
+
+    registered = json.loads((project / "reports/register/registered.json").read_text())
+    newest = max(MlflowClient().search_model_versions("name = 'privhar-baseline'"), key=lambda v: int(v.version))
+    assert registered["baseline"]["version"] == str(newest.version) and "top1" in newest.tags
+    assert newest.tags["checkpoint_sha256"] == registered["baseline"]["checkpoint_sha256"]
+
+
+def test_dvc_plots_diff_draws_confusion_matrices_and_the_epsilon_curves(project):
+    """dvc.yaml's top-level plots: the committed run (HEAD) beside the workspace (the experiment above retrained train)."""
+    shown = json.loads(sh("dvc", "plots", "diff", "HEAD", "--json", cwd=project).stdout)
+    assert not shown.get("errors"), shown.get("errors")
+    confusion = shown["data"]["reports/evaluate/predictions/baseline.csv"][0]
+    assert confusion["revisions"] == ["workspace", "HEAD"]
+    encoding = confusion["content"]["spec"]["encoding"]
+    assert encoding["x"]["field"] == "actual" and encoding["y"]["field"] == "predicted"  # the confusion template
+    values = confusion["content"]["data"]["values"]
+    assert {value["rev"] for value in values} == {"workspace", "HEAD"} and {"actual", "predicted"} <= set(values[0])
+    curves = shown["data"]["Top-1 against target ε (protocol 1, mean over report.seeds)"][0]["content"]["data"]["values"]
+    assert {float(value["target_epsilon"]) for value in curves} == {2.0} and {"dp_sgd", "maskdp"} <= set(curves[0])
+    assert not (project / "reports/evaluate/predictions/baseline-seed1.csv").exists()  # registered models only
 
 
 def test_dprp_ablation_reruns_only_what_depends_on_it(project):

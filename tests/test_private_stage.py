@@ -81,6 +81,16 @@ def test_every_method_trains_each_epsilon_and_infinity(project, method):
     assert tags["relation"] == relation and tags["randomness"].startswith("secret") and float(tags["epsilon_person_max"]) > 0
     if method == "maskdp_real":
         assert "NOT protected" in tags["accountant"]
+    # one MLflow run per model, nested under the stage's: its own loss and ε curves, the registered model logged there
+    from mlflow import MlflowClient
+
+    client = MlflowClient()
+    model_run = client.get_run(newest_version(f"{method}-eps2.0").run_id)
+    assert model_run.data.tags["privhar.model"] == f"{method}-eps2.0" and model_run.info.run_name == f"{method}-eps2.0"
+    stage = client.get_run(model_run.data.tags["mlflow.parentRunId"])
+    assert stage.data.tags["privhar.stage"] == f"train-private@{method}"
+    spent = [point.value for point in client.get_metric_history(model_run.info.run_id, "epsilon")]
+    assert len(spent) == 2 and spent == sorted(spent) and spent[-1] == pytest.approx(private["epsilon"], rel=1e-3)
 
 
 def test_only_the_head_changes_under_head_tuning(project):

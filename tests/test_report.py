@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tasks.core.tables import compact
 from tasks.core.accounting import ADD_REMOVE, calibrate_noise, group_epsilon
 from tasks.core.budget import check_budget, planned_releases
 from tasks.core.randomness import NOT_PRIVATE
@@ -33,7 +34,7 @@ def test_a_method_whose_stage_did_not_run_says_not_run() -> None:
     assert table["baseline"]["cmap_raw_attacker"] == 0.86
     assert table["dp_sgd-eps2.0"]["cmap_raw_attacker"] == "n/a"  # DP training leaves the frames as they are
     assert table["dp_sgd-epsinf"]["top1"] == NOT_RUN
-    text = table_one_markdown(list(table.values()))
+    text = compact(table_one_markdown(list(table.values())))
     assert "| anonymize: blackout | ∞ | not run | not run |" in text
     assert all(row["e_id_ind"] == NOT_RUN for row in signature_rows(rows, {}))
 
@@ -123,7 +124,7 @@ def test_report_renders_with_missing_stages(tiny_decoded: Path, tmp_path: Path) 
     table = report(params_path=params, metrics=tmp_path / "metrics.json", signature=tmp_path / "absent.json",
                    ledgers=tmp_path / "ledgers", train_reports=tmp_path / "train", dprp=tmp_path / "dprp",
                    anonymize=tmp_path / "anonymize", frames=tiny_decoded / "data" / "decode", out=tmp_path / "out")
-    text = (tmp_path / "out" / "results.md").read_text()
+    text = compact((tmp_path / "out" / "results.md").read_text())
     assert "| none (raw clips) | ∞ | 50.0 | 50.0 | not run |" in text
     assert sum(row["top1"] == NOT_RUN for row in table) == len(table) - 1
     assert (tmp_path / "out" / "report" / "results.parquet").is_file()

@@ -55,6 +55,12 @@ def test_model_is_registered_with_its_privacy_claim(trained):
     assert (version.tags["epsilon"], version.tags["delta"]) == ("inf", "0.0")
     assert version.tags["accountant"].startswith("none")
     assert version.tags["dataset"].startswith(str(trained[0] / "data/decode") + "@")
+    from mlflow import MlflowClient
+
+    inputs = MlflowClient().get_run(version.run_id).inputs.dataset_inputs  # mlflow.log_input: what the model saw
+    seen = {(entry.dataset.name, tag.value) for entry in inputs for tag in entry.tags if tag.key == "mlflow.data.context"}
+    assert ("decode/train", "training") in seen
+    assert version.tags["dataset"].endswith("@" + next(e.dataset.digest for e in inputs if e.dataset.name == "decode/train"))
 
 
 def test_champion_loads_in_a_fresh_interpreter(trained):

@@ -19,11 +19,11 @@ import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
-from tqdm import tqdm
 
 from tasks.assess.scores import class_wise_f1, class_wise_map
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import resolve_path
+from tasks.core.progress import progress
 
 PER_FRAME = {"attr_face_visible": "face_visible"}  # manifest column -> per-frame annotation array
 
@@ -107,9 +107,11 @@ def train_attacker(data: FrameSet, *, epochs: int, batch_size: int, learning_rat
     targets = torch.from_numpy(data.labels).float()
     loss_function = nn.BCEWithLogitsLoss()
     model.train()
+    bar = progress(epochs * -(-len(targets) // batch_size), f"{desc} ({epochs} epochs)", "batch")
     for epoch in range(epochs):
         order = torch.randperm(len(targets), generator=generator).split(batch_size)
-        for batch in tqdm(order, desc=f"{desc} epoch {epoch + 1}/{epochs}", leave=False, mininterval=5):
+        for batch in order:
+            bar.update(1)
             inputs = _inputs(data.frames[batch])
             flip = torch.rand(len(batch), generator=generator) < 0.5
             inputs = torch.where(flip[:, None, None, None], inputs.flip(3), inputs)
@@ -117,6 +119,7 @@ def train_attacker(data: FrameSet, *, epochs: int, batch_size: int, learning_rat
             optimiser.zero_grad()
             loss.backward()
             optimiser.step()
+    bar.close()
     return model.eval()
 
 

@@ -52,7 +52,8 @@ from tasks.core.parallel import map_ordered, worker_count
 from tasks.core.params import AssessParams, BaseParams, load_section
 from tasks.core.seeding import derive_seed
 from tasks.core.speed import read_speed
-from tasks.core.storage import atomic_write_bytes, csv_bytes
+from tasks.core.storage import atomic_write_bytes
+from tasks.core.tables import csv_bytes
 from tasks.core.tracking import stage_run
 from tasks.preview import copies_under
 

@@ -18,16 +18,17 @@ cannot be told keeps ``identity`` null: it is its own subject, and the report sa
 
 from __future__ import annotations
 
-import csv
 import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import av
+import polars as pl
 
 from tasks.core.errors import PrivharError
 from tasks.core.plugins import Registry
+from tasks.core.tables import read_csv
 
 Indexer = Callable[[Path, int], list[dict[str, Any]]]
 DATASETS: Registry[Indexer] = Registry("dataset")
@@ -138,40 +139,44 @@ def index_hmdb51(root: Path, split: int) -> list[dict[str, Any]]:
     return rows
 
 
+def _by_video(rows: list[dict[str, Any]], path: Path, table: pl.DataFrame, what: str) -> list[dict[str, Any]]:
+    """``table``'s columns for each row, in row order (a polars left join on ``video_id``); every video must have one
+    line, and only one."""
+    repeated = table.filter(pl.col("video_id").is_duplicated())["video_id"].unique().sort().to_list()
+    if repeated:
+        raise PrivharError(f"{path}: {len(repeated)} videos listed more than once (first: {repeated[0]})")
+    videos = pl.DataFrame({"video_id": [row["video_id"] for row in rows]}, schema={"video_id": pl.String})
+    missing = videos.join(table, on="video_id", how="anti")["video_id"].to_list()
+    if missing:
+        raise PrivharError(f"{path}: no {what} for {len(missing)} videos of the split (first: {missing[0]})")
+    return videos.join(table, on="video_id", how="left", maintain_order="left").drop("video_id").to_dicts()
+
+
 def merge_attributes(rows: list[dict[str, Any]], path: Path) -> list[dict[str, Any]]:
     """PA-HMDB-style privacy attributes: a CSV with ``video_id`` (the file's stem) and one column per attribute
     (0/1, or a value such as a skin tone), added to the rows as ``attr_<column>`` for the assess stage's attacker."""
     if not path.is_file():
         raise PrivharError(f"params.yaml: data.attributes = {str(path)!r} is not a file")
-    with path.open(newline="") as handle:
-        reader = csv.DictReader(handle)
-        if not reader.fieldnames or "video_id" not in reader.fieldnames or len(reader.fieldnames) < 2:
-            raise PrivharError(f"{path}: expected a header 'video_id,<attribute>,...'")
-        table = {entry["video_id"]: entry for entry in reader}
-    missing = [row["video_id"] for row in rows if row["video_id"] not in table]
-    if missing:
-        raise PrivharError(f"{path}: no attributes for {len(missing)} videos of the split (first: {missing[0]})")
+    table = read_csv(path)
+    if "video_id" not in table.columns or table.width < 2:
+        raise PrivharError(f"{path}: expected a header 'video_id,<attribute>,...'")
 
     def value(text: str) -> bool | str:
         return {"0": False, "1": True}.get(text.strip(), text.strip())
 
-    return [{**row, **{f"attr_{key}": value(text) for key, text in table[row["video_id"]].items() if key != "video_id"}}
-            for row in rows]
+    found = _by_video(rows, path, table, "attributes")
+    return [{**row, **{f"attr_{key}": value(text) for key, text in mine.items()}} for row, mine in zip(rows, found)]
 
 
 def merge_subjects(rows: list[dict[str, Any]], path: Path) -> list[dict[str, Any]]:
     """A user's ``video_id,subject`` CSV: who is in each video, overriding what the file names say."""
     if not path.is_file():
         raise PrivharError(f"params.yaml: data.subjects = {str(path)!r} is not a file")
-    with path.open(newline="") as handle:
-        reader = csv.DictReader(handle)
-        if not reader.fieldnames or not {"video_id", "subject"} <= set(reader.fieldnames):
-            raise PrivharError(f"{path}: expected a header 'video_id,subject'")
-        table = {entry["video_id"]: entry["subject"].strip() for entry in reader}
-    missing = [row["video_id"] for row in rows if not table.get(row["video_id"])]
-    if missing:
-        raise PrivharError(f"{path}: no subject for {len(missing)} videos of the split (first: {missing[0]})")
-    return [{**row, "subject": table[row["video_id"]]} for row in rows]
+    table = read_csv(path)
+    if not {"video_id", "subject"} <= set(table.columns):
+        raise PrivharError(f"{path}: expected a header 'video_id,subject'")
+    table = table.select("video_id", pl.col("subject").str.strip_chars()).filter(pl.col("subject") != "")
+    return [{**row, "subject": mine["subject"]} for row, mine in zip(rows, _by_video(rows, path, table, "subject"))]
 
 
 def number_subjects(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -64,9 +65,9 @@ def rebase_path(stored: str | None, source: Path, target: Path) -> str:
     return Path(os.path.relpath(Path(source).resolve() / stored, Path(target).resolve())).as_posix()
 
 
-def write_table(rows: list[dict[str, Any]], path: Path, schema: pa.Schema | None = None) -> None:
-    """Write any small table of rows (identities, quarantine reports) as Parquet."""
-    table = pa.Table.from_pylist(rows, schema=schema)
+def write_table(rows: list[dict[str, Any]] | pa.Table, path: Path, schema: pa.Schema | None = None) -> None:
+    """Write a table (or any small table of rows: identities, quarantine reports) as Parquet, zstd, no timestamps."""
+    table = rows if isinstance(rows, pa.Table) else pa.Table.from_pylist(rows, schema=schema)
     buffer = io.BytesIO()
     pq.write_table(table, buffer, compression="zstd")
     atomic_write_bytes(Path(path), buffer.getvalue())
@@ -75,7 +76,7 @@ def write_table(rows: list[dict[str, Any]], path: Path, schema: pa.Schema | None
 def quarantined(folder: Path) -> set[str]:
     """Videos a per-video stage held back in ``folder`` (its ``quarantine.parquet``: unreadable, or short of coverage)."""
     path = Path(folder) / QUARANTINE_NAME
-    return set(pq.read_table(path, columns=["video_id"]).column("video_id").to_pylist()) if path.is_file() else set()
+    return set(pl.read_parquet(path, columns=["video_id"])["video_id"]) if path.is_file() else set()
 
 
 def write_manifest(rows: list[dict[str, Any]], path: Path) -> pa.Table:
@@ -91,20 +92,34 @@ def write_manifest(rows: list[dict[str, Any]], path: Path) -> pa.Table:
     fields = [pa.field(name, kind) for name, kind in REQUIRED_COLUMNS.items()]
     fields += [pa.field(name, pa.array(columns[name]).type) for name in extra]
     table = pa.Table.from_pydict(columns, schema=pa.schema(fields))
-    write_table(table.to_pylist(), path, schema=table.schema)
+    write_table(table, path)
     return table
 
 
-def read_manifest(path: Path) -> list[dict[str, Any]]:
-    """Read a manifest as a list of rows; a missing or malformed file is a one-line error."""
+def scan_manifest(path: Path) -> pl.LazyFrame:
+    """A manifest as a polars lazy scan (a stage filters or joins before anything is read); a missing or
+    malformed file, or one without the required columns, is a one-line error."""
     path = Path(path)
     if not path.is_file():
         raise PrivharError(f"{path}: manifest not found (run the stage that writes it first)")
+    scan = pl.scan_parquet(path)
     try:
-        table = pq.read_table(path)
-    except (pa.ArrowInvalid, OSError) as error:
+        columns = scan.collect_schema().names()
+    except (pl.exceptions.PolarsError, OSError) as error:
         raise PrivharError(f"{path}: not a readable Parquet manifest ({error})") from None
-    missing = [name for name in REQUIRED_COLUMNS if name not in table.column_names]
+    missing = [name for name in REQUIRED_COLUMNS if name not in columns]
     if missing:
         raise PrivharError(f"{path}: manifest lacks required columns {missing}")
-    return table.to_pylist()
+    return scan
+
+
+def read_manifest(path: Path, split: str | None = None) -> list[dict[str, Any]]:
+    """A manifest's rows (one dict per video, ``video_id`` order), only ``split``'s when given: what a per-video
+    loop iterates."""
+    scan = scan_manifest(path)
+    if split is not None:
+        scan = scan.filter(pl.col("split") == split)
+    try:
+        return scan.collect().to_dicts()
+    except (pl.exceptions.PolarsError, OSError) as error:
+        raise PrivharError(f"{path}: not a readable Parquet manifest ({error})") from None

@@ -1,4 +1,4 @@
-"""Map a function over videos on a local process pool, in order, with a progress bar.
+"""Map a function over videos on a local process pool, in order, showing progress.
 
 An orchestrator may install another mapper for the stage it runs in-process (the Prefect
 flow sends shards of videos to its task runner: threads or a Dask cluster); the stage
@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextvars import ContextVar
 from typing import TypeVar
 
-from tqdm import tqdm
+from tasks.core.progress import Progress, progress
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -47,16 +47,16 @@ def map_ordered(function: Callable[[T], R], items: Sequence[T], *, workers: int,
     mapper = _installed.get()
     if mapper is not None:
         return mapper(function, items, desc)
-    progress = tqdm(total=len(items), desc=desc, unit="video", dynamic_ncols=True)
+    bar = progress(len(items), desc, "video")
     try:
         if workers <= 1 or len(items) <= 1:
             results: Iterable[R] = map(function, items)
-            return [_tick(progress, result) for result in results]
+            return [_tick(bar, result) for result in results]
         context = pool_context(function)
         with context.Pool(processes=min(workers, len(items)), initializer=_one_thread_per_worker) as pool:
-            return [_tick(progress, result) for result in pool.imap(function, items, chunksize=1)]
+            return [_tick(bar, result) for result in pool.imap(function, items, chunksize=1)]
     finally:
-        progress.close()
+        bar.close()
 
 
 FORK_UNSAFE_MODULES = ("mediapipe",)
@@ -88,6 +88,6 @@ def _one_thread_per_worker() -> None:
     torch.set_num_threads(1)
 
 
-def _tick(progress: tqdm, result: R) -> R:
-    progress.update(1)
+def _tick(bar: Progress, result: R) -> R:
+    bar.update(1)
     return result

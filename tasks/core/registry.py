@@ -20,6 +20,7 @@ always-current pointer to the newest version, so privhar sets no alias of that n
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import math
@@ -80,25 +81,27 @@ def example_clip() -> Any:
 
 def register_model(model: nn.Module, *, family: str, key: str, run: StageRun, config: Mapping[str, Any],
                    tags: Mapping[str, Any], artifact: str = "model") -> str:
-    """Log ``model`` to the stage run (as ``artifact``: a stage logging several names each) and register it
-    as a new version of ``family``; return the version."""
+    """Log ``model`` to ``run`` (as ``artifact``: a stage logging several names each) and register it as a new version
+    of ``family``; return the version. ``run`` is the active stage run, or a finished model run, resumed for this."""
     import mlflow
     from mlflow import MlflowClient
 
     name = model_name(family)
     clip_model = "num_classes" in config  # a video classifier of this project (tests register toy models too)
-    # pickle, not pt2: pt2 traces one fixed input shape, while clips of any length and size are valid input.
-    # code_paths: the model's classes travel with it, so a fresh environment with torch loads it without privhar.
-    info = mlflow.pytorch.log_model(model, name=artifact, registered_model_name=name, serialization_format="pickle",
-                                    pip_requirements=_requirements(), metadata={"privhar_config": dict(config)},
-                                    code_paths=[str(Path(__file__).resolve().parents[1])],
-                                    signature=clip_signature(int(config["num_classes"])) if clip_model else None,
-                                    input_example=example_clip() if clip_model else None)
-    client = MlflowClient()
-    version = str(info.registered_model_version)
-    for tag, value in {**tags, "model": key}.items():
-        client.set_model_version_tag(name, version, tag, str(value))
-    run.set_tags({"privhar.registered_model": name, "privhar.model_version": version})
+    active = mlflow.active_run()
+    with contextlib.nullcontext() if active is not None and active.info.run_id == run.run_id else run.resumed():
+        # pickle, not pt2: pt2 traces one fixed input shape, while clips of any length and size are valid input.
+        # code_paths: the model's classes travel with it, so a fresh environment with torch loads it without privhar.
+        info = mlflow.pytorch.log_model(model, name=artifact, registered_model_name=name, serialization_format="pickle",
+                                        pip_requirements=_requirements(), metadata={"privhar_config": dict(config)},
+                                        code_paths=[str(Path(__file__).resolve().parents[1])],
+                                        signature=clip_signature(int(config["num_classes"])) if clip_model else None,
+                                        input_example=example_clip() if clip_model else None)
+        client = MlflowClient()
+        version = str(info.registered_model_version)
+        for tag, value in {**tags, "model": key}.items():
+            client.set_model_version_tag(name, version, tag, str(value))
+        run.set_tags({"privhar.registered_model": name, "privhar.model_version": version})
     return version
 
 

@@ -7,8 +7,6 @@ finished, so a killed or failed stage never leaves a half-written output behind.
 from __future__ import annotations
 
 import contextlib
-import csv
-import io
 import os
 import shutil
 import uuid
@@ -83,15 +81,6 @@ def atomic_write_bytes(path: Path, payload: bytes) -> None:
     staging = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
     staging.write_bytes(payload)
     os.replace(staging, path)
-
-
-def csv_bytes(rows: list[dict], fieldnames: list[str] | None = None) -> bytes:
-    """A CSV table of ``rows`` (header: ``fieldnames``, default the first row's keys), for :func:`atomic_write_bytes`."""
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=fieldnames or list(rows[0]))
-    writer.writeheader()
-    writer.writerows(rows)
-    return buffer.getvalue().encode()
 
 
 def is_clip(frames: np.ndarray) -> bool:

@@ -88,6 +88,43 @@ class StageRun:
 
         mlflow.set_tags({key: str(value) for key, value in tags.items()})
 
+    def log_dataset(self, folder: Path, split: str, context: str) -> str:
+        """``mlflow.log_input`` of a stage folder's manifest rows of ``split``: source the folder, digest the first 12
+        hex digits of the manifest's SHA-256 (the runs table shows which data a model saw); return the digest."""
+        import hashlib
+        import warnings
+
+        import mlflow
+        import polars as pl
+
+        manifest = Path(folder) / "manifest.parquet"
+        digest = hashlib.sha256(manifest.read_bytes()).hexdigest()[:12]
+        rows = pl.read_parquet(manifest).filter(pl.col("split") == split)
+        with warnings.catch_warnings():  # a local folder "can be interpreted in multiple ways" by MLflow: it is local
+            warnings.simplefilter("ignore", UserWarning)
+            dataset = mlflow.data.from_polars(rows, source=str(Path(folder).resolve()), targets="label",
+                                              name=f"{Path(folder).name}/{split}", digest=digest)
+        mlflow.log_input(dataset, context=context, tags={"split": split, "videos": str(rows.height)})
+        return digest
+
+    @contextlib.contextmanager
+    def model_run(self, key: str, tags: Mapping[str, Any] | None = None) -> Iterator[StageRun]:
+        """A run nested under this stage's for one trained model (``key``): its curves and scores under plain names,
+        so MLflow's runs table and compare view line models up; the model is registered from it (:meth:`resumed`)."""
+        import mlflow
+
+        with mlflow.start_run(run_name=key, nested=True, parent_run_id=self.run_id,
+                              tags={"privhar.model": key, **{name: str(value) for name, value in (tags or {}).items()}}) as run:
+            yield StageRun(run.info.run_id)
+
+    @contextlib.contextmanager
+    def resumed(self) -> Iterator[StageRun]:
+        """This (finished) model run active again, to log its registered model once the stage's outputs are complete."""
+        import mlflow
+
+        with mlflow.start_run(run_id=self.run_id, nested=True):
+            yield self
+
     def child(self, name: str, metrics: Mapping[str, float], tags: Mapping[str, Any]) -> str:
         """A run nested under this one (one per method, so the MLflow UI compares them in one table); its id."""
         import mlflow

@@ -38,7 +38,8 @@ from tasks.core.randomness import DpRandomness
 from tasks.core.registry import CHECKPOINT_TAG, checkpoint_digest, register_model
 from tasks.core.seeding import derive_seed
 from tasks.core.seeds import seed_folder, seed_keys, seed_suffix
-from tasks.core.storage import atomic_directory, atomic_write_bytes, csv_bytes
+from tasks.core.storage import atomic_directory, atomic_write_bytes
+from tasks.core.tables import csv_bytes
 from tasks.core.subjects import videos_per_person
 from tasks.core.tracking import StageRun, stage_run
 from tasks.core.federated_accounting import ACCOUNTANT, calibrate, person_epsilon
@@ -94,6 +95,7 @@ def train_federated(*, params_path: Path, frames: Path, init: Path, out: Path, r
     rows, rounds, persons = [], [], []
     registrations = []  # registered once the output folder and reports are complete: a failed stage leaves no version
     with stage_run("train-federated", {"base": base, "federated": params}) as run:
+        run.log_dataset(frames, "train", "training")
         with atomic_directory(out) as staging:
             for tuning, trainable in params.tunings.items():
                 for seed in range(seeds):
@@ -105,10 +107,12 @@ def train_federated(*, params_path: Path, frames: Path, init: Path, out: Path, r
                         key = name + seed_suffix(seed)
                         federation = federation_of(base, params, sigma, aggregation, randomness, seed)
                         started = time.perf_counter()
-                        result = _federate(params.transport, split, federation, [len(shard) for shard in clips.shards],
-                                           functools.partial(_print_round, key))
-                        for record in result.history:
-                            _log_round(run, key, record)
+                        with run.model_run(key, {"privhar.aggregation": aggregation, "privhar.tuning": tuning,
+                                                 "privhar.seed": seed}) as model_run:
+                            result = _federate(params.transport, split, federation, [len(shard) for shard in clips.shards],
+                                               functools.partial(_print_round, key))
+                            for record in result.history:
+                                _log_round(model_run, record)
                         seconds = time.perf_counter() - started + prefix_seconds
                         guarantee = _guarantee(result, sigma, params, randomness)
                         by_person = {person: person_epsilon(sigma, max(result.participations) * params.local_epochs, count,
@@ -131,7 +135,7 @@ def train_federated(*, params_path: Path, frames: Path, init: Path, out: Path, r
                         if seed:  # the registered model is seed 0; the other seeds measure the spread of the row
                             continue
                         registrations.append(functools.partial(
-                            register_model, model, family="federated", key=key, run=run, config=model_config, artifact=key,
+                            register_model, model, run=model_run, family="federated", key=key, config=model_config, artifact=key,
                             tags={"method": "federated", "aggregation": aggregation, "trainable": trainable,
                                   CHECKPOINT_TAG: checkpoint_digest(folder / "model.pt"),
                                   **guarantee.as_tags(), "clients": params.clients, "rounds": params.rounds,
@@ -155,9 +159,9 @@ def _federate(transport: str, split: Split, federation: Federation, counts: list
                       split.full_model_bytes, on_round)
 
 
-def _log_round(run: StageRun, key: str, record: dict[str, Any]) -> None:
-    """One round to MLflow (metric ``<key>.<name>``, step = round), from this thread: MLflow's active run is per thread."""
-    run.log_metrics({f"{key}.{name}": record[name] for name in ("accuracy", "test_loss", "train_loss", "epsilon",
+def _log_round(run: StageRun, record: dict[str, Any]) -> None:
+    """One round to the model's MLflow run (step = round), from this thread: MLflow's active run is per thread."""
+    run.log_metrics({name: record[name] for name in ("accuracy", "test_loss", "train_loss", "epsilon",
                                                                 "bytes_per_client", "bytes_ratio", "seconds")
                      if math.isfinite(record[name])}, step=record["round"])
 

@@ -15,10 +15,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+import polars as pl
+
 from tasks.core.figures import percent_chart_png, plt
 from tasks.core.params import FederatedParams
 from tasks.core.seeds import Interval, base_key, interval
-from tasks.core.storage import atomic_write_bytes, csv_bytes
+from tasks.core.storage import atomic_write_bytes
+from tasks.core.tables import csv_bytes, frame_of, markdown_of
 
 
 def federated_table(rows: list[dict[str, Any]], rounds: list[dict[str, Any]], report: Path, params: FederatedParams) -> None:
@@ -34,10 +37,9 @@ def federated_table(rows: list[dict[str, Any]], rounds: list[dict[str, Any]], re
 
 def seed_intervals(rows: list[dict[str, Any]]) -> dict[str, Interval]:
     """Each registered (seed 0) model's final Top-1 over its training seeds, as a fraction."""
-    by_model: dict[str, list[float]] = {}
-    for row in rows:
-        by_model.setdefault(base_key(row["model"])[0], []).append(row["accuracy"] / 100)
-    return {model: interval(values) for model, values in by_model.items()}
+    accuracy = frame_of([{"model": base_key(row["model"])[0], "top1": row["accuracy"] / 100} for row in rows])
+    grouped = accuracy.group_by("model", maintain_order=True).agg(pl.col("top1"))
+    return {model: interval(values) for model, values in grouped.iter_rows()}
 
 
 def markdown(rows: list[dict[str, Any]], params: FederatedParams) -> str:
@@ -52,16 +54,14 @@ def markdown(rows: list[dict[str, Any]], params: FederatedParams) -> str:
          f"of {params.batch_size}, C = {params.max_grad_norm}, σ = {first['noise_multiplier']}, δ = {params.delta}. "
          "Top-1 on the raw test clips after the last round."),
         "",
-        (f"| model | tuning | aggregation | Top-1 (%), mean ± 95 % over {seeds} seeds | runtime (s) | "
-         "traffic per client per round (MB) | vs full model (measured) | d_t/d (eq. 14) | ε per client (each seed) | "
-         "ε eq. 11 (paper's approximation) |"),
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for row in (row for row in rows if not row.get("seed")):
-        lines.append(f"| {row['model']} | {row['tuning']} (`{row['trainable']}`) | {row['aggregation']} | "
-                     f"{spread[row['model']].percent()} | "
-                     f"{row['runtime_s']:.1f} | {row['mb_per_client_round']:.4f} | {row['bytes_ratio']:.4f} | "
-                     f"{row['eq14_dt_over_d']:.4f} | {_number(row['epsilon'])} | {_number(row['paper_eq11_epsilon'])} |")
+    table = [[row["model"], f"{row['tuning']} (`{row['trainable']}`)", row["aggregation"], spread[row["model"]].percent(),
+              f"{row['runtime_s']:.1f}", f"{row['mb_per_client_round']:.4f}", f"{row['bytes_ratio']:.4f}",
+              f"{row['eq14_dt_over_d']:.4f}", _number(row["epsilon"]), _number(row["paper_eq11_epsilon"])]
+             for row in rows if not row.get("seed")]
+    lines.append(markdown_of(["model", "tuning", "aggregation", f"Top-1 (%), mean ± 95 % over {seeds} seeds", "runtime (s)",
+                              "traffic per client per round (MB)", "vs full model (measured)", "d_t/d (eq. 14)",
+                              "ε per client (each seed)", "ε eq. 11 (paper's approximation)"], table))
     lines += [
         "",
         (f"ε per client: {first['accountant']}; the largest over the clients. Eq. 11 of paper 003, (q/σ)·sqrt(2E ln(1/δ)) "

@@ -22,7 +22,8 @@ from sklearn.model_selection import train_test_split
 from tasks.core.figures import plt, png_bytes
 from tasks.core.params import BaseParams, LdpParams, load_section
 from tasks.core.seeding import derive_seed
-from tasks.core.storage import atomic_write_bytes, csv_bytes
+from tasks.core.storage import atomic_write_bytes
+from tasks.core.tables import csv_bytes
 from tasks.core.tracking import stage_run
 from tasks.ldp.baselines import hog_bovw_codes, raw_pixel_codes
 from tasks.ldp.dcaconv import fit_dcaconv

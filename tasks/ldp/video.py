@@ -47,7 +47,8 @@ from tasks.core.manifest import MANIFEST_NAME, read_manifest, resolve_path
 from tasks.core.params import BaseParams, LdpParams, PrivacyParams, load_section
 from tasks.core.randomness import DpRandomness
 from tasks.core.seeding import derive_seed
-from tasks.core.storage import atomic_directory, atomic_write_bytes, csv_bytes, load_frames, save_arrays
+from tasks.core.storage import atomic_directory, atomic_write_bytes, load_frames, save_arrays
+from tasks.core.tables import csv_bytes
 from tasks.core.tracking import stage_run
 from tasks.ldp.baselines import hog_bovw_codes, raw_pixel_codes
 from tasks.ldp.dcaconv import fit_dcaconv

@@ -43,6 +43,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from tasks.core.accounting import ADD_REMOVE, Relation, poisson_schedule
 from tasks.core.errors import PrivharError
 from tasks.core.models import has_batch_norm
+from tasks.core.progress import progress
 from tasks.private.accounting import SgdPrivacy, calibrate
 from tasks.private.gradients import (
     Gradients,
@@ -210,6 +211,7 @@ def train_grouped(module: nn.Module, data: PrivateData, recipe: Recipe, noise_mu
     if data.public is not None and public_generator is None:
         raise PrivharError("MaskDP needs a public_generator: the public batch must be drawn independently of the private one")
     history, step = [], 0
+    bar = progress(steps_per_epoch * recipe.epochs, "private training" if data.public is None else "MaskDP training")
     for epoch in range(1, recipe.epochs + 1):
         clipped, seen, loss_sum = 0, 0, 0.0
         for _ in range(steps_per_epoch):
@@ -226,10 +228,13 @@ def train_grouped(module: nn.Module, data: PrivateData, recipe: Recipe, noise_mu
             optimiser.zero_grad(set_to_none=True)
             clipped, seen, loss_sum = clipped + step_clipped, seen + len(chosen), loss_sum + step_loss
             step += 1
+            bar.update(1)
             if on_step is not None:
                 on_step(step, len(chosen), module)
         history.append({"epoch": epoch, "loss": loss_sum / max(seen, 1), "clipped_fraction": clipped / max(seen, 1),
                         "sampled": seen})
+        bar.set_postfix(epoch=epoch, loss=f"{history[-1]['loss']:.3f}")
+    bar.close()
     return Outcome(history, SgdPrivacy(noise_multiplier, rate, steps, recipe.delta, recipe.accountant, recipe.relation))
 
 
@@ -261,6 +266,7 @@ def train_dp_sgd(module: nn.Module, data: PrivateData, recipe: Recipe, target_ep
         max_grad_norm=recipe.max_grad_norm, poisson_sampling=True, noise_generator=generator,
         grad_sample_mode=recipe.grad_sample_mode)
     history = []
+    bar = progress(recipe.epochs, "DP-SGD (Opacus)", "epoch")
     try:
         for epoch in range(1, recipe.epochs + 1):
             loss_sum, seen, empty = 0.0, 0, 0
@@ -277,7 +283,10 @@ def train_dp_sgd(module: nn.Module, data: PrivateData, recipe: Recipe, target_ep
                         empty += 1
                     optimiser.step()
             history.append({"epoch": epoch, "loss": loss_sum / max(seen, 1), "sampled": seen, "empty_batches": empty})
+            bar.set_postfix(loss=f"{history[-1]['loss']:.3f}")
+            bar.update(1)
     finally:
+        bar.close()
         private_module.remove_hooks()
     return Outcome(history, SgdPrivacy(float(optimiser.noise_multiplier), rate, steps, recipe.delta, recipe.accountant,
                                        recipe.relation),

@@ -51,7 +51,8 @@ from tasks.core.randomness import DpRandomness
 from tasks.core.registry import CHECKPOINT_TAG, checkpoint_digest, register_model
 from tasks.core.seeding import derive_seed
 from tasks.core.seeds import seed_folder, seed_keys, seed_suffix
-from tasks.core.storage import atomic_directory, atomic_write_bytes, csv_bytes
+from tasks.core.storage import atomic_directory, atomic_write_bytes
+from tasks.core.tables import csv_bytes
 from tasks.core.tracking import StageRun, stage_run
 from tasks.private.accounting import SgdPrivacy
 from tasks.private.features import HEAD, head_of, pooled_features
@@ -242,6 +243,7 @@ def train_private(*, params_path: Path, method: str, frames: Path, init: Path, o
     results, persons = [], []
     registrations = []  # registered once the output folder and reports are complete: a failed stage leaves no version
     with stage_run(f"train-private@{method}", {"base": base, "private": params}) as run:
+        run.log_dataset(frames, "train", "training")
         with atomic_directory(out) as staging:
             for epsilon in [*params.epsilons, math.inf]:
                 for seed in range(seeds):
@@ -250,7 +252,9 @@ def train_private(*, params_path: Path, method: str, frames: Path, init: Path, o
                     model = copy.deepcopy(pretrained if seed == 0 else public_model(init, frames, classifier_seed(base.seed, seed))[0])
                     select_trainable(model, params.trainable)
                     module = head_of(model) if head_only else model
-                    outcome = train_one(method, module, data, recipe, epsilon, randomness, seed)
+                    with run.model_run(key, {"privhar.method": method, "privhar.seed": seed}) as model_run:
+                        outcome = train_one(method, module, data, recipe, epsilon, randomness, seed)
+                        _log(model_run, outcome, recipe, epsilon)
                     if math.isinf(epsilon):
                         guarantee = NON_PRIVATE
                     elif data.has_private is not None and not bool(data.has_private.any()):
@@ -263,7 +267,6 @@ def train_private(*, params_path: Path, method: str, frames: Path, init: Path, o
                                 for person, value in by_person.items()]
                     results.append({**_record(method, key, epsilon, guarantee, outcome, trainable_count(model), recipe,
                                               max(by_person.values(), default=math.inf)), "seed": seed})
-                    _log(run, key, outcome, recipe, epsilon)
                     model.eval()
                     model_config = {**config, "model": key, "method": method, "family": method, "frames": str(frames),
                                     "target_epsilon": epsilon, "trainable": params.trainable, "seed": seed}
@@ -272,7 +275,7 @@ def train_private(*, params_path: Path, method: str, frames: Path, init: Path, o
                     torch.save({"state_dict": model.state_dict(), "config": model_config}, folder / "model.pt")
                     if seed == 0:  # the registered model; the other seeds measure the spread of the row
                         registrations.append(functools.partial(
-                            register_model, model, family=method, key=key, run=run, config=model_config,
+                            register_model, model, run=model_run, family=method, key=key, config=model_config,
                             artifact=key.replace(".", "_"),
                             tags={"method": method, **guarantee.as_tags(), "semantics": SEMANTICS[method],
                                   CHECKPOINT_TAG: checkpoint_digest(folder / "model.pt"),
@@ -321,15 +324,15 @@ def _record(method: str, key: str, target: float, guarantee: PrivacyGuarantee, o
             "final_loss": round(outcome.history[-1]["loss"], 6)}
 
 
-def _log(run: StageRun, key: str, outcome: Outcome, recipe: Recipe, target: float) -> None:
+def _log(run: StageRun, outcome: Outcome, recipe: Recipe, target: float) -> None:
+    """One model's run: its loss and the ε spent after each epoch, and the DP-SGD parameters."""
     finite = not math.isinf(target)
     spent = epsilon_by_epoch(outcome.privacy, recipe.epochs) if finite and outcome.privacy.noise_multiplier > 0 else None
     for index, record in enumerate(outcome.history):
-        metrics = {f"{key}.loss": record["loss"]}
+        metrics = {"loss": record["loss"]}
         if spent is not None:
-            metrics[f"{key}.epsilon"] = spent[index]
+            metrics["epsilon"] = spent[index]
         run.log_metrics(metrics, step=record["epoch"])
     if finite:
-        run.log_metrics({f"{key}.noise_multiplier": outcome.privacy.noise_multiplier, f"{key}.sample_rate": outcome.privacy.sample_rate,
-                         f"{key}.steps": outcome.privacy.steps, f"{key}.max_grad_norm": recipe.max_grad_norm,
-                         f"{key}.delta": recipe.delta})
+        run.log_metrics({"noise_multiplier": outcome.privacy.noise_multiplier, "sample_rate": outcome.privacy.sample_rate,
+                         "steps": outcome.privacy.steps, "max_grad_norm": recipe.max_grad_norm, "delta": recipe.delta})

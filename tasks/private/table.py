@@ -3,7 +3,8 @@
     reports/evaluate/metrics.json ─┐   Top-1 (protocols 1 and 2) per model
     reports/private/<method>.csv ──┼─▶ out/private.md   Markdown: paper 001 Table 2 / paper 000 Table 2 shape
     reports/train/<key>.json ──────┘   out/private.csv  one row per model, with its ε and how it was computed
-      (baseline, dprp-eps<ε>)          out/accuracy_vs_epsilon.png
+      (baseline, dprp-eps<ε>)          out/accuracy_vs_epsilon.csv  Top-1 per ε and method (dvc.yaml's linear plot)
+                                       out/accuracy_vs_epsilon.png
 
 Rows are what was trained (data × training method), columns the target ε of the grid and ∞
 (the same recipe without noise); each cell is Top-1 on the raw test videos (protocol 1: one
@@ -15,17 +16,20 @@ cell, its δ and the accountant that computed it are in the ledger table and the
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import polars as pl
+
 from tasks.core.errors import PrivharError
 from tasks.core.figures import percent_chart_png, plt
 from tasks.core.params import DprpParams, PrivateParams, load_section
-from tasks.core.storage import atomic_write_bytes, csv_bytes
+from tasks.core.storage import atomic_write_bytes
+from tasks.core import tables
+from tasks.core.tables import csv_bytes, frame_of, markdown_of, read_csv
 from tasks.core.tracking import stage_run
 
 
@@ -60,8 +64,7 @@ def _read_json(path: Path) -> dict[str, Any]:
 def _ledger(path: Path) -> list[dict[str, str]]:
     if not path.is_file():
         raise PrivharError(f"{path}: not found; expected the train-private stage's ledger of this method")
-    with path.open(newline="") as handle:
-        return list(csv.DictReader(handle))
+    return read_csv(path).to_dicts()
 
 
 def _scores(metrics: dict[str, Any], key: str, metrics_path: Path) -> dict[str, Any]:
@@ -129,31 +132,30 @@ def _cell(record: dict[str, Any] | None, score: str) -> str:
 
 
 def accuracy_table(records: list[dict[str, Any]], score: str) -> str:
-    """Markdown: a row per (data, training), a column per target ε; cells are ``score`` in %, "—" if not run."""
+    """Markdown: a row per (data, training), a column per target ε; cells are ``score`` in %, "—" if not run.
+
+    A polars pivot of the records on the target ε (the grid's order, ∞ last).
+    """
     epsilons = sorted({record["target_epsilon"] for record in records})
-    lines = ["| data | training | " + " | ".join(f"ε = {_label(e)}" for e in epsilons) + " |",
-             "|---|---|" + "---:|" * len(epsilons)]
-    for (data, training), group in _grouped(records).items():
-        if all(record[score] == "" for record in group):
-            continue
-        by_epsilon = {record["target_epsilon"]: record for record in group}
-        lines.append(f"| {data} | {training} | " + " | ".join(_cell(by_epsilon.get(e), score) for e in epsilons) + " |")
-    return "\n".join(lines)
+    labels = [f"ε = {_label(e)}" for e in epsilons]
+    cells = frame_of([{"data": r["data"], "training": r["training"], "epsilon": f"ε = {_label(r['target_epsilon'])}",
+                       "cell": _cell(r, score), "run": r[score] != ""} for r in records])
+    ran = cells.group_by("data", "training", maintain_order=True).agg(pl.col("run").any()).filter("run")
+    wide = (cells.join(ran.select("data", "training"), on=["data", "training"], how="semi", maintain_order="left")
+            .pivot(on="epsilon", index=["data", "training"], values="cell", aggregate_function="first", maintain_order=True))
+    wide = wide.with_columns(*(pl.lit("—").alias(label) for label in labels if label not in wide.columns))
+    return tables.markdown(wide.select("data", "training", *labels).fill_null("—"))
 
 
 def ledger_table(records: list[dict[str, Any]]) -> str:
     """Markdown: the achieved ε of every private model with its unit and relation, the ε of the most exposed person,
     the paper's number where a paper printed another (MaskDP: 001 Theorem 1, add/remove RDP), δ, the accountant."""
-    lines = ["| model | target ε | ε | unit | relation | ε of the most exposed person | paper's ε (not a bound) | δ | "
-             "accountant and parameters |", "|---|---:|---:|---|---|---:|---:|---:|---|"]
-    for record in records:
-        if math.isinf(record["epsilon"]):
-            continue
-        person = "" if record["epsilon_person_max"] == "" else f"{float(record['epsilon_person_max']):.4g}"
-        paper = "" if record["paper_epsilon"] == "" else f"{float(record['paper_epsilon']):.4g}"
-        lines.append(f"| {record['model']} | {_label(record['target_epsilon'])} | {record['epsilon']:.4g} | {record['unit']} | "
-                     f"{record['relation']} | {person} | {paper} | {record['delta']:g} | {record['accountant']} |")
-    return "\n".join(lines)
+    lines = [[record["model"], _label(record["target_epsilon"]), f"{record['epsilon']:.4g}", record["unit"], record["relation"],
+              "" if record["epsilon_person_max"] == "" else f"{float(record['epsilon_person_max']):.4g}",
+              "" if record["paper_epsilon"] == "" else f"{float(record['paper_epsilon']):.4g}", f"{record['delta']:g}",
+              record["accountant"]] for record in records if not math.isinf(record["epsilon"])]
+    return markdown_of(["model", "target ε", "ε", "unit", "relation", "ε of the most exposed person",
+                        "paper's ε (not a bound)", "δ", "accountant and parameters"], lines)
 
 
 def _grouped(records: list[dict[str, Any]]) -> dict[tuple[str, str], list[dict[str, Any]]]:
@@ -205,6 +207,19 @@ def plot(records: list[dict[str, Any]]) -> bytes:
                              title="Accuracy vs privacy budget (protocol 1)")
 
 
+def epsilon_curves(records: list[dict[str, Any]], methods: list[str]) -> pl.DataFrame:
+    """One line per finite target ε, one column per private method: its Top-1 (protocol 1, mean over the seeds), null
+    where it did not run; the data of dvc.yaml's linear plot (a polars pivot)."""
+    finite = frame_of([{"target_epsilon": r["target_epsilon"], "method": r["model"].split("-eps")[0],
+                        "top1": float(r["top1_mean"] if r["top1_mean"] != "" else r["top1"])}
+                       for r in records if math.isfinite(r["target_epsilon"]) and r["model"].split("-eps")[0] in methods],
+                      ["target_epsilon", "method", "top1"])
+    wide = finite.pivot(on="method", index="target_epsilon", values="top1", aggregate_function="first") if finite.height \
+        else pl.DataFrame(schema={"target_epsilon": pl.Float64})
+    missing = [pl.lit(None, pl.Float64).alias(method) for method in methods if method not in wide.columns]
+    return wide.with_columns(*missing).select("target_epsilon", *methods).sort("target_epsilon")
+
+
 def private_table(*, params_path: Path, metrics: Path, ledgers: Path, train_reports: Path, out: Path) -> list[dict[str, Any]]:
     """Run the stage; return the CSV records written."""
     private = load_section(params_path, "private", PrivateParams)
@@ -214,7 +229,8 @@ def private_table(*, params_path: Path, metrics: Path, ledgers: Path, train_repo
     with stage_run("private-table", {"private": private}) as run:
         atomic_write_bytes(out / "private.csv", csv_bytes(records))
         atomic_write_bytes(out / "private.md", markdown(records).encode())
+        atomic_write_bytes(out / "accuracy_vs_epsilon.csv", csv_bytes(epsilon_curves(records, private.methods)))
         atomic_write_bytes(out / "accuracy_vs_epsilon.png", plot(records))
-        for name in ("private.md", "private.csv", "accuracy_vs_epsilon.png"):
+        for name in ("private.md", "private.csv", "accuracy_vs_epsilon.csv", "accuracy_vs_epsilon.png"):
             run.log_artifact(out / name)
     return records

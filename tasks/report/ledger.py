@@ -12,20 +12,20 @@ Two views per person, side by side:
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
+import polars as pl
 
 from tasks.core.accounting import gaussian_person_epsilon
 from tasks.core.budget import federated_release, subjects_by_split
 from tasks.core.randomness import SECURE
 from tasks.core.seeds import seed_suffix
 from tasks.core.subjects import person_videos
+from tasks.core.tables import frame_of, read_csv, read_parquet
 
 MECHANISMS = {
     "dp_sgd": "DP-SGD (Opacus, Poisson sampling, per-unit clipping)",
@@ -75,7 +75,7 @@ def dprp_releases(folder: Path) -> list[Release]:
     videos' frames (tasks/core/dprp_calibration.py, "The person")."""
     releases = []
     for ledger in sorted(folder.glob("*/ledger.parquet")):
-        rows = pq.read_table(ledger).to_pylist()
+        rows = read_parquet(ledger).to_dicts()
         first = rows[0]
         persons = {}
         for person, videos in person_videos(rows).items():
@@ -119,10 +119,7 @@ def private_releases(folder: Path, methods: list[str]) -> list[Release]:
 
 def _csv_entries(path: Path) -> list[dict[str, str]]:
     """The rows of a stage's CSV table; none if the stage has not run (its tables then say "not run")."""
-    if not path.is_file():
-        return []
-    with path.open(newline="") as handle:
-        return list(csv.DictReader(handle))
+    return read_csv(path, missing_ok=True).to_dicts()
 
 
 def ldp_releases(path: Path, rows: list[dict[str, Any]] | None = None) -> list[Release]:
@@ -181,44 +178,65 @@ def unprotected_releases(train_reports: Path, anonymize: Path) -> list[Release]:
 
 def subject_totals(releases: list[Release], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per person: DP releases holding them, Σ of the per-unit ε (not a guarantee), Σ of their person-level ε and δ
-    (sequential composition), releases without DP or with seeded randomness, and the total (∞ if any of those)."""
-    subjects = subjects_by_split(rows)
-    every = sorted(set().union(*subjects.values())) if subjects else []
-    table = []
-    for subject in every:
-        holding = [r for r in releases if any(subject in subjects.get(split, set()) for split in r.splits.split("+"))]
-        finite = [r for r in holding if math.isfinite(r.epsilon)]
-        seeded = [r for r in finite if not r.private]
-        unbounded = len(holding) - len(finite)
-        person = [r.persons.get(subject, (r.epsilon_person_max, r.delta)) for r in finite]
-        epsilon_person = sum(epsilon for epsilon, _ in person)
-        table.append({"subject": subject, "dp_releases": len(finite),
-                      "epsilon_per_unit_sum": round(sum(r.epsilon for r in finite), 4),
-                      "epsilon_person": round(epsilon_person, 4) if math.isfinite(epsilon_person) else math.inf,
-                      "delta_person": sum(delta for _, delta in person), "releases_without_dp": unbounded,
-                      "releases_seeded": len(seeded),
-                      "total_epsilon_person": math.inf if unbounded or seeded else round(epsilon_person, 4)})
-    return table
+    (sequential composition), releases without DP or with seeded randomness, and the total (∞ if any of those).
+
+    A polars join of who is in which split with what each release covers, grouped by person.
+    """
+    members = pl.DataFrame([{"subject": subject, "split": split} for split, people in subjects_by_split(rows).items()
+                            for subject in people], schema={"subject": pl.Int64, "split": pl.String})
+    covered = pl.DataFrame([{"release": index, "split": split, "epsilon": r.epsilon, "delta": r.delta, "private": r.private,
+                             "epsilon_person_max": r.epsilon_person_max} for index, r in enumerate(releases)
+                            for split in r.splits.split("+")],
+                           schema={"release": pl.Int64, "split": pl.String, "epsilon": pl.Float64, "delta": pl.Float64,
+                                   "private": pl.Boolean, "epsilon_person_max": pl.Float64})
+    exact = pl.DataFrame([{"release": index, "subject": subject, "person_epsilon": value[0], "person_delta": value[1]}
+                          for index, r in enumerate(releases) for subject, value in r.persons.items()],
+                         schema={"release": pl.Int64, "subject": pl.Int64, "person_epsilon": pl.Float64,
+                                 "person_delta": pl.Float64})
+    held = (members.join(covered, on="split").unique(["subject", "release"])
+            .join(exact, on=["release", "subject"], how="left")
+            .with_columns(finite=pl.col("epsilon").is_finite(),
+                          person_epsilon=pl.col("person_epsilon").fill_null(pl.col("epsilon_person_max")),
+                          person_delta=pl.col("person_delta").fill_null(pl.col("delta"))))
+    dp = pl.col("finite")
+    totals = (held.group_by("subject").agg(
+        dp.sum().cast(pl.Int64).alias("dp_releases"),
+        pl.col("epsilon").filter(dp).sum().round(4).alias("epsilon_per_unit_sum"),
+        pl.col("person_epsilon").filter(dp).sum().alias("epsilon_person"),
+        pl.col("person_delta").filter(dp).sum().alias("delta_person"),
+        (~dp).sum().cast(pl.Int64).alias("releases_without_dp"),
+        (dp & ~pl.col("private")).sum().cast(pl.Int64).alias("releases_seeded"))
+        .with_columns(pl.when(pl.col("epsilon_person").is_finite()).then(pl.col("epsilon_person").round(4))
+                      .otherwise(pl.col("epsilon_person")).alias("epsilon_person"))
+        .with_columns(pl.when((pl.col("releases_without_dp") > 0) | (pl.col("releases_seeded") > 0)).then(math.inf)
+                      .otherwise(pl.col("epsilon_person")).alias("total_epsilon_person"))
+        .sort("subject"))
+    return members.select("subject").unique().sort("subject").join(totals, on="subject", how="left").with_columns(
+        pl.col("dp_releases", "releases_without_dp", "releases_seeded").fill_null(0),
+        pl.col("epsilon_per_unit_sum", "epsilon_person", "delta_person", "total_epsilon_person").fill_null(0.0),
+    ).select(SUBJECT_COLUMNS).to_dicts()
 
 
 def family_summary(releases: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The ledger per method: its mechanism, unit and relation, its DP releases (ε per unit, the largest ε of one
-    person, δ, accountant, calibration) and how many of its releases carry no DP guarantee."""
-    families: dict[str, list[dict[str, Any]]] = {}
-    for release in releases:
-        families.setdefault(release["family"], []).append(release)
+    person, δ, accountant, calibration) and how many of its releases carry no DP guarantee (a polars group-by)."""
+    if not releases:
+        return []
+    dp = pl.col("epsilon").is_finite()
+    first = [pl.col(name).filter(dp).first().alias(name) for name in ("unit", "relation", "accountant", "calibration", "randomness")]
+    grouped = (frame_of(releases).group_by("family", maintain_order=True).agg(
+        pl.col("mechanism").first(), dp.sum().cast(pl.Int64).alias("dp_releases"), *first,
+        pl.col("epsilon").filter(dp).alias("dp_epsilons"), pl.col("epsilon_person_max").filter(dp).alias("person"),
+        pl.col("delta").filter(dp).max().fill_null(0.0).alias("delta"),
+        pl.col("epsilon").filter(dp).sum().alias("epsilon_sum"), (~dp).sum().cast(pl.Int64).alias("releases_without_dp")))
     summary = []
-    for family, group in families.items():
-        dp = [r for r in group if math.isfinite(r["epsilon"])]
-        summary.append({"method": family, "mechanism": group[0]["mechanism"], "dp_releases": len(dp),
-                        "unit": dp[0]["unit"] if dp else "none", "relation": dp[0]["relation"] if dp else "none",
-                        "epsilons": ", ".join(f"{r['epsilon']:.3g}" for r in dp) or "—",
-                        "person_epsilons": ", ".join(f"{r['epsilon_person_max']:.3g}" for r in dp) or "—",
-                        "delta": max((r["delta"] for r in dp), default=0.0),
-                        "accountant": dp[0]["accountant"].split(";")[0] if dp else "none",
-                        "calibration": dp[0]["calibration"] if dp else "none",
-                        "randomness": dp[0]["randomness"] if dp else "none",
-                        "epsilon_sum": sum(r["epsilon"] for r in dp), "releases_without_dp": len(group) - len(dp)})
+    for row in grouped.to_dicts():
+        summary.append({"method": row["family"], "mechanism": row["mechanism"], "dp_releases": row["dp_releases"],
+                        **{name: row[name] or "none" for name in ("unit", "relation", "calibration", "randomness")},
+                        "epsilons": ", ".join(f"{value:.3g}" for value in row["dp_epsilons"]) or "—",
+                        "person_epsilons": ", ".join(f"{value:.3g}" for value in row["person"]) or "—",
+                        "delta": row["delta"], "accountant": (row["accountant"] or "none").split(";")[0],
+                        "epsilon_sum": row["epsilon_sum"], "releases_without_dp": row["releases_without_dp"]})
     return summary
 
 

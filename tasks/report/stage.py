@@ -21,7 +21,8 @@ from typing import Any
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import MANIFEST_NAME, read_manifest, write_table
 from tasks.core.params import AnonymizeParams, DprpParams, FederatedParams, PrivacyParams, PrivateParams, load_section
-from tasks.core.storage import atomic_write_bytes, csv_bytes
+from tasks.core.storage import atomic_write_bytes
+from tasks.core.tables import csv_bytes, markdown_of
 from tasks.core.subjects import subjects_statement
 from tasks.core.tracking import stage_run
 from tasks.report.claims import decide, paper_claims
@@ -43,7 +44,6 @@ from tasks.report.tables import (
     LEFT_COLUMNS,
     SIGNATURE_COLUMNS,
     cell,
-    markdown_table,
     methods,
     signature_markdown,
     signature_rows,
@@ -75,17 +75,17 @@ def _subjects_markdown(subjects: list[dict[str, Any]]) -> str:
     lines = [[str(row["subject"]), str(row["dp_releases"]), f"{row['epsilon_per_unit_sum']:g}", f"{row['epsilon_person']:.4g}",
               f"{row['delta_person']:.2g}", str(row["releases_without_dp"]), str(row["releases_seeded"]),
               cell(float(row["total_epsilon_person"]))] for row in subjects]
-    return markdown_table(["person", "DP releases", "Σ ε per unit (not a guarantee)", "Σ ε per person", "Σ δ per person",
-                           "releases without DP", "seeded (not private)", "total ε of the person"], lines)
+    return markdown_of(["person", "DP releases", "Σ ε per unit (not a guarantee)", "Σ ε per person", "Σ δ per person",
+                        "releases without DP", "seeded (not private)", "total ε of the person"], lines)
 
 
 def _families_markdown(releases: list[dict[str, Any]]) -> str:
     lines = [[r["method"], r["mechanism"], r["unit"], r["relation"], str(r["dp_releases"]), r["epsilons"], r["person_epsilons"],
               f"{r['delta']:g}" if r["dp_releases"] else "—", r["accountant"], r["calibration"], r["randomness"],
               str(r["releases_without_dp"])] for r in family_summary(releases)]
-    return markdown_table(["method", "mechanism", "unit (what ε covers)", "relation", "DP releases", "ε per unit",
-                           "ε of the most exposed person", "δ", "accountant", "calibration", "randomness",
-                           "releases without DP"], lines, right_from=11)
+    return markdown_of(["method", "mechanism", "unit (what ε covers)", "relation", "DP releases", "ε per unit",
+                        "ε of the most exposed person", "δ", "accountant", "calibration", "randomness",
+                        "releases without DP"], lines)
 
 
 READ_FIRST = ("Read this first. Every number is also in `report/*.csv`, `report/results.parquet` and `report/metrics.json` "
@@ -124,8 +124,7 @@ def _claims_markdown(claims: list[dict[str, Any]]) -> str:
         return "No claim can be tested with these params (each needs both of its rows trained)."
     lines = [[row["paper"], row["claim"], f"{row['higher_model']}: {row['higher_top1']}",
               f"{row['lower_model']}: {row['lower_top1']}", row["verdict"]] for row in claims]
-    return markdown_table(["paper", "claim", "claimed higher, Top-1 (%)", "claimed lower, Top-1 (%)", "verdict"], lines,
-                          right_from=5)
+    return markdown_of(["paper", "claim", "claimed higher, Top-1 (%)", "claimed lower, Top-1 (%)", "verdict"], lines)
 
 
 def results_markdown(table: list[dict[str, Any]], signature: list[dict[str, Any]], releases: list[dict[str, Any]],

@@ -9,6 +9,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from tasks.core.tables import markdown_of
+
 NOT_RUN = "not run"
 NOT_MEASURED = "n/m"  # assess could not measure it (real footage: no annotations or attributes)
 # what is left of people (assess): the anonymize coverage check, clips held back, detectors re-run on the copy
@@ -82,12 +84,6 @@ def cell(value: Any, percent: bool = False) -> str:
     return f"{100 * value:.1f}" if percent else f"{value:.3f}" if isinstance(value, float) and not value.is_integer() else f"{value:g}"
 
 
-def markdown_table(headers: list[str], lines: list[list[str]], right_from: int = 1) -> str:
-    rule = ["---" if index < right_from else "---:" for index in range(len(headers))]
-    return "\n".join(["| " + " | ".join(headers) + " |", "|" + "|".join(rule) + "|",
-                      *("| " + " | ".join(line) + " |" for line in lines)])
-
-
 def spread_cell(record: dict[str, Any], score: str) -> str:
     """``mean ± half-width`` (%) of the 95 % interval over the row's seeds; the mean alone for one seed."""
     mean, half = record[f"{score}_mean"], record[f"{score}_ci95"]
@@ -101,10 +97,10 @@ def table_one_markdown(table: list[dict[str, Any]]) -> str:
     lines = [[r["method"], epsilon_text(r["epsilon"]), spread_cell(r, "top1"), spread_cell(r, "top1_protocol2"),
               cell(r["cmap_raw_attacker"]), cell(r["f1_raw_attacker"]), cell(r["cmap_adaptive"]), cell(r["f1_adaptive"])]
              for r in table]
-    return markdown_table(headers, lines, right_from=1)
+    return markdown_of(headers, lines)
 
 
 def signature_markdown(rows: list[dict[str, Any]]) -> str:
     headers = ["method", *(key.removeprefix("e_") for key in SIGNATURE_COLUMNS),
                "coverage", "held back", "people / frame", "faces / frame", "person pixels"]
-    return markdown_table(headers, [[r["method"], *(cell(r[key]) for key in SIGNATURE_COLUMNS + LEFT_COLUMNS)] for r in rows])
+    return markdown_of(headers, [[r["method"], *(cell(r[key]) for key in SIGNATURE_COLUMNS + LEFT_COLUMNS)] for r in rows])

@@ -1,0 +1,86 @@
+"""Stage ``register``: score the MLflow model registry from the evaluation, whichever runner ran the DAG.
+
+    reports/evaluate/metrics.json ─┐  Top-1 (both protocols, the seeds' interval)
+    reports/report/metrics.json ───┼─▶ each registered model's newest version: description, score tags,
+    reports/evaluate/scored.json ──┘   provenance (git commit, dvc.lock); the family's ``champion`` alias
+                                       out: registered.json {model key: {version, checkpoint_sha256}}
+
+A stage (not a step of ``privhar run``), so a plain ``dvc repro`` or ``dvc exp run`` scores the registry too.
+Only the model files evaluate scored are described (``scored.json`` holds each file's SHA-256): a version
+trained after that evaluate is left unscored and moves no alias (tasks/core/registry.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from tasks.core.errors import PrivharError
+from tasks.core.params import RegistryParams, load_section
+from tasks.core.registry import record_scores
+from tasks.core.seeds import base_key
+from tasks.core.storage import atomic_write_bytes
+from tasks.core.tracking import stage_run
+
+LOG = logging.getLogger(__name__)
+
+
+def _json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise PrivharError(f"{path}: not found; run the stage that writes it first") from None
+    except (OSError, json.JSONDecodeError) as error:
+        raise PrivharError(f"{path}: cannot be read as JSON ({error})") from None
+
+
+def model_scores(paths: list[Path]) -> dict[str, dict[str, float]]:
+    """``{model key: {metric: value}}`` merged over the metrics files (evaluate's Top-1, the report's cMAP / F1)."""
+    merged: dict[str, dict[str, float]] = {}
+    for path in paths:
+        for key, values in _json(path).items():
+            if isinstance(values, dict) and "top1" in values:
+                merged.setdefault(key, {}).update(values)
+    return merged
+
+
+def file_sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "none"
+
+
+def git_commit(project: Path) -> str:
+    """HEAD's commit, ``+dirty`` if tracked files differ from it; ``none`` outside git."""
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=project, capture_output=True, text=True, check=False)
+    if head.returncode != 0:
+        return "none"
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=project,
+                           capture_output=True, text=True, check=False).stdout.strip()
+    return head.stdout.strip() + ("+dirty" if dirty else "")
+
+
+def register(*, params_path: Path, metrics: list[Path], scored: Path, out: Path) -> dict[str, dict[str, Any]]:
+    """Describe every registered model (seed 0) evaluate scored; write and return ``{key: {version, digest}}``."""
+    registry = load_section(params_path, "registry", RegistryParams)
+    scores = model_scores(metrics)
+    digests = _json(scored)
+    project = Path(params_path).resolve().parent
+    provenance = {"dvc_lock_sha256": file_sha256(project / "dvc.lock"), "git_commit": git_commit(project)}
+    registered: dict[str, dict[str, Any]] = {}
+    with stage_run("register", {"registry": registry}) as run:
+        for key, values in sorted(scores.items()):
+            if base_key(key)[1] != 0:
+                continue  # training seeds i >= 1 are not registered: their scores make the row's interval
+            version = record_scores(key, values, provenance, registry.champion_max_epsilon, digests.get(key))
+            registered[key] = {"version": version, "checkpoint_sha256": digests.get(key)}
+        run.log_metrics({f"{key}.{name}": float(value) for key, values in scores.items() for name, value in values.items()
+                         if isinstance(value, (int, float))})
+        described = sum(entry["version"] is not None for entry in registered.values())
+        run.log_metrics({"versions_described": described})
+        atomic_write_bytes(out, (json.dumps(registered, indent=2, sort_keys=True) + "\n").encode())
+    LOG.info("register: %d of %d models' newest versions described and scored (champion within ε ≤ %g)",
+             described, len(registered), registry.champion_max_epsilon)
+    return registered
