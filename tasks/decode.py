@@ -5,8 +5,8 @@
       ─▶ frames/<id>.npy (T, H, W, 3) uint8 RGB  [+ annotations/<id>.npz carried along]
 
 Resampling assumes a constant frame rate: output frame j shows the source frame shown at
-time j / decode.fps. Resizing keeps the aspect ratio (scale to cover, crop the centre), and
-the same transform moves masks (nearest neighbour), boxes and skeletons.
+time j / decode.fps. Resizing keeps the aspect ratio (scale to cover, crop the centre): one torchvision
+``transforms.v2`` pipeline moves the frames and, as ``tv_tensors``, the masks (nearest neighbour), boxes and skeletons.
 
 A file that is missing, empty, not a video, truncated or undecodable is quarantined with
 its reason in ``quarantine.parquet`` and the stage goes on; if more than
@@ -23,10 +23,11 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import cv2
 import numpy as np
 import pyarrow as pa
 import torch
+from torchvision import tv_tensors
+from torchvision.transforms import v2
 
 from tasks.core.datasets import probe
 from tasks.core.errors import PrivharError
@@ -48,27 +49,53 @@ class Quarantined(Exception):
 
 @dataclass(frozen=True)
 class Geometry:
-    """Resize-to-cover then centre-crop: source (h, w) -> target (h, w)."""
+    """Resize-to-cover then centre-crop, source (h, w) -> target (h, w), as one torchvision ``transforms.v2`` pipeline:
+    frames (antialiased bilinear), masks (nearest), boxes and keypoints move together as ``tv_tensors``."""
 
-    scale: float
-    crop_x: int
-    crop_y: int
-    size: tuple[int, int]
+    source: tuple[int, int]
+    size: tuple[int, int]  # the covering size, before the crop
+    target: tuple[int, int]
 
     @classmethod
     def fit(cls, source: tuple[int, int], target: tuple[int, int]) -> Geometry:
         scale = max(target[0] / source[0], target[1] / source[1])
         scaled = (max(target[0], round(source[0] * scale)), max(target[1], round(source[1] * scale)))
-        return cls(scale, (scaled[1] - target[1]) // 2, (scaled[0] - target[0]) // 2, scaled)
+        return cls((int(source[0]), int(source[1])), scaled, (int(target[0]), int(target[1])))
 
-    def image(self, frame: np.ndarray, interpolation: int) -> np.ndarray:
-        return cv2.resize(frame, (self.size[1], self.size[0]), interpolation=interpolation)
+    @property
+    def crop_x(self) -> int:
+        return int(round((self.size[1] - self.target[1]) / 2.0))  # v2.CenterCrop's offset
+
+    @property
+    def crop_y(self) -> int:
+        return int(round((self.size[0] - self.target[0]) / 2.0))
+
+    def transform(self) -> v2.Compose:
+        return v2.Compose([v2.Resize(list(self.size), antialias=True), v2.CenterCrop(list(self.target))])
+
+    def frames(self, clip: np.ndarray) -> np.ndarray:
+        """(T, H, W, C) → (T, h, w, C): uint8 frames, or float masks (antialiased: each output pixel weighs a footprint
+        at least as wide as the area it covers, so ``> 0`` marks every pixel a source pixel falls in)."""
+        video = tv_tensors.Video(torch.from_numpy(np.ascontiguousarray(clip)).permute(0, 3, 1, 2))
+        return self.transform()(video).permute(0, 2, 3, 1).contiguous().numpy()
 
     def points(self, xy: np.ndarray) -> np.ndarray:
-        shifted = xy.astype(np.float32) * self.scale
-        shifted[..., 0] -= self.crop_x
-        shifted[..., 1] -= self.crop_y
-        return shifted
+        """Points (..., 2) in source pixels → target pixels, not clamped (a joint may lie outside the frame)."""
+        points = tv_tensors.KeyPoints(torch.from_numpy(np.ascontiguousarray(xy, np.float32)).reshape(-1, 2),
+                                      canvas_size=self.source)
+        return self.transform()(points).reshape(xy.shape).numpy()
+
+    def annotations(self, masks: np.ndarray, boxes: dict[str, np.ndarray], points: np.ndarray
+                    ) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray]:
+        """Masks (T, H, W), boxes (..., 4) x0 y0 x1 y1 and points (..., 2), in one pass of the same transform."""
+        sample = {"mask": tv_tensors.Mask(torch.from_numpy(np.ascontiguousarray(masks))),
+                  "points": tv_tensors.KeyPoints(torch.from_numpy(np.ascontiguousarray(points, np.float32)).reshape(-1, 2),
+                                                 canvas_size=self.source),
+                  **{name: tv_tensors.BoundingBoxes(torch.from_numpy(np.ascontiguousarray(value, np.float32)).reshape(-1, 4),
+                                                    format="XYXY", canvas_size=self.source) for name, value in boxes.items()}}
+        out = self.transform()(sample)
+        return (out["mask"].numpy(), {name: out[name].reshape(value.shape).numpy() for name, value in boxes.items()},
+                out["points"].reshape(points.shape).numpy())
 
 
 def resample_indices(n_source: int, source_fps: float, target_fps: float, frames: int, short_videos: str) -> np.ndarray:
@@ -116,22 +143,18 @@ def read_video(path: Path) -> tuple[np.ndarray, float]:
     return frames, fps
 
 
-def crop(array: np.ndarray, geometry: Geometry, target: tuple[int, int]) -> np.ndarray:
-    return array[geometry.crop_y: geometry.crop_y + target[0], geometry.crop_x: geometry.crop_x + target[1]]
-
-
-def transform_annotations(annotations: dict[str, np.ndarray], indices: np.ndarray, geometry: Geometry,
-                          target: tuple[int, int]) -> dict[str, np.ndarray]:
+def transform_annotations(annotations: dict[str, np.ndarray], indices: np.ndarray, geometry: Geometry) -> dict[str, np.ndarray]:
     """Carry ground truth through the same frame selection and geometry as the pixels."""
-    masks = [crop(geometry.image(mask, cv2.INTER_NEAREST), geometry, target) for mask in annotations["person_mask"][indices]]
-    out = {"person_mask": np.stack(masks), "face_visible": annotations["face_visible"][indices],
-           "identity": annotations["identity"], "skeleton": geometry.points(annotations["skeleton"][indices])}
+    masks, boxes, skeleton = geometry.annotations(annotations["person_mask"][indices],
+                                                  {name: annotations[name][indices] for name in ("body_box", "face_box")},
+                                                  annotations["skeleton"][indices])
+    out = {"person_mask": masks, "face_visible": annotations["face_visible"][indices], "identity": annotations["identity"],
+           "skeleton": skeleton}
     if "joint_depth" in annotations:  # depth is along the camera axis: the image geometry leaves it alone
         out["joint_depth"] = annotations["joint_depth"][indices]
-    limits = np.array([target[1], target[0], target[1], target[0]], np.float32)
-    for name in ("body_box", "face_box"):
-        boxes = geometry.points(annotations[name][indices].reshape(*annotations[name][indices].shape[:-1], 2, 2))
-        out[name] = np.clip(boxes.reshape(*boxes.shape[:-2], 4), 0, limits)
+    limits = np.array([geometry.target[1], geometry.target[0], geometry.target[1], geometry.target[0]], np.float32)
+    for name, value in boxes.items():
+        out[name] = np.clip(value, 0, limits)
     return out
 
 
@@ -151,14 +174,14 @@ def decode_one(row: dict[str, Any], *, params: DecodeParams, source_folder: Path
     target = (params.frame_size[0], params.frame_size[1])
     indices = resample_indices(len(frames), fps, params.fps, params.frames, params.short_videos)
     geometry = Geometry.fit(frames.shape[1:3], target)
-    clip = np.stack([crop(geometry.image(frame, cv2.INTER_AREA), geometry, target) for frame in frames[indices]])
+    clip = geometry.frames(frames[indices])
     save_frames(out / "frames" / f"{row['video_id']}.npy", clip)
     decoded = {**row, "path": f"frames/{row['video_id']}.npy", "n_frames": params.frames, "fps": float(params.fps),
                "height": target[0], "width": target[1], "source_path": str(path),
                "source_frames": int(len(frames)), "source_fps": float(fps)}
     if row.get("annotations"):
         with np.load(workdir / resolve_path(row["annotations"], source_folder)) as stored:
-            annotations = transform_annotations(dict(stored), indices, geometry, target)
+            annotations = transform_annotations(dict(stored), indices, geometry)
         save_arrays(out / "annotations" / f"{row['video_id']}.npz", **annotations)
         decoded["annotations"] = f"annotations/{row['video_id']}.npz"
     return decoded

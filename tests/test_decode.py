@@ -108,3 +108,23 @@ def test_geometry_covers_then_crops():
     geometry = Geometry.fit((240, 320), (96, 96))
     assert geometry.size == (96, 128) and (geometry.crop_x, geometry.crop_y) == (16, 0)
     assert geometry.points(np.array([[160.0, 120.0]])).tolist() == [[48.0, 48.0]]
+
+
+def test_frames_masks_boxes_and_keypoints_move_together():
+    """One transforms.v2 pipeline: a bright person-shaped block, its mask, its box and its corner points agree after it."""
+    geometry = Geometry.fit((240, 320), (72, 96))
+    frames = np.zeros((2, 240, 320, 3), np.uint8)
+    masks = np.zeros((2, 240, 320), np.uint8)
+    frames[:, 60:180, 100:150] = 255
+    masks[:, 60:180, 100:150] = 1
+    box = np.array([[[100.0, 60.0, 150.0, 180.0]]] * 2, np.float32)
+    corners = box.reshape(2, 1, 2, 2)
+    moved_masks, moved_boxes, moved_points = geometry.annotations(masks, {"body_box": box}, corners)
+    moved_frames = geometry.frames(frames)
+    rows, columns = np.nonzero(moved_masks[0])
+    x0, y0, x1, y1 = moved_boxes["body_box"][0, 0]
+    assert abs(columns.min() - x0) <= 1 and abs(columns.max() + 1 - x1) <= 1
+    assert abs(rows.min() - y0) <= 1 and abs(rows.max() + 1 - y1) <= 1
+    assert np.allclose(moved_points.reshape(2, 1, 4), moved_boxes["body_box"])
+    bright = moved_frames[0, ..., 0] > 127
+    assert (bright == moved_masks[0].astype(bool)).mean() > 0.98  # the pixels went where the mask went

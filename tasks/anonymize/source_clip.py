@@ -14,12 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import cv2
 import numpy as np
 
 from tasks.core.errors import PrivharError
 from tasks.core.params import DecodeParams
-from tasks.decode import Geometry, Quarantined, crop, read_video, resample_indices
+from tasks.decode import Geometry, Quarantined, read_video, resample_indices
 
 
 @dataclass(frozen=True)
@@ -41,14 +40,13 @@ class SourceClip:
         """Every source frame through decode's resize and crop (for the moving-pixel reference)."""
         if self.geometry is None:
             return self.frames
-        return np.stack([crop(self.geometry.image(frame, cv2.INTER_AREA), self.geometry, self.target) for frame in self.frames])
+        return self.geometry.frames(self.frames)
 
     def mask_down(self, masks: np.ndarray) -> np.ndarray:
         """(T, H0, W0) bool at source size → (T, H, W) bool decoded, failing closed."""
         if self.geometry is None:
             return masks.astype(bool)
-        return np.stack([crop(self.geometry.image(mask.astype(np.float32), cv2.INTER_AREA), self.geometry, self.target) > 0
-                         for mask in masks])
+        return self.geometry.frames(masks.astype(np.float32)[..., None])[..., 0] > 0
 
     def points_down(self, xy: np.ndarray) -> np.ndarray:
         """Points (..., 2) in source pixels → decoded pixels (NaN stays NaN)."""
