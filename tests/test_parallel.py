@@ -1,6 +1,9 @@
 """map_ordered: in order on a process pool, and never a fork of a process running other threads."""
 
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 from tasks.core.parallel import map_ordered, pool_context
 
@@ -15,3 +18,22 @@ def test_results_in_input_order_with_a_thread_running():
     finally:
         stop.set()
         helper.join()
+
+
+def test_workers_that_read_tables_after_polars_ran_here_do_not_hang(tmp_path):
+    """polars' Rust threads are invisible to threading.active_count(): a fork after polars ran hung (assess under dvc)."""
+    script = (
+        "import sys; from pathlib import Path; import polars as pl\n"
+        "from tasks.core.manifest import read_manifest, write_manifest\n"
+        "from tasks.core.parallel import map_ordered, pool_context\n"
+        "if __name__ == '__main__':\n"
+        "    path = Path(sys.argv[1]) / 'manifest.parquet'\n"
+        "    write_manifest([{'video_id': f'v{i}', 'split': 'train', 'label': i, 'action': 'a', 'path': 'x', 'n_frames': 1,\n"
+        "                     'fps': 1.0, 'height': 1, 'width': 1} for i in range(50)], path)\n"
+        "    assert len(read_manifest(path)) == 50  # polars' thread pool is running now\n"
+        "    assert pool_context(read_manifest).get_start_method() == 'forkserver'\n"
+        "    print(sum(map(len, map_ordered(read_manifest, [path] * 6, workers=2, desc='test'))))\n")
+    result = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, timeout=180,
+                            cwd=Path(__file__).resolve().parents[1])
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "300"

@@ -59,7 +59,7 @@ def map_ordered(function: Callable[[T], R], items: Sequence[T], *, workers: int,
         bar.close()
 
 
-FORK_UNSAFE_MODULES = ("mediapipe",)
+FORK_UNSAFE_MODULES = ("mediapipe", "polars")
 
 
 def pool_context(function: Callable) -> multiprocessing.context.BaseContext:
@@ -69,8 +69,9 @@ def pool_context(function: Callable) -> multiprocessing.context.BaseContext:
     a lock some thread holds, and the child waits on it forever. The fork server is started
     clean, once per process, with the function's module, cv2 and torch imported, and forks
     the workers from there. mediapipe's TFLite graphs run native threads that Python does not
-    count (a forked worker hung on their locks after a clip had been through mediapipe): once it
-    is loaded, the fork server too.
+    count (a forked worker hung on their locks after a clip had been through mediapipe), and so
+    does polars' Rust thread pool (assess's workers hung under ``dvc repro`` once the stage had read
+    its manifest with polars): once either is loaded, the fork server too.
     """
     if threading.active_count() == 1 and not any(name in sys.modules for name in FORK_UNSAFE_MODULES):
         return multiprocessing.get_context("fork")
