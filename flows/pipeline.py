@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from flows.project_lock import project_lock
+from flows.stage_times import StageClock, log_stage_times
 from tasks.core.errors import ERROR_PREFIX, PrivharError
 from tasks.core.tracking import pipeline_run
 
@@ -72,11 +73,18 @@ def pipeline_session(project: Path, what: str, tags: dict[str, str]) -> Iterator
 
 def run_pipeline(project: Path, *, force: bool = False, targets: tuple[str, ...] = ()) -> dict:
     """``dvc repro`` in ``project``; return the evaluation metrics it produced."""
-    with pipeline_session(project, "privhar run", {"privhar.targets": " ".join(targets) or "all"}):
+    with pipeline_session(project, "privhar run", {"privhar.targets": " ".join(targets) or "all"}) as parent:
         command = dvc_command("repro", *(["--force"] if force else []), *targets)
-        result = subprocess.run(command, env=tool_environment(), check=False)
-        if result.returncode != 0:
-            raise PrivharError(f"dvc repro failed (exit {result.returncode}); the failing stage's message is above")
+        clock = StageClock()
+        with subprocess.Popen(command, env=tool_environment(), stdout=subprocess.PIPE, text=True, bufsize=1) as process:
+            assert process.stdout is not None
+            for line in clock.watch(process.stdout):  # DVC's lines, as it prints them, each stage's start marked
+                sys.stdout.write(line)
+                sys.stdout.flush()
+        if process.returncode != 0:
+            raise PrivharError(f"dvc repro failed (exit {process.returncode}); the failing stage's message is above")
+        table = log_stage_times(parent, clock.walls(), clock.ended - clock.started)
+        print(f"privhar: where the time went (wall seconds per stage, DVC's overhead included)\n{table}", file=sys.stderr)
         return score_models(Path.cwd())
 
 

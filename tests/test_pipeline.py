@@ -18,6 +18,7 @@ def project(tmp_path_factory) -> Path:
 def test_pipeline_runs_end_to_end_then_is_up_to_date(project):
     result = sh("privhar", "run", cwd=project)
     assert "baseline  Top-1" in result.stdout
+    assert "where the time went" in result.stderr and "| train " in compact(result.stderr)  # issue 21: stage wall times
     metrics = json.loads((project / "reports/evaluate/metrics.json").read_text())
     assert 0.0 <= metrics["baseline"]["top1"] <= 1.0
     # report.seeds: 2 (tests.conftest.DAG): every trained row twice, the registered seed 0 with the row's interval
@@ -65,6 +66,8 @@ def test_parent_and_nested_runs_are_logged(project):
     assert {run.data.tags["privhar.stage"] for run in children} == ({"synthesize", "decode", "train", "evaluate", "preview"}
                                                                    | dprp | anonymize | public | private | report)
     assert all("stage_seconds" in run.data.metrics for run in children)
+    walls = parents[0].data.metrics  # privhar run's wall time per stage, as dvc repro ran it
+    assert walls["pipeline_wall_seconds"] >= walls["wall_seconds.train"] > 0 and "wall_seconds.train-private.dp_sgd" in walls
 
 
 def test_experiment_with_a_changed_param(project):
@@ -102,6 +105,6 @@ def test_dprp_ablation_reruns_only_what_depends_on_it(project):
     """Table 4 of paper 000 as README documents it: `dvc exp run -S dprp.budget_split=… -S dprp.epsilons=[8.0]`."""
     result = sh("dvc", "exp", "run", "-S", "dprp.budget_split=0.5", "-S", "dprp.epsilons=[8.0]", cwd=project)
     ran = {line.split("'")[1] for line in result.stdout.splitlines() if line.startswith("Running stage '")}
-    assert ran == {"scan", "dprp@8.0", "train-dprp@8.0", "evaluate", "preview", "private-table", "assess", "report"}
+    assert ran == {"scan", "dprp@8.0", "train-dprp@8.0", "evaluate", "preview", "private-table", "assess", "report", "register"}
     shown = json.loads(sh("dvc", "exp", "show", "--json", cwd=project).stdout)
     assert "dprp-eps8.0" in json.dumps(shown) and "top1_protocol2" in json.dumps(shown)

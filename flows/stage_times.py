@@ -1,0 +1,75 @@
+"""Where a run's time goes: each stage's wall time as ``dvc repro`` ran it, printed and logged to the parent run.
+
+The wall time of a stage is from DVC's ``Running stage 'name':`` line to the next stage's (or the end):
+the command's own work, its Python start (torch, MLflow imports), and DVC's hashing and caching of its
+outputs. The stages' MLflow runs measure the work alone (``stage_seconds``); the difference is the fixed
+cost per stage that issue 21 asks to find.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+
+from tasks.core.tables import markdown_of
+
+RUNNING = re.compile(r"^Running stage '([^']+)':")
+
+
+@dataclass
+class StageClock:
+    """Marks the time each stage starts in DVC's output; ``walls`` gives each stage's seconds."""
+
+    clock: Callable[[], float] = time.monotonic
+    marks: list[tuple[str, float]] = field(default_factory=list)
+    started: float = 0.0
+    ended: float = 0.0
+
+    def watch(self, lines: Iterable[str]) -> Iterator[str]:
+        """Pass ``lines`` through, marking each stage start."""
+        self.started = self.clock()
+        for line in lines:
+            found = RUNNING.match(line)
+            if found:
+                self.marks.append((found.group(1), self.clock()))
+            yield line
+        self.ended = self.clock()
+
+    def walls(self) -> dict[str, float]:
+        """``{stage: seconds}`` in the order DVC ran them.
+
+        >>> ticks = iter([0.0, 1.0, 4.0, 10.0])
+        >>> clock = StageClock(clock=lambda: next(ticks))
+        >>> list(clock.watch(["Running stage 'scan':", "Running stage 'train':", "done"]))[-1]
+        'done'
+        >>> clock.walls()
+        {'scan': 3.0, 'train': 6.0}
+        """
+        ends = [moment for _, moment in self.marks[1:]] + [self.ended]
+        return {name: end - start for (name, start), end in zip(self.marks, ends)}
+
+
+def summary(walls: dict[str, float], total: float, work: float) -> str:
+    """A Markdown table of the stages that ran, slowest first, with the run's total and the stages' own work."""
+    lines = [[name, f"{seconds:.1f}"] for name, seconds in sorted(walls.items(), key=lambda item: -item[1])]
+    lines += [["all stages (wall)", f"{sum(walls.values()):.1f}"], ["their work (MLflow stage_seconds)", f"{work:.1f}"],
+              ["the run (dvc repro)", f"{total:.1f}"]]
+    return markdown_of(["stage", "seconds"], lines)
+
+
+def log_stage_times(parent_run_id: str, walls: dict[str, float], total: float) -> str:
+    """Log each stage's wall time (``wall_seconds.<stage>``) and the table to the parent run; return the table."""
+    import mlflow
+    from mlflow import MlflowClient
+
+    client = MlflowClient()
+    experiment = client.get_run(parent_run_id).info.experiment_id
+    children = client.search_runs([experiment], f"tags.mlflow.parentRunId = '{parent_run_id}'", max_results=5000)
+    work = sum(run.data.metrics.get("stage_seconds", 0.0) for run in children)
+    mlflow.log_metrics({f"wall_seconds.{name.replace('@', '.')}": seconds for name, seconds in walls.items()})
+    mlflow.log_metrics({"pipeline_wall_seconds": total, "stages_work_seconds": work})
+    table = summary(walls, total, work)
+    mlflow.log_text(table + "\n", "stage_times.md")
+    return table
