@@ -91,7 +91,7 @@ def test_a_failing_stage_fails_its_task_with_its_one_line_error(project):
         assert state.is_failed()
         message = str(state.result(raise_on_failure=False))
         assert message.startswith("stage train failed: params.yaml: train.epochs = 0 is invalid") and "\n" not in message
-        assert message.endswith("not run: evaluate, private-table, report")
+        assert message.endswith("not run: evaluate, private-table, report, register")
         ran = task_runs(state)
         assert ran["train"] == "Failed" and ran["decode"] == "Skipped" and ran["evaluate"] != "Completed"
         edit_params(project, "decode", "fps", 0)  # decode runs in shards in the flow's process (decode-public would fail too)
