@@ -29,3 +29,4 @@ def test_lines_are_rate_limited(monkeypatch, caplog):
             bar.update(1)
         bar.close()
     assert [record.getMessage().split(" (")[0] for record in caplog.records] == ["decode: 1000/1000 videos"]
+    assert LogProgress(1, "train", "batch", 0).line().startswith("train: 0/1 batches")

@@ -29,7 +29,8 @@ class LogProgress:
     """tqdm's ``update`` / ``set_postfix`` / ``close``, reported as log lines at most every ``interval`` seconds."""
 
     def __init__(self, total: int, desc: str, unit: str, interval: float) -> None:
-        self.total, self.desc, self.unit, self.interval = total, desc, unit, interval
+        self.total, self.desc, self.interval = total, desc, interval
+        self.units = unit + ("es" if unit.endswith(("ch", "sh", "s", "x")) else "s")
         self.count, self.postfix = 0, ""
         self.started = self.reported = time.monotonic()
 
@@ -56,7 +57,7 @@ class LogProgress:
         rate = self.count / elapsed if elapsed > 0 else 0.0
         left = f", {(self.total - self.count) / rate:.0f} s left" if rate > 0 and self.total > self.count else ""
         extra = f", {self.postfix}" if self.postfix else ""
-        return f"{self.desc}: {self.count}/{self.total} {self.unit}s ({rate:.2f}/s{left}{extra})"
+        return f"{self.desc}: {self.count}/{self.total} {self.units} ({rate:.2f}/s{left}{extra})"
 
     def _report(self) -> None:
         self.reported = time.monotonic()
