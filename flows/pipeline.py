@@ -20,6 +20,7 @@ from flows.project_lock import project_lock
 from flows.stage_times import StageClock, log_stage_times
 from tasks.core.errors import ERROR_PREFIX, PrivharError
 from tasks.core.tracking import pipeline_run
+from tasks.register import merge_scores
 
 
 def error_line(text: str) -> str:
@@ -105,10 +106,5 @@ def method_metrics() -> dict[str, dict[str, float]]:
                            text=True, check=False)
     if shown.returncode != 0:
         raise PrivharError(f"dvc metrics show failed (exit {shown.returncode}): {error_line(shown.stderr)}")
-    metrics: dict[str, dict[str, float]] = {}
-    for revision in json.loads(shown.stdout or "{}").values():
-        for content in revision.get("data", {}).values():
-            for method, values in content.get("data", {}).items():
-                if isinstance(values, dict) and "top1" in values:
-                    metrics.setdefault(method, {}).update(values)  # evaluate's scores, the report's cMAP / F1
-    return metrics
+    return merge_scores(content.get("data", {}) for revision in json.loads(shown.stdout or "{}").values()
+                        for content in revision.get("data", {}).values())

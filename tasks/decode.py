@@ -81,16 +81,17 @@ class Geometry:
 
     def points(self, xy: np.ndarray) -> np.ndarray:
         """Points (..., 2) in source pixels → target pixels, not clamped (a joint may lie outside the frame)."""
-        points = tv_tensors.KeyPoints(torch.from_numpy(np.ascontiguousarray(xy, np.float32)).reshape(-1, 2),
-                                      canvas_size=self.source)
-        return self.transform()(points).reshape(xy.shape).numpy()
+        return self.transform()(self._keypoints(xy)).reshape(xy.shape).numpy()
+
+    def _keypoints(self, xy: np.ndarray) -> tv_tensors.KeyPoints:
+        return tv_tensors.KeyPoints(torch.from_numpy(np.ascontiguousarray(xy, np.float32)).reshape(-1, 2),
+                                    canvas_size=self.source)
 
     def annotations(self, masks: np.ndarray, boxes: dict[str, np.ndarray], points: np.ndarray
                     ) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray]:
         """Masks (T, H, W), boxes (..., 4) x0 y0 x1 y1 and points (..., 2), in one pass of the same transform."""
         sample = {"mask": tv_tensors.Mask(torch.from_numpy(np.ascontiguousarray(masks))),
-                  "points": tv_tensors.KeyPoints(torch.from_numpy(np.ascontiguousarray(points, np.float32)).reshape(-1, 2),
-                                                 canvas_size=self.source),
+                  "points": self._keypoints(points),
                   **{name: tv_tensors.BoundingBoxes(torch.from_numpy(np.ascontiguousarray(value, np.float32)).reshape(-1, 4),
                                                     format="XYXY", canvas_size=self.source) for name, value in boxes.items()}}
         out = self.transform()(sample)

@@ -16,6 +16,7 @@ import hashlib
 import json
 import logging
 import subprocess
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -38,14 +39,20 @@ def _json(path: Path) -> dict[str, Any]:
         raise PrivharError(f"{path}: cannot be read as JSON ({error})") from None
 
 
-def model_scores(paths: list[Path]) -> dict[str, dict[str, float]]:
-    """``{model key: {metric: value}}`` merged over the metrics files (evaluate's Top-1, the report's cMAP / F1)."""
+def merge_scores(contents: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, float]]:
+    """``{model key: {metric: value}}`` merged over metrics files' contents (evaluate's Top-1, the report's cMAP / F1);
+    entries without a ``top1`` (other metrics) are left out."""
     merged: dict[str, dict[str, float]] = {}
-    for path in paths:
-        for key, values in _json(path).items():
+    for content in contents:
+        for key, values in content.items():
             if isinstance(values, dict) and "top1" in values:
                 merged.setdefault(key, {}).update(values)
     return merged
+
+
+def model_scores(paths: list[Path]) -> dict[str, dict[str, float]]:
+    """:func:`merge_scores` of the metrics files at ``paths``."""
+    return merge_scores(_json(path) for path in paths)
 
 
 def file_sha256(path: Path) -> str:

@@ -46,12 +46,6 @@ class LogProgress:
         if self.count:
             self._report()
 
-    def __enter__(self) -> LogProgress:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.close()
-
     def line(self) -> str:
         elapsed = time.monotonic() - self.started
         rate = self.count / elapsed if elapsed > 0 else 0.0

@@ -20,7 +20,6 @@ always-current pointer to the newest version, so privhar sets no alias of that n
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import logging
 import math
@@ -88,8 +87,7 @@ def register_model(model: nn.Module, *, family: str, key: str, run: StageRun, co
 
     name = model_name(family)
     clip_model = "num_classes" in config  # a video classifier of this project (tests register toy models too)
-    active = mlflow.active_run()
-    with contextlib.nullcontext() if active is not None and active.info.run_id == run.run_id else run.resumed():
+    with run.resumed():
         # pickle, not pt2: pt2 traces one fixed input shape, while clips of any length and size are valid input.
         # code_paths: the model's classes travel with it, so a fresh environment with torch loads it without privhar.
         info = mlflow.pytorch.log_model(model, name=artifact, registered_model_name=name, serialization_format="pickle",

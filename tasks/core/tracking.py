@@ -97,9 +97,11 @@ class StageRun:
         import mlflow
         import polars as pl
 
-        manifest = Path(folder) / "manifest.parquet"
+        from tasks.core.manifest import MANIFEST_NAME, scan_manifest
+
+        manifest = Path(folder) / MANIFEST_NAME
         digest = hashlib.sha256(manifest.read_bytes()).hexdigest()[:12]
-        rows = pl.read_parquet(manifest).filter(pl.col("split") == split)
+        rows = scan_manifest(manifest).filter(pl.col("split") == split).collect()
         with warnings.catch_warnings():  # a local folder "can be interpreted in multiple ways" by MLflow: it is local
             warnings.simplefilter("ignore", UserWarning)
             dataset = mlflow.data.from_polars(rows, source=str(Path(folder).resolve()), targets="label",
@@ -119,9 +121,14 @@ class StageRun:
 
     @contextlib.contextmanager
     def resumed(self) -> Iterator[StageRun]:
-        """This (finished) model run active again, to log its registered model once the stage's outputs are complete."""
+        """This run active for the block: a finished model run resumed (its registered model is logged once the stage's
+        outputs are complete), or, if it is the active run already, left as it is."""
         import mlflow
 
+        active = mlflow.active_run()
+        if active is not None and active.info.run_id == self.run_id:
+            yield self
+            return
         with mlflow.start_run(run_id=self.run_id, nested=True):
             yield self
 
