@@ -328,6 +328,10 @@ def dprp_command(source: Path, target: Path, epsilon: float, delta: float, k: st
     click.echo(json.dumps(report, indent=2))
 
 
+BENCH_DEVICE = click.option("--device", default="auto", show_default=True,
+                            help="auto | cpu | cuda | cuda:N (as base.device); the JSON names the device and its matmul rate.")
+
+
 @main.group()
 def bench() -> None:
     """Benchmarks: timings on this machine, written as JSON (never part of the tests)."""
@@ -339,15 +343,17 @@ def bench() -> None:
 @click.option("--k", "k", default="32x32x3", show_default=True, help="Projection dimension: an integer or HxWxC.")
 @click.option("--out", type=click.Path(path_type=Path), default=Path("reports/bench/dprp.json"), show_default=True,
               callback=_writable)
-def bench_dprp_command(frames: int, size: tuple[int, int], k: str, out: Path) -> None:
-    """Per-video seconds of Video-DPRP (both projection modes), its GFLOP/s and the machine's matmul rate."""
+@BENCH_DEVICE
+def bench_dprp_command(frames: int, size: tuple[int, int], k: str, out: Path, device: str) -> None:
+    """Per-video seconds of Video-DPRP (both projection modes), its GFLOP/s and the device's matmul rate."""
     import json
 
+    from tasks.core.device import resolve_device
     from tasks.dprp.bench import run_bench
     from tasks.dprp.single_video import parse_k
 
     record = run_bench(frames=frames, height=size[0], width=size[1], k=parse_k(k), epsilon=8.0, delta=1e-4,
-                       budget_split=0.8, out=out)
+                       budget_split=0.8, out=out, device=resolve_device(device, "--device"))
     click.echo(json.dumps(record, indent=2))
 
 
@@ -359,14 +365,17 @@ def bench_dprp_command(frames: int, size: tuple[int, int], k: str, out: Path) ->
 @click.option("--repeats", type=int, default=5, show_default=True)
 @click.option("--out", type=click.Path(path_type=Path), default=Path("reports/bench/private.json"), show_default=True,
               callback=_writable)
-def bench_private_command(batch: int, frames: int, size: tuple[int, int], width: int, repeats: int, out: Path) -> None:
+@BENCH_DEVICE
+def bench_private_command(batch: int, frames: int, size: tuple[int, int], width: int, repeats: int, out: Path,
+                          device: str) -> None:
     """Seconds per logical batch: non-private SGD, DP-SGD (each Opacus per-sample gradient mode), selective DP-SGD."""
     import json
 
+    from tasks.core.device import resolve_device
     from tasks.private.bench import run_bench
 
     record = run_bench(batch=batch, frames=frames, height=size[0], width=size[1], model_width=width, warmup=2,
-                       repeats=repeats, out=out)
+                       repeats=repeats, out=out, device=resolve_device(device, "--device"))
     click.echo(json.dumps(record, indent=2))
 
 

@@ -67,10 +67,27 @@ def run_through_dvc(name: str, force: bool, logger: logging.LoggerAdapter) -> No
 
 @task(name="shard", task_run_name="{stage}[{index}]", cache_policy=NO_CACHE)
 def process_shard(function: Callable[[Any], Any], items: list[Any], stage: str, index: int) -> list[Any]:
-    """One shard of a per-video stage: ``function`` on each item, in order."""
-    results = [function(item) for item in items]
+    """One shard of a per-video stage: ``function`` on each item, in order.
+
+    A failure names the shard's videos and the one that failed; the stage then fails as a whole
+    (its output folder is only moved into place once every shard has come back).
+    """
+    results = []
+    for item in items:
+        try:
+            results.append(function(item))
+        except Exception as error:  # noqa: BLE001 — re-raised as one line naming the videos
+            failed = error if isinstance(error, PrivharError) else f"{type(error).__name__}: {error}"
+            raise PrivharError(f"{stage} shard {index} (videos {video_names(items)}) failed at "
+                               f"{video_names([item])}: {failed}") from None
     get_run_logger().info(f"{stage} shard {index}: {len(items)} videos done")
     return results
+
+
+def video_names(items: Sequence[Any]) -> str:
+    """The videos of a shard, by ``video_id`` where the items are manifest rows."""
+    names = [str(item["video_id"]) if isinstance(item, dict) and "video_id" in item else repr(item)[:40] for item in items]
+    return ", ".join(names) if len(names) <= 4 else f"{names[0]} .. {names[-1]} ({len(names)})"
 
 
 def shard_task_runner(settings: OrchestrateParams) -> Any:

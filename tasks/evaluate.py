@@ -28,11 +28,12 @@ import torch
 from sklearn import metrics
 
 from tasks.core.clips import labels_of, load_clips, normalise
+from tasks.core.device import mixed_precision, resolve_device, to_device
 from tasks.core.errors import PrivharError
 from tasks.core.figures import plt, png_bytes
 from tasks.core.manifest import MANIFEST_NAME, read_manifest
 from tasks.core.models import load_checkpoint
-from tasks.core.params import EvaluateParams, load_section
+from tasks.core.params import BaseParams, EvaluateParams, load_section
 from tasks.core.registry import checkpoint_digest
 from tasks.core.seeds import base_key, checkpoint_key, interval, seed_scores
 from tasks.core.storage import atomic_directory, atomic_write_bytes
@@ -82,8 +83,15 @@ def plot_confusion(matrix: np.ndarray, names: list[str], title: str) -> bytes:
 
 
 @torch.no_grad()
-def predict(model: torch.nn.Module, clips: torch.Tensor, batch_size: int) -> torch.Tensor:
-    return torch.cat([model(normalise(batch)) for batch in clips.split(batch_size)])
+def predict(model: torch.nn.Module, clips: torch.Tensor, batch_size: int,
+            device: torch.device = torch.device("cpu")) -> torch.Tensor:
+    """Logits (float32, on the CPU) of ``model`` for uint8 ``clips``, a batch at a time on ``device`` (bf16 on a GPU)."""
+    model.to(device)
+    outputs = []
+    for batch in clips.split(batch_size):
+        with mixed_precision(device):
+            outputs.append(model(normalise(to_device(batch, device))).float().cpu())
+    return torch.cat(outputs)
 
 
 class TestSets:
@@ -162,6 +170,7 @@ def write_confusion_data(predictions: pl.DataFrame, folder: Path) -> None:
 def evaluate(*, params_path: Path, frames: Path, models: list[Path], out: Path) -> dict[str, dict[str, float]]:
     """Run the stage over every ``<key>/model.pt`` in ``models``; return the metrics written."""
     params = load_section(params_path, "evaluate", EvaluateParams)
+    device = resolve_device(load_section(params_path, "base", BaseParams).device)
     tests = TestSets()
     test_rows = tests.rows(frames)
     checkpoints = find_checkpoints(models)
@@ -170,6 +179,7 @@ def evaluate(*, params_path: Path, frames: Path, models: list[Path], out: Path) 
     predictions: list[dict[str, Any]] = []
     with stage_run("evaluate", {"evaluate": params}) as run:
         run.log_dataset(frames, "test", "testing")
+        run.set_tags({"privhar.device": str(device)})
         for checkpoint in checkpoints:
             key = checkpoint_key(checkpoint)
             model, config = load_checkpoint(str(checkpoint))
@@ -179,7 +189,7 @@ def evaluate(*, params_path: Path, frames: Path, models: list[Path], out: Path) 
             scores: dict[str, float] = {"test_videos": len(test_rows)}
             guesses: dict[int, torch.Tensor] = {}
             for protocol, folder in protocols.items():
-                logits, labels = predict(model, tests.clips(folder, size), params.batch_size), labels_of(tests.rows(folder))
+                logits, labels = predict(model, tests.clips(folder, size), params.batch_size, device), labels_of(tests.rows(folder))
                 suffix = "" if protocol == 1 else "_protocol2"
                 scores[f"top1{suffix}"] = top_k_accuracy(logits, labels, 1)
                 scores[f"top5{suffix}"] = top_k_accuracy(logits, labels, 5)

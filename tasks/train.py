@@ -34,6 +34,7 @@ from torch import nn
 
 from tasks.core.clips import augment, class_names, labels_of, load_clips, normalise, split_rows
 from tasks.core.budget import check_unprotected
+from tasks.core.device import mixed_precision, resolve_device, to_device
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import MANIFEST_NAME, read_manifest
 from tasks.core.models import create_video_classifier, group_norm, has_batch_norm, transfer_weights
@@ -51,9 +52,10 @@ from tasks.core.tracking import StageRun, stage_run
 
 @dataclass
 class TrainingData:
-    clips: torch.Tensor  # uint8 (N, 3, T, h, w)
+    clips: torch.Tensor  # uint8 (N, 3, T, h, w), on the CPU
     labels: torch.Tensor  # (N,)
     classes: list[str]
+    device: torch.device = torch.device("cpu")  # where the model trains (base.device): batches move there
 
 
 LOG = logging.getLogger(__name__)
@@ -96,15 +98,17 @@ def train_baseline(model: nn.Module, data: TrainingData, params: TrainParams, ge
         order = batches(len(data.labels), params.batch_size, generator)
         bar = progress(len(order), f"train epoch {epoch}/{params.epochs}", "batch")
         for index in order:
-            inputs = normalise(augment(data.clips[index], generator))
-            logits = model(inputs)
-            loss = F.cross_entropy(logits, data.labels[index])
+            inputs = normalise(to_device(augment(data.clips[index], generator), data.device))
+            labels = to_device(data.labels[index], data.device)
+            with mixed_precision(data.device):
+                logits = model(inputs)
+                loss = F.cross_entropy(logits, labels)
             optimiser.zero_grad(set_to_none=True)
             loss.backward()
             optimiser.step()
             schedule.step()
             total_loss += loss.item() * len(index)
-            correct += int((logits.argmax(1) == data.labels[index]).sum())
+            correct += int((logits.argmax(1) == labels).sum())
             bar.set_postfix(loss=f"{loss.item():.3f}")
             bar.update(1)
         bar.close()
@@ -136,12 +140,13 @@ def _train_seed(params: TrainParams, base_seed: int, seed: int, data: TrainingDa
         transfer_weights(model, config, init / "model.pt")
     if has_batch_norm(model):
         raise PrivharError("train: the model has BatchNorm layers; use GroupNorm or LayerNorm")
+    model.to(data.device)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     LOG.info("train: %s (%s) seed %d on %d videos of %s, %d trainable parameters", key, params.method, seed,
              len(data.labels), frames, trainable)
     started = time.perf_counter()
     history = TRAINING_METHODS[params.method](model, data, params, generator, run)
-    model.eval()
+    model.eval().cpu()  # saved and registered from the CPU: the checkpoint loads anywhere
     return model, history, time.perf_counter() - started
 
 
@@ -170,7 +175,8 @@ def train(*, params_path: Path, frames: Path, out: Path, report: Path, family: s
         raise PrivharError(f"{frames / MANIFEST_NAME}: no videos in the train split")
     if params.threads:
         torch.set_num_threads(params.threads)
-    torch.use_deterministic_algorithms(True)
+    device = resolve_device(base.device)
+    torch.use_deterministic_algorithms(device.type == "cpu")  # CUDA's fast kernels (cuDNN benchmark) are not deterministic
     if family != "public" and not math.isfinite(data_guarantee(train_rows).epsilon):  # the public set holds no subject
         check_unprotected(params_path, f"the non-private model {key} (trained on {frames})")
     classes = class_names(rows)
@@ -182,7 +188,7 @@ def train(*, params_path: Path, frames: Path, out: Path, report: Path, family: s
     privacy = strongest(METHOD_PRIVACY[params.method], data_guarantee(train_rows))
     with stage_run(run_name, {"base": base, "train": params}) as run:
         with atomic_directory(out) as staging:
-            data = TrainingData(load_clips(train_rows, frames, tuple(params.input_size)), labels_of(train_rows), classes)
+            data = TrainingData(load_clips(train_rows, frames, tuple(params.input_size)), labels_of(train_rows), classes, device)
             for seed in range(seeds):
                 model, history, seconds = _train_seed(params, base.seed, seed, data, init, config, key, frames,
                                                       run.prefixed(f"seed{seed}.") if seed else run)
@@ -199,7 +205,7 @@ def train(*, params_path: Path, frames: Path, out: Path, report: Path, family: s
                     run.log_metrics({"train_seconds": seconds, "trainable_parameters": trainable, "epsilon": privacy.epsilon,
                                      "delta": privacy.delta})
             run.set_tags({"privhar.method": params.method, "privhar.model": key, "privhar.accountant": privacy.accountant,
-                          "privhar.seeds": seeds})
+                          "privhar.seeds": seeds, "privhar.device": str(device)})
             data_digest = run.log_dataset(frames, "train", "training")
         atomic_write_bytes(report / f"{key}.json", (json.dumps(final, indent=2, sort_keys=True) + "\n").encode())
         atomic_write_bytes(report / f"{key}_history.csv", _history_csv(first_history))

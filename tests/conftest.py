@@ -63,6 +63,7 @@ def mlflow_store(tmp_path_factory: pytest.TempPathFactory) -> str:
     uri = f"sqlite:///{folder / 'mlflow.db'}"
     os.environ["MLFLOW_TRACKING_URI"] = uri
     os.environ["PRIVHAR_EXPERIMENT"] = "privhar-tests"
+    os.environ["PRIVHAR_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))  # the accountants' disk cache, fresh per session
     os.environ.pop("PRIVHAR_PARENT_RUN_ID", None)
     return uri
 

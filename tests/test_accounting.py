@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import dp_accounting
 import numpy as np
@@ -106,3 +107,24 @@ def test_group_epsilon_is_finite_and_grows_with_the_group():
     """dp-accounting's ε search overflowed for a group of 50 at σ 1.5918 (ε = ∞ between 1 895 and 2 039): recomputed, never ∞."""
     found = [group_epsilon(1.591797, 0.1, 300, 1e-4, group, relation=ADD_REMOVE) for group in range(46, 53)]
     assert all(math.isfinite(value) for value in found) and found == sorted(found)
+
+
+def test_the_disk_cache_returns_what_the_accountant_computes_and_is_keyed_by_the_code(tmp_path, monkeypatch):
+    """tasks.core.disk_cache: a cached ε is the accountant's own; another module source gets another folder."""
+    from tasks.core import accounting
+    from tasks.core.disk_cache import cache_folder, code_digest
+
+    monkeypatch.setenv("PRIVHAR_CACHE_DIR", str(tmp_path))
+    fresh = accounting.sampled_gaussian_epsilon.__wrapped__.__wrapped__(1.3, 0.05, 37, 1e-5, accountant="prv",
+                                                                         relation=accounting.ADD_REMOVE)
+    first = accounting.calibrate_noise.__wrapped__(2.0, 1e-5, 0.05, 37, accountant="prv", relation=accounting.ADD_REMOVE)
+    again = accounting.calibrate_noise.__wrapped__(2.0, 1e-5, 0.05, 37, accountant="prv", relation=accounting.ADD_REMOVE)
+    assert first == again and list(tmp_path.glob("accounting-*/**/output.pkl"))  # the second came from disk
+    assert accounting.sampled_gaussian_epsilon.__wrapped__(1.3, 0.05, 37, 1e-5, accountant="prv",
+                                                           relation=accounting.ADD_REMOVE) == fresh
+    edited = tmp_path / "accounting.py"
+    edited.write_text(Path(accounting.__file__).read_text() + "\n# an edit\n")
+    assert code_digest(edited, ("opacus",)) != code_digest(Path(accounting.__file__), ("opacus",))
+    assert cache_folder(edited, ("opacus",)) != cache_folder(Path(accounting.__file__), ("opacus",))
+    monkeypatch.setenv("PRIVHAR_CACHE_DIR", "off")
+    assert cache_folder(Path(accounting.__file__), ("opacus",)) is None

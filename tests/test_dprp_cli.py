@@ -44,9 +44,23 @@ def test_bad_input_is_one_line(tmp_path, capsys, monkeypatch):
 
 def test_bench_writes_its_record(tmp_path):
     out = tmp_path / "bench.json"
-    result = CliRunner().invoke(main, ["bench", "dprp", "--frames", "4", "--size", "16", "24", "--k", "32", "--out", str(out)])
+    result = CliRunner().invoke(main, ["bench", "dprp", "--frames", "4", "--size", "16", "24", "--k", "32", "--out", str(out),
+                                       "--device", "cpu"])
     assert result.exit_code == 0, result.output
     record = json.loads(out.read_text())
     assert record["configuration"]["d"] == 16 * 24 * 3 and record["machine"]["matmul_gflops_float32"] > 0
     for mode in ("per_video", "shared"):
         assert record[mode]["seconds"] >= 0 and record[mode]["fraction_of_matmul_rate"] >= 0
+    assert record["machine"]["device"] == "cpu" and record["machine"]["memory_gib"] > 0  # --device cpu named below
+
+
+def test_bench_names_the_device_it_ran_on_and_refuses_one_that_is_not_there(tmp_path):
+    import torch
+
+    out = tmp_path / "bench.json"
+    args = ["bench", "dprp", "--frames", "2", "--size", "8", "8", "--k", "16", "--out", str(out), "--device"]
+    assert CliRunner().invoke(main, [*args, "cpu"]).exit_code == 0
+    assert json.loads(out.read_text())["machine"]["device"] == "cpu"
+    if not torch.cuda.is_available():
+        result = CliRunner().invoke(main, [*args, "cuda"])
+        assert result.exit_code != 0 and "--device = 'cuda': torch sees no CUDA GPU" in str(result.exception)

@@ -263,6 +263,10 @@ def test_bench_private_writes_every_timing(tmp_path):
     assert set(record["full_dp_over_selective_dp"]) == {"norms_and_head", "last_stage_and_head", "head"}
     counts = [record[f"dp_sgd_{choice}_trainable_parameters"] for choice in ("head", "norms_and_head", "last_stage_and_head", "all")]
     assert counts == sorted(counts) and counts[-1] == record["parameters"]
+    machine = record["machine"]  # the device stamp, and the device's own matmul rate measured in the same run
+    assert machine["device"] == ("cuda" if torch.cuda.is_available() else "cpu") and machine["torch"] == torch.__version__
+    assert machine["matmul_gflops_float32"] > 0
+    assert record["non_private_matmul_gflop"] == round(record["non_private_seconds"] * machine["matmul_gflops_float32"], 2)
 
 
 def test_person_units_sum_a_persons_video_gradients_and_clip_them_once():

@@ -3,6 +3,9 @@
 import logging
 from pathlib import Path
 
+import pytest
+
+from conftest import write_params
 from tasks.core.params import OrchestrateParams, load_section
 from tasks.core.parallel import installed_mapper
 from tasks.decode import decode
@@ -31,3 +34,75 @@ def test_decode_on_a_dask_cluster_is_byte_identical_to_the_local_run(tiny_synthe
     local, remote = tree_bytes(tmp_path / "local"), tree_bytes(tmp_path / "dask")
     assert len(local) > 20 and local.keys() == remote.keys()
     assert [name for name in local if local[name] != remote[name]] == []
+
+
+@pytest.fixture(scope="module")
+def dask_settings(tiny_decoded):
+    """A LocalCluster of two worker processes, and the orchestrate settings that send shards of 4 videos to it."""
+    from dask.distributed import LocalCluster
+
+    settings = load_section(tiny_decoded / "params.yaml", "orchestrate", OrchestrateParams)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None) as cluster:
+        yield settings.model_copy(update={"task_runner": "dask", "dask_address": cluster.scheduler_address, "shard_size": 4})
+
+
+def _on_dask(settings, stage, run):
+    from flows.stage_tasks import shard_mapper
+
+    with installed_mapper(shard_mapper(stage, settings, logging.LoggerAdapter(logging.getLogger("test"), {}))):
+        run()
+
+
+@pytest.mark.parametrize("projection", ["shared", "per_video"])
+def test_dprp_on_a_dask_cluster_is_byte_identical_to_the_local_run(tiny_decoded, dask_settings, prefect_api, tmp_path,
+                                                                   monkeypatch, projection):
+    """Both projection modes: the shared R travels to the workers whole, a per-video R is regenerated there."""
+    from tasks.dprp.stage import dprp
+
+    monkeypatch.chdir(tiny_decoded)
+    params = write_params(tmp_path, {"dprp": {"epsilons": [8.0], "projection": projection}, "privacy": {"randomness": "seeded"}})
+    for where in ("local", "dask"):
+        def run(where=where):
+            dprp(params_path=params, frames=Path("data/decode"), epsilon=8.0, out=tmp_path / where)
+        run() if where == "local" else _on_dask(dask_settings, "dprp", run)
+    local, remote = tree_bytes(tmp_path / "local"), tree_bytes(tmp_path / "dask")
+    assert len(local) > 10 and local.keys() == remote.keys()
+    assert [name for name in local if local[name] != remote[name]] == []
+
+
+@pytest.mark.parametrize("source", ["ground_truth", "motion"])
+def test_anonymize_on_a_dask_cluster_is_byte_identical_to_the_local_run(tiny_decoded, dask_settings, prefect_api, tmp_path,
+                                                                        monkeypatch, source):
+    """The dataset's own masks, and the detector path that needs no extra (background subtraction)."""
+    from tasks.anonymize.stage import anonymize
+
+    monkeypatch.chdir(tiny_decoded)
+    params = write_params(tmp_path, {"anonymize": {"source": source, "min_coverage": 0.0}})
+    for where in ("local", "dask"):
+        def run(where=where):
+            anonymize(params_path=params, frames=Path("data/decode"), method="blackout", out=tmp_path / where)
+        run() if where == "local" else _on_dask(dask_settings, "anonymize", run)
+    local, remote = tree_bytes(tmp_path / "local"), tree_bytes(tmp_path / "dask")
+    assert len(local) > 10 and local.keys() == remote.keys()
+    assert [name for name in local if local[name] != remote[name]] == []
+
+
+def test_a_failing_shard_names_its_videos_and_leaves_no_output(tiny_decoded, dask_settings, prefect_api, tmp_path,
+                                                              monkeypatch):
+    import numpy as np
+
+    from tasks.core.errors import PrivharError
+    from tasks.dprp.stage import dprp
+
+    monkeypatch.chdir(tiny_decoded)
+    staged = tmp_path / "frames"
+    import shutil
+
+    shutil.copytree(Path("data/decode"), staged)
+    broken = sorted((staged / "frames").glob("*.npy"))[5]
+    np.save(broken, np.zeros((2, 3), np.float32))  # not a clip
+    params = write_params(tmp_path, {"dprp": {"epsilons": [8.0]}, "privacy": {"randomness": "seeded"}})
+    with pytest.raises(PrivharError, match=rf"dprp shard \d+ \(videos .*\) failed at {broken.stem}: ") as error:
+        _on_dask(dask_settings, "dprp", lambda: dprp(params_path=params, frames=staged, epsilon=8.0, out=tmp_path / "out"))
+    assert "\n" not in str(error.value)
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out.tmp-*"))

@@ -40,7 +40,12 @@ import numpy as np
 from scipy.optimize import brentq
 from scipy.stats import binom, norm
 
+from tasks.core.disk_cache import disk_cached
 from tasks.core.errors import PrivharError
+
+# the accountants' values are shared on disk by the stages of a run (tasks.core.disk_cache); the folder is
+# keyed by this module's source and these libraries' versions
+cached = disk_cached(__file__, ("opacus", "dp-accounting", "scipy", "numpy"))
 
 Relation = Literal["add/remove", "replace-one"]
 ADD_REMOVE: Relation = "add/remove"
@@ -101,6 +106,7 @@ def _neighbouring(relation: Relation):
 
 
 @lru_cache(maxsize=4096)
+@cached
 def _pld_epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta: float, relation: Relation) -> float:
     from dp_accounting.pld import privacy_loss_distribution
 
@@ -111,6 +117,7 @@ def _pld_epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta:
 
 
 @lru_cache(maxsize=4096)  # pure in its arguments: the training seeds of one model ask it the same
+@cached
 def sampled_gaussian_epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta: float, *,
                              accountant: str, relation: Relation) -> float:
     """ε after ``steps`` of the Poisson-subsampled Gaussian mechanism (σ, q) at δ, under ``relation``."""
@@ -128,7 +135,22 @@ def sampled_gaussian_epsilon(noise_multiplier: float, sample_rate: float, steps:
     return float(engine.get_epsilon(delta=delta, **_opacus_options(used)))
 
 
+@lru_cache(maxsize=1024)
+@cached
+def opacus_engine_epsilon(accountant: str, history: tuple[tuple[float, float, int], ...], delta: float) -> float:
+    """What an Opacus ``PrivacyEngine`` whose accountant is ``accountant`` with this step history reports at δ.
+
+    The engine's own number, printed beside ours; every seed of a model has the same history.
+    """
+    from opacus.accountants import create_accountant
+
+    engine = create_accountant(mechanism=accountant)
+    engine.history = list(history)
+    return float(engine.get_epsilon(delta=delta))
+
+
 @lru_cache(maxsize=1024)  # pure in its arguments: each seed of a model, and each method at one ε and q, share σ
+@cached
 def calibrate_noise(target_epsilon: float, delta: float, sample_rate: float, steps: int, *, accountant: str,
                     relation: Relation) -> float:
     """The smallest σ (to 0.5 % in ε) whose ε after ``steps`` is at most ``target_epsilon``."""
@@ -171,6 +193,7 @@ def _binomial_mixture(group: int, sample_rate: float) -> tuple[np.ndarray, np.nd
 
 
 @lru_cache(maxsize=4096)
+@cached
 def _group_add_remove(noise_multiplier: float, sample_rate: float, steps: int, delta: float, group: int) -> float:
     """The mixture-of-Gaussians PLD of a group; its discretisation grows with the group (the loss grows as group²).
 

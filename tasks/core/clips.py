@@ -33,8 +33,8 @@ def load_clips(rows: list[dict[str, Any]], folder: Path, input_size: tuple[int, 
 
 def normalise(clips: torch.Tensor) -> torch.Tensor:
     """uint8 (B, 3, T, h, w) -> float model input."""
-    mean = torch.tensor(MEAN).view(1, 3, 1, 1, 1)
-    std = torch.tensor(STD).view(1, 3, 1, 1, 1)
+    mean = torch.tensor(MEAN, device=clips.device).view(1, 3, 1, 1, 1)
+    std = torch.tensor(STD, device=clips.device).view(1, 3, 1, 1, 1)
     return (clips.float() / 255.0 - mean) / std
 
 

@@ -6,6 +6,8 @@ it) before any work, with one line naming the key, the value and what is allowed
 
 from __future__ import annotations
 
+import copy
+import functools
 import math
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
@@ -32,6 +34,7 @@ class Section(BaseModel):
 class BaseParams(Section):
     seed: Annotated[int, Field(ge=0)]
     workers: Annotated[int, Field(ge=0, le=256)]  # 0: one per CPU core
+    device: Annotated[str, Field(pattern=r"^(auto|cpu|cuda(:\d+)?)$")] = "auto"  # where torch runs (tasks.core.device)
 
 
 class DataParams(Section):
@@ -317,6 +320,13 @@ SECTIONS: dict[str, type[Section]] = {
 S = TypeVar("S", bound=Section)
 
 
+@functools.lru_cache(maxsize=16)
+def _parse_yaml(text: str) -> Any:
+    """ruamel's pure-Python parse, once per distinct text: a stage reads its params file dozens of times
+    (every budget check reads ``privacy``), and each parse of params.yaml costs 70 ms."""
+    return YAML(typ="safe", pure=True).load(text)
+
+
 def read_params_file(path: Path) -> dict[str, Any]:
     """The raw YAML mapping, read as DVC reads it (ruamel, YAML 1.2: ``1e-3`` is a number).
 
@@ -326,7 +336,7 @@ def read_params_file(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise PrivharError(f"{path}: params file not found")
     try:
-        content = YAML(typ="safe", pure=True).load(path.read_text())
+        content = copy.deepcopy(_parse_yaml(path.read_text()))  # a caller may change its copy
     except YAMLError as error:
         mark = error.problem_mark if isinstance(error, MarkedYAMLError) else None
         where = f" at line {mark.line + 1}" if mark else ""

@@ -25,20 +25,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from tasks.core.device import stamp
 from tasks.core.storage import atomic_write_bytes
 from tasks.core.dprp_calibration import noise_scales
-from tasks.dprp.mechanism import Projection, fits_comfortably, gram_flops, protect_video
-
-
-def matmul_gflops(size: int = 2048, repeats: int = 6) -> float:
-    """float32 GEMM rate of torch on this machine (warm-up excluded)."""
-    a, b = torch.randn(size, size), torch.randn(size, size)
-    for _ in range(2):
-        a @ b
-    started = time.perf_counter()
-    for _ in range(repeats):
-        a @ b
-    return repeats * 2 * size**3 / (time.perf_counter() - started) / 1e9
+from tasks.dprp.mechanism import Projection, fits_comfortably, generator_for, gram_flops, protect_video
 
 
 def mechanism_flops(t: int, d: int, k: int, per_r: bool) -> float:
@@ -47,13 +37,15 @@ def mechanism_flops(t: int, d: int, k: int, per_r: bool) -> float:
 
 
 def run_bench(*, frames: int, height: int, width: int, k: int, epsilon: float, delta: float, budget_split: float,
-              out: Path) -> dict[str, Any]:
-    """Time both projection modes once; write and return the JSON record."""
+              out: Path, device: torch.device = torch.device("cpu")) -> dict[str, Any]:
+    """Time both projection modes once on ``device``; write and return the JSON record (stamped with the device)."""
     d = height * width * 3
     clip = np.random.default_rng(0).integers(0, 256, (frames, height, width, 3), dtype=np.uint8)
     scales = noise_scales(epsilon=epsilon, delta=delta, budget_split=budget_split, k=k, d=d, calibration="paper",
                           neighbour="frame")
-    rate = matmul_gflops()
+    machine = {"cpu_count": os.cpu_count(), **stamp(device)}
+    rate = float(machine["matmul_gflops_float32"])  # type: ignore[arg-type]
+    options = {"device": device, "generator": generator_for(device)}
 
     def one(projection: Projection, noise_seed: int) -> float:
         started = time.perf_counter()
@@ -63,18 +55,18 @@ def run_bench(*, frames: int, height: int, width: int, k: int, epsilon: float, d
     kept = fits_comfortably(d, k)
     per_video_times = []
     for video in (1, 2):  # the second video reuses the first one's block arrays, as in the stage
-        projection = Projection(seed=video, d=d, k=k, keep=kept)
+        projection = Projection(seed=video, d=d, k=k, keep=kept, **options)
         per_video_times.append(one(projection, video))
         projection.release()
     per_video_first, per_video = per_video_times
-    shared = Projection(seed=3, d=d, k=k, keep=True)
+    shared = Projection(seed=3, d=d, k=k, keep=True, **options)
     shared_first = one(shared, 3)
     shared_next = one(shared, 4)
     record = {
         "configuration": {"frames": frames, "height": height, "width": width, "d": d, "k": k, "rank": k,
                           "epsilon": epsilon, "delta": delta, "budget_split": budget_split, "calibration": "paper"},
-        "machine": {"cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-                    "matmul_gflops_float32": round(rate, 1)},
+        "machine": machine,
+        "precision": "float32 products (TF32 if tf32_matmul), float64 k x k factorisation and solve",
         "per_video": {"first_video_seconds": round(per_video_first, 2), "seconds": round(per_video, 2),
                       "r_kept_between_passes": kept,
                       "gflops": round(mechanism_flops(frames, d, k, True) / per_video / 1e9, 1)},

@@ -21,6 +21,13 @@ index in the counter), so any block can be regenerated exactly: one pass accumul
 and RᵀR, a second regenerates the blocks for the back-projection X̃ = W Rᵀ with
 W = P̃ V_r G⁻¹ V_rᵀ. Memory is O(k² + T·k + block·k); every product is a torch matmul.
 
+Devices. Every product runs on ``Projection.device`` (a GPU when ``base.device`` says so); the
+k×k factorisation and solve stay in float64 there. R's blocks come from NumPy's Philox on the
+CPU (``generator="numpy"``, the CPU default: the outputs committed so far) or from torch's
+generator on the device (``generator="torch"``, a GPU's Philox), seeded per block from
+(seed, block index), so a block is still regenerated exactly and R never crosses the bus.
+The two generators give different (equally distributed) R; the maths after R is the same.
+
 Projection modes. ``per_video`` (the paper): R drawn per video from (seed, video_id).
 ``shared``: one R for the dataset, so RᵀR is computed once. The guarantee is the same —
 R is public randomness, independent of the data, and the privacy proofs hold for any
@@ -41,6 +48,7 @@ import numpy as np
 import torch
 
 from tasks.core.errors import PrivharError
+from tasks.core.seeding import derive_seed
 from tasks.core.storage import is_clip
 from tasks.core.dprp_calibration import rank_of  # noqa: F401 (the budget plans with it too)
 
@@ -118,6 +126,8 @@ class Projection:
     block_rows: int = 8192
     keep: bool = False
     threads: int = 2
+    device: torch.device = torch.device("cpu")
+    generator: str = "numpy"  # numpy: Philox on the CPU | torch: torch's generator on ``device``, per block
     _gram: torch.Tensor | None = field(default=None, repr=False)
     _factor: torch.Tensor | None = field(default=None, repr=False)
     _kept: list[torch.Tensor] | None = field(default=None, repr=False)
@@ -125,13 +135,29 @@ class Projection:
     def __post_init__(self) -> None:
         if not 0 < self.k <= self.d:
             raise PrivharError(f"dprp: k = {self.k} is invalid: expected 0 < k <= d = {self.d}")
+        if self.generator not in ("numpy", "torch"):
+            raise PrivharError(f"dprp: generator {self.generator!r} is invalid: expected numpy or torch")
+        self.device = torch.device(self.device)
+
+    @property
+    def _pooled(self) -> bool:
+        """Blocks live in the CPU buffer pool (NumPy's generator, kept on the CPU)."""
+        return self.generator == "numpy" and self.device.type == "cpu"
 
     def _block(self, index: int) -> torch.Tensor:
         start = index * self.block_rows
         stop = min(start + self.block_rows, self.d)
+        if self.generator == "torch":
+            stream = torch.Generator(self.device).manual_seed(derive_seed(self.seed, "R-block", index))
+            return torch.randn(stop - start, self.k, generator=stream, device=self.device).mul_(1.0 / math.sqrt(self.k))
         values = BUFFERS.take((stop - start, self.k))
         _philox(self.seed, 0, index).standard_normal(dtype=np.float32, out=values)
-        return torch.from_numpy(values).mul_(1.0 / math.sqrt(self.k))
+        block = torch.from_numpy(values).mul_(1.0 / math.sqrt(self.k))
+        if self._pooled:
+            return block
+        on_device = block.to(self.device)
+        BUFFERS.give(values)
+        return on_device
 
     def blocks(self) -> Iterator[tuple[int, int, torch.Tensor]]:
         """(first row, last row + 1, R[first:last] as float32) for every block, in order.
@@ -156,7 +182,7 @@ class Projection:
                 yield start, stop, block
                 if self.keep:
                     kept.append(block)
-                else:
+                elif self._pooled:
                     BUFFERS.give(block.numpy())  # the consumer is done with it: reuse its pages
         if self.keep:
             self._kept = kept
@@ -164,7 +190,8 @@ class Projection:
     def release(self) -> None:
         """Return kept blocks to the pool (a per-video R is done): the next video reuses their pages."""
         for block in self._kept or []:
-            BUFFERS.give(block.numpy())
+            if self._pooled:
+                BUFFERS.give(block.numpy())
         self._kept = None
 
     def dense(self) -> torch.Tensor:
@@ -174,7 +201,7 @@ class Projection:
     def gram(self) -> torch.Tensor:
         """RᵀR (k × k, float64), accumulated block by block."""
         if self._gram is None:
-            gram = torch.zeros(self.k, self.k, dtype=torch.float64)
+            gram = torch.zeros(self.k, self.k, dtype=torch.float64, device=self.device)
             for _, _, block in self.blocks():
                 add_gram(gram, block)
             self._gram = symmetrise(gram)
@@ -185,6 +212,11 @@ class Projection:
         if self._factor is None:
             self._factor = torch.linalg.cholesky(self.gram())
         return self._factor
+
+
+def generator_for(device: torch.device) -> str:
+    """R's generator: NumPy's Philox on the CPU (the outputs so far), torch's on a GPU (R never crosses the bus)."""
+    return "numpy" if torch.device(device).type == "cpu" else "torch"
 
 
 def fits_comfortably(d: int, k: int, share: float = 1 / 6) -> bool:
@@ -203,8 +235,10 @@ def project(x: torch.Tensor, projection: Projection) -> torch.Tensor:
 
     If RᵀR is not known yet it is accumulated in the same pass, so each block is generated once.
     """
-    p = torch.zeros(x.shape[0], projection.k, dtype=torch.float64)
-    gram = None if projection._gram is not None else torch.zeros(projection.k, projection.k, dtype=torch.float64)
+    x = x.to(projection.device)
+    p = torch.zeros(x.shape[0], projection.k, dtype=torch.float64, device=projection.device)
+    gram = None if projection._gram is not None else torch.zeros(projection.k, projection.k, dtype=torch.float64,
+                                                                 device=projection.device)
     for start, stop, block in projection.blocks():
         p += (x[:, start:stop] @ block).double()
         if gram is not None:
@@ -215,8 +249,8 @@ def project(x: torch.Tensor, projection: Projection) -> torch.Tensor:
 
 
 def back_project(w: torch.Tensor, projection: Projection) -> torch.Tensor:
-    """W Rᵀ (T × d, float32), regenerating R's blocks."""
-    out = torch.empty(w.shape[0], projection.d, dtype=torch.float32)
+    """W Rᵀ (T × d, float32, on the projection's device), regenerating R's blocks."""
+    out = torch.empty(w.shape[0], projection.d, dtype=torch.float32, device=projection.device)
     w32 = w.float()
     for start, stop, block in projection.blocks():
         out[:, start:stop] = w32 @ block.T
@@ -267,13 +301,14 @@ def protect_video(frames: np.ndarray, projection: Projection, *, sigma1: float, 
         raise PrivharError(f"dprp: a frame has d = {d} values but the projection was built for d = {projection.d}")
     x = torch.from_numpy(frames.reshape(t, d).astype(np.float32))
     p = project(x, projection)
-    m = torch.from_numpy(_philox(noise_seed, NOISE_STREAM_P, 0).standard_normal((t, projection.k)))
+    m = torch.from_numpy(_philox(noise_seed, NOISE_STREAM_P, 0).standard_normal((t, projection.k))).to(projection.device)
     p_noisy = p + sigma1 * m
     r = rank_of(rank, projection.k)
     q = None
     if r < projection.k:
         n = torch.from_numpy(_philox(noise_seed, NOISE_STREAM_Q, 0).standard_normal((projection.k, projection.k)))
+        n = n.to(projection.device)
         q = p.T @ p + sigma2 * n
     x_tilde = reconstruct(p_noisy, q, projection, r)
-    pixels = x_tilde.round_().clamp_(0, 255).to(torch.uint8).numpy().reshape(frames.shape)
-    return Protected(pixels, p_noisy, q)
+    pixels = x_tilde.round_().clamp_(0, 255).to(torch.uint8).cpu().numpy().reshape(frames.shape)
+    return Protected(pixels, p_noisy.cpu(), None if q is None else q.cpu())

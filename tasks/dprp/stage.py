@@ -20,7 +20,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from tasks.core.budget import check_budget
+from tasks.core.device import resolve_device
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import MANIFEST_NAME, read_manifest, rebase_path, resolve_path, write_manifest, write_table
 from tasks.core.parallel import map_ordered
@@ -31,7 +34,7 @@ from tasks.core.speed import write_speed
 from tasks.core.storage import atomic_directory, atomic_write_bytes, load_frames, save_frames
 from tasks.core.tracking import stage_run
 from tasks.core.dprp_calibration import NoiseScales, noise_scales
-from tasks.dprp.mechanism import Projection, fits_comfortably, protect_video, rank_of
+from tasks.dprp.mechanism import Projection, fits_comfortably, generator_for, protect_video, rank_of
 from tasks.dprp.preview import preview_png
 from tasks.preview import raw_frames_allowed
 
@@ -39,21 +42,21 @@ LOG = logging.getLogger(__name__)
 
 
 def projection_for(video_id: str, *, params: DprpParams, randomness: DpRandomness, d: int,
-                   shared: Projection | None) -> Projection:
-    """The shared R, or this video's own (secret unless the randomness is seeded)."""
+                   shared: Projection | None, device: torch.device = torch.device("cpu")) -> Projection:
+    """The shared R, or this video's own (secret unless the randomness is seeded); on a GPU, R is drawn there."""
     if shared is not None:
         return shared
     return Projection(seed=randomness.seed("dprp-R", video_id), d=d, k=params.k_value, block_rows=params.block_rows,
-                      threads=1, keep=fits_comfortably(d, params.k_value))
+                      threads=1, keep=fits_comfortably(d, params.k_value), device=device, generator=generator_for(device))
 
 
 def protect_one(row: dict[str, Any], *, params: DprpParams, scales: NoiseScales, epsilon: float,
                 randomness: DpRandomness, source: Path, out: Path, final: Path, workdir: Path,
-                shared: Projection | None) -> dict[str, Any]:
+                shared: Projection | None, device: torch.device = torch.device("cpu")) -> dict[str, Any]:
     """One clip: protected frames written, its manifest row (with its privacy record) returned."""
     frames = load_frames(workdir / resolve_path(row["path"], source))
     d = int(frames[0].size)
-    projection = projection_for(row["video_id"], params=params, randomness=randomness, d=d, shared=shared)
+    projection = projection_for(row["video_id"], params=params, randomness=randomness, d=d, shared=shared, device=device)
     protected = protect_video(frames, projection, sigma1=scales.sigma1, sigma2=scales.sigma2, rank=params.rank,
                               noise_seed=randomness.seed("dprp-noise", epsilon, row["video_id"]))
     if projection is not shared:
@@ -80,16 +83,17 @@ def dprp(*, params_path: Path, frames: Path, epsilon: float, out: Path, report: 
                           d=d, calibration=params.calibration, neighbour=params.neighbour,
                           secret_projection=params.projection == "per_video" and randomness.private,
                           full_rank=rank_of(params.rank, params.k_value) == params.k_value)
+    device = resolve_device(base.device)
     shared = None
     if params.projection == "shared":  # built (and its RᵀR computed) before the workers fork: they share it
         shared = Projection(seed=derive_seed(base.seed, "dprp-R"), d=d, k=params.k_value, block_rows=params.block_rows,
-                            keep=True)
+                            keep=True, device=device, generator=generator_for(device))
         shared.gram()
     with stage_run(f"dprp@{epsilon:g}", {"base": base, "dprp": params}) as run, atomic_directory(out) as staging:
         (staging / "frames").mkdir()
         started = time.perf_counter()
         work = partial(protect_one, params=params, scales=scales, epsilon=epsilon, randomness=randomness, source=frames,
-                       out=staging, final=out, workdir=Path.cwd(), shared=shared)
+                       out=staging, final=out, workdir=Path.cwd(), shared=shared, device=device)
         # One process: torch's matmuls already use every core, and forking after torch's thread
         # pool has started is unsafe. (The Prefect flow may still shard the videos over threads or Dask.)
         protected = map_ordered(work, rows, workers=1, desc=f"dprp ε={epsilon:g}")

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from opacus import PrivacyEngine
 from torch.utils.data import DataLoader, TensorDataset
 
+from tasks.core.device import stamp, synchronise
 from tasks.core.models import create_video_classifier, group_norm
 from tasks.core.storage import atomic_write_bytes
 from tasks.private.selective import select_trainable, trainable_count
@@ -33,12 +34,15 @@ MODES = ("ew", "hooks", "functorch")  # ew first: the default, and the one the s
 
 
 def _median_seconds(step: Any, warmup: int, repeats: int) -> float:
+    device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
     for _ in range(warmup):
         step()
     times = []
     for _ in range(repeats):
+        synchronise(device)
         started = time.perf_counter()
         step()
+        synchronise(device)
         times.append(time.perf_counter() - started)
     return statistics.median(times)
 
@@ -70,14 +74,19 @@ def _private_step(model: torch.nn.Module, clips: torch.Tensor, labels: torch.Ten
 
 
 def run_bench(*, batch: int, frames: int, height: int, width: int, model_width: int, warmup: int, repeats: int,
-              out: Path) -> dict[str, Any]:
-    """Time the three kinds of step; write and return the record."""
+              out: Path, device: torch.device = torch.device("cpu")) -> dict[str, Any]:
+    """Time the three kinds of step on ``device``; write and return the record (stamped with the device).
+
+    Each time is also given as ``*_matmul_gflop``: seconds × the device's own matmul rate, the work a
+    step is worth in GEMM flops, comparable across machines.
+    """
     torch.manual_seed(0)
-    clips = torch.randn(batch, 3, frames, height, width)
-    labels = torch.randint(0, 10, (batch,))
-    base = create_video_classifier(num_classes=10, width=model_width, norm=group_norm(16), dropout=0.0)
+    clips = torch.randn(batch, 3, frames, height, width, device=device)
+    labels = torch.randint(0, 10, (batch,), device=device)
+    base = create_video_classifier(num_classes=10, width=model_width, norm=group_norm(16), dropout=0.0).to(device)
+    machine = stamp(device)
     record: dict[str, Any] = {"batch": batch, "clip": [3, frames, height, width], "model_width": model_width,
-                              "threads": torch.get_num_threads(), "warmup": warmup, "repeats": repeats}
+                              "machine": machine, "warmup": warmup, "repeats": repeats}
     plain = copy.deepcopy(base)
     record["non_private_seconds"] = _median_seconds(_plain_step(plain, clips, labels), warmup, repeats)
     record["parameters"] = trainable_count(plain)
@@ -99,5 +108,8 @@ def run_bench(*, batch: int, frames: int, height: int, width: int, model_width: 
     record["dp_sgd_selective_seconds"] = seconds
     record["dp_over_non_private"] = {mode: full[mode] / record["non_private_seconds"] for mode in MODES}
     record["full_dp_over_selective_dp"] = {choice: full[MODES[0]] / seconds[choice] for choice in SELECTIVE}
+    rate = float(machine["matmul_gflops_float32"])  # type: ignore[arg-type]
+    record["non_private_matmul_gflop"] = round(record["non_private_seconds"] * rate, 2)
+    record["dp_sgd_matmul_gflop"] = {mode: round(value * rate, 2) for mode, value in full.items()}
     atomic_write_bytes(out, (json.dumps(record, indent=2) + "\n").encode())
     return record

@@ -64,7 +64,8 @@ def add_noise(summed: Gradients, noise_multiplier: float, max_norm: float, gener
     """Σ ḡ_i + N(0, (σC)²) per coordinate (σ = 0: no noise)."""
     if noise_multiplier == 0:
         return summed
-    return {name: g + torch.normal(0.0, noise_multiplier * max_norm, g.shape, generator=generator)
+    # drawn where the generator lives (the CPU), then moved: the same noise on any device
+    return {name: g + torch.normal(0.0, noise_multiplier * max_norm, g.shape, generator=generator).to(g.device)
             for name, g in summed.items()}
 
 

@@ -40,7 +40,7 @@ from opacus.utils.batch_memory_manager import BatchMemoryManager
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from tasks.core.accounting import ADD_REMOVE, Relation, poisson_schedule
+from tasks.core.accounting import ADD_REMOVE, Relation, opacus_engine_epsilon, poisson_schedule
 from tasks.core.errors import PrivharError
 from tasks.core.models import has_batch_norm
 from tasks.core.progress import progress
@@ -87,6 +87,11 @@ class PrivateData:
     has_public: torch.Tensor | None = None
     owners: torch.Tensor | None = None
 
+    def to(self, device: torch.device) -> PrivateData:
+        """The same data with every tensor on ``device`` (where the model trains)."""
+        move = {name: None if value is None else value.to(device) for name, value in vars(self).items()}
+        return PrivateData(**move)
+
     @property
     def unit_count(self) -> int:
         """How many privacy units are Poisson-sampled: videos, or persons."""
@@ -96,13 +101,13 @@ class PrivateData:
         """The videos of the sampled units, in order."""
         if self.owners is None:
             return chosen_units
-        return torch.nonzero(torch.isin(self.owners, chosen_units)).flatten()
+        return torch.nonzero(torch.isin(self.owners.cpu(), chosen_units)).flatten()
 
     def private_weights(self, part: torch.Tensor) -> torch.Tensor:
-        return torch.ones(len(part)) if self.has_private is None else self.has_private[part].float()
+        return torch.ones(len(part), device=self.labels.device) if self.has_private is None else self.has_private[part].float()
 
     def public_weights(self, part: torch.Tensor) -> torch.Tensor:
-        return torch.ones(len(part)) if self.has_public is None else self.has_public[part].float()
+        return torch.ones(len(part), device=self.labels.device) if self.has_public is None else self.has_public[part].float()
 
 
 @dataclass
@@ -151,7 +156,8 @@ def _sum_by_owner(gradients: Gradients, owners: torch.Tensor | None) -> Gradient
         return gradients
     _, index = torch.unique(owners, return_inverse=True)
     count = int(index.max()) + 1
-    return {name: torch.zeros(count, *g.shape[1:], dtype=g.dtype).index_add_(0, index, g) for name, g in gradients.items()}
+    return {name: torch.zeros(count, *g.shape[1:], dtype=g.dtype, device=g.device).index_add_(0, index, g)
+            for name, g in gradients.items()}
 
 
 def _private_sum(module: nn.Module, data: PrivateData, videos: torch.Tensor, recipe: Recipe) -> tuple[Gradients, int, float]:
@@ -241,7 +247,7 @@ def train_grouped(module: nn.Module, data: PrivateData, recipe: Recipe, noise_mu
 def _no_per_sample_gradients(module: nn.Module) -> None:
     """Per-sample gradients of an empty batch (0, *shape), which ExpandedWeights cannot compute (batch size 0)."""
     for parameter in trainable_parameters(module).values():
-        parameter.grad_sample = torch.zeros(0, *parameter.shape)
+        parameter.grad_sample = torch.zeros(0, *parameter.shape, device=parameter.device)
 
 
 OPACUS_ACCOUNTANTS = ("prv", "rdp", "gdp")
@@ -252,11 +258,17 @@ def train_dp_sgd(module: nn.Module, data: PrivateData, recipe: Recipe, target_ep
     """DP-SGD with Opacus: ``make_private`` (Poisson sampling; σ from our calibration) and ``BatchMemoryManager``.
 
     Opacus draws the Poisson batches from torch's global generator: seed it before the call (from
-    OS entropy unless the randomness is ``seeded``); ``generator`` draws the noise.
+    OS entropy unless the randomness is ``seeded``); ``generator`` draws the noise. On a GPU the
+    noise comes from a generator on the GPU (Opacus draws it beside the gradients), seeded from
+    ``generator``: secret when it is. The batches are drawn on the CPU and moved.
     """
     require_sample_independence(module)
-    inputs = data.units[:, 0]
-    loader = DataLoader(TensorDataset(inputs, data.labels), batch_size=recipe.batch_size)
+    device = next(module.parameters()).device
+    if device.type != "cpu":
+        generator = torch.Generator(device).manual_seed(int(torch.randint(2**62, (1,), generator=generator)))
+    inputs = data.units[:, 0].cpu()
+    loader = DataLoader(TensorDataset(inputs, data.labels.cpu()), batch_size=recipe.batch_size,
+                        pin_memory=device.type == "cuda")
     rate, steps = schedule(len(data.labels), recipe)
     noise_multiplier = calibrate(target_epsilon, recipe.delta, rate, steps, recipe.accountant, recipe.relation)
     engine = PrivacyEngine(accountant=recipe.accountant if recipe.accountant in OPACUS_ACCOUNTANTS else "prv")
@@ -273,6 +285,7 @@ def train_dp_sgd(module: nn.Module, data: PrivateData, recipe: Recipe, target_ep
             with BatchMemoryManager(data_loader=private_loader, max_physical_batch_size=recipe.physical_batch_size,
                                     optimizer=optimiser) as batches:
                 for features, labels in batches:
+                    features, labels = features.to(device, non_blocking=True), labels.to(device, non_blocking=True)
                     optimiser.zero_grad(set_to_none=True)
                     if len(labels):
                         loss = F.cross_entropy(private_module(features), labels)
@@ -290,4 +303,5 @@ def train_dp_sgd(module: nn.Module, data: PrivateData, recipe: Recipe, target_ep
         private_module.remove_hooks()
     return Outcome(history, SgdPrivacy(float(optimiser.noise_multiplier), rate, steps, recipe.delta, recipe.accountant,
                                        recipe.relation),
-                   engine_epsilon=float(engine.get_epsilon(recipe.delta)))
+                   engine_epsilon=opacus_engine_epsilon(engine.accountant.mechanism(),
+                                                        tuple(tuple(step) for step in engine.accountant.history), recipe.delta))

@@ -42,6 +42,7 @@ from tasks.core.accounting import relation_of
 from tasks.core.budget import check_budget, check_unprotected
 from tasks.core.subjects import person_units, videos_per_person
 from tasks.core.clips import augment, class_names, labels_of, load_clips, normalise, split_rows
+from tasks.core.device import resolve_device
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import MANIFEST_NAME, quarantined, read_manifest, resolve_path
 from tasks.core.models import build_from_config, checkpoint_config, transfer_weights
@@ -226,7 +227,8 @@ def train_private(*, params_path: Path, method: str, frames: Path, init: Path, o
     recipe = recipe_of(params, method)
     if params.unit == "video":
         units_per_person = videos_per_person(rows)
-    torch.use_deterministic_algorithms(True)
+    device = resolve_device(base.device)
+    torch.use_deterministic_algorithms(device.type == "cpu")
     generator = torch.Generator().manual_seed(derive_seed(base.seed, "private", method, "views"))
     clips = load_clips(rows, frames, size)
     data = method_views(method, clips, labels_of(rows), params, generator, public_masks(rows, masks, size) if masks else None)
@@ -238,18 +240,22 @@ def train_private(*, params_path: Path, method: str, frames: Path, init: Path, o
                            "DP-SGD; lower the threshold or use dp_sgd")
     trainable_names = select_trainable(pretrained, params.trainable)
     head_only = all(name.startswith(HEAD + ".") for name in trainable_names)
+    pretrained.to(device)
+    data = data.to(device)  # DP-SGD's per-sample gradients and clipping run there in float32 (no autocast)
     if head_only:
         data = as_features(pretrained, data)
     results, persons = [], []
     registrations = []  # registered once the output folder and reports are complete: a failed stage leaves no version
     with stage_run(f"train-private@{method}", {"base": base, "private": params}) as run:
         run.log_dataset(frames, "train", "training")
+        run.set_tags({"privhar.device": str(device)})
         with atomic_directory(out) as staging:
             for epsilon in [*params.epsilons, math.inf]:
                 for seed in range(seeds):
                     name = f"{method}-eps{epsilon}"
                     key = name + seed_suffix(seed)
-                    model = copy.deepcopy(pretrained if seed == 0 else public_model(init, frames, classifier_seed(base.seed, seed))[0])
+                    model = copy.deepcopy(pretrained if seed == 0 else
+                                          public_model(init, frames, classifier_seed(base.seed, seed))[0].to(device))
                     select_trainable(model, params.trainable)
                     module = head_of(model) if head_only else model
                     with run.model_run(key, {"privhar.method": method, "privhar.seed": seed}) as model_run:
@@ -267,7 +273,7 @@ def train_private(*, params_path: Path, method: str, frames: Path, init: Path, o
                                 for person, value in by_person.items()]
                     results.append({**_record(method, key, epsilon, guarantee, outcome, trainable_count(model), recipe,
                                               max(by_person.values(), default=math.inf)), "seed": seed})
-                    model.eval()
+                    model.eval().cpu()  # saved and registered from the CPU: the checkpoint loads anywhere
                     model_config = {**config, "model": key, "method": method, "family": method, "frames": str(frames),
                                     "target_epsilon": epsilon, "trainable": params.trainable, "seed": seed}
                     folder = seed_folder(staging / name, seed)
