@@ -164,13 +164,15 @@ def train_command(params_path: Path, frames: Path, out: Path, report: Path, fami
 @_dir("--init", "Folder of the public model to fine-tune (the pretrain stage's output).", exists=True)
 @_dir("--out", "Where to write one <method>-eps<ε>/model.pt per ε.")
 @_dir("--report", "Where to write <method>.csv (ε, δ, σ, q, steps, C, accountant per model).")
+@click.option("--nproc", type=click.IntRange(min=1), default=None,
+              help="Processes per dp_sgd model (Opacus DPDDP), instead of private.nproc.")
 def private_command(params_path: Path, method: str, frames: Path, avatar: Path | None, init: Path, out: Path,
-                    report: Path) -> None:
+                    report: Path, nproc: int | None) -> None:
     """Fine-tune the public model privately at every ε of private.epsilons (and ∞)."""
     from tasks.private.stage import train_private
 
     rows = train_private(params_path=params_path, method=method, frames=frames, init=init, out=out, report=report,
-                         avatar=avatar)
+                         avatar=avatar, nproc=nproc)
     click.echo(f"train-private: {method}: {len(rows)} models in {out}", err=True)
 
 

@@ -98,13 +98,17 @@ def _inputs(frames: torch.Tensor) -> torch.Tensor:
 
 
 def train_attacker(data: FrameSet, *, epochs: int, batch_size: int, learning_rate: float, seed: int,
-                   desc: str) -> nn.Module:
-    """Adam on binary cross-entropy; random horizontal flips. Deterministic for a seed."""
+                   desc: str, device: str = "cpu") -> nn.Module:
+    """Adam on binary cross-entropy; random horizontal flips, drawn on the CPU. Deterministic for a seed on the CPU.
+
+    Trained on ``device`` (base.device); returned on the CPU, where it is scored.
+    """
     torch.manual_seed(seed)
     generator = torch.Generator().manual_seed(seed)
-    model = attribute_model(data.labels.shape[1])
+    target_device = torch.device(device)
+    model = attribute_model(data.labels.shape[1]).to(target_device)
     optimiser = torch.optim.Adam(model.parameters(), lr=learning_rate)
-    targets = torch.from_numpy(data.labels).float()
+    targets = torch.from_numpy(data.labels).float().to(target_device)
     loss_function = nn.BCEWithLogitsLoss()
     model.train()
     bar = progress(epochs * -(-len(targets) // batch_size), f"{desc} ({epochs} epochs)", "batch")
@@ -112,15 +116,15 @@ def train_attacker(data: FrameSet, *, epochs: int, batch_size: int, learning_rat
         order = torch.randperm(len(targets), generator=generator).split(batch_size)
         for batch in order:
             bar.update(1)
-            inputs = _inputs(data.frames[batch])
-            flip = torch.rand(len(batch), generator=generator) < 0.5
+            inputs = _inputs(data.frames[batch].to(target_device))
+            flip = (torch.rand(len(batch), generator=generator) < 0.5).to(target_device)
             inputs = torch.where(flip[:, None, None, None], inputs.flip(3), inputs)
             loss = loss_function(model(inputs), targets[batch])
             optimiser.zero_grad()
             loss.backward()
             optimiser.step()
     bar.close()
-    return model.eval()
+    return model.eval().cpu()
 
 
 @torch.no_grad()

@@ -49,6 +49,7 @@ from tasks.core.clips import split_rows
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import MANIFEST_NAME, read_manifest, resolve_path
 from tasks.core.parallel import map_ordered, worker_count
+from tasks.core.device import resolve_device
 from tasks.core.params import AssessParams, BaseParams, load_section
 from tasks.core.seeding import derive_seed
 from tasks.core.speed import read_speed
@@ -94,14 +95,14 @@ def _frames_and_truth(rows: list[dict[str, Any]], clips: dict[str, np.ndarray], 
 
 
 def train_raw_attackers(params: AssessParams, seed: int, rows: list[dict[str, Any]], raw: Path,
-                        clips: dict[str, np.ndarray], truths: dict[str, VideoTruth]) -> RawAttackers:
+                        clips: dict[str, np.ndarray], truths: dict[str, VideoTruth], device: str = "cpu") -> RawAttackers:
     names = attribute_names(rows) if any(key.startswith("attr_") for key in rows[0]) else []
     state: dict[str, torch.Tensor] = {}
     if names:
         data = load_frame_set(rows, raw, names, clips, size=tuple(params.attacker_size), every=params.attacker_frame_step)
         state = train_attacker(data, epochs=params.attacker_epochs, batch_size=params.attacker_batch_size,
                                learning_rate=params.attacker_learning_rate, seed=derive_seed(seed, "assess", "attacker", RAW),
-                               desc="attribute attacker (raw)").state_dict()
+                               desc="attribute attacker (raw)", device=device).state_dict()
     faces, identities = [], []
     if not truths:  # real footage without annotations: no face or body boxes to train or score on
         return RawAttackers(names, state, None, {})
@@ -173,7 +174,7 @@ def _owners(rows: list[dict[str, Any]], truths: dict[str, VideoTruth], kind: str
 
 def assess_copy(item: tuple[str, Path], *, raw: Path, train_rows: list[dict[str, Any]], test_rows: list[dict[str, Any]],
                 truths: dict[str, VideoTruth], attackers: RawAttackers, params: AssessParams, seed: int,
-                speeds: Path) -> dict[str, Any]:
+                speeds: Path, device: str = "cpu") -> dict[str, Any]:
     """Every score of one copy (``name``, ``folder``)."""
     name, folder = item
     started = clock = time.perf_counter()
@@ -188,7 +189,7 @@ def assess_copy(item: tuple[str, Path], *, raw: Path, train_rows: list[dict[str,
 
     clock = _lap(scores, "load", clock)
     if attackers.names:
-        _attribute_scores(scores, name, raw, train_rows, test_rows, test_clips, folder, attackers, params, seed)
+        _attribute_scores(scores, name, raw, train_rows, test_rows, test_clips, folder, attackers, params, seed, device)
     clock = _lap(scores, "attributes", clock)
     if truths:
         _truth_scores(scores, test_rows, test_clips, truths, attackers, params)
@@ -223,7 +224,7 @@ def _public_mask(row: dict[str, Any], folder: Path) -> np.ndarray | None:
 
 def _attribute_scores(scores: dict[str, Any], name: str, raw: Path, train_rows: list[dict[str, Any]],
                       test_rows: list[dict[str, Any]], test_clips: dict[str, np.ndarray], folder: Path,
-                      attackers: RawAttackers, params: AssessParams, seed: int) -> None:
+                      attackers: RawAttackers, params: AssessParams, seed: int, device: str = "cpu") -> None:
     """Privacy attributes: the raw-trained attacker, then one trained on this copy's training frames."""
     model = attribute_model(len(attackers.names))
     model.load_state_dict(attackers.attacker)
@@ -239,7 +240,8 @@ def _attribute_scores(scores: dict[str, Any], name: str, raw: Path, train_rows: 
                                    every=params.attacker_frame_step)
         adaptive_model = train_attacker(train_set, epochs=params.attacker_epochs, batch_size=params.attacker_batch_size,
                                         learning_rate=params.attacker_learning_rate,
-                                        seed=derive_seed(seed, "assess", "attacker", name), desc=f"attribute attacker ({name})")
+                                        seed=derive_seed(seed, "assess", "attacker", name), desc=f"attribute attacker ({name})",
+                                        device=device)
         adaptive = attribute_privacy(adaptive_model, test_set)
     scores["cmap_adaptive"], scores["f1_adaptive"] = adaptive["cmap"], adaptive["f1"]
 
@@ -298,9 +300,10 @@ def assess(*, params_path: Path, frames: Path, copies: list[Path], speeds: Path,
         if not truths:
             log.info("assess: no face / body annotations: e_id, e_det and e_track not measured (residual detections are)")
         log.info("assess: training the raw attackers on %d videos", len(train_rows))
-        attackers = train_raw_attackers(params, base.seed, train_rows, frames, clips_of(train_rows, frames), truths)
+        device = str(resolve_device(base.device))  # the attribute attackers train there
+        attackers = train_raw_attackers(params, base.seed, train_rows, frames, clips_of(train_rows, frames), truths, device)
         work = partial(assess_copy, raw=frames, train_rows=train_rows, test_rows=test_rows, truths=truths,
-                       attackers=attackers, params=params, seed=base.seed, speeds=speeds)
+                       attackers=attackers, params=params, seed=base.seed, speeds=speeds, device=device)
         items = [(RAW, frames)] + [(copy_name(folder), folder) for folder in found]
         results = map_ordered(work, items, workers=worker_count(base.workers), desc="assess copies")
         for result in results:

@@ -181,6 +181,7 @@ class PrivateParams(Section):
     learning_rate: Annotated[float, Field(gt=0.0)]
     momentum: Annotated[float, Field(ge=0.0, lt=1.0)]
     grad_sample_mode: Literal["ew", "hooks", "functorch"]  # Opacus per-sample gradients of dp_sgd
+    nproc: PositiveInt = 1  # dp_sgd in this many processes (Opacus DPDDP; tasks/private/distributed.py)
     trainable: str  # all | head | norms_and_head | last_stage_and_head | <regex>
     clips_per_video: PositiveInt  # K of multiclip
     token: Annotated[list[PositiveInt], Field(min_length=3, max_length=3)]  # MaskDP token [t, h, w]

@@ -38,6 +38,7 @@ class LocalRecipe:
     max_grad_norm: float  # C
     noise_multiplier: float  # σ (0: no noise)
     grad_sample_mode: str = "hooks"  # Opacus per-sample gradients: hooks | ew | functorch
+    device: str = "cpu"  # where the client trains (base.device, resolved); updates go on the wire from the CPU
 
 
 @dataclass
@@ -86,24 +87,29 @@ def client_round(module: nn.Module, broadcast: Tensors, shard: Shard, recipe: Lo
 
     ``seed`` fixes the shuffles and the noise; a negative seed draws both from the client's OS entropy.
     """
-    local = copy.deepcopy(module)
+    device = torch.device(recipe.device)
+    local = copy.deepcopy(module).to(device)
     load_trainable(local, broadcast)
     require_sample_independence(local)
     without_dropout(local)
     count = len(shard.labels)
     batch = min(recipe.batch_size, count)
     optimiser = torch.optim.SGD(list(trainable_parameters(local).values()), lr=recipe.learning_rate, momentum=recipe.momentum)
-    loader = DataLoader(TensorDataset(shard.inputs, shard.labels), batch_size=batch, shuffle=True,
-                        generator=client_generator(seed, 0))
+    loader = DataLoader(TensorDataset(shard.inputs.cpu(), shard.labels.cpu()), batch_size=batch, shuffle=True,
+                        generator=client_generator(seed, 0), pin_memory=device.type == "cuda")
+    noise = client_generator(seed, 1)
+    if device.type != "cpu":  # Opacus draws the noise beside the gradients: a generator there, seeded from the client's
+        noise = torch.Generator(device).manual_seed(int(torch.randint(2**62, (1,), generator=noise)))
     engine = PrivacyEngine()  # its accountant assumes Poisson sampling: ε comes from tasks.core.federated_accounting
     private, optimiser, loader = engine.make_private(
         module=local, optimizer=optimiser, data_loader=loader, noise_multiplier=recipe.noise_multiplier,
         max_grad_norm=recipe.max_grad_norm, poisson_sampling=False, grad_sample_mode=recipe.grad_sample_mode,
-        noise_generator=client_generator(seed, 1))
+        noise_generator=noise)
     loss_sum, seen = 0.0, 0
     try:
         for _ in range(recipe.local_epochs):
             for inputs, labels in loader:
+                inputs, labels = inputs.to(device, non_blocking=True), labels.to(device, non_blocking=True)
                 optimiser.zero_grad(set_to_none=True)
                 loss = F.cross_entropy(private(inputs), labels)
                 loss.backward()
@@ -111,8 +117,8 @@ def client_round(module: nn.Module, broadcast: Tensors, shard: Shard, recipe: Lo
                 loss_sum, seen = loss_sum + float(loss) * len(labels), seen + len(labels)
     finally:
         private.remove_hooks()
-    trained = trainable_state(local)
-    update = {name: trained[name] - broadcast[name] for name in broadcast}
+    trained = {name: tensor.cpu() for name, tensor in trainable_state(local).items()}
+    update = {name: trained[name] - broadcast[name].cpu() for name in broadcast}
     return ClientResult(update, count, local_steps(count, recipe), loss_sum / max(seen, 1))
 
 

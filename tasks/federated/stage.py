@@ -32,6 +32,7 @@ from tasks.core.accounting import REPLACE_ONE
 from tasks.core.budget import check_budget, federated_release
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import MANIFEST_NAME, read_manifest
+from tasks.core.device import resolve_device
 from tasks.core.params import BaseParams, FederatedParams, PrivacyParams, ReportParams, load_section
 from tasks.core.privacy import NON_PRIVATE, PrivacyGuarantee
 from tasks.core.randomness import DpRandomness
@@ -57,7 +58,8 @@ MB = 1e6
 def federation_of(base: BaseParams, params: FederatedParams, noise_multiplier: float, aggregation: str,
                   randomness: DpRandomness, seed: int = 0) -> Federation:
     recipe = LocalRecipe(params.local_epochs, params.batch_size, params.learning_rate, params.momentum,
-                         params.max_grad_norm, noise_multiplier, params.grad_sample_mode)
+                         params.max_grad_norm, noise_multiplier, params.grad_sample_mode,
+                         device=str(resolve_device(base.device)))
     return Federation(params.clients, params.rounds, params.client_fraction, aggregation, params.delta,
                       derive_seed(base.seed, "federated", *seed_keys(seed)), recipe,
                       secure=randomness.private)

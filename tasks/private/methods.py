@@ -68,6 +68,7 @@ class Recipe:
     accountant: str
     grad_sample_mode: str = "ew"  # Opacus per-sample gradients (dp_sgd): ew (ExpandedWeights) | hooks | functorch
     relation: Relation = ADD_REMOVE  # replace-one for MaskDP's masked adjacency
+    nproc: int = 1  # dp_sgd: processes of one DPDDP group (tasks.private.distributed)
 
 
 @dataclass
@@ -253,6 +254,32 @@ def _no_per_sample_gradients(module: nn.Module) -> None:
 OPACUS_ACCOUNTANTS = ("prv", "rdp", "gdp")
 
 
+def _train_dp_sgd_processes(module: nn.Module, data: PrivateData, recipe: Recipe, target_epsilon: float,
+                            generator: torch.Generator, device: torch.device) -> Outcome:
+    """:func:`train_dp_sgd` in ``recipe.nproc`` processes (DPDDP): the same σ, q and steps, so the same ε.
+
+    Rank 0's noise seed comes from ``generator`` and the ranks' sampling seeds from torch's global
+    generator (seeded by the caller): secret when the randomness is.
+    """
+    from tasks.private.distributed import train_dp_sgd_processes
+
+    rate, steps = schedule(len(data.labels), recipe)
+    noise_multiplier = calibrate(target_epsilon, recipe.delta, rate, steps, recipe.accountant, recipe.relation)
+    record = train_dp_sgd_processes(
+        module, data.units[:, 0], data.labels, nproc=recipe.nproc, noise_multiplier=noise_multiplier,
+        batch_size=recipe.batch_size, physical_batch_size=recipe.physical_batch_size, epochs=recipe.epochs,
+        learning_rate=recipe.learning_rate, momentum=recipe.momentum, max_grad_norm=recipe.max_grad_norm,
+        grad_sample_mode=recipe.grad_sample_mode,
+        accountant=recipe.accountant if recipe.accountant in OPACUS_ACCOUNTANTS else "prv",
+        noise_seed=int(torch.randint(2**62, (1,), generator=generator)),
+        sampling_seeds=[int(seed) for seed in torch.randint(2**62, (recipe.nproc,))], device=device)
+    module.to(device)
+    return Outcome(record["history"], SgdPrivacy(record["noise_multiplier"], rate, steps, recipe.delta, recipe.accountant,
+                                                 recipe.relation),
+                   engine_epsilon=opacus_engine_epsilon(record["mechanism"], tuple(record["history_accountant"]),
+                                                        recipe.delta))
+
+
 def train_dp_sgd(module: nn.Module, data: PrivateData, recipe: Recipe, target_epsilon: float,
                  generator: torch.Generator) -> Outcome:
     """DP-SGD with Opacus: ``make_private`` (Poisson sampling; σ from our calibration) and ``BatchMemoryManager``.
@@ -264,6 +291,8 @@ def train_dp_sgd(module: nn.Module, data: PrivateData, recipe: Recipe, target_ep
     """
     require_sample_independence(module)
     device = next(module.parameters()).device
+    if recipe.nproc > 1:
+        return _train_dp_sgd_processes(module, data, recipe, target_epsilon, generator, device)
     if device.type != "cpu":
         generator = torch.Generator(device).manual_seed(int(torch.randint(2**62, (1,), generator=generator)))
     inputs = data.units[:, 0].cpu()

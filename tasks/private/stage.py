@@ -84,7 +84,7 @@ def recipe_of(params: PrivateParams, method: str) -> Recipe:
     return Recipe(epochs=params.epochs, batch_size=params.batch_size, physical_batch_size=params.physical_batch_size,
                   learning_rate=params.learning_rate, momentum=params.momentum, max_grad_norm=params.max_grad_norm,
                   delta=params.delta, accountant=params.accountant, grad_sample_mode=params.grad_sample_mode,
-                  relation=relation_of(method))
+                  relation=relation_of(method), nproc=params.nproc)
 
 
 def public_masks(rows: list[dict[str, Any]], masks: Path, size: tuple[int, int]) -> torch.Tensor:
@@ -198,17 +198,18 @@ def public_model(init: Path, frames: Path, seed: int) -> tuple[nn.Module, dict[s
 
 
 def train_private(*, params_path: Path, method: str, frames: Path, init: Path, out: Path, report: Path,
-                  avatar: Path | None = None) -> list[dict[str, Any]]:
+                  avatar: Path | None = None, nproc: int | None = None) -> list[dict[str, Any]]:
     """Run the stage: one model per ε of ``private.epsilons`` (and ∞) and seed of ``report.seeds``; return the report rows.
 
     Seed i ≥ 1 of ``<method>-eps<ε>`` is ``<method>-eps<ε>/seed<i>/model.pt`` (key ``<method>-eps<ε>-seed<i>``):
     a fresh classifier and fresh DP randomness; the frozen backbone's features and the method's views are shared.
     Each seed of a finite ε is its own DP release of the training set (the budget and the ledger count it).
 
-    ``frames`` are the raw clips, ``avatar`` the avatar copy (for the MaskDP methods).
+    ``frames`` are the raw clips, ``avatar`` the avatar copy (for the MaskDP methods); ``nproc`` replaces
+    ``private.nproc`` (dp_sgd in that many processes).
     """
     base = load_section(params_path, "base", BaseParams)
-    params = load_section(params_path, "private", PrivateParams)
+    params = load_section(params_path, "private", PrivateParams, overrides=None if nproc is None else {"nproc": nproc})
     randomness = DpRandomness(load_section(params_path, "privacy", PrivacyParams).randomness, base.seed)
     if method not in params.methods:
         raise PrivharError(f"train-private: method {method!r} is not one of private.methods = {params.methods}")
