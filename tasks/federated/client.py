@@ -23,6 +23,7 @@ from opacus import PrivacyEngine
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from tasks.core.device import generator_on
 from tasks.private.gradients import trainable_parameters
 from tasks.private.methods import require_sample_independence, without_dropout
 
@@ -97,9 +98,7 @@ def client_round(module: nn.Module, broadcast: Tensors, shard: Shard, recipe: Lo
     optimiser = torch.optim.SGD(list(trainable_parameters(local).values()), lr=recipe.learning_rate, momentum=recipe.momentum)
     loader = DataLoader(TensorDataset(shard.inputs.cpu(), shard.labels.cpu()), batch_size=batch, shuffle=True,
                         generator=client_generator(seed, 0), pin_memory=device.type == "cuda")
-    noise = client_generator(seed, 1)
-    if device.type != "cpu":  # Opacus draws the noise beside the gradients: a generator there, seeded from the client's
-        noise = torch.Generator(device).manual_seed(int(torch.randint(2**62, (1,), generator=noise)))
+    noise = generator_on(device, client_generator(seed, 1))
     engine = PrivacyEngine()  # its accountant assumes Poisson sampling: ε comes from tasks.core.federated_accounting
     private, optimiser, loader = engine.make_private(
         module=local, optimizer=optimiser, data_loader=loader, noise_multiplier=recipe.noise_multiplier,

@@ -33,8 +33,7 @@ SELECTIVE = ("norms_and_head", "last_stage_and_head", "head")
 MODES = ("ew", "hooks", "functorch")  # ew first: the default, and the one the selective runs use
 
 
-def _median_seconds(step: Any, warmup: int, repeats: int) -> float:
-    device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+def _median_seconds(step: Any, warmup: int, repeats: int, device: torch.device) -> float:
     for _ in range(warmup):
         step()
     times = []
@@ -88,19 +87,19 @@ def run_bench(*, batch: int, frames: int, height: int, width: int, model_width: 
     record: dict[str, Any] = {"batch": batch, "clip": [3, frames, height, width], "model_width": model_width,
                               "machine": machine, "warmup": warmup, "repeats": repeats}
     plain = copy.deepcopy(base)
-    record["non_private_seconds"] = _median_seconds(_plain_step(plain, clips, labels), warmup, repeats)
+    record["non_private_seconds"] = _median_seconds(_plain_step(plain, clips, labels), warmup, repeats, device)
     record["parameters"] = trainable_count(plain)
     full = {}
     for mode in MODES:
         step, private = _private_step(copy.deepcopy(base), clips, labels, mode)
-        full[mode] = _median_seconds(step, warmup, repeats)
+        full[mode] = _median_seconds(step, warmup, repeats, device)
         private.remove_hooks()
     seconds = {}
     for choice in SELECTIVE:
         model = copy.deepcopy(base)
         select_trainable(model, choice)
         step, private = _private_step(model, clips, labels, MODES[0])
-        seconds[choice] = _median_seconds(step, warmup, repeats)
+        seconds[choice] = _median_seconds(step, warmup, repeats, device)
         private.remove_hooks()
         record[f"dp_sgd_{choice}_trainable_parameters"] = trainable_count(model)
     record["dp_sgd_all_trainable_parameters"] = record["parameters"]

@@ -30,7 +30,6 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, Sampler, TensorDataset, default_collate
 
@@ -82,7 +81,8 @@ def _worker(rank: int, world: int, port: int, job: dict[str, Any], result: str) 
     """One rank: join the group, wrap the module in DPDDP, run Opacus's DP-SGD epochs, rank 0 saves the result."""
     from opacus import PrivacyEngine
     from opacus.distributed import DifferentiallyPrivateDistributedDataParallel as DPDDP
-    from opacus.utils.batch_memory_manager import BatchMemoryManager
+
+    from tasks.private.methods import opacus_epoch
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     device = torch.device(job["device"]) if job["device"] == "cpu" else torch.device("cuda", rank % torch.cuda.device_count())
@@ -107,21 +107,7 @@ def _worker(rank: int, world: int, port: int, job: dict[str, Any], result: str) 
             grad_sample_mode=job["grad_sample_mode"])
         history = []
         for epoch in range(1, job["epochs"] + 1):
-            loss_sum, seen = 0.0, 0
-            with BatchMemoryManager(data_loader=private_loader, max_physical_batch_size=job["physical_batch_size"],
-                                    optimizer=optimiser) as batches:
-                for features, labels in batches:
-                    optimiser.zero_grad(set_to_none=True)
-                    if len(labels):
-                        features, labels = features.to(device), labels.to(device)
-                        loss = F.cross_entropy(private(features), labels)
-                        loss.backward()
-                        loss_sum, seen = loss_sum + float(loss.detach()) * len(labels), seen + len(labels)
-                    else:  # an empty draw on this rank: no clipped gradient here, the others' and rank 0's noise still count
-                        for parameter in module.parameters():
-                            if parameter.requires_grad:
-                                parameter.grad_sample = torch.zeros(0, *parameter.shape, device=device)
-                    optimiser.step()
+            loss_sum, seen, _ = opacus_epoch(private, module, optimiser, private_loader, job["physical_batch_size"], device)
             totals = torch.tensor([loss_sum, float(seen)], dtype=torch.float64, device=device)
             dist.all_reduce(totals)
             history.append({"epoch": epoch, "loss": float(totals[0] / max(totals[1], 1)), "sampled": int(totals[1])})

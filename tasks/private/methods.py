@@ -41,6 +41,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from tasks.core.accounting import ADD_REMOVE, Relation, opacus_engine_epsilon, poisson_schedule
+from tasks.core.device import generator_on, seed_from
 from tasks.core.errors import PrivharError
 from tasks.core.models import has_batch_norm
 from tasks.core.progress import progress
@@ -245,6 +246,29 @@ def train_grouped(module: nn.Module, data: PrivateData, recipe: Recipe, noise_mu
     return Outcome(history, SgdPrivacy(noise_multiplier, rate, steps, recipe.delta, recipe.accountant, recipe.relation))
 
 
+def opacus_epoch(private_module: nn.Module, module: nn.Module, optimiser: torch.optim.Optimizer, private_loader: DataLoader,
+                 physical_batch_size: int, device: torch.device) -> tuple[float, int, int]:
+    """One epoch of Opacus DP-SGD steps (in one process or one DPDDP rank): (summed loss, rows seen, empty batches).
+
+    An empty Poisson batch is still a step: nothing to clip, the noise alone (and, across ranks, the others' sums).
+    """
+    loss_sum, seen, empty = 0.0, 0, 0
+    with BatchMemoryManager(data_loader=private_loader, max_physical_batch_size=physical_batch_size,
+                            optimizer=optimiser) as batches:
+        for features, labels in batches:
+            features, labels = features.to(device, non_blocking=True), labels.to(device, non_blocking=True)
+            optimiser.zero_grad(set_to_none=True)
+            if len(labels):
+                loss = F.cross_entropy(private_module(features), labels)
+                loss.backward()
+                loss_sum, seen = loss_sum + float(loss.detach()) * len(labels), seen + len(labels)
+            else:
+                _no_per_sample_gradients(module)
+                empty += 1
+            optimiser.step()
+    return loss_sum, seen, empty
+
+
 def _no_per_sample_gradients(module: nn.Module) -> None:
     """Per-sample gradients of an empty batch (0, *shape), which ExpandedWeights cannot compute (batch size 0)."""
     for parameter in trainable_parameters(module).values():
@@ -271,7 +295,7 @@ def _train_dp_sgd_processes(module: nn.Module, data: PrivateData, recipe: Recipe
         learning_rate=recipe.learning_rate, momentum=recipe.momentum, max_grad_norm=recipe.max_grad_norm,
         grad_sample_mode=recipe.grad_sample_mode,
         accountant=recipe.accountant if recipe.accountant in OPACUS_ACCOUNTANTS else "prv",
-        noise_seed=int(torch.randint(2**62, (1,), generator=generator)),
+        noise_seed=seed_from(generator),
         sampling_seeds=[int(seed) for seed in torch.randint(2**62, (recipe.nproc,))], device=device)
     module.to(device)
     return Outcome(record["history"], SgdPrivacy(record["noise_multiplier"], rate, steps, recipe.delta, recipe.accountant,
@@ -293,8 +317,7 @@ def train_dp_sgd(module: nn.Module, data: PrivateData, recipe: Recipe, target_ep
     device = next(module.parameters()).device
     if recipe.nproc > 1:
         return _train_dp_sgd_processes(module, data, recipe, target_epsilon, generator, device)
-    if device.type != "cpu":
-        generator = torch.Generator(device).manual_seed(int(torch.randint(2**62, (1,), generator=generator)))
+    generator = generator_on(device, generator)
     inputs = data.units[:, 0].cpu()
     loader = DataLoader(TensorDataset(inputs, data.labels.cpu()), batch_size=recipe.batch_size,
                         pin_memory=device.type == "cuda")
@@ -310,20 +333,8 @@ def train_dp_sgd(module: nn.Module, data: PrivateData, recipe: Recipe, target_ep
     bar = progress(recipe.epochs, "DP-SGD (Opacus)", "epoch")
     try:
         for epoch in range(1, recipe.epochs + 1):
-            loss_sum, seen, empty = 0.0, 0, 0
-            with BatchMemoryManager(data_loader=private_loader, max_physical_batch_size=recipe.physical_batch_size,
-                                    optimizer=optimiser) as batches:
-                for features, labels in batches:
-                    features, labels = features.to(device, non_blocking=True), labels.to(device, non_blocking=True)
-                    optimiser.zero_grad(set_to_none=True)
-                    if len(labels):
-                        loss = F.cross_entropy(private_module(features), labels)
-                        loss.backward()
-                        loss_sum, seen = loss_sum + float(loss) * len(labels), seen + len(labels)
-                    else:  # an empty Poisson batch is still a step: nothing to clip, the noise alone
-                        _no_per_sample_gradients(module)
-                        empty += 1
-                    optimiser.step()
+            loss_sum, seen, empty = opacus_epoch(private_module, module, optimiser, private_loader,
+                                                 recipe.physical_batch_size, device)
             history.append({"epoch": epoch, "loss": loss_sum / max(seen, 1), "sampled": seen, "empty_batches": empty})
             bar.set_postfix(loss=f"{history[-1]['loss']:.3f}")
             bar.update(1)
