@@ -1,6 +1,6 @@
 """``privhar bench dprp``: per-video seconds of Video-DPRP at the paper's configuration, on this machine.
 
-One run measures (i) the machine's float32 matmul rate (torch, all cores), (ii) two videos
+One run measures (i) the machine's float64 matmul rate (torch, all cores; the mechanism computes in float64), (ii) two videos
 of T × H × W × 3 through Algorithm 1 with a per-video R (the paper's mode: R generated,
 RᵀR's lower block-triangle accumulated in the same pass, R kept for the back-projection when
 it fits comfortably in memory — else regenerated); the second is the steady state of a
@@ -25,10 +25,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from tasks.core.device import stamp
+from tasks.core.device import matmul_gflops, stamp
 from tasks.core.storage import atomic_write_bytes
 from tasks.core.dprp_calibration import noise_scales
-from tasks.dprp.mechanism import Projection, fits_comfortably, generator_for, gram_flops, protect_video
+from tasks.dprp.mechanism import DTYPE, Projection, fits_comfortably, generator_for, gram_flops, protect_video
 
 
 def mechanism_flops(t: int, d: int, k: int, per_r: bool) -> float:
@@ -43,8 +43,8 @@ def run_bench(*, frames: int, height: int, width: int, k: int, epsilon: float, d
     clip = np.random.default_rng(0).integers(0, 256, (frames, height, width, 3), dtype=np.uint8)
     scales = noise_scales(epsilon=epsilon, delta=delta, budget_split=budget_split, k=k, d=d, calibration="paper",
                           neighbour="frame")
-    machine = {"cpu_count": os.cpu_count(), **stamp(device)}
-    rate = float(machine["matmul_gflops_float32"])  # type: ignore[arg-type]
+    rate = matmul_gflops(device, dtype=DTYPE)
+    machine = {"cpu_count": os.cpu_count(), **stamp(device), "matmul_gflops_float64": round(rate, 1)}
     options = {"device": device, "generator": generator_for(device)}
 
     def one(projection: Projection, noise_seed: int) -> float:
@@ -66,7 +66,7 @@ def run_bench(*, frames: int, height: int, width: int, k: int, epsilon: float, d
         "configuration": {"frames": frames, "height": height, "width": width, "d": d, "k": k, "rank": k,
                           "epsilon": epsilon, "delta": delta, "budget_split": budget_split, "calibration": "paper"},
         "machine": machine,
-        "precision": "float32 products (TF32 if tf32_matmul), float64 k x k factorisation and solve",
+        "precision": "float64 throughout: R, the products, the k x k factorisation and solve",
         "per_video": {"first_video_seconds": round(per_video_first, 2), "seconds": round(per_video, 2),
                       "r_kept_between_passes": kept,
                       "gflops": round(mechanism_flops(frames, d, k, True) / per_video / 1e9, 1)},

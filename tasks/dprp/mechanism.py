@@ -21,10 +21,14 @@ index in the counter), so any block can be regenerated exactly: one pass accumul
 and RᵀR, a second regenerates the blocks for the back-projection X̃ = W Rᵀ with
 W = P̃ V_r G⁻¹ V_rᵀ. Memory is O(k² + T·k + block·k); every product is a torch matmul.
 
-Devices. Every product runs on ``Projection.device`` (a GPU when ``base.device`` says so); the
-k×k factorisation and solve stay in float64 there. R's blocks come from NumPy's Philox on the
-CPU (``generator="numpy"``, the CPU default: the outputs committed so far) or from torch's
-generator on the device (``generator="torch"``, a GPU's Philox), seeded per block from
+Devices and precision. Every product runs on ``Projection.device`` (a GPU when ``base.device`` says
+so), and everything — R, XR, RᵀR, the solve, the back-projection — is float64. In float32 the
+rounding of X̃ to uint8 depended on how BLAS split a reduction over threads and which kernel the
+CPU got (1 pixel in 3·10⁵ moved a grey level between 1 and 2 threads); in float64 a pixel moves
+only if its exact value lies within ~10⁻⁹ of a half grey level (none of 11.8 M measured across 1 / 2
+threads and AVX-512 / AVX2 / SSE4.2 kernels). The price is about 2x the float32 time on a CPU.
+R's blocks come from NumPy's Philox on the CPU (``generator="numpy"``, the CPU default) or from
+torch's generator on the device (``generator="torch"``, a GPU's Philox), seeded per block from
 (seed, block index), so a block is still regenerated exactly and R never crosses the bus.
 The two generators give different (equally distributed) R; the maths after R is the same.
 
@@ -53,6 +57,8 @@ from tasks.core.storage import is_clip
 from tasks.core.dprp_calibration import rank_of  # noqa: F401 (the budget plans with it too)
 
 NOISE_STREAM_P, NOISE_STREAM_Q = 1, 2
+DTYPE = torch.float64  # R, the products and their sums: the output's rounding to uint8 then does not depend on
+# how BLAS splits a reduction over threads (float32 sums did: 1 pixel in 3·10⁵ moved one grey level between 1 and 2 threads)
 GRAM_CHUNKS = 8  # column chunks of the lower block-triangle of RᵀR (flops: (c + 1)/(2c) of the full product)
 
 
@@ -66,7 +72,7 @@ def add_gram(gram: torch.Tensor, block: torch.Tensor, chunks: int = GRAM_CHUNKS)
     width = math.ceil(k / chunks)
     for start in range(0, k, width):
         stop = min(start + width, k)
-        gram[start:, start:stop] += (block[:, start:].T @ block[:, start:stop]).double()
+        gram[start:, start:stop] += block[:, start:].T @ block[:, start:stop]
 
 
 def symmetrise(lower: torch.Tensor) -> torch.Tensor:
@@ -86,7 +92,7 @@ def _philox(seed: int, stream: int, block: int) -> np.random.Generator:
 
 
 class BufferPool:
-    """Float32 arrays for R's blocks, reused by shape across blocks, passes and videos.
+    """Float64 arrays for R's blocks, reused by shape across blocks, passes and videos.
 
     On this project's VM a page touched for the first time costs more than filling it with
     Gaussian numbers (2.8 GB: 9 s), so blocks are generated into arrays that already exist.
@@ -102,7 +108,7 @@ class BufferPool:
             free = self._free.get(shape)
             if free:
                 return free.pop()
-        return np.empty(shape, np.float32)
+        return np.empty(shape, np.float64)
 
     def give(self, array: np.ndarray) -> None:
         with self._lock:
@@ -149,9 +155,9 @@ class Projection:
         stop = min(start + self.block_rows, self.d)
         if self.generator == "torch":
             stream = torch.Generator(self.device).manual_seed(derive_seed(self.seed, "R-block", index))
-            return torch.randn(stop - start, self.k, generator=stream, device=self.device).mul_(1.0 / math.sqrt(self.k))
+            return torch.randn(stop - start, self.k, generator=stream, device=self.device, dtype=DTYPE).mul_(1.0 / math.sqrt(self.k))
         values = BUFFERS.take((stop - start, self.k))
-        _philox(self.seed, 0, index).standard_normal(dtype=np.float32, out=values)
+        _philox(self.seed, 0, index).standard_normal(dtype=np.float64, out=values)
         block = torch.from_numpy(values).mul_(1.0 / math.sqrt(self.k))
         if self._pooled:
             return block
@@ -160,7 +166,7 @@ class Projection:
         return on_device
 
     def blocks(self) -> Iterator[tuple[int, int, torch.Tensor]]:
-        """(first row, last row + 1, R[first:last] as float32) for every block, in order.
+        """(first row, last row + 1, R[first:last] as float64) for every block, in order.
 
         A block is valid until the next one is requested (its array is then reused), unless ``keep``.
 
@@ -219,15 +225,15 @@ def generator_for(device: torch.device) -> str:
     return "numpy" if torch.device(device).type == "cpu" else "torch"
 
 
-def fits_comfortably(d: int, k: int, share: float = 1 / 6) -> bool:
-    """Whether R (d × k float32) takes at most ``share`` of this machine's memory.
+def fits_comfortably(d: int, k: int, share: float = 1 / 4) -> bool:
+    """Whether R (d × k float64) takes at most ``share`` of this machine's memory.
 
     Then a per-video R is kept between the two passes instead of generated twice; the paper's
-    configuration (2.8 GB) qualifies on a 24 GiB machine. Otherwise blocks are regenerated and
+    configuration (5.7 GB) qualifies on a 24 GiB machine. Otherwise blocks are regenerated and
     memory stays O(k² + T·k + block·k).
     """
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    return 4 * d * k <= share * memory
+    return 8 * d * k <= share * memory
 
 
 def project(x: torch.Tensor, projection: Projection) -> torch.Tensor:
@@ -235,12 +241,12 @@ def project(x: torch.Tensor, projection: Projection) -> torch.Tensor:
 
     If RᵀR is not known yet it is accumulated in the same pass, so each block is generated once.
     """
-    x = x.to(projection.device)
+    x = x.to(projection.device, DTYPE)
     p = torch.zeros(x.shape[0], projection.k, dtype=torch.float64, device=projection.device)
     gram = None if projection._gram is not None else torch.zeros(projection.k, projection.k, dtype=torch.float64,
                                                                  device=projection.device)
     for start, stop, block in projection.blocks():
-        p += (x[:, start:stop] @ block).double()
+        p += x[:, start:stop] @ block
         if gram is not None:
             add_gram(gram, block)
     if gram is not None:
@@ -249,11 +255,10 @@ def project(x: torch.Tensor, projection: Projection) -> torch.Tensor:
 
 
 def back_project(w: torch.Tensor, projection: Projection) -> torch.Tensor:
-    """W Rᵀ (T × d, float32, on the projection's device), regenerating R's blocks."""
-    out = torch.empty(w.shape[0], projection.d, dtype=torch.float32, device=projection.device)
-    w32 = w.float()
+    """W Rᵀ (T × d, float64, on the projection's device), regenerating R's blocks."""
+    out = torch.empty(w.shape[0], projection.d, dtype=DTYPE, device=projection.device)
     for start, stop, block in projection.blocks():
-        out[:, start:stop] = w32 @ block.T
+        out[:, start:stop] = w @ block.T
     return out
 
 
@@ -299,7 +304,7 @@ def protect_video(frames: np.ndarray, projection: Projection, *, sigma1: float, 
     d = int(np.prod(frames.shape[1:]))
     if d != projection.d:
         raise PrivharError(f"dprp: a frame has d = {d} values but the projection was built for d = {projection.d}")
-    x = torch.from_numpy(frames.reshape(t, d).astype(np.float32))
+    x = torch.from_numpy(frames.reshape(t, d).astype(np.float64))
     p = project(x, projection)
     m = torch.from_numpy(_philox(noise_seed, NOISE_STREAM_P, 0).standard_normal((t, projection.k))).to(projection.device)
     p_noisy = p + sigma1 * m
