@@ -18,6 +18,7 @@ from torch import nn
 
 import tasks.private.methods as methods
 from tasks.core.accounting import ADD_REMOVE, REPLACE_ONE, sampled_gaussian_epsilon
+from tasks.core.randomness import DpStream
 from tasks.ldp.randomized_response import perturb
 from tasks.private.methods import PrivateData, Recipe, train_grouped
 
@@ -57,8 +58,7 @@ def first_step(data: PrivateData, recipe: Recipe, sigma: float, seed: int) -> to
         raise _Stop
 
     try:
-        train_grouped(module, data, recipe, sigma, torch.Generator().manual_seed(2 * seed),
-                      torch.Generator().manual_seed(2 * seed + 1), on_step=stop)
+        train_grouped(module, data, recipe, sigma, DpStream.seeded(2 * seed), DpStream.seeded(2 * seed + 1), on_step=stop)
     except _Stop:
         pass
     return seen["weight"]
@@ -119,7 +119,7 @@ def test_dp_sgd_noise_holds_and_halved_noise_is_caught(monkeypatch):
     found, claimed = audit_grouped(units=1, batch=1, sigma=1.0, relation=ADD_REMOVE)
     assert found <= claimed
     original = methods.add_noise
-    monkeypatch.setattr(methods, "add_noise", lambda summed, sigma, clip, generator: original(summed, sigma / 2, clip, generator))
+    monkeypatch.setattr(methods, "add_noise", lambda summed, sigma, clip, stream: original(summed, sigma / 2, clip, stream))
     broken, claimed = audit_grouped(units=1, batch=1, sigma=1.0, relation=ADD_REMOVE)
     assert broken > claimed, (broken, claimed)
 
@@ -127,7 +127,7 @@ def test_dp_sgd_noise_holds_and_halved_noise_is_caught(monkeypatch):
 def test_poisson_sampling_holds_and_a_canary_in_every_batch_is_caught(monkeypatch):
     found, claimed = audit_grouped(units=10, batch=1, sigma=1.0, relation=ADD_REMOVE)
     assert found <= claimed
-    monkeypatch.setattr(methods, "poisson_sample", lambda count, rate, generator: torch.arange(count))
+    monkeypatch.setattr(DpStream, "poisson_sample", lambda stream, count, rate: torch.arange(count))
     broken, claimed = audit_grouped(units=10, batch=1, sigma=1.0, relation=ADD_REMOVE)
     assert broken > claimed, (broken, claimed)
 
@@ -141,7 +141,7 @@ def test_batches_are_poisson_not_fixed_size(monkeypatch):
         data = PrivateData(torch.zeros(40, 1, 2), torch.zeros(40, dtype=torch.long))
         recipe = Recipe(epochs=25, batch_size=8, physical_batch_size=16, learning_rate=1e-3, momentum=0.0,
                         max_grad_norm=1.0, delta=DELTA, accountant="pld")
-        train_grouped(nn.Linear(2, 2), data, recipe, 1.0, torch.Generator().manual_seed(0),
+        train_grouped(nn.Linear(2, 2), data, recipe, 1.0, DpStream.seeded(0),
                       on_step=lambda step, sampled, module: sizes.append(sampled))
         return sizes
 
@@ -150,26 +150,26 @@ def test_batches_are_poisson_not_fixed_size(monkeypatch):
 
     assert binomial_like(batch_sizes())
 
-    def fixed(count: int, rate: float, generator: torch.Generator) -> torch.Tensor:
-        return torch.randperm(count, generator=generator)[:round(count * rate)]
+    def fixed(stream: DpStream, count: int, rate: float) -> torch.Tensor:
+        return stream.permutation(count)[:round(count * rate)]
 
-    monkeypatch.setattr(methods, "poisson_sample", fixed)
+    monkeypatch.setattr(DpStream, "poisson_sample", fixed)
     assert not binomial_like(batch_sizes())
 
 
 def test_maskdp_holds_and_a_public_gradient_on_the_private_batch_is_caught(monkeypatch):
     found, claimed = audit_grouped(units=10, batch=1, sigma=1.0, relation=REPLACE_ONE)
     assert found <= claimed
-    original = methods.poisson_sample
+    original = DpStream.poisson_sample
     last: dict[str, torch.Tensor] = {}
 
-    def same_batch(count: int, rate: float, generator: torch.Generator) -> torch.Tensor:
+    def same_batch(stream: DpStream, count: int, rate: float) -> torch.Tensor:
         if "private" in last:  # the public draw: the private batch again (Algorithm 1 as printed)
             return last.pop("private")
-        last["private"] = original(count, rate, generator)
+        last["private"] = original(stream, count, rate)
         return last["private"]
 
-    monkeypatch.setattr(methods, "poisson_sample", same_batch)
+    monkeypatch.setattr(DpStream, "poisson_sample", same_batch)
     broken, claimed = audit_grouped(units=10, batch=1, sigma=1.0, relation=REPLACE_ONE)
     assert broken > claimed, (broken, claimed)
 
@@ -246,7 +246,7 @@ def test_the_heavy_audit_still_passes_as_built_and_catches_halved_noise(monkeypa
     found, claimed = audit_grouped(units=1, batch=1, sigma=1.0, relation=ADD_REMOVE, runs=10 * RUNS)
     assert found <= claimed
     original = methods.add_noise
-    monkeypatch.setattr(methods, "add_noise", lambda summed, sigma, clip, generator: original(summed, sigma / 2, clip, generator))
+    monkeypatch.setattr(methods, "add_noise", lambda summed, sigma, clip, stream: original(summed, sigma / 2, clip, stream))
     broken, claimed = audit_grouped(units=1, batch=1, sigma=1.0, relation=ADD_REMOVE, runs=10 * RUNS)
     assert broken > claimed
     found, claimed = audit_dprp(runs=40_000)

@@ -11,6 +11,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from tasks.core.accounting import opacus_engine_epsilon
 from tasks.core.errors import PrivharError
+from tasks.core.randomness import DpStream
 from tasks.private.distributed import train_dp_sgd_processes
 
 SIGMA, CLIP, RATE_ONE, MODE = 0.7, 1.0, 8, "ew"
@@ -26,14 +27,21 @@ def _model() -> nn.Module:
     return nn.Sequential(nn.Linear(6, 5), nn.Tanh(), nn.Linear(5, 3))
 
 
-def _single_process(model: nn.Module, batch_size: int, epochs: int, noise_seed: int) -> tuple[nn.Module, PrivacyEngine]:
-    """The oracle: Opacus in this process, written out here (not privhar's code)."""
+def _single_process(model: nn.Module, batch_size: int, epochs: int, noise_seed: int,
+                    monkeypatch: pytest.MonkeyPatch) -> tuple[nn.Module, PrivacyEngine]:
+    """The oracle: Opacus in this process, written out here (not privhar's code); only its Gaussian draws are
+    taken from the seeded stream rank 0 is given, in the same order (parameter by parameter)."""
+    import opacus.optimizers.optimizer as opacus_optimizer
+
+    noise = DpStream.seeded(noise_seed)
+    monkeypatch.setattr(opacus_optimizer, "_generate_noise",
+                        lambda std, reference, generator=None, secure_mode=False: noise.normal(std, reference))
     inputs, labels = _data()
     engine = PrivacyEngine(accountant="prv")
     private, optimiser, loader = engine.make_private(
         module=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.5),
         data_loader=DataLoader(TensorDataset(inputs, labels), batch_size=batch_size), noise_multiplier=SIGMA,
-        max_grad_norm=CLIP, poisson_sampling=True, noise_generator=torch.Generator().manual_seed(noise_seed))
+        max_grad_norm=CLIP, poisson_sampling=True)
     for _ in range(epochs):
         for features, targets in loader:
             optimiser.zero_grad(set_to_none=True)
@@ -47,16 +55,16 @@ def _two_processes(model: nn.Module, batch_size: int, epochs: int, noise_seed: i
     inputs, labels = _data()
     return train_dp_sgd_processes(model, inputs, labels, nproc=2, noise_multiplier=SIGMA, batch_size=batch_size,
                                   physical_batch_size=8, epochs=epochs, learning_rate=0.5, momentum=0.0,
-                                  max_grad_norm=CLIP, grad_sample_mode=MODE, accountant="prv", noise_seed=noise_seed,
-                                  sampling_seeds=[3, 4])
+                                  max_grad_norm=CLIP, grad_sample_mode=MODE, accountant="prv", noise=DpStream.seeded(noise_seed),
+                                  sampling=DpStream.seeded(3).spawn(2))
 
 
-def test_two_gloo_processes_make_the_single_process_noised_update():
-    """q = 1 fixes the batch (every video, split over the ranks); rank 0's noise seed is the single process's.
+def test_two_gloo_processes_make_the_single_process_noised_update(monkeypatch):
+    """q = 1 fixes the batch (every video, split over the ranks); rank 0's noise stream is the single process's.
 
     The noise is added once: were it added on both ranks, the update would differ by a second N(0, σ²C²) draw.
     """
-    single, _ = _single_process(_model(), batch_size=RATE_ONE, epochs=1, noise_seed=11)
+    single, _ = _single_process(_model(), batch_size=RATE_ONE, epochs=1, noise_seed=11, monkeypatch=monkeypatch)
     distributed = _model()
     record = _two_processes(distributed, batch_size=RATE_ONE, epochs=1, noise_seed=11)
     for (name, a), b in zip(single.named_parameters(), distributed.parameters()):
@@ -67,23 +75,24 @@ def test_two_gloo_processes_make_the_single_process_noised_update():
     assert not all(torch.allclose(a, b, atol=1e-6) for a, b in zip(single.parameters(), other_noise.parameters()))
 
 
-def test_two_processes_are_accounted_as_one_mechanism():
+def test_two_processes_are_accounted_as_one_mechanism(monkeypatch):
     """q = 0.5 over 2 epochs: Opacus's accountant on rank 0 holds the single process's (σ, q, steps), hence its ε."""
-    _, engine = _single_process(_model(), batch_size=4, epochs=2, noise_seed=5)
+    _, engine = _single_process(_model(), batch_size=4, epochs=2, noise_seed=5, monkeypatch=monkeypatch)
     record = _two_processes(_model(), batch_size=4, epochs=2, noise_seed=5)
     assert [tuple(step) for step in engine.accountant.history] == record["history_accountant"] == [(SIGMA, 0.5, 4)]
     assert opacus_engine_epsilon("prv", tuple(record["history_accountant"]), 1e-5) == pytest.approx(
         engine.get_epsilon(1e-5), rel=1e-9)
 
 
-def test_one_process_or_shared_sampling_seeds_are_refused():
+def test_one_process_or_shared_sampling_streams_are_refused():
     inputs, labels = _data()
     common = {"noise_multiplier": SIGMA, "batch_size": 4, "physical_batch_size": 4, "epochs": 1, "learning_rate": 0.1,
-              "momentum": 0.0, "max_grad_norm": CLIP, "grad_sample_mode": "ew", "accountant": "prv", "noise_seed": 1}
+              "momentum": 0.0, "max_grad_norm": CLIP, "grad_sample_mode": "ew", "accountant": "prv", "noise": DpStream.seeded(1)}
     with pytest.raises(PrivharError, match="private.nproc = 1: the process group needs 2 or more"):
-        train_dp_sgd_processes(copy.deepcopy(_model()), inputs, labels, nproc=1, sampling_seeds=[1], **common)
-    with pytest.raises(PrivharError, match="2 distinct sampling seeds"):  # two ranks drawing the same sample: not Poisson
-        train_dp_sgd_processes(copy.deepcopy(_model()), inputs, labels, nproc=2, sampling_seeds=[1, 1], **common)
+        train_dp_sgd_processes(copy.deepcopy(_model()), inputs, labels, nproc=1, sampling=[DpStream.seeded(1)], **common)
+    with pytest.raises(PrivharError, match="2 distinct sampling streams"):  # two ranks drawing the same sample: not Poisson
+        train_dp_sgd_processes(copy.deepcopy(_model()), inputs, labels, nproc=2,
+                               sampling=[DpStream.seeded(1), DpStream.seeded(1)], **common)
 
 
 def test_the_stage_trains_dp_sgd_in_two_processes_with_the_single_process_epsilon(tiny_decoded, tmp_path):
@@ -111,10 +120,10 @@ def test_the_stage_trains_dp_sgd_in_two_processes_with_the_single_process_epsilo
 
 def test_each_rank_takes_every_step_and_the_ranks_together_draw_one_poisson_sample():
     """The audit of the sampling: q per video, independent across ranks, ``steps`` batches a rank, empty ones kept."""
-    from tasks.private.distributed import RankPoissonSampler
+    from tasks.private.distributed import rank_sampler
 
     total, steps, epochs = 10, 4, 3000
-    samplers = [RankPoissonSampler(total, rank, 2, steps, torch.Generator().manual_seed(100 + rank)) for rank in (0, 1)]
+    samplers = [rank_sampler(total, rank, 2, steps, DpStream.seeded(100 + rank)) for rank in (0, 1)]
     counts = torch.zeros(total)
     together = torch.zeros(2, 2)  # joint inclusion of video 0 (rank 0) and video 1 (rank 1) in one step
     empty = 0

@@ -9,6 +9,7 @@ import pytest
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import read_manifest
 from tasks.core.randomness import NOT_PRIVATE, SECURE
+from tasks.core.subjects import named_people
 from tasks.core.dprp_calibration import noise_scales
 from tasks.dprp.stage import dprp
 from tests.conftest import write_params
@@ -36,6 +37,12 @@ def test_stage_protects_every_clip_and_records_its_privacy(tiny_decoded, tmp_pat
     assert {row["accountant"] for row in rows} == {expected.accountant}  # what a model trained on them claims
     assert {row["randomness"] for row in ledger} == {SECURE if randomness == "secure" else NOT_PRIVATE}
     assert all(entry["delta"] == pytest.approx(1e-4 + 0.8e-4 / 2) and "255/sqrt(k)" in entry["unit"] for entry in ledger)
+    # the people in each video travel with the ledger: the report's person ε groups a person's videos (issue 30)
+    assert [entry["identities"] for entry in ledger] == [named_people(row) for row in source]
+    from tasks.report.ledger import dprp_releases
+
+    release = next(item for item in dprp_releases(tmp_path) if item.name == "dprp-out")
+    assert set(release.persons) == {person for row in source for person in named_people(row)}
     clip = np.load(tmp_path / "out" / rows[0]["path"])
     original = np.load(tiny_decoded / "data/decode" / source[0]["path"])
     assert clip.shape == original.shape and clip.dtype == np.uint8 and not np.array_equal(clip, original)

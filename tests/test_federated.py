@@ -16,7 +16,8 @@ from torch.utils.data import DataLoader, TensorDataset
 from tasks.core.errors import PrivharError
 from tasks.core.federated_accounting import calibrate, epsilon_of, paper_tls_epsilon
 from tasks.federated.aggregation import aggregate, local_step_norm, select_clients
-from tasks.federated.client import LocalRecipe, Shard, client_round, serialized_bytes, trainable_state
+from tasks.core.opacus_randomness import StreamShuffle
+from tasks.federated.client import LocalRecipe, Shard, client_round, client_stream, serialized_bytes, trainable_state
 from tasks.federated.partition import partition
 from tasks.federated.rounds import Federation, client_seed, in_process, run_rounds
 
@@ -55,8 +56,9 @@ def test_one_client_without_noise_or_clipping_is_centralised_training_step_for_s
     reference = toy_model()
     optimiser = torch.optim.SGD(reference.parameters(), lr=0.1)
     for round_index in range(1, 4):
-        loader = DataLoader(TensorDataset(data.inputs, data.labels), batch_size=16, shuffle=True,
-                            generator=torch.Generator().manual_seed(client_seed(setup.seed, 0, round_index)))
+        order = client_stream(client_seed(setup.seed, 0, round_index), 0)  # the client's shuffles, seeded
+        loader = DataLoader(TensorDataset(data.inputs, data.labels), batch_size=16,
+                            sampler=StreamShuffle(len(data.labels), order))
         for inputs, labels in loader:
             optimiser.zero_grad()
             nn.functional.cross_entropy(reference(inputs), labels).backward()

@@ -15,6 +15,7 @@ from tasks.core.models import create_video_classifier
 from tasks.core.accounting import ADD_REMOVE, sampled_gaussian_epsilon
 from tasks.private.accounting import SgdPrivacy, calibrate
 from tasks.private.gradients import clip_and_sum, per_unit_gradients
+from tasks.core.randomness import DpStream
 from tasks.private.methods import PrivateData, Recipe, noise_for, schedule, train_dp_sgd, train_grouped
 from tasks.private.selective import select_trainable, trainable_count
 from tasks.private.tokens import public_pixels, public_token_map, token_views
@@ -88,7 +89,7 @@ def test_multiclip_k1_is_dp_sgd_and_the_video_gradient_is_the_clip_mean():
     single = PrivateData(data.units[:, :1], data.labels)
     recipe = Recipe(**{**RECIPE.__dict__, "batch_size": 100, "physical_batch_size": 100})
     grouped = tiny_head()
-    train_grouped(grouped, single, recipe, noise_multiplier=0.0, generator=torch.Generator().manual_seed(0))
+    train_grouped(grouped, single, recipe, noise_multiplier=0.0, stream=DpStream.seeded(0))
     opacus = tiny_head()
     reference_step(opacus, single, recipe)
     for (name, a), b in zip(grouped.state_dict().items(), opacus.state_dict().values()):
@@ -126,8 +127,8 @@ def test_maskdp_without_noise_or_clipping_is_sgd_on_both_token_losses():
     data = maskdp_data()
     recipe = Recipe(**{**RECIPE.__dict__, "batch_size": 100, "physical_batch_size": 5, "max_grad_norm": 1e9, "epochs": 3})
     masked = tiny_head()
-    train_grouped(masked, data, recipe, noise_multiplier=0.0, generator=torch.Generator().manual_seed(0),
-                  public_generator=torch.Generator().manual_seed(1))
+    train_grouped(masked, data, recipe, noise_multiplier=0.0, stream=DpStream.seeded(0),
+                  public_stream=DpStream.seeded(1))
     plain = tiny_head()
     optimiser = torch.optim.SGD(plain.parameters(), lr=recipe.learning_rate)
     for _ in range(recipe.epochs):
@@ -143,11 +144,11 @@ def test_maskdp_without_noise_or_clipping_is_sgd_on_both_token_losses():
 def test_maskdp_all_private_is_dp_sgd_and_all_public_adds_no_private_term():
     recipe = Recipe(**{**RECIPE.__dict__, "batch_size": 100, "physical_batch_size": 5})
     private_only = tiny_head()
-    train_grouped(private_only, maskdp_data(public=False), recipe, noise_multiplier=0.7, generator=torch.Generator().manual_seed(3),
-                  public_generator=torch.Generator().manual_seed(4))
+    train_grouped(private_only, maskdp_data(public=False), recipe, noise_multiplier=0.7, stream=DpStream.seeded(3),
+                  public_stream=DpStream.seeded(4))
     dp_sgd = tiny_head()
     data = maskdp_data()
-    train_grouped(dp_sgd, PrivateData(data.units, data.labels), recipe, noise_multiplier=0.7, generator=torch.Generator().manual_seed(3))
+    train_grouped(dp_sgd, PrivateData(data.units, data.labels), recipe, noise_multiplier=0.7, stream=DpStream.seeded(3))
     assert all(torch.equal(a, b) for a, b in zip(private_only.parameters(), dp_sgd.parameters()))
 
 
@@ -179,7 +180,7 @@ def test_opacus_dp_sgd_reports_the_calibrated_epsilon():
     torch.manual_seed(0)
     data = tiny_data(count=40)
     outcome = train_dp_sgd(tiny_head(), data, Recipe(**{**RECIPE.__dict__, "delta": 1e-3}), target_epsilon=3.0,
-                           generator=torch.Generator().manual_seed(0))
+                           noise=DpStream.seeded(0), sampling=DpStream.seeded(1))
     assert 2.97 <= outcome.privacy.epsilon() <= 3.0 and outcome.privacy.steps == 2 * 5
     # Opacus's engine (RDP here) counted the same steps at the same σ
     assert abs(outcome.engine_epsilon - SgdPrivacy(outcome.privacy.noise_multiplier, 0.2, 10, 1e-3, "rdp").epsilon()) < 1e-9
@@ -190,7 +191,8 @@ def test_opacus_dp_sgd_steps_through_empty_poisson_batches():
     """q = 1/4 over 4 videos: about a third of the 40 batches are empty; each is still a noised step."""
     torch.manual_seed(0)
     recipe = Recipe(**{**RECIPE.__dict__, "epochs": 10, "batch_size": 1, "delta": 1e-3})
-    outcome = train_dp_sgd(tiny_head(), tiny_data(count=4), recipe, target_epsilon=8.0, generator=torch.Generator().manual_seed(0))
+    outcome = train_dp_sgd(tiny_head(), tiny_data(count=4), recipe, target_epsilon=8.0, noise=DpStream.seeded(0),
+                           sampling=DpStream.seeded(1))
     assert sum(record["empty_batches"] for record in outcome.history) > 5 and outcome.privacy.steps == 40
     assert all(torch.isfinite(torch.tensor(record["loss"])) for record in outcome.history)
 
@@ -220,9 +222,10 @@ def test_a_batch_norm_model_is_refused_in_one_line(train):
     model = nn.Sequential(nn.Linear(6, 4), nn.BatchNorm1d(4), nn.Linear(4, 3))
     with pytest.raises(PrivharError, match="has BatchNorm layers .* use GroupNorm or LayerNorm"):
         if train == "dp_sgd":
-            train_dp_sgd(model, tiny_data(), RECIPE, target_epsilon=2.0, generator=torch.Generator().manual_seed(0))
+            train_dp_sgd(model, tiny_data(), RECIPE, target_epsilon=2.0, noise=DpStream.seeded(0),
+                         sampling=DpStream.seeded(1))
         else:
-            train_grouped(model, tiny_data(), RECIPE, 1.0, torch.Generator().manual_seed(0))
+            train_grouped(model, tiny_data(), RECIPE, 1.0, DpStream.seeded(0))
 
 
 def test_token_map_and_views():
@@ -276,7 +279,7 @@ def test_person_units_sum_a_persons_video_gradients_and_clip_them_once():
     recipe = Recipe(**{**RECIPE.__dict__, "epochs": 1, "batch_size": 2, "momentum": 0.0})
     module = tiny_head()
     before = copy.deepcopy(module.state_dict())
-    train_grouped(module, data, recipe, 0.0, torch.Generator().manual_seed(0))
+    train_grouped(module, data, recipe, 0.0, DpStream.seeded(0))
     reference = manual_gradients(tiny_head(), data.units, data.labels)
     expected = {name: torch.zeros_like(value) for name, value in before.items()}
     for person in (0, 1):

@@ -50,18 +50,6 @@ def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
     return tensor.to(device)
 
 
-def seed_from(generator: torch.Generator) -> int:
-    """A 62-bit seed drawn from ``generator``: secret when the generator is."""
-    return int(torch.randint(2**62, (1,), generator=generator))
-
-
-def generator_on(device: torch.device, generator: torch.Generator) -> torch.Generator:
-    """``generator`` on the CPU; on a GPU a generator there (Opacus draws noise beside the gradients), seeded from it."""
-    if device.type == "cpu":
-        return generator
-    return torch.Generator(device).manual_seed(seed_from(generator))
-
-
 @contextlib.contextmanager
 def mixed_precision(device: torch.device) -> Iterator[None]:
     """bf16 autocast on a GPU for non-private training and evaluation; a no-op on the CPU.

@@ -22,13 +22,17 @@ from typing import Any
 import torch
 
 
-def people_in(row: dict[str, Any], index: int) -> list[int]:
-    """The subjects of one row; a row that names nobody is its own subject (−1 − index)."""
+def named_people(row: dict[str, Any]) -> list[int]:
+    """The subjects one row names (``identities``, or ``identity``); empty when it names nobody."""
     people = row.get("identities")
     if people is None:
         people = [row.get("identity")] if row.get("identity") is not None else []
-    people = [int(person) for person in people if person is not None]
-    return people or [-1 - index]
+    return [int(person) for person in people if person is not None]
+
+
+def people_in(row: dict[str, Any], index: int) -> list[int]:
+    """The subjects of one row; a row that names nobody is its own subject (−1 − index)."""
+    return named_people(row) or [-1 - index]
 
 
 def unnamed_videos(rows: list[dict[str, Any]]) -> int:

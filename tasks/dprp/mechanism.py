@@ -87,8 +87,8 @@ def gram_flops(d: int, k: int, chunks: int = GRAM_CHUNKS) -> float:
 
 
 def _philox(seed: int, stream: int, block: int) -> np.random.Generator:
-    """A counter-based stream: key = seed, counter = (0, 0, block, stream)."""
-    return np.random.Generator(np.random.Philox(key=seed % 2**64, counter=[0, 0, block, stream]))
+    """A counter-based stream: key = seed (up to 128 bits: secret seeds fill them), counter = (0, 0, block, stream)."""
+    return np.random.Generator(np.random.Philox(key=seed % 2**128, counter=[0, 0, block, stream]))
 
 
 class BufferPool:
@@ -220,9 +220,13 @@ class Projection:
         return self._factor
 
 
-def generator_for(device: torch.device) -> str:
-    """R's generator: NumPy's Philox on the CPU (the outputs so far), torch's on a GPU (R never crosses the bus)."""
-    return "numpy" if torch.device(device).type == "cpu" else "torch"
+def generator_for(device: torch.device, secret: bool = False) -> str:
+    """R's generator: NumPy's Philox on the CPU (the outputs so far), torch's on a GPU (R never crosses the bus).
+
+    A ``secret`` R (per video, secure randomness) always comes from NumPy's Philox under its 128-bit key,
+    drawn on the CPU and moved: a GPU generator takes a 64-bit seed, below the 128 bits a secret needs.
+    """
+    return "numpy" if secret or torch.device(device).type == "cpu" else "torch"
 
 
 def fits_comfortably(d: int, k: int, share: float = 1 / 4) -> bool:

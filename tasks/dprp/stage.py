@@ -32,6 +32,7 @@ from tasks.core.randomness import DpRandomness
 from tasks.core.seeding import derive_seed
 from tasks.core.speed import write_speed
 from tasks.core.storage import atomic_directory, atomic_write_bytes, load_frames, save_frames
+from tasks.core.subjects import named_people
 from tasks.core.tracking import stage_run
 from tasks.core.dprp_calibration import NoiseScales, noise_scales
 from tasks.dprp.mechanism import Projection, fits_comfortably, generator_for, protect_video, rank_of
@@ -47,7 +48,8 @@ def projection_for(video_id: str, *, params: DprpParams, randomness: DpRandomnes
     if shared is not None:
         return shared
     return Projection(seed=randomness.seed("dprp-R", video_id), d=d, k=params.k_value, block_rows=params.block_rows,
-                      threads=1, keep=fits_comfortably(d, params.k_value), device=device, generator=generator_for(device))
+                      threads=1, keep=fits_comfortably(d, params.k_value), device=device,
+                      generator=generator_for(device, secret=randomness.private))
 
 
 def protect_one(row: dict[str, Any], *, params: DprpParams, scales: NoiseScales, epsilon: float,
@@ -102,7 +104,9 @@ def dprp(*, params_path: Path, frames: Path, epsilon: float, out: Path, report: 
         if speed_path is not None:
             write_speed(speed_path, frames=sum(int(row["n_frames"]) for row in rows), seconds=seconds,
                         measured=f"dprp ε = {epsilon:g}: projection, noise and reconstruction of every video, one process")
-        ledger = [{"video_id": row["video_id"], "split": row["split"], **scales.as_dict(), "randomness": randomness.label,
+        # the people in each video, so the report's person ε groups a person's videos (not one person per video)
+        ledger = [{"video_id": row["video_id"], "split": row["split"], "identities": named_people(row),
+                   **scales.as_dict(), "randomness": randomness.label,
                    "projection": params.projection, "k": params.k_value, "d": d, "n_frames": int(row["n_frames"])}
                   for row in rows]
         write_table(ledger, staging / "ledger.parquet")

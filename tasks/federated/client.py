@@ -14,16 +14,15 @@ from __future__ import annotations
 import copy
 import io
 import math
-import os
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from opacus import PrivacyEngine
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from tasks.core.device import generator_on
+from tasks.core.opacus_randomness import StreamPrivacyEngine, StreamShuffle
+from tasks.core.randomness import DpStream
 from tasks.private.gradients import trainable_parameters
 from tasks.private.methods import require_sample_independence, without_dropout
 
@@ -75,12 +74,12 @@ def local_steps(count: int, recipe: LocalRecipe) -> int:
     return recipe.local_epochs * math.ceil(count / min(recipe.batch_size, count))
 
 
-def client_generator(seed: int, stream: int) -> torch.Generator:
-    """The client's own randomness: OS entropy when ``seed`` < 0 (secure: not even the server knows it),
-    else seeded from ``seed`` + ``stream`` (reproducible, NOT private)."""
+def client_stream(seed: int, stream: int) -> DpStream:
+    """The client's own randomness: 256 bits of OS entropy when ``seed`` < 0 (secure: not even the server
+    knows it), else seeded from ``seed`` + ``stream`` (reproducible, NOT private)."""
     if seed < 0:
-        return torch.Generator().manual_seed(int.from_bytes(os.urandom(8), "little"))
-    return torch.Generator().manual_seed(seed + stream)
+        return DpStream.secret()
+    return DpStream.seeded(seed + stream)
 
 
 def client_round(module: nn.Module, broadcast: Tensors, shard: Shard, recipe: LocalRecipe, seed: int) -> ClientResult:
@@ -96,14 +95,13 @@ def client_round(module: nn.Module, broadcast: Tensors, shard: Shard, recipe: Lo
     count = len(shard.labels)
     batch = min(recipe.batch_size, count)
     optimiser = torch.optim.SGD(list(trainable_parameters(local).values()), lr=recipe.learning_rate, momentum=recipe.momentum)
-    loader = DataLoader(TensorDataset(shard.inputs.cpu(), shard.labels.cpu()), batch_size=batch, shuffle=True,
-                        generator=client_generator(seed, 0), pin_memory=device.type == "cuda")
-    noise = generator_on(device, client_generator(seed, 1))
-    engine = PrivacyEngine()  # its accountant assumes Poisson sampling: ε comes from tasks.core.federated_accounting
+    loader = DataLoader(TensorDataset(shard.inputs.cpu(), shard.labels.cpu()), batch_size=batch,
+                        sampler=StreamShuffle(count, client_stream(seed, 0)), pin_memory=device.type == "cuda")
+    # its accountant assumes Poisson sampling: ε comes from tasks.core.federated_accounting
+    engine = StreamPrivacyEngine(noise=client_stream(seed, 1))
     private, optimiser, loader = engine.make_private(
         module=local, optimizer=optimiser, data_loader=loader, noise_multiplier=recipe.noise_multiplier,
-        max_grad_norm=recipe.max_grad_norm, poisson_sampling=False, grad_sample_mode=recipe.grad_sample_mode,
-        noise_generator=noise)
+        max_grad_norm=recipe.max_grad_norm, poisson_sampling=False, grad_sample_mode=recipe.grad_sample_mode)
     loss_sum, seen = 0.0, 0
     try:
         for _ in range(recipe.local_epochs):

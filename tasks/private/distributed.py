@@ -3,12 +3,14 @@
 ``private.nproc`` (or ``privhar stage private --nproc N``) > 1 trains each ``dp_sgd`` model in N
 processes, each holding the whole training set; what makes it the same mechanism as one process:
 
-- **Poisson sampling is global.** :class:`RankPoissonSampler` gives rank r the indices r, r + N, …
-  and includes each with probability q from that rank's own generator (each rank its own secret
-  stream, or its own seeded one), so every video is in a step's batch independently with
-  probability q — the sampling the accountant assumes, not N samplings. (Not Opacus's distributed
-  sampler: it skips a rank's empty draw, see the class.)
-- **The noise is added once.** ``DistributedDPOptimizer`` adds N(0, σ²C²) on rank 0 only; the
+- **Poisson sampling is global.** :func:`rank_sampler` gives rank r the indices r, r + N, …
+  and includes each with probability q from that rank's own :class:`~tasks.core.randomness.DpStream`
+  (each rank its own child of one secret stream, or of a seeded one), so every video is in a step's
+  batch independently with probability q — the sampling the accountant assumes, not N samplings.
+  (Not Opacus's distributed sampler: it skips a rank's empty draw, see
+  :class:`~tasks.core.opacus_randomness.StreamPoissonSampler`.)
+- **The noise is added once.** ``DistributedDPOptimizer`` adds N(0, σ²C²) on rank 0 only, from the
+  noise stream (:class:`~tasks.core.opacus_randomness.StreamPrivacyEngine`); the
   other ranks contribute their clipped sums, and the all-reduce makes
   (Σ_r Σ_{i∈B_r} ḡ_i + noise) / (qN) on every rank: the single-process update.
 - **ε is the same** as one process for the same (q, σ, steps): the accountant sees one mechanism.
@@ -24,16 +26,17 @@ import math
 import os
 import socket
 import tempfile
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.utils.data import DataLoader, Sampler, TensorDataset, default_collate
+from torch.utils.data import DataLoader, TensorDataset
 
 from tasks.core.errors import PrivharError
+from tasks.core.opacus_randomness import StreamPoissonSampler, StreamPrivacyEngine, collate_or_empty
+from tasks.core.randomness import DpStream
 
 
 def free_port() -> int:
@@ -48,38 +51,14 @@ def backend_for(device: torch.device) -> str:
     return "nccl" if device.type == "cuda" else "gloo"
 
 
-class RankPoissonSampler(Sampler[list[int]]):
-    """This rank's share of a global Poisson sample: videos rank, rank + N, … each in with probability q = 1/steps.
-
-    Exactly ``steps`` batches an epoch, empty ones included. Opacus's own distributed sampler skips a
-    rank's empty draw, so that rank takes fewer optimiser steps than the others: the all-reduces then
-    pair different steps across ranks, and the accountant counts fewer steps than the mechanism ran.
-    """
-
-    def __init__(self, total: int, rank: int, world: int, steps: int, generator: torch.Generator) -> None:
-        self.owned = torch.arange(rank, total, world)
-        self.steps, self.rate, self.generator = steps, 1.0 / steps, generator
-
-    def __len__(self) -> int:
-        return self.steps
-
-    def __iter__(self) -> Iterator[list[int]]:
-        for _ in range(self.steps):
-            yield self.owned[torch.rand(len(self.owned), generator=self.generator) < self.rate].tolist()
-
-
-def _collate_or_empty(dataset: TensorDataset) -> Callable[[list[Any]], list[torch.Tensor]]:
-    """Default collation, or (0, ...) tensors of the dataset's shapes for an empty draw."""
-    def collate(batch: list[Any]) -> list[torch.Tensor]:
-        if batch:
-            return default_collate(batch)
-        return [tensor[:0] for tensor in dataset.tensors]
-    return collate
+def rank_sampler(total: int, rank: int, world: int, steps: int, stream: DpStream) -> StreamPoissonSampler:
+    """This rank's share of a global Poisson sample: videos rank, rank + N, … each in with probability q = 1/steps,
+    exactly ``steps`` batches an epoch, empty ones included."""
+    return StreamPoissonSampler(total, 1.0 / steps, steps, stream, owned=torch.arange(rank, total, world))
 
 
 def _worker(rank: int, world: int, port: int, job: dict[str, Any], result: str) -> None:
     """One rank: join the group, wrap the module in DPDDP, run Opacus's DP-SGD epochs, rank 0 saves the result."""
-    from opacus import PrivacyEngine
     from opacus.distributed import DifferentiallyPrivateDistributedDataParallel as DPDDP
 
     from tasks.private.methods import opacus_epoch
@@ -92,18 +71,16 @@ def _worker(rank: int, world: int, port: int, job: dict[str, Any], result: str) 
         # the spawned ranks receive the module's tensors in shared memory: each needs weights of its own,
         # or every rank's optimiser steps the same storage (N steps where the mechanism takes one)
         module: nn.Module = copy.deepcopy(job["module"]).to(device)
-        noise = torch.Generator(device).manual_seed(job["noise_seed"])  # used on rank 0 only
         dataset = TensorDataset(job["inputs"], job["labels"])
         steps = math.ceil(len(dataset) / job["batch_size"])  # per epoch; q = 1 / steps, as poisson_schedule plans it
-        sampler = RankPoissonSampler(len(dataset), rank, world, steps,
-                                     torch.Generator().manual_seed(job["sampling_seeds"][rank]))
-        loader = DataLoader(dataset, batch_sampler=sampler, collate_fn=_collate_or_empty(dataset))
-        engine = PrivacyEngine(accountant=job["accountant"])
+        sampler = rank_sampler(len(dataset), rank, world, steps, job["sampling"][rank])
+        loader = DataLoader(dataset, batch_sampler=sampler, collate_fn=collate_or_empty(dataset))
+        engine = StreamPrivacyEngine(noise=job["noise"], accountant=job["accountant"])  # noise added on rank 0 only
         optimiser = torch.optim.SGD([p for p in module.parameters() if p.requires_grad], lr=job["learning_rate"],
                                     momentum=job["momentum"])
         private, optimiser, private_loader = engine.make_private(
             module=DPDDP(module), optimizer=optimiser, data_loader=loader, noise_multiplier=job["noise_multiplier"],
-            max_grad_norm=job["max_grad_norm"], poisson_sampling=False, noise_generator=noise,  # the sampler is Poisson
+            max_grad_norm=job["max_grad_norm"], poisson_sampling=False,  # the sampler is Poisson
             grad_sample_mode=job["grad_sample_mode"])
         history = []
         for epoch in range(1, job["epochs"] + 1):
@@ -124,24 +101,26 @@ def _worker(rank: int, world: int, port: int, job: dict[str, Any], result: str) 
 def train_dp_sgd_processes(module: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, *, nproc: int,
                            noise_multiplier: float, batch_size: int, physical_batch_size: int, epochs: int,
                            learning_rate: float, momentum: float, max_grad_norm: float, grad_sample_mode: str,
-                           accountant: str, noise_seed: int, sampling_seeds: list[int],
+                           accountant: str, noise: DpStream, sampling: list[DpStream],
                            device: torch.device = torch.device("cpu")) -> dict[str, Any]:
     """Opacus DP-SGD of ``module`` in ``nproc`` processes; ``module`` gets the trained weights.
 
     Returns rank 0's record: ``history``, ``noise_multiplier``, Opacus's accountant history and mechanism.
-    ``sampling_seeds`` (one per rank, distinct) draw each rank's Poisson sample; ``noise_seed`` rank 0's noise.
+    ``sampling`` (one stream per rank, distinct) draw each rank's Poisson sample; ``noise`` rank 0's noise.
+    The streams travel to the spawned ranks pickled, in memory, never written.
     """
     if nproc < 2:
         raise PrivharError(f"private.nproc = {nproc}: the process group needs 2 or more processes (1 runs in this one)")
-    if len(set(sampling_seeds)) != nproc:
-        raise PrivharError(f"private.nproc = {nproc}: expected {nproc} distinct sampling seeds, one per process")
+    if len({stream.sequence.spawn_key + (repr(stream.sequence.entropy),) for stream in sampling}) != nproc \
+            or len(sampling) != nproc:
+        raise PrivharError(f"private.nproc = {nproc}: expected {nproc} distinct sampling streams, one per process")
     if device.type == "cuda" and torch.cuda.device_count() < nproc:
         raise PrivharError(f"private.nproc = {nproc}: this machine has {torch.cuda.device_count()} CUDA GPU(s), one per process")
     job = {"module": module.cpu(), "inputs": inputs.cpu(), "labels": labels.cpu(), "batch_size": batch_size,
            "physical_batch_size": physical_batch_size, "epochs": epochs, "learning_rate": learning_rate,
            "momentum": momentum, "max_grad_norm": max_grad_norm, "grad_sample_mode": grad_sample_mode,
-           "accountant": accountant, "noise_multiplier": noise_multiplier, "noise_seed": noise_seed,
-           "sampling_seeds": sampling_seeds, "device": device.type, "threads": torch.get_num_threads()}
+           "accountant": accountant, "noise_multiplier": noise_multiplier, "noise": noise,
+           "sampling": sampling, "device": device.type, "threads": torch.get_num_threads()}
     with tempfile.TemporaryDirectory(prefix="privhar-dpddp-") as folder:
         result = str(Path(folder) / "rank0.pt")
         torch.multiprocessing.start_processes(_worker, args=(nproc, free_port(), job, result), nprocs=nproc, join=True,

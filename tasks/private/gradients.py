@@ -21,6 +21,8 @@ import torch
 from torch import nn
 from torch.func import functional_call, grad_and_value, vmap
 
+from tasks.core.randomness import DpStream
+
 Gradients = dict[str, torch.Tensor]
 CLIP_EPSILON = 1e-6  # Opacus's guard in C / (‖g‖ + 1e-6)
 
@@ -60,13 +62,11 @@ def summed_gradient(module: nn.Module, loss: Callable[[], torch.Tensor]) -> Grad
     return dict(zip(parameters, values))
 
 
-def add_noise(summed: Gradients, noise_multiplier: float, max_norm: float, generator: torch.Generator) -> Gradients:
-    """Σ ḡ_i + N(0, (σC)²) per coordinate (σ = 0: no noise)."""
+def add_noise(summed: Gradients, noise_multiplier: float, max_norm: float, stream: DpStream) -> Gradients:
+    """Σ ḡ_i + N(0, (σC)²) per coordinate (σ = 0: no noise), drawn from ``stream`` on the CPU and moved."""
     if noise_multiplier == 0:
         return summed
-    # drawn where the generator lives (the CPU), then moved: the same noise on any device
-    return {name: g + torch.normal(0.0, noise_multiplier * max_norm, g.shape, generator=generator).to(g.device)
-            for name, g in summed.items()}
+    return {name: g + stream.normal(noise_multiplier * max_norm, g) for name, g in summed.items()}
 
 
 def apply_gradient(module: nn.Module, total: Gradients, expected_batch: float) -> None:

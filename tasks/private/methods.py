@@ -7,6 +7,10 @@ target ε over all steps (:func:`tasks.private.accounting.calibrate`), so the th
 ε and the same recipe add the same noise. No augmentation and no dropout while training
 privately (paper 001 §5.3: the noise regularises).
 
+Every Poisson sample and noise tensor is drawn from a :class:`tasks.core.randomness.DpStream`
+(256 bits of OS entropy unless ``privacy.randomness: seeded``), never from torch's generators, whose
+CPU state keeps 32 bits of a seed; Opacus draws through :mod:`tasks.core.opacus_randomness`.
+
 - ``dp_sgd``: Opacus ``PrivacyEngine.make_private`` and ``BatchMemoryManager``
   (physical batches of ``physical_batch_size`` inside the Poisson-sampled logical batch);
   per-sample gradients by ``private.grad_sample_mode``: ``ew`` (PyTorch's ExpandedWeights, the
@@ -35,16 +39,16 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from opacus import PrivacyEngine
 from opacus.utils.batch_memory_manager import BatchMemoryManager
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from tasks.core.accounting import ADD_REMOVE, Relation, opacus_engine_epsilon, poisson_schedule
-from tasks.core.device import generator_on, seed_from
 from tasks.core.errors import PrivharError
 from tasks.core.models import has_batch_norm
+from tasks.core.opacus_randomness import StreamPrivacyEngine
 from tasks.core.progress import progress
+from tasks.core.randomness import DpStream
 from tasks.private.accounting import SgdPrivacy, calibrate
 from tasks.private.gradients import (
     Gradients,
@@ -194,20 +198,15 @@ def _public_sum(module: nn.Module, data: PrivateData, videos: torch.Tensor, reci
     return total
 
 
-def poisson_sample(count: int, rate: float, generator: torch.Generator) -> torch.Tensor:
-    """Each of ``count`` units independently with probability ``rate`` (the accountant's sampling)."""
-    return torch.nonzero(torch.rand(count, generator=generator) < rate).flatten()
-
-
 StepCallback = Callable[[int, int, nn.Module], None]  # (step, units sampled, module) after each update
 
 
 def train_grouped(module: nn.Module, data: PrivateData, recipe: Recipe, noise_multiplier: float,
-                  generator: torch.Generator, public_generator: torch.Generator | None = None,
+                  stream: DpStream, public_stream: DpStream | None = None,
                   on_step: StepCallback | None = None) -> Outcome:
     """Multi-clip DP-SGD (``data.public`` None) or MaskDP-SGD: the step of :mod:`tasks.private.gradients`.
 
-    ``generator`` draws the private Poisson sample and the noise; ``public_generator`` (MaskDP) draws the
+    ``stream`` draws the private Poisson sample and the noise; ``public_stream`` (MaskDP) draws the
     public batch, independently of the private one. ``on_step`` sees every iterate (progress, audits).
     """
     require_sample_independence(module)
@@ -216,19 +215,19 @@ def train_grouped(module: nn.Module, data: PrivateData, recipe: Recipe, noise_mu
     steps_per_epoch = steps // recipe.epochs
     optimiser = _optimiser(module, recipe)
     without_dropout(module)
-    if data.public is not None and public_generator is None:
-        raise PrivharError("MaskDP needs a public_generator: the public batch must be drawn independently of the private one")
+    if data.public is not None and public_stream is None:
+        raise PrivharError("MaskDP needs a public_stream: the public batch must be drawn independently of the private one")
     history, step = [], 0
     bar = progress(steps_per_epoch * recipe.epochs, "private training" if data.public is None else "MaskDP training")
     for epoch in range(1, recipe.epochs + 1):
         clipped, seen, loss_sum = 0, 0, 0.0
         for _ in range(steps_per_epoch):
-            chosen = poisson_sample(count, rate, generator)
+            chosen = stream.poisson_sample(count, rate)
             private, step_clipped, step_loss = _private_sum(module, data, data.videos_of(chosen), recipe)
             total = {name: g / (rate * count) for name, g in
-                     add_noise(private, noise_multiplier, recipe.max_grad_norm, generator).items()}
+                     add_noise(private, noise_multiplier, recipe.max_grad_norm, stream).items()}
             if data.public is not None:  # its own Poisson sample of videos, at the same rate
-                public_batch = poisson_sample(videos, rate, public_generator)
+                public_batch = public_stream.poisson_sample(videos, rate)
                 public = _public_sum(module, data, public_batch, recipe)
                 total = {name: total[name] + public[name] / (rate * videos) for name in total}
             apply_gradient(module, total, 1.0)
@@ -279,11 +278,11 @@ OPACUS_ACCOUNTANTS = ("prv", "rdp", "gdp")
 
 
 def _train_dp_sgd_processes(module: nn.Module, data: PrivateData, recipe: Recipe, target_epsilon: float,
-                            generator: torch.Generator, device: torch.device) -> Outcome:
+                            noise: DpStream, sampling: DpStream, device: torch.device) -> Outcome:
     """:func:`train_dp_sgd` in ``recipe.nproc`` processes (DPDDP): the same σ, q and steps, so the same ε.
 
-    Rank 0's noise seed comes from ``generator`` and the ranks' sampling seeds from torch's global
-    generator (seeded by the caller): secret when the randomness is.
+    Rank 0 adds noise from ``noise``; each rank draws its share of the Poisson sample from its own
+    child of ``sampling``: secret when the streams are.
     """
     from tasks.private.distributed import train_dp_sgd_processes
 
@@ -295,8 +294,7 @@ def _train_dp_sgd_processes(module: nn.Module, data: PrivateData, recipe: Recipe
         learning_rate=recipe.learning_rate, momentum=recipe.momentum, max_grad_norm=recipe.max_grad_norm,
         grad_sample_mode=recipe.grad_sample_mode,
         accountant=recipe.accountant if recipe.accountant in OPACUS_ACCOUNTANTS else "prv",
-        noise_seed=seed_from(generator),
-        sampling_seeds=[int(seed) for seed in torch.randint(2**62, (recipe.nproc,))], device=device)
+        noise=noise, sampling=sampling.spawn(recipe.nproc), device=device)
     module.to(device)
     return Outcome(record["history"], SgdPrivacy(record["noise_multiplier"], rate, steps, recipe.delta, recipe.accountant,
                                                  recipe.relation),
@@ -305,29 +303,28 @@ def _train_dp_sgd_processes(module: nn.Module, data: PrivateData, recipe: Recipe
 
 
 def train_dp_sgd(module: nn.Module, data: PrivateData, recipe: Recipe, target_epsilon: float,
-                 generator: torch.Generator) -> Outcome:
+                 noise: DpStream, sampling: DpStream) -> Outcome:
     """DP-SGD with Opacus: ``make_private`` (Poisson sampling; σ from our calibration) and ``BatchMemoryManager``.
 
-    Opacus draws the Poisson batches from torch's global generator: seed it before the call (from
-    OS entropy unless the randomness is ``seeded``); ``generator`` draws the noise. On a GPU the
-    noise comes from a generator on the GPU (Opacus draws it beside the gradients), seeded from
-    ``generator``: secret when it is. The batches are drawn on the CPU and moved.
+    The Poisson batches come from ``sampling`` and the noise from ``noise``
+    (:class:`tasks.core.opacus_randomness.StreamPrivacyEngine`), both drawn on the CPU; on a GPU the
+    batches and the noise are moved there.
     """
     require_sample_independence(module)
     device = next(module.parameters()).device
     if recipe.nproc > 1:
-        return _train_dp_sgd_processes(module, data, recipe, target_epsilon, generator, device)
-    generator = generator_on(device, generator)
+        return _train_dp_sgd_processes(module, data, recipe, target_epsilon, noise, sampling, device)
     inputs = data.units[:, 0].cpu()
     loader = DataLoader(TensorDataset(inputs, data.labels.cpu()), batch_size=recipe.batch_size,
                         pin_memory=device.type == "cuda")
     rate, steps = schedule(len(data.labels), recipe)
     noise_multiplier = calibrate(target_epsilon, recipe.delta, rate, steps, recipe.accountant, recipe.relation)
-    engine = PrivacyEngine(accountant=recipe.accountant if recipe.accountant in OPACUS_ACCOUNTANTS else "prv")
+    engine = StreamPrivacyEngine(noise=noise, sampling=sampling,
+                                 accountant=recipe.accountant if recipe.accountant in OPACUS_ACCOUNTANTS else "prv")
     without_dropout(module)
     private_module, optimiser, private_loader = engine.make_private(
         module=module, optimizer=_optimiser(module, recipe), data_loader=loader, noise_multiplier=noise_multiplier,
-        max_grad_norm=recipe.max_grad_norm, poisson_sampling=True, noise_generator=generator,
+        max_grad_norm=recipe.max_grad_norm, poisson_sampling=True,
         grad_sample_mode=recipe.grad_sample_mode)
     history = []
     bar = progress(recipe.epochs, "DP-SGD (Opacus)", "epoch")

@@ -136,14 +136,13 @@ def train_one(method: str, module: nn.Module, data: PrivateData, recipe: Recipe,
               randomness: DpRandomness, seed: int = 0) -> Outcome:
     """One model at one ε and training seed; its Poisson samples, noise and (MaskDP) public batches from ``randomness``."""
     key = (method, epsilon, *seed_keys(seed))
-    generator = randomness.torch("private", *key, "noise")
-    public_generator = randomness.torch("private", *key, "public-batches")
+    stream = randomness.stream("private", *key, "noise")
+    public_stream = randomness.stream("private", *key, "public-batches")
     if math.isinf(epsilon):  # the ε = ∞ column: the same recipe, clipping kept, no noise
-        return train_grouped(module, data, recipe, 0.0, generator, public_generator)
+        return train_grouped(module, data, recipe, 0.0, stream, public_stream)
     if method in ("dp_sgd", "dp_sgd_avatar") and data.owners is None:
-        torch.manual_seed(randomness.seed("private", *key, "batches"))  # Opacus's Poisson sampler uses the global RNG
-        return train_dp_sgd(module, data, recipe, epsilon, generator)
-    return train_grouped(module, data, recipe, noise_for(epsilon, data, recipe), generator, public_generator)
+        return train_dp_sgd(module, data, recipe, epsilon, stream, randomness.stream("private", *key, "batches"))
+    return train_grouped(module, data, recipe, noise_for(epsilon, data, recipe), stream, public_stream)
 
 
 def epsilon_by_epoch(privacy: SgdPrivacy, epochs: int) -> list[float]:

@@ -56,7 +56,7 @@ class Release:
     note: str = ""
     unit: str = "none"
     relation: str = "none"
-    randomness: str = SECURE
+    randomness: str = SECURE  # where the DP noise came from; NO_NOISE for a release without any
     epsilon_person_max: float = math.inf
     persons: PersonEpsilons = field(default_factory=dict, compare=False, repr=False)
 
@@ -64,6 +64,14 @@ class Release:
     def private(self) -> bool:
         """A finite ε whose randomness is secret."""
         return math.isfinite(self.epsilon) and self.randomness == SECURE
+
+
+NO_NOISE = "none"  # the randomness of a release without DP noise (anonymized copies, ε = ∞, non-private models)
+
+
+def _randomness(epsilon: float, entry: dict[str, Any]) -> str:
+    """The randomness a stage recorded for a DP release; NO_NOISE where nothing was noised (ε = ∞)."""
+    return str(entry.get("randomness") or SECURE) if math.isfinite(epsilon) else NO_NOISE
 
 
 def _max_person(persons: PersonEpsilons) -> float:
@@ -88,7 +96,7 @@ def dprp_releases(folder: Path) -> list[Release]:
         releases.append(Release(f"dprp-{ledger.parent.name}", "dprp", "Video-DPRP (Gaussian on the projection P and covariance Q)",
                                 float(first["epsilon"]), float(first["delta"]), str(first["accountant"]),
                                 str(first["calibration"]), "train+test", note, str(first["unit"]), str(first["relation"]),
-                                str(first["randomness"]), _max_person(persons), persons))
+                                _randomness(float(first["epsilon"]), first), _max_person(persons), persons))
     return releases
 
 
@@ -113,7 +121,7 @@ def private_releases(folder: Path, methods: list[str]) -> list[Release]:
                                     entry["accountant"], "σ calibrated to the target ε by the accountant"
                                     if math.isfinite(epsilon) else "none: no noise (clipping only)", "train",
                                     "" if math.isfinite(epsilon) else "reference without noise", entry.get("unit", "video"),
-                                    entry.get("relation", "none"), entry.get("randomness", SECURE), _max_person(mine), mine))
+                                    entry.get("relation", "none"), _randomness(epsilon, entry), _max_person(mine), mine))
     return releases
 
 
@@ -135,7 +143,7 @@ def ldp_releases(path: Path, rows: list[dict[str, Any]] | None = None) -> list[R
                                 entry["accountant"], f"ε = {float(entry['epsilon_per_feature']):g} per feature × "
                                 f"{entry['features_per_video']} features", entry["splits"],
                                 "" if math.isfinite(per_video) else "reference without noise", entry.get("unit", "video"),
-                                entry.get("relation", "none"), entry.get("randomness", SECURE), _max_person(persons), persons))
+                                entry.get("relation", "none"), _randomness(per_video, entry), _max_person(persons), persons))
     return releases
 
 
@@ -152,7 +160,7 @@ def federated_releases(path: Path) -> list[Release]:
                                 float(entry["epsilon"]), delta, entry["accountant"],
                                 "σ calibrated so that a client in every round spends federated.epsilon", "train",
                                 f"{entry['tuning']} tuning, {entry['aggregation']}", entry.get("unit", "video"),
-                                entry.get("relation", "replace-one"), entry.get("randomness", SECURE), _max_person(mine), mine))
+                                entry.get("relation", "replace-one"), _randomness(float(entry["epsilon"]), entry), _max_person(mine), mine))
     return releases
 
 
@@ -162,7 +170,7 @@ def unprotected_releases(train_reports: Path, anonymize: Path) -> list[Release]:
     Models trained on a DPRP copy are post-processing of that copy: free, and not listed.
     """
     releases = [Release(f"anonymize-{copy.name}", "anonymize", "obfuscation (no formal guarantee)", math.inf, 0.0, "none", "none",
-                        "train+test") for copy in sorted(anonymize.iterdir()) if (copy / "manifest.parquet").is_file()]
+                        "train+test", randomness=NO_NOISE) for copy in sorted(anonymize.iterdir()) if (copy / "manifest.parquet").is_file()]
     for report in sorted(train_reports.glob("*.json")):
         key = report.stem
         if key == "public" or key.startswith("dprp-"):
@@ -172,7 +180,7 @@ def unprotected_releases(train_reports: Path, anonymize: Path) -> list[Release]:
         if math.isfinite(epsilon):
             continue
         releases.append(Release(f"model {key}", "non-private models", "non-private training", math.inf, 0.0, str(claim.get("accountant", "none")),
-                                "none", "train"))
+                                "none", "train", randomness=NO_NOISE))
     return releases
 
 

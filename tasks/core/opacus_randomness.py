@@ -1,0 +1,133 @@
+"""Opacus with its DP randomness drawn from :class:`tasks.core.randomness.DpStream`, not torch's generators.
+
+Opacus draws its Gaussian noise (``DPOptimizer.add_noise``) and its Poisson batches
+(``UniformWithReplacementSampler``) from torch generators; on the CPU that is MT19937, which keeps 32
+bits of any seed, so an update's noise can be searched for and subtracted (issue 30). Opacus's own
+fix, ``secure_mode``, needs torchcsprng, which is not installable here. So:
+
+- :class:`StreamPrivacyEngine` is Opacus's ``PrivacyEngine`` (same model wrapping, optimiser
+  classes, clipping, accountant hook) whose optimiser adds noise from a ``DpStream`` and whose
+  Poisson loader is :class:`StreamPoissonSampler`;
+- :class:`StreamPoissonSampler` also serves the DPDDP ranks (each its share of one global sample)
+  and :class:`StreamShuffle` the federated clients' epochs.
+
+Everything else is Opacus's: per-sample gradients, flat clipping, the scaling by the expected batch,
+the accountant's history.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from opacus import PrivacyEngine
+from opacus.optimizers import get_optimizer_class
+from opacus.optimizers.optimizer import DPOptimizer, _check_processed_flag, _mark_as_processed
+from torch.utils.data import DataLoader, Sampler, TensorDataset, default_collate
+
+from tasks.core.randomness import DpStream
+
+
+class StreamPoissonSampler(Sampler[list[int]]):
+    """Exactly ``steps`` batches, each holding every owned index independently with probability ``rate``.
+
+    ``owned`` (default: all ``total`` indices) is a DPDDP rank's share, rank, rank + N, …: with each rank
+    drawing its own share from its own stream, every index is in a step's global batch independently
+    with probability q — the sampling the accountant assumes. Empty batches are kept (Opacus's
+    distributed sampler skips a rank's empty draw, so the ranks' steps would pair up wrongly).
+    """
+
+    def __init__(self, total: int, rate: float, steps: int, stream: DpStream, owned: torch.Tensor | None = None) -> None:
+        self.owned = torch.arange(total) if owned is None else owned
+        self.rate, self.steps, self.stream = rate, steps, stream
+
+    def __len__(self) -> int:
+        return self.steps
+
+    def __iter__(self) -> Iterator[list[int]]:
+        for _ in range(self.steps):
+            yield self.owned[self.stream.poisson_sample(len(self.owned), self.rate)].tolist()
+
+
+class StreamShuffle(Sampler[int]):
+    """A fresh random order of ``count`` items every epoch, drawn from ``stream``."""
+
+    def __init__(self, count: int, stream: DpStream) -> None:
+        self.count, self.stream = count, stream
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.stream.permutation(self.count).tolist())
+
+
+def collate_or_empty(dataset: TensorDataset) -> Callable[[list[Any]], list[torch.Tensor]]:
+    """Default collation, or (0, ...) tensors of the dataset's shapes for an empty Poisson draw."""
+    def collate(batch: list[Any]) -> list[torch.Tensor]:
+        if batch:
+            return default_collate(batch)
+        return [tensor[:0] for tensor in dataset.tensors]
+    return collate
+
+
+class _StreamNoise:
+    """``add_noise`` of a DPOptimizer class, N(0, σ²C²) per coordinate from ``noise_stream``."""
+
+    noise_stream: DpStream
+
+    def add_noise(self) -> None:
+        if getattr(self, "rank", 0) != 0:  # DistributedDPOptimizer: the noise is added once, on rank 0
+            super().add_noise()  # type: ignore[misc]
+            return
+        for parameter in self.params:  # type: ignore[attr-defined]
+            _check_processed_flag(parameter.summed_grad)
+            noise = self.noise_stream.normal(self.noise_multiplier * self.max_grad_norm,  # type: ignore[attr-defined]
+                                             parameter.summed_grad)
+            parameter.grad = (parameter.summed_grad + noise).view_as(parameter)
+            _mark_as_processed(parameter.summed_grad)
+
+
+@functools.cache
+def stream_noise_class(base: type[DPOptimizer]) -> type[DPOptimizer]:
+    """``base`` (the class Opacus picks for the clipping, distribution and grad-sample mode) with stream noise."""
+    return type(f"StreamNoise{base.__name__}", (_StreamNoise, base), {})
+
+
+class StreamPrivacyEngine(PrivacyEngine):
+    """Opacus's ``PrivacyEngine`` whose noise comes from ``noise`` and whose Poisson batches come from ``sampling``."""
+
+    def __init__(self, *, noise: DpStream, sampling: DpStream | None = None, accountant: str = "prv") -> None:
+        super().__init__(accountant=accountant)
+        self.noise, self.sampling = noise, sampling
+
+    def _prepare_optimizer(self, *, optimizer: torch.optim.Optimizer, noise_multiplier: float, max_grad_norm: Any,
+                           expected_batch_size: int, loss_reduction: str = "mean", distributed: bool = False,
+                           clipping: str = "flat", noise_generator: Any = None, grad_sample_mode: str = "hooks",
+                           **kwargs: Any) -> DPOptimizer:
+        if noise_generator is not None:
+            raise ValueError("StreamPrivacyEngine draws its noise from its DpStream: pass no noise_generator")
+        if isinstance(optimizer, DPOptimizer):
+            optimizer = optimizer.original_optimizer
+        base = get_optimizer_class(clipping=clipping, distributed=distributed, grad_sample_mode=grad_sample_mode)
+        private = stream_noise_class(base)(optimizer=optimizer, noise_multiplier=noise_multiplier,
+                                           max_grad_norm=max_grad_norm, expected_batch_size=expected_batch_size,
+                                           loss_reduction=loss_reduction, generator=None, secure_mode=False, **kwargs)
+        private.noise_stream = self.noise
+        return private
+
+    def _prepare_data_loader(self, data_loader: DataLoader, *, poisson_sampling: bool, distributed: bool,
+                             batch_first: bool = True, rand_on_empty: bool = False) -> DataLoader:
+        if self.dataset is None:
+            self.dataset = data_loader.dataset
+        if not poisson_sampling:
+            return data_loader
+        if distributed or self.sampling is None or not isinstance(data_loader.dataset, TensorDataset):
+            raise ValueError("StreamPrivacyEngine samples a TensorDataset in one process from its sampling stream; "
+                             "DPDDP ranks bring their own StreamPoissonSampler (poisson_sampling=False)")
+        steps = len(data_loader)
+        sampler = StreamPoissonSampler(len(data_loader.dataset), 1.0 / steps, steps, self.sampling)
+        return DataLoader(data_loader.dataset, batch_sampler=sampler, collate_fn=collate_or_empty(data_loader.dataset),
+                          pin_memory=data_loader.pin_memory)

@@ -1,0 +1,148 @@
+"""DP randomness that cannot be brute-forced (issue 30): no DP path draws from torch's generators, and every
+stream of a secure run is keyed with at least 128 bits of OS entropy.
+
+torch's CPU generator is MT19937 seeded with 32 bits of whatever seed it is given: an update's noise can be
+found by trying 2^32 seeds. So the training loops below run with every torch random entry point made to fail,
+and the streams a secure run creates are recorded and their keys measured. A planted regression (a seeded
+stream handed out under the ``secure`` label) must be caught by the same check.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from tasks.core.randomness import MIN_KEY_BITS, DpRandomness, DpStream
+from tasks.core.seeding import derive_seed
+from tasks.private.methods import PrivateData, Recipe
+from tasks.private.stage import train_one
+
+RECIPE = Recipe(epochs=2, batch_size=4, physical_batch_size=3, learning_rate=0.1, momentum=0.0, max_grad_norm=1.0,
+                delta=1e-3, accountant="rdp")
+TORCH_DRAWS = ("rand", "randn", "randint", "randperm", "normal", "bernoulli", "multinomial", "poisson", "rand_like",
+               "randn_like", "randint_like", "manual_seed", "seed")
+TENSOR_DRAWS = ("normal_", "uniform_", "bernoulli_", "exponential_", "geometric_", "log_normal_", "cauchy_")
+
+
+class TorchRandomnessUsed(AssertionError):
+    """A DP path drew from one of torch's generators."""
+
+
+def forbid_torch_randomness(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every torch random entry point (and a new torch.Generator) raises from here on."""
+    def refuse(name: str):
+        def refused(*args, **kwargs):
+            raise TorchRandomnessUsed(f"torch.{name} was called on a DP path")
+        return refused
+
+    for name in TORCH_DRAWS:
+        monkeypatch.setattr(torch, name, refuse(name))
+    for name in TENSOR_DRAWS:
+        monkeypatch.setattr(torch.Tensor, name, refuse(f"Tensor.{name}"))
+    monkeypatch.setattr(torch, "Generator", refuse("Generator"))
+
+
+def data(count: int = 12, owners: bool = False, public: bool = False) -> PrivateData:
+    generator = torch.Generator().manual_seed(0)
+    units = torch.randn(count, 1, 6, generator=generator)
+    labels = torch.randint(0, 3, (count,), generator=generator)
+    if public:
+        return PrivateData(units, labels, public=torch.randn(count, 6, generator=generator),
+                           has_private=torch.ones(count, dtype=torch.bool), has_public=torch.ones(count, dtype=torch.bool))
+    return PrivateData(units, labels, owners=torch.arange(count) // 3 if owners else None)
+
+
+CASES = {  # (method, data): the Opacus path, the grouped loop (video and person units) and MaskDP's public batch
+    "opacus dp_sgd": ("dp_sgd", lambda: data()),
+    "multiclip": ("multiclip", lambda: data()),
+    "person units": ("dp_sgd", lambda: data(owners=True)),
+    "maskdp": ("maskdp", lambda: data(public=True)),
+}
+
+
+def secure_run(method: str, private_data: PrivateData, randomness: DpRandomness) -> list[DpStream]:
+    """Train one tiny model at ε = 2 with ``randomness``; the DP streams it created."""
+    torch.manual_seed(1)
+    module = nn.Linear(6, 3)
+    created: list[DpStream] = []
+    original = DpStream.__init__
+
+    def recording(stream: DpStream, *args, **kwargs) -> None:
+        original(stream, *args, **kwargs)
+        created.append(stream)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(DpStream, "__init__", recording)
+        forbid_torch_randomness(patch)
+        train_one(method, module, private_data, RECIPE, 2.0, randomness)
+    return created
+
+
+def assert_secret(streams: list[DpStream]) -> None:
+    """Every stream private and keyed with at least MIN_KEY_BITS of entropy (measured on its seed sequence)."""
+    assert streams, "the run created no DP stream"
+    for stream in streams:
+        entropy = int(stream.sequence.entropy)
+        assert stream.private and stream.key_bits >= MIN_KEY_BITS, (stream.private, stream.key_bits)
+        assert entropy >= 2 ** (MIN_KEY_BITS - 16), f"the stream's key holds {entropy.bit_length()} bits"
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_no_dp_path_draws_from_torch_generators_and_every_stream_holds_128_bits(case):
+    method, make = CASES[case]
+    streams = secure_run(method, make(), DpRandomness("secure", 0))
+    assert_secret(streams)
+    assert len({int(stream.sequence.entropy) for stream in streams}) == len(streams)  # each its own key
+
+
+def test_torch_randomness_on_a_dp_path_is_caught(monkeypatch):
+    """The check above can fail: Opacus's own Poisson sampler (torch.rand) and noise (torch.normal) are refused."""
+    from opacus import PrivacyEngine
+    from torch.utils.data import DataLoader, TensorDataset
+
+    module = nn.Linear(6, 3)
+    engine = PrivacyEngine()
+    private, optimiser, loader = engine.make_private(
+        module=module, optimizer=torch.optim.SGD(module.parameters(), lr=0.1),
+        data_loader=DataLoader(TensorDataset(torch.zeros(8, 6), torch.zeros(8, dtype=torch.long)), batch_size=4),
+        noise_multiplier=1.0, max_grad_norm=1.0, poisson_sampling=True)
+    forbid_torch_randomness(monkeypatch)
+    with pytest.raises(TorchRandomnessUsed, match="torch.rand"):
+        next(iter(loader))
+
+
+def test_a_seeded_stream_under_the_secure_label_is_caught(monkeypatch):
+    """The planted regression: ``privacy.randomness: seeded`` behaviour while the label still says secure."""
+    monkeypatch.setattr(DpRandomness, "stream",
+                        lambda self, *keys: DpStream.seeded(derive_seed(self.base_seed, *keys)))
+    randomness = DpRandomness("secure", 0)
+    assert randomness.private  # the label a ledger would print
+    with pytest.raises(AssertionError):
+        assert_secret(secure_run("multiclip", data(), randomness))
+
+
+def test_secret_seeds_fill_a_philox_key_and_seeded_ones_are_labelled():
+    """Video-DPRP's R and noise are keyed by ``DpRandomness.seed``: 128 bits of OS entropy when secure."""
+    secure = DpRandomness("secure", 0)
+    assert max(secure.seed("dprp-noise", "v").bit_length() for _ in range(16)) > 120
+    seeded = DpRandomness("seeded", 0)
+    assert not seeded.private and not seeded.stream("x").private
+    assert seeded.seed("x") < 2**63 and seeded.stream("x").key_bits < MIN_KEY_BITS
+
+
+def test_stream_draws_are_what_they_claim():
+    """N(0, σ²) noise on the reference's device and dtype; Poisson samples at rate q; children independent."""
+    stream = DpStream.secret()
+    noise = stream.normal(2.0, torch.zeros(200_000))
+    assert noise.dtype == torch.float32 and abs(float(noise.mean())) < 0.02 and abs(float(noise.std()) - 2.0) < 0.02
+    assert torch.equal(stream.normal(0.0, torch.ones(3)), torch.zeros(3))
+    sizes = [len(stream.poisson_sample(1000, 0.1)) for _ in range(400)]
+    assert abs(sum(sizes) / len(sizes) - 100) < 2 and 0.8 * 90 < torch.tensor(sizes, dtype=torch.float64).var() < 1.2 * 90
+    first, second = stream.spawn(2)
+    assert not torch.equal(first.uniform(8), second.uniform(8))
+    a, b = DpStream.seeded(5), DpStream.seeded(5)
+    assert torch.equal(a.normal(1.0, torch.zeros(4)), b.normal(1.0, torch.zeros(4)))
+    assert math.isclose(float(DpStream.seeded(5).uniform(100_000).mean()), 0.5, abs_tol=0.01)
