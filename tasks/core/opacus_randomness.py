@@ -23,7 +23,6 @@ from typing import Any
 
 import torch
 from opacus import PrivacyEngine
-from opacus.optimizers import get_optimizer_class
 from opacus.optimizers.optimizer import DPOptimizer, _check_processed_flag, _mark_as_processed
 from torch.utils.data import DataLoader, Sampler, TensorDataset, default_collate
 
@@ -103,18 +102,12 @@ class StreamPrivacyEngine(PrivacyEngine):
         super().__init__(accountant=accountant)
         self.noise, self.sampling = noise, sampling
 
-    def _prepare_optimizer(self, *, optimizer: torch.optim.Optimizer, noise_multiplier: float, max_grad_norm: Any,
-                           expected_batch_size: int, loss_reduction: str = "mean", distributed: bool = False,
-                           clipping: str = "flat", noise_generator: Any = None, grad_sample_mode: str = "hooks",
-                           **kwargs: Any) -> DPOptimizer:
-        if noise_generator is not None:
+    def _prepare_optimizer(self, **kwargs: Any) -> DPOptimizer:
+        """Opacus's optimiser for these settings, its class extended with stream noise (it adds a method, no state)."""
+        if kwargs.get("noise_generator") is not None:
             raise ValueError("StreamPrivacyEngine draws its noise from its DpStream: pass no noise_generator")
-        if isinstance(optimizer, DPOptimizer):
-            optimizer = optimizer.original_optimizer
-        base = get_optimizer_class(clipping=clipping, distributed=distributed, grad_sample_mode=grad_sample_mode)
-        private = stream_noise_class(base)(optimizer=optimizer, noise_multiplier=noise_multiplier,
-                                           max_grad_norm=max_grad_norm, expected_batch_size=expected_batch_size,
-                                           loss_reduction=loss_reduction, generator=None, secure_mode=False, **kwargs)
+        private = super()._prepare_optimizer(**kwargs)
+        private.__class__ = stream_noise_class(type(private))
         private.noise_stream = self.noise
         return private
 

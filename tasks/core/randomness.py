@@ -70,13 +70,14 @@ class DpStream:
         """A reproducible stream (tests, reproduced tables): NOT private."""
         return cls(np.random.SeedSequence(seed), private=False, key_bits=max(int(seed).bit_length(), 1))
 
+    @property
+    def key(self) -> tuple[object, ...]:
+        """What tells two streams apart: the entropy and the spawn path (children share their parent's entropy)."""
+        return (self.sequence.entropy, *self.sequence.spawn_key)
+
     def spawn(self, count: int) -> list[DpStream]:
         """``count`` independent child streams with the parent's key."""
         return [DpStream(child, private=self.private, key_bits=self.key_bits) for child in self.sequence.spawn(count)]
-
-    def uniform(self, count: int) -> torch.Tensor:
-        """``count`` draws from U[0, 1) (float64, CPU)."""
-        return torch.from_numpy(self._rng.random(count))
 
     def poisson_sample(self, count: int, rate: float) -> torch.Tensor:
         """Indices of ``count`` units, each in independently with probability ``rate`` (int64, CPU)."""
@@ -124,7 +125,5 @@ class DpRandomness:
         return DpStream.seeded(derive_seed(self.base_seed, *keys))
 
     def numpy(self, *keys: object) -> np.random.Generator:
-        """A numpy Generator; in ``secure`` mode seeded with 128 bits of OS entropy."""
-        if self.private:
-            return np.random.default_rng(int.from_bytes(os.urandom(16), "little"))
-        return np.random.default_rng(derive_seed(self.base_seed, *keys))
+        """A numpy Generator from :meth:`seed`: 128 bits of OS entropy in ``secure`` mode."""
+        return np.random.default_rng(self.seed(*keys))

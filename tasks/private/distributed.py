@@ -111,8 +111,7 @@ def train_dp_sgd_processes(module: nn.Module, inputs: torch.Tensor, labels: torc
     """
     if nproc < 2:
         raise PrivharError(f"private.nproc = {nproc}: the process group needs 2 or more processes (1 runs in this one)")
-    if len({stream.sequence.spawn_key + (repr(stream.sequence.entropy),) for stream in sampling}) != nproc \
-            or len(sampling) != nproc:
+    if len(sampling) != nproc or len({stream.key for stream in sampling}) != nproc:
         raise PrivharError(f"private.nproc = {nproc}: expected {nproc} distinct sampling streams, one per process")
     if device.type == "cuda" and torch.cuda.device_count() < nproc:
         raise PrivharError(f"private.nproc = {nproc}: this machine has {torch.cuda.device_count()} CUDA GPU(s), one per process")
