@@ -64,12 +64,16 @@ def first_step(data: PrivateData, recipe: Recipe, sigma: float, seed: int) -> to
     return seen["weight"]
 
 
-def canary_data(units: int, canary: float, public: bool = False) -> PrivateData:
+def canary_data(units: int, canary: float, public: bool = False, canary_videos: int = 1) -> PrivateData:
     """``units`` units of zero input (no gradient) but the first, whose input is ``canary`` along x₀;
-    with ``public``, every unit also has a public view and the first's lies along x₁ (MaskDP)."""
-    inputs = torch.zeros(units, 1, 2)
-    inputs[0, 0, 0] = canary
-    labels = torch.zeros(units, dtype=torch.long)
+    with ``public``, every unit also has a public view and the first's lies along x₁ (MaskDP); with
+    ``canary_videos`` > 1, the units are persons and the first is in that many videos, each with the canary."""
+    inputs = torch.zeros(units + canary_videos - 1, 1, 2)
+    inputs[:canary_videos, 0, 0] = canary
+    labels = torch.zeros(len(inputs), dtype=torch.long)
+    if canary_videos > 1:
+        owners = torch.cat([torch.zeros(canary_videos, dtype=torch.long), torch.arange(1, units)])
+        return PrivateData(inputs, labels, owners=owners)
     if not public:
         return PrivateData(inputs, labels)
     views = torch.zeros(units, 2)
@@ -90,8 +94,8 @@ def private_scores(data: PrivateData, recipe: Recipe, sigma: float, runs: int, o
     With ``public_gate`` (MaskDP) the attacker reads the noise-free public column first: where it shows
     the canary's public view, the canary was in the public batch; elsewhere the run scores −∞.
     """
-    rate = 1.0 / math.ceil(len(data.labels) / recipe.batch_size)
-    scale = rate * len(data.labels) / (recipe.learning_rate * recipe.max_grad_norm)
+    rate = 1.0 / math.ceil(data.unit_count / recipe.batch_size)
+    scale = rate * data.unit_count / (recipe.learning_rate * recipe.max_grad_norm)
     direction = torch.tensor([[-1.0, 0.0], [1.0, 0.0]]) / math.sqrt(2)  # the clipped gradient of label 0 along x₀
     scores = []
     for run in range(runs):
@@ -103,14 +107,17 @@ def private_scores(data: PrivateData, recipe: Recipe, sigma: float, runs: int, o
     return np.array(scores)
 
 
-def audit_grouped(*, units: int, batch: int, sigma: float, relation: str, runs: int = RUNS) -> tuple[float, float]:
+def audit_grouped(*, units: int, batch: int, sigma: float, relation: str, runs: int = RUNS,
+                  canary_videos: int = 1) -> tuple[float, float]:
     """(ε̂, ε claimed) of one step of the grouped loop: the canary's input +100 against 0 (add/remove) or −100
-    (replace-one, MaskDP's masked adjacency: the private tokens swapped, the public view the same)."""
+    (replace-one, MaskDP's masked adjacency: the private tokens swapped, the public view the same); with
+    ``canary_videos`` > 1, user-level mode: the canary is a person in that many videos, each +100 against 0."""
     public = relation == REPLACE_ONE
     recipe = recipe_for(units, batch)
     rate = 1.0 / math.ceil(units / batch)
-    with_canary = private_scores(canary_data(units, 100.0, public), recipe, sigma, runs, 0, public)
-    without = private_scores(canary_data(units, -100.0 if public else 0.0, public), recipe, sigma, runs, 10**6, public)
+    with_canary = private_scores(canary_data(units, 100.0, public, canary_videos), recipe, sigma, runs, 0, public)
+    without = private_scores(canary_data(units, -100.0 if public else 0.0, public, canary_videos), recipe, sigma, runs,
+                             10**6, public)
     claimed = sampled_gaussian_epsilon(sigma, rate, 1, DELTA, accountant="pld", relation=relation)
     return best_bound(with_canary, without, [1.0, 1.5, 2.0, 2.5, 3.0]), claimed
 
@@ -130,6 +137,80 @@ def test_poisson_sampling_holds_and_a_canary_in_every_batch_is_caught(monkeypatc
     monkeypatch.setattr(DpStream, "poisson_sample", lambda stream, count, rate: torch.arange(count))
     broken, claimed = audit_grouped(units=10, batch=1, sigma=1.0, relation=ADD_REMOVE)
     assert broken > claimed, (broken, claimed)
+
+
+def test_person_sampling_holds_below_q_1_and_per_video_sampling_is_caught(monkeypatch):
+    """User-level mode at q = 0.1: a person in 30 videos is sampled as one unit. The planted bug draws each of a
+    person's videos at the person rate (as if the unit were the video), so the person is in ~96 % of the steps."""
+    found, claimed = audit_grouped(units=10, batch=1, sigma=1.0, relation=ADD_REMOVE, canary_videos=30)
+    assert found <= claimed
+    coins = np.random.default_rng(0)
+
+    def per_video(data: PrivateData, chosen: torch.Tensor) -> torch.Tensor:
+        return torch.from_numpy(np.flatnonzero(coins.random(len(data.labels)) < 0.1))
+
+    monkeypatch.setattr(PrivateData, "videos_of", per_video)
+    broken, claimed = audit_grouped(units=10, batch=1, sigma=1.0, relation=ADD_REMOVE, canary_videos=30)
+    assert broken > claimed, (broken, claimed)
+
+
+def opacus_steps(units: int, canary: float, sigma: float, steps: int, seed: int) -> tuple[np.ndarray, list[int]]:
+    """The headline ``dp_sgd`` path (Opacus with stream noise and Poisson batches), observed at every step from the
+    same iterate: z (as in :func:`private_scores`) and the batch size. Each step resets the weights to zero, so the
+    ``steps`` steps of one run are ``steps`` independent one-step runs; σ is fixed (the audit tests the mechanism)."""
+    data = canary_data(units, canary)
+    module = nn.Linear(2, 2, bias=False)
+    with torch.no_grad():
+        module.weight.zero_()
+    recipe = Recipe(epochs=math.ceil(steps / units), batch_size=1, physical_batch_size=16, learning_rate=1e-3,
+                    momentum=0.0, max_grad_norm=1.0, delta=DELTA, accountant="rdp")  # Opacus reports its ε: RDP is instant
+    direction = torch.tensor([[-1.0, 0.0], [1.0, 0.0]]) / math.sqrt(2)
+    scores, sizes = [], []
+
+    def observe(step: int, sampled: int, trained: nn.Module) -> None:
+        with torch.no_grad():
+            scores.append(float(-(trained.weight * direction).sum()) / (recipe.learning_rate * recipe.max_grad_norm))
+            sizes.append(sampled)
+            trained.weight.zero_()
+
+    with pytest.MonkeyPatch.context() as fixed_noise:
+        fixed_noise.setattr(methods, "calibrate", lambda *args, **kwargs: sigma)
+        methods.train_dp_sgd(module, data, recipe, 1.0, DpStream.seeded(2 * seed), DpStream.seeded(2 * seed + 1),
+                             on_step=observe)
+    return np.array(scores), sizes
+
+
+def audit_opacus(runs: int = RUNS // 2) -> tuple[float, float]:
+    """(ε̂, ε claimed) of one Opacus DP-SGD step, q = 1, σ = 1: the canary's input +100 against 0."""
+    with_canary, _ = opacus_steps(1, 100.0, 1.0, runs, 0)
+    without, _ = opacus_steps(1, 0.0, 1.0, runs, 1)
+    claimed = sampled_gaussian_epsilon(1.0, 1.0, 1, DELTA, accountant="pld", relation=ADD_REMOVE)
+    return best_bound(with_canary, without, [1.0, 1.5, 2.0, 2.5, 3.0]), claimed
+
+
+def test_opacus_noise_holds_and_halved_noise_is_caught(monkeypatch):
+    """The headline method: its noise comes from :mod:`tasks.core.opacus_randomness`, not from the grouped loop."""
+    found, claimed = audit_opacus()
+    assert found <= claimed
+    original = DpStream.normal
+    monkeypatch.setattr(DpStream, "normal", lambda stream, std, like: original(stream, std / 2, like))
+    broken, claimed = audit_opacus()
+    assert broken > claimed, (broken, claimed)
+
+
+def test_opacus_batches_are_poisson_and_fixed_batches_are_caught(monkeypatch):
+    """40 videos, B = 1: Opacus's batch sizes are Binomial(40, 1/40); ``poisson_sampling=False`` gives 1 every step."""
+    from tasks.core.opacus_randomness import StreamPrivacyEngine
+
+    def binomial_like() -> bool:
+        sizes = np.array(opacus_steps(40, 0.0, 1.0, 1_000, 0)[1])
+        return abs(sizes.mean() - 1.0) < 0.15 and 0.6 * 0.975 < sizes.var() < 1.5 * 0.975  # q N, q N (1 − q)
+
+    assert binomial_like()
+    original = StreamPrivacyEngine.make_private
+    monkeypatch.setattr(StreamPrivacyEngine, "make_private",
+                        lambda engine, **kwargs: original(engine, **{**kwargs, "poisson_sampling": False}))
+    assert not binomial_like()
 
 
 def test_batches_are_poisson_not_fixed_size(monkeypatch):

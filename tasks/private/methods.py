@@ -246,12 +246,15 @@ def train_grouped(module: nn.Module, data: PrivateData, recipe: Recipe, noise_mu
 
 
 def opacus_epoch(private_module: nn.Module, module: nn.Module, optimiser: torch.optim.Optimizer, private_loader: DataLoader,
-                 physical_batch_size: int, device: torch.device) -> tuple[float, int, int]:
+                 physical_batch_size: int, device: torch.device,
+                 on_step: StepCallback | None = None) -> tuple[float, int, int]:
     """One epoch of Opacus DP-SGD steps (in one process or one DPDDP rank): (summed loss, rows seen, empty batches).
 
     An empty Poisson batch is still a step: nothing to clip, the noise alone (and, across ranks, the others' sums).
+    ``on_step`` sees each logical step's iterate (the physical batches BatchMemoryManager skips are not steps).
     """
     loss_sum, seen, empty = 0.0, 0, 0
+    step, sampled = 0, 0
     with BatchMemoryManager(data_loader=private_loader, max_physical_batch_size=physical_batch_size,
                             optimizer=optimiser) as batches:
         for features, labels in batches:
@@ -265,6 +268,11 @@ def opacus_epoch(private_module: nn.Module, module: nn.Module, optimiser: torch.
                 _no_per_sample_gradients(module)
                 empty += 1
             optimiser.step()
+            sampled += len(labels)
+            if on_step is not None and not getattr(optimiser, "_is_last_step_skipped", False):
+                step += 1
+                on_step(step, sampled, module)
+                sampled = 0
     return loss_sum, seen, empty
 
 
@@ -303,12 +311,12 @@ def _train_dp_sgd_processes(module: nn.Module, data: PrivateData, recipe: Recipe
 
 
 def train_dp_sgd(module: nn.Module, data: PrivateData, recipe: Recipe, target_epsilon: float,
-                 noise: DpStream, sampling: DpStream) -> Outcome:
+                 noise: DpStream, sampling: DpStream, on_step: StepCallback | None = None) -> Outcome:
     """DP-SGD with Opacus: ``make_private`` (Poisson sampling; σ from our calibration) and ``BatchMemoryManager``.
 
     The Poisson batches come from ``sampling`` and the noise from ``noise``
     (:class:`tasks.core.opacus_randomness.StreamPrivacyEngine`), both drawn on the CPU; on a GPU the
-    batches and the noise are moved there.
+    batches and the noise are moved there. ``on_step`` (one process) sees every iterate (audits).
     """
     require_sample_independence(module)
     device = next(module.parameters()).device
@@ -331,7 +339,7 @@ def train_dp_sgd(module: nn.Module, data: PrivateData, recipe: Recipe, target_ep
     try:
         for epoch in range(1, recipe.epochs + 1):
             loss_sum, seen, empty = opacus_epoch(private_module, module, optimiser, private_loader,
-                                                 recipe.physical_batch_size, device)
+                                                 recipe.physical_batch_size, device, on_step)
             history.append({"epoch": epoch, "loss": loss_sum / max(seen, 1), "sampled": seen, "empty_batches": empty})
             bar.set_postfix(loss=f"{history[-1]['loss']:.3f}")
             bar.update(1)
