@@ -150,6 +150,12 @@ def _train_seed(params: TrainParams, base_seed: int, seed: int, data: TrainingDa
     return model, history, time.perf_counter() - started
 
 
+def paper_number(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """The ε a paper prints for the data's noise where it is not the one that holds (Video-DPRP's paper calibration)."""
+    printed = rows[0].get("paper_epsilon")
+    return {} if printed is None else {"paper_epsilon": float(printed)}
+
+
 def train(*, params_path: Path, frames: Path, out: Path, report: Path, family: str | None = None,
           epochs: int | None = None, init: Path | None = None, seeds: int = 1) -> dict[str, Any]:
     """Run the stage; return the final training record (of seed 0, the registered model).
@@ -201,7 +207,7 @@ def train(*, params_path: Path, frames: Path, out: Path, report: Path, family: s
                     final = {**history[-1], "trainable_parameters": trainable, "train_videos": len(train_rows),
                              "epsilon": privacy.epsilon if math.isfinite(privacy.epsilon) else "inf", "delta": privacy.delta,
                              "accountant": privacy.accountant, "unit": privacy.unit, "relation": privacy.relation,
-                             "randomness": privacy.randomness, "seeds": seeds}
+                             "randomness": privacy.randomness, "seeds": seeds, **paper_number(train_rows)}
                     run.log_metrics({"train_seconds": seconds, "trainable_parameters": trainable, "epsilon": privacy.epsilon,
                                      "delta": privacy.delta})
             run.set_tags({"privhar.method": params.method, "privhar.model": key, "privhar.accountant": privacy.accountant,

@@ -321,6 +321,50 @@ def test_video_dprp_noise_holds_and_an_eighth_of_it_is_caught():
     assert broken > claimed, (broken, claimed)
 
 
+def default_dprp_scores(projection, change: torch.Tensor, sigma1: float, runs: int, offset: int, canary: bool) -> np.ndarray:
+    """Video-DPRP's P̃ of one mid-grey 16 × 16 frame (d = 768, k = 24) through :func:`protect_video` with the public
+    ``projection``, along the canary's ΔP = Δx R, in units of σ1; the canary frame is the grey frame plus ``change``."""
+    from tasks.dprp.mechanism import project, protect_video
+
+    frame = np.full((1, 16, 16, 3), 128, dtype=np.uint8)
+    changed = (frame.reshape(1, -1).astype(np.int64) + change.numpy().astype(np.int64)).reshape(frame.shape).astype(np.uint8)
+    clean = project(torch.from_numpy(frame.reshape(1, -1).astype(np.float64)), projection)
+    moved = project(torch.from_numpy(changed.reshape(1, -1).astype(np.float64)), projection) - clean
+    direction = moved / moved.norm()
+    scores = []
+    for run in range(runs):
+        out = protect_video(changed if canary else frame, projection, sigma1=sigma1, sigma2=1.0, rank=24,
+                            noise_seed=10**7 + offset + run)
+        scores.append(float(((out.projected - clean) * direction).sum()) / sigma1)
+    return np.array(scores)
+
+
+def test_video_dprp_default_mode_holds_its_headline_and_the_chi_square_claim_for_a_public_r_is_caught():
+    """The default: ``calibration: paper``, ``projection: shared`` (one public R), full rank. The auditor knows R and
+    picks the frame change the paper's unit allows (ℓ2 ≤ 255/√k, whole grey levels) along R's top singular vector, so
+    ‖ΔxR‖ reaches 255/√k·s_max(R) — 3.7× Theorem 3's χ² bound at d = 768, k = 24. ε̂ stays within the headline ε
+    (operator norm), and exceeds both the ε the χ² bound claims for this σ1 and the paper's printed ε = 2."""
+    from tasks.core.dprp_calibration import noise_scales, operator_norm_bound
+    from tasks.dprp.mechanism import Projection
+
+    d, k = 16 * 16 * 3, 24
+    projection = Projection(seed=11, d=d, k=k)
+    left, singular, _ = torch.linalg.svd(projection.dense().double(), full_matrices=False)
+    scales = noise_scales(epsilon=2.0, delta=DELTA, budget_split=0.8, k=k, d=d, calibration="paper", neighbour="frame")
+    assert float(singular[0]) <= operator_norm_bound(d, k, scales.delta1 / 2)  # this R is inside the bound's 1 − β
+    limit, size = 255 / math.sqrt(k), 255 / math.sqrt(k)
+    while float(torch.round(size * left[:, 0]).norm()) > limit:  # whole grey levels within the unit's ℓ2 norm
+        size *= 0.99
+    change = torch.round(size * left[:, 0])
+    with_canary = default_dprp_scores(projection, change, scales.sigma1, 4_000, 0, True)
+    without = default_dprp_scores(projection, change, scales.sigma1, 4_000, 10**6, False)
+    found = best_bound(with_canary, without, [0.5, 1.0, 1.5, 2.0, 2.5])
+    assert found <= scales.epsilon, (found, scales.epsilon)
+    chi_square = noise_scales(epsilon=2.0, delta=DELTA, budget_split=0.8, k=k, d=d, calibration="paper", neighbour="frame",
+                              secret_projection=True)
+    assert found > chi_square.epsilon and found > scales.paper_epsilon, (found, chi_square.epsilon, scales.paper_epsilon)
+
+
 @pytest.mark.slow
 def test_the_heavy_audit_still_passes_as_built_and_catches_halved_noise(monkeypatch):
     """10x the runs: tighter bounds, so a regression of a few percent in the noise shows too."""

@@ -37,6 +37,9 @@ def test_stage_protects_every_clip_and_records_its_privacy(tiny_decoded, tmp_pat
     assert {row["accountant"] for row in rows} == {expected.accountant}  # what a model trained on them claims
     assert {row["randomness"] for row in ledger} == {SECURE if randomness == "secure" else NOT_PRIVATE}
     assert all(entry["delta"] == pytest.approx(1e-4 + 0.8e-4 / 2) and "255/sqrt(k)" in entry["unit"] for entry in ledger)
+    # the headline ε holds for that unit with the R used: far above the paper's 8 for a public R, below it for a secret one
+    assert all(entry["epsilon"] == expected.epsilon and entry["paper_epsilon"] == 8.0 for entry in ledger)
+    assert (expected.epsilon < 8.0) if secret else (expected.epsilon > 8.0)
     # the people in each video travel with the ledger: the report's person ε groups a person's videos (issue 30)
     assert [entry["identities"] for entry in ledger] == [named_people(row) for row in source]
     from tasks.report.ledger import dprp_releases

@@ -11,6 +11,7 @@ import pytest
 from tasks.core.tables import compact
 from tasks.core.accounting import ADD_REMOVE, calibrate_noise, group_epsilon
 from tasks.core.budget import check_budget, planned_releases
+from tasks.core.dprp_calibration import noise_scales
 from tasks.core.randomness import NOT_PRIVATE
 from tasks.core.errors import PrivharError
 from tasks.report.ledger import Release, subject_totals
@@ -21,10 +22,13 @@ ROWS = [{"video_id": "a", "split": "train", "identities": [0, 1], "height": 32, 
         {"video_id": "b", "split": "train", "identities": [2], "height": 32, "width": 40, "n_frames": 4},
         {"video_id": "c", "split": "test", "identities": [3], "height": 32, "width": 40, "n_frames": 4}]
 ROWS_WITH_FRAMES = ROWS
+# the default configuration's Video-DPRP copy at the paper's ε = 8 (96 × 128 frames, k = 768, one public R, r = k)
+PUBLIC_R_AT_8 = noise_scales(epsilon=8.0, delta=1e-4, budget_split=0.8, k=768, d=96 * 128 * 3, calibration="paper",
+                             neighbour="frame")
 
 
 def test_a_method_whose_stage_did_not_run_says_not_run() -> None:
-    rows = methods(["avatar", "blackout"], [8.0], ["dp_sgd"], [2.0])
+    rows = methods(["avatar", "blackout"], [PUBLIC_R_AT_8], ["dp_sgd"], [2.0])
     metrics = {"baseline": {"top1": 0.75}, "anonymize-avatar": {"top1": 0.69, "top1_protocol2": 0.83},
                "dp_sgd-eps2.0": {"top1": 0.7}}
     signature = {"raw": {"cmap_raw_attacker": 0.86, "f1_raw_attacker": 0.8, "cmap_adaptive": 0.86, "f1_adaptive": 0.8}}
@@ -36,6 +40,9 @@ def test_a_method_whose_stage_did_not_run_says_not_run() -> None:
     assert table["dp_sgd-epsinf"]["top1"] == NOT_RUN
     text = compact(table_one_markdown(list(table.values())))
     assert "| anonymize: blackout | ∞ | not run | not run |" in text
+    # the Video-DPRP row names the ε its noise gives for the paper's unit under a public R, the paper's ε beside it
+    assert f"| Video-DPRP ε = {PUBLIC_R_AT_8.epsilon:.3g} (paper's ε = 8) | {PUBLIC_R_AT_8.epsilon:.3g} |" in text
+    assert table["dprp-eps8.0"]["epsilon"] == PUBLIC_R_AT_8.epsilon > 60
     assert all(row["e_id_ind"] == NOT_RUN for row in signature_rows(rows, {}))
 
 
@@ -153,7 +160,15 @@ def test_report_logs_one_nested_mlflow_run_per_method(tiny_decoded: Path, tmp_pa
                                   filter_string=f"tags.mlflow.parentRunId = '{parent.run_id}'")
     by_name = {row["tags.mlflow.runName"]: row for _, row in children.iterrows()}
     assert set(by_name) == {"baseline", "dprp-eps8.0", "dp_sgd-eps2.0"}  # methods with scores; "not run" ones log nothing
-    assert by_name["dprp-eps8.0"]["metrics.cmap"] == 0.3 and by_name["dprp-eps8.0"]["metrics.epsilon"] == 8.0
+    from tasks.core.dprp_calibration import dataset_scales
+    from tasks.core.manifest import MANIFEST_NAME, read_manifest
+    from tasks.core.params import DprpParams, PrivacyParams, load_section
+
+    first = read_manifest(tiny_decoded / "data" / "decode" / MANIFEST_NAME)[0]
+    holds = dataset_scales(load_section(params, "dprp", DprpParams), 8.0, int(first["height"]) * int(first["width"]) * 3,
+                           load_section(params, "privacy", PrivacyParams).randomness == "secure").epsilon
+    assert by_name["dprp-eps8.0"]["metrics.cmap"] == 0.3
+    assert by_name["dprp-eps8.0"]["metrics.epsilon"] == pytest.approx(holds) and holds > 8.0  # public R: not the paper's 8
     assert by_name["dprp-eps8.0"]["metrics.e_track"] == 0.5 and by_name["dp_sgd-eps2.0"]["metrics.top1"] == 0.4
 
 
@@ -185,7 +200,10 @@ def test_claims_are_decided_by_welch_over_the_seeds_not_by_one_run():
     metrics = {**seeds("maskdp-eps1.0", [0.62, 0.60, 0.61]), **seeds("dp_sgd-eps1.0", [0.50, 0.52, 0.51]),
                **seeds("dp_sgd_avatar-eps1.0", [0.70, 0.50, 0.66]), **seeds("multiclip-eps1.0", [0.40, 0.41, 0.42]),
                **seeds("fedavg-selective", [0.55]), **seeds("fedavg-full", [0.30])}
-    claims = paper_claims(["dp_sgd", "dp_sgd_avatar", "multiclip", "maskdp"], [1.0], [2.0], ["fedavg"], ["full", "selective"])
+    at_two = noise_scales(epsilon=2.0, delta=1e-4, budget_split=0.8, k=768, d=96 * 128 * 3, calibration="paper",
+                          neighbour="frame")
+    claims = paper_claims(["dp_sgd", "dp_sgd_avatar", "multiclip", "maskdp"], [1.0], [at_two], ["fedavg"],
+                          ["full", "selective"])
     rows = {row["claim"]: row for row in decide(claims, metrics)}
     assert rows["MaskDP (avatar copy) beats DP-SGD on real clips at ε = 1"]["verdict"].startswith("holds")
     assert rows["MultiClip-DP beats DP-SGD at ε = 1"]["verdict"].startswith("reversed")
@@ -197,3 +215,8 @@ def test_claims_are_decided_by_welch_over_the_seeds_not_by_one_run():
     assert not any("Video-DPRP" in claim.text for claim in claims)  # no DPRP copy at ε = 8 here
     missing = decide(claims, {})
     assert {row["verdict"] for row in missing} == {"not run"}
+    # paper 000's claim at its printed ε = 8 names the ε that holds for a public R
+    [claim] = [claim for claim in paper_claims(["multiclip"], [8.0], [PUBLIC_R_AT_8], [], []) if claim.paper == "000"
+               and "Video-DPRP" in claim.text]
+    assert claim.text == f"Video-DPRP ε = {PUBLIC_R_AT_8.epsilon:.3g} (paper's ε = 8) is at least as good as MultiClip-DP at ε = 8"
+    assert (claim.higher, claim.lower) == ("dprp-eps8.0", "multiclip-eps8.0")

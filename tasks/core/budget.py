@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from tasks.core.accounting import calibrate_noise, group_epsilon, poisson_schedule, relation_of
-from tasks.core.dprp_calibration import noise_scales, rank_of
+from tasks.core.dprp_calibration import dataset_scales
 from tasks.core.federated_accounting import calibrate, person_epsilon
 from tasks.core.ldp_codes import feature_count
 from tasks.core.errors import PrivharError
@@ -66,10 +66,7 @@ def ldp_release(epsilon: float) -> str:
 def _dprp(params: DprpParams, epsilon: float, secret: bool) -> PersonEpsilons:
     def person_epsilons(rows: list[dict[str, Any]]) -> dict[int, float]:
         d = int(rows[0]["height"]) * int(rows[0]["width"]) * 3
-        scales = noise_scales(epsilon=epsilon, delta=params.delta, budget_split=params.budget_split, k=params.k_value, d=d,
-                              calibration=params.calibration, neighbour=params.neighbour,
-                              secret_projection=secret and params.projection == "per_video",
-                              full_rank=rank_of(params.rank, params.k_value) == params.k_value)
+        scales = dataset_scales(params, epsilon, d, secret)
         frames = max(int(row["n_frames"]) for row in rows)
         return {person: scales.person_epsilon(count, frames)[0] for person, count in videos_per_person(rows).items()}
     return person_epsilons

@@ -13,6 +13,16 @@ for a one-pixel and for a whole-frame change (:func:`change_epsilon`, exact Gaus
 noise at δ1; at ε = 2, k = 768: about 85 and 1.8·10⁶). Theorem 3's χ² bound holds with
 probability 1 − δ1/2 (its ln(2/δ1)): that failure probability is added to the recorded δ.
 
+**The headline ε holds for that unit and the R actually used.** Theorem 3 bounds ‖ΔxR‖ by the χ²
+bound, which needs R secret and drawn after the neighbours are fixed. With a public R (``projection:
+shared``, or any R a seed regenerates) Δx can lie along R's top singular direction, and only the
+operator norm s_max(R) ≤ (√d + √k + √(2 ln(1/β)))/√k bounds it (≈ 8 at d = 36 864, k = 768): the
+paper's σ1 then gives ε ≈ 12 for its own unit where it prints ε1 = 1.6. So ``epsilon`` (what every
+table, plot, registry tag and claim uses) is the exact Gaussian-DP ε (Dong-Roth-Su) at δ of P's
+noise, and of Q's where Q is used (rank r < k; μ composed in quadrature), for a frame change of ℓ2
+norm 255/√k under the bound that holds for R (χ² for a secret R, the operator norm for a public one);
+``paper_epsilon`` keeps the ε the paper's theorems print for the same σ, labelled as the paper's.
+
 ``gaussian`` — the Gaussian mechanism σ = Δ·√(2 ln(1.25/δ)) / ε (Dwork & Roth, Thm A.1;
 proven for ε < 1, and used as the textbook calibration beyond it — the report says so),
 with Δ derived from a stated neighbouring relation (replace-one: a frame's or a pixel's content
@@ -50,6 +60,7 @@ from typing import Literal
 
 from tasks.core.accounting import REPLACE_ONE, gaussian_person_epsilon, gdp_epsilon
 from tasks.core.errors import PrivharError
+from tasks.core.params import DprpParams
 
 Calibration = Literal["paper", "gaussian"]
 Neighbour = Literal["frame", "pixel"]
@@ -78,6 +89,15 @@ class NoiseScales:
     mu_q_per_video: float  # … of Q's noise for a whole video changed; 0 when Q is not used (r = k)
     relation: str = REPLACE_ONE
     paper_delta: float | None = None  # the δ the paper's calibration names (paper mode)
+    paper_epsilon: float | None = None  # the ε Theorems 3-4 print for this σ (paper mode); ``epsilon`` is what holds
+    target_epsilon: float = math.nan  # dprp.epsilons' value that keys this copy (dprp@<ε>)
+
+    @property
+    def label(self) -> str:
+        """The row name of tables and plots: the ε that holds, the paper's beside it where it differs."""
+        if self.paper_epsilon is None:
+            return f"Video-DPRP ε = {self.epsilon:.3g}"
+        return f"Video-DPRP ε = {self.epsilon:.3g} (paper's ε = {self.paper_epsilon:g})"
 
     @property
     def accountant(self) -> str:
@@ -186,22 +206,52 @@ def noise_scales(*, epsilon: float, delta: float, budget_split: float, k: int, d
     frame_change = PIXEL_MAX * math.sqrt(d)
     if calibration == "paper":
         sigma1, sigma2 = paper_scales(epsilon, delta, budget_split, k)
-        failure = d1 / 2  # Theorem 3's χ² bound: ln(2/δ1), i.e. β = δ1/2
+        failure = d1 / 2 if full_rank else d1 / 2 + d2 / 2  # Theorem 3's χ² bound (β = δ1/2); Q's two bounds
         label = "paper (Theorems 3-4 as printed)"
         covers = "an l2 change of one frame of at most 255/sqrt(k) grey levels (paper calibration)"
         record_delta = delta + failure
+        holds = paper_unit_epsilon(sigma1, sigma2, delta, d1, d2, k, d, secret_projection, full_rank)
     else:
         sigma1, sigma2, _, _, failure = gaussian_scales(epsilon, delta, budget_split, k, d, neighbour, secret_projection)
         label = "gaussian (Dwork-Roth, Δ derived)"
         covers = "one whole frame replaced" if neighbour == "frame" else "one pixel value changed by up to 255"
         record_delta = delta
+        holds = epsilon  # each σ_i is the Gaussian mechanism's for (ε_i, δ_i) at the derived Δ_i; basic composition
     q_frame = frame_change * operator_norm_bound(d, k, d2 / 4)
     delta_q_frame = 2 * frame_change * operator_norm_bound(d, k, d2 / 4) * q_frame + q_frame ** 2
     mu_q = 0.0 if full_rank else delta_q_frame / sigma2
-    return NoiseScales(sigma1, sigma2, epsilon, record_delta, e1, d1, e2, d2, label, covers, failure, bound,
+    return NoiseScales(sigma1, sigma2, holds, record_delta, e1, d1, e2, d2, label, covers, failure, bound,
                        change_epsilon(PIXEL_MAX, factor, sigma1, d1), change_epsilon(frame_change, factor, sigma1, d1),
                        frame_change * operator_norm_bound(d, k, beta) / sigma1, mu_q,
-                       paper_delta=delta if calibration == "paper" else None)
+                       paper_delta=delta if calibration == "paper" else None,
+                       paper_epsilon=epsilon if calibration == "paper" else None, target_epsilon=epsilon)
+
+
+def paper_unit_epsilon(sigma1: float, sigma2: float, delta: float, delta1: float, delta2: float, k: int, d: int,
+                       secret_projection: bool, full_rank: bool) -> float:
+    """The ε the paper's σ1, σ2 give for the paper's unit (a frame change of ℓ2 norm 255/√k), R as used.
+
+    P's row moves by e ≤ (255/√k)·factor (χ² or operator norm, failing with β = δ1/2); Q by
+    2·B_p·e' + e'² (B_p = 255·√d·s_max, e' at β = δ2/4, two bounds), used only when r < k. Both are
+    Gaussian: μ = √(μ_P² + μ_Q²), and ε is exact Gaussian DP at δ (the failures are in the record's δ).
+    """
+    change = PIXEL_MAX / math.sqrt(k)
+    mu_p = change * row_factor(k, d, delta1 / 2, secret_projection) / sigma1
+    mu_q = 0.0
+    if not full_rank:
+        moved = change * row_factor(k, d, delta2 / 4, secret_projection)
+        row_norm = PIXEL_MAX * math.sqrt(d) * operator_norm_bound(d, k, delta2 / 4)
+        mu_q = (2 * row_norm * moved + moved ** 2) / sigma2
+    return gdp_epsilon(math.hypot(mu_p, mu_q), delta)
+
+
+def dataset_scales(params: DprpParams, epsilon: float, d: int, secret_randomness: bool) -> NoiseScales:
+    """The scales of the copy ``dprp@<epsilon>`` of frames with ``d`` values: R is secret only when drawn per video
+    from OS entropy (``projection: per_video`` under ``privacy.randomness: secure``)."""
+    return noise_scales(epsilon=epsilon, delta=params.delta, budget_split=params.budget_split, k=params.k_value, d=d,
+                        calibration=params.calibration, neighbour=params.neighbour,
+                        secret_projection=params.projection == "per_video" and secret_randomness,
+                        full_rank=rank_of(params.rank, params.k_value) == params.k_value)
 
 
 def rank_of(rank: int | float, k: int) -> int:

@@ -34,8 +34,8 @@ from tasks.core.speed import write_speed
 from tasks.core.storage import atomic_directory, atomic_write_bytes, load_frames, save_frames
 from tasks.core.subjects import named_people
 from tasks.core.tracking import stage_run
-from tasks.core.dprp_calibration import NoiseScales, noise_scales
-from tasks.dprp.mechanism import Projection, fits_comfortably, generator_for, protect_video, rank_of
+from tasks.core.dprp_calibration import NoiseScales, dataset_scales
+from tasks.dprp.mechanism import Projection, fits_comfortably, generator_for, protect_video
 from tasks.dprp.preview import preview_png
 from tasks.preview import raw_frames_allowed
 
@@ -81,10 +81,7 @@ def dprp(*, params_path: Path, frames: Path, epsilon: float, out: Path, report: 
     rows = read_manifest(frames / MANIFEST_NAME)
     check_budget(params_path, f"dprp-eps{epsilon}", rows)  # privacy.max_epsilon, before any work
     d = int(rows[0]["height"]) * int(rows[0]["width"]) * 3
-    scales = noise_scales(epsilon=epsilon, delta=params.delta, budget_split=params.budget_split, k=params.k_value,
-                          d=d, calibration=params.calibration, neighbour=params.neighbour,
-                          secret_projection=params.projection == "per_video" and randomness.private,
-                          full_rank=rank_of(params.rank, params.k_value) == params.k_value)
+    scales = dataset_scales(params, epsilon, d, randomness.private)
     device = resolve_device(base.device)
     shared = None
     if params.projection == "shared":  # built (and its RᵀR computed) before the workers fork: they share it
@@ -110,18 +107,20 @@ def dprp(*, params_path: Path, frames: Path, epsilon: float, out: Path, report: 
                    "projection": params.projection, "k": params.k_value, "d": d, "n_frames": int(row["n_frames"])}
                   for row in rows]
         write_table(ledger, staging / "ledger.parquet")
-        run.log_metrics({"epsilon": epsilon, "delta": params.delta, "sigma1": scales.sigma1, "sigma2": scales.sigma2,
-                         "videos": len(protected), "seconds_per_video": seconds / len(protected)})
+        run.log_metrics({"epsilon": scales.epsilon, "delta": scales.delta, "sigma1": scales.sigma1, "sigma2": scales.sigma2,
+                         "videos": len(protected), "seconds_per_video": seconds / len(protected),
+                         **({} if scales.paper_epsilon is None else {"paper_epsilon": scales.paper_epsilon})})
         run.set_tags({"privhar.calibration": scales.calibration, "privhar.neighbour": scales.neighbour})
         if report is not None:
             test = [row for row in rows if row["split"] == "test"] or rows
-            title = (f"Video-DPRP ε = {epsilon:g}, δ = {params.delta:g}, k = {params.k_value}, b = {params.budget_split:g}: "
+            title = (f"{scales.label}, δ = {scales.delta:.3g}, k = {params.k_value}, b = {params.budget_split:g}: "
                      f"σ1 = {scales.sigma1:.3g}, σ2 = {scales.sigma2:.3g}\n{scales.accountant}")
             show_raw = raw_frames_allowed(params_path)
             atomic_write_bytes(report / f"eps{epsilon}.png", preview_png(test, frames, protected, staging, title,
                                                                           show_raw=show_raw))
-        LOG.info("dprp: ε = %g (covers %s; %g for one pixel, %.3g for a whole frame), δ = %.3g: %d videos, σ1 = %.4g, "
-                 "σ2 = %.4g (%s), %.3f s/video; randomness %s", epsilon, scales.unit, scales.epsilon_one_pixel,
+        LOG.info("dprp: ε = %.4g (paper's ε = %s; covers %s; %g for one pixel, %.3g for a whole frame), δ = %.3g: "
+                 "%d videos, σ1 = %.4g, σ2 = %.4g (%s), %.3f s/video; randomness %s", scales.epsilon,
+                 "n/a" if scales.paper_epsilon is None else f"{scales.paper_epsilon:g}", scales.unit, scales.epsilon_one_pixel,
                  scales.epsilon_whole_frame, scales.delta, len(protected), scales.sigma1, scales.sigma2, scales.calibration,
                  seconds / len(protected), randomness.label)
     return protected

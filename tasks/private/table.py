@@ -93,9 +93,11 @@ def collect(*, metrics_path: Path, ledgers: Path, train_reports: Path, methods: 
     for epsilon in dprp_epsilons:
         key = f"dprp-eps{epsilon}"
         claim = _read_json(train_reports / f"{key}.json")
-        records.append(_record(DPRP, key, epsilon, float(claim["epsilon"]), float(claim["delta"]), claim["accountant"],
-                               _scores(metrics, key, metrics_path), clips_per_video, unit=claim.get("unit", ""),
-                               relation=claim.get("relation", ""), randomness=claim.get("randomness", "")))
+        # placed at the ε its noise gives for its unit, the paper's printed ε (dprp.epsilons) beside it
+        records.append(_record(DPRP, key, float(claim["epsilon"]), float(claim["epsilon"]), float(claim["delta"]),
+                               claim["accountant"], _scores(metrics, key, metrics_path), clips_per_video,
+                               unit=claim.get("unit", ""), relation=claim.get("relation", ""),
+                               paper_epsilon=claim.get("paper_epsilon", ""), randomness=claim.get("randomness", "")))
     claim = _read_json(train_reports / "baseline.json")
     records.append(_record(BASELINE, "baseline", math.inf, math.inf, 0.0, claim["accountant"],
                            _scores(metrics, "baseline", metrics_path), clips_per_video))

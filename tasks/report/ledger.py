@@ -91,8 +91,10 @@ def dprp_releases(folder: Path) -> list[Release]:
                 mu_per_frame=float(first["mu_per_frame"]), mu_q_per_video=float(first["mu_q_per_video"]),
                 delta=float(first["delta"]), failure=float(first["failure_probability"]), videos=len(videos),
                 frames=max(int(rows[index]["n_frames"]) for index in videos))
-        note = (f"same noise: ε {float(first['epsilon_one_pixel']):.3g} for one pixel value, "
-                f"{float(first['epsilon_whole_frame']):.3g} for a whole frame")
+        printed = first.get("paper_epsilon")
+        note = ("" if printed is None else f"the paper's ε = {float(printed):g} (Theorems 3-4 as printed, not a bound for "
+                f"this R); ") + (f"same noise: ε {float(first['epsilon_one_pixel']):.3g} for one pixel value, "
+                                 f"{float(first['epsilon_whole_frame']):.3g} for a whole frame")
         releases.append(Release(f"dprp-{ledger.parent.name}", "dprp", "Video-DPRP (Gaussian on the projection P and covariance Q)",
                                 float(first["epsilon"]), float(first["delta"]), str(first["accountant"]),
                                 str(first["calibration"]), "train+test", note, str(first["unit"]), str(first["relation"]),

@@ -18,6 +18,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from tasks.core.dprp_calibration import dataset_scales
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import MANIFEST_NAME, read_manifest, write_table
 from tasks.core.params import AnonymizeParams, DprpParams, FederatedParams, PrivacyParams, PrivateParams, load_section
@@ -170,12 +171,16 @@ def report(*, params_path: Path, metrics: Path, signature: Path, ledgers: Path, 
     anonymize_params = load_section(params_path, "anonymize", AnonymizeParams)
     dprp_params = load_section(params_path, "dprp", DprpParams)
     private = load_section(params_path, "private", PrivateParams)
-    cap = load_section(params_path, "privacy", PrivacyParams).max_epsilon
+    privacy = load_section(params_path, "privacy", PrivacyParams)
+    cap = privacy.max_epsilon
     federated = load_section(params_path, "federated", FederatedParams)
-    rows = methods(anonymize_params.methods, dprp_params.epsilons, private.methods, private.epsilons)
+    decoded = read_manifest(frames / MANIFEST_NAME)
+    d = int(decoded[0]["height"]) * int(decoded[0]["width"]) * 3
+    dprp_scales = [dataset_scales(dprp_params, epsilon, d, privacy.randomness == "secure") for epsilon in dprp_params.epsilons]
+    rows = methods(anonymize_params.methods, dprp_scales, private.methods, private.epsilons)
     scores, assessed = _json_or_empty(metrics), _json_or_empty(signature)
     table = table_one(rows, scores, assessed)
-    claims = decide(paper_claims(private.methods, private.epsilons, dprp_params.epsilons, federated.aggregations,
+    claims = decide(paper_claims(private.methods, private.epsilons, dprp_scales, federated.aggregations,
                                  list(federated.tunings)), scores)
     signatures = signature_rows(rows, assessed)
     found = (dprp_releases(dprp) + private_releases(ledgers, private.methods)
@@ -183,7 +188,6 @@ def report(*, params_path: Path, metrics: Path, signature: Path, ledgers: Path, 
              + (federated_releases(federated_table) if federated_table else [])
              + unprotected_releases(train_reports, anonymize))
     releases = method_rows(found)
-    decoded = read_manifest(frames / MANIFEST_NAME)
     subjects = subject_totals(found, decoded)
     folder = out / "report"
     with stage_run("report", {"privacy": {"max_epsilon": cap}}) as run:

@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from tasks.core.dprp_calibration import NoiseScales
 from tasks.core.tables import markdown_of
 
 NOT_RUN = "not run"
@@ -29,14 +30,19 @@ class Method:
     epsilon: float  # math.inf: no DP guarantee
 
 
-def methods(anonymize: list[str], dprp: list[float], private: list[str], private_epsilons: list[float]) -> list[Method]:
-    """Every row the params call for, in the order of the tables."""
+def methods(anonymize: list[str], dprp: list[NoiseScales], private: list[str], private_epsilons: list[float]) -> list[Method]:
+    """Every row the params call for, in the order of the tables; a Video-DPRP row by the ε that holds for its unit."""
     rows = [Method("none (raw clips)", "baseline", "raw", math.inf)]
     rows += [Method(f"anonymize: {name}", f"anonymize-{name}", f"anonymize-{name}", math.inf) for name in anonymize]
-    rows += [Method(f"Video-DPRP ε = {e:g}", f"dprp-eps{e}", f"dprp-eps{e}", e) for e in dprp]
+    rows += [Method(scales.label, dprp_key(scales), dprp_key(scales), scales.epsilon) for scales in dprp]
     rows += [Method(f"{name} ε = {epsilon_text(e)}", f"{name}-eps{e}", None, e)
              for name in private for e in [*private_epsilons, math.inf]]
     return rows
+
+
+def dprp_key(scales: NoiseScales) -> str:
+    """The copy's and its model's key: dprp-eps<the dprp.epsilons value>, e.g. dprp-eps8.0."""
+    return f"dprp-eps{scales.target_epsilon}"
 
 
 def table_one(rows: list[Method], metrics: dict[str, Any], signature: dict[str, Any]) -> list[dict[str, Any]]:
@@ -71,7 +77,7 @@ def signature_rows(rows: list[Method], signature: dict[str, Any]) -> list[dict[s
 
 
 def epsilon_text(epsilon: float) -> str:
-    return "∞" if math.isinf(epsilon) else f"{epsilon:g}"
+    return "∞" if math.isinf(epsilon) else f"{epsilon:.3g}"
 
 
 def cell(value: Any, percent: bool = False) -> str:
