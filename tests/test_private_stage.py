@@ -14,6 +14,7 @@ import torch
 
 from tasks.anonymize.stage import anonymize
 from tasks.core.errors import PrivharError
+from tasks.core.params import PrivateParams, load_section
 from tasks.core.models import create_video_classifier
 from tasks.core.registry import newest_version
 from tasks.private.features import head_of, pooled_features
@@ -155,6 +156,41 @@ def test_maskdp_public_view_holds_only_avatar_pixels_on_the_anonymize_masks(proj
     private_view, public_view = token_views(clips, public)
     assert torch.equal(private_view + public_view, clips)
     assert (public_view * (masks < 0.5).unsqueeze(1)).abs().sum() == 0
+
+
+@pytest.mark.parametrize("size", [(24, 30), (20, 27), (48, 60)])
+def test_maskdp_public_view_at_the_models_input_does_not_move_when_any_non_avatar_pixel_changes(project, tmp_path, size):
+    """Issue 30: the clips reach the model resized bilinearly (down, by a non-integer factor, and up), so the public view is
+    computed at that size: a copy of the avatar clips with every non-avatar source pixel changed gives the same public
+    view bit for bit, through the stage's own loading and views. The nearest-neighbour mask it replaced is shown to move."""
+    from tasks.core.clips import load_clips, split_rows
+    from tasks.core.manifest import read_manifest, resolve_path
+    from tasks.core.storage import load_frames, save_frames
+    from tasks.private.stage import method_views, public_masks
+
+    avatar = project[0] / "data/anonymize/avatar"
+    changed = shutil.copytree(avatar, tmp_path / "changed")
+    rows = split_rows(read_manifest(avatar / "manifest.parquet"), "train")
+    for row in rows:
+        with np.load(resolve_path(row["mask"], avatar)) as arrays:
+            outside = arrays["public"] < 0.5
+        frames = load_frames(resolve_path(row["path"], changed))
+        frames[outside] = (frames[outside].astype(np.int64) + 97) % 256  # every real pixel, every channel
+        save_frames(resolve_path(row["path"], changed), frames)
+    params = load_section(project[1], "private", PrivateParams)
+    masks = public_masks(rows, avatar, size)
+    labels = torch.zeros(len(rows), dtype=torch.long)
+
+    def public_view(folder, public) -> torch.Tensor:
+        return method_views("maskdp", load_clips(rows, folder, size), labels, params, torch.Generator(), public).public
+
+    before, after = public_view(avatar, masks), public_view(changed, masks)
+    assert bool(masks.any()) and bool(before.ne(0).any())  # something is public: the test can fail
+    assert torch.equal(before, after)
+    nearest = torch.stack([torch.nn.functional.interpolate(
+        torch.from_numpy(np.load(resolve_path(row["mask"], avatar))["public"]).float().unsqueeze(1), size=size,
+        mode="nearest").squeeze(1) for row in rows])
+    assert not torch.equal(public_view(avatar, nearest), public_view(changed, nearest))
 
 
 def test_a_clip_the_avatar_copy_held_back_has_nothing_public(project, tmp_path):

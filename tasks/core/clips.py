@@ -19,14 +19,28 @@ MEAN = (0.45, 0.45, 0.45)
 STD = (0.225, 0.225, 0.225)
 
 
+def resize(frames: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+    """Float frames (T, C, H, W) at ``size``: the one resize every model input goes through (bilinear, antialiased)."""
+    if tuple(frames.shape[-2:]) == tuple(size):
+        return frames
+    return F.interpolate(frames, size=tuple(size), mode="bilinear", antialias=True, align_corners=False)
+
+
+def untouched_by(outside: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+    """(T, h, w) bool: the pixels of a frame resized to ``size`` that no pixel of the 0/1 map ``outside`` (T, H, W) reaches.
+
+    The resize's weights are ≥ 0 (a triangle filter), so a resized pixel of the indicator is exactly 0 when, and only
+    when, every source pixel with a nonzero weight in it is inside: such a pixel is a function of inside pixels alone.
+    """
+    return resize(outside.float().unsqueeze(1), size).squeeze(1) == 0
+
+
 def load_clips(rows: list[dict[str, Any]], folder: Path, input_size: tuple[int, int]) -> torch.Tensor:
     """All clips of ``rows`` resized to ``input_size``: uint8 (N, 3, T, h, w)."""
     clips = []
     for row in rows:
         frames = torch.from_numpy(load_frames(resolve_path(row["path"], folder)))  # T, H, W, 3
-        frames = frames.permute(0, 3, 1, 2).float()  # T, 3, H, W
-        if tuple(frames.shape[-2:]) != tuple(input_size):
-            frames = F.interpolate(frames, size=tuple(input_size), mode="bilinear", antialias=True, align_corners=False)
+        frames = resize(frames.permute(0, 3, 1, 2).float(), input_size)  # T, 3, h, w
         clips.append(frames.round().clamp(0, 255).to(torch.uint8).permute(1, 0, 2, 3))  # 3, T, h, w
     return torch.stack(clips)
 
