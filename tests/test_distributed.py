@@ -1,6 +1,7 @@
 """DP-SGD in 2 gloo processes (Opacus DPDDP) is the single-process mechanism: the same update, the same ε."""
 
 import copy
+import math
 
 import pytest
 import torch
@@ -53,8 +54,9 @@ def _single_process(model: nn.Module, batch_size: int, epochs: int, noise_seed: 
 
 def _two_processes(model: nn.Module, batch_size: int, epochs: int, noise_seed: int) -> dict:
     inputs, labels = _data()
-    return train_dp_sgd_processes(model, inputs, labels, nproc=2, noise_multiplier=SIGMA, batch_size=batch_size,
-                                  physical_batch_size=8, epochs=epochs, learning_rate=0.5, momentum=0.0,
+    steps = math.ceil(len(labels) / batch_size)  # Opacus's schedule, which the oracle uses
+    return train_dp_sgd_processes(model, inputs, labels, nproc=2, noise_multiplier=SIGMA, steps_per_epoch=steps,
+                                  expected_batch_size=len(labels) // steps, physical_batch_size=8, epochs=epochs, learning_rate=0.5, momentum=0.0,
                                   max_grad_norm=CLIP, grad_sample_mode=MODE, accountant="prv", noise=DpStream.seeded(noise_seed),
                                   sampling=DpStream.seeded(3).spawn(2))
 
@@ -86,7 +88,7 @@ def test_two_processes_are_accounted_as_one_mechanism(monkeypatch):
 
 def test_one_process_or_shared_sampling_streams_are_refused():
     inputs, labels = _data()
-    common = {"noise_multiplier": SIGMA, "batch_size": 4, "physical_batch_size": 4, "epochs": 1, "learning_rate": 0.1,
+    common = {"noise_multiplier": SIGMA, "steps_per_epoch": 2, "expected_batch_size": 4, "physical_batch_size": 4, "epochs": 1, "learning_rate": 0.1,
               "momentum": 0.0, "max_grad_norm": CLIP, "grad_sample_mode": "ew", "accountant": "prv", "noise": DpStream.seeded(1)}
     with pytest.raises(PrivharError, match="private.nproc = 1: the process group needs 2 or more"):
         train_dp_sgd_processes(copy.deepcopy(_model()), inputs, labels, nproc=1, sampling=[DpStream.seeded(1)], **common)

@@ -59,3 +59,16 @@ def test_unreadable_files(tmp_path):
     broken.write_text("decode: [unclosed\n")
     with pytest.raises(PrivharError, match="not valid YAML at line"):
         load_section(broken, "decode", DecodeParams)
+
+
+def test_the_public_schedule_size_is_the_embedded_datasets_published_split():
+    """private.public_size (q, the steps and the normaliser of every private method) is a public number: the train
+    split's size and the identities as the synthesize params publish them, not a count taken from the private data."""
+    from tasks.core.params import PrivateParams
+    from tasks.synthesize import plan_videos
+
+    root = Path(__file__).resolve().parents[1] / "params.yaml"
+    synthesize = load_section(root, "synthesize", SynthesizeParams)
+    public = load_section(root, "private", PrivateParams).public_size
+    train = [job for job in plan_videos(0, synthesize) if job.split == "train"]
+    assert public == {"video": len(train), "person": synthesize.identities}

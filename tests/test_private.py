@@ -289,3 +289,36 @@ def test_person_units_sum_a_persons_video_gradients_and_clip_them_once():
         expected = {name: expected[name] + summed[name] * factor for name in expected}
     for name, value in module.state_dict().items():
         assert torch.allclose(value, before[name] - recipe.learning_rate * expected[name] / 2, atol=1e-6), name
+
+
+@pytest.mark.parametrize("path", ["grouped", "opacus"])
+def test_the_released_update_does_not_depend_on_the_private_size(path, monkeypatch):
+    """Issue 30: under add/remove the training set's size N is private. With a public size n the sampling rate, the steps
+    and the normaliser are n's: N = 5 and N = 4 (a video without gradient removed) release the same noise-free update,
+    bit for bit. Opacus's own normaliser, int(N / ⌈N / B⌉), would divide by 5 and by 4."""
+    import tasks.private.methods as methods
+
+    monkeypatch.setattr(methods, "calibrate", lambda *args, **kwargs: 0.0)  # σ = 0: the update's scale in plain sight
+
+    def first_update(videos: int) -> torch.Tensor:
+        inputs = torch.zeros(videos, 1, 2)
+        inputs[0, 0, 0] = 1.0
+        data = PrivateData(inputs, torch.zeros(videos, dtype=torch.long))
+        module = nn.Linear(2, 2, bias=False)
+        with torch.no_grad():
+            module.weight.zero_()
+        recipe = Recipe(epochs=1, batch_size=4, physical_batch_size=8, learning_rate=1.0, momentum=0.0, max_grad_norm=1.0,
+                        delta=1e-3, accountant="rdp", public_size=4)  # q = 1: every video in the one step
+        seen: dict[str, torch.Tensor] = {}
+
+        def keep(step: int, sampled: int, trained: nn.Module) -> None:
+            seen.setdefault("weight", trained.weight.detach().clone())
+
+        if path == "grouped":
+            train_grouped(module, data, recipe, 0.0, DpStream.seeded(1), on_step=keep)
+        else:
+            train_dp_sgd(module, data, recipe, 1.0, DpStream.seeded(1), DpStream.seeded(2), on_step=keep)
+        return seen["weight"]
+
+    five, four = first_update(5), first_update(4)
+    assert five.abs().sum() > 0 and torch.equal(five, four)

@@ -79,7 +79,7 @@ def _private(params: PrivateParams, method: str, epsilon: float) -> PersonEpsilo
         owners, units_per_person = person_units(rows)
         held = units_per_person if params.unit == "person" else videos_per_person(rows)
         count = int(owners.max()) + 1 if params.unit == "person" else len(rows)
-        rate, steps = poisson_schedule(count, params.batch_size, params.epochs)
+        rate, steps = poisson_schedule(params.public_size.get(params.unit) or count, params.batch_size, params.epochs)
         sigma = calibrate_noise(epsilon, params.delta, rate, steps, accountant=params.accountant, relation=relation)
         return {person: group_epsilon(sigma, rate, steps, params.delta, units, relation=relation)
                 for person, units in held.items()}

@@ -96,16 +96,26 @@ def stream_noise_class(base: type[DPOptimizer]) -> type[DPOptimizer]:
 
 
 class StreamPrivacyEngine(PrivacyEngine):
-    """Opacus's ``PrivacyEngine`` whose noise comes from ``noise`` and whose Poisson batches come from ``sampling``."""
+    """Opacus's ``PrivacyEngine`` whose noise comes from ``noise`` and whose Poisson batches come from ``sampling``.
 
-    def __init__(self, *, noise: DpStream, sampling: DpStream | None = None, accountant: str = "prv") -> None:
+    ``steps_per_epoch`` (q = 1 / steps) and ``expected_batch_size`` (the normaliser of the noised sum), where given,
+    replace what Opacus derives from the dataset's length — ⌈N / B⌉ and int(N / ⌈N / B⌉) — so that neither follows
+    the private N.
+    """
+
+    def __init__(self, *, noise: DpStream, sampling: DpStream | None = None, accountant: str = "prv",
+                 steps_per_epoch: int | None = None, expected_batch_size: float | None = None) -> None:
         super().__init__(accountant=accountant)
         self.noise, self.sampling = noise, sampling
+        self.steps_per_epoch, self.expected_batch_size = steps_per_epoch, expected_batch_size
 
     def _prepare_optimizer(self, **kwargs: Any) -> DPOptimizer:
         """Opacus's optimiser for these settings, its class extended with stream noise (it adds a method, no state)."""
         if kwargs.get("noise_generator") is not None:
             raise ValueError("StreamPrivacyEngine draws its noise from its DpStream: pass no noise_generator")
+        if self.expected_batch_size is not None:  # Opacus's is per process: the ranks' sums are averaged
+            world = torch.distributed.get_world_size() if kwargs.get("distributed") else 1
+            kwargs["expected_batch_size"] = self.expected_batch_size / world
         private = super()._prepare_optimizer(**kwargs)
         private.__class__ = stream_noise_class(type(private))
         private.noise_stream = self.noise
@@ -120,7 +130,7 @@ class StreamPrivacyEngine(PrivacyEngine):
         if distributed or self.sampling is None or not isinstance(data_loader.dataset, TensorDataset):
             raise ValueError("StreamPrivacyEngine samples a TensorDataset in one process from its sampling stream; "
                              "DPDDP ranks bring their own StreamPoissonSampler (poisson_sampling=False)")
-        steps = len(data_loader)
+        steps = self.steps_per_epoch or len(data_loader)
         sampler = StreamPoissonSampler(len(data_loader.dataset), 1.0 / steps, steps, self.sampling)
         return DataLoader(data_loader.dataset, batch_sampler=sampler, collate_fn=collate_or_empty(data_loader.dataset),
                           pin_memory=data_loader.pin_memory)

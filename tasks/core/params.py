@@ -177,6 +177,8 @@ class PrivateParams(Section):
     max_grad_norm: Annotated[float, Field(gt=0.0)]  # C
     epochs: PositiveInt
     batch_size: PositiveInt  # expected logical batch (Poisson sampling)
+    # per unit: the public count q, the steps and the normaliser come from (None: the private split's own count)
+    public_size: dict[Literal["video", "person"], PositiveInt | None] = {"video": None, "person": None}
     physical_batch_size: PositiveInt  # rows per forward / backward (BatchMemoryManager)
     learning_rate: Annotated[float, Field(gt=0.0)]
     momentum: Annotated[float, Field(ge=0.0, lt=1.0)]

@@ -22,7 +22,6 @@ rank 0 returns the trained weights, the history and Opacus's own ε to the calle
 from __future__ import annotations
 
 import copy
-import math
 import os
 import socket
 import tempfile
@@ -72,10 +71,11 @@ def _worker(rank: int, world: int, port: int, job: dict[str, Any], result: str) 
         # or every rank's optimiser steps the same storage (N steps where the mechanism takes one)
         module: nn.Module = copy.deepcopy(job["module"]).to(device)
         dataset = TensorDataset(job["inputs"], job["labels"])
-        steps = math.ceil(len(dataset) / job["batch_size"])  # per epoch; q = 1 / steps, as poisson_schedule plans it
-        sampler = rank_sampler(len(dataset), rank, world, steps, job["sampling"][rank])
+        # q = 1 / steps and the normaliser from the public schedule (methods.schedule), not from len(dataset)
+        sampler = rank_sampler(len(dataset), rank, world, job["steps_per_epoch"], job["sampling"][rank])
         loader = DataLoader(dataset, batch_sampler=sampler, collate_fn=collate_or_empty(dataset))
-        engine = StreamPrivacyEngine(noise=job["noise"], accountant=job["accountant"])  # noise added on rank 0 only
+        engine = StreamPrivacyEngine(noise=job["noise"], accountant=job["accountant"],  # noise added on rank 0 only
+                                     expected_batch_size=job["expected_batch_size"])
         optimiser = torch.optim.SGD([p for p in module.parameters() if p.requires_grad], lr=job["learning_rate"],
                                     momentum=job["momentum"])
         private, optimiser, private_loader = engine.make_private(
@@ -99,14 +99,15 @@ def _worker(rank: int, world: int, port: int, job: dict[str, Any], result: str) 
 
 
 def train_dp_sgd_processes(module: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, *, nproc: int,
-                           noise_multiplier: float, batch_size: int, physical_batch_size: int, epochs: int,
+                           noise_multiplier: float, physical_batch_size: int, epochs: int,
                            learning_rate: float, momentum: float, max_grad_norm: float, grad_sample_mode: str,
-                           accountant: str, noise: DpStream, sampling: list[DpStream],
-                           device: torch.device = torch.device("cpu")) -> dict[str, Any]:
+                           accountant: str, noise: DpStream, sampling: list[DpStream], steps_per_epoch: int,
+                           expected_batch_size: float, device: torch.device = torch.device("cpu")) -> dict[str, Any]:
     """Opacus DP-SGD of ``module`` in ``nproc`` processes; ``module`` gets the trained weights.
 
     Returns rank 0's record: ``history``, ``noise_multiplier``, Opacus's accountant history and mechanism.
     ``sampling`` (one stream per rank, distinct) draw each rank's Poisson sample; ``noise`` rank 0's noise.
+    ``steps_per_epoch`` (q = 1 / steps) and ``expected_batch_size`` (the normaliser) are the public schedule's.
     The streams travel to the spawned ranks pickled, in memory, never written.
     """
     if nproc < 2:
@@ -115,11 +116,12 @@ def train_dp_sgd_processes(module: nn.Module, inputs: torch.Tensor, labels: torc
         raise PrivharError(f"private.nproc = {nproc}: expected {nproc} distinct sampling streams, one per process")
     if device.type == "cuda" and torch.cuda.device_count() < nproc:
         raise PrivharError(f"private.nproc = {nproc}: this machine has {torch.cuda.device_count()} CUDA GPU(s), one per process")
-    job = {"module": module.cpu(), "inputs": inputs.cpu(), "labels": labels.cpu(), "batch_size": batch_size,
+    job = {"module": module.cpu(), "inputs": inputs.cpu(), "labels": labels.cpu(),
            "physical_batch_size": physical_batch_size, "epochs": epochs, "learning_rate": learning_rate,
            "momentum": momentum, "max_grad_norm": max_grad_norm, "grad_sample_mode": grad_sample_mode,
            "accountant": accountant, "noise_multiplier": noise_multiplier, "noise": noise,
-           "sampling": sampling, "device": device.type, "threads": torch.get_num_threads()}
+           "sampling": sampling, "device": device.type, "threads": torch.get_num_threads(),
+           "steps_per_epoch": steps_per_epoch, "expected_batch_size": expected_batch_size}
     with tempfile.TemporaryDirectory(prefix="privhar-dpddp-") as folder:
         result = str(Path(folder) / "rank0.pt")
         torch.multiprocessing.start_processes(_worker, args=(nproc, free_port(), job, result), nprocs=nproc, join=True,

@@ -1,8 +1,10 @@
 """The private training loops: DP-SGD (Opacus), multi-clip DP-SGD and MaskDP-SGD.
 
-All three share the recipe (:class:`Recipe`): Poisson sampling with q = 1 / ⌈N / B⌉ (Opacus's
-``1 / len(data_loader)``), ⌈N / B⌉ steps per epoch, flat clipping to C, Gaussian noise σC on the
-sum, division by the expected batch qN, plain SGD with momentum. σ is calibrated once for the
+All three share the recipe (:class:`Recipe`): Poisson sampling with q = 1 / ⌈n / B⌉ (Opacus's
+``1 / len(data_loader)``), ⌈n / B⌉ steps per epoch, flat clipping to C, Gaussian noise σC on the
+sum, division by the expected batch qn, plain SGD with momentum — n the public size
+(``private.public_size``), not the private N, so q, the steps and the update's scale reveal nothing
+of N under add/remove (Opacus's own normaliser, int(N / ⌈N / B⌉), did). σ is calibrated once for the
 target ε over all steps (:func:`tasks.private.accounting.calibrate`), so the three methods at one
 ε and the same recipe add the same noise. No augmentation and no dropout while training
 privately (paper 001 §5.3: the noise regularises).
@@ -74,6 +76,7 @@ class Recipe:
     grad_sample_mode: str = "ew"  # Opacus per-sample gradients (dp_sgd): ew (ExpandedWeights) | hooks | functorch
     relation: Relation = ADD_REMOVE  # replace-one for MaskDP's masked adjacency
     nproc: int = 1  # dp_sgd: processes of one DPDDP group (tasks.private.distributed)
+    public_size: int | None = None  # units q, steps and the normaliser assume (public); None: the data's own count
 
 
 @dataclass
@@ -124,8 +127,16 @@ class Outcome:
 
 
 def schedule(count: int, recipe: Recipe) -> tuple[float, int]:
-    """(q, steps) of a run over ``count`` units (videos or persons)."""
-    return poisson_schedule(count, recipe.batch_size, recipe.epochs)
+    """(q, steps) of a run over ``count`` units (videos or persons), from the public size where the recipe names one:
+    then neither depends on the private data's size (under add/remove, the size is private)."""
+    return poisson_schedule(recipe.public_size or count, recipe.batch_size, recipe.epochs)
+
+
+def expected_batch(count: int, recipe: Recipe) -> float:
+    """The update's normaliser q·n (the expected batch), n the public size where the recipe names one (issue 30:
+    Opacus divided by int(N / ceil(N / B)), so the released update's scale revealed N)."""
+    rate, _ = schedule(count, recipe)
+    return rate * (recipe.public_size or count)
 
 
 def noise_for(target_epsilon: float, data: PrivateData, recipe: Recipe) -> float:
@@ -212,6 +223,7 @@ def train_grouped(module: nn.Module, data: PrivateData, recipe: Recipe, noise_mu
     require_sample_independence(module)
     count, videos = data.unit_count, len(data.labels)
     rate, steps = schedule(count, recipe)
+    normaliser = expected_batch(count, recipe)
     steps_per_epoch = steps // recipe.epochs
     optimiser = _optimiser(module, recipe)
     without_dropout(module)
@@ -224,7 +236,7 @@ def train_grouped(module: nn.Module, data: PrivateData, recipe: Recipe, noise_mu
         for _ in range(steps_per_epoch):
             chosen = stream.poisson_sample(count, rate)
             private, step_clipped, step_loss = _private_sum(module, data, data.videos_of(chosen), recipe)
-            total = {name: g / (rate * count) for name, g in
+            total = {name: g / normaliser for name, g in
                      add_noise(private, noise_multiplier, recipe.max_grad_norm, stream).items()}
             if data.public is not None:  # its own Poisson sample of videos, at the same rate
                 public_batch = public_stream.poisson_sample(videos, rate)
@@ -298,11 +310,12 @@ def _train_dp_sgd_processes(module: nn.Module, data: PrivateData, recipe: Recipe
     noise_multiplier = calibrate(target_epsilon, recipe.delta, rate, steps, recipe.accountant, recipe.relation)
     record = train_dp_sgd_processes(
         module, data.units[:, 0], data.labels, nproc=recipe.nproc, noise_multiplier=noise_multiplier,
-        batch_size=recipe.batch_size, physical_batch_size=recipe.physical_batch_size, epochs=recipe.epochs,
+        physical_batch_size=recipe.physical_batch_size, epochs=recipe.epochs,
         learning_rate=recipe.learning_rate, momentum=recipe.momentum, max_grad_norm=recipe.max_grad_norm,
         grad_sample_mode=recipe.grad_sample_mode,
         accountant=recipe.accountant if recipe.accountant in OPACUS_ACCOUNTANTS else "prv",
-        noise=noise, sampling=sampling.spawn(recipe.nproc), device=device)
+        noise=noise, sampling=sampling.spawn(recipe.nproc), device=device, steps_per_epoch=steps // recipe.epochs,
+        expected_batch_size=expected_batch(len(data.labels), recipe))
     module.to(device)
     return Outcome(record["history"], SgdPrivacy(record["noise_multiplier"], rate, steps, recipe.delta, recipe.accountant,
                                                  recipe.relation),
@@ -328,7 +341,9 @@ def train_dp_sgd(module: nn.Module, data: PrivateData, recipe: Recipe, target_ep
     rate, steps = schedule(len(data.labels), recipe)
     noise_multiplier = calibrate(target_epsilon, recipe.delta, rate, steps, recipe.accountant, recipe.relation)
     engine = StreamPrivacyEngine(noise=noise, sampling=sampling,
-                                 accountant=recipe.accountant if recipe.accountant in OPACUS_ACCOUNTANTS else "prv")
+                                 accountant=recipe.accountant if recipe.accountant in OPACUS_ACCOUNTANTS else "prv",
+                                 steps_per_epoch=steps // recipe.epochs,
+                                 expected_batch_size=expected_batch(len(data.labels), recipe))
     without_dropout(module)
     private_module, optimiser, private_loader = engine.make_private(
         module=module, optimizer=_optimiser(module, recipe), data_loader=loader, noise_multiplier=noise_multiplier,

@@ -83,7 +83,7 @@ def recipe_of(params: PrivateParams, method: str) -> Recipe:
     return Recipe(epochs=params.epochs, batch_size=params.batch_size, physical_batch_size=params.physical_batch_size,
                   learning_rate=params.learning_rate, momentum=params.momentum, max_grad_norm=params.max_grad_norm,
                   delta=params.delta, accountant=params.accountant, grad_sample_mode=params.grad_sample_mode,
-                  relation=relation_of(method), nproc=params.nproc)
+                  relation=relation_of(method), nproc=params.nproc, public_size=params.public_size.get(params.unit))
 
 
 def public_masks(rows: list[dict[str, Any]], masks: Path, size: tuple[int, int]) -> torch.Tensor:
