@@ -122,6 +122,7 @@ def test_the_digits_stage_writes_both_tables_the_claims_and_a_plot(tmp_path) -> 
 def test_the_video_stage_releases_seeded_codes_and_records_both_epsilons(tiny_decoded, tiny_public, tmp_path) -> None:
     import csv
 
+    from tasks.core.budget import ldp_release
     from tasks.ldp.video import ldp_video
     from tests.conftest import write_params
 
@@ -144,12 +145,20 @@ def test_the_video_stage_releases_seeded_codes_and_records_both_epsilons(tiny_de
     assert [r for r in again if r["features"] == "dcaconv"] == results
     with (tmp_path / "report" / "ledger.csv").open() as handle:
         ledger = list(csv.DictReader(handle))
-    assert [float(row["epsilon_per_video"]) for row in ledger] == [features * 1.0, math.inf]
+    # every code whose learners' scores are published is a release: DCAConv's and both baselines' (issue 30)
+    from tasks.core.ldp_codes import baseline_feature_counts
+
+    counts = {"dcaconv": features, **baseline_feature_counts((16, 8))}
+    assert [(row["release"], float(row["epsilon_per_video"])) for row in ledger] == [
+        (name, value) for code, count in counts.items()
+        for name, value in ((ldp_release(1.0, code), count * 1.0), (ldp_release(math.inf, code), math.inf))]
+    assert counts["raw_pixels"] == 16 * 8 and counts["hog_bovw"] == 7 * 3  # ((16 − 4)/2 + 1) · ((8 − 4)/2 + 1) blocks
     assert all(row["randomness"] == NOT_PRIVATE and row["central_steps_on_private_data"].startswith("none") for row in ledger)
     from tasks.core.budget import planned_releases
 
     planned = {release.name: release.epsilon for release in planned_releases(params)}
-    assert planned[ledger[0]["release"]] == features * 1.0 and ledger[1]["release"] not in planned  # ∞: no DP release
+    for row in ledger:  # the budget plans each finite release with the ε the stage released; ∞ is no DP release
+        assert planned.get(row["release"], math.inf) == float(row["epsilon_per_video"])
 
 
 def test_the_video_stage_refuses_a_release_over_the_cap_before_any_work(tiny_decoded, tiny_public, tmp_path) -> None:

@@ -85,7 +85,7 @@ def test_the_cap_refuses_the_release_that_would_exceed_it_naming_person_spent_an
                                      "privacy": {"max_epsilon": 8.0}})
     federated = [f"federated-{aggregation}-{tuning}" for tuning in ("full", "selective") for aggregation in ("fedavg", "fednova")]
     assert [r.name for r in planned_releases(params)] == ["dprp-eps2.0", "dprp-eps5.0", "dp_sgd-eps1.0", "dp_sgd-eps4.0", *federated,
-                                                          "ldp-eps1"]
+                                                          "ldp-eps1", "ldp-raw_pixels-eps1", "ldp-hog_bovw-eps1"]
     # a person in one video of 4 frames: the pixel-level calibration says little about a whole person
     with pytest.raises(PrivharError, match=r"privacy.max_epsilon = 8: person \d has spent ε = 0 before dprp-eps2.0, which "
                                            r"requests ε = [\d.e+]+ more for them \(group privacy"):

@@ -35,7 +35,7 @@ from typing import Any
 from tasks.core.accounting import calibrate_noise, group_epsilon, poisson_schedule, relation_of
 from tasks.core.dprp_calibration import dataset_scales
 from tasks.core.federated_accounting import calibrate, person_epsilon
-from tasks.core.ldp_codes import feature_count
+from tasks.core.ldp_codes import baseline_feature_counts, feature_count
 from tasks.core.errors import PrivharError
 from tasks.core.params import DprpParams, FederatedParams, LdpParams, PrivacyParams, PrivateParams, ReportParams, load_section
 from tasks.core.seeds import seed_suffix
@@ -58,9 +58,10 @@ def federated_release(aggregation: str, tuning: str) -> str:
     return f"federated-{aggregation}-{tuning}"
 
 
-def ldp_release(epsilon: float) -> str:
-    """The name of the ldp stage's release at ε per feature (its ledger row, its budget check)."""
-    return f"ldp-eps{epsilon:g}"
+def ldp_release(epsilon: float, features: str = "dcaconv") -> str:
+    """The name of the ldp stage's release of ``features`` codes (DCAConv, or a paper 002 baseline: raw_pixels,
+    hog_bovw) at ε per feature (its ledger row, its budget check)."""
+    return f"ldp-eps{epsilon:g}" if features == "dcaconv" else f"ldp-{features}-eps{epsilon:g}"
 
 
 def _dprp(params: DprpParams, epsilon: float, secret: bool) -> PersonEpsilons:
@@ -119,9 +120,11 @@ def planned_releases(params_path: Path) -> list[PlannedRelease]:
                                 mechanism)
                  for tuning in federated.tunings for aggregation in federated.aggregations for seed in seeds]
     ldp = load_section(params_path, "ldp", LdpParams)
-    features = feature_count(ldp.video_first_filters, ldp.video_pool, tuple(ldp.video_crop))
-    releases += [PlannedRelease(ldp_release(epsilon), epsilon * features, ("train",), _ldp(epsilon * features))
-                 for epsilon in ldp.video_epsilons if math.isfinite(epsilon)]
+    # the DCAConv codes and paper 002's baselines: each randomized at every ε, each feeding published scores
+    counts = {"dcaconv": feature_count(ldp.video_first_filters, ldp.video_pool, tuple(ldp.video_crop)),
+              **baseline_feature_counts(tuple(ldp.video_crop))}
+    releases += [PlannedRelease(ldp_release(epsilon, name), epsilon * features, ("train",), _ldp(epsilon * features))
+                 for name, features in counts.items() for epsilon in ldp.video_epsilons if math.isfinite(epsilon)]
     return releases
 
 

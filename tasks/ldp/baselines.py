@@ -11,6 +11,8 @@ import cv2
 import numpy as np
 from sklearn.cluster import KMeans
 
+from tasks.core.ldp_codes import HOG_BLOCK, HOG_STRIDE
+
 
 def raw_pixel_codes(train: np.ndarray, test: np.ndarray, d: int, fit: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(N, h, w) images → (N, h·w) integers in [0, d − 1], scaled by the minimum and maximum of ``fit`` (default: the
@@ -28,7 +30,7 @@ def raw_pixel_codes(train: np.ndarray, test: np.ndarray, d: int, fit: np.ndarray
 def _blocks(images: np.ndarray) -> np.ndarray:
     """(N, h, w) → (N, blocks, 36): 4×4-pixel blocks of 2×2 cells, stride 2, 9 orientation bins."""
     height, width = images.shape[1:]
-    hog = cv2.HOGDescriptor((width, height), (4, 4), (2, 2), (2, 2), 9)
+    hog = cv2.HOGDescriptor((width, height), (HOG_BLOCK, HOG_BLOCK), (HOG_STRIDE, HOG_STRIDE), (2, 2), 9)
     scaled = [np.clip(image / max(float(images.max()), 1e-12) * 255, 0, 255).astype(np.uint8) for image in images]
     return np.stack([hog.compute(image).reshape(-1, 36) for image in scaled])
 

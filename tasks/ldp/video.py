@@ -58,7 +58,11 @@ from tasks.ldp.randomized_response import check_domain, perturb
 LOG = logging.getLogger(__name__)
 
 
-CENTRAL_STEPS = "none: the DCAConv filters were fitted on the public set (data/public), the coins are each camera's own"
+CENTRAL_STEPS = ("none: the DCAConv filters (and the baselines' scaling and visual words) were fitted on the public set "
+                 "(data/public), the coins are each camera's own")
+# the codes each ε releases: the paper's design and its two baselines (their scores are published beside it)
+CODES = {"dcaconv": "DCAConv codes", "raw_pixels": "raw-pixel codes (paper 002 baseline)",
+         "hog_bovw": "HOG visual-word codes (paper 002 baseline)"}
 
 
 def motion_images(rows: list[dict[str, Any]], folder: Path, size: tuple[int, int]) -> np.ndarray:
@@ -103,7 +107,8 @@ def video_labels(row: dict[str, Any], names: list[str]) -> np.ndarray:
 def baseline_codes(train: np.ndarray, test: np.ndarray, domain: int, seed: int,
                    public: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Paper 002's baselines on the same motion images, in the same domain, their scaling and visual words fitted on
-    the ``public`` images: compared, not released (the ledger holds the DCAConv codes only)."""
+    the ``public`` images. Their codes are randomized at every ε like DCAConv's and the learners' published scores
+    come from them: each is a release of its own in the ledger and the budget."""
     return {"raw_pixels": raw_pixel_codes(train, test, domain, fit=public),
             "hog_bovw": hog_bovw_codes(train, test, domain, derive_seed(seed, "ldp", "hog_bovw"), fit=public)}
 
@@ -159,10 +164,11 @@ def ldp_video(*, params_path: Path, frames: Path, public: Path, out: Path, repor
                            f"classes (DCA's L_r ≤ K)")
     for epsilon in params.video_epsilons:
         check_domain(2**params.video_second_filters, epsilon)
-        if math.isfinite(epsilon):  # privacy.max_epsilon, before any work
-            check_budget(params_path, ldp_release(epsilon), rows)
-        else:
-            check_unprotected(params_path, f"{ldp_release(epsilon)} (codes without randomized response)")
+        for name in CODES:
+            if math.isfinite(epsilon):  # privacy.max_epsilon, before any work
+                check_budget(params_path, ldp_release(epsilon, name), rows)
+            else:
+                check_unprotected(params_path, f"{ldp_release(epsilon, name)} (codes without randomized response)")
     size = tuple(params.video_crop)
     has_attributes = any(key.startswith("attr_") for key in rows[0])  # else the attribute columns say nan
     with stage_run("ldp", {"ldp": params}) as run, atomic_directory(out) as staging:
@@ -182,10 +188,12 @@ def ldp_video(*, params_path: Path, frames: Path, public: Path, out: Path, repor
         save_arrays(staging / "filters.npz", first=encoder.first, second=encoder.second, pool=np.array(encoder.pool))
         results, released_codes, perturb_seconds = score_codes(
             "dcaconv", train_codes, test_codes, domain, params, randomness, train_rows, test_rows, classes, has_attributes)
+        sizes = {"dcaconv": features}
         for name, (train_baseline, test_baseline) in baseline_codes(train_images, test_images, domain, base.seed,
                                                                          public_images).items():
             results += score_codes(name, train_baseline, test_baseline, domain, params, randomness, train_rows, test_rows,
                                    classes, has_attributes)[0]
+            sizes[name] = train_baseline.shape[1]
         save_arrays(staging / "released_train_codes.npz", **released_codes,
                     video_id=np.array([row["video_id"] for row in train_rows]))
         speed = {"encode_features_per_second": round(features * len(rows) / encoded, 1),
@@ -197,12 +205,13 @@ def ldp_video(*, params_path: Path, frames: Path, public: Path, out: Path, repor
                    "features_per_video": features, "domain": domain}
         atomic_write_bytes(report / "video.csv", csv_bytes(results))
         atomic_write_bytes(report / "metrics.json", (json.dumps(metrics, indent=2, sort_keys=True) + "\n").encode())
-        ledger = [{"release": ldp_release(epsilon), "mechanism": f"k-ary randomized response (d = {domain}) on DCAConv codes",
-                   "epsilon_per_feature": epsilon, "features_per_video": features, "epsilon_per_video": epsilon * features,
+        ledger = [{"release": ldp_release(epsilon, name),
+                   "mechanism": f"k-ary randomized response (d = {domain}) on {CODES[name]}",
+                   "epsilon_per_feature": epsilon, "features_per_video": count, "epsilon_per_video": epsilon * count,
                    "delta": 0.0, "accountant": "pure ε-LDP per feature (paper 002 eq. 3-4), sequential composition over features",
                    "unit": "video (one camera's clip)", "relation": "replace-one (any other clip of the camera)",
                    "randomness": randomness.label, "central_steps_on_private_data": CENTRAL_STEPS,
-                   "splits": "train"} for epsilon in params.video_epsilons]
+                   "splits": "train"} for name, count in sizes.items() for epsilon in params.video_epsilons]
         atomic_write_bytes(report / "ledger.csv", csv_bytes(ledger))
         run.log_metrics({**{f"{r['features']}.{r['learner']}.eps{r['epsilon_per_feature']:g}": r["top1"] for r in results},
                          **speed})
