@@ -66,6 +66,8 @@ def write_params(folder: Path, overrides: dict[str, Any] | None = None) -> Path:
     params = yaml.safe_load((REPO / "params.yaml").read_text())
     overlay_in_place(params, copy.deepcopy(TINY))
     overlay_in_place(params, overrides or {})
+    if "budget" not in (overrides or {}).get("privacy", {}):  # each test its own persistent budget (one MLflow store)
+        params["privacy"]["budget"] = f"test-{folder.name}"
     path = folder / "params.yaml"
     path.write_text(yaml.safe_dump(params, sort_keys=False))
     return path

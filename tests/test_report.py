@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -90,6 +91,26 @@ def test_the_cap_refuses_the_release_that_would_exceed_it_naming_person_spent_an
     with pytest.raises(PrivharError, match=r"privacy.max_epsilon = 8: person \d has spent ε = 0 before dprp-eps2.0, which "
                                            r"requests ε = [\d.e+]+ more for them \(group privacy"):
         check_budget(params, "dprp-eps2.0", ROWS)
+
+
+def test_the_cap_counts_releases_recorded_by_earlier_runs_and_a_new_budget_starts_fresh(tmp_path: Path) -> None:
+    """Issue 30: each run with secret randomness releases the same people again. A release fits the cap once; recorded
+    (as its stage does when its output is complete), the same release planned again by the next run is refused; under
+    another privacy.budget (new data) it fits again. The plan's other releases, not made yet, stay reserved."""
+    from tasks.core.budget import record_made
+
+    settings = {"dprp": {"epsilons": [2.0], "calibration": "gaussian", "neighbour": "pixel"},
+                "private": {"methods": ["dp_sgd"], "epsilons": [1.0]}}
+    plan = {release.name: release for release in planned_releases(write_params(tmp_path, settings))}
+    first = max(plan["dprp-eps2.0"].person_epsilons(ROWS).values())
+    params = write_params(tmp_path, {**settings, "privacy": {"max_epsilon": 1.5 * first}})
+    check_budget(params, "dprp-eps2.0", ROWS)
+    record_made(params, "dprp-eps2.0", ROWS)
+    with pytest.raises(PrivharError, match=rf"person \d has spent ε = {re.escape(f'{first:.4g}')} before dprp-eps2.0, .* the releases "
+                                           rf"recorded in budget 'test-{tmp_path.name}'"):
+        check_budget(params, "dprp-eps2.0", ROWS)
+    check_budget(write_params(tmp_path, {**settings, "privacy": {"max_epsilon": 1.5 * first, "budget": "new-data"}}),
+                 "dprp-eps2.0", ROWS)
 
 
 def test_a_finite_cap_refuses_unprotected_and_seeded_releases_unless_allowed(tiny_decoded: Path, tmp_path: Path) -> None:

@@ -20,8 +20,10 @@ anonymized clips, the ε = ∞ references, and every release whose randomness is
 from params, so not private) — are refused too (:func:`check_unprotected`), unless
 ``privacy.allow_unprotected_releases`` is true; the report lists them as unbounded.
 
-The per-release person ε of the plan needs each release's σ: it is computed only when the cap is
-finite (a few seconds per release).
+The cap counts the releases earlier runs made too (:mod:`tasks.core.release_ledger`, in the MLflow store, per
+``privacy.budget``): each DP stage records its release once its output is complete (:func:`record_made`), and a
+release is checked against every release recorded in its budget plus the planned releases before it that have
+not been made yet (reserved, so the plan's order decides who gets the budget, whatever order the stages run in).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from tasks.core.federated_accounting import calibrate, person_epsilon
 from tasks.core.ldp_codes import baseline_feature_counts, feature_count
 from tasks.core.errors import PrivharError
 from tasks.core.params import DprpParams, FederatedParams, LdpParams, PrivacyParams, PrivateParams, ReportParams, load_section
+from tasks.core.release_ledger import record_release, recorded
 from tasks.core.seeds import seed_suffix
 from tasks.core.subjects import people_in, person_units, videos_per_person
 
@@ -156,20 +159,37 @@ def check_budget(params_path: Path, release: str, rows: list[dict[str, Any]]) ->
         return
     if privacy.randomness == "seeded":
         check_unprotected(params_path, f"{release} (privacy.randomness: seeded, so not private)")
-    spent: dict[int, float] = {}
+    made, spent = recorded(privacy.budget)  # every release made in this budget, by earlier runs included
     computed: dict[int, dict[int, float]] = {}  # per mechanism: the seeds of a model request the same ε
     for planned in plan:
-        holding = [row for row in rows if row["split"] in planned.splits]
+        if planned.name != release and planned.name in made:
+            continue  # made already (by this plan's stage or an earlier run): counted in ``spent``
         if id(planned.person_epsilons) not in computed:
-            computed[id(planned.person_epsilons)] = planned.person_epsilons(holding) if holding else {}
+            computed[id(planned.person_epsilons)] = _requested(planned, rows)
         requested = computed[id(planned.person_epsilons)]
         if planned.name == release:
             for person, epsilon in sorted(requested.items()):
                 if spent.get(person, 0.0) + epsilon > privacy.max_epsilon:
                     raise PrivharError(f"privacy.max_epsilon = {privacy.max_epsilon:g}: person {person} has spent ε = "
                                        f"{spent.get(person, 0.0):.4g} before {release}, which requests ε = {epsilon:.4g} "
-                                       "more for them (group privacy over their videos, sequential composition); "
-                                       "raise the cap or drop a release")
+                                       "more for them (group privacy over their videos, sequential composition; spent: "
+                                       f"the releases recorded in budget {privacy.budget!r} and this plan's earlier "
+                                       "ones); raise the cap, drop a release or start a new privacy.budget")
             return
         for person, epsilon in requested.items():
             spent[person] = spent.get(person, 0.0) + epsilon
+
+
+def _requested(planned: PlannedRelease, rows: list[dict[str, Any]]) -> dict[int, float]:
+    """Each person's ε under ``planned``, from the rows of the splits it releases."""
+    holding = [row for row in rows if row["split"] in planned.splits]
+    return planned.person_epsilons(holding) if holding else {}
+
+
+def record_made(params_path: Path, release: str, rows: list[dict[str, Any]]) -> None:
+    """Enter ``release`` (a planned DP release whose output is now complete) in its budget's persistent ledger."""
+    privacy = load_section(params_path, "privacy", PrivacyParams)
+    planned = {planned.name: planned for planned in planned_releases(params_path)}
+    if release not in planned:
+        raise PrivharError(f"privacy budget: {release!r} is not a planned DP release ({', '.join(planned)})")
+    record_release(privacy.budget, release, _requested(planned[release], rows), privacy.randomness)

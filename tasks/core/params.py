@@ -276,6 +276,7 @@ class PrivacyParams(Section):
     max_epsilon: Annotated[float, Field(gt=0.0)]  # cap of each person's total ε over every DP release; .inf: no cap
     randomness: Literal["secure", "seeded"]  # DP noise, coins, sampling: OS entropy | from base.seed (NOT private)
     allow_unprotected_releases: bool  # with a finite cap: allow releases without a DP guarantee
+    budget: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.@-]+$")] = "default"  # the persistent ledger the cap counts
 
 
 class OrchestrateParams(Section):

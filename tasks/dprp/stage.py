@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from tasks.core.budget import check_budget
+from tasks.core.budget import check_budget, record_made
 from tasks.core.device import resolve_device
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import MANIFEST_NAME, read_manifest, rebase_path, resolve_path, write_manifest, write_table
@@ -123,4 +123,5 @@ def dprp(*, params_path: Path, frames: Path, epsilon: float, out: Path, report: 
                  "n/a" if scales.paper_epsilon is None else f"{scales.paper_epsilon:g}", scales.unit, scales.epsilon_one_pixel,
                  scales.epsilon_whole_frame, scales.delta, len(protected), scales.sigma1, scales.sigma2, scales.calibration,
                  seconds / len(protected), randomness.label)
+    record_made(params_path, f"dprp-eps{epsilon}", rows)  # the copy is complete: a release made, in the budget's ledger
     return protected

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from tasks.core.accounting import REPLACE_ONE
-from tasks.core.budget import check_budget, federated_release
+from tasks.core.budget import check_budget, federated_release, record_made
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import MANIFEST_NAME, read_manifest
 from tasks.core.device import resolve_device
@@ -147,6 +147,11 @@ def train_federated(*, params_path: Path, frames: Path, init: Path, out: Path, r
         atomic_write_bytes(report / "federated_persons.csv", csv_bytes(persons))
         for register in registrations:
             register()
+    if math.isfinite(params.epsilon):  # the models are complete: each is a release made, in the budget's ledger
+        for tuning in params.tunings:
+            for aggregation in params.aggregations:
+                for seed in range(seeds):
+                    record_made(params_path, federated_release(aggregation, tuning) + seed_suffix(seed), every_row)
     return rows
 
 

@@ -40,7 +40,7 @@ from tasks.assess.attributes import attribute_names
 from tasks.assess.regions import expanded, warp_region
 from tasks.assess.scores import class_wise_f1, class_wise_map
 from tasks.assess.truth import load_truth
-from tasks.core.budget import check_budget, check_unprotected, ldp_release
+from tasks.core.budget import check_budget, check_unprotected, ldp_release, record_made
 from tasks.core.clips import labels_of, split_rows
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import MANIFEST_NAME, read_manifest, resolve_path
@@ -222,4 +222,7 @@ def ldp_video(*, params_path: Path, frames: Path, public: Path, out: Path, repor
                                                                   for x in results
                                                                   if x["epsilon_per_feature"] == r["epsilon_per_feature"])
                          + f"; attribute attacker cMAP {r['attribute_cmap']:.3f}")
+    for entry in ledger:  # the codes are out: each finite ε's release is made, in the budget's ledger
+        if math.isfinite(entry["epsilon_per_feature"]):
+            record_made(params_path, entry["release"], rows)
     return results

@@ -38,7 +38,7 @@ import torch
 from torch import nn
 
 from tasks.core.accounting import relation_of
-from tasks.core.budget import check_budget, check_unprotected
+from tasks.core.budget import check_budget, check_unprotected, record_made
 from tasks.core.subjects import person_units, videos_per_person
 from tasks.core.clips import augment, class_names, labels_of, load_clips, normalise, split_rows, untouched_by
 from tasks.core.device import resolve_device
@@ -301,6 +301,9 @@ def train_private(*, params_path: Path, method: str, frames: Path, init: Path, o
         atomic_write_bytes(report / f"{method}_persons.csv", csv_bytes(persons))
         for register in registrations:
             register()
+    for result in results:  # the models are complete: each finite ε's seed is a release made, in the budget's ledger
+        if math.isfinite(result["target_epsilon"]):
+            record_made(params_path, result["model"], every_row)
     return results
 
 

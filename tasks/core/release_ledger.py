@@ -1,0 +1,64 @@
+"""The DP releases actually made, kept in the MLflow store: what ``privacy.max_epsilon`` counts across runs.
+
+A run's plan (:mod:`tasks.core.budget`) sees only the releases its params call for. Each run with secret
+randomness releases the same people again — a second ``make run``, a ``dvc exp run`` with another ε — so the
+cap also counts every earlier release of the same budget. Each DP stage, once its output is complete, records
+its release here: one MLflow run in the experiment ``<experiment>-releases`` (the store's, so ``dvc exp``
+experiments share it), tagged with the release's name and ``privacy.budget``, one metric ``person.<id>`` per
+person with the ε they spent. A new ``privacy.budget`` name starts a fresh budget (new data, new people).
+"""
+
+from __future__ import annotations
+
+import os
+
+from tasks.core.tracking import DEFAULT_EXPERIMENT, EXPERIMENT_ENV, configure
+
+RELEASE_TAG, BUDGET_TAG, RANDOMNESS_TAG = "privhar.release", "privhar.budget", "privhar.randomness"
+PERSON_PREFIX = "person."
+
+
+def _experiment_id() -> str:
+    """The releases' experiment beside the pipeline's (created on first use)."""
+    import mlflow
+
+    configure()
+    name = os.environ.get(EXPERIMENT_ENV, DEFAULT_EXPERIMENT) + "-releases"
+    experiment = mlflow.get_experiment_by_name(name)
+    return experiment.experiment_id if experiment is not None else mlflow.create_experiment(name)
+
+
+def record_release(budget: str, release: str, persons: dict[int, float], randomness: str) -> None:
+    """Enter one release made: each person's ε under it, in the budget ``budget``."""
+    from mlflow import MlflowClient
+    from mlflow.entities import Metric
+
+    client = MlflowClient()
+    run = client.create_run(_experiment_id(), run_name=release,
+                            tags={RELEASE_TAG: release, BUDGET_TAG: budget, RANDOMNESS_TAG: randomness})
+    metrics = [Metric(f"{PERSON_PREFIX}{person}", float(epsilon), 0, 0) for person, epsilon in sorted(persons.items())]
+    for start in range(0, len(metrics), 1000):  # MLflow's batch limit
+        client.log_batch(run.info.run_id, metrics=metrics[start:start + 1000])
+    client.set_terminated(run.info.run_id)
+
+
+def recorded(budget: str) -> tuple[set[str], dict[int, float]]:
+    """(names of the releases made, each person's ε summed over them) in the budget ``budget`` (sequential composition)."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient()
+    names: set[str] = set()
+    spent: dict[int, float] = {}
+    token = None
+    while True:
+        page = client.search_runs([_experiment_id()], filter_string=f"tags.`{BUDGET_TAG}` = '{budget}'",
+                                  max_results=1000, page_token=token)
+        for run in page:
+            names.add(run.data.tags[RELEASE_TAG])
+            for key, epsilon in run.data.metrics.items():
+                if key.startswith(PERSON_PREFIX):
+                    person = int(key.removeprefix(PERSON_PREFIX))
+                    spent[person] = spent.get(person, 0.0) + epsilon
+        token = page.token
+        if not token:
+            return names, spent
