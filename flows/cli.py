@@ -93,6 +93,21 @@ SPEED = click.option("--speed", type=click.Path(path_type=Path, dir_okay=False),
                      help="Where to write the measured frames/s (JSON; assess reads it for f_speed).")
 
 
+BUDGET = click.option("--budget", type=click.Path(path_type=Path, dir_okay=False, exists=True), default=None,
+                      help="This stage's budget plan (the budget stage's data/budget/<stage>.json); default: planned here.")
+
+
+@stage.command("budget")
+@PARAMS
+@_dir("--frames", "Folder of the decoded clips (who is in which video).", exists=True)
+@_dir("--out", "Where to write one <stage>.json per DP stage.")
+def budget_command(params_path: Path, frames: Path, out: Path) -> None:
+    """Plan every DP release: each person's ε, per DP stage (what privacy.max_epsilon is checked against)."""
+    from tasks.budget_plan import budget_plan
+
+    budget_plan(params_path=params_path, frames=frames, out=out)
+
+
 @stage.command("dprp")
 @PARAMS
 @_dir("--frames", "Folder of the decoded clips.", exists=True)
@@ -101,12 +116,13 @@ SPEED = click.option("--speed", type=click.Path(path_type=Path, dir_okay=False),
 @click.option("--report", type=click.Path(path_type=Path, file_okay=False), default=None, callback=_writable,
               help="Where to write eps<ε>.png (raw and protected test frames).")
 @SPEED
+@BUDGET
 def dprp_stage_command(params_path: Path, frames: Path, epsilon: float, out: Path, report: Path | None,
-                       speed: Path | None) -> None:
+                       speed: Path | None, budget: Path | None) -> None:
     """Video-DPRP on every decoded clip (both splits) at one ε."""
     from tasks.dprp.stage import dprp
 
-    dprp(params_path=params_path, frames=frames, epsilon=epsilon, out=out, report=report, speed_path=speed)
+    dprp(params_path=params_path, frames=frames, epsilon=epsilon, out=out, report=report, speed_path=speed, budget=budget)
 
 
 @stage.command("anonymize")
@@ -166,13 +182,14 @@ def train_command(params_path: Path, frames: Path, out: Path, report: Path, fami
 @_dir("--report", "Where to write <method>.csv (ε, δ, σ, q, steps, C, accountant per model).")
 @click.option("--nproc", type=click.IntRange(min=1), default=None,
               help="Processes per dp_sgd model (Opacus DPDDP), instead of private.nproc.")
+@BUDGET
 def private_command(params_path: Path, method: str, frames: Path, avatar: Path | None, init: Path, out: Path,
-                    report: Path, nproc: int | None) -> None:
+                    report: Path, nproc: int | None, budget: Path | None) -> None:
     """Fine-tune the public model privately at every ε of private.epsilons (and ∞)."""
     from tasks.private.stage import train_private
 
     rows = train_private(params_path=params_path, method=method, frames=frames, init=init, out=out, report=report,
-                         avatar=avatar, nproc=nproc)
+                         avatar=avatar, nproc=nproc, budget=budget)
     click.echo(f"train-private: {method}: {len(rows)} models in {out}", err=True)
 
 
@@ -182,11 +199,12 @@ def private_command(params_path: Path, method: str, frames: Path, avatar: Path |
 @_dir("--init", "Folder of the public model to fine-tune (the pretrain stage's output).", exists=True)
 @_dir("--out", "Where to write one <aggregation>-<tuning>/model.pt per run.")
 @_dir("--report", "Where to write federated.md / .csv, rounds.csv, accuracy_by_round.png and metrics.json.")
-def federated_command(params_path: Path, frames: Path, init: Path, out: Path, report: Path) -> None:
+@BUDGET
+def federated_command(params_path: Path, frames: Path, init: Path, out: Path, report: Path, budget: Path | None) -> None:
     """Federated DP training (paper 003): every federated.aggregations × federated.tunings at federated.epsilon."""
     from tasks.federated.stage import train_federated
 
-    rows = train_federated(params_path=params_path, frames=frames, init=init, out=out, report=report)
+    rows = train_federated(params_path=params_path, frames=frames, init=init, out=out, report=report, budget=budget)
     click.echo(f"train-federated: {len(rows)} models in {out}; table in {report / 'federated.md'}", err=True)
 
 
@@ -270,11 +288,12 @@ def register_command(params_path: Path, metrics: tuple[Path, ...], scored: Path,
       exists=True)
 @_dir("--out", "Where to write the fitted DCAConv filters and the released (perturbed) training codes.")
 @_dir("--report", "Where to write video.csv, metrics.json and ledger.csv.")
-def ldp_command(params_path: Path, frames: Path, public: Path, out: Path, report: Path) -> None:
+@BUDGET
+def ldp_command(params_path: Path, frames: Path, public: Path, out: Path, report: Path, budget: Path | None) -> None:
     """Local DP for video: randomized DCAConv codes of each clip's person-centred motion image, learners per ε."""
     from tasks.ldp.video import ldp_video
 
-    rows = ldp_video(params_path=params_path, frames=frames, public=public, out=out, report=report)
+    rows = ldp_video(params_path=params_path, frames=frames, public=public, out=out, report=report, budget=budget)
     click.echo(f"ldp: {len(rows)} results in {report / 'video.csv'}", err=True)
 
 

@@ -52,9 +52,10 @@ def test_the_dag_comes_from_dvc_yaml():
     upstream = {stage.name: stage.upstream for stage in dag}
     dprp = [f"dprp@{epsilon}" for epsilon in ("2.0", "8.0")]
     assert upstream["pretrain"] == ("decode-public",) and upstream["train"] == ("decode", "pretrain")
-    assert upstream["dprp@8.0"] == ("decode",) and upstream["train-dprp@8.0"] == ("dprp@8.0", "pretrain")
+    assert upstream["budget"] == ("decode",)  # every DP stage's privacy.max_epsilon verdicts, planned in one place
+    assert upstream["dprp@8.0"] == ("budget", "decode") and upstream["train-dprp@8.0"] == ("dprp@8.0", "pretrain")
     assert upstream["train-anonymize@avatar"] == ("anonymize@avatar", "pretrain")
-    assert upstream["train-private@maskdp"] == ("anonymize@avatar", "decode", "pretrain")
+    assert upstream["train-private@maskdp"] == ("anonymize@avatar", "budget", "decode", "pretrain")
     # evaluate depends on data/dprp, data/anonymize, data/train, data/private and data/federated, the parents of those stages' outputs
     anonymize = sorted(f"anonymize@{method}" for method in ("avatar", "face_blur", "low_res_32x24", "blackout"))
     trained = sorted(f"train-{name}" for name in anonymize + dprp)

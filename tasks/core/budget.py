@@ -28,8 +28,9 @@ not been made yet (reserved, so the plan's order decides who gets the budget, wh
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,7 @@ class PlannedRelease:
     epsilon: float  # per unit, as the release claims it
     splits: tuple[str, ...]  # which splits' videos it releases
     person_epsilons: PersonEpsilons
+    stage: str  # the DP stage that makes it: its plan file is data/budget/<stage>.json
 
 
 def federated_release(aggregation: str, tuning: str) -> str:
@@ -109,24 +111,25 @@ def planned_releases(params_path: Path) -> list[PlannedRelease]:
     dprp = load_section(params_path, "dprp", DprpParams)
     private = load_section(params_path, "private", PrivateParams)
     secret = load_section(params_path, "privacy", PrivacyParams).randomness == "secure"
-    releases = [PlannedRelease(f"dprp-eps{epsilon}", epsilon, ("train", "test"), _dprp(dprp, epsilon, secret))
-                for epsilon in dprp.epsilons]
+    releases = [PlannedRelease(f"dprp-eps{epsilon}", epsilon, ("train", "test"), _dprp(dprp, epsilon, secret),
+                               f"dprp-eps{epsilon}") for epsilon in dprp.epsilons]
     seeds = range(load_section(params_path, "report", ReportParams).seeds)
     for method in private.methods:  # the seeds of one model share its mechanism (check_budget computes it once)
         for epsilon in private.epsilons:
             mechanism = _private(private, method, epsilon)
-            releases += [PlannedRelease(f"{method}-eps{epsilon}{seed_suffix(seed)}", epsilon, ("train",), mechanism)
-                         for seed in seeds]
+            releases += [PlannedRelease(f"{method}-eps{epsilon}{seed_suffix(seed)}", epsilon, ("train",), mechanism,
+                                        f"train-private-{method}") for seed in seeds]
     federated = load_section(params_path, "federated", FederatedParams)
     mechanism = _federated(federated)
     releases += [PlannedRelease(federated_release(aggregation, tuning) + seed_suffix(seed), federated.epsilon, ("train",),
-                                mechanism)
+                                mechanism, "train-federated")
                  for tuning in federated.tunings for aggregation in federated.aggregations for seed in seeds]
     ldp = load_section(params_path, "ldp", LdpParams)
     # the DCAConv codes and paper 002's baselines: each randomized at every ε, each feeding published scores
     counts = {"dcaconv": feature_count(ldp.video_first_filters, ldp.video_pool, tuple(ldp.video_crop)),
               **baseline_feature_counts(tuple(ldp.video_crop))}
-    releases += [PlannedRelease(ldp_release(epsilon, name), epsilon * features, ("train",), _ldp(epsilon * features))
+    releases += [PlannedRelease(ldp_release(epsilon, name), epsilon * features, ("train",), _ldp(epsilon * features),
+                                "ldp")
                  for name, features in counts.items() for epsilon in ldp.video_epsilons if math.isfinite(epsilon)]
     return releases
 
@@ -147,12 +150,56 @@ def check_unprotected(params_path: Path, what: str) -> None:
                            "set privacy.allow_unprotected_releases: true to release it anyway (the report lists it as unbounded)")
 
 
-def check_budget(params_path: Path, release: str, rows: list[dict[str, Any]]) -> None:
+Entry = tuple[str, dict[int, float]]  # a planned release and each person's ε under it
+
+
+def _entries(params_path: Path, rows: list[dict[str, Any]]) -> Iterator[Entry]:
+    """The plan's releases in order, each with its persons' ε (computed once per mechanism: the seeds of a model
+    request the same ε), lazily: a check stops at its release."""
+    computed: dict[int, dict[int, float]] = {}
+    for planned in planned_releases(params_path):
+        if id(planned.person_epsilons) not in computed:
+            computed[id(planned.person_epsilons)] = _persons(planned, rows)
+        yield planned.name, computed[id(planned.person_epsilons)]
+
+
+def _persons(planned: PlannedRelease, rows: list[dict[str, Any]]) -> dict[int, float]:
+    """Each person's ε under ``planned``, from the rows of the splits it releases."""
+    holding = [row for row in rows if row["split"] in planned.splits]
+    return planned.person_epsilons(holding) if holding else {}
+
+
+def plan_files(params_path: Path, rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """What the budget stage writes, per DP stage: every planned release up to the stage's last, in plan order, with each
+    person's ε. A stage's file changes when, and only when, something its verdicts depend on changes: with no cap
+    (``privacy.max_epsilon: .inf``) that is its own releases alone (what its ledger records), so a Video-DPRP ablation
+    does not retrain the private models."""
+    stages = {planned.name: planned.stage for planned in planned_releases(params_path)}
+    entries = [{"release": name, "persons": {str(person): epsilon for person, epsilon in sorted(persons.items())}}
+               for name, persons in _entries(params_path, rows)]
+    if math.isinf(load_section(params_path, "privacy", PrivacyParams).max_epsilon):
+        return {stage: [entry for entry in entries if stages[entry["release"]] == stage] for stage in dict.fromkeys(stages.values())}
+    return {stages[entry["release"]]: entries[:index + 1] for index, entry in enumerate(entries)}
+
+
+def _plan(params_path: Path, rows: list[dict[str, Any]], plan: Path | None) -> Iterator[Entry]:
+    """The plan's releases with their persons' ε: from the budget stage's file ``plan``, or computed here."""
+    if plan is None:
+        yield from _entries(params_path, rows)
+        return
+    try:
+        entries = json.loads(plan.read_text())
+    except (OSError, ValueError) as error:
+        raise PrivharError(f"{plan}: not a budget plan ({error}); expected the budget stage's output") from None
+    for entry in entries:
+        yield entry["release"], {int(person): float(epsilon) for person, epsilon in entry["persons"].items()}
+
+
+def check_budget(params_path: Path, release: str, rows: list[dict[str, Any]], plan: Path | None = None) -> None:
     """Refuse ``release`` (one line) if it would take a person past ``privacy.max_epsilon``, or if the cap is finite and
-    its randomness is seeded (not private)."""
+    its randomness is seeded (not private). ``plan``: the budget stage's file for the release's stage."""
     privacy = load_section(params_path, "privacy", PrivacyParams)
-    plan = planned_releases(params_path)
-    names = [planned.name for planned in plan]
+    names = [planned.name for planned in planned_releases(params_path)]
     if release not in names:
         raise PrivharError(f"privacy budget: {release!r} is not a planned DP release ({', '.join(names)})")
     if math.isinf(privacy.max_epsilon):
@@ -160,14 +207,10 @@ def check_budget(params_path: Path, release: str, rows: list[dict[str, Any]]) ->
     if privacy.randomness == "seeded":
         check_unprotected(params_path, f"{release} (privacy.randomness: seeded, so not private)")
     made, spent = recorded(privacy.budget)  # every release made in this budget, by earlier runs included
-    computed: dict[int, dict[int, float]] = {}  # per mechanism: the seeds of a model request the same ε
-    for planned in plan:
-        if planned.name != release and planned.name in made:
+    for name, requested in _plan(params_path, rows, plan):
+        if name != release and name in made:
             continue  # made already (by this plan's stage or an earlier run): counted in ``spent``
-        if id(planned.person_epsilons) not in computed:
-            computed[id(planned.person_epsilons)] = _requested(planned, rows)
-        requested = computed[id(planned.person_epsilons)]
-        if planned.name == release:
+        if name == release:
             for person, epsilon in sorted(requested.items()):
                 if spent.get(person, 0.0) + epsilon > privacy.max_epsilon:
                     raise PrivharError(f"privacy.max_epsilon = {privacy.max_epsilon:g}: person {person} has spent ε = "
@@ -178,18 +221,18 @@ def check_budget(params_path: Path, release: str, rows: list[dict[str, Any]]) ->
             return
         for person, epsilon in requested.items():
             spent[person] = spent.get(person, 0.0) + epsilon
+    raise PrivharError(f"{plan}: {release} is not in this budget plan; expected the plan of the stage that makes it")
 
 
-def _requested(planned: PlannedRelease, rows: list[dict[str, Any]]) -> dict[int, float]:
-    """Each person's ε under ``planned``, from the rows of the splits it releases."""
-    holding = [row for row in rows if row["split"] in planned.splits]
-    return planned.person_epsilons(holding) if holding else {}
-
-
-def record_made(params_path: Path, release: str, rows: list[dict[str, Any]]) -> None:
+def record_made(params_path: Path, release: str, rows: list[dict[str, Any]], plan: Path | None = None) -> None:
     """Enter ``release`` (a planned DP release whose output is now complete) in its budget's persistent ledger."""
     privacy = load_section(params_path, "privacy", PrivacyParams)
-    planned = {planned.name: planned for planned in planned_releases(params_path)}
-    if release not in planned:
-        raise PrivharError(f"privacy budget: {release!r} is not a planned DP release ({', '.join(planned)})")
-    record_release(privacy.budget, release, _requested(planned[release], rows), privacy.randomness)
+    if plan is None:  # this release's persons only
+        found = ((planned.name, _persons(planned, rows)) for planned in planned_releases(params_path)
+                 if planned.name == release)
+    else:
+        found = ((name, persons) for name, persons in _plan(params_path, rows, plan) if name == release)
+    for _, persons in found:
+        record_release(privacy.budget, release, persons, privacy.randomness)
+        return
+    raise PrivharError(f"privacy budget: {release!r} is not a planned DP release")

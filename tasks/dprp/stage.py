@@ -70,16 +70,16 @@ def protect_one(row: dict[str, Any], *, params: DprpParams, scales: NoiseScales,
 
 
 def dprp(*, params_path: Path, frames: Path, epsilon: float, out: Path, report: Path | None = None,
-         speed_path: Path | None = None) -> list[dict[str, Any]]:
+         speed_path: Path | None = None, budget: Path | None = None) -> list[dict[str, Any]]:
     """Protect every clip of the decoded manifest in ``frames`` at total ``epsilon``; preview into ``report``,
-    measured frames/s into ``speed_path``."""
+    measured frames/s into ``speed_path``; ``budget``: the budget stage's plan for this copy (default: planned here)."""
     base = load_section(params_path, "base", BaseParams)
     params = load_section(params_path, "dprp", DprpParams)
     randomness = DpRandomness(load_section(params_path, "privacy", PrivacyParams).randomness, base.seed)
     if epsilon not in params.epsilons:
         raise PrivharError(f"dprp: epsilon {epsilon} is not one of dprp.epsilons = {params.epsilons}")
     rows = read_manifest(frames / MANIFEST_NAME)
-    check_budget(params_path, f"dprp-eps{epsilon}", rows)  # privacy.max_epsilon, before any work
+    check_budget(params_path, f"dprp-eps{epsilon}", rows, budget)  # privacy.max_epsilon, before any work
     d = int(rows[0]["height"]) * int(rows[0]["width"]) * 3
     scales = dataset_scales(params, epsilon, d, randomness.private)
     device = resolve_device(base.device)
@@ -123,5 +123,5 @@ def dprp(*, params_path: Path, frames: Path, epsilon: float, out: Path, report: 
                  "n/a" if scales.paper_epsilon is None else f"{scales.paper_epsilon:g}", scales.unit, scales.epsilon_one_pixel,
                  scales.epsilon_whole_frame, scales.delta, len(protected), scales.sigma1, scales.sigma2, scales.calibration,
                  seconds / len(protected), randomness.label)
-    record_made(params_path, f"dprp-eps{epsilon}", rows)  # the copy is complete: a release made, in the budget's ledger
+    record_made(params_path, f"dprp-eps{epsilon}", rows, budget)  # the copy is complete: a release made, in the budget's ledger
     return protected

@@ -75,8 +75,9 @@ def check_inputs(params: FederatedParams, shards: list[list[int]]) -> None:
             raise PrivharError(f"federated.tunings: name {name!r} is invalid: expected letters, digits and '_'")
 
 
-def train_federated(*, params_path: Path, frames: Path, init: Path, out: Path, report: Path) -> list[dict[str, Any]]:
-    """Run the stage; return the table rows."""
+def train_federated(*, params_path: Path, frames: Path, init: Path, out: Path, report: Path,
+                    budget: Path | None = None) -> list[dict[str, Any]]:
+    """Run the stage; return the table rows. ``budget``: the budget stage's plan for it (default: planned here)."""
     base = load_section(params_path, "base", BaseParams)
     params = load_section(params_path, "federated", FederatedParams)
     randomness = DpRandomness(load_section(params_path, "privacy", PrivacyParams).randomness, base.seed)
@@ -89,7 +90,7 @@ def train_federated(*, params_path: Path, frames: Path, init: Path, out: Path, r
         for aggregation in params.aggregations:
             for seed in range(seeds):  # every seed is a release of the clients' videos
                 # every row, both splits: the earlier Video-DPRP releases hold the person's test videos too
-                check_budget(params_path, federated_release(aggregation, tuning) + seed_suffix(seed), every_row)
+                check_budget(params_path, federated_release(aggregation, tuning) + seed_suffix(seed), every_row, budget)
     compositions = params.rounds * params.local_epochs
     sigma = calibrate(params.epsilon, compositions, params.delta)
     torch.use_deterministic_algorithms(True)
@@ -151,7 +152,7 @@ def train_federated(*, params_path: Path, frames: Path, init: Path, out: Path, r
         for tuning in params.tunings:
             for aggregation in params.aggregations:
                 for seed in range(seeds):
-                    record_made(params_path, federated_release(aggregation, tuning) + seed_suffix(seed), every_row)
+                    record_made(params_path, federated_release(aggregation, tuning) + seed_suffix(seed), every_row, budget)
     return rows
 
 

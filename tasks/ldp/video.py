@@ -147,8 +147,10 @@ def release(codes: np.ndarray, rows: list[dict[str, Any]], domain: int, epsilon:
                      for code, row in zip(codes, rows)])
 
 
-def ldp_video(*, params_path: Path, frames: Path, public: Path, out: Path, report: Path) -> list[dict[str, Any]]:
-    """Fit the filters on ``public``, release the private training split's codes at every ε, score learners."""
+def ldp_video(*, params_path: Path, frames: Path, public: Path, out: Path, report: Path,
+              budget: Path | None = None) -> list[dict[str, Any]]:
+    """Fit the filters on ``public``, release the private training split's codes at every ε, score learners;
+    ``budget``: the budget stage's plan for it (default: planned here)."""
     base = load_section(params_path, "base", BaseParams)
     params = load_section(params_path, "ldp", LdpParams)
     randomness = DpRandomness(load_section(params_path, "privacy", PrivacyParams).randomness, base.seed)
@@ -166,7 +168,7 @@ def ldp_video(*, params_path: Path, frames: Path, public: Path, out: Path, repor
         check_domain(2**params.video_second_filters, epsilon)
         for name in CODES:
             if math.isfinite(epsilon):  # privacy.max_epsilon, before any work
-                check_budget(params_path, ldp_release(epsilon, name), rows)
+                check_budget(params_path, ldp_release(epsilon, name), rows, budget)
             else:
                 check_unprotected(params_path, f"{ldp_release(epsilon, name)} (codes without randomized response)")
     size = tuple(params.video_crop)
@@ -224,5 +226,5 @@ def ldp_video(*, params_path: Path, frames: Path, public: Path, out: Path, repor
                          + f"; attribute attacker cMAP {r['attribute_cmap']:.3f}")
     for entry in ledger:  # the codes are out: each finite ε's release is made, in the budget's ledger
         if math.isfinite(entry["epsilon_per_feature"]):
-            record_made(params_path, entry["release"], rows)
+            record_made(params_path, entry["release"], rows, budget)
     return results

@@ -202,7 +202,7 @@ def public_model(init: Path, frames: Path, seed: int) -> tuple[nn.Module, dict[s
 
 
 def train_private(*, params_path: Path, method: str, frames: Path, init: Path, out: Path, report: Path,
-                  avatar: Path | None = None, nproc: int | None = None) -> list[dict[str, Any]]:
+                  avatar: Path | None = None, nproc: int | None = None, budget: Path | None = None) -> list[dict[str, Any]]:
     """Run the stage: one model per ε of ``private.epsilons`` (and ∞) and seed of ``report.seeds``; return the report rows.
 
     Seed i ≥ 1 of ``<method>-eps<ε>`` is ``<method>-eps<ε>/seed<i>/model.pt`` (key ``<method>-eps<ε>-seed<i>``):
@@ -210,7 +210,7 @@ def train_private(*, params_path: Path, method: str, frames: Path, init: Path, o
     Each seed of a finite ε is its own DP release of the training set (the budget and the ledger count it).
 
     ``frames`` are the raw clips, ``avatar`` the avatar copy (for the MaskDP methods); ``nproc`` replaces
-    ``private.nproc`` (dp_sgd in that many processes).
+    ``private.nproc`` (dp_sgd in that many processes); ``budget`` is the budget stage's plan for it (default: planned here).
     """
     base = load_section(params_path, "base", BaseParams)
     params = load_section(params_path, "private", PrivateParams, overrides=None if nproc is None else {"nproc": nproc})
@@ -226,7 +226,7 @@ def train_private(*, params_path: Path, method: str, frames: Path, init: Path, o
     _check_inputs(params, len(rows) if params.unit == "video" else int(owners.max()) + 1, pretrained)
     for epsilon in params.epsilons:  # privacy.max_epsilon, before any work: every seed is a release
         for seed in range(seeds):
-            check_budget(params_path, f"{method}-eps{epsilon}{seed_suffix(seed)}", every_row)
+            check_budget(params_path, f"{method}-eps{epsilon}{seed_suffix(seed)}", every_row, budget)
     check_unprotected(params_path, f"the reference {method}-epsinf (the same recipe without noise)")
     size = tuple(config["input_size"])
     recipe = recipe_of(params, method)
@@ -303,7 +303,7 @@ def train_private(*, params_path: Path, method: str, frames: Path, init: Path, o
             register()
     for result in results:  # the models are complete: each finite ε's seed is a release made, in the budget's ledger
         if math.isfinite(result["target_epsilon"]):
-            record_made(params_path, result["model"], every_row)
+            record_made(params_path, result["model"], every_row, budget)
     return results
 
 
