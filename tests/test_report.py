@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tasks.core.tables import compact
-from tasks.core.accounting import ADD_REMOVE, calibrate_noise, group_epsilon
+from tasks.core.accounting import ADD_REMOVE, REPLACE_ONE, calibrate_noise, group_epsilon, sampled_gaussian_epsilon
 from tasks.core.budget import check_budget, planned_releases
 from tasks.core.dprp_calibration import noise_scales
 from tasks.core.randomness import NOT_PRIVATE
@@ -74,8 +74,11 @@ def test_planned_person_epsilon_is_group_privacy_over_the_persons_videos(tmp_pat
     sigma = calibrate_noise(1.0, 1e-4, rate, steps, accountant="prv", relation=ADD_REMOVE)
     assert found[0] == pytest.approx(group_epsilon(sigma, rate, steps, 1e-4, 2, relation=ADD_REMOVE))  # a and d
     assert found[2] == pytest.approx(group_epsilon(sigma, rate, steps, 1e-4, 1, relation=ADD_REMOVE)) and found[0] > 2 * found[2]
-    masked = plan["maskdp-eps1.0"].person_epsilons(rows)  # replace-one: more than add/remove at the same target
-    assert masked[0] > found[0]
+    masked = plan["maskdp-eps1.0"].person_epsilons(rows)  # replace-one: its own σ and group accounting
+    sigma = calibrate_noise(1.0, 1e-4, rate, steps, accountant="prv", relation=REPLACE_ONE)
+    assert masked[0] == pytest.approx(group_epsilon(sigma, rate, steps, 1e-4, 2, relation=REPLACE_ONE))
+    assert masked[2] == pytest.approx(sampled_gaussian_epsilon(sigma, rate, steps, 1e-4, accountant="pld",
+                                                               relation=REPLACE_ONE))
     frames = plan["dprp-eps2.0"].person_epsilons(ROWS)  # the paper calibration covers 255/√k of one frame: a person is huge
     assert min(frames.values()) > 1e3
 

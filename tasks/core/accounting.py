@@ -22,9 +22,11 @@ Poisson-sampled Gaussian sum changes, in one step, j ~ Binomial(m, q) clipped te
 by at most j·C (all aligned is the worst case, Choquette-Choo et al. 2023, Cor. 4.7). Its exact
 privacy loss is a *mixture of Gaussians* with sensitivities 0..m and binomial weights, composed over
 the steps (:func:`group_epsilon`, dp-accounting PLD) — not m·ε. Under replace-one, the person's
-data are first replaced by the empty contribution and then by the other data: two such group steps,
-ε = 2ε', δ = δ'(1 + e^{ε'}) (group privacy along a path of two), or, where that is useless (large ε'), the
-Gaussian mechanism without any amplification: μ = 2·m·√steps/σ.
+data are first replaced by the empty contribution and then by the other data: two such group steps, whose
+trade-off curves compose (:mod:`tasks.core.tradeoff`, Dong, Roth & Su's group privacy) — within 2 % of the
+symmetric worst case (gradients −C then +C, a lower bound on any valid ε) where the (ε, δ) path 2ε',
+δ'(1 + e^{ε'}) was 13-20× above it — or, where smaller, the Gaussian mechanism without amplification:
+μ = 2·m·√steps/σ.
 
 **Gaussian DP** (:func:`gdp_epsilon`): a composition of Gaussian mechanisms without sampling is
 exactly μ-GDP (Dong, Roth & Su 2019, Cor. 3.3), δ(ε) = Φ(−ε/μ + μ/2) − e^ε Φ(−ε/μ − μ/2).
@@ -38,14 +40,16 @@ from typing import Literal
 
 import numpy as np
 from scipy.optimize import brentq
+from scipy.special import logsumexp
 from scipy.stats import binom, norm
 
+from tasks.core import tradeoff
 from tasks.core.disk_cache import disk_cached
 from tasks.core.errors import PrivharError
 
 # the accountants' values are shared on disk by the stages of a run (tasks.core.disk_cache); the folder is
 # keyed by this module's source and these libraries' versions
-cached = disk_cached(__file__, ("opacus", "dp-accounting", "scipy", "numpy"))
+cached = disk_cached(__file__, ("opacus", "dp-accounting", "scipy", "numpy"), helpers=("tradeoff",))
 
 Relation = Literal["add/remove", "replace-one"]
 ADD_REMOVE: Relation = "add/remove"
@@ -215,15 +219,21 @@ def _group_add_remove(noise_multiplier: float, sample_rate: float, steps: int, d
     return gdp_epsilon(group * math.sqrt(steps) / noise_multiplier, delta)
 
 
-def _mixture_epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta: float, group: int,
-                     interval: float) -> float:
+def _mixture_pld(noise_multiplier: float, sample_rate: float, steps: int, group: int, interval: float):
+    """dp-accounting's composed PLD of a group's mixture of Gaussians (its remove pair (mixture, N(0)), add pair
+    (N(0), mixture))."""
     from dp_accounting.pld import privacy_loss_distribution
 
     sensitivities, weights = _binomial_mixture(group, sample_rate)
     single = privacy_loss_distribution.from_mixture_gaussian_mechanism(
         noise_multiplier, sensitivities.tolist(), weights.tolist(), value_discretization_interval=interval)
+    return single.self_compose(steps)
+
+
+def _mixture_epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta: float, group: int,
+                     interval: float) -> float:
     with np.errstate(over="ignore", divide="ignore"):
-        return float(single.self_compose(steps).get_epsilon_for_delta(delta))
+        return float(_mixture_pld(noise_multiplier, sample_rate, steps, group, interval).get_epsilon_for_delta(delta))
 
 
 def group_epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta: float, group: int, *,
@@ -239,19 +249,64 @@ def group_epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta
     return _group_replace_one(*args, float(delta), int(group))
 
 
+@lru_cache(maxsize=4096)
+@cached
 def _group_replace_one(noise_multiplier: float, sample_rate: float, steps: int, delta: float, group: int) -> float:
-    """The smaller of two bounds: the path of two group steps (2ε', δ'(1 + e^{ε'}) ≤ δ), and the Gaussian
-    mechanism without amplification (each step moves the sum by at most 2·group·C: μ = 2·group·√steps / σ)."""
+    """The smaller of two bounds: the path of two group steps composed as trade-off functions (module doc,
+    :mod:`tasks.core.tradeoff`), and the Gaussian mechanism without amplification (each step moves the sum by at
+    most 2·group·C: μ = 2·group·√steps / σ)."""
     unsampled = gdp_epsilon(2 * group * math.sqrt(steps) / noise_multiplier, delta)
-    step_delta = delta / 2
-    for _ in range(8):
-        step_epsilon = _group_add_remove(noise_multiplier, sample_rate, steps, step_delta, group)
-        if step_epsilon > 40:  # δ' would be below e^-40 δ: the path bound is useless here
-            break
-        if step_delta * (1 + math.exp(step_epsilon)) <= delta:
-            return min(2 * step_epsilon, unsampled)
-        step_delta = 0.999 * delta / (1 + math.exp(step_epsilon))
-    return unsampled
+    if group == 1:
+        return min(unsampled, _pld_epsilon(noise_multiplier, sample_rate, steps, delta, REPLACE_ONE))
+    add_remove = _group_add_remove(noise_multiplier, sample_rate, steps, delta, group)
+    interval = min(PLD_INTERVAL_COARSE, max(PLD_INTERVAL, add_remove / 1000)) if math.isfinite(add_remove) \
+        else PLD_INTERVAL_COARSE
+    # the add pair's loss log N(0)/mixture is at most log 1/(1 − q)^m a step (the mixture holds N(0) with that
+    # weight); where it does not (q = 1, or (1 − q)^m below the mixture's 1e-40 cut) nothing is amplified anyway
+    sensitivities, weights = _binomial_mixture(group, sample_rate)
+    if sensitivities[0] != 0:
+        return unsampled
+    away_top = steps * -math.log(weights[0])
+    ceiling = min(unsampled, (add_remove if math.isfinite(add_remove) else unsampled) + away_top + 1.0)
+    if not math.isfinite(ceiling):
+        return unsampled
+    pld = _mixture_pld(noise_multiplier, sample_rate, steps, group, interval)
+    away_epsilons = tradeoff.epsilon_grid(away_top)
+    away = np.minimum(_pmf_hockey_stick(pld._pmf_add, away_epsilons),
+                      _mixture_add_chernoff(noise_multiplier, sample_rate, steps, group, away_epsilons))
+    away[-1] = 0.0  # no loss reaches away_top
+    back_epsilons = tradeoff.epsilon_grid(ceiling)
+    back = _pmf_hockey_stick(pld._pmf_remove, back_epsilons)
+    chained = tradeoff.path_of_two_epsilon(tradeoff.DeltaCurve(away_epsilons, away),
+                                           tradeoff.DeltaCurve(back_epsilons, back), delta, ceiling)
+    return min(unsampled, chained)
+
+
+def _pmf_hockey_stick(pmf, epsilons: np.ndarray) -> np.ndarray:
+    """H_{e^ε} of one direction of a dp-accounting PLD (its dense or sparse pmf of losses)."""
+    if hasattr(pmf, "_probs"):
+        probabilities = np.asarray(pmf._probs, float)
+        losses = (pmf._lower_loss + np.arange(len(probabilities))) * pmf._discretization
+    else:
+        keys = np.array(sorted(pmf._loss_probs), dtype=float)
+        probabilities = np.array([pmf._loss_probs[key] for key in sorted(pmf._loss_probs)], float)
+        losses = keys * pmf._discretization
+    return tradeoff.hockey_stick(losses, probabilities, float(pmf._infinity_mass), epsilons)
+
+
+def _mixture_add_chernoff(noise_multiplier: float, sample_rate: float, steps: int, group: int,
+                          epsilons: np.ndarray) -> np.ndarray:
+    """Chernoff bound on H(N(0)‖mixture) composed over ``steps``: the one-step moment E_N(0) e^{λL} of
+    L = log N(0)/mixture by quadrature (|x| to 40σ beyond the shifts: the rest is below e^-800)."""
+    sensitivities, weights = _binomial_mixture(group, sample_rate)
+    sigma = noise_multiplier
+    x = np.linspace(-sensitivities.max() - 40 * sigma, 40 * sigma, 100_001)
+    log_ratio = logsumexp(np.log(weights)[:, None]
+                          + (2 * x[None] * sensitivities[:, None] - sensitivities[:, None] ** 2) / (2 * sigma ** 2), axis=0)
+    log_density = norm.logpdf(x, 0.0, sigma) + math.log(x[1] - x[0])
+    orders = np.geomspace(1e-3, 1e4, 120)
+    log_mgf = np.array([logsumexp(log_density - order * log_ratio) for order in orders])
+    return tradeoff.chernoff_hockey_stick(epsilons, steps, orders, log_mgf)
 
 
 def gdp_delta(epsilon: float, mu: float) -> float:

@@ -30,9 +30,12 @@ Function = TypeVar("Function", bound=Callable)
 
 
 @functools.lru_cache(maxsize=64)
-def code_digest(source_file: Path, packages: tuple[str, ...]) -> str:
-    """SHA-256 prefix of ``source_file``'s text and the installed versions of ``packages``."""
+def code_digest(source_file: Path, packages: tuple[str, ...], helpers: tuple[str, ...] = ()) -> str:
+    """SHA-256 prefix of ``source_file``'s text, its ``helpers``' texts (modules beside it that it calls) and the
+    installed versions of ``packages``."""
     digest = hashlib.sha256(Path(source_file).read_bytes())
+    for helper in helpers:
+        digest.update(b"\0" + (Path(source_file).parent / f"{helper}.py").read_bytes())
     for package in packages:
         try:
             version = importlib.metadata.version(package)
@@ -42,23 +45,24 @@ def code_digest(source_file: Path, packages: tuple[str, ...]) -> str:
     return digest.hexdigest()[:16]
 
 
-def cache_folder(source_file: Path, packages: tuple[str, ...]) -> Path | None:
+def cache_folder(source_file: Path, packages: tuple[str, ...], helpers: tuple[str, ...] = ()) -> Path | None:
     """Where a module's cached values live, or None when ``PRIVHAR_CACHE_DIR=off``."""
     setting = os.environ.get(CACHE_ENV, "")
     if setting == "off":
         return None
     root = Path(setting) if setting else DEFAULT_FOLDER
-    return root / f"{Path(source_file).stem}-{code_digest(source_file, packages)}"
+    return root / f"{Path(source_file).stem}-{code_digest(source_file, packages, helpers)}"
 
 
-def disk_cached(source_file: str, packages: tuple[str, ...]) -> Callable[[Function], Function]:
-    """Decorator: ``function`` cached on disk under :func:`cache_folder` (resolved at each call: the tests move it)."""
+def disk_cached(source_file: str, packages: tuple[str, ...], helpers: tuple[str, ...] = ()) -> Callable[[Function], Function]:
+    """Decorator: ``function`` cached on disk under :func:`cache_folder` (resolved at each call: the tests move it);
+    ``helpers`` names the modules beside ``source_file`` whose code its functions call."""
 
     def decorate(function: Function) -> Function:
         memorised: dict[Path, Callable] = {}
 
         def cached(*args, **kwargs):  # type: ignore[no-untyped-def]
-            folder = cache_folder(Path(source_file), packages)
+            folder = cache_folder(Path(source_file), packages, helpers)
             if folder is None:
                 return function(*args, **kwargs)
             if folder not in memorised:
