@@ -108,8 +108,9 @@ SIGNATURE = ("id: 1 − face re-identification rate (LBPH / Eigen / Fisher train
 LEDGER = ("Every ε names its unit — what one neighbouring change is: a video, a person, a frame, a pixel change — and "
           "its relation (add/remove or replace-one). The person is the unit that matters: a person appears in many videos, "
           "so each release's ε for a person is its group ε over their videos, computed exactly from the composed mechanism "
-          "(mixture-of-Gaussians PLD for DP-SGD, Gaussian DP for Video-DPRP and the federated clients, videos × ε for LDP "
-          "codes), and a person's total is the sum over the releases that hold them (sequential composition). Training on "
+          "(mixture-of-Gaussians PLD for DP-SGD; for MaskDP's replace-one, the two add/remove group steps of a replaced "
+          "person composed as trade-off curves, within 2 % of the worst case; Gaussian DP for Video-DPRP and the "
+          "federated clients; videos × ε for LDP codes), and a person's total is the sum over the releases that hold them (sequential composition). Training on "
           "a DPRP copy is post-processing (free). Releases without DP (anonymized copies, models trained on raw or "
           "anonymized clips, the ε = ∞ references) and releases made with seeded randomness (reproducible from params, "
           "so not private) make a person's total unbounded. Expect large person-level numbers: that is the finding.")
