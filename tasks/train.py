@@ -135,7 +135,7 @@ def _train_seed(params: TrainParams, base_seed: int, seed: int, data: TrainingDa
     torch.manual_seed(derive_seed(base_seed, "train", params.method, "init", *keys))
     generator = torch.Generator().manual_seed(derive_seed(base_seed, "train", params.method, "batches", *keys))
     model = create_video_classifier(num_classes=len(data.classes), width=params.width, norm=group_norm(params.norm_groups),
-                                    dropout=params.dropout)
+                                    dropout=params.dropout, input_view=params.input, head_pool=params.head_pool)
     if init is not None:
         transfer_weights(model, config, init / "model.pt")
     if has_batch_norm(model):
@@ -187,6 +187,7 @@ def train(*, params_path: Path, frames: Path, out: Path, report: Path, family: s
         check_unprotected(params_path, f"the non-private model {key} (trained on {frames})")
     classes = class_names(rows)
     config = {"num_classes": len(classes), "width": params.width, "norm_groups": params.norm_groups,
+              "input": params.input, "head_pool": params.head_pool,
               "dropout": params.dropout, "input_size": list(params.input_size), "clip_frames": int(train_rows[0]["n_frames"]),
               "classes": classes, "method": params.method, "model": key, "family": family, "frames": str(frames),
               "init": str(init) if init else None}

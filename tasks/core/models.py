@@ -6,11 +6,16 @@ samples independent, so Opacus can compute per-sample gradients and the DP metho
 this very model.
 
     clip (B, 3, T, H, W)
-      ─▶ stem: conv (3, 7, 7) stride (1, 4, 4) ─ norm ─ ReLU ─ max-pool (1, 2, 2)
+      ─▶ stem: input view ─ conv (3, 7, 7) stride (1, 4, 4) ─ norm ─ ReLU ─ max-pool (1, 2, 2)
       ─▶ stage 1: bottleneck, width*2 channels
       ─▶ stage 2: bottleneck, width*4 channels, stride (2, 2, 2)
       ─▶ stage 3: bottleneck, width*8 channels, stride (2, 2, 2)
-      ─▶ head: global average pool ─ dropout ─ linear ─▶ logits (B, classes)
+      ─▶ head: global average or max pool ─ dropout ─ linear ─▶ logits (B, classes)
+
+The input view (:data:`INPUT_VIEWS`, ``train.input``) is part of the model, so every stage that runs it — train,
+evaluate, the private and federated methods, the registry's pyfunc — feeds it the same normalised clip.
+``motion`` (frame differences) is the default: on the embedded dataset it lifts a model trained from scratch from
+46 % to 87 % Top-1 in 40 epochs (the actions are limb movements on a still background).
 """
 
 from __future__ import annotations
@@ -23,10 +28,12 @@ import tasks.torchvision_compat  # noqa: F401  (before pytorchvideo imports torc
 import torch
 from pytorchvideo.models.head import ResNetBasicHead
 from pytorchvideo.models.net import Net
-from pytorchvideo.models.resnet import create_bottleneck_block, create_res_basic_stem, create_res_stage
+from pytorchvideo.models.resnet import create_bottleneck_block, create_res_stage
+from pytorchvideo.models.stem import ResNetBasicStem, create_res_basic_stem
 from torch import nn
 
 from tasks.core.errors import PrivharError
+from tasks.core.plugins import Registry
 
 
 class GroupNorm3d(nn.GroupNorm):
@@ -44,6 +51,45 @@ class VideoClassifier(Net):
     """
 
 
+class FrameDifference(nn.Module):
+    """Frame t+1 − frame t of every channel, the last zero: what moved, without what things look like."""
+
+    def forward(self, clip: torch.Tensor) -> torch.Tensor:
+        return torch.cat([clip[:, :, 1:] - clip[:, :, :-1], torch.zeros_like(clip[:, :, :1])], dim=2)
+
+
+class FramesAndDifference(FrameDifference):
+    """The frames and their differences, stacked as channels (twice the stem's cost)."""
+
+    def forward(self, clip: torch.Tensor) -> torch.Tensor:
+        return torch.cat([clip, super().forward(clip)], dim=1)
+
+
+InputView = Callable[[], tuple[nn.Module, int]]
+INPUT_VIEWS: Registry[InputView] = Registry("train.input view")
+INPUT_VIEWS.register("rgb")(lambda: (nn.Identity(), 3))
+INPUT_VIEWS.register("motion")(lambda: (FrameDifference(), 3))
+INPUT_VIEWS.register("rgb_motion")(lambda: (FramesAndDifference(), 6))
+HEAD_POOLS: Registry[Callable[..., nn.Module]] = Registry("train.head_pool")
+HEAD_POOLS.register("avg")(nn.AdaptiveAvgPool3d)
+HEAD_POOLS.register("max")(nn.AdaptiveMaxPool3d)
+
+
+class ViewedStem(nn.Module):
+    """pytorchvideo's basic stem behind an input view, its parameter names unchanged (``blocks.0.conv`` …).
+
+    Not a subclass: pytorchvideo's ``set_attributes(self, locals())`` would reset ``__class__`` to its own.
+    """
+
+    def __init__(self, *, view: nn.Module, stem: ResNetBasicStem) -> None:
+        super().__init__()
+        self.view, self.conv, self.norm, self.activation, self.pool = view, stem.conv, stem.norm, stem.activation, stem.pool
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.activation(self.norm(self.conv(self.view(x))))
+        return x if self.pool is None else self.pool(x)
+
+
 def _divisor_at_most(groups: int, channels: int) -> int:
     return max(d for d in range(1, min(groups, channels) + 1) if channels % d == 0)
 
@@ -56,7 +102,7 @@ def create_video_classifier(
     *,
     # Input configs.
     num_classes: int,
-    input_channels: int = 3,
+    input_view: str = "rgb",
     # Stem configs.
     stem_kernel: tuple[int, int, int] = (3, 7, 7),
     stem_stride: tuple[int, int, int] = (1, 4, 4),
@@ -69,7 +115,7 @@ def create_video_classifier(
     norm: Callable[..., nn.Module] | None = None,
     activation: Callable[..., nn.Module] = nn.ReLU,
     # Head configs.
-    head_pool: Callable[..., nn.Module] = nn.AdaptiveAvgPool3d,
+    head_pool: str = "avg",
     dropout: float = 0.2,
 ) -> nn.Module:
     """A small 3-D ResNet (a pytorchvideo ``Net``) for clips of any length and size.
@@ -83,11 +129,12 @@ def create_video_classifier(
     """
     norm = norm or group_norm(4)
     padding = tuple(size // 2 for size in stem_kernel)
-    blocks: list[nn.Module] = [create_res_basic_stem(
+    view, input_channels = INPUT_VIEWS[input_view]()
+    blocks: list[nn.Module] = [ViewedStem(view=view, stem=create_res_basic_stem(
         in_channels=input_channels, out_channels=width, conv_kernel_size=stem_kernel, conv_stride=stem_stride,
         conv_padding=padding, pool=nn.MaxPool3d if stem_pool else None, pool_kernel_size=(1, 3, 3), pool_stride=(1, 2, 2),
         pool_padding=(0, 1, 1), norm=norm, activation=activation,
-    )]
+    ))]
     dim_in = width
     for index, (multiplier, temporal_stride) in enumerate(zip(stage_multipliers, stage_temporal_strides)):
         spatial_stride = 1 if index == 0 else 2
@@ -100,7 +147,7 @@ def create_video_classifier(
         ))
         dim_in = dim_out
     blocks.append(ResNetBasicHead(
-        pool=head_pool((1, 1, 1)), dropout=nn.Dropout(dropout) if dropout > 0 else None,
+        pool=HEAD_POOLS[head_pool]((1, 1, 1)), dropout=nn.Dropout(dropout) if dropout > 0 else None,
         proj=nn.Linear(dim_in, num_classes), output_pool=nn.AdaptiveAvgPool3d(1),
     ))
     return VideoClassifier(blocks=nn.ModuleList(blocks))
@@ -124,20 +171,30 @@ def transfer_weights(model: nn.Module, config: dict, checkpoint: Path) -> None:
     if not checkpoint.is_file():
         raise PrivharError(f"{checkpoint}: not found; expected a trained model (run the pretrain stage)")
     stored = torch.load(checkpoint, map_location="cpu", weights_only=True)
-    for name in ("width", "norm_groups", "input_size"):
-        if stored["config"].get(name) != config[name]:
-            raise PrivharError(f"{checkpoint}: its {name} {stored['config'].get(name)} differs from this model's "
-                               f"{config[name]}; pretrain with the same train params")
+    for name in ("width", "norm_groups", "input_size", "input", "head_pool"):
+        if _architecture(stored["config"], name) != _architecture(config, name):
+            raise PrivharError(f"{checkpoint}: its {name} {_architecture(stored['config'], name)} differs from this "
+                               f"model's {_architecture(config, name)}; pretrain with the same train params")
     backbone = {name: value for name, value in stored["state_dict"].items() if not name.startswith(CLASSIFIER + ".")}
     missing, unexpected = model.load_state_dict(backbone, strict=False)
     if unexpected or any(not name.startswith(CLASSIFIER + ".") for name in missing):
         raise PrivharError(f"{checkpoint}: its layers do not match this model's (missing {missing}, unexpected {unexpected})")
 
 
+# what a checkpoint saved before the input view and head pool were params was built with
+ARCHITECTURE_DEFAULTS = {"input": "rgb", "head_pool": "avg"}
+
+
+def _architecture(config: dict, name: str) -> object:
+    return config.get(name, ARCHITECTURE_DEFAULTS.get(name))
+
+
 def build_from_config(config: dict) -> nn.Module:
     """Rebuild a classifier from the ``config`` saved in its checkpoint."""
     return create_video_classifier(num_classes=config["num_classes"], width=config["width"],
-                                   norm=group_norm(config["norm_groups"]), dropout=config["dropout"])
+                                   norm=group_norm(config["norm_groups"]), dropout=config["dropout"],
+                                   input_view=str(_architecture(config, "input")),
+                                   head_pool=str(_architecture(config, "head_pool")))
 
 
 def checkpoint_config(path: Path) -> dict:

@@ -83,6 +83,8 @@ class TrainParams(Section):
     input_size: FrameSize
     width: Annotated[int, Field(ge=4, le=256)]
     norm_groups: PositiveInt
+    input: str = "motion"  # tasks.core.models.INPUT_VIEWS: rgb | motion | rgb_motion
+    head_pool: str = "max"  # tasks.core.models.HEAD_POOLS: avg | max
     dropout: Annotated[float, Field(ge=0.0, lt=1.0)]
     threads: Annotated[int, Field(ge=0, le=256)]  # 0: torch's default
 
