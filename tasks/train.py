@@ -13,6 +13,7 @@ training data's (:func:`tasks.core.privacy.strongest`).
 
     <frames> (train split) ─▶ clips at train.input_size ─▶ method ─▶ out/model.pt
                                                                └─▶ report/<key>.json, <key>_history.csv
+                                                                   (loss, train and test Top-1 per epoch: a DVC plot)
 """
 
 from __future__ import annotations
@@ -56,6 +57,21 @@ class TrainingData:
     labels: torch.Tensor  # (N,)
     classes: list[str]
     device: torch.device = torch.device("cpu")  # where the model trains (base.device): batches move there
+    held_out: tuple[torch.Tensor, torch.Tensor] | None = None  # the test split (clips, labels): the learning curve only
+
+
+def held_out_accuracy(model: nn.Module, data: TrainingData, batch_size: int = 64) -> float | None:
+    """Top-1 on the test split after an epoch: the learning curve's second line. Never used to pick a model or stop."""
+    if data.held_out is None:
+        return None
+    clips, labels = data.held_out
+    model.eval()
+    correct = 0
+    with torch.no_grad():
+        for start in range(0, len(labels), batch_size):
+            inputs = normalise(to_device(clips[start:start + batch_size], data.device))
+            correct += int((model(inputs).argmax(1).cpu() == labels[start:start + batch_size]).sum())
+    return correct / len(labels)
 
 
 LOG = logging.getLogger(__name__)
@@ -113,7 +129,10 @@ def train_baseline(model: nn.Module, data: TrainingData, params: TrainParams, ge
             bar.update(1)
         bar.close()
         record = {"epoch": epoch, "loss": total_loss / len(data.labels), "train_accuracy": correct / len(data.labels)}
-        run.log_metrics({"loss": record["loss"], "train_accuracy": record["train_accuracy"]}, step=epoch)
+        held_out = held_out_accuracy(model, data)
+        if held_out is not None:
+            record["test_accuracy"] = held_out
+        run.log_metrics({name: value for name, value in record.items() if name != "epoch"}, step=epoch)
         history.append(record)
     return history
 
@@ -195,7 +214,10 @@ def train(*, params_path: Path, frames: Path, out: Path, report: Path, family: s
     privacy = strongest(METHOD_PRIVACY[params.method], data_guarantee(train_rows))
     with stage_run(run_name, {"base": base, "train": params}) as run:
         with atomic_directory(out) as staging:
-            data = TrainingData(load_clips(train_rows, frames, tuple(params.input_size)), labels_of(train_rows), classes, device)
+            test_rows = split_rows(rows, "test")
+            held_out = (load_clips(test_rows, frames, tuple(params.input_size)), labels_of(test_rows)) if test_rows else None
+            data = TrainingData(load_clips(train_rows, frames, tuple(params.input_size)), labels_of(train_rows), classes, device,
+                                held_out)
             for seed in range(seeds):
                 model, history, seconds = _train_seed(params, base.seed, seed, data, init, config, key, frames,
                                                       run.prefixed(f"seed{seed}.") if seed else run)

@@ -38,6 +38,7 @@ def test_training_writes_model_report_and_history(trained):
     assert report["train_videos"] == 9 and report["trainable_parameters"] > 0
     history = list(csv.DictReader((folder / "reports/train/baseline_history.csv").open()))
     assert [int(row["epoch"]) for row in history] == [1, 2]
+    assert all(0.0 <= float(row["test_accuracy"]) <= 1.0 for row in history)  # the learning curve's held-out line
 
 
 def test_training_is_deterministic(trained, tmp_path):
