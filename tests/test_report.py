@@ -244,3 +244,26 @@ def test_claims_are_decided_by_welch_over_the_seeds_not_by_one_run():
                and "Video-DPRP" in claim.text]
     assert claim.text == f"Video-DPRP ε = {PUBLIC_R_AT_8.epsilon:.3g} (paper's ε = 8) is at least as good as MultiClip-DP at ε = 8"
     assert (claim.higher, claim.lower) == ("dprp-eps8.0", "multiclip-eps8.0")
+
+
+def test_each_protection_is_measured_against_the_raw_clips_and_a_tie_is_explained():
+    """Issue 31: a protected copy whose Top-1 the seeds cannot tell from the raw clips' is named, with why."""
+    from scipy import stats
+
+    from tasks.report.claims import against_raw
+    from tasks.report.stage import _costs_markdown
+
+    def seeds(key, values):
+        return {key + ("" if index == 0 else f"-seed{index}"): {"top1": value} for index, value in enumerate(values)}
+
+    metrics = {**seeds("baseline", [0.90, 0.89, 0.91]), **seeds("anonymize-face_blur", [0.89, 0.90, 0.88]),
+               **seeds("anonymize-blackout", [0.60, 0.62, 0.61])}
+    rows = methods(["face_blur", "blackout", "avatar"], [], [], [])
+    costs = {row["method"]: row for row in against_raw(rows, metrics)}
+    tie = stats.ttest_ind([0.90, 0.89, 0.91], [0.89, 0.90, 0.88], equal_var=False).pvalue
+    assert costs["anonymize: face_blur"]["verdict"] == f"within noise (p = {tie:.2f})"
+    assert costs["anonymize: blackout"]["verdict"].startswith("costs") and costs["anonymize: blackout"]["gap"] == -29.0
+    assert costs["anonymize: avatar"]["verdict"] == "not run"
+    text = _costs_markdown(list(costs.values()), "motion")
+    assert "Within noise of the raw clips: anonymize: face_blur. Why: the classifier reads what moved" in text
+    assert "blackout." not in text.split("Within noise")[1]

@@ -22,7 +22,19 @@ from typing import Any
 
 from tasks.core.dprp_calibration import NoiseScales
 from tasks.core.seeds import compare, interval, seed_scores
-from tasks.report.tables import dprp_key
+from tasks.report.tables import Method, dprp_key
+
+RAW_MODEL = "baseline"  # the model trained on the raw clips: what every protection is measured against
+# why a protection can leave Top-1 where the raw clips have it, by what the classifier reads (train.input)
+WITHIN_NOISE_BECAUSE = {
+    "motion": "the classifier reads what moved (frame differences, `train.input: motion`): a protection that keeps the "
+              "person's movement keeps the action, whatever it does to their appearance (tests/test_models.py: a still "
+              "picture added to every frame changes nothing the model computes)",
+    "rgb_motion": "the classifier reads the frames and what moved (`train.input: rgb_motion`): a protection that keeps the "
+                  "person's movement keeps most of the action",
+    "rgb": "the classifier reads the frames (`train.input: rgb`): a protection that keeps the silhouette and the limbs' "
+           "positions keeps the action",
+}
 
 
 @dataclass(frozen=True)
@@ -78,3 +90,27 @@ def decide(claims: list[Claim], metrics: dict[str, dict[str, float]]) -> list[di
                      "gap": round(100 * (first.mean - second.mean), 2), "seeds": min(first.seeds, second.seeds),
                      "verdict": compare(first, second)})
     return rows
+
+
+def against_raw(rows: list[Method], metrics: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
+    """Each protected copy's Top-1 (protocol 1) against the raw clips' over seeds (Welch, 95 %): what it costs.
+
+    "within noise" is the verdict *undecided*: the protection's cost is smaller than the seeds can resolve.
+    """
+    raw = seed_scores(metrics, RAW_MODEL, "top1")
+    found = []
+    for method in rows:
+        if not method.copy or method.model == RAW_MODEL:
+            continue
+        scores = seed_scores(metrics, method.model, "top1")
+        if not raw or not scores:
+            found.append({"method": method.label, "top1": "not run", "raw_top1": "not run", "gap": math.nan,
+                          "verdict": "not run"})
+            continue
+        protected, reference = interval(scores), interval(raw)
+        verdict = compare(reference, protected)
+        found.append({"method": method.label, "top1": protected.percent(), "raw_top1": reference.percent(),
+                      "gap": round(100 * (protected.mean - reference.mean), 2),
+                      "verdict": verdict.replace("holds", "costs").replace("reversed", "gains")
+                      .replace("undecided", "within noise")})
+    return found

@@ -21,12 +21,13 @@ from typing import Any
 from tasks.core.dprp_calibration import dataset_scales
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import MANIFEST_NAME, read_manifest, write_table
-from tasks.core.params import AnonymizeParams, DprpParams, FederatedParams, PrivacyParams, PrivateParams, load_section
+from tasks.core.params import (AnonymizeParams, DprpParams, FederatedParams, PrivacyParams, PrivateParams, TrainParams,
+                               load_section)
 from tasks.core.storage import atomic_write_bytes
 from tasks.core.tables import csv_bytes, markdown_of
 from tasks.core.subjects import subjects_statement
 from tasks.core.tracking import stage_run
-from tasks.report.claims import decide, paper_claims
+from tasks.report.claims import WITHIN_NOISE_BECAUSE, against_raw, decide, paper_claims
 from tasks.report.ledger import (
     SUBJECT_COLUMNS,
     Release,
@@ -116,6 +117,8 @@ LEDGER = ("Every ε names its unit — what one neighbouring change is: a video,
           "so not private) make a person's total unbounded. Expect large person-level numbers: that is the finding.")
 
 
+COSTS = ("Each protected copy's model against the model of the raw clips, Top-1 (protocol 1) over their training seeds, "
+         "Welch's t-test at 95 %: *costs* when significantly lower, *within noise* when the seeds cannot tell them apart.")
 CLAIMS = ("Each claim compares two rows' Top-1 (protocol 1) over their training seeds with Welch's t-test: *holds* or "
           "*reversed* when the gap is significant at 95 %, *undecided* otherwise — one run decides nothing (another "
           "machine moved single-run Top-1 by up to 17 points). Where each paper makes the claim: tasks/report/claims.py.")
@@ -129,8 +132,21 @@ def _claims_markdown(claims: list[dict[str, Any]]) -> str:
     return markdown_of(["paper", "claim", "claimed higher, Top-1 (%)", "claimed lower, Top-1 (%)", "verdict"], lines)
 
 
+def _costs_markdown(costs: list[dict[str, Any]], view: str) -> str:
+    if not costs:
+        return "No protected copy in these params."
+    lines = [[row["method"], row["top1"], row["raw_top1"], "n/a" if math.isnan(row["gap"]) else f"{row['gap']:+.1f}",
+              row["verdict"]] for row in costs]
+    table = markdown_of(["protection", "Top-1 P1 (%)", "raw clips (%)", "gap (points)", "verdict"], lines)
+    close = [row["method"] for row in costs if row["verdict"].startswith("within noise")]
+    if not close:
+        return table
+    return f"{table}\n\nWithin noise of the raw clips: {', '.join(close)}. Why: {WITHIN_NOISE_BECAUSE[view]}."
+
+
 def results_markdown(table: list[dict[str, Any]], signature: list[dict[str, Any]], releases: list[dict[str, Any]],
-                     subjects: list[dict[str, Any]], cap: float, who: str = "", claims: list[dict[str, Any]] | None = None) -> str:
+                     subjects: list[dict[str, Any]], cap: float, who: str = "", claims: list[dict[str, Any]] | None = None,
+                     costs: list[dict[str, Any]] | None = None, view: str = "motion") -> str:
     cap_text = "none" if math.isinf(cap) else f"ε ≤ {cap:g} per person"
     links = " ".join(f"[{row['copy']}](report/signature/{row['copy']}.png)" for row in signature)
     return "\n\n".join([
@@ -140,6 +156,7 @@ def results_markdown(table: list[dict[str, Any]], signature: list[dict[str, Any]
         "Top-1 against ε for every private method: [compare/private.md](compare/private.md)",
         "![Top-1 against ε](compare/accuracy_vs_epsilon.png)",
         "Federated DP training (paper 003, FedAvg / FedNova × full / selective): [federated/federated.md](federated/federated.md)",
+        "## What each protection costs against the raw clips", COSTS, _costs_markdown(costs or [], view),
         "## The papers' claims, decided over seeds", CLAIMS, _claims_markdown(claims or []),
         "## Paper 004 signature: every evaluator in [0, 1], 1 = best", SIGNATURE, signature_markdown(signature), links,
         "## Privacy ledger", f"Cap (`privacy.max_epsilon`): {cap_text}. {LEDGER}",
@@ -175,12 +192,14 @@ def report(*, params_path: Path, metrics: Path, signature: Path, ledgers: Path, 
     privacy = load_section(params_path, "privacy", PrivacyParams)
     cap = privacy.max_epsilon
     federated = load_section(params_path, "federated", FederatedParams)
+    train = load_section(params_path, "train", TrainParams)
     decoded = read_manifest(frames / MANIFEST_NAME)
     d = int(decoded[0]["height"]) * int(decoded[0]["width"]) * 3
     dprp_scales = [dataset_scales(dprp_params, epsilon, d, privacy.randomness == "secure") for epsilon in dprp_params.epsilons]
     rows = methods(anonymize_params.methods, dprp_scales, private.methods, private.epsilons)
     scores, assessed = _json_or_empty(metrics), _json_or_empty(signature)
     table = table_one(rows, scores, assessed)
+    costs = against_raw(rows, scores)
     claims = decide(paper_claims(private.methods, private.epsilons, dprp_scales, federated.aggregations,
                                  list(federated.tunings)), scores)
     signatures = signature_rows(rows, assessed)
@@ -198,6 +217,7 @@ def report(*, params_path: Path, metrics: Path, signature: Path, ledgers: Path, 
                                                                          if field.name != "persons"]))
         atomic_write_bytes(folder / "subjects.csv", csv_bytes(subjects, list(SUBJECT_COLUMNS)))
         atomic_write_bytes(folder / "claims.csv", csv_bytes(claims, list(CLAIM_COLUMNS)))
+        atomic_write_bytes(folder / "costs.csv", csv_bytes(costs, ["method", "top1", "raw_top1", "gap", "verdict"]))
         write_table([{key: str(value) if isinstance(value, str) else float(value) if isinstance(value, (int, float)) else value
                       for key, value in row.items()} for row in _uniform(table)], folder / "results.parquet")
         dvc_metrics = {row["model"]: {name: row[key] for name, key in METRIC_NAMES.items()
@@ -208,7 +228,7 @@ def report(*, params_path: Path, metrics: Path, signature: Path, ledgers: Path, 
             if not isinstance(row["e_id_ind"], str):
                 atomic_write_bytes(folder / "signature" / f"{row['copy']}.png", signature_png(row))
         atomic_write_bytes(out / "results.md", results_markdown(table, signatures, releases, subjects, cap, subjects_statement(decoded),
-                                                                   claims).encode())
+                                                                   claims, costs, train.input).encode())
         _mlflow_children(run, table, assessed)
         run.log_artifact(out / "results.md")
     LOG.info(f"report: {len(table)} methods, {len(releases)} releases in {out / 'results.md'}")
