@@ -76,3 +76,24 @@ def test_the_hockey_stick_matches_dp_accounting_and_holds_past_float_range():
     assert ours == pytest.approx(np.asarray(pmf.get_delta_for_epsilon(epsilons)), rel=1e-6, abs=1e-15)
     far = tradeoff.hockey_stick(np.array([800.0, 900.0]), np.array([0.5, 0.5]), 0.0, np.array([850.0]))
     assert far[0] == pytest.approx(0.5 * (1 - math.exp(-50.0)))
+
+
+def test_the_moment_bound_behind_the_far_tail_is_an_upper_bound_and_close():
+    """The Chernoff bound on the first step's tail rests on E_N(0) e^{λL} (L = log N(0)/mixture): the grid's value is
+    at least scipy's adaptive quadrature of it, and within 5 %."""
+    from scipy.integrate import quad
+
+    from tasks.core.accounting import mixture_add_log_moments
+
+    sigma, rate, group = 4.0, 0.2, 5
+    counts = np.arange(group + 1)
+    weights = binom.pmf(counts, group, rate)
+    orders = np.array([0.5, 2.0, 10.0])
+    ours = mixture_add_log_moments(sigma, rate, group, orders)
+    for order, bound in zip(orders, ours):
+        def integrand(x: float) -> float:
+            ratio = float(np.sum(weights * np.exp((2 * x * counts - counts ** 2) / (2 * sigma ** 2))))
+            return float(norm.pdf(x, 0, sigma) * ratio ** -order)
+        exact = sum(quad(integrand, low, high, limit=400, epsabs=0, epsrel=1e-10)[0]
+                    for low, high in [(-np.inf, -60.0), (-60.0, 0.0), (0.0, 60.0), (60.0, np.inf)])
+        assert math.log(exact) - 1e-9 <= bound <= math.log(exact) + math.log(1.05), (order, bound, math.log(exact))

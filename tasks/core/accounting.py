@@ -296,17 +296,29 @@ def _pmf_hockey_stick(pmf, epsilons: np.ndarray) -> np.ndarray:
 
 def _mixture_add_chernoff(noise_multiplier: float, sample_rate: float, steps: int, group: int,
                           epsilons: np.ndarray) -> np.ndarray:
-    """Chernoff bound on H(N(0)‖mixture) composed over ``steps``: the one-step moment E_N(0) e^{λL} of
-    L = log N(0)/mixture by quadrature (|x| to 40σ beyond the shifts: the rest is below e^-800)."""
+    """Chernoff bound on H(N(0)‖mixture) composed over ``steps`` (:func:`tasks.core.tradeoff.chernoff_hockey_stick`)."""
+    orders = np.geomspace(1e-3, 1e4, 120)
+    return tradeoff.chernoff_hockey_stick(epsilons, steps, orders,
+                                          mixture_add_log_moments(noise_multiplier, sample_rate, group, orders))
+
+
+def mixture_add_log_moments(noise_multiplier: float, sample_rate: float, group: int, orders: np.ndarray) -> np.ndarray:
+    """Upper bounds on log E_N(0) e^{λL} at λ = ``orders``, L = log N(0)/mixture of one step: L falls as x rises (every
+    shift is ≥ 0), so each cell of a grid is charged its exact N(0) mass times e^{λL} at its left end, the left tail
+    e^{λ·max L} (L ≤ log 1/w₀, w₀ the weight of shift 0), the right tail its left end's."""
     sensitivities, weights = _binomial_mixture(group, sample_rate)
     sigma = noise_multiplier
-    x = np.linspace(-sensitivities.max() - 40 * sigma, 40 * sigma, 100_001)
-    log_ratio = logsumexp(np.log(weights)[:, None]
-                          + (2 * x[None] * sensitivities[:, None] - sensitivities[:, None] ** 2) / (2 * sigma ** 2), axis=0)
-    log_density = norm.logpdf(x, 0.0, sigma) + math.log(x[1] - x[0])
-    orders = np.geomspace(1e-3, 1e4, 120)
-    log_mgf = np.array([logsumexp(log_density - order * log_ratio) for order in orders])
-    return tradeoff.chernoff_hockey_stick(epsilons, steps, orders, log_mgf)
+    edges = np.linspace(-sensitivities.max() - 40 * sigma, 40 * sigma, 100_001)
+    loss = -logsumexp(np.log(weights)[:, None]
+                      + (2 * edges[None] * sensitivities[:, None] - sensitivities[:, None] ** 2) / (2 * sigma ** 2), axis=0)
+    z = edges / sigma
+    log_below, log_above = norm.logcdf(z), norm.logsf(z)
+    with np.errstate(divide="ignore"):  # a cell's mass, from whichever tail keeps its digits
+        left_side = log_below[1:] + np.log1p(-np.exp(np.minimum(log_below[:-1] - log_below[1:], 0.0)))
+        right_side = log_above[:-1] + np.log1p(-np.exp(np.minimum(log_above[1:] - log_above[:-1], 0.0)))
+    log_mass = np.concatenate([[log_below[0]], np.where(z[1:] <= 0, left_side, right_side), [log_above[-1]]])
+    charged = np.concatenate([[-math.log(weights[0])], loss])  # the left tail at the largest loss, each cell its left end
+    return np.array([logsumexp(log_mass + order * charged) for order in orders])
 
 
 def gdp_delta(epsilon: float, mu: float) -> float:
