@@ -27,8 +27,8 @@ import polars as pl
 import torch
 from sklearn import metrics
 
-from tasks.core.clips import labels_of, load_clips, normalise
-from tasks.core.device import mixed_precision, resolve_device, to_device
+from tasks.core.clips import labels_of, load_clips, predict
+from tasks.core.device import resolve_device
 from tasks.core.errors import PrivharError
 from tasks.core.figures import plt, png_bytes
 from tasks.core.manifest import MANIFEST_NAME, read_manifest
@@ -80,18 +80,6 @@ def plot_confusion(matrix: np.ndarray, names: list[str], title: str) -> bytes:
             axes.text(column, row, str(count), ha="center", va="center", color="white" if shares[row, column] > 0.5 else "black", fontsize=7)
     figure.tight_layout()
     return png_bytes(figure, dpi=110)
-
-
-@torch.no_grad()
-def predict(model: torch.nn.Module, clips: torch.Tensor, batch_size: int,
-            device: torch.device = torch.device("cpu")) -> torch.Tensor:
-    """Logits (float32, on the CPU) of ``model`` for uint8 ``clips``, a batch at a time on ``device`` (bf16 on a GPU)."""
-    model.to(device)
-    outputs = []
-    for batch in clips.split(batch_size):
-        with mixed_precision(device):
-            outputs.append(model(normalise(to_device(batch, device))).float().cpu())
-    return torch.cat(outputs)
 
 
 class TestSets:

@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tasks.core.clips import augment, class_names, labels_of, load_clips, normalise, split_rows
+from tasks.core.clips import augment, class_names, labels_of, load_clips, normalise, predict, split_rows
 from tasks.core.budget import check_unprotected
 from tasks.core.device import mixed_precision, resolve_device, to_device
 from tasks.core.errors import PrivharError
@@ -65,13 +65,7 @@ def held_out_accuracy(model: nn.Module, data: TrainingData, batch_size: int = 64
     if data.held_out is None:
         return None
     clips, labels = data.held_out
-    model.eval()
-    correct = 0
-    with torch.no_grad():
-        for start in range(0, len(labels), batch_size):
-            inputs = normalise(to_device(clips[start:start + batch_size], data.device))
-            correct += int((model(inputs).argmax(1).cpu() == labels[start:start + batch_size]).sum())
-    return correct / len(labels)
+    return int((predict(model.eval(), clips, batch_size, data.device).argmax(1) == labels).sum()) / len(labels)
 
 
 LOG = logging.getLogger(__name__)

@@ -213,10 +213,14 @@ def _group_add_remove(noise_multiplier: float, sample_rate: float, steps: int, d
             coarse = _mixture_epsilon(noise_multiplier, sample_rate, steps, delta, larger, PLD_INTERVAL_COARSE * scale)
             if not math.isfinite(coarse):
                 continue
-            fine = _mixture_epsilon(noise_multiplier, sample_rate, steps, delta, larger,
-                                    min(PLD_INTERVAL_COARSE, max(PLD_INTERVAL, coarse / 1000)) * scale)
+            fine = _mixture_epsilon(noise_multiplier, sample_rate, steps, delta, larger, _fine_interval(coarse) * scale)
             return fine if math.isfinite(fine) else coarse
     return gdp_epsilon(group * math.sqrt(steps) / noise_multiplier, delta)
+
+
+def _fine_interval(epsilon: float) -> float:
+    """A group PLD's discretisation from a first ε (module constants): ε/1000 within [PLD_INTERVAL, coarse]; ∞: coarse."""
+    return min(PLD_INTERVAL_COARSE, max(PLD_INTERVAL, epsilon / 1000))
 
 
 def _mixture_pld(noise_multiplier: float, sample_rate: float, steps: int, group: int, interval: float):
@@ -259,18 +263,16 @@ def _group_replace_one(noise_multiplier: float, sample_rate: float, steps: int, 
     if group == 1:
         return min(unsampled, _pld_epsilon(noise_multiplier, sample_rate, steps, delta, REPLACE_ONE))
     add_remove = _group_add_remove(noise_multiplier, sample_rate, steps, delta, group)
-    interval = min(PLD_INTERVAL_COARSE, max(PLD_INTERVAL, add_remove / 1000)) if math.isfinite(add_remove) \
-        else PLD_INTERVAL_COARSE
     # the add pair's loss log N(0)/mixture is at most log 1/(1 − q)^m a step (the mixture holds N(0) with that
     # weight); where it does not (q = 1, or (1 − q)^m below the mixture's 1e-40 cut) nothing is amplified anyway
     sensitivities, weights = _binomial_mixture(group, sample_rate)
     if sensitivities[0] != 0:
         return unsampled
     away_top = steps * -math.log(weights[0])
-    ceiling = min(unsampled, (add_remove if math.isfinite(add_remove) else unsampled) + away_top + 1.0)
+    ceiling = min(unsampled, add_remove + away_top + 1.0)
     if not math.isfinite(ceiling):
         return unsampled
-    pld = _mixture_pld(noise_multiplier, sample_rate, steps, group, interval)
+    pld = _mixture_pld(noise_multiplier, sample_rate, steps, group, _fine_interval(add_remove))
     away_epsilons = tradeoff.epsilon_grid(away_top)
     away = np.minimum(_pmf_hockey_stick(pld._pmf_add, away_epsilons),
                       _mixture_add_chernoff(noise_multiplier, sample_rate, steps, group, away_epsilons))
@@ -288,9 +290,8 @@ def _pmf_hockey_stick(pmf, epsilons: np.ndarray) -> np.ndarray:
         probabilities = np.asarray(pmf._probs, float)
         losses = (pmf._lower_loss + np.arange(len(probabilities))) * pmf._discretization
     else:
-        keys = np.array(sorted(pmf._loss_probs), dtype=float)
-        probabilities = np.array([pmf._loss_probs[key] for key in sorted(pmf._loss_probs)], float)
-        losses = keys * pmf._discretization
+        keys, values = zip(*sorted(pmf._loss_probs.items()))
+        probabilities, losses = np.array(values, float), np.array(keys, float) * pmf._discretization
     return tradeoff.hockey_stick(losses, probabilities, float(pmf._infinity_mass), epsilons)
 
 

@@ -1,4 +1,4 @@
-"""Decoded clips as model input: load once, normalise, resize, augment.
+"""Decoded clips as model input: load once, normalise, resize, augment, and a model's logits for them.
 
 Frames are stored (T, H, W, 3) uint8 RGB; models take (B, 3, T, h, w) float, normalised
 with the Kinetics mean and standard deviation pytorchvideo uses.
@@ -12,6 +12,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from tasks.core.device import mixed_precision, to_device
 from tasks.core.manifest import resolve_path
 from tasks.core.storage import load_frames
 
@@ -50,6 +51,18 @@ def normalise(clips: torch.Tensor) -> torch.Tensor:
     mean = torch.tensor(MEAN, device=clips.device).view(1, 3, 1, 1, 1)
     std = torch.tensor(STD, device=clips.device).view(1, 3, 1, 1, 1)
     return (clips.float() / 255.0 - mean) / std
+
+
+@torch.no_grad()
+def predict(model: torch.nn.Module, clips: torch.Tensor, batch_size: int,
+            device: torch.device = torch.device("cpu")) -> torch.Tensor:
+    """Logits (float32, on the CPU) of ``model`` for uint8 ``clips``, a batch at a time on ``device`` (bf16 on a GPU)."""
+    model.to(device)
+    outputs = []
+    for batch in clips.split(batch_size):
+        with mixed_precision(device):
+            outputs.append(model(normalise(to_device(batch, device))).float().cpu())
+    return torch.cat(outputs)
 
 
 def augment(clips: torch.Tensor, generator: torch.Generator, shift: int = 4) -> torch.Tensor:

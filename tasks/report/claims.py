@@ -98,16 +98,17 @@ def against_raw(rows: list[Method], metrics: dict[str, dict[str, float]]) -> lis
     "within noise" is the verdict *undecided*: the protection's cost is smaller than the seeds can resolve.
     """
     raw = seed_scores(metrics, RAW_MODEL, "top1")
+    reference = interval(raw) if raw else None
     found = []
     for method in rows:
         if not method.copy or method.model == RAW_MODEL:
             continue
         scores = seed_scores(metrics, method.model, "top1")
-        if not raw or not scores:
+        if reference is None or not scores:
             found.append({"method": method.label, "top1": "not run", "raw_top1": "not run", "gap": math.nan,
                           "verdict": "not run"})
             continue
-        protected, reference = interval(scores), interval(raw)
+        protected = interval(scores)
         verdict = compare(reference, protected)
         found.append({"method": method.label, "top1": protected.percent(), "raw_top1": reference.percent(),
                       "gap": round(100 * (protected.mean - reference.mean), 2),
