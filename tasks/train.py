@@ -37,6 +37,7 @@ from tasks.core.clips import augment, class_names, labels_of, load_clips, normal
 from tasks.core.budget import check_unprotected
 from tasks.core.device import mixed_precision, resolve_device, to_device
 from tasks.core.errors import PrivharError
+from tasks.core.head_features import STATISTICS_KEY, feature_statistics, pooled_features
 from tasks.core.manifest import MANIFEST_NAME, read_manifest
 from tasks.core.models import create_video_classifier, group_norm, has_batch_norm, transfer_weights
 from tasks.core.params import BaseParams, TrainParams, load_section
@@ -163,6 +164,14 @@ def _train_seed(params: TrainParams, base_seed: int, seed: int, data: TrainingDa
     return model, history, time.perf_counter() - started
 
 
+def _public_statistics(model: nn.Module, data: TrainingData, batch_size: int = 64) -> dict[str, torch.Tensor]:
+    """The pooled features' mean and std over the (public) training clips, for standardising fine-tuned heads."""
+    model.to(data.device)
+    features = torch.cat([pooled_features(model, normalise(part).to(data.device)).cpu() for part in data.clips.split(batch_size)])
+    model.cpu()
+    return feature_statistics(features)
+
+
 def paper_number(rows: list[dict[str, Any]]) -> dict[str, float]:
     """The ε a paper prints for the data's noise where it is not the one that holds (Video-DPRP's paper calibration)."""
     printed = rows[0].get("paper_epsilon")
@@ -217,7 +226,10 @@ def train(*, params_path: Path, frames: Path, out: Path, report: Path, family: s
                                                       run.prefixed(f"seed{seed}.") if seed else run)
                 folder = seed_folder(staging, seed)
                 folder.mkdir(exist_ok=True)
-                torch.save({"state_dict": model.state_dict(), "config": {**config, "seed": seed}}, folder / "model.pt")
+                checkpoint = {"state_dict": model.state_dict(), "config": {**config, "seed": seed}}
+                if family == "public":  # what fine-tuning heads are standardised by: statistics of public clips only
+                    checkpoint[STATISTICS_KEY] = _public_statistics(model, data)
+                torch.save(checkpoint, folder / "model.pt")
                 if seed == 0:
                     registered, first_history, digest = model, history, checkpoint_digest(folder / "model.pt")
                     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)

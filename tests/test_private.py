@@ -141,6 +141,47 @@ def test_maskdp_without_noise_or_clipping_is_sgd_on_both_token_losses():
         assert torch.allclose(a, b, atol=1e-5)
 
 
+def test_maskdp_public_gradient_is_clipped_per_video_when_bounded():
+    """private.public_max_grad_norm: each video's public-token gradient clipped to it (a per-video loop is the reference);
+    None keeps Algorithm 1's unclipped sum."""
+    from tasks.private.methods import _public_sum
+
+    data = maskdp_data()
+    data.has_public = torch.tensor([True, False] * (len(data.labels) // 2))
+    videos = torch.arange(len(data.labels))
+    bound = 0.05
+    module = tiny_head()
+    clipped = _public_sum(module, data, videos, Recipe(**{**RECIPE.__dict__, "public_max_grad_norm": bound}))
+    expected = {name: torch.zeros_like(p) for name, p in module.named_parameters()}
+    for index, gradient in enumerate(manual_gradients(module, data.public.unsqueeze(1), data.labels)):
+        if not data.has_public[index]:
+            continue
+        norm = torch.sqrt(sum(g.pow(2).sum() for g in gradient.values()))
+        assert norm > bound  # every video is clipped here: the test sees the clipping
+        for name in expected:
+            expected[name] += gradient[name] * bound / norm
+    assert all(torch.allclose(clipped[name], expected[name], atol=1e-6) for name in expected)
+    unclipped = _public_sum(module, data, videos, RECIPE)
+    norm = torch.sqrt(sum(g.pow(2).sum() for g in unclipped.values()))
+    assert norm > bound * int(data.has_public.sum())  # as printed: no bound
+
+
+def test_a_head_trained_on_standardised_features_folds_into_the_same_logits():
+    """tasks.core.head_features: (W, b) on (x − m)/s equals the folded head on x; the statistics of the given features."""
+    from tasks.core.head_features import feature_statistics, fold_standardisation, standardise
+
+    generator = torch.Generator().manual_seed(5)
+    features = torch.randn(40, 6, generator=generator) * torch.tensor([1.0, 5.0, 0.1, 2.0, 3.0, 0.0]) + 7.0
+    statistics = feature_statistics(features)
+    assert torch.allclose(statistics["mean"], features.mean(0)) and statistics["std"][5] == 1.0  # a constant: centred only
+    z = standardise(features, statistics)
+    assert torch.allclose(z[:, :5].mean(0), torch.zeros(5), atol=1e-5) and torch.allclose(z[:, :5].std(0), torch.ones(5), atol=1e-4)
+    head = tiny_head()
+    before = head(z).detach()
+    fold_standardisation(head, statistics)
+    assert torch.allclose(head(features).detach(), before, atol=1e-4)
+
+
 def test_maskdp_all_private_is_dp_sgd_and_all_public_adds_no_private_term():
     recipe = Recipe(**{**RECIPE.__dict__, "batch_size": 100, "physical_batch_size": 5})
     private_only = tiny_head()

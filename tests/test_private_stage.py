@@ -17,7 +17,7 @@ from tasks.core.errors import PrivharError
 from tasks.core.params import PrivateParams, load_section
 from tasks.core.models import create_video_classifier
 from tasks.core.registry import newest_version
-from tasks.private.features import head_of, pooled_features
+from tasks.core.head_features import head_of, pooled_features
 from tasks.private.gradients import per_unit_gradients
 from tasks.private.selective import select_trainable
 from tasks.private.stage import train_private
@@ -92,6 +92,22 @@ def test_every_method_trains_each_epsilon_and_infinity(project, method):
     assert stage.data.tags["privhar.stage"] == f"train-private@{method}"
     spent = [point.value for point in client.get_metric_history(model_run.info.run_id, "epsilon")]
     assert len(spent) == 2 and spent == sorted(spent) and spent[-1] == pytest.approx(private["epsilon"], rel=1e-3)
+
+
+def test_the_public_model_holds_its_training_clips_feature_statistics(project):
+    """The pretrain stage saves the public clips' pooled-feature mean and std; the private heads train on them."""
+    from tasks.core.clips import load_clips, normalise, split_rows
+    from tasks.core.head_features import feature_statistics, stored_statistics
+    from tasks.core.manifest import MANIFEST_NAME, read_manifest
+    from tasks.core.models import load_checkpoint
+
+    folder, _, decoded = project
+    path = folder / "data/pretrain/public/model.pt"
+    statistics = stored_statistics(torch.load(path, weights_only=True))
+    model, config = load_checkpoint(str(path))
+    rows = split_rows(read_manifest(decoded / MANIFEST_NAME), "train")
+    expected = feature_statistics(pooled_features(model, normalise(load_clips(rows, decoded, tuple(config["input_size"])))))
+    assert statistics is not None and all(torch.allclose(statistics[key], expected[key], atol=1e-4) for key in expected)
 
 
 def test_only_the_head_changes_under_head_tuning(project):

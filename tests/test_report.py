@@ -234,6 +234,11 @@ def test_claims_are_decided_by_welch_over_the_seeds_not_by_one_run():
     overlapping = rows["MaskDP beats DP-SGD on the same avatar copy at ε = 1"]
     p_value = stats.ttest_ind([0.62, 0.60, 0.61], [0.70, 0.50, 0.66], equal_var=False).pvalue
     assert overlapping["verdict"] == f"undecided (p = {p_value:.2f})"
+    # the gap's interval: scipy's own Welch interval of the difference of means, in points
+    welch = stats.ttest_ind([0.62, 0.60, 0.61], [0.70, 0.50, 0.66], equal_var=False).confidence_interval(0.95)
+    assert overlapping["gap_low"] == pytest.approx(100 * welch.low, abs=0.01)
+    assert overlapping["gap_high"] == pytest.approx(100 * welch.high, abs=0.01)
+    assert overlapping["gap_low"] < 0 < overlapping["gap_high"]  # undecided: the interval holds 0
     assert rows["selective tuning beats full fine-tuning under federated DP (fedavg)"]["verdict"] == "undecided (one seed)"
     assert overlapping["higher_top1"] == "61.0 ± 2.5"  # t(0.975, 2) · 0.01 / √3 = 0.0248
     assert not any("Video-DPRP" in claim.text for claim in claims)  # no DPRP copy at ε = 8 here

@@ -191,6 +191,8 @@ class PrivateParams(Section):
     token: Annotated[list[PositiveInt], Field(min_length=3, max_length=3)]  # MaskDP token [t, h, w]
     public_threshold: Annotated[float, Field(gt=0.0, le=1.0)]
     maskdp_private_input: Literal["private_tokens", "whole_clip"]  # what the clipped, noised gradient of MaskDP sees
+    # MaskDP's public-token gradient clipped per video to this (no privacy cost: public pixels); None: unclipped (Algorithm 1)
+    public_max_grad_norm: Annotated[float, Field(gt=0.0)] | None = None
 
     @field_validator("epsilons")
     @classmethod

@@ -114,6 +114,26 @@ def seed_scores(metrics: dict[str, dict[str, float]], key: str, score: str) -> l
     return [value for _, value in found]
 
 
+def gap_interval(first: Interval, second: Interval) -> tuple[float, float]:
+    """95 % Welch interval of ``first.mean − second.mean``: how large a difference the seeds leave possible.
+
+    An undecided comparison says no more than this: a gap outside the interval is ruled out at 95 %.
+
+    >>> low, high = gap_interval(interval([0.70, 0.71, 0.72]), interval([0.50, 0.52, 0.51]))
+    >>> round(low, 3), round(high, 3)
+    (0.177, 0.223)
+    """
+    if first.seeds < 2 or second.seeds < 2:
+        return (-math.inf, math.inf)
+    a, b = first.standard_error ** 2, second.standard_error ** 2
+    gap = first.mean - second.mean
+    if a + b == 0:
+        return (gap, gap)
+    freedom = (a + b) ** 2 / (a ** 2 / (first.seeds - 1) + b ** 2 / (second.seeds - 1))
+    half = float(stats.t.ppf(0.5 + CONFIDENCE / 2, freedom)) * math.sqrt(a + b)
+    return (gap - half, gap + half)
+
+
 def compare(claimed_higher: Interval, other: Interval) -> str:
     """Whether ``claimed_higher`` beats ``other``: Welch's two-sided t-test on the seeds' means at 95 %.
 

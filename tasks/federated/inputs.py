@@ -1,7 +1,7 @@
 """What a federated run trains on: the public model split at its first trainable block, and each client's shard.
 
 Selective tuning (paper 003 eq. 8) freezes a prefix of the network; its activations are a fixed
-function of the clip, so they are computed once (:func:`tasks.private.features.prefix_activations`)
+function of the clip, so they are computed once (:func:`tasks.core.head_features.prefix_activations`)
 and the clients train the tail on them — the same gradients, clipping, noise and ε as training the
 whole model with the prefix frozen, at a fraction of the cost. Full fine-tuning trains on the clips.
 """
@@ -20,7 +20,7 @@ from tasks.core.params import BaseParams, FederatedParams
 from tasks.core.seeding import derive_seed
 from tasks.federated.client import Shard, serialized_bytes
 from tasks.federated.partition import partition
-from tasks.private.features import first_trainable_block, prefix_activations, tail_of
+from tasks.core.head_features import first_trainable_block, prefix_activations, tail_of
 from tasks.private.selective import select_trainable, trainable_count
 from tasks.private.stage import public_model
 

@@ -55,7 +55,7 @@ from tasks.core.storage import atomic_directory, atomic_write_bytes
 from tasks.core.tables import csv_bytes
 from tasks.core.tracking import StageRun, stage_run
 from tasks.private.accounting import SgdPrivacy
-from tasks.private.features import HEAD, head_of, pooled_features
+from tasks.core.head_features import HEAD, fold_standardisation, head_of, pooled_features, standardise, stored_statistics
 from tasks.private.methods import (
     Outcome,
     PrivateData,
@@ -83,7 +83,8 @@ def recipe_of(params: PrivateParams, method: str) -> Recipe:
     return Recipe(epochs=params.epochs, batch_size=params.batch_size, physical_batch_size=params.physical_batch_size,
                   learning_rate=params.learning_rate, momentum=params.momentum, max_grad_norm=params.max_grad_norm,
                   delta=params.delta, accountant=params.accountant, grad_sample_mode=params.grad_sample_mode,
-                  relation=relation_of(method), nproc=params.nproc, public_size=params.public_size.get(params.unit))
+                  relation=relation_of(method), nproc=params.nproc, public_size=params.public_size.get(params.unit),
+                  public_max_grad_norm=params.public_max_grad_norm)
 
 
 def public_masks(rows: list[dict[str, Any]], masks: Path, size: tuple[int, int]) -> torch.Tensor:
@@ -129,11 +130,17 @@ def method_views(method: str, clips: torch.Tensor, labels: torch.Tensor, params:
     return PrivateData(normalise(clips).unsqueeze(1), labels)
 
 
-def as_features(model: nn.Module, data: PrivateData) -> PrivateData:
-    """The same data seen by the head alone (``trainable: head``): pooled features of every view."""
+def as_features(model: nn.Module, data: PrivateData, statistics: dict[str, torch.Tensor] | None = None) -> PrivateData:
+    """The same data seen by the head alone (``trainable: head``): pooled features of every view, standardised by the
+    public ``statistics`` when the public model holds them (the head is folded back after training)."""
     count, clips = data.units.shape[:2]
-    units = pooled_features(model, data.units.flatten(0, 1)).view(count, clips, -1)
-    public = pooled_features(model, data.public) if data.public is not None else None
+
+    def features(inputs: torch.Tensor) -> torch.Tensor:
+        pooled = pooled_features(model, inputs)
+        return pooled if statistics is None else standardise(pooled, statistics)
+
+    units = features(data.units.flatten(0, 1)).view(count, clips, -1)
+    public = features(data.public) if data.public is not None else None
     return PrivateData(units, data.labels, public=public, has_private=data.has_private, has_public=data.has_public)
 
 
@@ -192,6 +199,14 @@ def classifier_seed(base_seed: int, seed: int) -> int:
     return derive_seed(base_seed, "private", "classifier", *seed_keys(seed))
 
 
+def public_statistics(init: Path) -> dict[str, torch.Tensor] | None:
+    """The public clips' feature statistics saved by the pretrain stage (None: a public model saved before them)."""
+    statistics = stored_statistics(torch.load(init / "model.pt", map_location="cpu", weights_only=True))
+    if statistics is None:
+        LOG.warning("%s holds no public feature statistics: the head trains on raw features (re-run pretrain)", init / "model.pt")
+    return statistics
+
+
 def public_model(init: Path, frames: Path, seed: int) -> tuple[nn.Module, dict[str, Any]]:
     """The public model to fine-tune: its backbone, and a classifier for the private label set drawn from ``seed``."""
     config = public_config(init, frames)
@@ -247,8 +262,9 @@ def train_private(*, params_path: Path, method: str, frames: Path, init: Path, o
     head_only = all(name.startswith(HEAD + ".") for name in trainable_names)
     pretrained.to(device)
     data = data.to(device)  # DP-SGD's per-sample gradients and clipping run there in float32 (no autocast)
+    statistics = public_statistics(init) if head_only else None
     if head_only:
-        data = as_features(pretrained, data)
+        data = as_features(pretrained, data, statistics)
     results, persons = [], []
     registrations = []  # registered once the output folder and reports are complete: a failed stage leaves no version
     with stage_run(f"train-private@{method}", {"base": base, "private": params}) as run:
@@ -266,6 +282,8 @@ def train_private(*, params_path: Path, method: str, frames: Path, init: Path, o
                     with run.model_run(key, {"privhar.method": method, "privhar.seed": seed}) as model_run:
                         outcome = train_one(method, module, data, recipe, epsilon, randomness, seed)
                         _log(model_run, outcome, recipe, epsilon)
+                    if statistics is not None:  # the head learnt on standardised features: the same logits on raw ones
+                        fold_standardisation(head_of(model), statistics)
                     if math.isinf(epsilon):
                         guarantee = NON_PRIVATE
                     elif data.has_private is not None and not bool(data.has_private.any()):

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tasks.core.dprp_calibration import NoiseScales
-from tasks.core.seeds import compare, interval, seed_scores
+from tasks.core.seeds import compare, gap_interval, interval, seed_scores
 from tasks.report.tables import Method, dprp_key
 
 RAW_MODEL = "baseline"  # the model trained on the raw clips: what every protection is measured against
@@ -82,12 +82,15 @@ def decide(claims: list[Claim], metrics: dict[str, dict[str, float]]) -> list[di
         higher, lower = seed_scores(metrics, claim.higher, "top1"), seed_scores(metrics, claim.lower, "top1")
         if not higher or not lower:
             rows.append({"paper": claim.paper, "claim": claim.text, "higher_model": claim.higher, "lower_model": claim.lower,
-                         "higher_top1": "not run", "lower_top1": "not run", "gap": math.nan, "verdict": "not run"})
+                         "higher_top1": "not run", "lower_top1": "not run", "gap": math.nan, "gap_low": math.nan,
+                         "gap_high": math.nan, "verdict": "not run"})
             continue
         first, second = interval(higher), interval(lower)
+        low, high = gap_interval(first, second)
         rows.append({"paper": claim.paper, "claim": claim.text, "higher_model": claim.higher, "lower_model": claim.lower,
                      "higher_top1": first.percent(), "lower_top1": second.percent(),
-                     "gap": round(100 * (first.mean - second.mean), 2), "seeds": min(first.seeds, second.seeds),
+                     "gap": round(100 * (first.mean - second.mean), 2), "gap_low": round(100 * low, 2),
+                     "gap_high": round(100 * high, 2), "seeds": min(first.seeds, second.seeds),
                      "verdict": compare(first, second)})
     return rows
 

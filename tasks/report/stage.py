@@ -56,7 +56,8 @@ from tasks.report.tables import (
 LOG = logging.getLogger(__name__)
 
 # report/metrics.json: the names the registry's description and `dvc metrics show` use
-CLAIM_COLUMNS = ("paper", "claim", "higher_model", "lower_model", "higher_top1", "lower_top1", "gap", "seeds", "verdict")
+CLAIM_COLUMNS = ("paper", "claim", "higher_model", "lower_model", "higher_top1", "lower_top1", "gap", "gap_low", "gap_high",
+                 "seeds", "verdict")
 METRIC_NAMES = {"top1": "top1", "top1_protocol2": "top1_protocol2", "top1_mean": "top1_mean", "top1_ci95": "top1_ci95", "cmap": "cmap_raw_attacker", "f1": "f1_raw_attacker",
                 "cmap_adaptive": "cmap_adaptive", "f1_adaptive": "f1_adaptive"}
 
@@ -121,15 +122,26 @@ COSTS = ("Each protected copy's model against the model of the raw clips, Top-1 
          "Welch's t-test at 95 %: *costs* when significantly lower, *within noise* when the seeds cannot tell them apart.")
 CLAIMS = ("Each claim compares two rows' Top-1 (protocol 1) over their training seeds with Welch's t-test: *holds* or "
           "*reversed* when the gap is significant at 95 %, *undecided* otherwise — one run decides nothing (another "
-          "machine moved single-run Top-1 by up to 17 points). Where each paper makes the claim: tasks/report/claims.py.")
+          "machine moved single-run Top-1 by up to 17 points). The gap's 95 % Welch interval says what an *undecided* "
+          "claim still leaves possible: a difference outside it is ruled out. Where each paper makes the claim: "
+          "tasks/report/claims.py.")
 
 
 def _claims_markdown(claims: list[dict[str, Any]]) -> str:
     if not claims:
         return "No claim can be tested with these params (each needs both of its rows trained)."
     lines = [[row["paper"], row["claim"], f"{row['higher_model']}: {row['higher_top1']}",
-              f"{row['lower_model']}: {row['lower_top1']}", row["verdict"]] for row in claims]
-    return markdown_of(["paper", "claim", "claimed higher, Top-1 (%)", "claimed lower, Top-1 (%)", "verdict"], lines)
+              f"{row['lower_model']}: {row['lower_top1']}", _gap_text(row), row["verdict"]] for row in claims]
+    return markdown_of(["paper", "claim", "claimed higher, Top-1 (%)", "claimed lower, Top-1 (%)",
+                        "gap, 95 % interval (points)", "verdict"], lines)
+
+
+def _gap_text(row: dict[str, Any]) -> str:
+    if math.isnan(row["gap"]):
+        return "n/a"
+    if not math.isfinite(row["gap_low"]):
+        return f"{row['gap']:+.1f} (one seed: no interval)"
+    return f"{row['gap']:+.1f} [{row['gap_low']:+.1f}, {row['gap_high']:+.1f}]"
 
 
 def _costs_markdown(costs: list[dict[str, Any]], view: str) -> str:
