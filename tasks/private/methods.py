@@ -21,7 +21,8 @@ CPU state keeps 32 bits of a seed; Opacus draws through :mod:`tasks.core.opacus_
 - ``multiclip`` (Luo et al., cited in paper 000): the unit is the video; its gradient is the mean
   over its K clips, clipped and noised once — K clips cost no more privacy than one.
 - ``maskdp`` (paper 001, Algorithm 1): the private-token view's gradient is clipped and noised,
-  the public-token view's is added unclipped and noise-free (lines 6-11). Two departures from the
+  the public-token view's is added noise-free (lines 6-11): unclipped as printed, or clipped per video to
+  ``private.public_max_grad_norm`` (free: public pixels; see :func:`_public_sum`). Two departures from the
   algorithm as printed, both needed for the guarantee: (1) the public gradient is summed over a
   batch drawn *independently* of the private Poisson sample (Lemma 1 of paper 001 assumes the two
   independent; summed over the same batch, the noise-free public term shows who was sampled and
