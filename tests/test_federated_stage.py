@@ -101,3 +101,34 @@ def test_the_stage_on_flower_gives_the_in_process_table(project, tmp_path):
     local, remote = rows["in_process"], rows["flower"]
     keep = ("model", "accuracy", "epsilon", "mb_per_client_round", "noise_multiplier")
     assert [{key: row[key] for key in keep} for row in remote] == [{key: row[key] for key in keep} for row in local]
+
+
+def test_head_only_clients_train_on_standardised_features_and_the_saved_head_is_folded(project):
+    """Selective (head-only) tuning: the tail's inputs are the pooled features standardised by the public model's
+    statistics, as (N, C, 1, 1, 1); the tail's logits on them equal the folded full model's on the clips."""
+    from tasks.core.clips import labels_of, load_clips, normalise, split_rows
+    from tasks.core.head_features import fold_standardisation, head_of, pooled_features, public_statistics, standardise
+    from tasks.core.manifest import MANIFEST_NAME, read_manifest
+    from tasks.federated.inputs import Clips, split_for
+
+    folder, _, decoded = project
+    init = folder / "data/pretrain/public"
+    rows = split_rows(read_manifest(decoded / MANIFEST_NAME), "train")
+    size = tuple(torch.load(init / "model.pt", weights_only=True)["config"]["input_size"])
+    clips = normalise(load_clips(rows, decoded, size))
+    split = split_for(init, decoded, Clips(clips, labels_of(rows), clips, labels_of(rows), rows, [list(range(len(rows)))]),
+                      "head", seed=3)
+    statistics = public_statistics(init)
+    assert split.statistics is not None
+    expected = standardise(pooled_features(split.model, clips), statistics)
+    assert torch.allclose(split.shards[0].inputs.flatten(1), expected, atol=1e-5)
+    with torch.no_grad():
+        head_of(split.tail).weight.normal_()  # a trained head, as a client would send back
+        tail_logits = split.tail.eval()(split.test.inputs)
+        model = split.model
+        model.load_state_dict({**model.state_dict(), **{k: v for k, v in split.tail.state_dict().items() if "proj" in k}})
+        fold_standardisation(head_of(model), statistics)
+        assert torch.allclose(model.eval()(clips), tail_logits, atol=1e-4)
+    # full fine-tuning sees the clips themselves, unstandardised
+    assert split_for(init, decoded, Clips(clips, labels_of(rows), clips, labels_of(rows), rows, [list(range(len(rows)))]),
+                     "all", seed=3).statistics is None

@@ -18,6 +18,8 @@ fixed preconditioner from public data, so it costs no privacy. Measured on the e
 from __future__ import annotations
 
 import copy
+import logging
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -25,6 +27,7 @@ from torch import nn
 from tasks.core.models import CLASSIFIER as HEAD
 
 
+LOG = logging.getLogger(__name__)
 STATISTICS_KEY = "head_features"  # where a checkpoint keeps the public feature statistics
 MIN_STD = 1e-3  # a feature that never varies on the public clips is centred, not blown up
 
@@ -84,6 +87,14 @@ def feature_statistics(features: torch.Tensor) -> dict[str, torch.Tensor]:
 def stored_statistics(checkpoint: dict) -> dict[str, torch.Tensor] | None:
     """The public feature statistics a checkpoint holds; None for one saved before they were kept."""
     return checkpoint.get(STATISTICS_KEY)
+
+
+def public_statistics(init: Path) -> dict[str, torch.Tensor] | None:
+    """The public clips' feature statistics the pretrain stage saved in ``init/model.pt`` (None: saved before them)."""
+    statistics = stored_statistics(torch.load(init / "model.pt", map_location="cpu", weights_only=True))
+    if statistics is None:
+        LOG.warning("%s holds no public feature statistics: the head trains on raw features (re-run pretrain)", init / "model.pt")
+    return statistics
 
 
 def standardise(features: torch.Tensor, statistics: dict[str, torch.Tensor]) -> torch.Tensor:

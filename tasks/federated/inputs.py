@@ -4,6 +4,8 @@ Selective tuning (paper 003 eq. 8) freezes a prefix of the network; its activati
 function of the clip, so they are computed once (:func:`tasks.core.head_features.prefix_activations`)
 and the clients train the tail on them — the same gradients, clipping, noise and ε as training the
 whole model with the prefix frozen, at a fraction of the cost. Full fine-tuning trains on the clips.
+When only the head learns, its inputs are the pooled features standardised by the public clips'
+statistics, as in ``train-private`` (:mod:`tasks.core.head_features`); the head is folded back after.
 """
 
 from __future__ import annotations
@@ -20,7 +22,14 @@ from tasks.core.params import BaseParams, FederatedParams
 from tasks.core.seeding import derive_seed
 from tasks.federated.client import Shard, serialized_bytes
 from tasks.federated.partition import partition
-from tasks.core.head_features import first_trainable_block, prefix_activations, tail_of
+from tasks.core.head_features import (
+    first_trainable_block,
+    pooled_features,
+    prefix_activations,
+    public_statistics,
+    standardise,
+    tail_of,
+)
 from tasks.private.selective import select_trainable, trainable_count
 from tasks.private.stage import public_model
 
@@ -48,6 +57,7 @@ class Split:
     trainable: int  # d_t
     total: int  # d
     full_model_bytes: int  # torch.save of every parameter: a full-model update
+    statistics: dict[str, torch.Tensor] | None = None  # head only: the public feature statistics its inputs were standardised by
 
 
 def load_federated_clips(frames: Path, size: tuple[int, int], base: BaseParams, params: FederatedParams) -> Clips:
@@ -65,9 +75,17 @@ def split_for(init: Path, frames: Path, clips: Clips, trainable: str, seed: int)
     select_trainable(model, trainable)
     end = first_trainable_block(model)
     tail = tail_of(model, end)
-    train_inputs = prefix_activations(model, clips.train, end) if end else clips.train
-    test_inputs = prefix_activations(model, clips.test, end) if end else clips.test
+    statistics = public_statistics(init) if end == len(model.blocks) - 1 else None
+    train_inputs, test_inputs = (_tail_inputs(model, inputs, end, statistics) for inputs in (clips.train, clips.test))
     shards = [Shard(train_inputs[shard], clips.train_labels[shard]) for shard in clips.shards]
     full_update = {name: parameter.detach() for name, parameter in model.named_parameters()}
     return Split(model, tail, shards, Shard(test_inputs, clips.test_labels), trainable_count(model),
-                 sum(parameter.numel() for parameter in model.parameters()), serialized_bytes(full_update))
+                 sum(parameter.numel() for parameter in model.parameters()), serialized_bytes(full_update), statistics)
+
+
+def _tail_inputs(model: nn.Module, clips: torch.Tensor, end: int, statistics: dict[str, torch.Tensor] | None) -> torch.Tensor:
+    """What the tail takes: the clips, the frozen prefix's activations, or (head only, with public statistics) the
+    standardised pooled features as (N, C, 1, 1, 1) — the head's global pool of a 1×1×1 input is the identity."""
+    if statistics is not None:
+        return standardise(pooled_features(model, clips), statistics).view(len(clips), -1, 1, 1, 1)
+    return prefix_activations(model, clips, end) if end else clips

@@ -44,6 +44,7 @@ from tasks.core.tables import csv_bytes
 from tasks.core.subjects import videos_per_person
 from tasks.core.tracking import StageRun, stage_run
 from tasks.core.federated_accounting import ACCOUNTANT, calibrate, person_epsilon
+from tasks.core.head_features import fold_standardisation, head_of
 from tasks.federated.client import LocalRecipe, load_trainable
 from tasks.federated.inputs import Split, load_federated_clips, split_for
 from tasks.federated.rounds import Federation, FederationResult, in_process, run_rounds
@@ -129,6 +130,8 @@ def train_federated(*, params_path: Path, frames: Path, init: Path, out: Path, r
                         rounds.extend({"model": key, **record} for record in result.history)
                         model = copy.deepcopy(split.model)  # registered after the loop: each key keeps its own weights
                         load_trainable(model, result.state)
+                        if split.statistics is not None:  # the head learnt on standardised features: the same logits on raw ones
+                            fold_standardisation(head_of(model), split.statistics)
                         model.eval()
                         model_config = {**config, "model": key, "method": "federated", "family": "federated",
                                         "frames": str(frames), "trainable": trainable, "aggregation": aggregation, "seed": seed}

@@ -55,7 +55,7 @@ from tasks.core.storage import atomic_directory, atomic_write_bytes
 from tasks.core.tables import csv_bytes
 from tasks.core.tracking import StageRun, stage_run
 from tasks.private.accounting import SgdPrivacy
-from tasks.core.head_features import HEAD, fold_standardisation, head_of, pooled_features, standardise, stored_statistics
+from tasks.core.head_features import HEAD, fold_standardisation, head_of, pooled_features, public_statistics, standardise
 from tasks.private.methods import (
     Outcome,
     PrivateData,
@@ -197,14 +197,6 @@ def public_config(init: Path, frames: Path) -> dict[str, Any]:
 def classifier_seed(base_seed: int, seed: int) -> int:
     """The seed of the fresh classifier of training seed ``seed`` (seed 0: the key it had before seeds existed)."""
     return derive_seed(base_seed, "private", "classifier", *seed_keys(seed))
-
-
-def public_statistics(init: Path) -> dict[str, torch.Tensor] | None:
-    """The public clips' feature statistics saved by the pretrain stage (None: a public model saved before them)."""
-    statistics = stored_statistics(torch.load(init / "model.pt", map_location="cpu", weights_only=True))
-    if statistics is None:
-        LOG.warning("%s holds no public feature statistics: the head trains on raw features (re-run pretrain)", init / "model.pt")
-    return statistics
 
 
 def public_model(init: Path, frames: Path, seed: int) -> tuple[nn.Module, dict[str, Any]]:
