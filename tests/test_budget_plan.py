@@ -68,3 +68,13 @@ def test_a_plan_that_is_not_one_is_a_one_line_error(tmp_path: Path) -> None:
     (tmp_path / "broken.json").write_text("{not json")
     with pytest.raises(PrivharError, match=r"broken.json: not a budget plan .*; expected the budget stage's output"):
         check_budget(params, "dprp-eps2.0", ROWS, tmp_path / "broken.json")
+
+
+def test_private_seeds_set_how_many_releases_each_private_row_makes(tmp_path: Path) -> None:
+    """private.seeds: every private row's seeds (each a DP release the plan counts); the federated rows keep report.seeds."""
+    params = write_params(tmp_path, {**SETTINGS, "private": {**SETTINGS.get("private", {}), "seeds": 3}, "report": {"seeds": 2}})
+    names = [release.name for release in planned_releases(params)]
+    private = [name for name in names if name.startswith("dp_sgd-eps")]
+    assert len(private) == 3 * len(set(name.split("-seed")[0] for name in private)) and "dp_sgd-eps1.0-seed2" in names
+    federated = [name for name in names if name.startswith("federated-")]
+    assert federated and not any(name.endswith("-seed2") for name in federated)

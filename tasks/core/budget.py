@@ -8,7 +8,7 @@ summed. A person's total is the sum of those group ε over the releases that hol
 
 The DP releases of the pipeline, in the order the plan makes them: the Video-DPRP copies
 (``dprp.epsilons``, each a release of every video, both splits), then each private method's models
-(``private.methods`` × ``private.epsilons`` × ``report.seeds``, each trained on the training split: a model
+(``private.methods`` × ``private.epsilons`` × ``private.seeds`` (default ``report.seeds``), each trained on the training split: a model
 trained again from another seed is another release of the same people), then the federated models
 (``federated.aggregations`` × ``federated.tunings`` × ``report.seeds``), then the ldp stage's randomized codes (one
 release per finite ``ldp.video_epsilons``, of the training split). A release that would take any
@@ -118,7 +118,7 @@ def planned_releases(params_path: Path) -> list[PlannedRelease]:
         for epsilon in private.epsilons:
             mechanism = _private(private, method, epsilon)
             releases += [PlannedRelease(f"{method}-eps{epsilon}{seed_suffix(seed)}", epsilon, ("train",), mechanism,
-                                        f"train-private-{method}") for seed in seeds]
+                                        f"train-private-{method}") for seed in range(private.seeds or len(seeds))]
     federated = load_section(params_path, "federated", FederatedParams)
     mechanism = _federated(federated)
     releases += [PlannedRelease(federated_release(aggregation, tuning) + seed_suffix(seed), federated.epsilon, ("train",),

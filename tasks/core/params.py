@@ -193,6 +193,7 @@ class PrivateParams(Section):
     maskdp_private_input: Literal["private_tokens", "whole_clip"]  # what the clipped, noised gradient of MaskDP sees
     # MaskDP's public-token gradient clipped per video to this (no privacy cost: public pixels); None: unclipped (Algorithm 1)
     public_max_grad_norm: Annotated[float, Field(gt=0.0)] | None = None
+    seeds: PositiveInt | None = None  # training seeds of every private row (each a DP release); None: report.seeds
 
     @field_validator("epsilons")
     @classmethod

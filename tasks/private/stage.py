@@ -210,7 +210,8 @@ def public_model(init: Path, frames: Path, seed: int) -> tuple[nn.Module, dict[s
 
 def train_private(*, params_path: Path, method: str, frames: Path, init: Path, out: Path, report: Path,
                   avatar: Path | None = None, nproc: int | None = None, budget: Path | None = None) -> list[dict[str, Any]]:
-    """Run the stage: one model per ε of ``private.epsilons`` (and ∞) and seed of ``report.seeds``; return the report rows.
+    """Run the stage: one model per ε of ``private.epsilons`` (and ∞) and seed of ``private.seeds`` (default
+    ``report.seeds``); return the report rows.
 
     Seed i ≥ 1 of ``<method>-eps<ε>`` is ``<method>-eps<ε>/seed<i>/model.pt`` (key ``<method>-eps<ε>-seed<i>``):
     a fresh classifier and fresh DP randomness; the frozen backbone's features and the method's views are shared.
@@ -227,7 +228,7 @@ def train_private(*, params_path: Path, method: str, frames: Path, init: Path, o
     frames, masks = training_inputs(method, frames, avatar)
     every_row = read_manifest(frames / MANIFEST_NAME)  # the budget counts every release of a person's videos, both splits
     rows = split_rows(every_row, "train")
-    seeds = load_section(params_path, "report", ReportParams).seeds
+    seeds = params.seeds or load_section(params_path, "report", ReportParams).seeds
     pretrained, config = public_model(init, frames, classifier_seed(base.seed, 0))
     owners, units_per_person = person_units(rows)
     _check_inputs(params, len(rows) if params.unit == "video" else int(owners.max()) + 1, pretrained)

@@ -170,12 +170,13 @@ def _grouped(records: list[dict[str, Any]]) -> dict[tuple[str, str], list[dict[s
 def markdown(records: list[dict[str, Any]]) -> str:
     notes = sorted({row.note for row in ROWS.values() if row.note and any(r["data"] == row.data for r in records)})
     tests = max(int(record["test_videos"]) for record in records)
-    seeds = max(int(record["seeds"]) for record in records)
+    seeds = sorted({int(record["seeds"]) for record in records})
+    counted = f"{seeds[0]}" if len(seeds) == 1 else f"{seeds[-1]} (private rows, `private.seeds`) or {seeds[0]} (`report.seeds`)"
     return "\n\n".join([
         "# Private training: Top-1 (%) by target ε",
         f"Protocol 1 — every model tested on the {tests} raw test videos (paper 000 §4.3). ε = ∞: the same recipe without noise "
         "(private methods: clipping kept) or, for the non-private row, full fine-tuning. "
-        f"Each cell: mean ± half-width of the 95 % Student-t interval over {seeds} training seeds (report.seeds); "
+        f"Each cell: mean ± half-width of the 95 % Student-t interval over {counted} training seeds; "
         "each seed of a private model is a DP release of its own in the ledger.",
         accuracy_table(records, "top1"),
         *notes,
