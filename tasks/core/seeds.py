@@ -125,13 +125,20 @@ def gap_interval(first: Interval, second: Interval) -> tuple[float, float]:
     """
     if first.seeds < 2 or second.seeds < 2:
         return (-math.inf, math.inf)
-    a, b = first.standard_error ** 2, second.standard_error ** 2
-    gap = first.mean - second.mean
-    if a + b == 0:
+    gap, error, freedom = _welch(first, second)
+    if error == 0:
         return (gap, gap)
-    freedom = (a + b) ** 2 / (a ** 2 / (first.seeds - 1) + b ** 2 / (second.seeds - 1))
-    half = float(stats.t.ppf(0.5 + CONFIDENCE / 2, freedom)) * math.sqrt(a + b)
+    half = float(stats.t.ppf(0.5 + CONFIDENCE / 2, freedom)) * error
     return (gap - half, gap + half)
+
+
+def _welch(first: Interval, second: Interval) -> tuple[float, float, float]:
+    """The gap of the means, its standard error and Welch-Satterthwaite's degrees of freedom (nan without spread)."""
+    a, b = first.standard_error ** 2, second.standard_error ** 2
+    if a + b == 0:
+        return first.mean - second.mean, 0.0, math.nan
+    freedom = (a + b) ** 2 / (a ** 2 / (first.seeds - 1) + b ** 2 / (second.seeds - 1))
+    return first.mean - second.mean, math.sqrt(a + b), freedom
 
 
 def compare(claimed_higher: Interval, other: Interval) -> str:
@@ -147,12 +154,10 @@ def compare(claimed_higher: Interval, other: Interval) -> str:
     """
     if claimed_higher.seeds < 2 or other.seeds < 2:
         return "undecided (one seed)"
-    first, second = claimed_higher.standard_error ** 2, other.standard_error ** 2
-    gap = claimed_higher.mean - other.mean
-    if first + second == 0:
+    gap, error, freedom = _welch(claimed_higher, other)
+    if error == 0:
         return "holds (no spread)" if gap > 0 else "reversed (no spread)" if gap < 0 else "undecided (no spread)"
-    freedom = (first + second) ** 2 / (first ** 2 / (claimed_higher.seeds - 1) + second ** 2 / (other.seeds - 1))
-    p_value = float(2 * stats.t.sf(abs(gap) / math.sqrt(first + second), freedom))
+    p_value = float(2 * stats.t.sf(abs(gap) / error, freedom))
     if p_value >= 1 - CONFIDENCE:
         return f"undecided (p = {p_value:.2f})"
     return f"holds (p = {p_value:.3f})" if gap > 0 else f"reversed (p = {p_value:.3f})"
