@@ -10,7 +10,8 @@ from pathlib import Path
 import click
 
 from tasks.core.errors import ERROR_PREFIX, PrivharError
-from tasks.core.params import ANONYMIZE_METHODS, PRIVATE_METHODS
+from tasks.core.params import ANONYMIZE_METHODS
+from tasks.core.private_catalogue import PRIVATE_METHODS
 
 PARAMS = click.option("--params", "params_path", type=click.Path(path_type=Path), default=Path("params.yaml"),
                       show_default=True, help="The params file.")

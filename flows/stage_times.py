@@ -51,12 +51,25 @@ class StageClock:
         return {name: end - start for (name, start), end in zip(self.marks, ends)}
 
 
-def summary(walls: dict[str, float], total: float, work: float) -> str:
-    """A Markdown table of the stages that ran, slowest first, with the run's total and the stages' own work."""
-    lines = [[name, f"{seconds:.1f}"] for name, seconds in sorted(walls.items(), key=lambda item: -item[1])]
-    lines += [["all stages (wall)", f"{sum(walls.values()):.1f}"], ["their work (MLflow stage_seconds)", f"{work:.1f}"],
-              ["the run (dvc repro)", f"{total:.1f}"]]
-    return markdown_of(["stage", "seconds"], lines)
+def summary(walls: dict[str, float], total: float, work: float, works: dict[str, float] | None = None) -> str:
+    """A Markdown table of the stages that ran, slowest first: wall seconds, the stage's own work (its MLflow run's
+    ``stage_seconds``, where a run of that name exists) and the fixed cost between them; then the run's totals.
+
+    >>> table = summary({"scan": 3.0, "train": 10.0}, 14.0, 7.5, {"train": 7.5}).splitlines()
+    >>> [" ".join(line.replace("|", " ").split()) for line in table[2:5]]
+    ['train 10.0 7.5 2.5', 'scan 3.0 — —', 'all stages (wall) 13.0 7.5 5.5']
+    """
+    works = works or {}
+
+    def row(name: str, seconds: float) -> list[str]:
+        mine = works.get(name)
+        return [name, f"{seconds:.1f}", "—" if mine is None else f"{mine:.1f}", "—" if mine is None else f"{seconds - mine:.1f}"]
+
+    lines = [row(name, seconds) for name, seconds in sorted(walls.items(), key=lambda item: -item[1])]
+    spent = sum(walls.values())
+    lines += [["all stages (wall)", f"{spent:.1f}", f"{work:.1f}", f"{spent - work:.1f}"],
+              ["the run (dvc repro)", f"{total:.1f}", "", ""]]
+    return markdown_of(["stage", "wall (s)", "work (s)", "fixed cost (s)"], lines)
 
 
 def log_stage_times(parent_run_id: str, walls: dict[str, float], total: float) -> str:
@@ -67,9 +80,10 @@ def log_stage_times(parent_run_id: str, walls: dict[str, float], total: float) -
     client = MlflowClient()
     experiment = client.get_run(parent_run_id).info.experiment_id
     children = client.search_runs([experiment], f"tags.mlflow.parentRunId = '{parent_run_id}'", max_results=5000)
-    work = sum(run.data.metrics.get("stage_seconds", 0.0) for run in children)
+    works = {run.info.run_name: run.data.metrics["stage_seconds"] for run in children if "stage_seconds" in run.data.metrics}
+    work = sum(works.values())
     mlflow.log_metrics({f"wall_seconds.{name.replace('@', '.')}": seconds for name, seconds in walls.items()})
     mlflow.log_metrics({"pipeline_wall_seconds": total, "stages_work_seconds": work})
-    table = summary(walls, total, work)
+    table = summary(walls, total, work, works)
     mlflow.log_text(table + "\n", "stage_times.md")
     return table

@@ -159,3 +159,13 @@ def test_detections_on_the_enlarged_frame_map_back_to_its_own_pixels() -> None:
     assert frame_boxes(np.array([[10, 30, 20, 20]]), FACE) == [(5.0, 15.0, 15.0, 25.0)]
     assert frame_boxes(np.array([[10, 30, 20, 20]]), BODY) == [(10.0, 30.0, 30.0, 50.0)]
     assert frame_boxes((), FACE) == []  # OpenCV returns an empty tuple when it finds nothing
+
+
+def test_recognisers_leave_out_fisherfaces_when_people_outnumber_half_the_faces():
+    """Issue 31 (200 identities, one face each): OpenCV's Fisherfaces asserts N ≥ 2C − 1; the others still train."""
+    rng = np.random.default_rng(3)
+    faces = [rng.integers(0, 255, (24, 24), dtype=np.uint8) for _ in range(6)]
+    few = FaceRecognisers(faces, [0, 1, 2, 3, 4, 5])
+    assert set(few.models) == {"lbph", "eigen"} and few.names_right(faces[2], 2)
+    enough = FaceRecognisers(faces, [0, 0, 1, 1, 2, 2])
+    assert set(enough.models) == {"lbph", "eigen", "fisher"}

@@ -119,3 +119,33 @@ def test_shared_helpers_never_import_a_stage():
         outside = sorted(module for module in imported_modules(ast.parse(path.read_text()), "tasks.core")
                          if not module.startswith("tasks.core") and module != "tasks.torchvision_compat")
         assert not outside, f"{name} imports {outside}"
+
+
+def cached_outputs() -> list[str]:
+    """Every output DVC caches (``cache: false`` ones are git's), foreach stages expanded over their params list."""
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    found = []
+    for stage in yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"].values():
+        body = stage.get("do", stage)
+        items = [None]
+        if "foreach" in stage:
+            section, key = stage["foreach"].strip("${}").split(".")
+            items = params[section][key]
+        for out in body.get("outs", []):
+            path, options = (out, {}) if isinstance(out, str) else next(iter(out.items()))
+            if (options or {}).get("cache", True):
+                found += [path if item is None else path.replace("${item}", str(item)) for item in items]
+    return found
+
+
+def test_every_cached_output_is_ignored_by_git():
+    """A DVC-cached output that git tracks too lands in the repository (data/private/dp_sgd_person did, 38 MB) and
+    makes `dvc commit` fail in every clone: its folder's .gitignore must name it."""
+    import subprocess
+
+    outputs = [path for path in cached_outputs() if "${" not in path]
+    assert any(path.startswith("data/private/") for path in outputs)
+    checked = subprocess.run(["git", "check-ignore", "--no-index", "--stdin"], input="\n".join(outputs), text=True,
+                             capture_output=True, cwd=REPO)
+    ignored = set(checked.stdout.split())
+    assert not [path for path in outputs if path not in ignored], "cached by DVC but not ignored by git"

@@ -246,12 +246,27 @@ def test_person_units_clip_each_person_once_and_claim_epsilon_per_person(project
     assert video["epsilon_person_max"] > private["epsilon_person_max"]  # video units: group privacy over every video
 
 
-def test_every_method_has_its_semantics_and_its_table_row():
-    from tasks.core.params import PRIVATE_METHODS
-    from tasks.private.stage import SEMANTICS
-    from tasks.private.table import ROWS
+def test_person_level_method_samples_people_under_video_units_and_the_plan_agrees(project, tmp_path):
+    """dp_sgd_person is person-level whatever private.unit says; the budget plan charges each person what it claims."""
+    from tasks.core.budget import planned_releases
+    from tasks.core.manifest import read_manifest
 
-    assert set(SEMANTICS) == set(ROWS) == set(PRIVATE_METHODS)
+    folder, _, decoded = project
+    params = write_params(tmp_path, {"private": {**PRIVATE, "unit": "video", "batch_size": 2},
+                                     "anonymize": {"methods": ["avatar"]}})
+    private = run(project, "dp_sgd_person", params_path=params, out=tmp_path / "out", report=tmp_path / "report")[0]
+    assert private["unit"] == "person" and private["relation"] == "add/remove" and 1.98 <= private["epsilon"] <= 2.0
+    rows = read_manifest(decoded / "manifest.parquet")
+    train_rows = [row for row in rows if row["split"] == "train"]
+    people = len({int(row["identities"][0]) for row in train_rows})
+    assert private["sample_rate"] == pytest.approx(1 / math.ceil(people / 2))  # q from people, not from videos
+    with open(tmp_path / "report/dp_sgd_person_persons.csv") as handle:
+        claimed = {int(row["subject"]): float(row["epsilon_person"]) for row in csv.DictReader(handle)
+                   if row["model"] == "dp_sgd_person-eps2.0"}
+    plan = {release.name: release for release in planned_releases(params)}["dp_sgd_person-eps2.0"]
+    planned = plan.person_epsilons(train_rows)
+    assert planned.keys() == claimed.keys()
+    assert all(planned[person] == pytest.approx(claimed[person], rel=0.02) for person in claimed)
 
 
 def test_each_seed_is_a_fresh_model_and_a_dp_release_of_its_own(project, tmp_path):

@@ -272,3 +272,33 @@ def test_each_protection_is_measured_against_the_raw_clips_and_a_tie_is_explaine
     text = _costs_markdown(list(costs.values()), "motion")
     assert "Within noise of the raw clips: anonymize: face_blur. Why: the classifier reads what moved" in text
     assert "blackout." not in text.split("Within noise")[1]
+
+
+def test_person_level_row_is_set_beside_video_level_and_the_non_private_model(tmp_path):
+    """Issue 31: person-level DP-SGD within 10 points of non-private is decided on the gap's Welch interval."""
+    from scipy import stats
+
+    from tasks.core.tables import csv_bytes
+    from tasks.report.person_level import person_level_markdown, person_level_rows
+
+    def seeds(key, values):
+        return {key + ("" if index == 0 else f"-seed{index}"): {"top1": value} for index, value in enumerate(values)}
+
+    def ledger(method, person_max):
+        return [{"model": f"{method}-eps{eps}{suffix}", "target_epsilon": eps, "epsilon": eps, "seed": seed,
+                 "epsilon_person_max": person_max * eps} for eps in (1.0, 8.0, math.inf)
+                for seed, suffix in ((0, ""), (1, "-seed1"))]
+
+    (tmp_path / "dp_sgd_person.csv").write_bytes(csv_bytes(ledger("dp_sgd_person", 2.0)))
+    (tmp_path / "dp_sgd.csv").write_bytes(csv_bytes(ledger("dp_sgd", 5.0)))
+    metrics = {**seeds("baseline", [0.90, 0.92, 0.91]), **seeds("dp_sgd_person-eps1.0", [0.60, 0.62, 0.61]),
+               **seeds("dp_sgd_person-eps8.0", [0.86, 0.87, 0.85]), **seeds("dp_sgd-eps8.0", [0.93, 0.93, 0.94])}
+    rows = {row["target_epsilon"]: row for row in person_level_rows(tmp_path, metrics)}
+    assert sorted(rows) == [1.0, 8.0]  # finite ε only: ∞ is no privacy
+    welch = stats.ttest_ind([0.86, 0.87, 0.85], [0.90, 0.92, 0.91], equal_var=False).confidence_interval(0.95)
+    at_eight = rows[8.0]
+    assert at_eight["gap_low"] == pytest.approx(100 * welch.low, abs=0.01) and at_eight["verdict"] == "within 10 points"
+    assert at_eight["epsilon_person_max"] == 16.0 and at_eight["video_epsilon_person_max"] == 40.0
+    assert at_eight["video_top1"].startswith("93.3") and rows[1.0]["video_top1"] == "not run"
+    assert rows[1.0]["verdict"] == "more than 10 points below"
+    assert "within 10 points" in person_level_markdown(list(rows.values()))

@@ -9,6 +9,7 @@ rejection threshold), as the paper notes of OpenCV's.
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from collections.abc import Iterable
 
@@ -19,6 +20,7 @@ from tasks.assess.faces import Occurrence
 from tasks.assess.fusion import fused_pairs, ssim_groups
 from tasks.core.errors import PrivharError
 
+LOG = logging.getLogger(__name__)
 RECOGNISERS = ("lbph", "eigen", "fisher")
 
 
@@ -34,8 +36,13 @@ class FaceRecognisers:
         self.models = {
             "lbph": cv2.face.LBPHFaceRecognizer_create(radius=1, neighbors=8, grid_x=4, grid_y=4),
             "eigen": cv2.face.EigenFaceRecognizer_create(num_components=min(48, len(faces) - 1)),
-            "fisher": cv2.face.FisherFaceRecognizer_create(),
         }
+        people = len(set(identities))
+        if len(faces) >= 2 * people - 1:  # Fisherfaces: PCA to N − C dimensions, then LDA to C − 1 (OpenCV asserts it)
+            self.models["fisher"] = cv2.face.FisherFaceRecognizer_create()
+        else:
+            LOG.warning("face re-identification without Fisherfaces: %d training faces of %d people (it needs at least "
+                        "2 × people − 1 = %d; raise assess.faces_per_video)", len(faces), people, 2 * people - 1)
         for model in self.models.values():
             model.train(faces, labels)
 

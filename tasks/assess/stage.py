@@ -249,9 +249,13 @@ def _attribute_scores(scores: dict[str, Any], name: str, raw: Path, train_rows: 
 def _truth_scores(scores: dict[str, Any], test_rows: list[dict[str, Any]], test_clips: dict[str, np.ndarray],
                   truths: dict[str, VideoTruth], attackers: RawAttackers, params: AssessParams) -> None:
     """e_id, e_det and e_track of paper 004: scored against the annotated faces and bodies."""
-    # f_id: faces inside the true boxes of the protected test frames.
+    # f_id: faces inside the true boxes of the protected test frames, of the people the recognisers learnt (closed set,
+    # as paper 004 §5: a face whose person has no training face cannot be named, and would count as protected).
+    known = set(attackers.recognisers.identities)
     occurrences = [o for row in test_rows for o in truths[row["video_id"]].occurrences
-                   if o.frame % params.identification_frame_step == 0]
+                   if o.frame % params.identification_frame_step == 0 and o.identity in known]
+    log.info("assess: face re-identification over %d faces of %d people (of %d in the recognisers' gallery)",
+             len(occurrences), len({o.identity for o in occurrences}), len(known))
     faces = [crop(test_clips[o.video][o.frame], o.box) for o in occurrences]
     flags = recognised_flags(attackers.recognisers, occurrences, faces)
     scores["e_id_ind"] = identification_ind(flags)

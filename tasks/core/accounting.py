@@ -46,6 +46,7 @@ from scipy.stats import binom, norm
 from tasks.core import tradeoff
 from tasks.core.disk_cache import disk_cached
 from tasks.core.errors import PrivharError
+from tasks.core.private_catalogue import CATALOGUE
 
 # the accountants' values are shared on disk by the stages of a run (tasks.core.disk_cache); the folder is
 # keyed by this module's source and these libraries' versions
@@ -75,9 +76,7 @@ def _opacus_options(accountant: str) -> dict[str, float]:
 def relation_of(method: str) -> Relation:
     """A private training method's relation: MaskDP's masked adjacency replaces private tokens; the others add or
     remove a unit."""
-    from tasks.core.params import MASKED_METHODS
-
-    return REPLACE_ONE if method in MASKED_METHODS else ADD_REMOVE
+    return CATALOGUE[method].relation
 
 
 def poisson_schedule(count: int, batch_size: int, epochs: int) -> tuple[float, int]:

@@ -40,7 +40,9 @@ from tasks.core.dprp_calibration import dataset_scales
 from tasks.core.federated_accounting import calibrate, person_epsilon
 from tasks.core.ldp_codes import baseline_feature_counts, feature_count
 from tasks.core.errors import PrivharError
-from tasks.core.params import DprpParams, FederatedParams, LdpParams, PrivacyParams, PrivateParams, ReportParams, load_section
+from tasks.core.params import (DprpParams, FederatedParams, LdpParams, PrivacyParams, PrivateParams, ReportParams, load_section,
+                               private_seeds)
+from tasks.core.private_catalogue import CATALOGUE
 from tasks.core.release_ledger import record_release, recorded
 from tasks.core.seeds import seed_suffix
 from tasks.core.subjects import people_in, person_units, videos_per_person
@@ -80,12 +82,13 @@ def _dprp(params: DprpParams, epsilon: float, secret: bool) -> PersonEpsilons:
 
 def _private(params: PrivateParams, method: str, epsilon: float) -> PersonEpsilons:
     relation = relation_of(method)
+    unit = CATALOGUE[method].unit_under(params.unit)
 
     def person_epsilons(rows: list[dict[str, Any]]) -> dict[int, float]:
         owners, units_per_person = person_units(rows)
-        held = units_per_person if params.unit == "person" else videos_per_person(rows)
-        count = int(owners.max()) + 1 if params.unit == "person" else len(rows)
-        rate, steps = poisson_schedule(params.public_size.get(params.unit) or count, params.batch_size, params.epochs)
+        held = units_per_person if unit == "person" else videos_per_person(rows)
+        count = int(owners.max()) + 1 if unit == "person" else len(rows)
+        rate, steps = poisson_schedule(params.public_size.get(unit) or count, params.batch_size, params.epochs)
         sigma = calibrate_noise(epsilon, params.delta, rate, steps, accountant=params.accountant, relation=relation)
         return {person: group_epsilon(sigma, rate, steps, params.delta, units, relation=relation)
                 for person, units in held.items()}
@@ -113,12 +116,13 @@ def planned_releases(params_path: Path) -> list[PlannedRelease]:
     secret = load_section(params_path, "privacy", PrivacyParams).randomness == "secure"
     releases = [PlannedRelease(f"dprp-eps{epsilon}", epsilon, ("train", "test"), _dprp(dprp, epsilon, secret),
                                f"dprp-eps{epsilon}") for epsilon in dprp.epsilons]
-    seeds = range(load_section(params_path, "report", ReportParams).seeds)
+    report = load_section(params_path, "report", ReportParams)
+    seeds = range(report.seeds)
     for method in private.methods:  # the seeds of one model share its mechanism (check_budget computes it once)
         for epsilon in private.epsilons:
             mechanism = _private(private, method, epsilon)
             releases += [PlannedRelease(f"{method}-eps{epsilon}{seed_suffix(seed)}", epsilon, ("train",), mechanism,
-                                        f"train-private-{method}") for seed in range(private.seeds or len(seeds))]
+                                        f"train-private-{method}") for seed in range(private_seeds(private, report))]
     federated = load_section(params_path, "federated", FederatedParams)
     mechanism = _federated(federated)
     releases += [PlannedRelease(federated_release(aggregation, tuning) + seed_suffix(seed), federated.epsilon, ("train",),

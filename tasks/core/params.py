@@ -17,6 +17,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
 from tasks.core.errors import PrivharError
+from tasks.core.private_catalogue import PRIVATE_METHODS
 
 PositiveInt = Annotated[int, Field(gt=0)]
 Fraction = Annotated[float, Field(ge=0.0, le=1.0)]
@@ -47,7 +48,7 @@ class DataParams(Section):
 
 class SynthesizeParams(Section):
     actions: Annotated[list[Literal[ACTIONS]], Field(min_length=2)]  # type: ignore[valid-type]
-    identities: Annotated[int, Field(ge=2, le=64)]
+    identities: Annotated[int, Field(ge=2, le=100_000)]  # drawn procedurally: any count
     videos_per_action: Annotated[int, Field(ge=2)]
     test_fraction: Annotated[float, Field(gt=0.0, lt=1.0)]
     frames: Annotated[int, Field(ge=4)]
@@ -158,14 +159,11 @@ class PublicParams(Section):
     """Public pretraining data: synthetic people and scenes of another seed (no private subject in them)."""
 
     seed: int  # the synthesize seed of the public set; differs from base.seed, so identities and scenes differ
-    identities: Annotated[int, Field(ge=2, le=64)]
+    identities: Annotated[int, Field(ge=2, le=100_000)]  # drawn procedurally: any count
     videos_per_action: Annotated[int, Field(ge=2)]
     epochs: PositiveInt  # of the pretrain stage, from scratch
 
 
-# The private training methods (stages train-private@<method>); tasks/private/stage.py says what each means.
-PRIVATE_METHODS = ("dp_sgd", "dp_sgd_avatar", "multiclip", "maskdp", "maskdp_real")
-MASKED_METHODS = ("maskdp", "maskdp_real")  # masked adjacency (paper 001 Def. 2): replace-one
 
 
 class PrivateParams(Section):
@@ -230,6 +228,12 @@ class FederatedParams(Section):
 class ReportParams(Section):
     show_raw: bool | Literal["auto"]  # raw frames in pictures: auto = only for the synthetic dataset
     seeds: PositiveInt  # training seeds of every trained row (tasks/core/seeds.py); seed 0 is the registered model
+
+
+def private_seeds(private: PrivateParams, report: ReportParams) -> int:
+    """Training seeds of every private row: ``private.seeds``, else ``report.seeds`` (the stage and the budget plan
+    both count each seed as a release, so they read it here)."""
+    return private.seeds or report.seeds
 
 
 TRACKERS = ("mil", "kcf", "csrt")

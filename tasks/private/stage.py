@@ -4,8 +4,9 @@
     <frames> or <avatar> train split ──┼─▶ views per method ─▶ [frozen part: pooled features] ─▶ for ε: DP training
     <avatar> masks (MaskDP)  ──────────┘                                                              └─▶ out/<method>-eps<ε>/model.pt
 
-Methods (``private.methods``): ``dp_sgd`` (Opacus) on the raw clips, ``dp_sgd_avatar`` (Opacus)
-on the avatar copy, ``multiclip`` (K augmented views per video — the embedded videos last 2 s, so
+Methods (``private.methods``, one entry each in :mod:`tasks.core.private_catalogue`): ``dp_sgd`` (Opacus) on the
+raw clips, ``dp_sgd_person`` (the raw clips, the person as the unit), ``dp_sgd_avatar`` (Opacus) on the avatar copy,
+``multiclip`` (K augmented views per video — the embedded videos last 2 s, so
 the K clips are K random flips/shifts of it, drawn once), ``maskdp`` (the avatar copy, paper
 001's setting) and ``maskdp_real`` (raw clips with the avatar masks: the real person sits in the
 *public* tokens, so this row is not private for them — paper 001 Table 2's domain-gap row,
@@ -45,7 +46,8 @@ from tasks.core.device import resolve_device
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import MANIFEST_NAME, quarantined, read_manifest, resolve_path
 from tasks.core.models import build_from_config, checkpoint_config, transfer_weights
-from tasks.core.params import MASKED_METHODS, BaseParams, PrivacyParams, PrivateParams, ReportParams, load_section
+from tasks.core.params import BaseParams, PrivacyParams, PrivateParams, ReportParams, load_section, private_seeds
+from tasks.core.private_catalogue import CATALOGUE
 from tasks.core.privacy import NON_PRIVATE, PrivacyGuarantee
 from tasks.core.randomness import DpRandomness
 from tasks.core.registry import CHECKPOINT_TAG, checkpoint_digest, register_model
@@ -69,21 +71,14 @@ from tasks.private.selective import select_trainable, trainable_count
 from tasks.private.tokens import public_pixels, token_views
 
 LOG = logging.getLogger(__name__)
-MASKED = set(MASKED_METHODS)
-SEMANTICS = {  # one per tasks.core.params.PRIVATE_METHODS
-    "dp_sgd": "DP-SGD; add/remove of one unit",
-    "dp_sgd_avatar": "DP-SGD on the avatar copy; add/remove of one unit",
-    "multiclip": "multi-clip DP-SGD, K clips averaged per video; add/remove of one unit",
-    "maskdp": "MaskDP (paper 001 Def. 2-3): masked adjacency, one unit's private tokens replaced; labels not protected",
-    "maskdp_real": "MaskDP on real clips: the real person is in the public tokens (domain-gap row, not private for them)",
-}
 
 
 def recipe_of(params: PrivateParams, method: str) -> Recipe:
     return Recipe(epochs=params.epochs, batch_size=params.batch_size, physical_batch_size=params.physical_batch_size,
                   learning_rate=params.learning_rate, momentum=params.momentum, max_grad_norm=params.max_grad_norm,
                   delta=params.delta, accountant=params.accountant, grad_sample_mode=params.grad_sample_mode,
-                  relation=relation_of(method), nproc=params.nproc, public_size=params.public_size.get(params.unit),
+                  relation=relation_of(method), nproc=params.nproc,
+                  public_size=params.public_size.get(CATALOGUE[method].unit_under(params.unit)),
                   public_max_grad_norm=params.public_max_grad_norm)
 
 
@@ -115,10 +110,11 @@ def public_masks(rows: list[dict[str, Any]], masks: Path, size: tuple[int, int])
 def method_views(method: str, clips: torch.Tensor, labels: torch.Tensor, params: PrivateParams, generator: torch.Generator,
                  masks: torch.Tensor | None) -> PrivateData:
     """The inputs one method trains on, from uint8 clips (N, 3, T, h, w)."""
-    if method == "multiclip":
+    views_of = CATALOGUE[method].views
+    if views_of == "multiclip":
         views = torch.stack([normalise(augment(clips, generator)) for _ in range(params.clips_per_video)], dim=1)
         return PrivateData(views, labels)
-    if method in MASKED:
+    if views_of == "tokens":
         assert masks is not None
         public = public_pixels(masks, tuple(params.token), params.public_threshold)
         private_view, public_view = token_views(normalise(clips), public)
@@ -141,7 +137,8 @@ def as_features(model: nn.Module, data: PrivateData, statistics: dict[str, torch
 
     units = features(data.units.flatten(0, 1)).view(count, clips, -1)
     public = features(data.public) if data.public is not None else None
-    return PrivateData(units, data.labels, public=public, has_private=data.has_private, has_public=data.has_public)
+    return PrivateData(units, data.labels, public=public, has_private=data.has_private, has_public=data.has_public,
+                       owners=data.owners)  # person units: each person's videos stay one sampled, clipped unit
 
 
 def train_one(method: str, module: nn.Module, data: PrivateData, recipe: Recipe, epsilon: float,
@@ -152,7 +149,7 @@ def train_one(method: str, module: nn.Module, data: PrivateData, recipe: Recipe,
     public_stream = randomness.stream("private", *key, "public-batches")
     if math.isinf(epsilon):  # the ε = ∞ column: the same recipe, clipping kept, no noise
         return train_grouped(module, data, recipe, 0.0, stream, public_stream)
-    if method in ("dp_sgd", "dp_sgd_avatar") and data.owners is None:
+    if CATALOGUE[method].views == "clip" and data.owners is None:  # Opacus, one clip a video
         return train_dp_sgd(module, data, recipe, epsilon, stream, randomness.stream("private", *key, "batches"))
     return train_grouped(module, data, recipe, noise_for(epsilon, data, recipe), stream, public_stream)
 
@@ -163,27 +160,26 @@ def epsilon_by_epoch(privacy: SgdPrivacy, epochs: int) -> list[float]:
                        privacy.accountant, privacy.relation).epsilon() for epoch in range(1, epochs + 1)]
 
 
-def _check_inputs(params: PrivateParams, count: int, model: nn.Module) -> None:
+def _check_inputs(params: PrivateParams, unit: str, count: int, model: nn.Module) -> None:
     if params.delta >= 1.0 / count:
         raise PrivharError(f"private.delta = {params.delta} is invalid: expected δ < 1/N = {1.0 / count:.3g} "
-                           f"(N = {count} training {params.unit}s; δ ≥ 1/N allows releasing one {params.unit} outright)")
+                           f"(N = {count} training {unit}s; δ ≥ 1/N allows releasing one {unit} outright)")
     require_sample_independence(model)  # before any clip is loaded
 
 
 def training_inputs(method: str, frames: Path, avatar: Path | None) -> tuple[Path, Path | None]:
     """The clips a method learns from and the folder of its public masks (None: no MaskDP).
 
-    ``dp_sgd`` and ``multiclip`` learn from the raw clips; ``dp_sgd_avatar`` from the avatar copy
-    (paper 001 Table 2's "anonymized, DP" row); ``maskdp`` from the avatar copy with its masks
-    (paper 001's setting); ``maskdp_real`` from the raw clips with the avatar copy's masks.
+    The catalogue entry says which: ``dp_sgd`` and ``multiclip`` learn from the raw clips; ``dp_sgd_avatar`` from the
+    avatar copy (paper 001 Table 2's "anonymized, DP" row); ``maskdp`` from the avatar copy with its masks (paper 001's
+    setting); ``maskdp_real`` from the raw clips with the avatar copy's masks.
     """
-    if method in ("dp_sgd", "multiclip"):
+    entry = CATALOGUE[method]
+    if entry.learns_from == "raw" and not entry.masked:
         return frames, None
     if avatar is None:
         raise PrivharError(f"train-private: method {method} needs --avatar (the avatar copy and its public masks)")
-    if method == "dp_sgd_avatar":
-        return avatar, None
-    return (avatar if method == "maskdp" else frames), avatar
+    return (avatar if entry.learns_from == "avatar" else frames), (avatar if entry.masked else None)
 
 
 def public_config(init: Path, frames: Path) -> dict[str, Any]:
@@ -228,24 +224,25 @@ def train_private(*, params_path: Path, method: str, frames: Path, init: Path, o
     frames, masks = training_inputs(method, frames, avatar)
     every_row = read_manifest(frames / MANIFEST_NAME)  # the budget counts every release of a person's videos, both splits
     rows = split_rows(every_row, "train")
-    seeds = params.seeds or load_section(params_path, "report", ReportParams).seeds
+    seeds = private_seeds(params, load_section(params_path, "report", ReportParams))
+    unit = CATALOGUE[method].unit_under(params.unit)
     pretrained, config = public_model(init, frames, classifier_seed(base.seed, 0))
     owners, units_per_person = person_units(rows)
-    _check_inputs(params, len(rows) if params.unit == "video" else int(owners.max()) + 1, pretrained)
+    _check_inputs(params, unit, len(rows) if unit == "video" else int(owners.max()) + 1, pretrained)
     for epsilon in params.epsilons:  # privacy.max_epsilon, before any work: every seed is a release
         for seed in range(seeds):
             check_budget(params_path, f"{method}-eps{epsilon}{seed_suffix(seed)}", every_row, budget)
     check_unprotected(params_path, f"the reference {method}-epsinf (the same recipe without noise)")
     size = tuple(config["input_size"])
     recipe = recipe_of(params, method)
-    if params.unit == "video":
+    if unit == "video":
         units_per_person = videos_per_person(rows)
     device = resolve_device(base.device)
     torch.use_deterministic_algorithms(device.type == "cpu")
     generator = torch.Generator().manual_seed(derive_seed(base.seed, "private", method, "views"))
     clips = load_clips(rows, frames, size)
     data = method_views(method, clips, labels_of(rows), params, generator, public_masks(rows, masks, size) if masks else None)
-    if params.unit == "person":
+    if unit == "person":
         data.owners = owners
     if data.has_public is not None and not bool(data.has_public.any()):
         raise PrivharError(f"train-private: {method} found no public token in any of the {len(rows)} training videos "
@@ -281,9 +278,9 @@ def train_private(*, params_path: Path, method: str, frames: Path, init: Path, o
                         guarantee = NON_PRIVATE
                     elif data.has_private is not None and not bool(data.has_private.any()):
                         guarantee = PrivacyGuarantee(0.0, 0.0, "MaskDP: no private token in any video, nothing private is used",
-                                                     params.unit, relation_of(method), randomness.label)
+                                                     unit, relation_of(method), randomness.label)
                     else:
-                        guarantee = _guarantee(method, outcome.privacy, params.unit, randomness.label)
+                        guarantee = _guarantee(method, outcome.privacy, unit, randomness.label)
                     by_person = _person_epsilons(guarantee, outcome.privacy, units_per_person)
                     persons += [{"model": key, "subject": person, "units": units_per_person[person], "epsilon_person": value}
                                 for person, value in by_person.items()]
@@ -299,14 +296,14 @@ def train_private(*, params_path: Path, method: str, frames: Path, init: Path, o
                         registrations.append(functools.partial(
                             register_model, model, run=model_run, family=method, key=key, config=model_config,
                             artifact=key.replace(".", "_"),
-                            tags={"method": method, **guarantee.as_tags(), "semantics": SEMANTICS[method],
+                            tags={"method": method, **guarantee.as_tags(), "semantics": CATALOGUE[method].semantics,
                                   CHECKPOINT_TAG: checkpoint_digest(folder / "model.pt"),
                                   "epsilon_person_max": repr(results[-1]["epsilon_person_max"]),
                                   "trainable": params.trainable, "trainable_parameters": trainable_count(model),
                                   "noise_multiplier": outcome.privacy.noise_multiplier, "max_grad_norm": recipe.max_grad_norm,
                                   "sample_rate": outcome.privacy.sample_rate, "steps": outcome.privacy.steps}))
                     LOG.info("train-private: %s: ε %.4g per %s (target %s), %.4g per person at most, σ %.4g, loss %.4f; "
-                             "randomness %s", key, guarantee.epsilon, params.unit, epsilon, results[-1]["epsilon_person_max"],
+                             "randomness %s", key, guarantee.epsilon, unit, epsilon, results[-1]["epsilon_person_max"],
                              outcome.privacy.noise_multiplier, outcome.history[-1]["loss"], randomness.label)
         atomic_write_bytes(report / f"{method}.csv", csv_bytes(results))
         atomic_write_bytes(report / f"{method}_persons.csv", csv_bytes(persons))
@@ -319,11 +316,12 @@ def train_private(*, params_path: Path, method: str, frames: Path, init: Path, o
 
 
 def _guarantee(method: str, privacy: SgdPrivacy, unit: str, randomness: str) -> PrivacyGuarantee:
-    if method == "maskdp_real":  # ε holds for the background tokens only; the real person is public here
+    entry = CATALOGUE[method]
+    if entry.masked and entry.learns_from == "raw":  # ε holds for the background tokens only; the real person is public
         spent = privacy.guarantee(f"{unit} (masked adjacency)", randomness)
         return PrivacyGuarantee(spent.epsilon, spent.delta, spent.accountant + "; the real person is NOT protected",
                                 spent.unit, spent.relation, randomness)
-    return privacy.guarantee(f"{unit} (masked adjacency, labels public)" if method == "maskdp" else unit, randomness)
+    return privacy.guarantee(f"{unit} (masked adjacency, labels public)" if entry.masked else unit, randomness)
 
 
 def _person_epsilons(guarantee: PrivacyGuarantee, privacy: SgdPrivacy, units_per_person: dict[int, int]) -> dict[int, float]:
@@ -339,7 +337,7 @@ def _person_epsilons(guarantee: PrivacyGuarantee, privacy: SgdPrivacy, units_per
 
 def _record(method: str, key: str, target: float, guarantee: PrivacyGuarantee, outcome: Outcome, trainable: int,
             recipe: Recipe, epsilon_person_max: float) -> dict[str, Any]:
-    paper = outcome.privacy.paper_epsilon() if method in MASKED and math.isfinite(guarantee.epsilon) else None
+    paper = outcome.privacy.paper_epsilon() if CATALOGUE[method].masked and math.isfinite(guarantee.epsilon) else None
     return {"model": key, "method": method, "target_epsilon": target, "epsilon": round(guarantee.epsilon, 6),
             "delta": guarantee.delta, "unit": guarantee.unit, "relation": guarantee.relation,
             "epsilon_person_max": epsilon_person_max, "paper_epsilon": "" if paper is None else round(paper, 6),

@@ -27,6 +27,7 @@ import polars as pl
 from tasks.core.errors import PrivharError
 from tasks.core.figures import percent_chart_png, plt
 from tasks.core.params import DprpParams, PrivateParams, load_section
+from tasks.core.private_catalogue import CATALOGUE
 from tasks.core.storage import atomic_write_bytes
 from tasks.core import tables
 from tasks.core.tables import csv_bytes, frame_of, markdown_of, read_csv
@@ -43,14 +44,7 @@ class Row:
     note: str = ""
 
 
-ROWS = {
-    "dp_sgd": Row("real", "DP-SGD", "dp_sgd"),
-    "multiclip": Row("real", "MultiClip-DP ({clips} clips)", "multiclip"),
-    "dp_sgd_avatar": Row("avatar-anonymized", "DP-SGD", "dp_sgd_avatar"),
-    "maskdp": Row("avatar-anonymized", "MaskDP", "maskdp"),
-    "maskdp_real": Row("real*", "MaskDP", "maskdp_real", "* real person visible in the public tokens: not private for "
-                       "them, listed to show the domain gap (paper 001 Table 2)"),
-}
+ROWS = {name: Row(method.data, method.training, name, method.note) for name, method in CATALOGUE.items()}
 DPRP = Row("Video-DPRP copy", "Video-DPRP", "dprp")
 BASELINE = Row("real", "non-private, full fine-tuning", "baseline")
 

@@ -22,18 +22,12 @@ import polars as pl
 
 from tasks.core.accounting import gaussian_person_epsilon
 from tasks.core.budget import federated_release, subjects_by_split
+from tasks.core.private_catalogue import CATALOGUE
 from tasks.core.randomness import SECURE
 from tasks.core.seeds import seed_suffix
 from tasks.core.subjects import person_videos
 from tasks.core.tables import frame_of, read_csv, read_parquet
 
-MECHANISMS = {
-    "dp_sgd": "DP-SGD (Opacus, Poisson sampling, per-unit clipping)",
-    "dp_sgd_avatar": "DP-SGD on the avatar copy (Opacus)",
-    "multiclip": "MultiClip DP-SGD (per-video gradient over K clips, clipped once)",
-    "maskdp": "MaskDP-SGD (masked adjacency: private tokens clipped and noised)",
-    "maskdp_real": "MaskDP-SGD on raw clips (masked adjacency; the real person in public tokens is NOT protected)",
-}
 
 
 SUBJECT_COLUMNS = ("subject", "dp_releases", "epsilon_per_unit_sum", "epsilon_person", "delta_person",
@@ -119,7 +113,7 @@ def private_releases(folder: Path, methods: list[str]) -> list[Release]:
         for entry in _csv_entries(folder / f"{method}.csv"):
             epsilon, delta = float(entry["epsilon"]), float(entry["delta"])
             mine = {person: (value, delta) for person, (value, _) in persons.get(entry["model"], {}).items()}
-            releases.append(Release(entry["model"], method, MECHANISMS.get(method, method), epsilon, delta,
+            releases.append(Release(entry["model"], method, CATALOGUE[method].mechanism if method in CATALOGUE else method, epsilon, delta,
                                     entry["accountant"], "σ calibrated to the target ε by the accountant"
                                     if math.isfinite(epsilon) else "none: no noise (clipping only)", "train",
                                     "" if math.isfinite(epsilon) else "reference without noise", entry.get("unit", "video"),

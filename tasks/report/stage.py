@@ -40,6 +40,7 @@ from tasks.report.ledger import (
     subject_totals,
     unprotected_releases,
 )
+from tasks.report.person_level import PERSON_METHOD, TOLERANCE, person_level_markdown, person_level_rows
 from tasks.report.plots import signature_png, top1_vs_cmap_png
 from tasks.report.tables import (
     NOT_RUN,
@@ -126,6 +127,16 @@ CLAIMS = ("Each claim compares two rows' Top-1 (protocol 1) over their training 
           "claim still leaves possible: a difference outside it is ruled out. Where each paper makes the claim: "
           "tasks/report/claims.py.")
 
+PERSON_LEVEL = ("`dp_sgd_person` samples people (Poisson, at the public count `private.public_size.person`) and clips the sum "
+                "of each sampled person's per-video gradients as one unit, so ε is per person (add/remove of a person and "
+                "all their videos); a bystander in another person's video is held by two units and pays group privacy "
+                "over them (the most exposed person's column). Beside it, video-level DP-SGD at the same ε, whose person "
+                "pays group privacy over all of their videos, and the non-private model. The goal beyond the papers (none "
+                f"protects the person): within {TOLERANCE:g} points of the non-private model, decided on the gap's 95 % "
+                "Welch interval over the seeds.")
+PERSON_LEVEL_COLUMNS = ["target_epsilon", "epsilon_person", "epsilon_person_max", "top1", "video_top1",
+                        "video_epsilon_person_max", "non_private_top1", "gap", "gap_low", "gap_high", "verdict"]
+
 
 def _claims_markdown(claims: list[dict[str, Any]]) -> str:
     if not claims:
@@ -158,7 +169,8 @@ def _costs_markdown(costs: list[dict[str, Any]], view: str) -> str:
 
 def results_markdown(table: list[dict[str, Any]], signature: list[dict[str, Any]], releases: list[dict[str, Any]],
                      subjects: list[dict[str, Any]], cap: float, who: str = "", claims: list[dict[str, Any]] | None = None,
-                     costs: list[dict[str, Any]] | None = None, view: str = "motion") -> str:
+                     costs: list[dict[str, Any]] | None = None, view: str = "motion",
+                     person_level: list[dict[str, Any]] | None = None) -> str:
     cap_text = "none" if math.isinf(cap) else f"ε ≤ {cap:g} per person"
     links = " ".join(f"[{row['copy']}](report/signature/{row['copy']}.png)" for row in signature)
     return "\n\n".join([
@@ -170,6 +182,8 @@ def results_markdown(table: list[dict[str, Any]], signature: list[dict[str, Any]
         "Federated DP training (paper 003, FedAvg / FedNova × full / selective): [federated/federated.md](federated/federated.md)",
         "## What each protection costs against the raw clips", COSTS, _costs_markdown(costs or [], view),
         "## The papers' claims, decided over seeds", CLAIMS, _claims_markdown(claims or []),
+        "## Person-level DP-SGD: the person, not the video, as the unit", PERSON_LEVEL,
+        person_level_markdown(person_level or []),
         "## Paper 004 signature: every evaluator in [0, 1], 1 = best", SIGNATURE, signature_markdown(signature), links,
         "## Privacy ledger", f"Cap (`privacy.max_epsilon`): {cap_text}. {LEDGER}",
         _families_markdown(releases) if releases else "No release yet.",
@@ -215,6 +229,7 @@ def report(*, params_path: Path, metrics: Path, signature: Path, ledgers: Path, 
     claims = decide(paper_claims(private.methods, private.epsilons, dprp_scales, federated.aggregations,
                                  list(federated.tunings)), scores)
     signatures = signature_rows(rows, assessed)
+    people = person_level_rows(ledgers, scores) if PERSON_METHOD in private.methods else []
     found = (dprp_releases(dprp) + private_releases(ledgers, private.methods)
              + (ldp_releases(ldp_ledger, read_manifest(frames / MANIFEST_NAME)) if ldp_ledger else [])
              + (federated_releases(federated_table) if federated_table else [])
@@ -230,6 +245,7 @@ def report(*, params_path: Path, metrics: Path, signature: Path, ledgers: Path, 
         atomic_write_bytes(folder / "subjects.csv", csv_bytes(subjects, list(SUBJECT_COLUMNS)))
         atomic_write_bytes(folder / "claims.csv", csv_bytes(claims, list(CLAIM_COLUMNS)))
         atomic_write_bytes(folder / "costs.csv", csv_bytes(costs, ["method", "top1", "raw_top1", "gap", "verdict"]))
+        atomic_write_bytes(folder / "person_level.csv", csv_bytes(people, PERSON_LEVEL_COLUMNS))
         write_table([{key: str(value) if isinstance(value, str) else float(value) if isinstance(value, (int, float)) else value
                       for key, value in row.items()} for row in _uniform(table)], folder / "results.parquet")
         dvc_metrics = {row["model"]: {name: row[key] for name, key in METRIC_NAMES.items()
@@ -240,7 +256,7 @@ def report(*, params_path: Path, metrics: Path, signature: Path, ledgers: Path, 
             if not isinstance(row["e_id_ind"], str):
                 atomic_write_bytes(folder / "signature" / f"{row['copy']}.png", signature_png(row))
         atomic_write_bytes(out / "results.md", results_markdown(table, signatures, releases, subjects, cap, subjects_statement(decoded),
-                                                                   claims, costs, train.input).encode())
+                                                                   claims, costs, train.input, people).encode())
         _mlflow_children(run, table, assessed)
         run.log_artifact(out / "results.md")
     LOG.info(f"report: {len(table)} methods, {len(releases)} releases in {out / 'results.md'}")
