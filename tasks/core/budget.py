@@ -45,7 +45,7 @@ from tasks.core.params import (DprpParams, FederatedParams, LdpParams, PrivacyPa
 from tasks.core.private_catalogue import CATALOGUE
 from tasks.core.release_ledger import record_release, recorded
 from tasks.core.seeds import seed_suffix
-from tasks.core.subjects import people_in, person_units, videos_per_person
+from tasks.core.subjects import people_in, privacy_units, videos_per_person
 
 # (the rows of the release's splits) -> each person's ε under that release
 PersonEpsilons = Callable[[list[dict[str, Any]]], dict[int, float]]
@@ -85,9 +85,7 @@ def _private(params: PrivateParams, method: str, epsilon: float) -> PersonEpsilo
     unit = CATALOGUE[method].unit_under(params.unit)
 
     def person_epsilons(rows: list[dict[str, Any]]) -> dict[int, float]:
-        owners, units_per_person = person_units(rows)
-        held = units_per_person if unit == "person" else videos_per_person(rows)
-        count = int(owners.max()) + 1 if unit == "person" else len(rows)
+        _, count, held = privacy_units(rows, unit)
         rate, steps = poisson_schedule(params.public_size.get(unit) or count, params.batch_size, params.epochs)
         sigma = calibrate_noise(epsilon, params.delta, rate, steps, accountant=params.accountant, relation=relation)
         return {person: group_epsilon(sigma, rate, steps, params.delta, units, relation=relation)

@@ -69,4 +69,3 @@ CATALOGUE: dict[str, PrivateMethod] = {method.name: method for method in (
                   "the domain gap (paper 001 Table 2)"),
 )}
 PRIVATE_METHODS = tuple(CATALOGUE)
-MASKED_METHODS = tuple(name for name, method in CATALOGUE.items() if method.masked)

@@ -68,6 +68,15 @@ def videos_per_person(rows: list[dict[str, Any]]) -> dict[int, int]:
     return {person: len(videos) for person, videos in person_videos(rows).items()}
 
 
+def privacy_units(rows: list[dict[str, Any]], unit: str) -> tuple[torch.Tensor | None, int, dict[int, int]]:
+    """Under DP unit ``unit`` (video or person): (each row's unit — None when every video is its own —, how many units
+    are sampled, how many units hold each subject). The stage and the budget plan both count through it."""
+    if unit == "video":
+        return None, len(rows), videos_per_person(rows)
+    owners, held = person_units(rows)
+    return owners, int(owners.max()) + 1, held
+
+
 def person_units(rows: list[dict[str, Any]]) -> tuple[torch.Tensor, dict[int, int]]:
     """(the unit 0..U−1 of each row — its first subject —, how many units hold each subject)."""
     primaries = [people_in(row, index)[0] for index, row in enumerate(rows)]

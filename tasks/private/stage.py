@@ -40,7 +40,7 @@ from torch import nn
 
 from tasks.core.accounting import relation_of
 from tasks.core.budget import check_budget, check_unprotected, record_made
-from tasks.core.subjects import person_units, videos_per_person
+from tasks.core.subjects import privacy_units
 from tasks.core.clips import augment, class_names, labels_of, load_clips, normalise, split_rows, untouched_by
 from tasks.core.device import resolve_device
 from tasks.core.errors import PrivharError
@@ -227,23 +227,20 @@ def train_private(*, params_path: Path, method: str, frames: Path, init: Path, o
     seeds = private_seeds(params, load_section(params_path, "report", ReportParams))
     unit = CATALOGUE[method].unit_under(params.unit)
     pretrained, config = public_model(init, frames, classifier_seed(base.seed, 0))
-    owners, units_per_person = person_units(rows)
-    _check_inputs(params, unit, len(rows) if unit == "video" else int(owners.max()) + 1, pretrained)
+    owners, count, units_per_person = privacy_units(rows, unit)
+    _check_inputs(params, unit, count, pretrained)
     for epsilon in params.epsilons:  # privacy.max_epsilon, before any work: every seed is a release
         for seed in range(seeds):
             check_budget(params_path, f"{method}-eps{epsilon}{seed_suffix(seed)}", every_row, budget)
     check_unprotected(params_path, f"the reference {method}-epsinf (the same recipe without noise)")
     size = tuple(config["input_size"])
     recipe = recipe_of(params, method)
-    if unit == "video":
-        units_per_person = videos_per_person(rows)
     device = resolve_device(base.device)
     torch.use_deterministic_algorithms(device.type == "cpu")
     generator = torch.Generator().manual_seed(derive_seed(base.seed, "private", method, "views"))
     clips = load_clips(rows, frames, size)
     data = method_views(method, clips, labels_of(rows), params, generator, public_masks(rows, masks, size) if masks else None)
-    if unit == "person":
-        data.owners = owners
+    data.owners = owners  # None: every video is its own unit
     if data.has_public is not None and not bool(data.has_public.any()):
         raise PrivharError(f"train-private: {method} found no public token in any of the {len(rows)} training videos "
                            f"(private.public_threshold = {params.public_threshold}, token {params.token}): MaskDP would be "
