@@ -59,6 +59,7 @@ bench: $(STAMP) $(DETECTOR_STAMP) footage
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/privhar bench dprp
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/privhar bench private
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/privhar bench anonymize
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/privhar bench stages
 	PATH="$(abspath $(DETECTOR_VENV)/bin):$$PATH" $(DETECTOR_VENV)/bin/privhar bench anonymize --out reports/bench/anonymize-mediapipe.json
 
 # Real footage: OpenCV's vtest.avi (Debian package opencv-doc; Apache-2.0 / BSD-3-Clause) cut into 4 s clips at 320x240

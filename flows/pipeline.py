@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from flows.project_lock import project_lock
+from flows.stage_server import stage_server
 from flows.stage_times import StageClock, log_stage_times
 from tasks.core.errors import ERROR_PREFIX, PrivharError
 from tasks.core.tracking import pipeline_run
@@ -72,12 +73,16 @@ def pipeline_session(project: Path, what: str, tags: dict[str, str]) -> Iterator
             os.chdir(previous)
 
 
-def run_pipeline(project: Path, *, force: bool = False, targets: tuple[str, ...] = ()) -> dict:
-    """``dvc repro`` in ``project``; return the evaluation metrics it produced."""
-    with pipeline_session(project, "privhar run", {"privhar.targets": " ".join(targets) or "all"}) as parent:
+def run_pipeline(project: Path, *, force: bool = False, targets: tuple[str, ...] = (), warm: bool = True) -> dict:
+    """``dvc repro`` in ``project``, its stages forked from a warm stage server unless ``warm`` is false; return the
+    evaluation metrics it produced."""
+    tags = {"privhar.targets": " ".join(targets) or "all", "privhar.stage_start": "stage server fork" if warm else "interpreter"}
+    with pipeline_session(project, "privhar run", tags) as parent:
         command = dvc_command("repro", *(["--force"] if force else []), *targets)
         clock = StageClock()
-        with subprocess.Popen(command, env=tool_environment(), stdout=subprocess.PIPE, text=True, bufsize=1) as process:
+        server = stage_server() if warm else contextlib.nullcontext({})
+        with server as served, subprocess.Popen(command, env=tool_environment() | served, stdout=subprocess.PIPE,
+                                                text=True, bufsize=1) as process:
             assert process.stdout is not None
             for line in clock.watch(process.stdout):  # DVC's lines, as it prints them, each stage's start marked
                 sys.stdout.write(line)

@@ -17,6 +17,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from flows.dag import read_dag
 from flows.pipeline import check_project, pipeline_session, score_models
 from flows.profiles import DEFAULT, apply_profile
+from flows.stage_server import stage_server
 from flows.stage_tasks import StageFailed, run_stage
 from tasks.core.params import OrchestrateParams, load_section
 
@@ -35,7 +36,8 @@ def pipeline_flow(project: str = ".", profile: str = DEFAULT, stages: list[str] 
     """Bring ``stages`` (all if empty) of the DVC project up to date; return Top-1 etc. per method."""
     root = check_project(Path(project))
     logger = get_run_logger()
-    with pipeline_session(root, "prefect flow", {"privhar.profile": profile}):
+    # the stages DVC starts for each task fork from one warm server (its address in os.environ, for tool_environment)
+    with pipeline_session(root, "prefect flow", {"privhar.profile": profile}), stage_server(export=True):
         if apply_profile(root, profile):
             logger.info(f"profile {profile}: profiles/{profile}.yaml applied to params.yaml")
         settings = load_section(root / "params.yaml", "orchestrate", OrchestrateParams)

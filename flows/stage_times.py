@@ -1,9 +1,11 @@
 """Where a run's time goes: each stage's wall time as ``dvc repro`` ran it, printed and logged to the parent run.
 
 The wall time of a stage is from DVC's ``Running stage 'name':`` line to the next stage's (or the end):
-the command's own work, its Python start (torch, MLflow imports), and DVC's hashing and caching of its
-outputs. The stages' MLflow runs measure the work alone (``stage_seconds``); the difference is the fixed
-cost per stage that issue 21 asks to find.
+the command's own work, its process start (a fork of the warm stage server, flows/stage_server.py, or a cold
+interpreter importing torch and MLflow), and DVC's hashing and caching of its outputs. The stages' MLflow runs
+measure the work alone (``stage_seconds``, from the stage function's call: tasks.core.tracking.stage_work);
+the difference is the fixed cost per stage that issues 21 and 31 ask to find and bound. scan and budget open
+no MLflow run: their work is not measured apart.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from tasks.core.tables import markdown_of
+from tasks.core.tracking import DVC_STAGE_TAG
 
 RUNNING = re.compile(r"^Running stage '([^']+)':")
 
@@ -51,39 +54,61 @@ class StageClock:
         return {name: end - start for (name, start), end in zip(self.marks, ends)}
 
 
+def stage_rows(walls: dict[str, float], works: dict[str, float]) -> list[dict[str, float | str | None]]:
+    """One row per stage that ran, slowest first: wall seconds, its work (None where it logs no MLflow run) and the
+    fixed cost between them.
+
+    >>> stage_rows({"scan": 3.0, "train": 10.0}, {"train": 7.5})
+    [{'stage': 'train', 'wall_s': 10.0, 'work_s': 7.5, 'fixed_s': 2.5}, {'stage': 'scan', 'wall_s': 3.0, 'work_s': None, 'fixed_s': None}]
+    """
+    return [{"stage": name, "wall_s": seconds, "work_s": works.get(name),
+             "fixed_s": None if works.get(name) is None else seconds - works[name]}
+            for name, seconds in sorted(walls.items(), key=lambda item: -item[1])]
+
+
 def summary(walls: dict[str, float], total: float, work: float, works: dict[str, float] | None = None) -> str:
-    """A Markdown table of the stages that ran, slowest first: wall seconds, the stage's own work (its MLflow run's
-    ``stage_seconds``, where a run of that name exists) and the fixed cost between them; then the run's totals.
+    """A Markdown table of :func:`stage_rows`, then the run's totals.
 
     >>> table = summary({"scan": 3.0, "train": 10.0}, 14.0, 7.5, {"train": 7.5}).splitlines()
     >>> [" ".join(line.replace("|", " ").split()) for line in table[2:5]]
     ['train 10.0 7.5 2.5', 'scan 3.0 — —', 'all stages (wall) 13.0 7.5 5.5']
     """
-    works = works or {}
 
-    def row(name: str, seconds: float) -> list[str]:
-        mine = works.get(name)
-        return [name, f"{seconds:.1f}", "—" if mine is None else f"{mine:.1f}", "—" if mine is None else f"{seconds - mine:.1f}"]
+    def cell(value: float | str | None) -> str:
+        return "—" if value is None else value if isinstance(value, str) else f"{value:.1f}"
 
-    lines = [row(name, seconds) for name, seconds in sorted(walls.items(), key=lambda item: -item[1])]
+    lines = [[cell(row[key]) for key in ("stage", "wall_s", "work_s", "fixed_s")] for row in stage_rows(walls, works or {})]
     spent = sum(walls.values())
     lines += [["all stages (wall)", f"{spent:.1f}", f"{work:.1f}", f"{spent - work:.1f}"],
               ["the run (dvc repro)", f"{total:.1f}", "", ""]]
     return markdown_of(["stage", "wall (s)", "work (s)", "fixed cost (s)"], lines)
 
 
-def log_stage_times(parent_run_id: str, walls: dict[str, float], total: float) -> str:
-    """Log each stage's wall time (``wall_seconds.<stage>``) and the table to the parent run; return the table."""
-    import mlflow
+def stage_works(parent_run_id: str) -> dict[str, float]:
+    """``{DVC stage: stage_seconds}`` of the stage runs nested under a pipeline's parent run."""
     from mlflow import MlflowClient
 
     client = MlflowClient()
     experiment = client.get_run(parent_run_id).info.experiment_id
     children = client.search_runs([experiment], f"tags.mlflow.parentRunId = '{parent_run_id}'", max_results=5000)
-    works = {run.info.run_name: run.data.metrics["stage_seconds"] for run in children if "stage_seconds" in run.data.metrics}
+    works: dict[str, float] = {}
+    for run in children:  # joined on the DVC stage that ran the run (``dprp@8.0`` logs the run ``dprp@8``)
+        if "stage_seconds" in run.data.metrics:
+            name = run.data.tags.get(DVC_STAGE_TAG, run.info.run_name)
+            works[name] = works.get(name, 0.0) + run.data.metrics["stage_seconds"]
+    return works
+
+
+def log_stage_times(parent_run_id: str, walls: dict[str, float], total: float) -> str:
+    """Log each stage's wall time (``wall_seconds.<stage>``), the table (``stage_times.md``) and its rows
+    (``stage_times.json``, what ``privhar bench stages`` reads) to the parent run; return the table."""
+    import mlflow
+
+    works = stage_works(parent_run_id)
     work = sum(works.values())
     mlflow.log_metrics({f"wall_seconds.{name.replace('@', '.')}": seconds for name, seconds in walls.items()})
     mlflow.log_metrics({"pipeline_wall_seconds": total, "stages_work_seconds": work})
     table = summary(walls, total, work, works)
     mlflow.log_text(table + "\n", "stage_times.md")
+    mlflow.log_dict({"stages": stage_rows(walls, works), "run_s": total}, "stage_times.json")
     return table

@@ -35,7 +35,7 @@ from tasks.core.manifest import MANIFEST_NAME, QUARANTINE_NAME, read_manifest, r
 from tasks.core.params import BaseParams, DecodeParams, load_section
 from tasks.core.parallel import map_ordered, worker_count
 from tasks.core.storage import atomic_directory, save_arrays, save_frames
-from tasks.core.tracking import stage_run
+from tasks.core.tracking import stage_run, stage_work
 
 LOG = logging.getLogger(__name__)
 
@@ -188,6 +188,7 @@ def decode_one(row: dict[str, Any], *, params: DecodeParams, source_folder: Path
     return decoded
 
 
+@stage_work
 def decode(*, params_path: Path, source: Path, out: Path, run_name: str = "decode") -> list[dict[str, Any]]:
     """Run the stage on the manifest in folder ``source``; return the decoded rows (logged as MLflow run ``run_name``)."""
     base = load_section(params_path, "base", BaseParams)

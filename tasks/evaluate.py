@@ -38,7 +38,7 @@ from tasks.core.registry import checkpoint_digest
 from tasks.core.seeds import base_key, checkpoint_key, interval, seed_scores
 from tasks.core.storage import atomic_directory, atomic_write_bytes
 from tasks.core.tables import csv_bytes, frame_of
-from tasks.core.tracking import stage_run
+from tasks.core.tracking import stage_run, stage_work
 
 LOG = logging.getLogger(__name__)
 
@@ -155,6 +155,7 @@ def write_confusion_data(predictions: pl.DataFrame, folder: Path) -> None:
             atomic_write_bytes(staging / f"{key}.csv", csv_bytes(frame.select("video_id", "actual", "predicted")))
 
 
+@stage_work
 def evaluate(*, params_path: Path, frames: Path, models: list[Path], out: Path) -> dict[str, dict[str, float]]:
     """Run the stage over every ``<key>/model.pt`` in ``models``; return the metrics written."""
     params = load_section(params_path, "evaluate", EvaluateParams)

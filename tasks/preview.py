@@ -23,7 +23,7 @@ from tasks.core.figures import plt, png_bytes
 from tasks.core.manifest import MANIFEST_NAME, read_manifest, resolve_path, scan_manifest
 from tasks.core.params import DataParams, ReportParams, load_section
 from tasks.core.storage import atomic_write_bytes, load_frames
-from tasks.core.tracking import stage_run
+from tasks.core.tracking import stage_run, stage_work
 
 
 def raw_frames_allowed(params_path: Path) -> bool:
@@ -80,6 +80,7 @@ def protections_grid(raw: Path, copies: list[Path], *, show_raw: bool, videos: i
     return png_bytes(figure, dpi=110)
 
 
+@stage_work
 def preview(*, params_path: Path, frames: Path, copies: list[Path], out: Path) -> Path:
     """Write ``out/protections.png`` and log it to the stage's MLflow run; return its path."""
     found = copies_under(copies)

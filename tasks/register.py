@@ -25,7 +25,7 @@ from tasks.core.params import RegistryParams, load_section
 from tasks.core.registry import record_scores
 from tasks.core.seeds import base_key
 from tasks.core.storage import atomic_write_bytes
-from tasks.core.tracking import stage_run
+from tasks.core.tracking import stage_run, stage_work
 
 LOG = logging.getLogger(__name__)
 
@@ -69,6 +69,7 @@ def git_commit(project: Path) -> str:
     return head.stdout.strip() + ("+dirty" if dirty else "")
 
 
+@stage_work
 def register(*, params_path: Path, metrics: list[Path], scored: Path, out: Path) -> dict[str, dict[str, Any]]:
     """Describe every registered model (seed 0) evaluate scored; write and return ``{key: {version, digest}}``."""
     registry = load_section(params_path, "registry", RegistryParams)

@@ -31,7 +31,7 @@ from tasks.core.params import BaseParams, DataParams, PublicParams, SynthesizePa
 from tasks.core.parallel import map_ordered, worker_count
 from tasks.core.seeding import derive_seed, rng_for
 from tasks.core.storage import atomic_directory, atomic_write_bytes, save_arrays
-from tasks.core.tracking import stage_run
+from tasks.core.tracking import stage_run, stage_work
 from tasks.synthetic.encode import write_video
 from tasks.synthetic.video import identity_of, render_video, sample_spec
 
@@ -117,6 +117,7 @@ def preview(rows: list[dict[str, Any]], folder: Path, *, frames: int = 4, height
     return np.concatenate(strips, axis=0)
 
 
+@stage_work
 def synthesize(*, params_path: Path, out: Path, report: Path | None = None, public: bool = False) -> list[dict[str, Any]]:
     """Run the stage; return the manifest rows written.
 

@@ -49,7 +49,7 @@ from tasks.core.seeding import derive_seed
 from tasks.core.seeds import seed_folder, seed_keys
 from tasks.core.storage import atomic_directory, atomic_write_bytes
 from tasks.core.tables import csv_bytes
-from tasks.core.tracking import StageRun, stage_run
+from tasks.core.tracking import StageRun, stage_run, stage_work
 
 
 @dataclass
@@ -178,6 +178,7 @@ def paper_number(rows: list[dict[str, Any]]) -> dict[str, float]:
     return {} if printed is None else {"paper_epsilon": float(printed)}
 
 
+@stage_work
 def train(*, params_path: Path, frames: Path, out: Path, report: Path, family: str | None = None,
           epochs: int | None = None, init: Path | None = None, seeds: int = 1) -> dict[str, Any]:
     """Run the stage; return the final training record (of seed 0, the registered model).

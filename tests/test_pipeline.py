@@ -20,6 +20,8 @@ def test_pipeline_runs_end_to_end_then_is_up_to_date(project):
     result = sh("privhar", "run", cwd=project)
     assert "baseline  Top-1" in result.stdout
     assert "where the time went" in result.stderr and "| train " in compact(result.stderr)  # issue 21: stage wall times
+    unmeasured = [line.split("|")[1].strip() for line in result.stderr.splitlines() if line.startswith("|") and "—" in line]
+    assert set(unmeasured) <= {"scan", "budget"}, unmeasured  # every stage with an MLflow run has its work apart (issue 31)
     metrics = json.loads((project / "reports/evaluate/metrics.json").read_text())
     assert 0.0 <= metrics["baseline"]["top1"] <= 1.0
     # report.seeds: 2 (tests.conftest.DAG): every trained row twice, the registered seed 0 with the row's interval
@@ -67,6 +69,9 @@ def test_parent_and_nested_runs_are_logged(project):
     assert {run.data.tags["privhar.stage"] for run in children} == ({"synthesize", "decode", "train", "evaluate", "preview"}
                                                                    | dprp | anonymize | public | private | report)
     assert all("stage_seconds" in run.data.metrics for run in children)
+    # each forked from privhar run's warm stage server (flows/stage_server.py), tagged with the DVC stage that ran it
+    assert {run.data.tags["privhar.process_start"] for run in children} == {"stage server fork"}
+    assert {"train", "dprp@8.0", "train-dprp@8.0", "anonymize@avatar"} <= {run.data.tags["privhar.dvc_stage"] for run in children}
     walls = parents[0].data.metrics  # privhar run's wall time per stage, as dvc repro ran it
     assert walls["pipeline_wall_seconds"] >= walls["wall_seconds.train"] > 0 and "wall_seconds.train-private.dp_sgd" in walls
 

@@ -40,7 +40,7 @@ from tasks.core.parallel import map_ordered, worker_count
 from tasks.core.params import AnonymizeParams, BaseParams, DataParams, DecodeParams, load_section
 from tasks.core.speed import write_speed
 from tasks.core.storage import atomic_directory, load_frames, save_arrays, save_frames
-from tasks.core.tracking import stage_run
+from tasks.core.tracking import stage_run, stage_work
 
 NEEDS_PEOPLE = {"avatar": ("person_mask", "skeleton", "joint_depth", "identity"), "face_blur": ("face_box",),
                       "blackout": ("person_mask",)}
@@ -122,6 +122,7 @@ def anonymize_one(row: dict[str, Any], *, method: str, params: AnonymizeParams, 
             "blacked_out": blacked_out, "people_source": source_kind if keys else "", "people_searched_at": searched}, seconds
 
 
+@stage_work
 def anonymize(*, params_path: Path, frames: Path, method: str, out: Path, speed_path: Path | None = None) -> list[dict[str, Any]]:
     """Protect every clip of the decoded manifest in ``frames`` with ``method``; its measured frames/s to ``speed_path``."""
     base = load_section(params_path, "base", BaseParams)

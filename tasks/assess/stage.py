@@ -55,7 +55,7 @@ from tasks.core.seeding import derive_seed
 from tasks.core.speed import read_speed
 from tasks.core.storage import atomic_write_bytes
 from tasks.core.tables import csv_bytes
-from tasks.core.tracking import stage_run
+from tasks.core.tracking import stage_run, stage_work
 from tasks.preview import copies_under
 
 RAW = "raw"
@@ -284,6 +284,7 @@ def _lap(scores: dict[str, Any], part: str, since: float) -> float:
     return now
 
 
+@stage_work
 def assess(*, params_path: Path, frames: Path, copies: list[Path], speeds: Path, out: Path) -> list[dict[str, Any]]:
     """Assess the raw copy and every protected copy under ``copies``; write ``out/signature.json`` and ``.csv``."""
     base = load_section(params_path, "base", BaseParams)

@@ -14,18 +14,22 @@ by the command line, so a terminated stage ends its own run as FAILED.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import socket
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 LOG = logging.getLogger(__name__)
 PARENT_ENV = "PRIVHAR_PARENT_RUN_ID"
 EXPERIMENT_ENV = "PRIVHAR_EXPERIMENT"
 DEFAULT_EXPERIMENT = "privhar"
+DVC_STAGE_TAG = "privhar.dvc_stage"
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 def tracking_uri(project: Path | None = None) -> str:
@@ -141,8 +145,12 @@ class StageRun:
             return run.info.run_id
 
 
+FORKED_ENV = "PRIVHAR_FORKED_FROM"  # set by the stage server in each stage it forks (flows/stage_server.py)
+
+
 def _owner_tags() -> dict[str, str]:
-    return {"privhar.host": socket.gethostname(), "privhar.pid": str(os.getpid())}
+    started = "stage server fork" if os.environ.get(FORKED_ENV) else "interpreter"
+    return {"privhar.host": socket.gethostname(), "privhar.pid": str(os.getpid()), "privhar.process_start": started}
 
 
 def _alive(pid: int) -> bool:
@@ -175,20 +183,46 @@ def end_orphaned_runs(filter_string: str) -> list[str]:
     return ended
 
 
+_work_started: float | None = None
+
+
+def stage_work(function: Callable[P, R]) -> Callable[P, R]:
+    """Mark a stage's entry function: its work is timed from the call (its imports done), so the ``stage_seconds``
+    of its MLflow run covers what it computes before opening the run too; the rest of a stage's wall time
+    (interpreter start, imports, DVC's hashing) is its fixed cost (flows/stage_times.py)."""
+
+    @functools.wraps(function)
+    def timed(*args: P.args, **kwargs: P.kwargs) -> R:
+        global _work_started
+        _work_started = time.perf_counter()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            _work_started = None  # a stage that failed before its run times nothing after it
+
+    timed.stage_work = True  # type: ignore[attr-defined]
+    return timed
+
+
 @contextlib.contextmanager
 def stage_run(stage: str, sections: Mapping[str, Any]) -> Iterator[StageRun]:
-    """A (nested) MLflow run for one stage: params as given, wall time as measured."""
+    """A (nested) MLflow run for one stage: params as given; ``stage_seconds`` from the stage function's call (else
+    this run's start) to this run's end; tagged with the DVC stage
+    that ran it (``DVC_STAGE``), which the time table joins on."""
     import mlflow
 
+    global _work_started
+    started = _work_started if _work_started is not None else time.perf_counter()
     configure()
     end_orphaned_runs(f"tags.`privhar.stage` = '{stage}'")
     parent = os.environ.get(PARENT_ENV)
-    started = time.perf_counter()
+    dvc_stage = {DVC_STAGE_TAG: os.environ["DVC_STAGE"]} if os.environ.get("DVC_STAGE") else {}
     with mlflow.start_run(run_name=stage, parent_run_id=parent or None, nested=bool(parent),
-                          tags={"privhar.stage": stage, **_owner_tags()}) as run:
+                          tags={"privhar.stage": stage, **dvc_stage, **_owner_tags()}) as run:
         mlflow.log_params(flatten(sections))
         yield StageRun(run.info.run_id)
         mlflow.log_metric("stage_seconds", time.perf_counter() - started)
+    _work_started = None
 
 
 @contextlib.contextmanager

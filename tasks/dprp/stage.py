@@ -33,7 +33,7 @@ from tasks.core.seeding import derive_seed
 from tasks.core.speed import write_speed
 from tasks.core.storage import atomic_directory, atomic_write_bytes, load_frames, save_frames
 from tasks.core.subjects import named_people
-from tasks.core.tracking import stage_run
+from tasks.core.tracking import stage_run, stage_work
 from tasks.core.dprp_calibration import NoiseScales, dataset_scales
 from tasks.dprp.mechanism import Projection, fits_comfortably, generator_for, protect_video
 from tasks.dprp.preview import preview_png
@@ -69,6 +69,7 @@ def protect_one(row: dict[str, Any], *, params: DprpParams, scales: NoiseScales,
             **scales.as_dict(), "randomness": randomness.label}
 
 
+@stage_work
 def dprp(*, params_path: Path, frames: Path, epsilon: float, out: Path, report: Path | None = None,
          speed_path: Path | None = None, budget: Path | None = None) -> list[dict[str, Any]]:
     """Protect every clip of the decoded manifest in ``frames`` at total ``epsilon``; preview into ``report``,

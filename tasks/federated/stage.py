@@ -42,7 +42,7 @@ from tasks.core.seeds import seed_folder, seed_keys, seed_suffix
 from tasks.core.storage import atomic_directory, atomic_write_bytes
 from tasks.core.tables import csv_bytes
 from tasks.core.subjects import videos_per_person
-from tasks.core.tracking import StageRun, stage_run
+from tasks.core.tracking import StageRun, stage_run, stage_work
 from tasks.core.federated_accounting import ACCOUNTANT, calibrate, person_epsilon
 from tasks.core.head_features import fold_standardisation, head_of
 from tasks.federated.client import LocalRecipe, load_trainable
@@ -76,6 +76,7 @@ def check_inputs(params: FederatedParams, shards: list[list[int]]) -> None:
             raise PrivharError(f"federated.tunings: name {name!r} is invalid: expected letters, digits and '_'")
 
 
+@stage_work
 def train_federated(*, params_path: Path, frames: Path, init: Path, out: Path, report: Path,
                     budget: Path | None = None) -> list[dict[str, Any]]:
     """Run the stage; return the table rows. ``budget``: the budget stage's plan for it (default: planned here)."""

@@ -24,7 +24,7 @@ from tasks.core.params import BaseParams, LdpParams, load_section
 from tasks.core.seeding import derive_seed
 from tasks.core.storage import atomic_write_bytes
 from tasks.core.tables import csv_bytes
-from tasks.core.tracking import stage_run
+from tasks.core.tracking import stage_run, stage_work
 from tasks.ldp.baselines import hog_bovw_codes, raw_pixel_codes
 from tasks.ldp.dcaconv import fit_dcaconv
 from tasks.ldp.learners import NaiveBayes, NearestCentroid, knn_predict
@@ -153,6 +153,7 @@ def plot(rows: list[dict[str, Any]], params: LdpParams) -> bytes:
     return png_bytes(figure, dpi=110)
 
 
+@stage_work
 def ldp_digits(*, params_path: Path, out: Path) -> list[dict[str, Any]]:
     base = load_section(params_path, "base", BaseParams)
     params = load_section(params_path, "ldp", LdpParams)

@@ -49,7 +49,7 @@ from tasks.core.randomness import DpRandomness
 from tasks.core.seeding import derive_seed
 from tasks.core.storage import atomic_directory, atomic_write_bytes, load_frames, save_arrays
 from tasks.core.tables import csv_bytes
-from tasks.core.tracking import stage_run
+from tasks.core.tracking import stage_run, stage_work
 from tasks.ldp.baselines import hog_bovw_codes, raw_pixel_codes
 from tasks.ldp.dcaconv import fit_dcaconv
 from tasks.ldp.learners import NaiveBayes, NearestCentroid, knn_predict
@@ -147,6 +147,7 @@ def release(codes: np.ndarray, rows: list[dict[str, Any]], domain: int, epsilon:
                      for code, row in zip(codes, rows)])
 
 
+@stage_work
 def ldp_video(*, params_path: Path, frames: Path, public: Path, out: Path, report: Path,
               budget: Path | None = None) -> list[dict[str, Any]]:
     """Fit the filters on ``public``, release the private training split's codes at every ε, score learners;

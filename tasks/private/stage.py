@@ -55,7 +55,7 @@ from tasks.core.seeding import derive_seed
 from tasks.core.seeds import seed_folder, seed_keys, seed_suffix
 from tasks.core.storage import atomic_directory, atomic_write_bytes
 from tasks.core.tables import csv_bytes
-from tasks.core.tracking import StageRun, stage_run
+from tasks.core.tracking import StageRun, stage_run, stage_work
 from tasks.private.accounting import SgdPrivacy
 from tasks.core.head_features import HEAD, fold_standardisation, head_of, pooled_features, public_statistics, standardise
 from tasks.private.methods import (
@@ -204,6 +204,7 @@ def public_model(init: Path, frames: Path, seed: int) -> tuple[nn.Module, dict[s
     return model, config
 
 
+@stage_work
 def train_private(*, params_path: Path, method: str, frames: Path, init: Path, out: Path, report: Path,
                   avatar: Path | None = None, nproc: int | None = None, budget: Path | None = None) -> list[dict[str, Any]]:
     """Run the stage: one model per ε of ``private.epsilons`` (and ∞) and seed of ``private.seeds`` (default

@@ -31,7 +31,7 @@ from tasks.core.private_catalogue import CATALOGUE
 from tasks.core.storage import atomic_write_bytes
 from tasks.core import tables
 from tasks.core.tables import csv_bytes, frame_of, markdown_of, read_csv
-from tasks.core.tracking import stage_run
+from tasks.core.tracking import stage_run, stage_work
 
 
 @dataclass(frozen=True)
@@ -217,6 +217,7 @@ def epsilon_curves(records: list[dict[str, Any]], methods: list[str]) -> pl.Data
     return wide.with_columns(*missing).select("target_epsilon", *methods).sort("target_epsilon")
 
 
+@stage_work
 def private_table(*, params_path: Path, metrics: Path, ledgers: Path, train_reports: Path, out: Path) -> list[dict[str, Any]]:
     """Run the stage; return the CSV records written."""
     private = load_section(params_path, "private", PrivateParams)

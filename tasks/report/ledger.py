@@ -201,9 +201,10 @@ def subject_totals(releases: list[Release], rows: list[dict[str, Any]]) -> list[
             .join(exact, on=["release", "subject"], how="left")
             .with_columns(finite=pl.col("epsilon").is_finite(),
                           person_epsilon=pl.col("person_epsilon").fill_null(pl.col("epsilon_person_max")),
-                          person_delta=pl.col("person_delta").fill_null(pl.col("delta"))))
+                          person_delta=pl.col("person_delta").fill_null(pl.col("delta")))
+            .sort("subject", "release"))  # a join's row order varies from run to run, and with it a float sum's last digit
     dp = pl.col("finite")
-    totals = (held.group_by("subject").agg(
+    totals = (held.group_by("subject", maintain_order=True).agg(
         dp.sum().cast(pl.Int64).alias("dp_releases"),
         pl.col("epsilon").filter(dp).sum().round(4).alias("epsilon_per_unit_sum"),
         pl.col("person_epsilon").filter(dp).sum().alias("epsilon_person"),

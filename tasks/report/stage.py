@@ -26,7 +26,7 @@ from tasks.core.params import (AnonymizeParams, DprpParams, FederatedParams, Pri
 from tasks.core.storage import atomic_write_bytes
 from tasks.core.tables import csv_bytes, markdown_of
 from tasks.core.subjects import subjects_statement
-from tasks.core.tracking import stage_run
+from tasks.core.tracking import stage_run, stage_work
 from tasks.report.claims import WITHIN_NOISE_BECAUSE, against_raw, decide, paper_claims
 from tasks.report.ledger import (
     SUBJECT_COLUMNS,
@@ -208,6 +208,7 @@ def _mlflow_children(run: Any, table: list[dict[str, Any]], signature: dict[str,
                                               "privhar.epsilon": cell(row["epsilon"])})
 
 
+@stage_work
 def report(*, params_path: Path, metrics: Path, signature: Path, ledgers: Path, train_reports: Path, dprp: Path,
            anonymize: Path, frames: Path, out: Path, ldp_ledger: Path | None = None,
            federated_table: Path | None = None) -> list[dict[str, Any]]:
