@@ -38,8 +38,14 @@ def run(project, **overrides):
 
 def test_every_aggregation_and_tuning_is_trained_reported_and_registered(project):
     folder, params, _ = project
-    rows = run(project)
-    assert [row["model"] for row in rows] == ["fedavg-full", "fednova-full", "fedavg-selective", "fednova-selective"]
+    every = run(project)
+    # each model beside its reference without noise (issue 31: what the recipe reaches with no noise at all)
+    assert [row["model"] for row in every] == [f"{aggregation}-{tuning}{suffix}" for tuning in ("full", "selective")
+                                               for aggregation in ("fedavg", "fednova") for suffix in ("", "-epsinf")]
+    references = [row for row in every if row["model"].endswith("-epsinf")]
+    assert {(row["epsilon"], row["noise_multiplier"], row["epsilon_person_max"]) for row in references} == {("inf", 0.0, float("inf"))}
+    assert newest_version("fedavg-full-epsinf").tags["epsilon"] == "inf"
+    rows = [row for row in every if row not in references]
     for row in rows:
         assert row["epsilon"] == pytest.approx(1.33, abs=1e-6)
         assert row["epsilon"] == pytest.approx(epsilon_of(row["noise_multiplier"], 2, 1e-4), abs=1e-6)
@@ -52,9 +58,9 @@ def test_every_aggregation_and_tuning_is_trained_reported_and_registered(project
     tuned = torch.load(folder / "data/federated/fedavg-selective/model.pt", weights_only=False)["state_dict"]
     assert all(torch.equal(tuned[name], value) for name, value in public.items() if not name.startswith("blocks.4.proj"))
     with open(folder / "reports/federated/rounds.csv") as handle:
-        assert len(list(csv.DictReader(handle))) == 4 * 2
+        assert len(list(csv.DictReader(handle))) == 8 * 2
     metrics = json.loads((folder / "reports/federated/metrics.json").read_text())
-    assert set(metrics) == {row["model"] for row in rows}
+    assert set(metrics) == {row["model"] for row in every}
     table = (folder / "reports/federated/federated.md").read_text()
     assert "ε eq. 11 (paper's approximation)" in table and "fednova-selective" in table
     version = newest_version("fednova-selective")
@@ -65,7 +71,7 @@ def test_every_aggregation_and_tuning_is_trained_reported_and_registered(project
     with open(folder / "reports/federated/federated_persons.csv") as handle:
         persons = list(csv.DictReader(handle))
     # a person with m videos: μ = m · 2·sqrt(rounds·E)/σ (all m in one batch is the worst case)
-    for person in persons:
+    for person in [person for person in persons if not person["model"].endswith("-epsinf")]:
         sigma = next(row["noise_multiplier"] for row in rows if row["model"] == person["model"])
         expected = gdp_epsilon(int(person["units"]) * 2 * 2 ** 0.5 / sigma, 1e-4)
         assert float(person["epsilon_person"]) == pytest.approx(expected, rel=1e-5)

@@ -251,6 +251,26 @@ def test_claims_are_decided_by_welch_over_the_seeds_not_by_one_run():
     assert (claim.higher, claim.lower) == ("dprp-eps8.0", "multiclip-eps8.0")
 
 
+def test_an_undecided_claim_says_when_it_rules_out_the_gap_the_paper_prints():
+    """Issue 31: an undecided claim is shown beside the smallest gap its paper prints; an interval wholly below it rules
+    the paper's gain out (paper 000 Table 2: MultiClip-DP 44.07 against DP-SGD 25.54 on UCF101 at ε = 2)."""
+    from scipy import stats
+
+    from tasks.report.claims import decide, paper_claims
+
+    multiclip, dp_sgd = [0.80, 0.82, 0.81, 0.83], [0.81, 0.80, 0.82, 0.815]
+    metrics = {key + ("" if index == 0 else f"-seed{index}"): {"top1": value}
+               for key, values in (("multiclip-eps2.0", multiclip), ("dp_sgd-eps2.0", dp_sgd)) for index, value in enumerate(values)}
+    [row] = decide([claim for claim in paper_claims(["dp_sgd", "multiclip"], [2.0], [], [], []) if claim.paper == "000"], metrics)
+    welch = stats.ttest_ind(multiclip, dp_sgd, equal_var=False)
+    assert welch.pvalue > 0.05 and 100 * welch.confidence_interval(0.95).high < 44.07 - 25.54
+    assert row["paper_gap"] == 18.5 and "UCF101" in row["paper_gap_source"]
+    assert row["verdict"] == f"undecided (p = {welch.pvalue:.2f}); the paper's +18.5 ruled out"
+    wide = {**metrics, "dp_sgd-eps2.0-seed1": {"top1": 0.50}}  # an interval reaching past 18.5 rules nothing out
+    assert decide([claim for claim in paper_claims(["dp_sgd", "multiclip"], [2.0], [], [], []) if claim.paper == "000"],
+                  wide)[0]["verdict"].endswith(")")
+
+
 def test_each_protection_is_measured_against_the_raw_clips_and_a_tie_is_explained():
     """Issue 31: a protected copy whose Top-1 the seeds cannot tell from the raw clips' is named, with why."""
     from scipy import stats

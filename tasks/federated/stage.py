@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import copy
 import functools
+import itertools
 import math
 import time
 from collections.abc import Callable
@@ -29,7 +30,7 @@ from typing import Any
 import torch
 
 from tasks.core.accounting import REPLACE_ONE
-from tasks.core.budget import check_budget, federated_release, record_made
+from tasks.core.budget import check_budget, check_unprotected, federated_release, record_made
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import MANIFEST_NAME, read_manifest
 from tasks.core.device import resolve_device
@@ -66,6 +67,17 @@ def federation_of(base: BaseParams, params: FederatedParams, noise_multiplier: f
                       secure=randomness.private)
 
 
+def federated_model(aggregation: str, tuning: str, epsilon: float, private_epsilon: float) -> str:
+    """A federated model's key: ``fedavg-selective`` at ``federated.epsilon``, ``fedavg-selective-epsinf`` for its
+    reference without noise (when ``federated.epsilon`` itself is finite).
+
+    >>> federated_model("fedavg", "full", 1.33, 1.33), federated_model("fedavg", "full", math.inf, 1.33)
+    ('fedavg-full', 'fedavg-full-epsinf')
+    """
+    reference = math.isinf(epsilon) and math.isfinite(private_epsilon)
+    return f"{aggregation}-{tuning}" + ("-epsinf" if reference else "")
+
+
 def check_inputs(params: FederatedParams, shards: list[list[int]]) -> None:
     smallest = min(len(shard) for shard in shards)
     if params.delta >= 1.0 / smallest:
@@ -93,8 +105,10 @@ def train_federated(*, params_path: Path, frames: Path, init: Path, out: Path, r
             for seed in range(seeds):  # every seed is a release of the clients' videos
                 # every row, both splits: the earlier Video-DPRP releases hold the person's test videos too
                 check_budget(params_path, federated_release(aggregation, tuning) + seed_suffix(seed), every_row, budget)
+    if math.isfinite(params.epsilon):  # the ε = ∞ reference rows: the same recipe without noise, no DP guarantee
+        check_unprotected(params_path, "the federated reference models at ε = ∞ (the same recipe without noise)")
     compositions = params.rounds * params.local_epochs
-    sigma = calibrate(params.epsilon, compositions, params.delta)
+    sigmas = {params.epsilon: calibrate(params.epsilon, compositions, params.delta), math.inf: 0.0}
     torch.use_deterministic_algorithms(True)
     held = videos_per_person(clips.rows)
     rows, rounds, persons = [], [], []
@@ -107,8 +121,9 @@ def train_federated(*, params_path: Path, frames: Path, init: Path, out: Path, r
                     started = time.perf_counter()
                     split = split_for(init, frames, clips, trainable, classifier_seed(base.seed, seed))
                     prefix_seconds = time.perf_counter() - started  # the frozen prefix, once per tuning: part of each run's cost
-                    for aggregation in params.aggregations:
-                        name = f"{aggregation}-{tuning}"
+                    for aggregation, epsilon in itertools.product(params.aggregations, sigmas):
+                        sigma = sigmas[epsilon]
+                        name = federated_model(aggregation, tuning, epsilon, params.epsilon)
                         key = name + seed_suffix(seed)
                         federation = federation_of(base, params, sigma, aggregation, randomness, seed)
                         started = time.perf_counter()
@@ -121,7 +136,7 @@ def train_federated(*, params_path: Path, frames: Path, init: Path, out: Path, r
                         seconds = time.perf_counter() - started + prefix_seconds
                         guarantee = _guarantee(result, sigma, params, randomness)
                         by_person = {person: person_epsilon(sigma, max(result.participations) * params.local_epochs, count,
-                                                            params.delta) for person, count in held.items()}
+                                                            params.delta) if sigma else math.inf for person, count in held.items()}
                         persons += [{"model": key, "subject": person, "units": held[person],
                                      "epsilon_person": round(value, 6)} for person, value in by_person.items()]
                         rows.append({**_row(key, tuning, trainable, aggregation, params, split, result, sigma, seconds),
@@ -135,7 +150,8 @@ def train_federated(*, params_path: Path, frames: Path, init: Path, out: Path, r
                             fold_standardisation(head_of(model), split.statistics)
                         model.eval()
                         model_config = {**config, "model": key, "method": "federated", "family": "federated",
-                                        "frames": str(frames), "trainable": trainable, "aggregation": aggregation, "seed": seed}
+                                        "frames": str(frames), "trainable": trainable, "aggregation": aggregation, "seed": seed,
+                                        "target_epsilon": epsilon}
                         folder = seed_folder(staging / name, seed)
                         folder.mkdir(parents=True)
                         torch.save({"state_dict": model.state_dict(), "config": model_config}, folder / "model.pt")
@@ -152,11 +168,11 @@ def train_federated(*, params_path: Path, frames: Path, init: Path, out: Path, r
         atomic_write_bytes(report / "federated_persons.csv", csv_bytes(persons))
         for register in registrations:
             register()
-    if math.isfinite(params.epsilon):  # the models are complete: each is a release made, in the budget's ledger
-        for tuning in params.tunings:
-            for aggregation in params.aggregations:
-                for seed in range(seeds):
-                    record_made(params_path, federated_release(aggregation, tuning) + seed_suffix(seed), every_row, budget)
+        if math.isfinite(params.epsilon):  # the models are complete: each is a release made, in the budget's ledger
+            for tuning in params.tunings:
+                for aggregation in params.aggregations:
+                    for seed in range(seeds):
+                        record_made(params_path, federated_release(aggregation, tuning) + seed_suffix(seed), every_row, budget)
     return rows
 
 

@@ -307,9 +307,9 @@ def train_private(*, params_path: Path, method: str, frames: Path, init: Path, o
         atomic_write_bytes(report / f"{method}_persons.csv", csv_bytes(persons))
         for register in registrations:
             register()
-    for result in results:  # the models are complete: each finite ε's seed is a release made, in the budget's ledger
-        if math.isfinite(result["target_epsilon"]):
-            record_made(params_path, result["model"], every_row, budget)
+        for result in results:  # the models are complete: each finite ε's seed is a release made, in the budget's ledger
+            if math.isfinite(result["target_epsilon"]):
+                record_made(params_path, result["model"], every_row, budget)
     return results
 
 

@@ -144,19 +144,23 @@ def ldp_releases(path: Path, rows: list[dict[str, Any]] | None = None) -> list[R
 
 
 def federated_releases(path: Path) -> list[Release]:
-    """One release per federated model (reports/federated/federated.csv): ε per client, the largest over the clients."""
+    """One release per federated model (reports/federated/federated.csv): ε per client, the largest over the clients;
+    the ε = ∞ references (the same recipe without noise) are releases without DP."""
     persons = _persons(path.with_name("federated_persons.csv"))
     releases = []
     for entry in _csv_entries(path):
-        name = federated_release(entry["aggregation"], entry["tuning"]) + seed_suffix(int(entry.get("seed") or 0))
-        delta = float(entry["delta"])
+        epsilon, delta = float(entry["epsilon"]), float(entry["delta"])
+        name = (federated_release(entry["aggregation"], entry["tuning"]) + seed_suffix(int(entry.get("seed") or 0))
+                if math.isfinite(epsilon) else f"federated-{entry['model']}")
         mine = {person: (value, delta) for person, (value, _) in persons.get(entry["model"], {}).items()}
         releases.append(Release(name, "federated",
                                 "FedDP-STECAR: DP-SGD (Opacus) per client on shuffled batches, masked updates, FedAvg / FedNova",
-                                float(entry["epsilon"]), delta, entry["accountant"],
-                                "σ calibrated so that a client in every round spends federated.epsilon", "train",
-                                f"{entry['tuning']} tuning, {entry['aggregation']}", entry.get("unit", "video"),
-                                entry.get("relation", "replace-one"), _randomness(float(entry["epsilon"]), entry), _max_person(mine), mine))
+                                epsilon, delta, entry["accountant"],
+                                "σ calibrated so that a client in every round spends federated.epsilon"
+                                if math.isfinite(epsilon) else "none: no noise (clipping only)", "train",
+                                f"{entry['tuning']} tuning, {entry['aggregation']}"
+                                + ("" if math.isfinite(epsilon) else ", reference without noise"), entry.get("unit", "video"),
+                                entry.get("relation", "replace-one"), _randomness(epsilon, entry), _max_person(mine), mine))
     return releases
 
 

@@ -58,7 +58,7 @@ LOG = logging.getLogger(__name__)
 
 # report/metrics.json: the names the registry's description and `dvc metrics show` use
 CLAIM_COLUMNS = ("paper", "claim", "higher_model", "lower_model", "higher_top1", "lower_top1", "gap", "gap_low", "gap_high",
-                 "seeds", "verdict")
+                 "paper_gap", "paper_gap_source", "seeds", "verdict")
 METRIC_NAMES = {"top1": "top1", "top1_protocol2": "top1_protocol2", "top1_mean": "top1_mean", "top1_ci95": "top1_ci95", "cmap": "cmap_raw_attacker", "f1": "f1_raw_attacker",
                 "cmap_adaptive": "cmap_adaptive", "f1_adaptive": "f1_adaptive"}
 
@@ -124,7 +124,9 @@ COSTS = ("Each protected copy's model against the model of the raw clips, Top-1 
 CLAIMS = ("Each claim compares two rows' Top-1 (protocol 1) over their training seeds with Welch's t-test: *holds* or "
           "*reversed* when the gap is significant at 95 %, *undecided* otherwise — one run decides nothing (another "
           "machine moved single-run Top-1 by up to 17 points). The gap's 95 % Welch interval says what an *undecided* "
-          "claim still leaves possible: a difference outside it is ruled out. Where each paper makes the claim: "
+          "claim still leaves possible: a difference outside it is ruled out. The paper's gap is the smallest it prints "
+          "for the comparison over its datasets (its table and numbers beside it): the size of effect that would matter; "
+          "an *undecided* interval wholly below it rules the paper's gain out. Where each paper makes the claim: "
           "tasks/report/claims.py.")
 
 PERSON_LEVEL = ("`dp_sgd_person` samples people (Poisson, at the public count `private.public_size.person`) and clips the sum "
@@ -142,9 +144,11 @@ def _claims_markdown(claims: list[dict[str, Any]]) -> str:
     if not claims:
         return "No claim can be tested with these params (each needs both of its rows trained)."
     lines = [[row["paper"], row["claim"], f"{row['higher_model']}: {row['higher_top1']}",
-              f"{row['lower_model']}: {row['lower_top1']}", _gap_text(row), row["verdict"]] for row in claims]
+              f"{row['lower_model']}: {row['lower_top1']}", _gap_text(row),
+              "—" if math.isnan(row["paper_gap"]) else f"{row['paper_gap']:+.1f} ({row['paper_gap_source']})", row["verdict"]]
+             for row in claims]
     return markdown_of(["paper", "claim", "claimed higher, Top-1 (%)", "claimed lower, Top-1 (%)",
-                        "gap, 95 % interval (points)", "verdict"], lines)
+                        "gap, 95 % interval (points)", "the paper's gap (points)", "verdict"], lines)
 
 
 def _gap_text(row: dict[str, Any]) -> str:
