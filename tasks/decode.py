@@ -23,13 +23,14 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import av
 import numpy as np
 import pyarrow as pa
 import torch
 from torchvision import tv_tensors
 from torchvision.transforms import v2
 
-from tasks.core.datasets import probe
+from tasks.core.datasets import open_video, probe
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import MANIFEST_NAME, QUARANTINE_NAME, read_manifest, resolve_path, write_manifest, write_table
 from tasks.core.params import BaseParams, DecodeParams, load_section
@@ -120,6 +121,17 @@ def resample_indices(n_source: int, source_fps: float, target_fps: float, frames
     return indices
 
 
+def _decode_directly(path: Path, reason: str) -> torch.Tensor | None:
+    """Every frame as EncodedVideo returns them, (3, T, H, W) float RGB, decoded by PyAV itself (None: no frame);
+    :class:`Quarantined` with ``reason`` if PyAV cannot read it either."""
+    try:
+        with open_video(path) as container:
+            frames = [frame.to_ndarray(format="rgb24") for frame in container.decode(video=0)]
+    except (av.FFmpegError, OSError, ValueError, IndexError):
+        raise Quarantined(reason) from None
+    return torch.from_numpy(np.stack(frames)).permute(3, 0, 1, 2).float() if frames else None
+
+
 def read_video(path: Path) -> tuple[np.ndarray, float]:
     """All frames (T, H, W, 3) uint8 RGB and the frame rate; raises :class:`Quarantined`."""
     from pytorchvideo.data.encoded_video import EncodedVideo
@@ -131,16 +143,19 @@ def read_video(path: Path) -> tuple[np.ndarray, float]:
     header = probe(path)
     try:
         video = EncodedVideo.from_path(str(path), decode_audio=False, decoder="pyav")
-        clip = video.get_clip(0, video.duration + 1.0)["video"] if video.duration is not None else None
+        duration = video.duration
+        clip = video.get_clip(0, duration + 1.0)["video"] if duration is not None else None
         video.close()
     except (RuntimeError, ValueError, OSError) as error:
-        raise Quarantined(f"not a readable video ({str(error).splitlines()[0][:120]})") from None
+        # EncodedVideo's own av.open refuses metadata that is not UTF-8 (HMDB51 titles in Latin-1): PyAV directly,
+        # metadata dropped; a file it cannot read either is quarantined with EncodedVideo's reason
+        clip, duration = _decode_directly(path, f"not a readable video ({str(error).splitlines()[0][:120]})"), None
     if clip is None or clip.shape[1] == 0:
         raise Quarantined("no decodable video frames")
     frames = clip.permute(1, 2, 3, 0).to(dtype=torch.uint8).numpy()  # exact: the decoder's floats are whole 0..255
     if header["n_frames"] and len(frames) < TRUNCATION_TOLERANCE * header["n_frames"]:
         raise Quarantined(f"truncated: decoded {len(frames)} of the {header['n_frames']} frames its header announces")
-    fps = header["fps"] or len(frames) / max(video.duration or 1.0, 1e-6)
+    fps = header["fps"] or len(frames) / max(float(duration or 1.0), 1e-6)
     return frames, fps
 
 

@@ -18,6 +18,7 @@ import av
 import cv2
 import numpy as np
 
+from tasks.core.datasets import open_video
 from tasks.core.errors import PrivharError
 from tasks.synthetic.encode import write_video
 
@@ -27,7 +28,7 @@ log = logging.getLogger(__name__)
 def _frames(video: Path):
     """RGB frames of ``video`` one at a time, and its frame rate first."""
     try:
-        container = av.open(str(video))
+        container = open_video(video)
     except (av.FFmpegError, OSError) as error:
         raise PrivharError(f"{video}: not a readable video ({error})") from None
     with container:

@@ -24,7 +24,7 @@ import av
 import cv2
 import numpy as np
 
-from tasks.core.datasets import index_dataset
+from tasks.core.datasets import index_dataset, open_video
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import MANIFEST_NAME, resolve_path, write_manifest, write_table
 from tasks.core.params import BaseParams, DataParams, PublicParams, SynthesizeParams, load_section
@@ -94,7 +94,8 @@ def _identity_rows(seed: int, count: int) -> list[dict[str, Any]]:
 
 
 def preview(rows: list[dict[str, Any]], folder: Path, *, frames: int = 4, height: int = 96) -> np.ndarray:
-    """One row per action: ``frames`` evenly spaced frames of its first video, labelled (BGR image)."""
+    """One row per action: ``frames`` evenly spaced frames of its first video, labelled (BGR image); videos of other
+    aspect ratios (real datasets mix them) give strips of other widths, padded white to the widest."""
     first_of_label: dict[int, dict[str, Any]] = {}
     for row in rows:
         first_of_label.setdefault(row["label"], row)
@@ -102,9 +103,11 @@ def preview(rows: list[dict[str, Any]], folder: Path, *, frames: int = 4, height
     for _, row in sorted(first_of_label.items()):
         action = row["action"]
         try:
-            with av.open(str(resolve_path(row["path"], folder))) as container:
+            with open_video(resolve_path(row["path"], folder)) as container:
                 decoded = [frame.to_ndarray(format="bgr24") for frame in container.decode(video=0)]
-        except (av.FFmpegError, OSError):
+        except (av.FFmpegError, OSError, ValueError):  # unreadable: decode quarantines it with its reason
+            continue
+        if not decoded:
             continue
         picks = [decoded[i] for i in np.linspace(0, len(decoded) - 1, frames).astype(int)]
         width = int(round(picks[0].shape[1] * height / picks[0].shape[0]))
@@ -114,7 +117,9 @@ def preview(rows: list[dict[str, Any]], folder: Path, *, frames: int = 4, height
         strips.append(np.concatenate([label, strip], axis=1))
     if not strips:
         raise PrivharError(f"{folder}: no readable video to preview")
-    return np.concatenate(strips, axis=0)
+    widest = max(strip.shape[1] for strip in strips)
+    return np.concatenate([cv2.copyMakeBorder(strip, 0, 0, 0, widest - strip.shape[1], cv2.BORDER_CONSTANT, value=(255, 255, 255))
+                           for strip in strips], axis=0)
 
 
 @stage_work

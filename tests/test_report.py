@@ -161,6 +161,24 @@ def test_report_renders_with_missing_stages(tiny_decoded: Path, tmp_path: Path) 
     assert (tmp_path / "out" / "report" / "results.parquet").is_file()
 
 
+def test_a_measure_assess_could_not_take_reads_n_m_and_breaks_nothing(tiny_decoded: Path, tmp_path: Path) -> None:
+    """Issue 32: on real footage assess has no attributes (None); the report wrote half its files, then crashed."""
+    from tasks.report.stage import report
+
+    params = write_params(tmp_path)
+    (tmp_path / "metrics.json").write_text(json.dumps({"baseline": {"top1": 0.5, "top5": 0.9}}))
+    unmeasured = {"cmap_raw_attacker": None, "f1_raw_attacker": None, "cmap_adaptive": None, "f1_adaptive": None,
+                  **{key: None for key in SIGNATURE_COLUMNS}}
+    (tmp_path / "signature.json").write_text(json.dumps({"raw": unmeasured}))
+    for name in ("ledgers", "train", "dprp", "anonymize"):
+        (tmp_path / name).mkdir()
+    report(params_path=params, metrics=tmp_path / "metrics.json", signature=tmp_path / "signature.json",
+           ledgers=tmp_path / "ledgers", train_reports=tmp_path / "train", dprp=tmp_path / "dprp",
+           anonymize=tmp_path / "anonymize", frames=tiny_decoded / "data" / "decode", out=tmp_path / "out")
+    assert "| none (raw clips) | ∞ | 50.0 | 50.0 | n/m | n/m | n/m | n/m |" in compact((tmp_path / "out" / "results.md").read_text())
+    assert not {"cmap_raw_attacker", "f1_raw_attacker"} & set(json.loads((tmp_path / "out" / "report" / "metrics.json").read_text())["baseline"])
+
+
 def test_report_logs_one_nested_mlflow_run_per_method(tiny_decoded: Path, tmp_path: Path) -> None:
     import mlflow
 

@@ -34,10 +34,16 @@ Indexer = Callable[[Path, int], list[dict[str, Any]]]
 DATASETS: Registry[Indexer] = Registry("dataset")
 
 
+def open_video(path: Path) -> av.container.InputContainer:
+    """PyAV's container of ``path`` for reading. Metadata that is not UTF-8 (a title in Latin-1, as in HMDB51 clips) is
+    dropped, not fatal: PyAV's default raises UnicodeDecodeError on opening such a file."""
+    return av.open(str(path), metadata_errors="ignore")
+
+
 def probe(path: Path) -> dict[str, Any]:
     """n_frames, fps, height, width from the container header (zeros if unreadable)."""
     try:
-        with av.open(str(path)) as container:
+        with open_video(path) as container:
             stream = container.streams.video[0]
             fps = float(stream.average_rate or 0.0)
             frames = stream.frames

@@ -242,26 +242,27 @@ def report(*, params_path: Path, metrics: Path, signature: Path, ledgers: Path, 
     releases = method_rows(found)
     subjects = subject_totals(found, decoded)
     folder = out / "report"
+    # every file is made before the first is written: a failure leaves the previous report whole, never half of a new one
+    dvc_metrics = {row["model"]: {name: row[key] for name, key in METRIC_NAMES.items()
+                                  if isinstance(row[key], float | int) and not math.isnan(row[key])} for row in table}
+    files = {folder / "table1.csv": csv_bytes(table), folder / "signature.csv": csv_bytes(signatures),
+             folder / "releases.csv": csv_bytes(releases, [field.name for field in fields(Release) if field.name != "persons"]),
+             folder / "subjects.csv": csv_bytes(subjects, list(SUBJECT_COLUMNS)),
+             folder / "claims.csv": csv_bytes(claims, list(CLAIM_COLUMNS)),
+             folder / "costs.csv": csv_bytes(costs, ["method", "top1", "raw_top1", "gap", "verdict"]),
+             folder / "person_level.csv": csv_bytes(people, PERSON_LEVEL_COLUMNS),
+             folder / "metrics.json": (json.dumps(dvc_metrics, indent=2, sort_keys=True) + "\n").encode(),
+             folder / "top1_vs_cmap.png": top1_vs_cmap_png(table),
+             **{folder / "signature" / f"{row['copy']}.png": signature_png(row) for row in signatures
+                if isinstance(row["e_id_ind"], float | int)},
+             out / "results.md": results_markdown(table, signatures, releases, subjects, cap, subjects_statement(decoded),
+                                                  claims, costs, train.input, people).encode()}
+    parquet_rows = [{key: str(value) if isinstance(value, str) else float(value) if isinstance(value, (int, float)) else value
+                     for key, value in row.items()} for row in _uniform(table)]
     with stage_run("report", {"privacy": {"max_epsilon": cap}}) as run:
-        atomic_write_bytes(folder / "table1.csv", csv_bytes(table))
-        atomic_write_bytes(folder / "signature.csv", csv_bytes(signatures))
-        atomic_write_bytes(folder / "releases.csv", csv_bytes(releases, [field.name for field in fields(Release)
-                                                                         if field.name != "persons"]))
-        atomic_write_bytes(folder / "subjects.csv", csv_bytes(subjects, list(SUBJECT_COLUMNS)))
-        atomic_write_bytes(folder / "claims.csv", csv_bytes(claims, list(CLAIM_COLUMNS)))
-        atomic_write_bytes(folder / "costs.csv", csv_bytes(costs, ["method", "top1", "raw_top1", "gap", "verdict"]))
-        atomic_write_bytes(folder / "person_level.csv", csv_bytes(people, PERSON_LEVEL_COLUMNS))
-        write_table([{key: str(value) if isinstance(value, str) else float(value) if isinstance(value, (int, float)) else value
-                      for key, value in row.items()} for row in _uniform(table)], folder / "results.parquet")
-        dvc_metrics = {row["model"]: {name: row[key] for name, key in METRIC_NAMES.items()
-                                      if not isinstance(row[key], str) and not math.isnan(row[key])} for row in table}
-        atomic_write_bytes(folder / "metrics.json", (json.dumps(dvc_metrics, indent=2, sort_keys=True) + "\n").encode())
-        atomic_write_bytes(folder / "top1_vs_cmap.png", top1_vs_cmap_png(table))
-        for row in signatures:
-            if not isinstance(row["e_id_ind"], str):
-                atomic_write_bytes(folder / "signature" / f"{row['copy']}.png", signature_png(row))
-        atomic_write_bytes(out / "results.md", results_markdown(table, signatures, releases, subjects, cap, subjects_statement(decoded),
-                                                                   claims, costs, train.input, people).encode())
+        write_table(parquet_rows, folder / "results.parquet")
+        for path, content in files.items():
+            atomic_write_bytes(path, content)
         _mlflow_children(run, table, assessed)
         run.log_artifact(out / "results.md")
     LOG.info(f"report: {len(table)} methods, {len(releases)} releases in {out / 'results.md'}")
