@@ -17,6 +17,7 @@ import os
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -60,7 +61,7 @@ def timed_run(copy: Path, cold: bool) -> dict[str, Any]:
     env.pop("PRIVHAR_PARENT_RUN_ID", None)
     log = copy / "run.log"
     with log.open("w") as output:
-        process = subprocess.Popen([str(Path(env["PATH"].split(os.pathsep)[0]) / "privhar"), "run", *(["--cold"] if cold else [])],
+        process = subprocess.Popen([str(Path(sys.executable).parent / "privhar"), "run", *(["--cold"] if cold else [])],
                                    cwd=copy, env=env, stdout=subprocess.PIPE, stderr=output, text=True, bufsize=1)
         assert process.stdout is not None
         for line in process.stdout:

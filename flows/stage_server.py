@@ -53,10 +53,11 @@ PR_SET_PDEATHSIG = 1
 START_TIMEOUT_S = 30.0
 
 
-def stage_modules() -> list[str]:
-    """The modules the ``privhar stage`` commands import (read from :mod:`flows.cli`'s source, so none is missed).
+def stage_imports() -> set[tuple[str, str]]:
+    """(module, name) of each ``from … import …`` in the ``privhar stage`` commands (read from :mod:`flows.cli`'s
+    source, so none is missed): the stage functions and their modules.
 
-    >>> {"tasks.train", "tasks.report.stage", "tasks.private.stage"} <= set(stage_modules())
+    >>> ("tasks.private.stage", "train_private") in stage_imports()
     True
     """
     import flows.cli
@@ -69,8 +70,17 @@ def stage_modules() -> list[str]:
     tree = ast.parse(Path(flows.cli.__file__).read_text())
     commands = [node for node in ast.walk(tree)
                 if isinstance(node, ast.FunctionDef) and any(map(is_stage_command, node.decorator_list))]
-    return sorted({node.module for command in commands for node in ast.walk(command)
-                   if isinstance(node, ast.ImportFrom) and node.module})
+    return {(node.module, alias.name) for command in commands for node in ast.walk(command)
+            if isinstance(node, ast.ImportFrom) and node.module for alias in node.names}
+
+
+def stage_modules() -> list[str]:
+    """The modules the ``privhar stage`` commands import.
+
+    >>> {"tasks.train", "tasks.report.stage", "tasks.private.stage"} <= set(stage_modules())
+    True
+    """
+    return sorted({module for module, _ in stage_imports()})
 
 
 def warm() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import os
 import signal
@@ -14,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from flows.launch import SERVER_ENV, run_on_server
-from tests.conftest import BIN, REPO, write_params
+from tests.conftest import BIN, write_params
 
 
 @pytest.fixture(scope="module")
@@ -131,11 +130,8 @@ def test_every_stage_function_times_its_work():
     """The time table's work column (stage_seconds) starts where each stage's function is called."""
     import importlib
 
-    from flows.stage_server import stage_modules
+    from flows.stage_server import stage_imports
 
-    tree = ast.parse((REPO / "flows" / "cli.py").read_text())
-    imported = {(node.module, alias.name) for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
-                for alias in node.names if node.module in stage_modules()}
-    for module, name in imported:
+    for module, name in stage_imports():
         logs_a_run = "stage_run" in vars(importlib.import_module(module))
         assert getattr(getattr(importlib.import_module(module), name), "stage_work", False) == logs_a_run, f"{module}.{name}"
