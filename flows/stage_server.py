@@ -43,6 +43,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from flows.launch import MESSAGE_LIMIT, SERVER_ENV
+from tasks.core.environ import exported
 from tasks.core.tracking import FORKED_ENV
 
 LOG = logging.getLogger("privhar.stage_server")
@@ -291,16 +292,8 @@ def stage_server(export: bool = False) -> Iterator[dict[str, str]]:
         while not os.path.exists(address) and process.poll() is None and time.monotonic() < deadline:
             time.sleep(0.02)
         if os.path.exists(address):
-            previous = os.environ.get(SERVER_ENV)
-            if export:
-                os.environ[SERVER_ENV] = address
-            try:
+            with exported(SERVER_ENV, address) if export else contextlib.nullcontext():
                 yield {SERVER_ENV: address}
-            finally:
-                if export and previous is None:
-                    os.environ.pop(SERVER_ENV, None)
-                elif export:
-                    os.environ[SERVER_ENV] = previous
         else:
             LOG.warning("privhar: the stage server did not start; every stage starts its own interpreter")
             yield {}

@@ -30,7 +30,7 @@ import torch
 from torchvision import tv_tensors
 from torchvision.transforms import v2
 
-from tasks.core.datasets import open_video, probe
+from tasks.core.datasets import probe, read_frames
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import MANIFEST_NAME, QUARANTINE_NAME, read_manifest, resolve_path, write_manifest, write_table
 from tasks.core.params import BaseParams, DecodeParams, load_section
@@ -125,8 +125,7 @@ def _decode_directly(path: Path, reason: str) -> torch.Tensor | None:
     """Every frame as EncodedVideo returns them, (3, T, H, W) float RGB, decoded by PyAV itself (None: no frame);
     :class:`Quarantined` with ``reason`` if PyAV cannot read it either."""
     try:
-        with open_video(path) as container:
-            frames = [frame.to_ndarray(format="rgb24") for frame in container.decode(video=0)]
+        frames = read_frames(path)
     except (av.FFmpegError, OSError, ValueError, IndexError):
         raise Quarantined(reason) from None
     return torch.from_numpy(np.stack(frames)).permute(3, 0, 1, 2).float() if frames else None

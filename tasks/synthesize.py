@@ -24,7 +24,7 @@ import av
 import cv2
 import numpy as np
 
-from tasks.core.datasets import index_dataset, open_video
+from tasks.core.datasets import index_dataset, read_frames
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import MANIFEST_NAME, resolve_path, write_manifest, write_table
 from tasks.core.params import BaseParams, DataParams, PublicParams, SynthesizeParams, load_section
@@ -103,8 +103,7 @@ def preview(rows: list[dict[str, Any]], folder: Path, *, frames: int = 4, height
     for _, row in sorted(first_of_label.items()):
         action = row["action"]
         try:
-            with open_video(resolve_path(row["path"], folder)) as container:
-                decoded = [frame.to_ndarray(format="bgr24") for frame in container.decode(video=0)]
+            decoded = read_frames(resolve_path(row["path"], folder), "bgr24")
         except (av.FFmpegError, OSError, ValueError):  # unreadable: decode quarantines it with its reason
             continue
         if not decoded:

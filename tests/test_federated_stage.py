@@ -138,3 +138,18 @@ def test_head_only_clients_train_on_standardised_features_and_the_saved_head_is_
     # full fine-tuning sees the clips themselves, unstandardised
     assert split_for(init, decoded, Clips(clips, labels_of(rows), clips, labels_of(rows), rows, [list(range(len(rows)))]),
                      "all", seed=3).statistics is None
+
+
+def test_a_tuning_can_take_more_seeds_and_the_plan_counts_each(project, tmp_path):
+    """federated.seeds_per_tuning: the cheap selective rows get more seeds (each a release the plan and the ledger
+    count); the full rows keep report.seeds."""
+    from tasks.core.budget import planned_releases
+    from tasks.core.release_ledger import recorded
+
+    params = write_params(tmp_path, {"federated": {"seeds_per_tuning": {"selective": 2}, "aggregations": ["fedavg"]}})
+    models = [row["model"] for row in run(project, params_path=params, out=tmp_path / "out", report=tmp_path / "report")]
+    assert models == ["fedavg-full", "fedavg-full-epsinf", "fedavg-selective", "fedavg-selective-epsinf",
+                      "fedavg-selective-seed1", "fedavg-selective-epsinf-seed1"]
+    planned = [release.name for release in planned_releases(params) if release.stage == "train-federated"]
+    assert planned == ["federated-fedavg-full", "federated-fedavg-selective", "federated-fedavg-selective-seed1"]
+    assert recorded(f"test-{tmp_path.name}")[0] == set(planned)

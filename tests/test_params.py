@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from tasks.core.errors import PrivharError
-from tasks.core.params import DecodeParams, SynthesizeParams, load_section
+from tasks.core.params import DecodeParams, PrivateParams, SynthesizeParams, load_section
 from tests.conftest import write_params
 
 
@@ -30,11 +30,12 @@ def test_repository_params_are_valid():
         ("decode", {"decode": {"fsp": 8.0}}, "decode.fsp is not a known key of 'decode'"),
         ("synthesize", {"synthesize": {"actions": ["walk", "moonwalk"]}}, "synthesize.actions.1 = 'moonwalk' is invalid"),
         ("synthesize", {"synthesize": {"test_fraction": 1.0}}, "synthesize.test_fraction = 1.0 is invalid"),
+        ("private", {"private": {"seeds_at_epsilon": {0.5: 0}}}, "private.seeds_at_epsilon.0.5 = 0 is invalid"),
     ],
 )
 def test_bad_values_name_key_value_and_rule(tmp_path, section, overrides, expected):
     path = write_params(tmp_path, overrides)
-    model = {"decode": DecodeParams, "synthesize": SynthesizeParams}[section]
+    model = {"decode": DecodeParams, "synthesize": SynthesizeParams, "private": PrivateParams}[section]
     with pytest.raises(PrivharError) as caught:
         load_section(path, section, model)
     message = str(caught.value)

@@ -307,3 +307,25 @@ def test_each_seed_is_a_fresh_model_and_a_dp_release_of_its_own(project, tmp_pat
     with pytest.raises(PrivharError, match="before dp_sgd-eps2.0-seed1"):
         run(project, "dp_sgd", params_path=capped, out=tmp_path / "refused", report=tmp_path / "refused-report")
     assert not (tmp_path / "refused").exists()
+
+
+def test_an_epsilon_can_take_more_seeds_than_the_others_and_the_plan_and_ledger_agree(project, tmp_path):
+    """private.seeds_at_epsilon: the rows the DP noise spreads most get more seeds; the stage trains exactly the releases
+    the budget plans, enters each in the ledger (as one run), and the model run of the ε holds every seed's curves."""
+    from mlflow import MlflowClient
+
+    from tasks.core.budget import planned_releases
+    from tasks.core.registry import newest_version
+    from tasks.core.release_ledger import recorded
+
+    private = {**PRIVATE, "epsilons": [1.0, 2.0], "seeds": 1, "seeds_at_epsilon": {1.0: 3}}
+    params = write_params(tmp_path, {"private": private, "anonymize": {"methods": ["avatar"]},
+                                     "privacy": {"budget": f"seeds-{tmp_path.name}"}})
+    rows = run(project, "dp_sgd", params_path=params, out=tmp_path / "out", report=tmp_path / "report")
+    trained = [row["model"] for row in rows]
+    assert trained == ["dp_sgd-eps1.0", "dp_sgd-eps1.0-seed1", "dp_sgd-eps1.0-seed2", "dp_sgd-eps2.0", "dp_sgd-epsinf"]
+    planned = [release.name for release in planned_releases(params) if release.stage == "train-private-dp_sgd"]
+    assert planned == [name for name in trained if "inf" not in name]
+    assert recorded(f"seeds-{tmp_path.name}")[0] == set(planned)
+    history = MlflowClient().get_metric_history(newest_version("dp_sgd-eps1.0").run_id, "seed2.loss")
+    assert [point.step for point in history] == [1, 2]

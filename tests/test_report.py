@@ -340,3 +340,25 @@ def test_person_level_row_is_set_beside_video_level_and_the_non_private_model(tm
     assert at_eight["video_top1"].startswith("93.3") and rows[1.0]["video_top1"] == "not run"
     assert rows[1.0]["verdict"] == "more than 10 points below"
     assert "within 10 points" in person_level_markdown(list(rows.values()))
+
+
+def test_releases_entered_together_count_as_they_would_one_by_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A private method's seeds enter the ledger as one run (a few when their names are long): the same names and the
+    same ε per person, summed, as one run per release would record; a run's names stay within MLflow's tag limit."""
+    from tasks.core import release_ledger
+
+    releases = {f"dp_sgd-eps1.0{'' if seed == 0 else f'-seed{seed}'}": {1: 0.5 + seed, 2: 0.25, 3 + seed: 1.0}
+                for seed in range(12)}
+    monkeypatch.setattr(release_ledger, "NAMES_PER_TAG", 80)  # about 3 names a run
+    release_ledger.record_releases(f"together-{tmp_path.name}", releases, "secure")
+    for name, persons in releases.items():
+        release_ledger.record_release(f"apart-{tmp_path.name}", name, persons, "secure")
+    together, apart = release_ledger.recorded(f"together-{tmp_path.name}"), release_ledger.recorded(f"apart-{tmp_path.name}")
+    assert together[0] == apart[0] == set(releases)
+    assert together[1].keys() == apart[1].keys() and all(together[1][p] == pytest.approx(apart[1][p]) for p in apart[1])
+    assert together[1][1] == pytest.approx(sum(0.5 + seed for seed in range(12)))
+    from mlflow import MlflowClient
+
+    runs = MlflowClient().search_runs([release_ledger._experiment_id()],
+                                      f"tags.`{release_ledger.BUDGET_TAG}` = 'together-{tmp_path.name}'")
+    assert 3 <= len(runs) <= 6 and all(len(run.data.tags.get(release_ledger.RELEASES_TAG, "")) <= 80 for run in runs)

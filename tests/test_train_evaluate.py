@@ -172,3 +172,28 @@ def test_seeds_train_fresh_models_and_evaluate_reports_their_interval(trained, t
     with pytest.raises(PrivharError, match="--seeds = 0"):
         train(params_path=folder / "params.yaml", frames=folder / "data/decode", out=tmp_path / "none", report=tmp_path / "r",
               seeds=0)
+
+
+def test_models_differing_only_in_the_classifier_share_one_backbone_pass_with_the_same_logits(trained):
+    """evaluate runs the frozen part once for every head-only seed: the logits are the whole model's, and a model whose
+    backbone differs by one weight gets its own pass."""
+    import copy
+
+    from tasks.core.clips import load_clips, predict
+    from tasks.core.head_features import head_of
+    from tasks.core.manifest import read_manifest
+    from tasks.evaluate import Logits
+
+    folder, _ = trained
+    model, config = load_checkpoint(str(folder / "data/train/baseline/model.pt"))
+    size = tuple(config["input_size"])
+    frames = folder / "data/decode"
+    clips = load_clips(read_manifest(frames / "manifest.parquet", split="test"), frames, size)
+    other_head, other_backbone = copy.deepcopy(model), copy.deepcopy(model)
+    with torch.no_grad():
+        head_of(other_head).weight.mul_(-2.0)
+        next(other_backbone.blocks[0].parameters()).add_(0.5)
+    logits = Logits(2, torch.device("cpu"))
+    for candidate in (model, other_head, other_backbone):
+        torch.testing.assert_close(logits(candidate, clips, frames, size), predict(candidate.eval(), clips, 2), rtol=1e-4, atol=1e-4)
+    assert len(logits._features) == 2

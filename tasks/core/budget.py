@@ -8,9 +8,10 @@ summed. A person's total is the sum of those group ε over the releases that hol
 
 The DP releases of the pipeline, in the order the plan makes them: the Video-DPRP copies
 (``dprp.epsilons``, each a release of every video, both splits), then each private method's models
-(``private.methods`` × ``private.epsilons`` × ``private.seeds`` (default ``report.seeds``), each trained on the training split: a model
-trained again from another seed is another release of the same people), then the federated models
-(``federated.aggregations`` × ``federated.tunings`` × ``report.seeds``), then the ldp stage's randomized codes (one
+(``private.methods`` × ``private.epsilons`` × that ε's seeds: ``private.seeds_at_epsilon``, ``private.seeds`` or
+``report.seeds``), each trained on the training split: a model trained again from another seed is another release
+of the same people), then the federated models (``federated.aggregations`` × ``federated.tunings`` × that
+tuning's seeds: ``federated.seeds_per_tuning`` or ``report.seeds``), then the ldp stage's randomized codes (one
 release per finite ``ldp.video_epsilons``, of the training split). A release that would take any
 person past the cap refuses before it does any work. Post-processing is free: models trained on a
 DPRP copy add nothing.
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,10 +41,10 @@ from tasks.core.dprp_calibration import dataset_scales
 from tasks.core.federated_accounting import calibrate, person_epsilon
 from tasks.core.ldp_codes import baseline_feature_counts, feature_count
 from tasks.core.errors import PrivharError
-from tasks.core.params import (DprpParams, FederatedParams, LdpParams, PrivacyParams, PrivateParams, ReportParams, load_section,
-                               private_seeds)
+from tasks.core.params import (DprpParams, FederatedParams, LdpParams, PrivacyParams, PrivateParams, ReportParams,
+                               federated_seeds, load_section, private_seeds)
 from tasks.core.private_catalogue import CATALOGUE
-from tasks.core.release_ledger import record_release, recorded
+from tasks.core.release_ledger import record_releases, recorded
 from tasks.core.seeds import seed_suffix
 from tasks.core.subjects import people_in, privacy_units, videos_per_person
 
@@ -115,17 +116,17 @@ def planned_releases(params_path: Path) -> list[PlannedRelease]:
     releases = [PlannedRelease(f"dprp-eps{epsilon}", epsilon, ("train", "test"), _dprp(dprp, epsilon, secret),
                                f"dprp-eps{epsilon}") for epsilon in dprp.epsilons]
     report = load_section(params_path, "report", ReportParams)
-    seeds = range(report.seeds)
     for method in private.methods:  # the seeds of one model share its mechanism (check_budget computes it once)
         for epsilon in private.epsilons:
             mechanism = _private(private, method, epsilon)
             releases += [PlannedRelease(f"{method}-eps{epsilon}{seed_suffix(seed)}", epsilon, ("train",), mechanism,
-                                        f"train-private-{method}") for seed in range(private_seeds(private, report))]
+                                        f"train-private-{method}") for seed in range(private_seeds(private, report, epsilon))]
     federated = load_section(params_path, "federated", FederatedParams)
     mechanism = _federated(federated)
     releases += [PlannedRelease(federated_release(aggregation, tuning) + seed_suffix(seed), federated.epsilon, ("train",),
                                 mechanism, "train-federated")
-                 for tuning in federated.tunings for aggregation in federated.aggregations for seed in seeds]
+                 for tuning in federated.tunings for aggregation in federated.aggregations
+                 for seed in range(federated_seeds(federated, report, tuning))]
     ldp = load_section(params_path, "ldp", LdpParams)
     # the DCAConv codes and paper 002's baselines: each randomized at every ε, each feeding published scores
     counts = {"dcaconv": feature_count(ldp.video_first_filters, ldp.video_pool, tuple(ldp.video_crop)),
@@ -155,11 +156,13 @@ def check_unprotected(params_path: Path, what: str) -> None:
 Entry = tuple[str, dict[int, float]]  # a planned release and each person's ε under it
 
 
-def _entries(params_path: Path, rows: list[dict[str, Any]]) -> Iterator[Entry]:
-    """The plan's releases in order, each with its persons' ε (computed once per mechanism: the seeds of a model
-    request the same ε), lazily: a check stops at its release."""
+def _entries(params_path: Path, rows: list[dict[str, Any]], only: Collection[str] | None = None) -> Iterator[Entry]:
+    """The plan's releases in order (those named in ``only``, if given), each with its persons' ε (computed once per
+    mechanism: the seeds of a model request the same ε), lazily: a check stops at its release."""
     computed: dict[int, dict[int, float]] = {}
     for planned in planned_releases(params_path):
+        if only is not None and planned.name not in only:
+            continue
         if id(planned.person_epsilons) not in computed:
             computed[id(planned.person_epsilons)] = _persons(planned, rows)
         yield planned.name, computed[id(planned.person_epsilons)]
@@ -226,15 +229,15 @@ def check_budget(params_path: Path, release: str, rows: list[dict[str, Any]], pl
     raise PrivharError(f"{plan}: {release} is not in this budget plan; expected the plan of the stage that makes it")
 
 
-def record_made(params_path: Path, release: str, rows: list[dict[str, Any]], plan: Path | None = None) -> None:
-    """Enter ``release`` (a planned DP release whose output is now complete) in its budget's persistent ledger."""
+def record_made(params_path: Path, releases: str | Sequence[str], rows: list[dict[str, Any]], plan: Path | None = None) -> None:
+    """Enter ``releases`` (planned DP releases whose outputs are now complete) in their budget's persistent ledger."""
     privacy = load_section(params_path, "privacy", PrivacyParams)
-    if plan is None:  # this release's persons only
-        found = ((planned.name, _persons(planned, rows)) for planned in planned_releases(params_path)
-                 if planned.name == release)
+    wanted = [releases] if isinstance(releases, str) else list(releases)
+    if plan is None:  # these releases' persons only
+        found = dict(_entries(params_path, rows, wanted))
     else:
-        found = ((name, persons) for name, persons in _plan(params_path, rows, plan) if name == release)
-    for _, persons in found:
-        record_release(privacy.budget, release, persons, privacy.randomness)
-        return
-    raise PrivharError(f"privacy budget: {release!r} is not a planned DP release")
+        found = {name: persons for name, persons in _plan(params_path, rows, plan) if name in wanted}
+    missing = [release for release in wanted if release not in found]
+    if missing:
+        raise PrivharError(f"privacy budget: {missing[0]!r} is not a planned DP release")
+    record_releases(privacy.budget, {release: found[release] for release in wanted}, privacy.randomness)

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import av
+import numpy as np
 import polars as pl
 
 from tasks.core.errors import PrivharError
@@ -38,6 +39,13 @@ def open_video(path: Path) -> av.container.InputContainer:
     """PyAV's container of ``path`` for reading. Metadata that is not UTF-8 (a title in Latin-1, as in HMDB51 clips) is
     dropped, not fatal: PyAV's default raises UnicodeDecodeError on opening such a file."""
     return av.open(str(path), metadata_errors="ignore")
+
+
+def read_frames(path: Path, pixel_format: str = "rgb24") -> list[np.ndarray]:
+    """Every frame of ``path``'s first video stream, (H, W, 3) uint8 in ``pixel_format`` (rgb24, bgr24); PyAV's
+    errors (FFmpegError, OSError, ValueError, IndexError) are the caller's to turn into its own verdict."""
+    with open_video(path) as container:
+        return [frame.to_ndarray(format=pixel_format) for frame in container.decode(video=0)]
 
 
 def probe(path: Path) -> dict[str, Any]:

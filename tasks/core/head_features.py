@@ -18,12 +18,16 @@ fixed preconditioner from public data, so it costs no privacy. Measured on the e
 from __future__ import annotations
 
 import copy
+import hashlib
 import logging
 from pathlib import Path
 
 import torch
+from pytorchvideo.models.head import ResNetBasicHead
 from torch import nn
 
+from tasks.core.clips import normalise
+from tasks.core.device import mixed_precision, to_device
 from tasks.core.models import CLASSIFIER as HEAD
 
 
@@ -42,6 +46,43 @@ def pooled_features(model: nn.Module, inputs: torch.Tensor, batch_size: int = 32
     head = len(model.blocks) - 1
     pool = model.blocks[head].pool
     return torch.cat([pool(prefix_activations(model, part, head, batch_size)).flatten(1) for part in inputs.split(batch_size)])
+
+
+def splits_at_head(model: nn.Module) -> bool:
+    """True when ``model``'s logits (in eval mode) are its classifier applied to :func:`pooled_features`: a
+    ``ResNetBasicHead`` of pool ─ dropout ─ linear ─ 1×1×1 output pool, no activation. Models that then differ only in
+    the classifier (a private method's head-only seeds) share one pass of everything before it."""
+    blocks = getattr(model, "blocks", None)
+    head = blocks[-1] if isinstance(blocks, nn.ModuleList) and len(blocks) else None
+    return (isinstance(head, ResNetBasicHead) and head.pool is not None and head.activation is None
+            and isinstance(head.proj, nn.Linear) and isinstance(head.output_pool, (nn.AdaptiveAvgPool3d, type(None))))
+
+
+def frozen_digest(model: nn.Module) -> str:
+    """SHA-256 of everything but the classifier: the layers' structure and every other tensor's bytes."""
+    digest = hashlib.sha256(repr(model.blocks[:-1]).encode() + repr(model.blocks[-1].pool).encode())
+    for name, tensor in sorted(model.state_dict().items()):
+        if not name.startswith(HEAD + "."):
+            digest.update(name.encode() + str(tensor.dtype).encode() + str(tuple(tensor.shape)).encode())
+            digest.update(tensor.detach().cpu().contiguous().flatten().view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+@torch.no_grad()
+def clip_features(model: nn.Module, clips: torch.Tensor, batch_size: int,
+                  device: torch.device = torch.device("cpu")) -> torch.Tensor:
+    """(N, C) float32 pooled features (on the CPU) of uint8 clips, a batch at a time on ``device`` as
+    :func:`tasks.core.clips.predict` runs the whole model (bf16 on a GPU)."""
+    model.to(device).eval()
+    head = len(model.blocks) - 1
+    outputs = []
+    for batch in clips.split(batch_size):
+        with mixed_precision(device):
+            part = normalise(to_device(batch, device))
+            for block in model.blocks[:head]:
+                part = block(part)
+            outputs.append(model.blocks[head].pool(part).flatten(1).float().cpu())
+    return torch.cat(outputs)
 
 
 def first_trainable_block(model: nn.Module) -> int:

@@ -192,6 +192,9 @@ class PrivateParams(Section):
     # MaskDP's public-token gradient clipped per video to this (no privacy cost: public pixels); None: unclipped (Algorithm 1)
     public_max_grad_norm: Annotated[float, Field(gt=0.0)] | None = None
     seeds: PositiveInt | None = None  # training seeds of every private row (each a DP release); None: report.seeds
+    # more seeds at the ε whose rows the DP noise spreads most (their interval narrows as 1/sqrt(seeds)); the others: seeds.
+    # An ε not in epsilons trains nothing, so its entry applies once it is (dvc exp run -S private.epsilons=... keeps working)
+    seeds_at_epsilon: dict[float, PositiveInt | None] = {}  # None: seeds (a profile's way to drop an entry)
 
     @field_validator("epsilons")
     @classmethod
@@ -223,6 +226,8 @@ class FederatedParams(Section):
     momentum: Annotated[float, Field(ge=0.0, lt=1.0)]
     grad_sample_mode: Literal["ew", "hooks", "functorch"]  # Opacus per-sample gradients
     transport: Literal["in_process", "flower"]  # flower: Flower's simulation engine (extra: federated)
+    # training seeds of a tuning's rows (a table row name of tunings -> seeds; each a DP release); the others: report.seeds
+    seeds_per_tuning: dict[str, PositiveInt | None] = {}  # None: report.seeds (a profile's way to drop an entry)
 
 
 class ReportParams(Section):
@@ -230,10 +235,16 @@ class ReportParams(Section):
     seeds: PositiveInt  # training seeds of every trained row (tasks/core/seeds.py); seed 0 is the registered model
 
 
-def private_seeds(private: PrivateParams, report: ReportParams) -> int:
-    """Training seeds of every private row: ``private.seeds``, else ``report.seeds`` (the stage and the budget plan
-    both count each seed as a release, so they read it here)."""
-    return private.seeds or report.seeds
+def private_seeds(private: PrivateParams, report: ReportParams, epsilon: float) -> int:
+    """Training seeds of the private rows at ``epsilon``: ``private.seeds_at_epsilon[epsilon]``, else ``private.seeds``,
+    else ``report.seeds`` (the stage and the budget plan both count each seed as a release, so they read it here)."""
+    return private.seeds_at_epsilon.get(epsilon) or private.seeds or report.seeds
+
+
+def federated_seeds(federated: FederatedParams, report: ReportParams, tuning: str) -> int:
+    """Training seeds of the federated rows of ``tuning`` (a row of ``federated.tunings``):
+    ``federated.seeds_per_tuning[tuning]``, else ``report.seeds`` (the stage and the budget plan both read it here)."""
+    return federated.seeds_per_tuning.get(tuning) or report.seeds
 
 
 TRACKERS = ("mil", "kcf", "csrt")

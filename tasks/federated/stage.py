@@ -34,7 +34,7 @@ from tasks.core.budget import check_budget, check_unprotected, federated_release
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import MANIFEST_NAME, read_manifest
 from tasks.core.device import resolve_device
-from tasks.core.params import BaseParams, FederatedParams, PrivacyParams, ReportParams, load_section
+from tasks.core.params import BaseParams, FederatedParams, PrivacyParams, ReportParams, federated_seeds, load_section
 from tasks.core.privacy import NON_PRIVATE, PrivacyGuarantee
 from tasks.core.randomness import DpRandomness
 from tasks.core.registry import CHECKPOINT_TAG, checkpoint_digest, register_model
@@ -98,11 +98,12 @@ def train_federated(*, params_path: Path, frames: Path, init: Path, out: Path, r
     config = public_config(init, frames)
     clips = load_federated_clips(frames, tuple(config["input_size"]), base, params)
     check_inputs(params, clips.shards)
-    seeds = load_section(params_path, "report", ReportParams).seeds
+    report_params = load_section(params_path, "report", ReportParams)
+    seeds = {tuning: federated_seeds(params, report_params, tuning) for tuning in params.tunings}
     every_row = read_manifest(frames / MANIFEST_NAME)
     for tuning in params.tunings:
         for aggregation in params.aggregations:
-            for seed in range(seeds):  # every seed is a release of the clients' videos
+            for seed in range(seeds[tuning]):  # every seed is a release of the clients' videos
                 # every row, both splits: the earlier Video-DPRP releases hold the person's test videos too
                 check_budget(params_path, federated_release(aggregation, tuning) + seed_suffix(seed), every_row, budget)
     if math.isfinite(params.epsilon):  # the ε = ∞ reference rows: the same recipe without noise, no DP guarantee
@@ -117,7 +118,7 @@ def train_federated(*, params_path: Path, frames: Path, init: Path, out: Path, r
         run.log_dataset(frames, "train", "training")
         with atomic_directory(out) as staging:
             for tuning, trainable in params.tunings.items():
-                for seed in range(seeds):
+                for seed in range(seeds[tuning]):
                     started = time.perf_counter()
                     split = split_for(init, frames, clips, trainable, classifier_seed(base.seed, seed))
                     prefix_seconds = time.perf_counter() - started  # the frozen prefix, once per tuning: part of each run's cost
@@ -169,10 +170,8 @@ def train_federated(*, params_path: Path, frames: Path, init: Path, out: Path, r
         for register in registrations:
             register()
         if math.isfinite(params.epsilon):  # the models are complete: each is a release made, in the budget's ledger
-            for tuning in params.tunings:
-                for aggregation in params.aggregations:
-                    for seed in range(seeds):
-                        record_made(params_path, federated_release(aggregation, tuning) + seed_suffix(seed), every_row, budget)
+            record_made(params_path, [federated_release(aggregation, tuning) + seed_suffix(seed) for tuning in params.tunings
+                                      for aggregation in params.aggregations for seed in range(seeds[tuning])], every_row, budget)
     return rows
 
 

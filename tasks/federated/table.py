@@ -45,7 +45,8 @@ def seed_intervals(rows: list[dict[str, Any]]) -> dict[str, Interval]:
 def markdown(rows: list[dict[str, Any]], params: FederatedParams) -> str:
     first = rows[0]
     spread = seed_intervals(rows)
-    seeds = max(value.seeds for value in spread.values())
+    counts = sorted({value.seeds for value in spread.values()})
+    seeds = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]} to {counts[-1]} (`federated.seeds_per_tuning`)"
     lines = [
         "# Federated private training (paper 003, FedDP-STECAR)",
         "",

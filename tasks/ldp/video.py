@@ -225,7 +225,6 @@ def ldp_video(*, params_path: Path, frames: Path, public: Path, out: Path, repor
                                                                   for x in results
                                                                   if x["epsilon_per_feature"] == r["epsilon_per_feature"])
                          + f"; attribute attacker cMAP {r['attribute_cmap']:.3f}")
-    for entry in ledger:  # the codes are out: each finite ε's release is made, in the budget's ledger
-        if math.isfinite(entry["epsilon_per_feature"]):
-            record_made(params_path, entry["release"], rows, budget)
+    # the codes are out: each finite ε's release is made, in the budget's ledger
+    record_made(params_path, [entry["release"] for entry in ledger if math.isfinite(entry["epsilon_per_feature"])], rows, budget)
     return results

@@ -207,8 +207,8 @@ def public_model(init: Path, frames: Path, seed: int) -> tuple[nn.Module, dict[s
 @stage_work
 def train_private(*, params_path: Path, method: str, frames: Path, init: Path, out: Path, report: Path,
                   avatar: Path | None = None, nproc: int | None = None, budget: Path | None = None) -> list[dict[str, Any]]:
-    """Run the stage: one model per ε of ``private.epsilons`` (and ∞) and seed of ``private.seeds`` (default
-    ``report.seeds``); return the report rows.
+    """Run the stage: one model per ε of ``private.epsilons`` (and ∞) and training seed (``private.seeds_at_epsilon``,
+    else ``private.seeds``, else ``report.seeds``); return the report rows.
 
     Seed i ≥ 1 of ``<method>-eps<ε>`` is ``<method>-eps<ε>/seed<i>/model.pt`` (key ``<method>-eps<ε>-seed<i>``):
     a fresh classifier and fresh DP randomness; the frozen backbone's features and the method's views are shared.
@@ -225,13 +225,14 @@ def train_private(*, params_path: Path, method: str, frames: Path, init: Path, o
     frames, masks = training_inputs(method, frames, avatar)
     every_row = read_manifest(frames / MANIFEST_NAME)  # the budget counts every release of a person's videos, both splits
     rows = split_rows(every_row, "train")
-    seeds = private_seeds(params, load_section(params_path, "report", ReportParams))
+    seeds = {epsilon: private_seeds(params, load_section(params_path, "report", ReportParams), epsilon)
+             for epsilon in [*params.epsilons, math.inf]}
     unit = CATALOGUE[method].unit_under(params.unit)
     pretrained, config = public_model(init, frames, classifier_seed(base.seed, 0))
     owners, count, units_per_person = privacy_units(rows, unit)
     _check_inputs(params, unit, count, pretrained)
     for epsilon in params.epsilons:  # privacy.max_epsilon, before any work: every seed is a release
-        for seed in range(seeds):
+        for seed in range(seeds[epsilon]):
             check_budget(params_path, f"{method}-eps{epsilon}{seed_suffix(seed)}", every_row, budget)
     check_unprotected(params_path, f"the reference {method}-epsinf (the same recipe without noise)")
     size = tuple(config["input_size"])
@@ -260,56 +261,57 @@ def train_private(*, params_path: Path, method: str, frames: Path, init: Path, o
         run.set_tags({"privhar.device": str(device)})
         with atomic_directory(out) as staging:
             for epsilon in [*params.epsilons, math.inf]:
-                for seed in range(seeds):
-                    name = f"{method}-eps{epsilon}"
-                    key = name + seed_suffix(seed)
-                    model = copy.deepcopy(pretrained if seed == 0 else
-                                          public_model(init, frames, classifier_seed(base.seed, seed))[0].to(device))
-                    select_trainable(model, params.trainable)
-                    module = head_of(model) if head_only else model
-                    with run.model_run(key, {"privhar.method": method, "privhar.seed": seed}) as model_run:
+                name = f"{method}-eps{epsilon}"
+                # one MLflow run per ε: seed 0's curves under plain names (the registered model), seed i's under seed<i>.
+                with run.model_run(name, {"privhar.method": method, "privhar.seeds": seeds[epsilon]}) as model_run:
+                    for seed in range(seeds[epsilon]):
+                        key = name + seed_suffix(seed)
+                        model = copy.deepcopy(pretrained if seed == 0 else
+                                              public_model(init, frames, classifier_seed(base.seed, seed))[0].to(device))
+                        select_trainable(model, params.trainable)
+                        module = head_of(model) if head_only else model
                         outcome = train_one(method, module, data, recipe, epsilon, randomness, seed)
-                        _log(model_run, outcome, recipe, epsilon)
-                    if statistics is not None:  # the head learnt on standardised features: the same logits on raw ones
-                        fold_standardisation(head_of(model), statistics)
-                    if math.isinf(epsilon):
-                        guarantee = NON_PRIVATE
-                    elif data.has_private is not None and not bool(data.has_private.any()):
-                        guarantee = PrivacyGuarantee(0.0, 0.0, "MaskDP: no private token in any video, nothing private is used",
-                                                     unit, relation_of(method), randomness.label)
-                    else:
-                        guarantee = _guarantee(method, outcome.privacy, unit, randomness.label)
-                    by_person = _person_epsilons(guarantee, outcome.privacy, units_per_person)
-                    persons += [{"model": key, "subject": person, "units": units_per_person[person], "epsilon_person": value}
-                                for person, value in by_person.items()]
-                    results.append({**_record(method, key, epsilon, guarantee, outcome, trainable_count(model), recipe,
-                                              max(by_person.values(), default=math.inf)), "seed": seed})
-                    model.eval().cpu()  # saved and registered from the CPU: the checkpoint loads anywhere
-                    model_config = {**config, "model": key, "method": method, "family": method, "frames": str(frames),
-                                    "target_epsilon": epsilon, "trainable": params.trainable, "seed": seed}
-                    folder = seed_folder(staging / name, seed)
-                    folder.mkdir(parents=True)
-                    torch.save({"state_dict": model.state_dict(), "config": model_config}, folder / "model.pt")
-                    if seed == 0:  # the registered model; the other seeds measure the spread of the row
-                        registrations.append(functools.partial(
-                            register_model, model, run=model_run, family=method, key=key, config=model_config,
-                            artifact=key.replace(".", "_"),
-                            tags={"method": method, **guarantee.as_tags(), "semantics": CATALOGUE[method].semantics,
-                                  CHECKPOINT_TAG: checkpoint_digest(folder / "model.pt"),
-                                  "epsilon_person_max": repr(results[-1]["epsilon_person_max"]),
-                                  "trainable": params.trainable, "trainable_parameters": trainable_count(model),
-                                  "noise_multiplier": outcome.privacy.noise_multiplier, "max_grad_norm": recipe.max_grad_norm,
-                                  "sample_rate": outcome.privacy.sample_rate, "steps": outcome.privacy.steps}))
-                    LOG.info("train-private: %s: ε %.4g per %s (target %s), %.4g per person at most, σ %.4g, loss %.4f; "
-                             "randomness %s", key, guarantee.epsilon, unit, epsilon, results[-1]["epsilon_person_max"],
-                             outcome.privacy.noise_multiplier, outcome.history[-1]["loss"], randomness.label)
+                        _log(model_run.prefixed(f"seed{seed}.") if seed else model_run, outcome, recipe, epsilon)
+                        if statistics is not None:  # the head learnt on standardised features: the same logits on raw ones
+                            fold_standardisation(head_of(model), statistics)
+                        if math.isinf(epsilon):
+                            guarantee = NON_PRIVATE
+                        elif data.has_private is not None and not bool(data.has_private.any()):
+                            guarantee = PrivacyGuarantee(0.0, 0.0, "MaskDP: no private token in any video, nothing private is used",
+                                                         unit, relation_of(method), randomness.label)
+                        else:
+                            guarantee = _guarantee(method, outcome.privacy, unit, randomness.label)
+                        by_person = _person_epsilons(guarantee, outcome.privacy, units_per_person)
+                        persons += [{"model": key, "subject": person, "units": units_per_person[person], "epsilon_person": value}
+                                    for person, value in by_person.items()]
+                        results.append({**_record(method, key, epsilon, guarantee, outcome, trainable_count(model), recipe,
+                                                  max(by_person.values(), default=math.inf)), "seed": seed})
+                        model.eval().cpu()  # saved and registered from the CPU: the checkpoint loads anywhere
+                        model_config = {**config, "model": key, "method": method, "family": method, "frames": str(frames),
+                                        "target_epsilon": epsilon, "trainable": params.trainable, "seed": seed}
+                        folder = seed_folder(staging / name, seed)
+                        folder.mkdir(parents=True)
+                        torch.save({"state_dict": model.state_dict(), "config": model_config}, folder / "model.pt")
+                        if seed == 0:  # the registered model; the other seeds measure the spread of the row
+                            registrations.append(functools.partial(
+                                register_model, model, run=model_run, family=method, key=key, config=model_config,
+                                artifact=key.replace(".", "_"),
+                                tags={"method": method, **guarantee.as_tags(), "semantics": CATALOGUE[method].semantics,
+                                      CHECKPOINT_TAG: checkpoint_digest(folder / "model.pt"),
+                                      "epsilon_person_max": repr(results[-1]["epsilon_person_max"]),
+                                      "trainable": params.trainable, "trainable_parameters": trainable_count(model),
+                                      "noise_multiplier": outcome.privacy.noise_multiplier, "max_grad_norm": recipe.max_grad_norm,
+                                      "sample_rate": outcome.privacy.sample_rate, "steps": outcome.privacy.steps}))
+                        LOG.info("train-private: %s: ε %.4g per %s (target %s), %.4g per person at most, σ %.4g, loss %.4f; "
+                                 "randomness %s", key, guarantee.epsilon, unit, epsilon, results[-1]["epsilon_person_max"],
+                                 outcome.privacy.noise_multiplier, outcome.history[-1]["loss"], randomness.label)
         atomic_write_bytes(report / f"{method}.csv", csv_bytes(results))
         atomic_write_bytes(report / f"{method}_persons.csv", csv_bytes(persons))
         for register in registrations:
             register()
-        for result in results:  # the models are complete: each finite ε's seed is a release made, in the budget's ledger
-            if math.isfinite(result["target_epsilon"]):
-                record_made(params_path, result["model"], every_row, budget)
+        # the models are complete: each finite ε's seed is a release made, in the budget's ledger
+        record_made(params_path, [result["model"] for result in results if math.isfinite(result["target_epsilon"])],
+                    every_row, budget)
     return results
 
 
@@ -349,11 +351,9 @@ def _log(run: StageRun, outcome: Outcome, recipe: Recipe, target: float) -> None
     """One model's run: its loss and the ε spent after each epoch, and the DP-SGD parameters."""
     finite = not math.isinf(target)
     spent = epsilon_by_epoch(outcome.privacy, recipe.epochs) if finite and outcome.privacy.noise_multiplier > 0 else None
-    for index, record in enumerate(outcome.history):
-        metrics = {"loss": record["loss"]}
-        if spent is not None:
-            metrics["epsilon"] = spent[index]
-        run.log_metrics(metrics, step=record["epoch"])
+    history = [(record["epoch"], {"loss": record["loss"], **({} if spent is None else {"epsilon": spent[index]})})
+               for index, record in enumerate(outcome.history)]
     if finite:
-        run.log_metrics({"noise_multiplier": outcome.privacy.noise_multiplier, "sample_rate": outcome.privacy.sample_rate,
-                         "steps": outcome.privacy.steps, "max_grad_norm": recipe.max_grad_norm, "delta": recipe.delta})
+        history.append((None, {"noise_multiplier": outcome.privacy.noise_multiplier, "sample_rate": outcome.privacy.sample_rate,
+                               "steps": outcome.privacy.steps, "max_grad_norm": recipe.max_grad_norm, "delta": recipe.delta}))
+    run.log_history(history)

@@ -165,7 +165,8 @@ def markdown(records: list[dict[str, Any]]) -> str:
     notes = sorted({row.note for row in ROWS.values() if row.note and any(r["data"] == row.data for r in records)})
     tests = max(int(record["test_videos"]) for record in records)
     seeds = sorted({int(record["seeds"]) for record in records})
-    counted = f"{seeds[0]}" if len(seeds) == 1 else f"{seeds[-1]} (private rows, `private.seeds`) or {seeds[0]} (`report.seeds`)"
+    counted = (f"{seeds[0]}" if len(seeds) == 1 else
+               f"{', '.join(map(str, seeds[:-1]))} or {seeds[-1]} (the row's: `private.seeds_at_epsilon`, `private.seeds`, `report.seeds`)")
     return "\n\n".join([
         "# Private training: Top-1 (%) by target ε",
         f"Protocol 1 — every model tested on the {tests} raw test videos (paper 000 §4.3). ε = ∞: the same recipe without noise "
