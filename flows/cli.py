@@ -254,15 +254,18 @@ def assess_command(params_path: Path, frames: Path, copies: tuple[Path, ...], sp
               help="The ldp stage's ledger.csv (missing: no LDP release yet).")
 @click.option("--federated-table", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="The train-federated stage's federated.csv (missing: no federated release yet).")
+@click.option("--predictions", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="The evaluate stage's predictions.csv: where each row's spread over seeds comes from (missing: not run).")
 @_dir("--out", "Where to write results.md and report/.")
 def report_command(params_path: Path, metrics: Path, signature: Path, ledgers: Path, train_reports: Path, dprp: Path,
-                   anonymize: Path, frames: Path, out: Path, ldp_ledger: Path | None, federated_table: Path | None) -> None:
+                   anonymize: Path, frames: Path, out: Path, ldp_ledger: Path | None, federated_table: Path | None,
+                   predictions: Path | None) -> None:
     """results.md: paper 000 Table 1, paper 004 signatures, plots and the privacy ledger per method and subject."""
     from tasks.report.stage import report
 
     table = report(params_path=params_path, metrics=metrics, signature=signature, ledgers=ledgers,
                    train_reports=train_reports, dprp=dprp, anonymize=anonymize, frames=frames, out=out, ldp_ledger=ldp_ledger,
-                   federated_table=federated_table)
+                   federated_table=federated_table, predictions=predictions)
     click.echo(f"report: {len(table)} methods in {out / 'results.md'}", err=True)
 
 

@@ -20,21 +20,10 @@ import polars as pl
 
 from tasks.core.errors import PrivharError
 from tasks.core.figures import plt, png_bytes
-from tasks.core.manifest import MANIFEST_NAME, read_manifest, resolve_path, scan_manifest
-from tasks.core.params import DataParams, ReportParams, load_section
+from tasks.core.manifest import MANIFEST_NAME, copies_under, read_manifest, resolve_path, scan_manifest
+from tasks.core.params import ReportParams, load_section, raw_frames_allowed
 from tasks.core.storage import atomic_write_bytes, load_frames
 from tasks.core.tracking import stage_run, stage_work
-
-
-def raw_frames_allowed(params_path: Path) -> bool:
-    """``report.show_raw``: true, false, or auto (only the synthetic dataset's frames)."""
-    show = load_section(params_path, "report", ReportParams).show_raw
-    return load_section(params_path, "data", DataParams).source == "synthetic" if show == "auto" else bool(show)
-
-
-def copies_under(folders: list[Path]) -> list[Path]:
-    """Every protected copy (a folder with a manifest) directly under ``folders``, in order."""
-    return [copy for folder in folders for copy in sorted(folder.iterdir()) if (copy / MANIFEST_NAME).is_file()]
 
 
 def middle_frame(row: dict[str, Any], folder: Path) -> np.ndarray:

@@ -27,7 +27,7 @@ import numpy as np
 from tasks.core.datasets import index_dataset, read_frames
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import MANIFEST_NAME, resolve_path, write_manifest, write_table
-from tasks.core.params import BaseParams, DataParams, PublicParams, SynthesizeParams, load_section
+from tasks.core.params import BaseParams, DataParams, PublicParams, SynthesizeParams, load_section, raw_frames_allowed
 from tasks.core.parallel import map_ordered, worker_count
 from tasks.core.seeding import derive_seed, rng_for
 from tasks.core.storage import atomic_directory, atomic_write_bytes, save_arrays
@@ -93,15 +93,19 @@ def _identity_rows(seed: int, count: int) -> list[dict[str, Any]]:
     return rows
 
 
-def preview(rows: list[dict[str, Any]], folder: Path, *, frames: int = 4, height: int = 96) -> np.ndarray:
+def preview(rows: list[dict[str, Any]], folder: Path, *, frames: int = 4, height: int = 96, show_raw: bool = True) -> np.ndarray:
     """One row per action: ``frames`` evenly spaced frames of its first video, labelled (BGR image); videos of other
-    aspect ratios (real datasets mix them) give strips of other widths, padded white to the widest."""
+    aspect ratios (real datasets mix them) give strips of other widths, padded white to the widest. Without
+    ``show_raw`` (``report.show_raw``: real people by default) each row says what the dataset holds, and no frame."""
     first_of_label: dict[int, dict[str, Any]] = {}
     for row in rows:
         first_of_label.setdefault(row["label"], row)
     strips = []
-    for _, row in sorted(first_of_label.items()):
+    for label_index, row in sorted(first_of_label.items()):
         action = row["action"]
+        if not show_raw:
+            strips.append(_withheld_strip(action, [other for other in rows if other["label"] == label_index], height))
+            continue
         try:
             decoded = read_frames(resolve_path(row["path"], folder), "bgr24")
         except (av.FFmpegError, OSError, ValueError):  # unreadable: decode quarantines it with its reason
@@ -119,6 +123,19 @@ def preview(rows: list[dict[str, Any]], folder: Path, *, frames: int = 4, height
     widest = max(strip.shape[1] for strip in strips)
     return np.concatenate([cv2.copyMakeBorder(strip, 0, 0, 0, widest - strip.shape[1], cv2.BORDER_CONSTANT, value=(255, 255, 255))
                            for strip in strips], axis=0)
+
+
+def _withheld_strip(action: str, rows: list[dict[str, Any]], height: int) -> np.ndarray:
+    """A preview row without frames: the action, its videos per split and their frame sizes."""
+    splits = {name: sum(row["split"] == name for row in rows) for name in ("train", "test")}
+    sizes = sorted({(int(row["width"]), int(row["height"])) for row in rows if row.get("width")})
+    size_text = "no readable size" if not sizes else (f"{sizes[0][0]}x{sizes[0][1]}" if len(sizes) == 1 else
+                                                      f"{sizes[0][0]}x{sizes[0][1]} to {sizes[-1][0]}x{sizes[-1][1]}")
+    strip = np.full((height, 760, 3), 255, np.uint8)
+    for line, text in enumerate([action, f"{splits['train']} train / {splits['test']} test videos, {size_text} px",
+                                 "raw frames withheld (report.show_raw: auto shows real people's frames to no one)"]):
+        cv2.putText(strip, text, (6, 22 + 26 * line), cv2.FONT_HERSHEY_SIMPLEX, 0.5, (0, 0, 0), 1, cv2.LINE_AA)
+    return strip
 
 
 @stage_work
@@ -151,10 +168,10 @@ def synthesize(*, params_path: Path, out: Path, report: Path | None = None, publ
             rows = map_ordered(render, jobs, workers=worker_count(base.workers), desc="synthesize")
             write_table(_identity_rows(base.seed, params.identities), staging / "identities.parquet")
         else:
-            rows = index_dataset(data.source, data.root, data.split, data.attributes, data.subjects)
+            rows = index_dataset(data.source, data.root, data.split, data.attributes, data.subjects, data.missing_files)
         write_manifest(rows, staging / MANIFEST_NAME)
         if report is not None:
-            encoded, png = cv2.imencode(".png", preview(rows, staging))
+            encoded, png = cv2.imencode(".png", preview(rows, staging, show_raw=public or raw_frames_allowed(params_path)))
             if not encoded:
                 raise PrivharError(f"{report / 'preview.png'}: OpenCV could not encode the preview")
             atomic_write_bytes(report / "preview.png", png.tobytes())

@@ -29,7 +29,7 @@ TINY = {
     "public": {"identities": 4, "videos_per_action": 4, "epochs": 1},
     "private": {"epsilons": [2.0], "epochs": 2, "batch_size": 4, "physical_batch_size": 3, "clips_per_video": 2,
                 "public_size": {"video": None, "person": None},  # the tiny splits' own counts
-                "seeds": None, "seeds_at_epsilon": {0.5: None, 1.0: None}},  # report.seeds
+                "seeds": None, "seeds_at_epsilon": {0.5: None, 1.0: None, 2.0: None}},  # report.seeds
     "assess": {"attacker_epochs": 2, "attacker_frame_step": 2, "tracking_videos": 2, "residual_videos": 2, "fused_pairs_per_person": 3,
                "detector_training_frame_step": 2, "detection_frame_step": 2},
     "ldp": {"repetitions": 2, "digits_epsilons": [0.5, 4.0, float("inf")], "video_first_filters": 2,

@@ -76,6 +76,17 @@ def test_missing_split_lists_are_one_line_errors(tmp_path):
         index_dataset("hmdb51", str(tmp_path / "absent"), 1)
 
 
+def test_a_split_list_naming_absent_files_is_refused_unless_they_are_to_be_quarantined(tmp_path):
+    """Issue 32: a wrong root on a large dataset must not run on with its misses quietly quarantined."""
+    make_ucf101(tmp_path / "ucf")
+    (tmp_path / "ucf/Basketball/v_Basketball_g01_c01.avi").unlink()
+    with pytest.raises(PrivharError, match=r"split 1 lists 1 of 4 videos that are not there \(first: .*v_Basketball_g01_c01.avi\); "
+                                           r"check data.root, or set data.missing_files: quarantine"):
+        index_dataset("ucf101", str(tmp_path / "ucf"), 1)
+    rows = index_dataset("ucf101", str(tmp_path / "ucf"), 1, missing_files="quarantine")
+    assert len(rows) == 4  # decode quarantines the absent one with its reason ("file not found")
+
+
 def test_malformed_hmdb_split_line(tmp_path):
     make_hmdb51(tmp_path / "hmdb")
     (tmp_path / "hmdb/testTrainMulti_7030_splits/cartwheel_test_split1.txt").write_text("cartwheel_clip_0.avi train\n")
@@ -91,6 +102,23 @@ def test_real_dataset_runs_through_synthesize_and_decode(tmp_path):
     assert len(decoded) == 4
     assert {row["split"] for row in read_manifest(tmp_path / "decoded/manifest.parquet")} == {"train", "test"}
     assert np.load(tmp_path / "decoded" / decoded[0]["path"]).shape == (4, 32, 40, 3)
+
+
+def test_a_real_datasets_preview_shows_no_frame_unless_show_raw_says_so(tmp_path):
+    """Issue 32: under report.show_raw: auto the index stage's preview of real footage (tracked by git) draws no frame
+    of the people in it, only what the dataset holds; show_raw: true draws them."""
+    import cv2
+
+    make_ucf101(tmp_path / "ucf")
+    for show in ("auto", True):
+        folder = tmp_path / str(show)
+        folder.mkdir()
+        params = write_params(folder, {"data": {"source": "ucf101", "root": str(tmp_path / "ucf"), "split": 1},
+                                       "report": {"show_raw": show}})
+        synthesize(params_path=params, out=folder / "source", report=folder / "report")
+        image = cv2.imread(str(folder / "report/preview.png"))
+        grey = (image[..., 0] == image[..., 1]).all() and (image[..., 1] == image[..., 2]).all()
+        assert grey == (show == "auto")  # the clips are colour noise: any frame drawn breaks the grey of text on white
 
 
 def test_pa_hmdb_style_attributes_join_the_rows(tmp_path):

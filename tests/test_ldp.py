@@ -237,3 +237,23 @@ def test_baseline_codes_lie_in_the_domain() -> None:
         words_train, words_test = hog_bovw_codes(train, test, d, seed=1)
         assert words_train.shape == (40, 9) and words_test.shape == (10, 9)
         assert 0 <= words_train.min() and words_train.max() <= d - 1
+
+
+def test_real_footage_without_person_boxes_is_encoded_whole_frame(tiny_decoded, tiny_public, tmp_path) -> None:
+    """Issue 32: real clips carry no annotations; each camera then encodes its whole frame (paper 002's cameras see a
+    scene) instead of the stage failing, and the attribute attacker says nan (no attributes to attack)."""
+    import shutil
+
+    from tasks.core.manifest import write_manifest
+    from tasks.ldp.video import ldp_video
+    from tests.conftest import write_params
+
+    real = tmp_path / "real"
+    shutil.copytree(tiny_decoded / "data" / "decode", real)
+    rows = [{key: (None if key == "annotations" else value) for key, value in row.items() if not key.startswith("attr_")}
+            for row in read_manifest(real / "manifest.parquet")]
+    write_manifest(rows, real / "manifest.parquet")
+    params = write_params(tmp_path, {"ldp": {"video_epsilons": [1.0]}, "privacy": {"randomness": "seeded"}})
+    results = ldp_video(params_path=params, frames=real, public=tiny_public, out=tmp_path / "o", report=tmp_path / "r")
+    assert results and all(0.0 <= row["top1"] <= 1.0 for row in results)
+    assert all(math.isnan(row["attribute_cmap"]) for row in results)

@@ -7,7 +7,9 @@ from PIL import Image
 
 from tasks.anonymize.stage import anonymize
 from tasks.core.errors import PrivharError
-from tasks.preview import copies_under, preview, raw_frames_allowed
+from tasks.core.params import raw_frames_allowed
+from tasks.core.manifest import copies_under
+from tasks.preview import preview
 from tests.conftest import write_params
 
 

@@ -116,20 +116,29 @@ def test_private_epsilons_are_checked_before_any_work(tmp_path, epsilons, messag
 # --- subjects of real datasets --------------------------------------------------------------------------------
 
 
+def second_clip_of_a_group(root):
+    """ApplyEyeMakeup's group g08 gets a second training clip (c02)."""
+    (root / "ApplyEyeMakeup/v_ApplyEyeMakeup_g08_c02.avi").hardlink_to(root / "ApplyEyeMakeup/v_ApplyEyeMakeup_g08_c01.avi")
+    lists = root / "ucfTrainTestlist/trainlist01.txt"
+    lists.write_text(lists.read_text() + "ApplyEyeMakeup/v_ApplyEyeMakeup_g08_c02.avi 1\n")
+
+
 def test_subjects_are_read_from_the_file_names():
-    assert ucf101_subject("v_ApplyEyeMakeup_g08_c01") == "g08"
+    assert ucf101_subject("v_ApplyEyeMakeup_g08_c01") == "ApplyEyeMakeup_g08"
     assert ucf101_subject("my_clip") is None
     assert hmdb51_subject("April_09_brush_hair_u_nm_np1_ba_goo_0", "brush_hair") == "April_09"
     assert hmdb51_subject("brush_hair_clip_0", "brush_hair") is None
 
 
-def test_ucf101_groups_are_the_subjects(tmp_path):
+def test_ucf101_groups_within_an_action_are_the_subjects(tmp_path):
+    """UCF101 defines its 25 groups per action: g08 of one action shares nothing with g08 of another."""
     make_ucf101(tmp_path / "ucf")
+    second_clip_of_a_group(tmp_path / "ucf")
     rows = index_dataset("ucf101", str(tmp_path / "ucf"), 1)
     by_id = {row["video_id"]: row for row in rows}
-    assert by_id["v_ApplyEyeMakeup_g08_c01"]["identity"] == by_id["v_Basketball_g08_c02"]["identity"]
-    assert by_id["v_ApplyEyeMakeup_g08_c01"]["identity"] != by_id["v_Basketball_g01_c01"]["identity"]
-    assert subjects_statement(rows).startswith("Data subjects: 2 people")
+    assert by_id["v_ApplyEyeMakeup_g08_c01"]["identity"] == by_id["v_ApplyEyeMakeup_g08_c02"]["identity"]
+    assert by_id["v_ApplyEyeMakeup_g08_c01"]["identity"] != by_id["v_Basketball_g08_c02"]["identity"]
+    assert subjects_statement(rows).startswith("Data subjects: 4 people")
 
 
 def test_unknown_subjects_are_their_own_and_said(tmp_path):
@@ -154,15 +163,18 @@ def test_a_split_without_test_videos_is_refused(tmp_path):
 
 
 def test_the_cap_holds_for_a_ucf101_group(tmp_path):
-    """Two training videos of group g08: one person in both, so a DP-SGD release is their group ε over two videos."""
+    """Two training videos of ApplyEyeMakeup's group g08: one person in both, so a DP-SGD release is their group ε over
+    two videos; Basketball's g08 is someone else, in one video."""
     from tasks.core.budget import planned_releases
 
     make_ucf101(tmp_path / "ucf")
+    second_clip_of_a_group(tmp_path / "ucf")
     rows = index_dataset("ucf101", str(tmp_path / "ucf"), 1)
     params = write_params(tmp_path, {"private": {"methods": ["dp_sgd"], "epsilons": [1.0], "batch_size": 1, "epochs": 1}})
     release = next(r for r in planned_releases(params) if r.name == "dp_sgd-eps1.0")
     person = release.person_epsilons([row for row in rows if row["split"] == "train"])
-    assert len(person) == 1 and next(iter(person.values())) > 1.0
+    identity = {row["subject"]: row["identity"] for row in rows}
+    assert len(person) == 2 and person[identity["ApplyEyeMakeup_g08"]] > person[identity["Basketball_g08"]] > 0.9
 
 
 # --- file-system faults: one line, before any work ----------------------------------------------------------------

@@ -362,3 +362,32 @@ def test_releases_entered_together_count_as_they_would_one_by_one(tmp_path: Path
     runs = MlflowClient().search_runs([release_ledger._experiment_id()],
                                       f"tags.`{release_ledger.BUDGET_TAG}` = 'together-{tmp_path.name}'")
     assert 3 <= len(runs) <= 6 and all(len(run.data.tags.get(release_ledger.RELEASES_TAG, "")) <= 80 for run in runs)
+
+
+def test_a_rows_spread_splits_into_the_test_sets_part_and_the_models_part() -> None:
+    """Issue 31: "more test videos or more seeds". Seeds right on as many videos, but different ones, spread by the
+    test set alone (no model part); seeds all right or all wrong spread by the model alone (a bigger test set would
+    not help: its part is 1/n of it)."""
+    import polars as pl
+    from scipy import stats as scipy_stats
+
+    from tasks.report.spread import seeds_for, spread_rows
+
+    videos = [f"v{i}" for i in range(10)]
+    rows = []
+    for seed in range(4):  # "shuffled": seed s right on the 5 videos starting at 2s
+        suffix = f"-seed{seed}" if seed else ""
+        rows += [{"model": f"shuffled{suffix}", "protocol": "1", "video_id": video, "actual": "a",
+                  "predicted": "a" if (index - 2 * seed) % 10 < 5 else "b"} for index, video in enumerate(videos)]
+        rows += [{"model": f"whole{suffix}", "protocol": "1", "video_id": video, "actual": "a",
+                  "predicted": "a" if seed < 2 else "b"} for video in videos]
+        rows += [{"model": f"whole{suffix}", "protocol": "2", "video_id": video, "actual": "a", "predicted": "b"} for video in videos]
+    found = {row["row"]: row for row in spread_rows(pl.DataFrame(rows))}
+    assert found["shuffled"]["sd"] == 0 and found["shuffled"]["sd_model"] == 0 and found["shuffled"]["sd_test_set"] > 0
+    whole = found["whole"]
+    assert whole["sd"] ** 2 == pytest.approx(1 / 3)  # Top-1 1, 1, 0, 0
+    assert whole["sd_test_set"] ** 2 == pytest.approx(10 * 0.25 / 100 * 4 / 3)  # every video right for half the seeds
+    assert whole["sd_model"] ** 2 == pytest.approx(1 / 3 - 1 / 30)
+    assert whole["half_width"] == pytest.approx(scipy_stats.t.ppf(0.975, 3) * math.sqrt(1 / 3) / 2)
+    need = seeds_for(0.08)
+    assert scipy_stats.t.ppf(0.975, need - 1) * 0.08 / math.sqrt(need) <= 0.03 < scipy_stats.t.ppf(0.975, need - 2) * 0.08 / math.sqrt(need - 1)

@@ -25,6 +25,7 @@ import cv2
 import numpy as np
 
 from tasks.anonymize.coverage import moving_pixels
+from tasks.anonymize.face_tracks import as_frames, fill, link
 from tasks.anonymize.motion import moving_people
 from tasks.anonymize.opencv_detectors import face_boxes, fill_boxes, people_boxes
 from tasks.anonymize.source_clip import SourceClip, source_clip
@@ -128,6 +129,7 @@ def detect(row: dict[str, Any], frames: np.ndarray, keys: tuple[str, ...], *, so
             faces = mediapipe_models.find_faces(kept, params.detector_confidence)
         if "faces" in detectors:
             faces = [found + face_boxes(frame, params.hog_upscale) for found, frame in zip(faces, kept)]
+        faces = as_frames(fill(link(faces)))  # a face found in any frame is followed through the frames it was missed in
     if not wants_faces or set(keys) - {"face_box"}:
         if "motion" in detectors:
             for model in params.motion_models:
@@ -171,5 +173,7 @@ def find_people(row: dict[str, Any], frames: np.ndarray, keys: tuple[str, ...], 
                               for boxes in truth["face_box"]])
     else:
         reference = truth["person_mask"] > 0
+    if "face_box" in keys:  # one person a column: a face turned away or occluded in some frames is followed through them
+        truth = {**truth, "face_box": fill(truth["face_box"].astype(np.float32))}
     measured = "true face pixels" if reference_key == "face_box" else "true person pixels"
     return People({key: truth[key] for key in keys}, reference, "ground truth", measured)

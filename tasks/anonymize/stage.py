@@ -159,8 +159,9 @@ def anonymize(*, params_path: Path, frames: Path, method: str, out: Path, speed_
         public = float(np.mean([row["public_fraction"] for row in protected]))
         covered = [row["coverage"] for row in protected + quarantined if not np.isnan(row["coverage"])]
         blacked = sum(bool(row["blacked_out"]) for row in protected)
+        empty = [row["video_id"] for row in protected if row["mask"] and not row["blacked_out"] and row["public_fraction"] == 0]
         run.log_metrics({"frames_per_second": speed, "public_fraction": public, "videos": len(protected),
-                         "quarantined": len(quarantined), "blacked_out": blacked,
+                         "quarantined": len(quarantined), "blacked_out": blacked, "no_public_pixels": len(empty),
                          **({"coverage_min": min(covered), "coverage_mean": float(np.mean(covered))} if covered else {})})
         run.set_tags({"privhar.method": method, "privhar.people_source": source_kind})
         for row in quarantined:
@@ -169,4 +170,8 @@ def anonymize(*, params_path: Path, frames: Path, method: str, out: Path, speed_
                          f"{len(quarantined)} quarantined, {blacked} blacked out; " if covered else "")
         log.info("anonymize: %s: %d of %d videos released; %s%.0f frames/s (people from %s, one core), public pixels %.3f",
                  method, len(protected), len(rows), coverage_note, speed, source_kind, public)
+        if empty:  # said, not silent: these clips kept nothing public, and MaskDP has no public view of them
+            log.warning("anonymize: %s: %d of %d released clips have no public pixel (no person found by %s, nothing drawn; "
+                        "MaskDP has no public view of them): %s", method, len(empty), len(protected), source_kind,
+                        ", ".join(empty[:5]) + (" …" if len(empty) > 5 else ""))
     return protected

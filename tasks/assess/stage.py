@@ -47,7 +47,7 @@ from tasks.assess.residual import RESIDUALS, residual_scores
 from tasks.assess.truth import VideoTruth, clips_of, load_truth, released
 from tasks.core.clips import split_rows
 from tasks.core.errors import PrivharError
-from tasks.core.manifest import MANIFEST_NAME, read_manifest, resolve_path
+from tasks.core.manifest import MANIFEST_NAME, copies_under, read_manifest, resolve_path
 from tasks.core.parallel import map_ordered, worker_count
 from tasks.core.device import resolve_device
 from tasks.core.params import AssessParams, BaseParams, load_section
@@ -56,13 +56,13 @@ from tasks.core.speed import read_speed
 from tasks.core.storage import atomic_write_bytes
 from tasks.core.tables import csv_bytes
 from tasks.core.tracking import stage_run, stage_work
-from tasks.preview import copies_under
 
 RAW = "raw"
 SIGNATURE = ("e_id_ind", "e_id_aggr", "e_id_fused", "e_det_face_ind", "e_det_face_aggr", "e_det_face_fused",
              "e_det_body_ind", "e_det_body_aggr", "e_det_body_fused", "e_track", "e_sim_ssim", "e_sim_mse", "e_speed")
 ATTRIBUTE_SCORES = ("cmap_raw_attacker", "f1_raw_attacker", "cmap_adaptive", "f1_adaptive")
-LEFT = ("coverage", "quarantined", *RESIDUALS)  # what is left of people: the anonymize check, detectors re-run
+# what is left of people: the anonymize check, clips where no avatar was drawn (no person found), detectors re-run
+LEFT = ("coverage", "quarantined", "no_avatar", *RESIDUALS)
 TRUTH_SCORES = SIGNATURE[:10]  # e_id, e_det, e_track: scored against annotated faces and bodies
 log = logging.getLogger(__name__)
 
@@ -172,6 +172,15 @@ def _owners(rows: list[dict[str, Any]], truths: dict[str, VideoTruth], kind: str
     return owners
 
 
+def no_avatar(folder: Path) -> int | None:
+    """Released clips of a copy that has public masks (avatar) where no public pixel was drawn: no person was found, so
+    nothing of the person was replaced and MaskDP has no public view of them; None for a copy without masks."""
+    rows = read_manifest(folder / MANIFEST_NAME)
+    if not any(row.get("mask") for row in rows):
+        return None
+    return sum(1 for row in rows if row.get("mask") and not row.get("blacked_out") and float(row["public_fraction"]) == 0.0)
+
+
 def assess_copy(item: tuple[str, Path], *, raw: Path, train_rows: list[dict[str, Any]], test_rows: list[dict[str, Any]],
                 truths: dict[str, VideoTruth], attackers: RawAttackers, params: AssessParams, seed: int,
                 speeds: Path, device: str = "cpu") -> dict[str, Any]:
@@ -186,6 +195,7 @@ def assess_copy(item: tuple[str, Path], *, raw: Path, train_rows: list[dict[str,
     covered = [float(row["coverage"]) for row in test_copy if row.get("coverage") is not None and np.isfinite(row["coverage"])]
     scores["coverage"] = float(np.mean(covered)) if covered else None
     scores["quarantined"] = held_test + held_train
+    scores["no_avatar"] = no_avatar(folder)
 
     clock = _lap(scores, "load", clock)
     if attackers.names:
@@ -321,11 +331,12 @@ def assess(*, params_path: Path, frames: Path, copies: list[Path], speeds: Path,
         atomic_write_bytes(out / "signature.json", (json.dumps(metrics, indent=2, sort_keys=True) + "\n").encode())
         for result in results:
             log.info("assess: %s: cMAP %s (adaptive %s), e_id %s/%s/%s, e_det face %s body %s, e_track %s, SSIM %.3f, "
-                     "e_speed %.3f; left: coverage %s, %d quarantined, %.2f people and %.2f faces found per frame, "
+                     "e_speed %.3f; left: coverage %s, %d quarantined, %s without an avatar, %.2f people and %.2f faces found per frame, "
                      "%.3f of the person pixels (%.0f s)", result["copy"],
                      *(_text(result[key]) for key in ("cmap_raw_attacker", "cmap_adaptive", "e_id_ind", "e_id_aggr",
                                                      "e_id_fused", "e_det_face_ind", "e_det_body_ind", "e_track")),
                      result["e_sim_ssim"], result["e_speed"], _text(result["coverage"]), result["quarantined"],
+                     "n/a" if result["no_avatar"] is None else result["no_avatar"],
                      result["residual_people"], result["residual_faces"], result["residual_pixels"], result["assess_seconds"])
     return results
 

@@ -71,14 +71,20 @@ def _find(root: Path, names: list[str], folders: tuple[str, ...]) -> Path | None
     return None
 
 
-UCF101_GROUP = re.compile(r"_g(\d+)_c\d+$")
+UCF101_GROUP = re.compile(r"^v_(.+)_g(\d+)_c\d+$")
 HMDB51_META_FIELDS = 6  # visible body parts, camera motion, people, viewpoint, quality, clip number
 
 
 def ucf101_subject(stem: str) -> str | None:
-    """UCF101's group of a video (``v_ApplyEyeMakeup_g08_c01`` -> ``g08``): its clips share actors and background."""
-    found = UCF101_GROUP.search(stem)
-    return f"g{int(found.group(1)):02d}" if found else None
+    """UCF101's group of a video within its action (``v_ApplyEyeMakeup_g08_c01`` -> ``ApplyEyeMakeup_g08``).
+
+    UCF101 (Soomro et al. 2012, §2) divides each action's clips into 25 groups whose clips share actors and
+    background; group numbers mean nothing across actions (g08 of ApplyEyeMakeup is not g08 of Basketball), so the
+    subject — the ledger's person and the federated partition's owner — is the group within its action. Treating g08
+    as one person across all 101 actions made 25 "people" of 13 320 clips: person-level DP was hopeless by construction.
+    """
+    found = UCF101_GROUP.match(stem)
+    return f"{found.group(1)}_g{int(found.group(2)):02d}" if found else None
 
 
 def hmdb51_subject(stem: str, action: str) -> str | None:
@@ -200,9 +206,11 @@ def number_subjects(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def index_dataset(source: str, root: str | None, split: int, attributes: str | None = None,
-                  subjects: str | None = None) -> list[dict[str, Any]]:
+                  subjects: str | None = None, missing_files: str = "refuse") -> list[dict[str, Any]]:
     """Rows for a real dataset named by ``data.source``, with its subjects (from the file names, or the ``subjects``
-    CSV) and its privacy attributes when ``attributes`` names them."""
+    CSV) and its privacy attributes when ``attributes`` names them. A split list naming files that are not there (a
+    wrong ``data.root``, a partial copy) is refused in one line unless ``missing_files`` is ``quarantine``: then decode
+    quarantines each with its reason, under ``decode.max_failed_fraction``."""
     if root is None:
         raise PrivharError(f"params.yaml: data.root is required when data.source = {source!r}")
     folder = Path(root)
@@ -214,6 +222,10 @@ def index_dataset(source: str, root: str | None, split: int, attributes: str | N
     for name in ("train", "test"):
         if not any(row["split"] == name for row in rows):
             raise PrivharError(f"{folder}: split {split} lists no {name} videos (a {name} split is needed)")
+    absent = [row["path"] for row in rows if not Path(row["path"]).is_file()]
+    if absent and missing_files == "refuse":
+        raise PrivharError(f"{folder}: split {split} lists {len(absent)} of {len(rows)} videos that are not there (first: "
+                           f"{absent[0]}); check data.root, or set data.missing_files: quarantine to run without them")
     if subjects:
         rows = merge_subjects(rows, Path(subjects))
     rows = number_subjects(rows)

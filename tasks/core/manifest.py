@@ -123,3 +123,8 @@ def read_manifest(path: Path, split: str | None = None) -> list[dict[str, Any]]:
         return scan.collect().to_dicts()
     except (pl.exceptions.PolarsError, OSError) as error:
         raise PrivharError(f"{path}: not a readable Parquet manifest ({error})") from None
+
+
+def copies_under(folders: list[Path]) -> list[Path]:
+    """Every protected copy (a folder with a manifest) directly under ``folders``, in order."""
+    return [copy for folder in folders for copy in sorted(folder.iterdir()) if (copy / MANIFEST_NAME).is_file()]

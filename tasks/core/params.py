@@ -44,6 +44,7 @@ class DataParams(Section):
     split: Annotated[int, Field(ge=1, le=3)] = 1
     attributes: str | None = None  # CSV of PA-HMDB-style privacy attributes: video_id, one column per attribute
     subjects: str | None = None  # CSV of video_id, subject: who is in each video (overrides UCF101 groups / HMDB51 sources)
+    missing_files: Literal["refuse", "quarantine"] = "refuse"  # a split list naming absent files: one-line error, or decode quarantines them
 
 
 class SynthesizeParams(Section):
@@ -239,6 +240,13 @@ def private_seeds(private: PrivateParams, report: ReportParams, epsilon: float) 
     """Training seeds of the private rows at ``epsilon``: ``private.seeds_at_epsilon[epsilon]``, else ``private.seeds``,
     else ``report.seeds`` (the stage and the budget plan both count each seed as a release, so they read it here)."""
     return private.seeds_at_epsilon.get(epsilon) or private.seeds or report.seeds
+
+
+def raw_frames_allowed(params_path: Path) -> bool:
+    """``report.show_raw``: true, false, or auto (only the synthetic dataset's frames: real people's faces never reach a
+    picture that git tracks unless a person says so)."""
+    show = load_section(params_path, "report", ReportParams).show_raw
+    return load_section(params_path, "data", DataParams).source == "synthetic" if show == "auto" else bool(show)
 
 
 def federated_seeds(federated: FederatedParams, report: ReportParams, tuning: str) -> int:

@@ -27,7 +27,7 @@ from tasks.core.device import resolve_device
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import MANIFEST_NAME, read_manifest, rebase_path, resolve_path, write_manifest, write_table
 from tasks.core.parallel import map_ordered
-from tasks.core.params import BaseParams, DprpParams, PrivacyParams, load_section
+from tasks.core.params import BaseParams, DprpParams, PrivacyParams, load_section, raw_frames_allowed
 from tasks.core.randomness import DpRandomness
 from tasks.core.seeding import derive_seed
 from tasks.core.speed import write_speed
@@ -37,7 +37,6 @@ from tasks.core.tracking import stage_run, stage_work
 from tasks.core.dprp_calibration import NoiseScales, dataset_scales
 from tasks.dprp.mechanism import Projection, fits_comfortably, generator_for, protect_video
 from tasks.dprp.preview import preview_png
-from tasks.preview import raw_frames_allowed
 
 LOG = logging.getLogger(__name__)
 

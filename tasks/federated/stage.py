@@ -4,7 +4,7 @@
     raw clips ────┴─▶ shards (federated.partition) ─▶ for tuning in federated.tunings, aggregation in federated.aggregations:
                                                         T rounds of Algorithm 1 (rounds.run_rounds)
                                                         └─▶ data/federated/<aggregation>-<tuning>/model.pt
-                                                            (seed i ≥ 1 of report.seeds: …/seed<i>/model.pt)
+                                                            (seed i ≥ 1 of the tuning's seeds: …/seed<i>/model.pt)
                                                         └─▶ reports/federated/{federated.md, federated.csv, rounds.csv,
                                                                                accuracy_by_round.png, metrics.json}
 

@@ -68,19 +68,28 @@ CODES = {"dcaconv": "DCAConv codes", "raw_pixels": "raw-pixel codes (paper 002 b
 def motion_images(rows: list[dict[str, Any]], folder: Path, size: tuple[int, int]) -> np.ndarray:
     """(videos, h, w): per clip, the mean absolute difference of consecutive grey frames inside the person's box.
 
-    The box is the union of the first person's body boxes over the clip, enlarged by 10 %, resampled to ``size``.
+    The box is the union of the first person's body boxes over the clip, enlarged by 10 %, resampled to ``size``. A
+    clip without annotations (real footage) has no box: its camera encodes the whole frame, as paper 002's cameras do.
     """
     images = []
     for row in rows:
+        clip = load_frames(resolve_path(row["path"], folder))
+        if not row.get("annotations"):
+            images.append(_motion(clip, (0.0, 0.0, float(clip.shape[2]), float(clip.shape[1])), size))
+            continue
         truth = load_truth(row, folder)
         boxes = np.array([people[0] for people in truth.bodies if people])
         if not len(boxes):
             raise PrivharError(f"{folder / MANIFEST_NAME}: video {row['video_id']} has no person box; the camera's crop needs one")
-        region = expanded((boxes[:, 0].min(), boxes[:, 1].min(), boxes[:, 2].max(), boxes[:, 3].max()), 1.1)
-        clip = load_frames(resolve_path(row["path"], folder))
-        crops = np.stack([warp_region(frame, region, (size[1], size[0])) for frame in clip]).astype(np.float32) / 255.0
-        images.append(np.abs(np.diff(crops, axis=0)).mean(axis=0) * 10.0 if len(crops) > 1 else crops[0])
+        images.append(_motion(clip, expanded((boxes[:, 0].min(), boxes[:, 1].min(), boxes[:, 2].max(), boxes[:, 3].max()), 1.1),
+                              size))
     return np.stack(images)
+
+
+def _motion(clip: np.ndarray, region: tuple[float, float, float, float], size: tuple[int, int]) -> np.ndarray:
+    """The mean absolute grey-frame difference of ``clip`` (T, H, W, 3) inside ``region``, at ``size`` (h, w)."""
+    crops = np.stack([warp_region(frame, region, (size[1], size[0])) for frame in clip]).astype(np.float32) / 255.0
+    return np.abs(np.diff(crops, axis=0)).mean(axis=0) * 10.0 if len(crops) > 1 else crops[0]
 
 
 def attribute_privacy(released: np.ndarray, rows: list[dict[str, Any]], test_codes: np.ndarray,
@@ -161,10 +170,11 @@ def ldp_video(*, params_path: Path, frames: Path, public: Path, out: Path, repor
     if not train_rows or not test_rows:
         raise PrivharError(f"{frames / MANIFEST_NAME}: ldp needs videos in both splits")
     classes = int(max(row["label"] for row in rows)) + 1
-    if params.video_first_filters > classes or params.video_second_filters > classes:
+    fitted_on = int(max(row["label"] for row in public_rows)) + 1  # DCA learns its filters from the public labels
+    if params.video_first_filters > fitted_on or params.video_second_filters > fitted_on:
         raise PrivharError(f"params.yaml: ldp.video_first_filters = {params.video_first_filters} and "
-                           f"ldp.video_second_filters = {params.video_second_filters} must not exceed the {classes} "
-                           f"classes (DCA's L_r ≤ K)")
+                           f"ldp.video_second_filters = {params.video_second_filters} must not exceed the {fitted_on} "
+                           f"classes of the public set the filters are fitted on, {public / MANIFEST_NAME} (DCA's L_r ≤ K)")
     for epsilon in params.video_epsilons:
         check_domain(2**params.video_second_filters, epsilon)
         for name in CODES:

@@ -243,10 +243,11 @@ def train_private(*, params_path: Path, method: str, frames: Path, init: Path, o
     clips = load_clips(rows, frames, size)
     data = method_views(method, clips, labels_of(rows), params, generator, public_masks(rows, masks, size) if masks else None)
     data.owners = owners  # None: every video is its own unit
-    if data.has_public is not None and not bool(data.has_public.any()):
-        raise PrivharError(f"train-private: {method} found no public token in any of the {len(rows)} training videos "
-                           f"(private.public_threshold = {params.public_threshold}, token {params.token}): MaskDP would be "
-                           "DP-SGD; lower the threshold or use dp_sgd")
+    no_public_view = data.has_public is not None and not bool(data.has_public.any())
+    if no_public_view:  # real footage whose avatars the detectors never drew: said, and the rows trained as what they are
+        LOG.warning("train-private: %s found no public token in any of the %d training videos (private.public_threshold = "
+                    "%s, token %s; the avatar copy's clips without an avatar are counted in results.md): MaskDP is DP-SGD "
+                    "on the private tokens here", method, len(rows), params.public_threshold, params.token)
     trainable_names = select_trainable(pretrained, params.trainable)
     head_only = all(name.startswith(HEAD + ".") for name in trainable_names)
     pretrained.to(device)
@@ -258,7 +259,7 @@ def train_private(*, params_path: Path, method: str, frames: Path, init: Path, o
     registrations = []  # registered once the output folder and reports are complete: a failed stage leaves no version
     with stage_run(f"train-private@{method}", {"base": base, "private": params}) as run:
         run.log_dataset(frames, "train", "training")
-        run.set_tags({"privhar.device": str(device)})
+        run.set_tags({"privhar.device": str(device), **({"privhar.public_view": "none"} if no_public_view else {})})
         with atomic_directory(out) as staging:
             for epsilon in [*params.epsilons, math.inf]:
                 name = f"{method}-eps{epsilon}"

@@ -8,7 +8,8 @@
 
 Rows are what was trained (data × training method), columns the target ε of the grid and ∞
 (the same recipe without noise); each cell is Top-1 on the raw test videos (protocol 1: one
-test set for every row), as the mean ± 95 % interval over the row's training seeds (``report.seeds``).
+test set for every row), as the mean ± 95 % interval over the row's training seeds (``report.seeds``; a private
+row's ``private.seeds_at_epsilon`` or ``private.seeds``).
 Models trained on a protected copy (MaskDP on the avatar copy,
 Video-DPRP) get a second table on that copy's test split (protocol 2). The achieved ε of each
 cell, its δ and the accountant that computed it are in the ledger table and the CSV.

@@ -2,7 +2,7 @@
 
 A single training run cannot decide a claim whose gap is smaller than the spread between runs
 (another machine's ``make run`` moved Top-1 by up to 17 points), so each claim compares the two
-rows' Top-1 (protocol 1, raw test videos) over ``report.seeds`` seeds with Welch's t-test
+rows' Top-1 (protocol 1, raw test videos) over their training seeds with Welch's t-test
 (:func:`tasks.core.seeds.compare`): *holds* or *reversed* at 95 %, else *undecided*.
 
 The claims, with where each paper makes it:

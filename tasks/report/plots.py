@@ -12,11 +12,16 @@ PRIVACY = ("e_id_ind", "e_id_aggr", "e_id_fused")
 
 
 def signature_png(row: dict[str, Any]) -> bytes:
-    """Paper 004's signature of one copy: every e_* in [0, 1]; privacy bars red, utility bars blue."""
+    """Paper 004's signature of one copy: every e_* in [0, 1]; privacy bars red, utility bars blue; an evaluator not
+    measured (real footage has no face or body annotations) has no bar and says n/m, never a 0 that reads as worst."""
     figure, axes = plt.subplots(figsize=(7.5, 3.0))
-    values = [row[key] if isinstance(row[key], float | int) else 0.0 for key in SIGNATURE_COLUMNS]  # not run / measured: 0
+    measured = [isinstance(row[key], float | int) for key in SIGNATURE_COLUMNS]
+    values = [row[key] if known else 0.0 for key, known in zip(SIGNATURE_COLUMNS, measured)]
     colours = ["tab:red" if key in PRIVACY else "tab:blue" for key in SIGNATURE_COLUMNS]
     axes.bar(range(len(values)), values, color=colours)
+    for index, known in enumerate(measured):
+        if not known:
+            axes.text(index, 0.02, "n/m", ha="center", va="bottom", fontsize=7, color="grey")
     axes.set_xticks(range(len(values)), [key.removeprefix("e_") for key in SIGNATURE_COLUMNS], rotation=45, ha="right",
                     fontsize=8)
     axes.set_ylim(0, 1.05)

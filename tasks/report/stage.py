@@ -4,7 +4,8 @@ DVC metrics, and the plots as DVC plots.
     reports/evaluate/metrics.json ─┐  Top-1, protocols 1 and 2
     reports/assess/signature.json ─┤  cMAP / F1 (raw-trained and adaptive attacker), paper 004's e_*
     reports/private/<method>.csv ──┼─▶ results.md, report/{table1,signature,releases,subjects}.csv, results.parquet,
-    reports/train/<key>.json ──────┤   claims.csv, metrics.json, top1_vs_cmap.png, signature/<copy>.png
+    reports/train/<key>.json ──────┤   claims.csv, spread.csv, metrics.json, top1_vs_cmap.png, signature/<copy>.png
+    reports/evaluate/predictions.csv ┤ (every seed's answer on every test video: where a row's spread comes from)
     data/dprp/*/ledger.parquet ────┤   + one nested MLflow run per method (top1, cmap, f1, epsilon, e_*)
     data/decode (subjects) ────────┘
 """
@@ -24,7 +25,7 @@ from tasks.core.manifest import MANIFEST_NAME, read_manifest, write_table
 from tasks.core.params import (AnonymizeParams, DprpParams, FederatedParams, PrivacyParams, PrivateParams, TrainParams,
                                load_section)
 from tasks.core.storage import atomic_write_bytes
-from tasks.core.tables import csv_bytes, markdown_of
+from tasks.core.tables import csv_bytes, markdown_of, read_csv
 from tasks.core.subjects import subjects_statement
 from tasks.core.tracking import stage_run, stage_work
 from tasks.report.claims import WITHIN_NOISE_BECAUSE, against_raw, decide, paper_claims
@@ -42,6 +43,7 @@ from tasks.report.ledger import (
 )
 from tasks.report.person_level import PERSON_METHOD, TOLERANCE, person_level_markdown, person_level_rows
 from tasks.report.plots import signature_png, top1_vs_cmap_png
+from tasks.report.spread import MORE_TEST_VIDEOS, TARGET, spread_markdown, spread_rows
 from tasks.report.tables import (
     NOT_RUN,
     LEFT_COLUMNS,
@@ -96,7 +98,8 @@ READ_FIRST = ("Read this first. Every number is also in `report/*.csv`, `report/
               "(`dvc metrics show`); the plots are DVC plots (`dvc plots show`).")
 TABLE_ONE = ("Top-1: action recognition, protocol 1 (trained on the method's output, tested on raw test videos) and "
              "protocol 2 (tested on the method's own test split), as mean ± half-width of the 95 % Student-t interval over "
-             "the row's training seeds (`report.seeds`). cMAP / F1: a privacy-attribute classifier trained on raw "
+             "the row's training seeds (`report.seeds`; a private row's `private.seeds_at_epsilon` or `private.seeds`: "
+             "the `seeds` column of report/table1.csv). cMAP / F1: a privacy-attribute classifier trained on raw "
              "frames (and, *adaptive*, retrained on the protected training frames) predicting the subjects' attributes on "
              "the protected test frames — lower is more private; n/a for DP training, which protects the model, not the frames.")
 SIGNATURE = ("id: 1 − face re-identification rate (LBPH / Eigen / Fisher trained on raw faces; ind eq. 16, aggr eq. 17, "
@@ -104,7 +107,9 @@ SIGNATURE = ("id: 1 − face re-identification rate (LBPH / Eigen / Fisher train
              "track: MIL / KCF / CSRT from the first true box (eq. 23); sim: SSIM and 1 − MSE/255² (eq. 24); "
              "speed: min(frames/s / τ, 1) (eq. 25, min for the printed max). What is left of people, the last columns: "
              "coverage: the share of moving (or true person) pixels the anonymize method changed, mean over released "
-             "clips (tasks/anonymize/coverage.py); held back: clips below anonymize.min_coverage, quarantined; people / "
+             "clips (tasks/anonymize/coverage.py); held back: clips below anonymize.min_coverage, quarantined; no avatar drawn: "
+             "released clips of the avatar copy with no avatar in any frame (no person found: nothing replaced, and "
+             "MaskDP has no public view of them; n/m for a copy without avatars); people / "
              "faces per frame: OpenCV's HOG people and Haar face detections re-run on the protected test frames (not on "
              "avatar pixels); person pixels: share of the raw frames' person pixels (MOG2 / KNN motion and HOG) the same "
              "detectors still find. n/m: not measured (real footage without annotations or attributes).")
@@ -136,6 +141,14 @@ PERSON_LEVEL = ("`dp_sgd_person` samples people (Poisson, at the public count `p
                 "pays group privacy over all of their videos, and the non-private model. The goal beyond the papers (none "
                 f"protects the person): within {TOLERANCE:g} points of the non-private model, decided on the gap's 95 % "
                 "Welch interval over the seeds.")
+SPREAD = (f"Each row's seeds are scored on the same test videos, so a seed's spread has two parts (in quadrature): "
+          "the test set's (a video some seeds' models get right and others wrong: shrinks with more test videos) and "
+          "the model's (what training and, for a private row, its DP noise draw do: only more seeds shrink it). The "
+          f"rows whose 95 % interval is wider than ±{100 * TARGET:g} points, with the seeds that would narrow it to "
+          f"±{100 * TARGET:g} with this test set and with {MORE_TEST_VIDEOS}× the test videos "
+          "(tasks/report/spread.py; every row in report/spread.csv):")
+SPREAD_COLUMNS = ["row", "seeds", "test_videos", "half_width", "sd", "sd_test_set", "sd_model", "seeds_for_3_points",
+                  "seeds_for_3_points_with_more_test_videos"]
 PERSON_LEVEL_COLUMNS = ["target_epsilon", "epsilon_person", "epsilon_person_max", "top1", "video_top1",
                         "video_epsilon_person_max", "non_private_top1", "gap", "gap_low", "gap_high", "verdict"]
 
@@ -174,7 +187,7 @@ def _costs_markdown(costs: list[dict[str, Any]], view: str) -> str:
 def results_markdown(table: list[dict[str, Any]], signature: list[dict[str, Any]], releases: list[dict[str, Any]],
                      subjects: list[dict[str, Any]], cap: float, who: str = "", claims: list[dict[str, Any]] | None = None,
                      costs: list[dict[str, Any]] | None = None, view: str = "motion",
-                     person_level: list[dict[str, Any]] | None = None) -> str:
+                     person_level: list[dict[str, Any]] | None = None, spread: list[dict[str, Any]] | None = None) -> str:
     cap_text = "none" if math.isinf(cap) else f"ε ≤ {cap:g} per person"
     links = " ".join(f"[{row['copy']}](report/signature/{row['copy']}.png)" for row in signature)
     return "\n\n".join([
@@ -186,6 +199,8 @@ def results_markdown(table: list[dict[str, Any]], signature: list[dict[str, Any]
         "Federated DP training (paper 003, FedAvg / FedNova × full / selective): [federated/federated.md](federated/federated.md)",
         "## What each protection costs against the raw clips", COSTS, _costs_markdown(costs or [], view),
         "## The papers' claims, decided over seeds", CLAIMS, _claims_markdown(claims or []),
+        "## What would narrow each interval: more seeds or more test videos", SPREAD,
+        spread_markdown(spread) if spread else "Not run (evaluate's predictions.csv not found).",
         "## Person-level DP-SGD: the person, not the video, as the unit", PERSON_LEVEL,
         person_level_markdown(person_level or []),
         "## Paper 004 signature: every evaluator in [0, 1], 1 = best", SIGNATURE, signature_markdown(signature), links,
@@ -215,7 +230,7 @@ def _mlflow_children(run: Any, table: list[dict[str, Any]], signature: dict[str,
 @stage_work
 def report(*, params_path: Path, metrics: Path, signature: Path, ledgers: Path, train_reports: Path, dprp: Path,
            anonymize: Path, frames: Path, out: Path, ldp_ledger: Path | None = None,
-           federated_table: Path | None = None) -> list[dict[str, Any]]:
+           federated_table: Path | None = None, predictions: Path | None = None) -> list[dict[str, Any]]:
     """Write ``out/results.md`` and ``out/report/*``; return Table 1's rows."""
     anonymize_params = load_section(params_path, "anonymize", AnonymizeParams)
     dprp_params = load_section(params_path, "dprp", DprpParams)
@@ -241,6 +256,7 @@ def report(*, params_path: Path, metrics: Path, signature: Path, ledgers: Path, 
              + unprotected_releases(train_reports, anonymize))
     releases = method_rows(found)
     subjects = subject_totals(found, decoded)
+    spread = spread_rows(read_csv(predictions)) if predictions is not None and predictions.is_file() else []
     folder = out / "report"
     # every file is made before the first is written: a failure leaves the previous report whole, never half of a new one
     dvc_metrics = {row["model"]: {name: row[key] for name, key in METRIC_NAMES.items()
@@ -251,12 +267,13 @@ def report(*, params_path: Path, metrics: Path, signature: Path, ledgers: Path, 
              folder / "claims.csv": csv_bytes(claims, list(CLAIM_COLUMNS)),
              folder / "costs.csv": csv_bytes(costs, ["method", "top1", "raw_top1", "gap", "verdict"]),
              folder / "person_level.csv": csv_bytes(people, PERSON_LEVEL_COLUMNS),
+             folder / "spread.csv": csv_bytes(spread, SPREAD_COLUMNS),
              folder / "metrics.json": (json.dumps(dvc_metrics, indent=2, sort_keys=True) + "\n").encode(),
              folder / "top1_vs_cmap.png": top1_vs_cmap_png(table),
              **{folder / "signature" / f"{row['copy']}.png": signature_png(row) for row in signatures
-                if isinstance(row["e_id_ind"], float | int)},
+                if any(isinstance(row[key], float | int) for key in SIGNATURE_COLUMNS)},
              out / "results.md": results_markdown(table, signatures, releases, subjects, cap, subjects_statement(decoded),
-                                                  claims, costs, train.input, people).encode()}
+                                                  claims, costs, train.input, people, spread).encode()}
     parquet_rows = [{key: str(value) if isinstance(value, str) else float(value) if isinstance(value, (int, float)) else value
                      for key, value in row.items()} for row in _uniform(table)]
     with stage_run("report", {"privacy": {"max_epsilon": cap}}) as run:

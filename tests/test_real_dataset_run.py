@@ -1,0 +1,89 @@
+"""Issue 32: `privhar run` on a UCF101-shaped folder of real clips reaches the report and the registry.
+
+The folder is built here from the real footage the project ships (tests/data/vtest: OpenCV's vtest.avi, pedestrians
+on a static camera) and from clips this test encodes the way real datasets differ from the synthetic one: mixed frame
+sizes and frame rates, a stream title that is not UTF-8 (as in HMDB51), and one file that is not a video at all.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tasks.synthetic.encode import write_video
+from tests.conftest import REPO, make_project, sh
+from tests.test_video_files import latin1_titled_clip
+
+FOOTAGE = REPO / "tests" / "data" / "vtest"
+HAS_MEDIAPIPE = importlib.util.find_spec("mediapipe") is not None
+
+
+def moving_square(height: int, width: int, frames: int, seed: int) -> np.ndarray:
+    """A bright square crossing a noisy grey background: something moves, as an action would."""
+    rng = np.random.default_rng(seed)
+    clip = rng.integers(60, 90, (frames, height, width, 3), dtype=np.uint8)
+    side = height // 4
+    for t in range(frames):
+        left = int((width - side) * t / max(frames - 1, 1))
+        clip[t, height // 3: height // 3 + side, left: left + side] = 230
+    return clip
+
+
+def real_ucf101(root: Path) -> None:
+    """Two actions: the shipped pedestrians (Walking) and encoded clips (Waving) of other sizes and rates, one titled in
+    Latin-1, one not a video."""
+    (root / "Walking").mkdir(parents=True)
+    (root / "Waving").mkdir()
+    names = {"v_Walking_g01_c01.avi": "v_Walking_g08_c01.avi", "v_Walking_g01_c11.avi": "v_Walking_g09_c01.avi",
+             "v_Walking_g01_c16.avi": "v_Walking_g01_c01.avi"}
+    for shipped, name in names.items():
+        shutil.copy(FOOTAGE / "Walking" / shipped, root / "Walking" / name)
+    write_video(root / "Waving/v_Waving_g08_c01.avi", moving_square(120, 160, 30, 1), fps=25.0)
+    write_video(root / "Waving/v_Waving_g09_c01.avi", moving_square(240, 320, 36, 2), fps=30.0)
+    latin1_titled_clip(root / "Waving/v_Waving_g01_c01.avi", 96, 128)
+    (root / "Waving/v_Waving_g10_c01.avi").write_bytes(b"not a video, though its name says so" * 40)
+    (root / "classInd.txt").write_text("1 Walking\n2 Waving\n")
+    (root / "trainlist01.txt").write_text("".join(f"{name} 1\n" for name in (
+        "Walking/v_Walking_g08_c01.avi", "Walking/v_Walking_g09_c01.avi", "Waving/v_Waving_g08_c01.avi",
+        "Waving/v_Waving_g09_c01.avi", "Waving/v_Waving_g10_c01.avi")))
+    (root / "testlist01.txt").write_text("Walking/v_Walking_g01_c01.avi\nWaving/v_Waving_g01_c01.avi\n")
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("real")
+    real_ucf101(folder / "ucf")
+    ensemble = ["mediapipe", "hog", "motion", "faces"] if HAS_MEDIAPIPE else ["hog", "motion", "faces"]
+    (folder / "project").mkdir()
+    return make_project(folder / "project", {
+        "data": {"source": "ucf101", "root": str(folder / "ucf"), "split": 1},
+        "decode": {"max_failed_fraction": 0.3},  # the one bad file of seven is quarantined, not fatal
+        "anonymize": {"methods": ["avatar", "face_blur", "blackout"], "ensemble": ensemble, "min_coverage": 0.0},
+        "report": {"seeds": 1}})
+
+
+def test_a_real_folder_runs_to_the_report_and_the_registry(project):
+    result = sh("privhar", "run", cwd=project)
+    assert "Running stage 'report'" in result.stdout and "Running stage 'register'" in result.stdout
+    quarantined = {row["video_id"]: row["reason"] for row in _parquet(project / "data/decode/quarantine.parquet")}
+    assert list(quarantined) == ["v_Waving_g10_c01"]
+    results = (project / "reports/results.md").read_text()
+    assert "| none (raw clips)" in results and "not run" not in results
+    signature = json.loads((project / "reports/assess/signature.json").read_text())
+    assert signature["raw"]["cmap_raw_attacker"] is None  # no attributes on real footage: n/m in results.md, not a crash
+    with (project / "reports/report/table1.csv").open() as handle:
+        assert {row["method"] for row in csv.DictReader(handle)} >= {"none (raw clips)", "anonymize: avatar"}
+    metrics = json.loads((project / "reports/evaluate/metrics.json").read_text())
+    assert 0.0 <= metrics["baseline"]["top1"] <= 1.0
+
+
+def _parquet(path: Path) -> list[dict]:
+    import pyarrow.parquet as pq
+
+    return pq.read_table(path).to_pylist()
