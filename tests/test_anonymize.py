@@ -218,3 +218,17 @@ def test_a_face_the_annotations_miss_in_one_frame_is_still_blurred_there(tiny_de
         return float((protected[t, y0:y1, x0:x1] != raw[t, y0:y1, x0:x1]).any(axis=-1).mean())
 
     assert changed(2) >= 0.8 * min(changed(1), changed(3)) > 0
+
+
+def test_two_people_passing_each_other_keep_their_own_track_and_avatar():
+    """Detections come left to right; as two walkers pass, the left one becomes the right one. Linked across frames,
+    each keeps one column of the pose arrays, so one identity and one avatar (issue 32: avatars swapped every frame)."""
+    from tasks.anonymize.tracks import by_track, track_numbers
+
+    walker_a = [(0, 0, 10, 30), (8, 0, 18, 30), (16, 0, 26, 30), (24, 0, 34, 30)]  # walks right
+    walker_b = [(30, 0, 40, 30), (22, 0, 32, 30), (14, 0, 24, 30), (6, 0, 16, 30)]  # walks left
+    frames = [sorted([a, b]) for a, b in zip(walker_a, walker_b)]  # left to right, as the detector lists them
+    numbers = track_numbers(frames)
+    assert numbers == [[0, 1], [0, 1], [1, 0], [1, 0]]  # from frame 2 the left box is walker b
+    joints = np.array([[[box[0]] for box in frame] for frame in frames], np.float32)  # (T, P, 1): each box's left edge
+    assert by_track(joints, numbers)[:, 0, 0].tolist() == [box[0] for box in walker_a]

@@ -169,3 +169,31 @@ def test_recognisers_leave_out_fisherfaces_when_people_outnumber_half_the_faces(
     assert set(few.models) == {"lbph", "eigen"} and few.names_right(faces[2], 2)
     enough = FaceRecognisers(faces, [0, 0, 1, 1, 2, 2])
     assert set(enough.models) == {"lbph", "eigen", "fisher"}
+
+
+def test_a_face_kept_in_one_frame_counts_its_clip_as_leaking(monkeypatch):
+    """Issue 32: faces across time. The detector is planted (a face wherever a frame has a white square) so the counts
+    are known: clip a keeps its face in 1 of 3 frames, clip b in none, clip c has no face; a face on avatar pixels is
+    the avatar's."""
+    import tasks.assess.residual as residual
+
+    def planted(frame, upscale):
+        ys, xs = np.nonzero(frame[..., 0] == 255)
+        return [(float(xs.min()), float(ys.min()), float(xs.max() + 1), float(ys.max() + 1))] if len(xs) else []
+
+    monkeypatch.setattr(residual, "face_boxes", planted)
+    face = np.zeros((3, 20, 20, 3), np.uint8)
+    face[:, 5:10, 5:10] = 255
+    kept_once = face.copy()
+    kept_once[1:] = 0  # blurred in frames 1 and 2, missed in frame 0
+    raw = {"a": face, "b": face, "c": np.zeros_like(face), "d": face}
+    protected = {"a": kept_once, "b": np.zeros_like(face), "c": np.zeros_like(face), "d": face}
+    avatar = np.zeros((3, 20, 20), np.uint8)
+    avatar[:, 5:10, 5:10] = 1  # d's face sits on avatar pixels: the avatar's face, not the person's
+    found = residual.face_leakage(raw, protected, {"a": None, "b": None, "c": None, "d": avatar}, ["a", "b", "c", "d"])
+    assert found == {"face_leak_frames": pytest.approx(1 / 9), "face_leak_clips": pytest.approx(1 / 3)}
+    assert residual.face_leakage(raw, protected, {}, ["c"]) == {"face_leak_frames": None, "face_leak_clips": None}
+    elsewhere = {"a": [[(12.0, 12.0, 18.0, 18.0)]] * 3}  # annotated faces elsewhere: the detections are background
+    assert residual.face_leakage(raw, protected, {}, ["a"], elsewhere) == {"face_leak_frames": None, "face_leak_clips": None}
+    on_face = {"a": [[(5.0, 5.0, 10.0, 10.0)]] * 3}
+    assert residual.face_leakage(raw, protected, {}, ["a"], on_face)["face_leak_frames"] == pytest.approx(1 / 3)

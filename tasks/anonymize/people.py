@@ -25,7 +25,7 @@ import cv2
 import numpy as np
 
 from tasks.anonymize.coverage import moving_pixels
-from tasks.anonymize.face_tracks import as_frames, fill, link
+from tasks.anonymize.tracks import as_frames, by_track, fill, link, track_numbers
 from tasks.anonymize.motion import moving_people
 from tasks.anonymize.opencv_detectors import face_boxes, fill_boxes, people_boxes
 from tasks.anonymize.source_clip import SourceClip, source_clip
@@ -101,7 +101,8 @@ def person_boxes(mask: np.ndarray) -> list[Box]:
 
 
 def _poses(kept: np.ndarray, person: np.ndarray, params: AnonymizeParams) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """BlazePose on every person blob; depth ordered by where a person stands (lower in the frame is nearer)."""
+    """BlazePose on every person blob; depth ordered by where a person stands (lower in the frame is nearer); one column
+    per person track through the clip (:func:`tasks.anonymize.tracks.track_numbers`), so a person keeps their avatar."""
     from tasks.anonymize.detector import poses_in_boxes
 
     boxes = [person_boxes(mask) for mask in person]
@@ -109,7 +110,8 @@ def _poses(kept: np.ndarray, person: np.ndarray, params: AnonymizeParams) -> tup
     for t, frame_boxes in enumerate(boxes):
         for p, box in enumerate(frame_boxes):
             depth[t, p] += 10.0 * box[3] / kept.shape[1]  # mediapipe's z is relative to each crop's own hips
-    return skeleton, depth, mask
+    numbers = track_numbers(boxes)
+    return by_track(skeleton, numbers), by_track(depth, numbers), mask
 
 
 def detect(row: dict[str, Any], frames: np.ndarray, keys: tuple[str, ...], *, source: str, params: AnonymizeParams,

@@ -208,7 +208,8 @@ def assess_copy(item: tuple[str, Path], *, raw: Path, train_rows: list[dict[str,
     picked = np.unique(np.linspace(0, len(test_rows) - 1, min(params.residual_videos, len(test_rows))).astype(int))
     videos = [test_rows[index]["video_id"] for index in picked]
     public = {row["video_id"]: _public_mask(row, folder) for row in test_copy}
-    scores.update(residual_scores(raw_clips, test_clips, public, videos, params.detection_frame_step))
+    scores.update(residual_scores(raw_clips, test_clips, public, videos, params.detection_frame_step,
+                                  {video: truths[video].faces for video in videos if video in truths} if truths else None))
 
     clock = _lap(scores, "residual", clock)
     # f_sim: every test frame against its raw frame.

@@ -46,3 +46,18 @@ def top1_vs_cmap_png(table: list[dict[str, Any]]) -> bytes:
     axes.set_xlabel("privacy-attribute cMAP, lower is more private\n(filled: raw-trained attacker, hollow: adaptive attacker)")
     return percent_chart_png(figure, axes, ylabel="action Top-1 on raw test videos (%), mean ± 95 % over seeds", legend_size=7,
                              title="Privacy-utility trade-off (paper 000 Table 1)")
+
+
+def face_leakage_png(rows: list[dict[str, Any]]) -> bytes:
+    """Per protected copy: the share of frames, and of clips, where a face found in the raw frame survives (issue 32:
+    faces across time); a copy where no raw face was found is left out."""
+    measured = [row for row in rows if isinstance(row.get("face_leak_frames"), float | int)]
+    figure, axes = plt.subplots(figsize=(7.5, 3.2))
+    positions = range(len(measured))
+    axes.bar([x - 0.2 for x in positions], [100 * row["face_leak_frames"] for row in measured], width=0.4,
+             label="frames with a raw face")
+    axes.bar([x + 0.2 for x in positions], [100 * float(row["face_leak_clips"]) for row in measured], width=0.4,
+             label="clips (a face kept in any frame)")
+    axes.set_xticks(list(positions), [row["method"] for row in measured], rotation=20, ha="right", fontsize=8)
+    return percent_chart_png(figure, axes, ylabel="faces found again (%)", legend_size=8,
+                             title="Faces that survive each protection (OpenCV Haar, raw vs protected frame)")

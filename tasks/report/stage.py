@@ -42,7 +42,7 @@ from tasks.report.ledger import (
     unprotected_releases,
 )
 from tasks.report.person_level import PERSON_METHOD, TOLERANCE, person_level_markdown, person_level_rows
-from tasks.report.plots import signature_png, top1_vs_cmap_png
+from tasks.report.plots import face_leakage_png, signature_png, top1_vs_cmap_png
 from tasks.report.spread import MORE_TEST_VIDEOS, TARGET, spread_markdown, spread_rows
 from tasks.report.tables import (
     NOT_RUN,
@@ -112,7 +112,14 @@ SIGNATURE = ("id: 1 − face re-identification rate (LBPH / Eigen / Fisher train
              "MaskDP has no public view of them; n/m for a copy without avatars); people / "
              "faces per frame: OpenCV's HOG people and Haar face detections re-run on the protected test frames (not on "
              "avatar pixels); person pixels: share of the raw frames' person pixels (MOG2 / KNN motion and HOG) the same "
-             "detectors still find. n/m: not measured (real footage without annotations or attributes).")
+             "detectors still find; faces kept: of the frames (and clips) where OpenCV's Haar detector finds a face in "
+             "the raw frame (on an annotated visible face, where the dataset has them: Haar also fires on background "
+             "texture, which every copy keeps), the share where it finds it again in the protected frame (Dice > 0.5; "
+             "a clip counts when a face survives in any one of its frames; the raw row 1): what a detector still calls a "
+             "face there — a face-shaped blob, not always one a person could name (a blurred synthetic head still is "
+             "one; the id columns say whether the person is named), and on real footage a lower bound of the faces a "
+             "person would see, since Haar misses many. "
+             "n/m: not measured (real footage without annotations or attributes).")
 LEDGER = ("Every ε names its unit — what one neighbouring change is: a video, a person, a frame, a pixel change — and "
           "its relation (add/remove or replace-one). The person is the unit that matters: a person appears in many videos, "
           "so each release's ε for a person is its group ε over their videos, computed exactly from the composed mechanism "
@@ -204,6 +211,7 @@ def results_markdown(table: list[dict[str, Any]], signature: list[dict[str, Any]
         "## Person-level DP-SGD: the person, not the video, as the unit", PERSON_LEVEL,
         person_level_markdown(person_level or []),
         "## Paper 004 signature: every evaluator in [0, 1], 1 = best", SIGNATURE, signature_markdown(signature), links,
+        "![Faces that survive each protection](report/face_leakage.png)",
         "## Privacy ledger", f"Cap (`privacy.max_epsilon`): {cap_text}. {LEDGER}",
         _families_markdown(releases) if releases else "No release yet.",
         "Every release, with the accountant's parameters: [report/releases.csv](report/releases.csv).",
@@ -270,6 +278,7 @@ def report(*, params_path: Path, metrics: Path, signature: Path, ledgers: Path, 
              folder / "spread.csv": csv_bytes(spread, SPREAD_COLUMNS),
              folder / "metrics.json": (json.dumps(dvc_metrics, indent=2, sort_keys=True) + "\n").encode(),
              folder / "top1_vs_cmap.png": top1_vs_cmap_png(table),
+             folder / "face_leakage.png": face_leakage_png(signatures),
              **{folder / "signature" / f"{row['copy']}.png": signature_png(row) for row in signatures
                 if any(isinstance(row[key], float | int) for key in SIGNATURE_COLUMNS)},
              out / "results.md": results_markdown(table, signatures, releases, subjects, cap, subjects_statement(decoded),

@@ -15,7 +15,8 @@ from tasks.core.tables import markdown_of
 NOT_RUN = "not run"
 NOT_MEASURED = "n/m"  # assess could not measure it (real footage: no annotations or attributes)
 # what is left of people (assess): the anonymize coverage check, clips held back, detectors re-run on the copy
-LEFT_COLUMNS = ("coverage", "quarantined", "no_avatar", "residual_people", "residual_faces", "residual_pixels")
+LEFT_COLUMNS = ("coverage", "quarantined", "no_avatar", "residual_people", "residual_faces", "residual_pixels",
+                "face_leak_frames", "face_leak_clips")
 SIGNATURE_COLUMNS = ("e_id_ind", "e_id_aggr", "e_id_fused", "e_det_face_ind", "e_det_face_aggr", "e_det_face_fused",
                      "e_det_body_ind", "e_det_body_aggr", "e_det_body_fused", "e_track", "e_sim_ssim", "e_sim_mse", "e_speed")
 
@@ -108,5 +109,6 @@ def table_one_markdown(table: list[dict[str, Any]]) -> str:
 
 def signature_markdown(rows: list[dict[str, Any]]) -> str:
     headers = ["method", *(key.removeprefix("e_") for key in SIGNATURE_COLUMNS),
-               "coverage", "held back", "no avatar drawn", "people / frame", "faces / frame", "person pixels"]
+               "coverage", "held back", "no avatar drawn", "people / frame", "faces / frame", "person pixels",
+               "faces kept (frames)", "faces kept (clips)"]
     return markdown_of(headers, [[r["method"], *(cell(r[key]) for key in SIGNATURE_COLUMNS + LEFT_COLUMNS)] for r in rows])
