@@ -69,7 +69,9 @@ def project(tmp_path_factory) -> Path:
 
 
 def test_a_real_folder_runs_to_the_report_and_the_registry(project):
-    result = sh("privhar", "run", cwd=project)
+    with pytest.MonkeyPatch.context() as patch:  # its own MLflow store: its 2-class models must not become the
+        patch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{project / 'mlflow.db'}")  # session store's champions
+        result = sh("privhar", "run", cwd=project)
     assert "Running stage 'report'" in result.stdout and "Running stage 'register'" in result.stdout
     quarantined = {row["video_id"]: row["reason"] for row in _parquet(project / "data/decode/quarantine.parquet")}
     assert list(quarantined) == ["v_Waving_g10_c01"]
