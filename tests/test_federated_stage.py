@@ -135,6 +135,14 @@ def test_head_only_clients_train_on_standardised_features_and_the_saved_head_is_
         model.load_state_dict({**model.state_dict(), **{k: v for k, v in split.tail.state_dict().items() if "proj" in k}})
         fold_standardisation(head_of(model), statistics)
         assert torch.allclose(model.eval()(clips), tail_logits, atol=1e-4)
+    # another seed of the tuning reuses the frozen prefix's outputs: the same inputs, its own classifier
+    again = split_for(init, decoded, Clips(clips, labels_of(rows), clips, labels_of(rows), rows, [list(range(len(rows)))]),
+                      "head", seed=4, inputs_of=split)
+    fresh = split_for(init, decoded, Clips(clips, labels_of(rows), clips, labels_of(rows), rows, [list(range(len(rows)))]),
+                      "head", seed=4)
+    assert again.shards[0].inputs is split.shards[0].inputs and torch.equal(again.shards[0].inputs, fresh.shards[0].inputs)
+    assert torch.equal(head_of(again.tail).weight, head_of(fresh.tail).weight)
+    assert not torch.equal(head_of(again.tail).weight, head_of(split.tail).weight)
     # full fine-tuning sees the clips themselves, unstandardised
     assert split_for(init, decoded, Clips(clips, labels_of(rows), clips, labels_of(rows), rows, [list(range(len(rows)))]),
                      "all", seed=3).statistics is None

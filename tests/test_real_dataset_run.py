@@ -1,6 +1,6 @@
-"""Issue 32: `privhar run` on a UCF101-shaped folder of real clips reaches the report and the registry.
+"""Issue 32: `privhar run` on a UCF101- and an HMDB51-shaped folder of real clips reaches the report and the registry.
 
-The folder is built here from the real footage the project ships (tests/data/vtest: OpenCV's vtest.avi, pedestrians
+Each folder is built here from the real footage the project ships (tests/data/vtest: OpenCV's vtest.avi, pedestrians
 on a static camera) and from clips this test encodes the way real datasets differ from the synthetic one: mixed frame
 sizes and frame rates, a stream title that is not UTF-8 (as in HMDB51), and one file that is not a video at all.
 """
@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from tasks.synthetic.encode import write_video
 from tests.conftest import REPO, make_project, sh
@@ -55,14 +56,42 @@ def real_ucf101(root: Path) -> None:
     (root / "testlist01.txt").write_text("Walking/v_Walking_g01_c01.avi\nWaving/v_Waving_g01_c01.avi\n")
 
 
-@pytest.fixture(scope="module")
-def project(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("real")
-    real_ucf101(folder / "ucf")
+def real_hmdb51(root: Path) -> None:
+    """The same footage in HMDB51's layout: ``<source>_<action>_<6 meta fields>.avi`` clips, one split file per action
+    (1 train, 2 test, 0 unused); the source video (``Street_01``) is the subject."""
+    (root / "walk").mkdir(parents=True)
+    (root / "wave").mkdir()
+    walking = {"v_Walking_g01_c01.avi": "Street_08_walk_f_nm_np3_fr_med_0.avi",
+               "v_Walking_g01_c11.avi": "Street_09_walk_f_nm_np3_fr_med_1.avi",
+               "v_Walking_g01_c16.avi": "Street_01_walk_f_nm_np3_fr_med_2.avi"}
+    for shipped, name in walking.items():
+        shutil.copy(FOOTAGE / "Walking" / shipped, root / "walk" / name)
+    write_video(root / "wave/Yard_08_wave_u_cm_np1_fr_med_0.avi", moving_square(120, 160, 30, 1), fps=25.0)
+    write_video(root / "wave/Yard_09_wave_u_cm_np1_fr_med_1.avi", moving_square(240, 320, 36, 2), fps=30.0)
+    latin1_titled_clip(root / "wave/Yard_01_wave_u_cm_np1_fr_med_2.avi", 96, 128)
+    (root / "wave/Yard_10_wave_u_cm_np1_fr_bad_3.avi").write_bytes(b"not a video, though its name says so" * 40)
+    write_video(root / "wave/Yard_11_wave_u_cm_np1_fr_med_4.avi", moving_square(96, 128, 12, 3), fps=25.0)  # split 0
+    splits = root / "testTrainMulti_7030_splits"
+    splits.mkdir()
+    (splits / "walk_test_split1.txt").write_text(
+        "Street_08_walk_f_nm_np3_fr_med_0.avi 1\nStreet_09_walk_f_nm_np3_fr_med_1.avi 1\nStreet_01_walk_f_nm_np3_fr_med_2.avi 2\n")
+    (splits / "wave_test_split1.txt").write_text(
+        "Yard_08_wave_u_cm_np1_fr_med_0.avi 1\nYard_09_wave_u_cm_np1_fr_med_1.avi 1\nYard_10_wave_u_cm_np1_fr_bad_3.avi 1\n"
+        "Yard_01_wave_u_cm_np1_fr_med_2.avi 2\nYard_11_wave_u_cm_np1_fr_med_4.avi 0\n")
+
+
+LAYOUTS = {"ucf101": (real_ucf101, "v_Waving_g10_c01"), "hmdb51": (real_hmdb51, "Yard_10_wave_u_cm_np1_fr_bad_3")}
+
+
+@pytest.fixture(scope="module", params=sorted(LAYOUTS))
+def project(request, tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp(request.param)
+    build, _ = LAYOUTS[request.param]
+    build(folder / "videos")
     ensemble = ["mediapipe", "hog", "motion", "faces"] if HAS_MEDIAPIPE else ["hog", "motion", "faces"]
     (folder / "project").mkdir()
     return make_project(folder / "project", {
-        "data": {"source": "ucf101", "root": str(folder / "ucf"), "split": 1},
+        "data": {"source": request.param, "root": str(folder / "videos"), "split": 1},
         "decode": {"max_failed_fraction": 0.3},  # the one bad file of seven is quarantined, not fatal
         "anonymize": {"methods": ["avatar", "face_blur", "blackout"], "ensemble": ensemble, "min_coverage": 0.0},
         "report": {"seeds": 1}})
@@ -74,7 +103,7 @@ def test_a_real_folder_runs_to_the_report_and_the_registry(project):
         result = sh("privhar", "run", cwd=project)
     assert "Running stage 'report'" in result.stdout and "Running stage 'register'" in result.stdout
     quarantined = {row["video_id"]: row["reason"] for row in _parquet(project / "data/decode/quarantine.parquet")}
-    assert list(quarantined) == ["v_Waving_g10_c01"]
+    assert list(quarantined) == [LAYOUTS[yaml.safe_load((project / "params.yaml").read_text())["data"]["source"]][1]]
     results = (project / "reports/results.md").read_text()
     assert "| none (raw clips)" in results and "not run" not in results
     signature = json.loads((project / "reports/assess/signature.json").read_text())

@@ -69,12 +69,19 @@ def load_federated_clips(frames: Path, size: tuple[int, int], base: BaseParams, 
                  normalise(load_clips(test_rows, frames, size)), labels_of(test_rows), train_rows, shards)
 
 
-def split_for(init: Path, frames: Path, clips: Clips, trainable: str, seed: int) -> Split:
-    """The public model with only ``trainable`` (a ``private.trainable`` value) learning, and the tail's inputs."""
+def split_for(init: Path, frames: Path, clips: Clips, trainable: str, seed: int, inputs_of: Split | None = None) -> Split:
+    """The public model with only ``trainable`` (a ``private.trainable`` value) learning, and the tail's inputs.
+
+    ``inputs_of``: another seed's split of the same tuning, whose inputs are reused — the frozen prefix does not
+    depend on the classifier's seed, so a tuning runs it once for all of its seeds (40 selective seeds: 10 s saved).
+    """
     model, _ = public_model(init, frames, seed)
     select_trainable(model, trainable)
     end = first_trainable_block(model)
     tail = tail_of(model, end)
+    if inputs_of is not None:
+        return Split(model, tail, inputs_of.shards, inputs_of.test, inputs_of.trainable, inputs_of.total,
+                     inputs_of.full_model_bytes, inputs_of.statistics)
     statistics = public_statistics(init) if end == len(model.blocks) - 1 else None
     train_inputs, test_inputs = (_tail_inputs(model, inputs, end, statistics) for inputs in (clips.train, clips.test))
     shards = [Shard(train_inputs[shard], clips.train_labels[shard]) for shard in clips.shards]

@@ -118,10 +118,12 @@ def train_federated(*, params_path: Path, frames: Path, init: Path, out: Path, r
         run.log_dataset(frames, "train", "training")
         with atomic_directory(out) as staging:
             for tuning, trainable in params.tunings.items():
+                first = None  # seed 0's split: its frozen prefix's outputs serve every seed of the tuning
                 for seed in range(seeds[tuning]):
                     started = time.perf_counter()
-                    split = split_for(init, frames, clips, trainable, classifier_seed(base.seed, seed))
-                    prefix_seconds = time.perf_counter() - started  # the frozen prefix, once per tuning: part of each run's cost
+                    split = split_for(init, frames, clips, trainable, classifier_seed(base.seed, seed), first)
+                    first = first or split
+                    prefix_seconds = time.perf_counter() - started  # the frozen prefix (seed 0) or a fresh head: part of each run's cost
                     for aggregation, epsilon in itertools.product(params.aggregations, sigmas):
                         sigma = sigmas[epsilon]
                         name = federated_model(aggregation, tuning, epsilon, params.epsilon)
