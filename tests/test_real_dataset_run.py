@@ -104,6 +104,11 @@ def test_a_real_folder_runs_to_the_report_and_the_registry(project):
     assert "Running stage 'report'" in result.stdout and "Running stage 'register'" in result.stdout
     quarantined = {row["video_id"]: row["reason"] for row in _parquet(project / "data/decode/quarantine.parquet")}
     assert list(quarantined) == [LAYOUTS[yaml.safe_load((project / "params.yaml").read_text())["data"]["source"]][1]]
+    subjects = {row["video_id"]: row["subject"] for row in _parquet(project / "data/synthesize/manifest.parquet")}
+    assert all(subjects.values())  # UCF101: the group within its action (Walking_g08); HMDB51: the source video (Street_08)
+    assert subjects.get("v_Walking_g08_c01", "Walking_g08") == "Walking_g08"
+    assert subjects.get("Street_08_walk_f_nm_np3_fr_med_0", "Street_08") == "Street_08"
+    assert "Yard_11_wave_u_cm_np1_fr_med_4" not in subjects  # split 0: in neither split
     results = (project / "reports/results.md").read_text()
     assert "| none (raw clips)" in results and "not run" not in results
     signature = json.loads((project / "reports/assess/signature.json").read_text())
