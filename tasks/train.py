@@ -40,7 +40,7 @@ from tasks.core.errors import PrivharError
 from tasks.core.head_features import STATISTICS_KEY, feature_statistics, pooled_features
 from tasks.core.manifest import MANIFEST_NAME, read_manifest
 from tasks.core.models import create_video_classifier, group_norm, has_batch_norm, transfer_weights
-from tasks.core.params import BaseParams, TrainParams, load_section
+from tasks.core.params import BaseParams, ReportParams, TrainParams, family_seeds, load_section
 from tasks.core.plugins import Registry
 from tasks.core.privacy import NON_PRIVATE, data_guarantee, strongest
 from tasks.core.progress import progress
@@ -186,7 +186,8 @@ def train(*, params_path: Path, frames: Path, out: Path, report: Path, family: s
     ``family`` names the registered model (default: the method); ``epochs`` overrides
     ``train.epochs`` (the pretrain stage uses ``public.epochs``); ``init`` is a model folder to
     fine-tune from (the public model: how HAR models are trained, from pretrained weights);
-    ``seeds`` training seeds (``report.seeds``): seed i ≥ 1 in ``out/seed<i>`` (:mod:`tasks.core.seeds`).
+    ``seeds`` training seeds (``report.seeds``; ``report.seeds_per_family[family]`` replaces it): seed i ≥ 1 in
+    ``out/seed<i>`` (:mod:`tasks.core.seeds`).
     """
     if seeds < 1:
         raise PrivharError(f"train: --seeds = {seeds} is invalid: expected an integer >= 1")
@@ -198,6 +199,7 @@ def train(*, params_path: Path, frames: Path, out: Path, report: Path, family: s
     key, family = out.name, family or params.method
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", family):
         raise PrivharError(f"train: --family = {family!r} is invalid: expected letters, digits, '_', '.' or '-'")
+    seeds = family_seeds(load_section(params_path, "report", ReportParams), family, seeds)
     rows = read_manifest(frames / MANIFEST_NAME)
     train_rows = split_rows(rows, "train")
     if not train_rows:

@@ -36,7 +36,7 @@ TINY = {
             "video_second_filters": 2, "video_crop": [16, 8], "video_epsilons": [1.0, float("inf")]},
     "federated": {"clients": 2, "rounds": 2, "batch_size": 4, "learning_rate": 0.1, "seeds_per_tuning": {"selective": None, "full": None}},
     "orchestrate": {"shard_size": 8, "local_workers": 2},
-    "report": {"seeds": 1},  # stage tests train one seed; the pipeline projects (DAG) train two
+    "report": {"seeds": 1, "seeds_per_family": {"dprp": None}},  # stage tests train one seed; the pipeline projects (DAG) two
 }
 
 

@@ -161,3 +161,25 @@ def test_a_tuning_can_take_more_seeds_and_the_plan_counts_each(project, tmp_path
     planned = [release.name for release in planned_releases(params) if release.stage == "train-federated"]
     assert planned == ["federated-fedavg-full", "federated-fedavg-selective", "federated-fedavg-selective-seed1"]
     assert recorded(f"test-{tmp_path.name}")[0] == set(planned)
+
+
+def test_fednova_without_noise_is_fedavgs_model_when_every_client_takes_the_same_steps(project, tmp_path):
+    """FedNova's normalisation is the identity when every τ_k is equal (tasks/federated/aggregation.py): its ε = ∞
+    reference is FedAvg's, trained once and tagged so; with unequal steps each aggregation trains its own."""
+    from tasks.core.params import FederatedParams, load_section
+    from tasks.federated.stage import fednova_is_fedavg
+
+    params = load_section(project[1], "federated", FederatedParams)
+    assert fednova_is_fedavg(params.model_copy(update={"batch_size": 4}), [[0, 1, 2, 3], [4, 5, 6]])  # one step each
+    assert fednova_is_fedavg(params.model_copy(update={"batch_size": 2}), [[0, 1, 2, 3], [4, 5, 6]])  # 2 steps each
+    assert not fednova_is_fedavg(params.model_copy(update={"batch_size": 3}), [[0, 1, 2, 3], [4, 5, 6]])  # 2 and 1
+
+    out = tmp_path / "out"
+    rows = {row["model"]: row for row in run(project, params_path=write_params(tmp_path, {"federated": {"batch_size": 200}}),
+                                             out=out, report=tmp_path / "report")}
+    fedavg, fednova = (torch.load(out / f"{name}-full-epsinf/model.pt", weights_only=False)["state_dict"]
+                       for name in ("fedavg", "fednova"))
+    assert all(torch.equal(fedavg[name], fednova[name]) for name in fedavg)
+    assert rows["fedavg-full-epsinf"]["accuracy"] == rows["fednova-full-epsinf"]["accuracy"]
+    noisy = (torch.load(out / f"{name}-full/model.pt", weights_only=False)["state_dict"] for name in ("fedavg", "fednova"))
+    assert not all(torch.equal(a, b) for a, b in zip(*(state.values() for state in noisy)))  # DP rows: their own noise

@@ -19,6 +19,7 @@ from tasks.core.models import load_checkpoint
 from tasks.core.registry import checkpoint_digest, newest_version, record_scores
 from tasks.evaluate import confusion_matrix, evaluate, top_k_accuracy
 from tasks.train import train
+from tests.conftest import write_params
 
 
 @pytest.fixture(scope="module")
@@ -172,6 +173,14 @@ def test_seeds_train_fresh_models_and_evaluate_reports_their_interval(trained, t
     with pytest.raises(PrivharError, match="--seeds = 0"):
         train(params_path=folder / "params.yaml", frames=folder / "data/decode", out=tmp_path / "none", report=tmp_path / "r",
               seeds=0)
+    # report.seeds_per_family: a family's seeds instead of the report.seeds the pipeline passes (the Video-DPRP copies)
+    (tmp_path / "family").mkdir()
+    params = write_params(tmp_path / "family", {"report": {"seeds_per_family": {"dprp": 2}}})
+    assert train(params_path=params, frames=folder / "data/decode", out=models / "dprp-copy", report=tmp_path / "r",
+                 family="dprp", seeds=1)["seeds"] == 2
+    assert (models / "dprp-copy/seed1/model.pt").is_file()
+    assert train(params_path=params, frames=folder / "data/decode", out=models / "other", report=tmp_path / "r",
+                 family="anonymize", seeds=1)["seeds"] == 1
 
 
 def test_models_differing_only_in_the_classifier_share_one_backbone_pass_with_the_same_logits(trained):

@@ -234,12 +234,19 @@ class FederatedParams(Section):
 class ReportParams(Section):
     show_raw: bool | Literal["auto"]  # raw frames in pictures: auto = only for the synthetic dataset
     seeds: PositiveInt  # training seeds of every trained row (tasks/core/seeds.py); seed 0 is the registered model
+    seeds_per_family: dict[str, PositiveInt | None] = {}  # the train stage's seeds of a family (dprp, anonymize, baseline)
 
 
 def private_seeds(private: PrivateParams, report: ReportParams, epsilon: float) -> int:
     """Training seeds of the private rows at ``epsilon``: ``private.seeds_at_epsilon[epsilon]``, else ``private.seeds``,
     else ``report.seeds`` (the stage and the budget plan both count each seed as a release, so they read it here)."""
     return private.seeds_at_epsilon.get(epsilon) or private.seeds or report.seeds
+
+
+def family_seeds(report: ReportParams, family: str, default: int) -> int:
+    """Training seeds of the train stage's models of ``family``: ``report.seeds_per_family[family]``, else ``default``
+    (what the pipeline passes: ``report.seeds``). Seeds of a model trained on a released copy cost no privacy."""
+    return report.seeds_per_family.get(family) or default
 
 
 def raw_frames_allowed(params_path: Path) -> bool:

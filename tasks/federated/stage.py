@@ -78,6 +78,12 @@ def federated_model(aggregation: str, tuning: str, epsilon: float, private_epsil
     return f"{aggregation}-{tuning}" + ("-epsinf" if reference else "")
 
 
+def fednova_is_fedavg(params: FederatedParams, shards: list[list[int]]) -> bool:
+    """True when every client takes the same local steps τ_k = E·⌈N_k / B⌉: FedNova's normalisation is then the identity
+    (tasks/federated/aggregation.py), so without noise its model is FedAvg's and is trained once (here: one step each)."""
+    return len({math.ceil(len(shard) / min(params.batch_size, len(shard))) for shard in shards}) == 1
+
+
 def check_inputs(params: FederatedParams, shards: list[list[int]]) -> None:
     smallest = min(len(shard) for shard in shards)
     if params.delta >= 1.0 / smallest:
@@ -111,6 +117,7 @@ def train_federated(*, params_path: Path, frames: Path, init: Path, out: Path, r
     compositions = params.rounds * params.local_epochs
     sigmas = {params.epsilon: calibrate(params.epsilon, compositions, params.delta), math.inf: 0.0}
     torch.use_deterministic_algorithms(True)
+    equal_steps = fednova_is_fedavg(params, clips.shards)
     held = videos_per_person(clips.rows)
     rows, rounds, persons = [], [], []
     registrations = []  # registered once the output folder and reports are complete: a failed stage leaves no version
@@ -120,6 +127,7 @@ def train_federated(*, params_path: Path, frames: Path, init: Path, out: Path, r
             for tuning, trainable in params.tunings.items():
                 first = None  # seed 0's split: its frozen prefix's outputs serve every seed of the tuning
                 for seed in range(seeds[tuning]):
+                    same_without_noise: dict[float, tuple[FederationResult, float, str]] = {}  # this seed's ε = ∞ run
                     started = time.perf_counter()
                     split = split_for(init, frames, clips, trainable, classifier_seed(base.seed, seed), first)
                     first = first or split
@@ -130,13 +138,20 @@ def train_federated(*, params_path: Path, frames: Path, init: Path, out: Path, r
                         key = name + seed_suffix(seed)
                         federation = federation_of(base, params, sigma, aggregation, randomness, seed)
                         started = time.perf_counter()
+                        shared = same_without_noise.get(epsilon) if not sigma and equal_steps else None
                         with run.model_run(key, {"privhar.aggregation": aggregation, "privhar.tuning": tuning,
                                                  "privhar.seed": seed}) as model_run:
-                            result = _federate(params.transport, split, federation, [len(shard) for shard in clips.shards],
-                                               functools.partial(_print_round, key))
+                            if shared is None:
+                                result = _federate(params.transport, split, federation, [len(shard) for shard in clips.shards],
+                                                   functools.partial(_print_round, key))
+                                run_seconds = time.perf_counter() - started
+                                same_without_noise[epsilon] = (result, run_seconds, aggregation)
+                            else:  # FedNova is FedAvg when every client takes the same steps: trained once
+                                result, run_seconds, trained_as = shared
+                                model_run.set_tags({"privhar.same_model_as": trained_as})
                             for record in result.history:
                                 _log_round(model_run, record)
-                        seconds = time.perf_counter() - started + prefix_seconds
+                        seconds = run_seconds + prefix_seconds
                         guarantee = _guarantee(result, sigma, params, randomness)
                         by_person = {person: person_epsilon(sigma, max(result.participations) * params.local_epochs, count,
                                                             params.delta) if sigma else math.inf for person, count in held.items()}
