@@ -16,6 +16,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+from flows.preflight import INDEX_STAGE, check_dataset
 from flows.project_lock import project_lock
 from flows.stage_server import stage_server
 from flows.stage_times import StageClock, log_stage_times
@@ -78,20 +79,28 @@ def run_pipeline(project: Path, *, force: bool = False, targets: tuple[str, ...]
     evaluation metrics it produced."""
     tags = {"privhar.targets": " ".join(targets) or "all", "privhar.stage_start": "stage server fork" if warm else "interpreter"}
     with pipeline_session(project, "privhar run", tags) as parent:
-        command = dvc_command("repro", *(["--force"] if force else []), *targets)
+        force_flag = ["--force"] if force else []
         clock = StageClock()
         server = stage_server() if warm else contextlib.nullcontext({})
-        with server as served, subprocess.Popen(command, env=tool_environment() | served, stdout=subprocess.PIPE,
-                                                text=True, bufsize=1) as process:
-            assert process.stdout is not None
-            for line in clock.watch(process.stdout):  # DVC's lines, as it prints them, each stage's start marked
-                sys.stdout.write(line)
-                sys.stdout.flush()
-        if process.returncode != 0:
-            raise PrivharError(f"dvc repro failed (exit {process.returncode}); the failing stage's message is above")
+        with server as served:
+            if not targets:  # the index first, and the params checked against the dataset before any other stage
+                _repro(dvc_command("repro", *force_flag, INDEX_STAGE), served, clock)
+                check_dataset(project)
+            _repro(dvc_command("repro", *force_flag, *targets), served, clock)
         table = log_stage_times(parent, clock.walls(), clock.ended - clock.started)
         print(f"privhar: where the time went (wall seconds per stage, DVC's overhead included)\n{table}", file=sys.stderr)
         return score_models(Path.cwd())
+
+
+def _repro(command: list[str], served: dict[str, str], clock: StageClock) -> None:
+    """One ``dvc repro``, its lines printed as DVC prints them, each stage's start marked on ``clock``."""
+    with subprocess.Popen(command, env=tool_environment() | served, stdout=subprocess.PIPE, text=True, bufsize=1) as process:
+        assert process.stdout is not None
+        for line in clock.watch(process.stdout):
+            sys.stdout.write(line)
+            sys.stdout.flush()
+    if process.returncode != 0:
+        raise PrivharError(f"dvc repro failed (exit {process.returncode}); the failing stage's message is above")
 
 
 def score_models(project: Path) -> dict[str, dict[str, float]]:

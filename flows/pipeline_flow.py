@@ -16,6 +16,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows.dag import read_dag
 from flows.pipeline import check_project, pipeline_session, score_models
+from flows.preflight import INDEX_STAGE, check_dataset
 from flows.profiles import DEFAULT, apply_profile
 from flows.stage_server import stage_server
 from flows.stage_tasks import StageFailed, run_stage
@@ -45,9 +46,14 @@ def pipeline_flow(project: str = ".", profile: str = DEFAULT, stages: list[str] 
         logger.info("stages: " + ", ".join(f"{s.name} (after {', '.join(s.upstream) or 'nothing'})" for s in dag))
         stage_task = run_stage.with_options(retries=settings.retries, retry_delay_seconds=settings.retry_delay_seconds)
         futures = {}
+        whole = not (stages or settings.stages)
         for stage in dag:
             upstream = [futures[name] for name in stage.upstream if name in futures]
             futures[stage.name] = stage_task.submit(stage, force, settings, wait_for=upstream)
+            if whole and stage.name == INDEX_STAGE:  # the params against the dataset, before the rest starts
+                futures[stage.name].wait()
+                if futures[stage.name].state.is_completed():
+                    check_dataset(root)
         failed, not_run = [], []
         for name, future in futures.items():
             future.wait()

@@ -31,8 +31,10 @@ class StageClock:
     ended: float = 0.0
 
     def watch(self, lines: Iterable[str]) -> Iterator[str]:
-        """Pass ``lines`` through, marking each stage start."""
-        self.started = self.clock()
+        """Pass ``lines`` through, marking each stage start (over several ``dvc repro`` runs: the clock starts at the
+        first one that ran a stage)."""
+        if not self.marks:
+            self.started = self.clock()
         for line in lines:
             found = RUNNING.match(line)
             if found:

@@ -14,6 +14,7 @@ the contract ``decode`` reads.
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from functools import partial
@@ -25,6 +26,7 @@ import cv2
 import numpy as np
 
 from tasks.core.datasets import index_dataset, read_frames
+from tasks.core.dataset_checks import dataset_problems
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import MANIFEST_NAME, resolve_path, write_manifest, write_table
 from tasks.core.params import BaseParams, DataParams, PublicParams, SynthesizeParams, load_section, raw_frames_allowed
@@ -35,6 +37,7 @@ from tasks.core.tracking import stage_run, stage_work
 from tasks.synthetic.encode import write_video
 from tasks.synthetic.video import identity_of, render_video, sample_spec
 
+LOG = logging.getLogger(__name__)
 FACE_VISIBLE_SHARE = 0.5  # a video "shows a face" when a face is visible in half its frames
 
 
@@ -169,6 +172,9 @@ def synthesize(*, params_path: Path, out: Path, report: Path | None = None, publ
             write_table(_identity_rows(base.seed, params.identities), staging / "identities.parquet")
         else:
             rows = index_dataset(data.source, data.root, data.split, data.attributes, data.subjects, data.missing_files)
+        if not public:  # what a later stage will refuse, said now (privhar run refuses the run on it)
+            for problem in dataset_problems(params_path, rows, data.root or "synthesize", base.seed):
+                LOG.warning("synthesize: a later stage will refuse this dataset: %s", problem)
         write_manifest(rows, staging / MANIFEST_NAME)
         if report is not None:
             encoded, png = cv2.imencode(".png", preview(rows, staging, show_raw=public or raw_frames_allowed(params_path)))

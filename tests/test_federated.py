@@ -18,7 +18,7 @@ from tasks.core.federated_accounting import calibrate, epsilon_of, paper_tls_eps
 from tasks.federated.aggregation import aggregate, local_step_norm, select_clients
 from tasks.core.opacus_randomness import StreamShuffle
 from tasks.federated.client import LocalRecipe, Shard, client_round, client_stream, serialized_bytes, trainable_state
-from tasks.federated.partition import partition
+from tasks.core.partition import partition
 from tasks.federated.rounds import Federation, client_seed, in_process, run_rounds
 
 
@@ -160,10 +160,18 @@ def test_partitions_are_disjoint_and_cover_the_training_split(scheme):
         assert all(not (a & b) for n, a in enumerate(homes) for b in homes[n + 1:])
 
 
+def test_videos_that_name_nobody_are_each_their_own_person_under_by_identity():
+    """Real footage without subjects: each unnamed video is its own person (as in the ledger), not one person
+    "None" holding them all on one client."""
+    unnamed = [{"identity": None, "label": index % 3} for index in range(6)]
+    shards = partition(unnamed, 3, "by_identity", 0.5, 0)
+    assert sorted(len(shard) for shard in shards) == [2, 2, 2]
+
+
 def test_bad_input_is_one_line():
     with pytest.raises(PrivharError, match="federated.clients = 30 is more than the 24 training videos"):
         partition(rows(6), 30, "iid", 0.5, 0)
-    with pytest.raises(PrivharError, match=r"client \d of 8 got no training video \(6 identities for 8 clients\)"):
+    with pytest.raises(PrivharError, match=r"client \d of 8 got no training video \(6 people for 8 clients\)"):
         partition(rows(6), 8, "by_identity", 0.5, 0)
     for fraction in (0.0, 1.5):
         with pytest.raises(PrivharError, match=rf"federated.client_fraction = {fraction} is invalid: expected a value in \(0, 1\]"):

@@ -123,3 +123,26 @@ def _parquet(path: Path) -> list[dict]:
     import pyarrow.parquet as pq
 
     return pq.read_table(path).to_pylist()
+
+
+def test_params_the_dataset_cannot_serve_stop_the_run_after_the_index(tmp_path):
+    """More federated clients than the folder has training videos: `privhar run` refuses in one line once the index is built,
+    before decode or any stage that learns (issue 32: such params were refused minutes later, by their own stage)."""
+    import os
+    import subprocess
+
+    from tests.conftest import BIN
+
+    real_ucf101(tmp_path / "videos")
+    (tmp_path / "project").mkdir()
+    project = make_project(tmp_path / "project", {
+        "data": {"source": "ucf101", "root": str(tmp_path / "videos"), "split": 1},
+        "federated": {"clients": 9, "partition": "by_identity"}})
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{project / 'mlflow.db'}",
+           "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    result = subprocess.run([str(BIN / "privhar"), "run"], cwd=project, capture_output=True, text=True, env=env, timeout=600)
+    assert result.returncode != 0
+    assert "Running stage 'synthesize'" in result.stdout and "Running stage 'decode'" not in result.stdout
+    errors = [line for line in result.stderr.splitlines() if line.startswith("privhar: error")]
+    assert errors == ["privhar: error: federated.clients = 9 is more than the 5 training videos: every client needs at least one"]
+    assert "Traceback" not in result.stderr

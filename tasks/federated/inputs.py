@@ -21,7 +21,7 @@ from tasks.core.manifest import MANIFEST_NAME, read_manifest
 from tasks.core.params import BaseParams, FederatedParams
 from tasks.core.seeding import derive_seed
 from tasks.federated.client import Shard, serialized_bytes
-from tasks.federated.partition import partition
+from tasks.core.partition import partition
 from tasks.core.head_features import (
     first_trainable_block,
     pooled_features,

@@ -9,7 +9,9 @@
                   skewed label mixes and unequal shard sizes
 
 A shard is a list of row indices into the training split. An empty shard is refused: a client
-with no data has no update to send and no n_k to weigh it by.
+with no data has no update to send and no n_k to weigh it by. A person is a video's primary subject
+(:func:`tasks.core.subjects.people_in`): a video that names nobody is its own person, as in the ledger.
+It lives below the stages: train-federated deals the shards, the index checks the params against them.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from tasks.core.errors import PrivharError
+from tasks.core.subjects import people_in
 
 SCHEMES = ("iid", "by_identity", "dirichlet")
 
@@ -50,12 +53,13 @@ def partition(rows: list[dict[str, Any]], clients: int, scheme: str, alpha: floa
 
 
 def _by_identity(rows: list[dict[str, Any]], clients: int, generator: np.random.Generator) -> list[list[int]]:
-    people = sorted({str(row["identity"]) for row in rows})
+    owners = [people_in(row, index)[0] for index, row in enumerate(rows)]
+    people = sorted(set(owners))
     order = [people[i] for i in generator.permutation(len(people))]
     home = {person: index % clients for index, person in enumerate(order)}
     shards: list[list[int]] = [[] for _ in range(clients)]
-    for index, row in enumerate(rows):
-        shards[home[str(row["identity"])]].append(index)
+    for index, owner in enumerate(owners):
+        shards[home[owner]].append(index)
     return shards
 
 
@@ -73,7 +77,7 @@ def _dirichlet(rows: list[dict[str, Any]], clients: int, alpha: float, generator
 
 def _why_empty(scheme: str, rows: list[dict[str, Any]], clients: int) -> str:
     if scheme == "by_identity":
-        return f"{len({str(row['identity']) for row in rows})} identities for {clients} clients"
+        return f"{len({people_in(row, index)[0] for index, row in enumerate(rows)})} people for {clients} clients"
     if scheme == "dirichlet":
         return "the Dirichlet draw gave it no share of any action; raise federated.alpha"
     return f"{len(rows)} videos for {clients} clients"
