@@ -540,6 +540,26 @@ def models_command() -> None:
                    f"{row.delta:>8.2g}  {top1:>6}  {row.accountant}")
 
 
+@main.command("deps")
+@click.option("--write", is_flag=True, help="Rewrite dvc.yaml's code deps instead of listing the stages that differ.")
+def deps_command(write: bool) -> None:
+    """dvc.yaml's code deps against each stage's imports (flows/code_deps.py): list what differs, or --write them."""
+    from flows.code_deps import differences, write_code_deps
+
+    if write:
+        changed = write_code_deps(Path.cwd())
+        click.echo(f"privhar: code deps rewritten for {', '.join(changed)}" if changed else "privhar: code deps up to date",
+                   err=True)
+        return
+    found = differences(Path.cwd())
+    for stage, (missing, extra) in found.items():
+        click.echo(f"{stage}: missing {', '.join(missing) or '-'}; not imported {', '.join(extra) or '-'}")
+    if found:
+        raise PrivharError(f"dvc.yaml: the code deps of {len(found)} stage(s) differ from their imports "
+                           "(privhar deps --write)")
+    click.echo("privhar: code deps match the stages' imports", err=True)
+
+
 def _print_scores(metrics: dict) -> None:
     """One line per registered model (seed 0), with its row's mean ± 95 % over the training seeds."""
     from tasks.core.seeds import base_key
