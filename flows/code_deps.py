@@ -1,6 +1,6 @@
 """dvc.yaml's code deps, generated: each stage depends on exactly the project files its command imports.
 
-A stage's command is ``privhar stage <name>``; its click function in flows/cli.py imports the stage's module, and
+A stage's command is ``privhar stage <name>``; its click function in flows/stage_commands.py imports the stage's module, and
 from there every ``import`` of a ``tasks`` module — at any depth, lazy imports inside functions included — is
 followed (package ``__init__`` files and flows/ decide no result and are left out). Listing by hand went stale both
 ways (issue 33: 28 deps of modules no longer imported, so an edit to the LDP code reran every training stage);
@@ -66,8 +66,8 @@ def closure(start: set[str], root: Path = REPO) -> set[Path]:
 
 
 def stage_commands(root: Path = REPO) -> dict[str, set[str]]:
-    """``privhar stage <name>`` -> the tasks modules its click function imports (flows/cli.py)."""
-    tree = ast.parse((root / "flows/cli.py").read_text())
+    """``privhar stage <name>`` -> the tasks modules its click function imports (flows/stage_commands.py)."""
+    tree = ast.parse((root / "flows/stage_commands.py").read_text())
     commands = {}
     for function in (node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)):
         for decorator in function.decorator_list:
@@ -99,7 +99,7 @@ def wanted_deps(root: Path = REPO) -> dict[str, list[str]]:
     for name, stage in YAML().load((root / "dvc.yaml").read_text())["stages"].items():
         command = stage_command(stage.get("do", stage)["cmd"])
         if command not in commands:
-            raise PrivharError(f"dvc.yaml stage {name}: no `privhar stage {command}` in flows/cli.py")
+            raise PrivharError(f"dvc.yaml stage {name}: no `privhar stage {command}` in flows/stage_commands.py")
         wanted[name] = sorted(str(path) for path in closure(commands[command], root))
     return wanted
 

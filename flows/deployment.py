@@ -15,13 +15,12 @@ import sys
 import time
 from pathlib import Path
 
-from flows.prefect_server import HOME, prefect_environment, prefect_server
-from flows.servers import interrupt_on_signals, pid_alive, stop_process_group
+from flows.prefect_server import HOME, SERVE_PID, prefect_environment, prefect_server, serving
+from flows.servers import interrupt_on_signals, stop_process_group
 from tasks.core.errors import ERROR_PREFIX, PrivharError
 from tasks.core.params import OrchestrateParams, load_section
 
 DEPLOYMENT_NAME = "scheduled"
-SERVE_PID = "serve.pid"
 
 
 def serve(project: Path, host: str | None = None, port: int | None = None) -> None:
@@ -81,20 +80,6 @@ def serve(project: Path, host: str | None = None, port: int | None = None) -> No
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(status)
-
-
-def serving(project: Path) -> tuple[int, str, int] | None:
-    """(pid, host, port) of the project's running ``privhar serve``, or None (a stale pid file is removed)."""
-    pid_file = Path(project).resolve() / HOME / SERVE_PID
-    try:
-        fields = pid_file.read_text().split()
-        pid, host, port = int(fields[0]), fields[1], int(fields[2])
-    except (FileNotFoundError, ValueError, IndexError):
-        return None
-    if not pid_alive(pid):
-        pid_file.unlink(missing_ok=True)
-        return None
-    return pid, host, port
 
 
 def stop_serving(project: Path) -> list[str]:

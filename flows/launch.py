@@ -18,9 +18,9 @@ import signal
 import socket
 import sys
 
-SERVER_ENV = "PRIVHAR_STAGE_SERVER"
+from flows.stage_protocol import MESSAGE_LIMIT, SERVER_ENV
+
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-MESSAGE_LIMIT = 1 << 20
 
 
 def request(argv: list[str]) -> bytes:

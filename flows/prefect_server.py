@@ -11,9 +11,10 @@ import os
 import sys
 from pathlib import Path
 
-from flows.servers import LocalServer, answers
+from flows.servers import LocalServer, answers, pid_alive
 
 HOME = ".prefect"
+SERVE_PID = "serve.pid"  # privhar serve's pid, host and port (flows/deployment.py)
 
 
 def prefect_environment(project: Path, host: str, port: int) -> dict[str, str]:
@@ -44,6 +45,21 @@ def prefect_server(project: Path, host: str, port: int) -> LocalServer:
                        home / "server.log", host, port)
 
 
+def serving(project: Path) -> tuple[int, str, int] | None:
+    """(pid, host, port) of the project's running ``privhar serve`` (its pid file, flows/deployment.py writes it), or
+    None (a stale pid file is removed)."""
+    pid_file = Path(project).resolve() / HOME / SERVE_PID
+    try:
+        fields = pid_file.read_text().split()
+        pid, host, port = int(fields[0]), fields[1], int(fields[2])
+    except (FileNotFoundError, ValueError, IndexError):
+        return None
+    if not pid_alive(pid):
+        pid_file.unlink(missing_ok=True)
+        return None
+    return pid, host, port
+
+
 def use_project_server(project: Path) -> str | None:
     """Point this process at the project's Prefect server if it is up; return its API URL.
 
@@ -55,8 +71,6 @@ def use_project_server(project: Path) -> str | None:
     from tasks.core.params import OrchestrateParams, load_section
 
     settings = load_section(Path(project) / "params.yaml", "orchestrate", OrchestrateParams)
-    from flows.deployment import serving
-
     running = serving(project)  # privhar serve --port N: its server, wherever it listens
     host, port = (running[1], running[2]) if running else (settings.host, settings.prefect_port)
     env = prefect_environment(project, host, port)

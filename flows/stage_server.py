@@ -2,7 +2,7 @@
 
 A stage started cold spends seconds before its first line of work: Python imports torch, MLflow, polars and
 the stage's modules, and MLflow opens its SQLite store (a schema check). ``privhar run`` starts this server
-first; it imports the modules of every stage command in :mod:`flows.cli` and opens the store once, then waits
+first; it imports the modules of every stage command in :mod:`flows.stage_commands` and opens the store once, then waits
 on a Unix socket. Each ``privhar stage`` that DVC runs (:mod:`flows.launch`) hands it argv, folder, environment
 and its stdin / stdout / stderr; the server forks, and the child runs the command line exactly as the process
 would have, in its own process group.
@@ -42,7 +42,7 @@ import traceback
 from collections.abc import Iterator
 from pathlib import Path
 
-from flows.launch import MESSAGE_LIMIT, SERVER_ENV
+from flows.stage_protocol import MESSAGE_LIMIT, SERVER_ENV
 from tasks.core.environ import exported
 from tasks.core.tracking import FORKED_ENV
 
@@ -55,20 +55,20 @@ START_TIMEOUT_S = 30.0
 
 
 def stage_imports() -> set[tuple[str, str]]:
-    """(module, name) of each ``from … import …`` in the ``privhar stage`` commands (read from :mod:`flows.cli`'s
+    """(module, name) of each ``from … import …`` in the ``privhar stage`` commands (read from :mod:`flows.stage_commands`'s
     source, so none is missed): the stage functions and their modules.
 
     >>> ("tasks.private.stage", "train_private") in stage_imports()
     True
     """
-    import flows.cli
+    import flows.stage_commands
 
     def is_stage_command(decorator: ast.expr) -> bool:
         return (isinstance(decorator, ast.Call) and isinstance(decorator.func, ast.Attribute)
                 and decorator.func.attr == "command" and isinstance(decorator.func.value, ast.Name)
                 and decorator.func.value.id == "stage")
 
-    tree = ast.parse(Path(flows.cli.__file__).read_text())
+    tree = ast.parse(Path(flows.stage_commands.__file__).read_text())
     commands = [node for node in ast.walk(tree)
                 if isinstance(node, ast.FunctionDef) and any(map(is_stage_command, node.decorator_list))]
     return {(node.module, alias.name) for command in commands for node in ast.walk(command)
@@ -89,7 +89,7 @@ def warm() -> None:
     started = time.perf_counter()
     import mlflow  # noqa: F401
 
-    import flows.cli  # noqa: F401
+    import flows.stage_commands  # noqa: F401
     from tasks.core import tracking
 
     for module in stage_modules():
@@ -262,10 +262,11 @@ class StageServer:
             sys.argv = list(request["argv"])
             if "numpy" in sys.modules:
                 sys.modules["numpy"].random.seed()  # from the OS, as in a fresh process
-            from flows.cli import entry_point
+            from flows.entry import run_as_process
+            from flows.stage_commands import stage
 
-            try:
-                entry_point()
+            try:  # argv is ["privhar", "stage", ...]: the client sends stage commands only (flows/launch.py)
+                run_as_process(stage, sys.argv[2:], prog_name="privhar stage")
                 status = 0
             except SystemExit as stopped:
                 status = exit_status(stopped.code)

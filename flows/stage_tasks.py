@@ -23,7 +23,6 @@ import shlex
 import subprocess
 import threading
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 from prefect import get_run_logger, task
@@ -126,7 +125,7 @@ _IN_PROCESS = threading.Lock()
 
 def run_sharded(stage: DagStage, settings: OrchestrateParams, logger: logging.LoggerAdapter) -> None:
     """Run the stage's own ``privhar stage ...`` command here, shards on the task runner, then ``dvc commit``."""
-    from flows.cli import main
+    from flows.stage_commands import stage as stage_group
 
     words = shlex.split(stage.cmd)
     if words[:2] != ["privhar", "stage"]:
@@ -136,7 +135,7 @@ def run_sharded(stage: DagStage, settings: OrchestrateParams, logger: logging.Lo
     logging.getLogger("tasks").setLevel(logging.INFO)
     try:
         with _IN_PROCESS, installed_mapper(shard_mapper(stage.name, settings, logger)):
-            main(words[1:], standalone_mode=False)
+            stage_group(words[2:], standalone_mode=False)
     except PrivharError as error:
         raise StageFailed(f"stage {stage.name} failed: {error}") from None
     committed = subprocess.run(dvc_command("commit", "--force", stage.name), env=tool_environment(),

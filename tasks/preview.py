@@ -19,17 +19,11 @@ import numpy as np
 import polars as pl
 
 from tasks.core.errors import PrivharError
-from tasks.core.figures import plt, png_bytes
+from tasks.core.figures import middle_frame, plt, png_bytes
 from tasks.core.manifest import MANIFEST_NAME, copies_under, read_manifest, resolve_path, scan_manifest
 from tasks.core.params import ReportParams, load_section, raw_frames_allowed
-from tasks.core.storage import atomic_write_bytes, load_frames
+from tasks.core.storage import atomic_write_bytes
 from tasks.core.tracking import stage_run, stage_work
-
-
-def middle_frame(row: dict[str, Any], folder: Path) -> np.ndarray:
-    """The middle frame of a manifest row's clip: what the pictures show of a video."""
-    frames = load_frames(resolve_path(row["path"], folder))
-    return frames[len(frames) // 2]
 
 
 def _public_mask(row: dict[str, Any], folder: Path, t: int) -> np.ndarray:

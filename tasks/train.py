@@ -22,7 +22,6 @@ import json
 import logging
 import math
 import re
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass

@@ -9,7 +9,7 @@ from skimage.metrics import structural_similarity
 from tasks.assess.faces import Occurrence
 from tasks.assess.fusion import LEVELS, WAVELET, ssim_groups, swt_fuse
 from tasks.assess.reid import FaceRecognisers, identification_aggr, identification_fused, identification_ind, recognised_flags
-from tasks.assess.scores import class_wise_f1, class_wise_map, dice, frame_hit_rate, matches, speed_score
+from tasks.core.scores import class_wise_f1, class_wise_map, dice, frame_hit_rate, matches, speed_score
 from tasks.assess.similarity import mse_similarity, ssim
 
 

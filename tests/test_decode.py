@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import read_manifest, write_manifest
-from tasks.decode import Geometry, decode, resample_indices
+from tasks.core.video_reading import Geometry, resample_indices
+from tasks.decode import decode
 from tests.conftest import write_params
 
 

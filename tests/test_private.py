@@ -17,7 +17,7 @@ from tasks.private.accounting import SgdPrivacy, calibrate
 from tasks.private.gradients import clip_and_sum, per_unit_gradients
 from tasks.core.randomness import DpStream
 from tasks.private.methods import PrivateData, Recipe, noise_for, schedule, train_dp_sgd, train_grouped
-from tasks.private.selective import select_trainable, trainable_count
+from tasks.core.selective import select_trainable, trainable_count
 from tasks.private.tokens import public_pixels, public_token_map, token_views
 
 RECIPE = Recipe(epochs=2, batch_size=8, physical_batch_size=3, learning_rate=0.5, momentum=0.0, max_grad_norm=0.4,

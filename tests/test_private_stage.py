@@ -20,7 +20,7 @@ from tasks.core.models import create_video_classifier
 from tasks.core.registry import newest_version
 from tasks.core.head_features import head_of, pooled_features
 from tasks.private.gradients import per_unit_gradients
-from tasks.private.selective import select_trainable
+from tasks.core.selective import select_trainable
 from tasks.private.stage import train_private
 from tasks.train import train
 from tests.conftest import write_params

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tasks.core.datasets import probe
-from tasks.decode import read_video
+from tasks.core.video_reading import read_video
 from tasks.synthesize import preview
 
 

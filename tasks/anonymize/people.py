@@ -26,8 +26,8 @@ import numpy as np
 
 from tasks.anonymize.coverage import moving_pixels
 from tasks.anonymize.tracks import as_frames, by_track, fill, link, track_numbers
-from tasks.anonymize.motion import moving_people
-from tasks.anonymize.opencv_detectors import face_boxes, fill_boxes, people_boxes
+from tasks.core.motion_detector import moving_people
+from tasks.core.opencv_detectors import face_boxes, fill_boxes, people_boxes
 from tasks.anonymize.source_clip import SourceClip, source_clip
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import resolve_path

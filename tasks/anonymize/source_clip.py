@@ -18,7 +18,7 @@ import numpy as np
 
 from tasks.core.errors import PrivharError
 from tasks.core.params import DecodeParams
-from tasks.decode import Geometry, Quarantined, read_video, resample_indices
+from tasks.core.video_reading import Geometry, Quarantined, read_video, resample_indices
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,8 @@ from __future__ import annotations
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
+from tasks.core.regions import expanded
+
 Box = tuple[float, float, float, float]
 MAX_LINK = 2.0  # a detection continues a track when its centre is within this many face widths of the track's last box
 MISSED_GROWTH = 1.5  # a box the detectors did not see, scaled about its centre
@@ -87,12 +89,6 @@ def link(faces: list[list[Box]]) -> np.ndarray:
     return by_track(boxes, track_numbers(faces))
 
 
-def _grown(box: np.ndarray, factor: float) -> np.ndarray:
-    centre_x, centre_y = (box[0] + box[2]) / 2, (box[1] + box[3]) / 2
-    half_w, half_h = (box[2] - box[0]) * factor / 2, (box[3] - box[1]) * factor / 2
-    return np.array([centre_x - half_w, centre_y - half_h, centre_x + half_w, centre_y + half_h], np.float32)
-
-
 def fill(tracks: np.ndarray, growth: float = MISSED_GROWTH) -> np.ndarray:
     """Each track (a column of (T, P, 4)) in every frame: interpolated between two of its detections, held before the
     first and after the last; every box not detected grown by ``growth``. A track never detected stays NaN.
@@ -118,7 +114,7 @@ def fill(tracks: np.ndarray, growth: float = MISSED_GROWTH) -> np.ndarray:
                 box = (1 - share) * tracks[low, track] + share * tracks[high, track]
             else:
                 box = tracks[before[-1] if len(before) else after[0], track]
-            filled[t, track] = _grown(box, growth)
+            filled[t, track] = expanded(tuple(map(float, box)), growth)
     return filled
 
 

@@ -20,24 +20,12 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from tasks.assess.scores import class_wise_f1, class_wise_map
+from tasks.core.scores import class_wise_f1, class_wise_map
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import resolve_path
 from tasks.core.progress import progress
 
 PER_FRAME = {"attr_face_visible": "face_visible"}  # manifest column -> per-frame annotation array
-
-
-def attribute_names(rows: list[dict[str, Any]]) -> list[str]:
-    """``column`` for a boolean attribute, ``column=value`` for each value of a text one, sorted."""
-    names: list[str] = []
-    for column in sorted(key for key in rows[0] if key.startswith("attr_")):
-        values = {row[column] for row in rows}
-        if values <= {True, False}:
-            names.append(column)
-        else:
-            names += [f"{column}={value}" for value in sorted(map(str, values))]
-    return names
 
 
 def _frame_labels(row: dict[str, Any], names: list[str], folder: Path, frames: int) -> np.ndarray:

@@ -19,8 +19,8 @@ import cv2
 import numpy as np
 from sklearn.svm import LinearSVC
 
-from tasks.assess.regions import grey, warp_region
-from tasks.assess.scores import dice, frame_hit_rate, matches
+from tasks.core.regions import grey, warp_region
+from tasks.core.scores import dice, frame_hit_rate, matches
 from tasks.core.errors import PrivharError
 
 Box = tuple[float, float, float, float]

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 import time
 from dataclasses import dataclass
 from functools import partial
@@ -25,7 +24,7 @@ import cv2
 import numpy as np
 import torch
 
-from tasks.assess.attributes import attribute_model, attribute_names, attribute_privacy, load_frame_set, train_attacker
+from tasks.assess.attributes import attribute_model, attribute_privacy, load_frame_set, train_attacker
 from tasks.assess.detection import (
     KINDS,
     BundledDetector,
@@ -38,16 +37,16 @@ from tasks.assess.detection import (
 )
 from tasks.assess.faces import crop
 from tasks.assess.fusion import fused_pairs, ssim_groups
-from tasks.assess.regions import expanded, warp_region
+from tasks.core.regions import expanded, warp_region
 from tasks.assess.reid import FaceRecognisers, identification_aggr, identification_fused, identification_ind, recognised_flags
-from tasks.assess.scores import frame_hit_rate, speed_score
+from tasks.core.scores import frame_hit_rate, speed_score
 from tasks.assess.similarity import mse_similarity, ssim
 from tasks.assess.tracking import track_video
 from tasks.assess.residual import RESIDUALS, residual_scores
 from tasks.assess.truth import VideoTruth, clips_of, load_truth, released
 from tasks.core.clips import split_rows
 from tasks.core.errors import PrivharError
-from tasks.core.manifest import MANIFEST_NAME, copies_under, read_manifest, resolve_path
+from tasks.core.manifest import MANIFEST_NAME, attribute_names, copies_under, read_manifest, resolve_path
 from tasks.core.parallel import map_ordered, worker_count
 from tasks.core.device import resolve_device
 from tasks.core.params import AssessParams, BaseParams, load_section

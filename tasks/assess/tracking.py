@@ -13,7 +13,7 @@ from collections.abc import Callable
 import cv2
 import numpy as np
 
-from tasks.assess.scores import frame_hit_rate
+from tasks.core.scores import frame_hit_rate
 
 Box = tuple[float, float, float, float]
 

@@ -7,8 +7,14 @@ out so the same figure gives the same bytes, and DVC sees no change where there 
 from __future__ import annotations
 
 import io
+from pathlib import Path
+from typing import Any
 
 import matplotlib
+import numpy as np
+
+from tasks.core.manifest import resolve_path
+from tasks.core.storage import load_frames
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402,F401  (re-exported: stages draw with it)
@@ -32,3 +38,9 @@ def percent_chart_png(figure: Figure, axes: plt.Axes, *, ylabel: str, title: str
     axes.set_title(title)
     figure.tight_layout()
     return png_bytes(figure, dpi=dpi)
+
+
+def middle_frame(row: dict[str, Any], folder: Path) -> np.ndarray:
+    """The middle frame of a manifest row's clip: what the pictures show of a video."""
+    frames = load_frames(resolve_path(row["path"], folder))
+    return frames[len(frames) // 2]

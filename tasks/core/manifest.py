@@ -128,3 +128,15 @@ def read_manifest(path: Path, split: str | None = None) -> list[dict[str, Any]]:
 def copies_under(folders: list[Path]) -> list[Path]:
     """Every protected copy (a folder with a manifest) directly under ``folders``, in order."""
     return [copy for folder in folders for copy in sorted(folder.iterdir()) if (copy / MANIFEST_NAME).is_file()]
+
+
+def attribute_names(rows: list[dict[str, Any]]) -> list[str]:
+    """``column`` for a boolean attribute, ``column=value`` for each value of a text one, sorted."""
+    names: list[str] = []
+    for column in sorted(key for key in rows[0] if key.startswith("attr_")):
+        values = {row[column] for row in rows}
+        if values <= {True, False}:
+            names.append(column)
+        else:
+            names += [f"{column}={value}" for value in sorted(map(str, values))]
+    return names

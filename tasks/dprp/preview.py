@@ -9,8 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tasks.core.figures import plt, png_bytes
-from tasks.preview import middle_frame
+from tasks.core.figures import middle_frame, plt, png_bytes
 
 
 def preview_png(raw_rows: list[dict[str, Any]], raw: Path, protected_rows: list[dict[str, Any]], protected: Path,

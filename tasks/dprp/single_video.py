@@ -24,7 +24,7 @@ from tasks.dprp.mechanism import Projection, fits_comfortably, protect_video, ra
 
 def read_clip(path: Path) -> tuple[np.ndarray, float]:
     """(frames, fps) of a ``.npy`` clip or a video file; one-line errors."""
-    from tasks.decode import Quarantined, read_video
+    from tasks.core.video_reading import Quarantined, read_video
 
     if path.suffix == ".npy":
         if not path.is_file():

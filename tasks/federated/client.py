@@ -23,8 +23,8 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from tasks.core.opacus_randomness import StreamPrivacyEngine, StreamShuffle
 from tasks.core.randomness import DpStream
-from tasks.private.gradients import trainable_parameters
-from tasks.private.methods import require_sample_independence, without_dropout
+from tasks.core.selective import trainable_parameters
+from tasks.core.selective import require_sample_independence, without_dropout
 
 Tensors = dict[str, torch.Tensor]
 

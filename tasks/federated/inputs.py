@@ -30,8 +30,8 @@ from tasks.core.head_features import (
     standardise,
     tail_of,
 )
-from tasks.private.selective import select_trainable, trainable_count
-from tasks.private.stage import public_model
+from tasks.core.selective import select_trainable, trainable_count
+from tasks.core.public_model import public_model
 
 
 @dataclass

@@ -50,7 +50,7 @@ from tasks.federated.client import LocalRecipe, load_trainable
 from tasks.federated.inputs import Split, load_federated_clips, split_for
 from tasks.federated.rounds import Federation, FederationResult, in_process, run_rounds
 from tasks.federated.table import federated_table
-from tasks.private.stage import classifier_seed, public_config
+from tasks.core.public_model import classifier_seed, public_config
 
 LOG = logging.getLogger(__name__)
 

@@ -36,14 +36,13 @@ from typing import Any
 
 import numpy as np
 
-from tasks.assess.attributes import attribute_names
-from tasks.assess.regions import expanded, warp_region
-from tasks.assess.scores import class_wise_f1, class_wise_map
-from tasks.assess.truth import load_truth
+from tasks.core.annotations import body_boxes
+from tasks.core.regions import expanded, warp_region
+from tasks.core.scores import class_wise_f1, class_wise_map
 from tasks.core.budget import check_budget, check_unprotected, ldp_release, record_made
 from tasks.core.clips import labels_of, split_rows
 from tasks.core.errors import PrivharError
-from tasks.core.manifest import MANIFEST_NAME, read_manifest, resolve_path
+from tasks.core.manifest import MANIFEST_NAME, attribute_names, read_manifest, resolve_path
 from tasks.core.params import BaseParams, LdpParams, PrivacyParams, load_section
 from tasks.core.randomness import DpRandomness
 from tasks.core.seeding import derive_seed
@@ -77,8 +76,8 @@ def motion_images(rows: list[dict[str, Any]], folder: Path, size: tuple[int, int
         if not row.get("annotations"):
             images.append(_motion(clip, (0.0, 0.0, float(clip.shape[2]), float(clip.shape[1])), size))
             continue
-        truth = load_truth(row, folder)
-        boxes = np.array([people[0] for people in truth.bodies if people])
+        every = body_boxes(row, folder)
+        boxes = every[:, 0] if every.shape[1] else np.zeros((0, 4))  # the first person's box in each frame
         if not len(boxes):
             raise PrivharError(f"{folder / MANIFEST_NAME}: video {row['video_id']} has no person box; the camera's crop needs one")
         images.append(_motion(clip, expanded((boxes[:, 0].min(), boxes[:, 1].min(), boxes[:, 2].max(), boxes[:, 3].max()), 1.1),

@@ -4,7 +4,7 @@ One run, one model architecture, one batch of clips: (i) non-private SGD on ever
 (ii) DP-SGD on every parameter (per-sample gradients, clipping, noise) with each of Opacus's
 per-sample gradient modes (``ew``: PyTorch's ExpandedWeights, the pipeline's default; ``hooks``;
 ``functorch``), (iii) DP-SGD (``ew``) on each selective-tuning subset of
-:mod:`tasks.private.selective` (paper 003: only θ_t gets per-sample gradients, and backward stops
+:mod:`tasks.core.selective` (paper 003: only θ_t gets per-sample gradients, and backward stops
 below the lowest trainable layer when it can).
 Each is timed as the median of ``repeats`` steps after ``warmup`` steps. Targets from the issue:
 DP-SGD / non-private ≤ 2.5×; full DP / selective DP ≥ 1.9× (003 reports 48 % less runtime).
@@ -27,7 +27,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from tasks.core.device import stamp, synchronise
 from tasks.core.models import create_video_classifier, group_norm
 from tasks.core.storage import atomic_write_bytes
-from tasks.private.selective import select_trainable, trainable_count
+from tasks.core.selective import select_trainable, trainable_count
 
 SELECTIVE = ("norms_and_head", "last_stage_and_head", "head")
 MODES = ("ew", "hooks", "functorch")  # ew first: the default, and the one the selective runs use

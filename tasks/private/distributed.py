@@ -60,7 +60,7 @@ def _worker(rank: int, world: int, port: int, job: dict[str, Any], result: str) 
     """One rank: join the group, wrap the module in DPDDP, run Opacus's DP-SGD epochs, rank 0 saves the result."""
     from opacus.distributed import DifferentiallyPrivateDistributedDataParallel as DPDDP
 
-    from tasks.private.methods import opacus_epoch
+    from tasks.private.opacus_loop import opacus_epoch
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     device = torch.device(job["device"]) if job["device"] == "cpu" else torch.device("cuda", rank % torch.cuda.device_count())

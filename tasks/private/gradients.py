@@ -22,13 +22,10 @@ from torch import nn
 from torch.func import functional_call, grad_and_value, vmap
 
 from tasks.core.randomness import DpStream
+from tasks.core.selective import trainable_parameters
 
 Gradients = dict[str, torch.Tensor]
 CLIP_EPSILON = 1e-6  # Opacus's guard in C / (‖g‖ + 1e-6)
-
-
-def trainable_parameters(module: nn.Module) -> dict[str, nn.Parameter]:
-    return {name: parameter for name, parameter in module.named_parameters() if parameter.requires_grad}
 
 
 def per_unit_gradients(module: nn.Module, inputs: torch.Tensor, labels: torch.Tensor) -> tuple[Gradients, torch.Tensor]:

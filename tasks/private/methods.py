@@ -37,22 +37,21 @@ through the grouped loop for every method (Opacus has no user-level sampling).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from opacus.utils.batch_memory_manager import BatchMemoryManager
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from tasks.core.accounting import ADD_REMOVE, Relation, opacus_engine_epsilon, poisson_schedule
 from tasks.core.errors import PrivharError
-from tasks.core.models import has_batch_norm
+from tasks.core.selective import require_sample_independence, trainable_parameters, without_dropout
 from tasks.core.opacus_randomness import StreamPrivacyEngine
 from tasks.core.progress import progress
 from tasks.core.randomness import DpStream
 from tasks.private.accounting import SgdPrivacy, calibrate
+from tasks.private.opacus_loop import StepCallback, opacus_epoch
 from tasks.private.gradients import (
     Gradients,
     add_noise,
@@ -60,7 +59,6 @@ from tasks.private.gradients import (
     clip_and_sum,
     per_unit_gradients,
     summed_gradient,
-    trainable_parameters,
 )
 
 
@@ -149,22 +147,6 @@ def noise_for(target_epsilon: float, data: PrivateData, recipe: Recipe) -> float
     return calibrate(target_epsilon, recipe.delta, rate, steps, recipe.accountant, recipe.relation)
 
 
-def require_sample_independence(module: nn.Module) -> None:
-    """Refuse a module whose BatchNorm mixes samples: no per-sample gradient, so no DP guarantee."""
-    if has_batch_norm(module):
-        raise PrivharError(f"private training: the model has BatchNorm layers ({type(module).__name__}), which mix the "
-                           "samples of a batch; DP-SGD needs per-sample gradients: use GroupNorm or LayerNorm")
-
-
-def without_dropout(module: nn.Module) -> nn.Module:
-    """Training mode (Opacus checks it) with every dropout layer off: private training adds noise instead."""
-    module.train()
-    for layer in module.modules():
-        if isinstance(layer, nn.modules.dropout._DropoutNd):
-            layer.eval()
-    return module
-
-
 def _optimiser(module: nn.Module, recipe: Recipe) -> torch.optim.SGD:
     return torch.optim.SGD(list(trainable_parameters(module).values()), lr=recipe.learning_rate, momentum=recipe.momentum)
 
@@ -225,7 +207,6 @@ def _public_sum(module: nn.Module, data: PrivateData, videos: torch.Tensor, reci
     return total
 
 
-StepCallback = Callable[[int, int, nn.Module], None]  # (step, units sampled, module) after each update
 
 
 def train_grouped(module: nn.Module, data: PrivateData, recipe: Recipe, noise_multiplier: float,
@@ -271,43 +252,6 @@ def train_grouped(module: nn.Module, data: PrivateData, recipe: Recipe, noise_mu
         bar.set_postfix(epoch=epoch, loss=f"{history[-1]['loss']:.3f}")
     bar.close()
     return Outcome(history, SgdPrivacy(noise_multiplier, rate, steps, recipe.delta, recipe.accountant, recipe.relation))
-
-
-def opacus_epoch(private_module: nn.Module, module: nn.Module, optimiser: torch.optim.Optimizer, private_loader: DataLoader,
-                 physical_batch_size: int, device: torch.device,
-                 on_step: StepCallback | None = None) -> tuple[float, int, int]:
-    """One epoch of Opacus DP-SGD steps (in one process or one DPDDP rank): (summed loss, rows seen, empty batches).
-
-    An empty Poisson batch is still a step: nothing to clip, the noise alone (and, across ranks, the others' sums).
-    ``on_step`` sees each logical step's iterate (the physical batches BatchMemoryManager skips are not steps).
-    """
-    loss_sum, seen, empty = 0.0, 0, 0
-    step, sampled = 0, 0
-    with BatchMemoryManager(data_loader=private_loader, max_physical_batch_size=physical_batch_size,
-                            optimizer=optimiser) as batches:
-        for features, labels in batches:
-            features, labels = features.to(device, non_blocking=True), labels.to(device, non_blocking=True)
-            optimiser.zero_grad(set_to_none=True)
-            if len(labels):
-                loss = F.cross_entropy(private_module(features), labels)
-                loss.backward()
-                loss_sum, seen = loss_sum + float(loss.detach()) * len(labels), seen + len(labels)
-            else:
-                _no_per_sample_gradients(module)
-                empty += 1
-            optimiser.step()
-            sampled += len(labels)
-            if on_step is not None and not getattr(optimiser, "_is_last_step_skipped", False):
-                step += 1
-                on_step(step, sampled, module)
-                sampled = 0
-    return loss_sum, seen, empty
-
-
-def _no_per_sample_gradients(module: nn.Module) -> None:
-    """Per-sample gradients of an empty batch (0, *shape), which ExpandedWeights cannot compute (batch size 0)."""
-    for parameter in trainable_parameters(module).values():
-        parameter.grad_sample = torch.zeros(0, *parameter.shape, device=parameter.device)
 
 
 OPACUS_ACCOUNTANTS = ("prv", "rdp", "gdp")

@@ -41,13 +41,13 @@ from torch import nn
 from tasks.core.accounting import relation_of
 from tasks.core.budget import check_budget, check_unprotected, record_made
 from tasks.core.subjects import privacy_units
-from tasks.core.clips import augment, class_names, labels_of, load_clips, normalise, split_rows, untouched_by
+from tasks.core.clips import augment, labels_of, load_clips, normalise, split_rows, untouched_by
 from tasks.core.device import resolve_device
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import MANIFEST_NAME, quarantined, read_manifest, resolve_path
-from tasks.core.models import build_from_config, checkpoint_config, transfer_weights
 from tasks.core.params import BaseParams, PrivacyParams, PrivateParams, ReportParams, load_section, private_seeds
 from tasks.core.private_catalogue import CATALOGUE
+from tasks.core.public_model import classifier_seed, public_model
 from tasks.core.privacy import NON_PRIVATE, PrivacyGuarantee
 from tasks.core.randomness import DpRandomness
 from tasks.core.registry import CHECKPOINT_TAG, checkpoint_digest, register_model
@@ -63,11 +63,10 @@ from tasks.private.methods import (
     PrivateData,
     Recipe,
     noise_for,
-    require_sample_independence,
     train_dp_sgd,
     train_grouped,
 )
-from tasks.private.selective import select_trainable, trainable_count
+from tasks.core.selective import require_sample_independence, select_trainable, trainable_count
 from tasks.private.tokens import public_pixels, token_views
 
 LOG = logging.getLogger(__name__)
@@ -180,28 +179,6 @@ def training_inputs(method: str, frames: Path, avatar: Path | None) -> tuple[Pat
     if avatar is None:
         raise PrivharError(f"train-private: method {method} needs --avatar (the avatar copy and its public masks)")
     return (avatar if entry.learns_from == "avatar" else frames), (avatar if entry.masked else None)
-
-
-def public_config(init: Path, frames: Path) -> dict[str, Any]:
-    """The public model's config with the private label set of ``frames`` (its classes)."""
-    if not (init / "model.pt").is_file():
-        raise PrivharError(f"{init / 'model.pt'}: no public model to fine-tune (run the pretrain stage first)")
-    classes = class_names(read_manifest(frames / MANIFEST_NAME))
-    return {**checkpoint_config(init / "model.pt"), "classes": classes, "num_classes": len(classes)}
-
-
-def classifier_seed(base_seed: int, seed: int) -> int:
-    """The seed of the fresh classifier of training seed ``seed`` (seed 0: the key it had before seeds existed)."""
-    return derive_seed(base_seed, "private", "classifier", *seed_keys(seed))
-
-
-def public_model(init: Path, frames: Path, seed: int) -> tuple[nn.Module, dict[str, Any]]:
-    """The public model to fine-tune: its backbone, and a classifier for the private label set drawn from ``seed``."""
-    config = public_config(init, frames)
-    torch.manual_seed(seed)
-    model = build_from_config(config)
-    transfer_weights(model, config, init / "model.pt")
-    return model, config
 
 
 @stage_work

@@ -1,5 +1,7 @@
 """``privhar bench anonymize``: coverage and frames/s of each people source on real footage, on this machine.
 
+It runs three stages (the index, decode, anonymize) in turn, so it lives above them, with the runners.
+
 The footage is a UCF101-shaped folder (``make footage`` cuts OpenCV's ``vtest.avi`` into one).
 It is decoded once with params.yaml's ``decode`` section; then each source — every detector
 alone and the ensemble — removes people with ``avatar`` at ``min_coverage`` 0 (so every clip's

@@ -10,7 +10,9 @@
 
 Frozen parameters get ``requires_grad = False``: Opacus then computes no per-sample gradient
 for them, the DP noise covers only θ_t (its dimension is what the noise scales with), and a
-federated client's update carries only θ_t.
+federated client's update carries only θ_t. What every DP trainer asks of the model lives here too (its trainable
+parameters, no layer that mixes the samples of a batch, dropout off): below the stages, since train-private and
+train-federated both train privately.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import re
 from torch import nn
 
 from tasks.core.errors import PrivharError
+from tasks.core.models import has_batch_norm
 
 NAMED = {
     "all": r".",
@@ -54,3 +57,24 @@ def select_trainable(model: nn.Module, choice: str) -> list[str]:
 
 def trainable_count(model: nn.Module) -> int:
     return sum(parameter.numel() for parameter in model.parameters() if parameter.requires_grad)
+
+
+def trainable_parameters(module: nn.Module) -> dict[str, nn.Parameter]:
+    """θ_t: the parameters that learn (requires_grad), by name."""
+    return {name: parameter for name, parameter in module.named_parameters() if parameter.requires_grad}
+
+
+def require_sample_independence(module: nn.Module) -> None:
+    """Refuse a module whose BatchNorm mixes samples: no per-sample gradient, so no DP guarantee."""
+    if has_batch_norm(module):
+        raise PrivharError(f"private training: the model has BatchNorm layers ({type(module).__name__}), which mix the "
+                           "samples of a batch; DP-SGD needs per-sample gradients: use GroupNorm or LayerNorm")
+
+
+def without_dropout(module: nn.Module) -> nn.Module:
+    """Training mode (Opacus checks it) with every dropout layer off: private training adds noise instead."""
+    module.train()
+    for layer in module.modules():
+        if isinstance(layer, nn.modules.dropout._DropoutNd):
+            layer.eval()
+    return module

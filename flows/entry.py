@@ -1,0 +1,53 @@
+"""How a ``privhar`` click command runs as a process: one-line errors, SIGTERM as an error, the stages' log on stderr.
+
+Below every command group (flows/cli.py's ``privhar``, flows/stage_commands.py's ``privhar stage``) so that the warm
+stage server can run a stage command in a forked child exactly as the console script would, without importing the
+whole command line (which imports the runners that import the server: a circle).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+
+import click
+
+from tasks.core.errors import ERROR_PREFIX, PrivharError
+
+
+def log_stages_to_stderr() -> None:
+    """The stages log through ``logging.getLogger("tasks.…")``: their progress and privacy lines go to stderr, once."""
+    tasks_logger = logging.getLogger("tasks")
+    if not tasks_logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        tasks_logger.addHandler(handler)
+        tasks_logger.setLevel(logging.INFO)
+        tasks_logger.propagate = False  # once on stderr, not again through a root handler another library set up
+
+
+def _terminated(signum: int, frame: object) -> None:
+    """SIGTERM (dvc, Prefect, kill) unwinds like an error: staging folders go, the MLflow run ends as FAILED."""
+    raise SystemExit(128 + signum)
+
+
+def run_as_process(command: click.Command, args: list[str] | None = None, prog_name: str | None = None) -> None:
+    """Run ``command`` on ``args`` (default: sys.argv): a failed stage or bad input is one line on stderr and exit
+    status 1, never a traceback; a usage error (an unknown option, a missing argument) is click's message and status 2."""
+    signal.signal(signal.SIGTERM, _terminated)
+    try:
+        command(args, prog_name=prog_name, standalone_mode=False)
+    except PrivharError as error:
+        click.echo(f"{ERROR_PREFIX}{error}", err=True)
+        sys.exit(1)
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        click.echo("privhar: interrupted", err=True)
+        sys.exit(130)
+    except OSError as error:  # a file-system fault the stage could not check up front: still one line
+        where = f"{error.filename}: " if error.filename else ""
+        click.echo(f"{ERROR_PREFIX}{where}{error.strerror or error}", err=True)
+        sys.exit(1)
+    except click.ClickException as error:
+        error.show()
+        sys.exit(error.exit_code)
