@@ -2,6 +2,7 @@
 #   make run   - create .venv if missing, install, run the pipeline (dvc repro) on the embedded dataset
 #   make test  - create .venv (and .venv-detector) if missing, install, run the test suite in each
 #   make docs  - build the documentation into build/site (CI runs it after make test)
+#   make lint  - ruff check and ruff format --check (CI runs it before make test)
 # mediapipe (anonymize.source: detector) pins numpy<2 and protobuf<5, which flwr cannot share:
 # it gets its own environment, .venv-detector, where the detector tests run; flwr (extra federated) is in .venv.
 PYTHON ?= python3.11
@@ -20,7 +21,7 @@ retry = for attempt in 1 2 3; do $(1) && break; \
 	if [ $$attempt = 3 ]; then echo "pip install failed 3 times: $(1)" >&2; exit 1; fi; \
 	echo "pip install failed (attempt $$attempt of 3); retrying in 15 s" >&2; sleep 15; done
 
-.PHONY: run test detector-test docs bench footage install clean
+.PHONY: run test lint detector-test docs bench footage install clean
 
 install: $(STAMP)
 
@@ -44,6 +45,11 @@ run: $(STAMP)
 
 test: $(STAMP) detector-test
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -q
+
+# ruff: pyflakes, pycodestyle, bugbear, import order and complexity (pyproject.toml [tool.ruff]), and the format.
+lint: $(STAMP)
+	$(BIN)/ruff check tasks flows tests
+	$(BIN)/ruff format --check tasks flows tests
 
 # The documentation (mkdocs, Material): docs/*.md, and the pipeline's reports/ copied in as the result pages.
 # --strict: a broken link or a missing page fails the build (CI builds it after the tests).

@@ -26,17 +26,51 @@ main.add_command(stage)
 @click.argument("target", type=click.Path(path_type=Path))
 @click.option("--epsilon", type=float, required=True, help="Total ε of the video.")
 @click.option("--delta", type=float, required=True, help="Total δ of the video.")
-@click.option("--k", "k", default="32x32x3", show_default=True, help="Projection dimension: an integer or HxWxC.")
-@click.option("--budget-split", type=float, default=0.8, show_default=True, help="b: share of (ε, δ) for P.")
-@click.option("--rank", default="1.0", show_default=True, help="Reconstruction rank r: an integer, or a fraction of k.")
-@click.option("--seed", type=int, default=None,
-              help="Seed of R and of the noise: reproducible, and then NOT private (tests, reproducing a result). "
-                   "Without it R and the noise come from OS entropy and are never stored.")
-@click.option("--calibration", type=click.Choice(["paper", "gaussian"]), default="paper", show_default=True)
-@click.option("--neighbour", type=click.Choice(["frame", "pixel"]), default="frame", show_default=True,
-              help="Neighbouring videos for --calibration gaussian.")
-def dprp_command(source: Path, target: Path, epsilon: float, delta: float, k: str, budget_split: float, rank: str,
-                 seed: int | None, calibration: str, neighbour: str) -> None:
+@click.option(
+    "--k",
+    "k",
+    default="32x32x3",
+    show_default=True,
+    help="Projection dimension: an integer or HxWxC.",
+)
+@click.option(
+    "--budget-split", type=float, default=0.8, show_default=True, help="b: share of (ε, δ) for P."
+)
+@click.option(
+    "--rank",
+    default="1.0",
+    show_default=True,
+    help="Reconstruction rank r: an integer, or a fraction of k.",
+)
+@click.option(
+    "--seed",
+    type=int,
+    default=None,
+    help="Seed of R and of the noise: reproducible, and then NOT private (tests, reproducing a result). "
+    "Without it R and the noise come from OS entropy and are never stored.",
+)
+@click.option(
+    "--calibration", type=click.Choice(["paper", "gaussian"]), default="paper", show_default=True
+)
+@click.option(
+    "--neighbour",
+    type=click.Choice(["frame", "pixel"]),
+    default="frame",
+    show_default=True,
+    help="Neighbouring videos for --calibration gaussian.",
+)
+def dprp_command(
+    source: Path,
+    target: Path,
+    epsilon: float,
+    delta: float,
+    k: str,
+    budget_split: float,
+    rank: str,
+    seed: int | None,
+    calibration: str,
+    neighbour: str,
+) -> None:
     """Protect one video with Video-DPRP and print its privacy report as JSON."""
     import json
 
@@ -44,13 +78,27 @@ def dprp_command(source: Path, target: Path, epsilon: float, delta: float, k: st
     from tasks.dprp.single_video import protect_file
 
     check_video_output(target)
-    report = protect_file(source, target, epsilon=epsilon, delta=delta, k=k, budget_split=budget_split, rank=rank,
-                          seed=seed, calibration=calibration, neighbour=neighbour)  # type: ignore[arg-type]
+    report = protect_file(
+        source,
+        target,
+        epsilon=epsilon,
+        delta=delta,
+        k=k,
+        budget_split=budget_split,
+        rank=rank,
+        seed=seed,
+        calibration=calibration,
+        neighbour=neighbour,
+    )  # type: ignore[arg-type]
     click.echo(json.dumps(report, indent=2))
 
 
-BENCH_DEVICE = click.option("--device", default="auto", show_default=True,
-                            help="auto | cpu | cuda | cuda:N (as base.device); the JSON names the device and its matmul rate.")
+BENCH_DEVICE = click.option(
+    "--device",
+    default="auto",
+    show_default=True,
+    help="auto | cpu | cuda | cuda:N (as base.device); the JSON names the device and its matmul rate.",
+)
 
 
 @main.group()
@@ -59,11 +107,26 @@ def bench() -> None:
 
 
 @bench.command("dprp")
-@click.option("--frames", type=int, default=180, show_default=True, help="T (a 7 s UCF101 clip at 25 fps).")
-@click.option("--size", type=(int, int), default=(240, 320), show_default=True, help="Frame height and width.")
-@click.option("--k", "k", default="32x32x3", show_default=True, help="Projection dimension: an integer or HxWxC.")
-@click.option("--out", type=click.Path(path_type=Path), default=Path("reports/bench/dprp.json"), show_default=True,
-              callback=_writable)
+@click.option(
+    "--frames", type=int, default=180, show_default=True, help="T (a 7 s UCF101 clip at 25 fps)."
+)
+@click.option(
+    "--size", type=(int, int), default=(240, 320), show_default=True, help="Frame height and width."
+)
+@click.option(
+    "--k",
+    "k",
+    default="32x32x3",
+    show_default=True,
+    help="Projection dimension: an integer or HxWxC.",
+)
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    default=Path("reports/bench/dprp.json"),
+    show_default=True,
+    callback=_writable,
+)
 @BENCH_DEVICE
 def bench_dprp_command(frames: int, size: tuple[int, int], k: str, out: Path, device: str) -> None:
     """Per-video seconds of Video-DPRP (both projection modes), its GFLOP/s and the device's matmul rate."""
@@ -73,37 +136,82 @@ def bench_dprp_command(frames: int, size: tuple[int, int], k: str, out: Path, de
     from tasks.dprp.bench import run_bench
     from tasks.dprp.single_video import parse_k
 
-    record = run_bench(frames=frames, height=size[0], width=size[1], k=parse_k(k), epsilon=8.0, delta=1e-4,
-                       budget_split=0.8, out=out, device=resolve_device(device, "--device"))
+    record = run_bench(
+        frames=frames,
+        height=size[0],
+        width=size[1],
+        k=parse_k(k),
+        epsilon=8.0,
+        delta=1e-4,
+        budget_split=0.8,
+        out=out,
+        device=resolve_device(device, "--device"),
+    )
     click.echo(json.dumps(record, indent=2))
 
 
 @bench.command("private")
-@click.option("--batch", type=int, default=16, show_default=True, help="Logical batch (train.batch_size).")
-@click.option("--frames", type=int, default=8, show_default=True, help="Frames per clip (decode.frames).")
-@click.option("--size", type=(int, int), default=(96, 128), show_default=True, help="Frame height and width (train.input_size).")
+@click.option(
+    "--batch", type=int, default=16, show_default=True, help="Logical batch (train.batch_size)."
+)
+@click.option(
+    "--frames", type=int, default=8, show_default=True, help="Frames per clip (decode.frames)."
+)
+@click.option(
+    "--size",
+    type=(int, int),
+    default=(96, 128),
+    show_default=True,
+    help="Frame height and width (train.input_size).",
+)
 @click.option("--width", type=int, default=16, show_default=True, help="Model width (train.width).")
 @click.option("--repeats", type=int, default=5, show_default=True)
-@click.option("--out", type=click.Path(path_type=Path), default=Path("reports/bench/private.json"), show_default=True,
-              callback=_writable)
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    default=Path("reports/bench/private.json"),
+    show_default=True,
+    callback=_writable,
+)
 @BENCH_DEVICE
-def bench_private_command(batch: int, frames: int, size: tuple[int, int], width: int, repeats: int, out: Path,
-                          device: str) -> None:
+def bench_private_command(
+    batch: int, frames: int, size: tuple[int, int], width: int, repeats: int, out: Path, device: str
+) -> None:
     """Seconds per logical batch: non-private SGD, DP-SGD (each Opacus per-sample gradient mode), selective DP-SGD."""
     import json
 
     from tasks.core.device import resolve_device
     from tasks.private.bench import run_bench
 
-    record = run_bench(batch=batch, frames=frames, height=size[0], width=size[1], model_width=width, warmup=2,
-                       repeats=repeats, out=out, device=resolve_device(device, "--device"))
+    record = run_bench(
+        batch=batch,
+        frames=frames,
+        height=size[0],
+        width=size[1],
+        model_width=width,
+        warmup=2,
+        repeats=repeats,
+        out=out,
+        device=resolve_device(device, "--device"),
+    )
     click.echo(json.dumps(record, indent=2))
 
 
 @bench.command("stages")
-@click.option("--profile", default="smoke", show_default=True, help="profiles/<name>.yaml: the data the stages run on.")
-@click.option("--out", type=click.Path(path_type=Path, dir_okay=False), default=Path("reports/bench/stages.json"),
-              show_default=True, callback=_writable, help="Where to write the result (JSON; a Markdown table beside it).")
+@click.option(
+    "--profile",
+    default="smoke",
+    show_default=True,
+    help="profiles/<name>.yaml: the data the stages run on.",
+)
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=Path("reports/bench/stages.json"),
+    show_default=True,
+    callback=_writable,
+    help="Where to write the result (JSON; a Markdown table beside it).",
+)
 def bench_stages_command(profile: str, out: Path) -> None:
     """Each stage's fixed cost (wall time less its work) started cold and forked from the warm stage server."""
     from flows.stage_bench import bench_stages
@@ -114,11 +222,21 @@ def bench_stages_command(profile: str, out: Path) -> None:
 
 
 @bench.command("anonymize")
-@click.option("--root", type=click.Path(path_type=Path, file_okay=False, exists=True), default=Path("data/footage/vtest"),
-              show_default=True, help="A UCF101-shaped folder of real footage (make footage cuts one).")
+@click.option(
+    "--root",
+    type=click.Path(path_type=Path, file_okay=False, exists=True),
+    default=Path("data/footage/vtest"),
+    show_default=True,
+    help="A UCF101-shaped folder of real footage (make footage cuts one).",
+)
 @PARAMS
-@click.option("--out", type=click.Path(path_type=Path), default=Path("reports/bench/anonymize.json"), show_default=True,
-              callback=_writable)
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    default=Path("reports/bench/anonymize.json"),
+    show_default=True,
+    callback=_writable,
+)
 def bench_anonymize_command(root: Path, params_path: Path, out: Path) -> None:
     """Coverage of the moving pixels and frames/s of each people source (and the ensemble) on real footage."""
     import json
@@ -131,24 +249,45 @@ def bench_anonymize_command(root: Path, params_path: Path, out: Path) -> None:
 @main.command("footage")
 @click.argument("recording", type=click.Path(path_type=Path, dir_okay=False))
 @click.argument("out", type=click.Path(path_type=Path, file_okay=False), callback=_writable)
-@click.option("--action", default="Walking", show_default=True, help="The class folder the clips go in.")
+@click.option(
+    "--action", default="Walking", show_default=True, help="The class folder the clips go in."
+)
 @click.option("--seconds", type=float, default=4.0, show_default=True, help="Length of each clip.")
-@click.option("--size", type=(int, int), default=None, help="Resize to height width (default: as recorded).")
-@click.option("--test-every", type=click.IntRange(min=2), default=4, show_default=True,
-              help="Every n-th clip goes to the test split.")
-def footage_command(recording: Path, out: Path, action: str, seconds: float, size: tuple[int, int] | None,
-                    test_every: int) -> None:
+@click.option(
+    "--size", type=(int, int), default=None, help="Resize to height width (default: as recorded)."
+)
+@click.option(
+    "--test-every",
+    type=click.IntRange(min=2),
+    default=4,
+    show_default=True,
+    help="Every n-th clip goes to the test split.",
+)
+def footage_command(
+    recording: Path,
+    out: Path,
+    action: str,
+    seconds: float,
+    size: tuple[int, int] | None,
+    test_every: int,
+) -> None:
     """Cut a long camera RECORDING into a UCF101-shaped folder OUT (set data.source: ucf101, data.root: OUT)."""
     from tasks.footage import cut_recording
 
-    clips = cut_recording(recording, out, action=action, seconds=seconds, size=size, test_every=test_every)
+    clips = cut_recording(
+        recording, out, action=action, seconds=seconds, size=size, test_every=test_every
+    )
     click.echo(f"footage: {len(clips)} clips of {seconds:g} s in {out}", err=True)
 
 
 @main.command("run")
 @click.option("--force", is_flag=True, help="Rerun every stage even if it is up to date.")
-@click.option("--cold", is_flag=True, help="Start each stage in its own interpreter instead of forking it from the warm "
-                                           "stage server (slower by seconds per stage; for comparison and debugging).")
+@click.option(
+    "--cold",
+    is_flag=True,
+    help="Start each stage in its own interpreter instead of forking it from the warm "
+    "stage server (slower by seconds per stage; for comparison and debugging).",
+)
 @click.argument("targets", nargs=-1)
 def run_command(force: bool, cold: bool, targets: tuple[str, ...]) -> None:
     """Run the pipeline (dvc repro) under one MLflow parent run and print Top-1."""
@@ -158,13 +297,18 @@ def run_command(force: bool, cold: bool, targets: tuple[str, ...]) -> None:
 
 
 @main.command("flow")
-@click.option("--profile", default="default", show_default=True, help="profiles/<name>.yaml to overlay on params.yaml.")
+@click.option(
+    "--profile",
+    default="default",
+    show_default=True,
+    help="profiles/<name>.yaml to overlay on params.yaml.",
+)
 @click.option("--force", is_flag=True, help="Rerun every stage even if it is up to date.")
 @click.argument("stages", nargs=-1)
 def flow_command(profile: str, force: bool, stages: tuple[str, ...]) -> None:
     """Run the pipeline once as the Prefect flow (on the project's Prefect server if it is up)."""
-    from flows.project_lock import check_unlocked
     from flows.prefect_server import use_project_server
+    from flows.project_lock import check_unlocked
 
     check_unlocked(Path.cwd())  # before a temporary Prefect server is started for nothing
     use_project_server(Path.cwd())
@@ -172,16 +316,33 @@ def flow_command(profile: str, force: bool, stages: tuple[str, ...]) -> None:
     from flows.pipeline_flow import failure_message, pipeline_flow
 
     log = tracebacks_to_file(Path.cwd())
-    state = pipeline_flow(project=str(Path.cwd()), profile=profile, stages=list(stages), force=force, return_state=True)
+    state = pipeline_flow(
+        project=str(Path.cwd()),
+        profile=profile,
+        stages=list(stages),
+        force=force,
+        return_state=True,
+    )
     if not state.is_completed():
-        raise PrivharError(f"{failure_message(state, str(state.message))} (Prefect's log and tracebacks: {log})")
+        raise PrivharError(
+            f"{failure_message(state, str(state.message))} (Prefect's log and tracebacks: {log})"
+        )
     _print_scores(state.result())
 
 
 @main.command("serve")
-@click.option("--host", default=None, help="Address to listen on [default: orchestrate.host, 127.0.0.1].")
-@click.option("--port", type=int, default=None, help="Port of the Prefect server [default: orchestrate.prefect_port].")
-@click.option("--stop", is_flag=True, help="Stop a running 'privhar serve' of this project and its server.")
+@click.option(
+    "--host", default=None, help="Address to listen on [default: orchestrate.host, 127.0.0.1]."
+)
+@click.option(
+    "--port",
+    type=int,
+    default=None,
+    help="Port of the Prefect server [default: orchestrate.prefect_port].",
+)
+@click.option(
+    "--stop", is_flag=True, help="Stop a running 'privhar serve' of this project and its server."
+)
 @click.argument("action", required=False, type=click.Choice(["stop"]))
 def serve_command(host: str | None, port: int | None, stop: bool, action: str | None) -> None:
     """Serve the scheduled pipeline deployment on the project's Prefect server until interrupted.
@@ -191,15 +352,24 @@ def serve_command(host: str | None, port: int | None, stop: bool, action: str | 
 
     if stop or action == "stop":
         stopped = stop_serving(Path.cwd())
-        click.echo(f"privhar: stopped {', '.join(stopped)}" if stopped else "privhar: nothing was serving", err=True)
+        click.echo(
+            f"privhar: stopped {', '.join(stopped)}" if stopped else "privhar: nothing was serving",
+            err=True,
+        )
         return
     serve(Path.cwd(), host=host, port=port)
 
 
 @main.command("ui")
-@click.option("--host", default=None, help="Address to listen on [default: orchestrate.host, 127.0.0.1].")
+@click.option(
+    "--host", default=None, help="Address to listen on [default: orchestrate.host, 127.0.0.1]."
+)
 @click.option("--port", type=int, default=None, help="Port [default: orchestrate.mlflow_port].")
-@click.option("--stop", is_flag=True, help="Stop this project's MLflow UI on --port (every one without --port).")
+@click.option(
+    "--stop",
+    is_flag=True,
+    help="Stop this project's MLflow UI on --port (every one without --port).",
+)
 @click.argument("action", required=False, type=click.Choice(["stop"]))
 def ui_command(host: str | None, port: int | None, stop: bool, action: str | None) -> None:
     """The MLflow UI (runs, metrics, model registry) over the project's store, until Ctrl-C (`privhar ui stop`: --stop)."""
@@ -208,8 +378,12 @@ def ui_command(host: str | None, port: int | None, stop: bool, action: str | Non
 
     if stop or action == "stop":
         ports = stop_uis(Path.cwd(), port)
-        click.echo(f"privhar: stopped the MLflow UI on port {', '.join(map(str, ports))}" if ports
-                   else "privhar: no MLflow UI of this project was running", err=True)
+        click.echo(
+            f"privhar: stopped the MLflow UI on port {', '.join(map(str, ports))}"
+            if ports
+            else "privhar: no MLflow UI of this project was running",
+            err=True,
+        )
         return
 
     settings = load_section(Path("params.yaml"), "orchestrate", OrchestrateParams)
@@ -232,27 +406,41 @@ def models_command() -> None:
     click.echo("-" * len(header))
     for row in rows:
         top1 = f"{row.top1:.4f}" if row.top1 is not None else "-"
-        click.echo(f"{row.name:<22} {row.version:>7}  {','.join(row.aliases) or '-':<18} {format_epsilon(row.epsilon):>8} "
-                   f"{row.delta:>8.2g}  {top1:>6}  {row.accountant}")
+        click.echo(
+            f"{row.name:<22} {row.version:>7}  {','.join(row.aliases) or '-':<18} {format_epsilon(row.epsilon):>8} "
+            f"{row.delta:>8.2g}  {top1:>6}  {row.accountant}"
+        )
 
 
 @main.command("deps")
-@click.option("--write", is_flag=True, help="Rewrite dvc.yaml's code deps instead of listing the stages that differ.")
+@click.option(
+    "--write",
+    is_flag=True,
+    help="Rewrite dvc.yaml's code deps instead of listing the stages that differ.",
+)
 def deps_command(write: bool) -> None:
     """dvc.yaml's code deps against each stage's imports (flows/code_deps.py): list what differs, or --write them."""
     from flows.code_deps import differences, write_code_deps
 
     if write:
         changed = write_code_deps(Path.cwd())
-        click.echo(f"privhar: code deps rewritten for {', '.join(changed)}" if changed else "privhar: code deps up to date",
-                   err=True)
+        click.echo(
+            f"privhar: code deps rewritten for {', '.join(changed)}"
+            if changed
+            else "privhar: code deps up to date",
+            err=True,
+        )
         return
     found = differences(Path.cwd())
     for name, (missing, extra) in found.items():
-        click.echo(f"{name}: missing {', '.join(missing) or '-'}; not imported {', '.join(extra) or '-'}")
+        click.echo(
+            f"{name}: missing {', '.join(missing) or '-'}; not imported {', '.join(extra) or '-'}"
+        )
     if found:
-        raise PrivharError(f"dvc.yaml: the code deps of {len(found)} stage(s) differ from their imports "
-                           "(privhar deps --write)")
+        raise PrivharError(
+            f"dvc.yaml: the code deps of {len(found)} stage(s) differ from their imports "
+            "(privhar deps --write)"
+        )
     click.echo("privhar: code deps match the stages' imports", err=True)
 
 
@@ -263,11 +451,20 @@ def _print_scores(metrics: dict) -> None:
     for key, values in sorted(metrics.items()):
         if base_key(key)[1]:
             continue
-        second = f"  protocol 2 Top-1 {values['top1_protocol2']:.4f}" if "top1_protocol2" in values else ""
-        row = (f"  row {values['top1_mean']:.4f} ± {values['top1_ci95']:.4f} over {int(values['seeds'])} seeds"
-               if "top1_ci95" in values else "")
-        click.echo(f"{key:>14}  Top-1 {values['top1']:.4f}  Top-5 {values['top5']:.4f}{second}{row}  "
-                   f"({values['test_videos']} test videos)")
+        second = (
+            f"  protocol 2 Top-1 {values['top1_protocol2']:.4f}"
+            if "top1_protocol2" in values
+            else ""
+        )
+        row = (
+            f"  row {values['top1_mean']:.4f} ± {values['top1_ci95']:.4f} over {int(values['seeds'])} seeds"
+            if "top1_ci95" in values
+            else ""
+        )
+        click.echo(
+            f"{key:>14}  Top-1 {values['top1']:.4f}  Top-5 {values['top5']:.4f}{second}{row}  "
+            f"({values['test_videos']} test videos)"
+        )
 
 
 def entry_point() -> None:

@@ -44,7 +44,11 @@ def imported_modules(tree: ast.AST, package: str = "", root: Path = REPO) -> set
                 base = ".".join([*parts, *([base] if base else [])])
             found.add(base)
             found.update(f"{base}.{alias.name}" for alias in node.names)
-    return {name for name in found if name.split(".")[0] == CODE_ROOT and module_file(name, root) is not None}
+    return {
+        name
+        for name in found
+        if name.split(".")[0] == CODE_ROOT and module_file(name, root) is not None
+    }
 
 
 def closure(start: set[str], root: Path = REPO) -> set[Path]:
@@ -62,7 +66,9 @@ def closure(start: set[str], root: Path = REPO) -> set[Path]:
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         todo.extend(imported_modules(ast.parse(path.read_text()), package, root) - seen)
     files = {module_file(name, root) for name in seen}
-    return {path.relative_to(root) for path in files if path is not None and path.name != "__init__.py"}
+    return {
+        path.relative_to(root) for path in files if path is not None and path.name != "__init__.py"
+    }
 
 
 def stage_commands(root: Path = REPO) -> dict[str, set[str]]:
@@ -71,9 +77,13 @@ def stage_commands(root: Path = REPO) -> dict[str, set[str]]:
     commands = {}
     for function in (node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)):
         for decorator in function.decorator_list:
-            if (isinstance(decorator, ast.Call) and isinstance(decorator.func, ast.Attribute)
-                    and isinstance(decorator.func.value, ast.Name) and decorator.func.value.id == "stage"
-                    and decorator.func.attr == "command"):
+            if (
+                isinstance(decorator, ast.Call)
+                and isinstance(decorator.func, ast.Attribute)
+                and isinstance(decorator.func.value, ast.Name)
+                and decorator.func.value.id == "stage"
+                and decorator.func.attr == "command"
+            ):
                 commands[decorator.args[0].value] = imported_modules(function, root=root)
     return commands
 
@@ -99,7 +109,9 @@ def wanted_deps(root: Path = REPO) -> dict[str, list[str]]:
     for name, stage in YAML().load((root / "dvc.yaml").read_text())["stages"].items():
         command = stage_command(stage.get("do", stage)["cmd"])
         if command not in commands:
-            raise PrivharError(f"dvc.yaml stage {name}: no `privhar stage {command}` in flows/stage_commands.py")
+            raise PrivharError(
+                f"dvc.yaml stage {name}: no `privhar stage {command}` in flows/stage_commands.py"
+            )
         wanted[name] = sorted(str(path) for path in closure(commands[command], root))
     return wanted
 

@@ -38,9 +38,15 @@ def read_dag(project: Path, targets: Sequence[str] = ()) -> list[DagStage]:
             stages = [stage for stage in repo.index.stages if stage.cmd]
             graph = nx.DiGraph(repo.index.graph.subgraph(stages))
             names = {stage: stage.addressing for stage in stages}
-            described = {stage.addressing: DagStage(stage.addressing, _command(stage.cmd), Path(stage.wdir),
-                                                     tuple(sorted(names[dep] for dep in graph.successors(stage))))
-                         for stage in stages}
+            described = {
+                stage.addressing: DagStage(
+                    stage.addressing,
+                    _command(stage.cmd),
+                    Path(stage.wdir),
+                    tuple(sorted(names[dep] for dep in graph.successors(stage))),
+                )
+                for stage in stages
+            }
     except DvcException as error:
         raise PrivharError(f"{project}/dvc.yaml: DVC cannot read the pipeline: {error}") from None
     graph = nx.relabel_nodes(graph, names)
@@ -49,7 +55,9 @@ def read_dag(project: Path, targets: Sequence[str] = ()) -> list[DagStage]:
     if targets:
         unknown = [name for name in targets if name not in position]
         if unknown:
-            raise PrivharError(f"orchestrate.stages: no stage '{unknown[0]}' in dvc.yaml (stages: {', '.join(position)})")
+            raise PrivharError(
+                f"orchestrate.stages: no stage '{unknown[0]}' in dvc.yaml (stages: {', '.join(position)})"
+            )
         wanted = set(targets).union(*(nx.descendants(graph, name) for name in targets))
     order = nx.lexicographical_topological_sort(graph.reverse(copy=False), key=position.__getitem__)
     return [described[name] for name in order if name in wanted]

@@ -35,12 +35,16 @@ def serve(project: Path, host: str | None = None, port: int | None = None) -> No
     host, port = host or settings.host, port or settings.prefect_port
     running = serving(project)
     if running is not None:
-        raise PrivharError(f"privhar serve is already running for this project (pid {running[0]}, Prefect server at "
-                           f"http://{running[1]}:{running[2]}); stop it first with 'privhar serve --stop'")
+        raise PrivharError(
+            f"privhar serve is already running for this project (pid {running[0]}, Prefect server at "
+            f"http://{running[1]}:{running[2]}); stop it first with 'privhar serve --stop'"
+        )
     server = prefect_server(project, host, port)
     pid_file = project / HOME / SERVE_PID
     pid_file.parent.mkdir(parents=True, exist_ok=True)
-    pid_file.write_text(f"{os.getpid()} {host} {port}")  # first, so that --stop finds a serve that is still starting
+    pid_file.write_text(
+        f"{os.getpid()} {host} {port}"
+    )  # first, so that --stop finds a serve that is still starting
     interrupt_on_signals()  # until the runner starts and installs its own SIGTERM handler
     started, status = False, 0
     try:
@@ -54,14 +58,24 @@ def serve(project: Path, host: str | None = None, port: int | None = None) -> No
 
         from flows.pipeline_flow import pipeline_flow
 
-        print(f"privhar: Prefect server {'started' if started else 'reused'} in {time.monotonic() - started_at:.1f} s; "
-              f"UI at http://{host}:{port}", file=sys.stderr)
-        print(f"privhar: serving {pipeline_flow.name}/{DEPLOYMENT_NAME}, cron '{settings.cron}' ({settings.timezone}), "
-              f"profile {settings.profile}; Ctrl-C or 'privhar serve --stop' ends it", file=sys.stderr)
+        print(
+            f"privhar: Prefect server {'started' if started else 'reused'} in {time.monotonic() - started_at:.1f} s; "
+            f"UI at http://{host}:{port}",
+            file=sys.stderr,
+        )
+        print(
+            f"privhar: serving {pipeline_flow.name}/{DEPLOYMENT_NAME}, cron '{settings.cron}' ({settings.timezone}), "
+            f"profile {settings.profile}; Ctrl-C or 'privhar serve --stop' ends it",
+            file=sys.stderr,
+        )
         pipeline_flow.serve(
             name=DEPLOYMENT_NAME,
             schedules=[Cron(settings.cron, timezone=settings.timezone)],
-            parameters={"project": str(project), "profile": settings.profile, "stages": settings.stages},
+            parameters={
+                "project": str(project),
+                "profile": settings.profile,
+                "stages": settings.stages,
+            },
             description="The privhar DAG from dvc.yaml; each stage a task, up-to-date stages skipped.",
             tags=["privhar"],
             print_starting_message=False,
@@ -69,8 +83,10 @@ def serve(project: Path, host: str | None = None, port: int | None = None) -> No
     except (KeyboardInterrupt, SystemExit):
         print("privhar: serve interrupted", file=sys.stderr)
     except Exception as error:  # noqa: BLE001 - reported in one line, then everything is stopped
-        print(f"{ERROR_PREFIX}serve failed: {str(error).splitlines()[0] if str(error) else type(error).__name__}",
-              file=sys.stderr)
+        print(
+            f"{ERROR_PREFIX}serve failed: {str(error).splitlines()[0] if str(error) else type(error).__name__}",
+            file=sys.stderr,
+        )
         status = 2
     finally:
         if started:
@@ -94,7 +110,9 @@ def stop_serving(project: Path) -> list[str]:
             os.kill(pid, signal.SIGTERM)
             stopped.append(f"privhar serve (pid {pid})")
             deadline = time.monotonic() + 30
-            while time.monotonic() < deadline and (serve_pid.exists() or (home / "server.pid").exists()):
+            while time.monotonic() < deadline and (
+                serve_pid.exists() or (home / "server.pid").exists()
+            ):
                 time.sleep(0.2)
         except ProcessLookupError:
             serve_pid.unlink(missing_ok=True)

@@ -24,7 +24,9 @@ def log_stages_to_stderr() -> None:
         handler.setFormatter(logging.Formatter("%(message)s"))
         tasks_logger.addHandler(handler)
         tasks_logger.setLevel(logging.INFO)
-        tasks_logger.propagate = False  # once on stderr, not again through a root handler another library set up
+        tasks_logger.propagate = (
+            False  # once on stderr, not again through a root handler another library set up
+        )
 
 
 def _terminated(signum: int, frame: object) -> None:
@@ -32,7 +34,9 @@ def _terminated(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
-def run_as_process(command: click.Command, args: list[str] | None = None, prog_name: str | None = None) -> None:
+def run_as_process(
+    command: click.Command, args: list[str] | None = None, prog_name: str | None = None
+) -> None:
     """Run ``command`` on ``args`` (default: sys.argv): a failed stage or bad input is one line on stderr and exit
     status 1, never a traceback; a usage error (an unknown option, a missing argument) is click's message and status 2."""
     signal.signal(signal.SIGTERM, _terminated)
@@ -44,7 +48,9 @@ def run_as_process(command: click.Command, args: list[str] | None = None, prog_n
     except (click.exceptions.Abort, KeyboardInterrupt):
         click.echo("privhar: interrupted", err=True)
         sys.exit(130)
-    except OSError as error:  # a file-system fault the stage could not check up front: still one line
+    except (
+        OSError
+    ) as error:  # a file-system fault the stage could not check up front: still one line
         where = f"{error.filename}: " if error.filename else ""
         click.echo(f"{ERROR_PREFIX}{where}{error.strerror or error}", err=True)
         sys.exit(1)

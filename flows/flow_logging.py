@@ -36,9 +36,20 @@ def tracebacks_to_file(project: Path) -> Path:
     """Install the filter on every console handler of Prefect's loggers; return the log file's path."""
     path = Path(project) / LOG_NAME
     keep = TracebacksToFile(path)
-    loggers = [logging.root, *[logging.getLogger(n) for n in list(logging.root.manager.loggerDict) if n.startswith("prefect")]]
-    for logger in loggers:  # Prefect's console handler sits on the root logger (prefect/logging/logging.yml)
+    loggers = [
+        logging.root,
+        *[
+            logging.getLogger(n)
+            for n in list(logging.root.manager.loggerDict)
+            if n.startswith("prefect")
+        ],
+    ]
+    for (
+        logger
+    ) in loggers:  # Prefect's console handler sits on the root logger (prefect/logging/logging.yml)
         for handler in logger.handlers:
-            if isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler):
+            if isinstance(handler, logging.StreamHandler) and not isinstance(
+                handler, logging.FileHandler
+            ):
                 handler.addFilter(keep)
     return path

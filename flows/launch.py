@@ -25,7 +25,9 @@ FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 def request(argv: list[str]) -> bytes:
     """What the server needs to run ``argv`` as this process would: the command, the folder, the environment."""
-    return json.dumps({"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "executable": sys.executable}).encode()
+    return json.dumps(
+        {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "executable": sys.executable}
+    ).encode()
 
 
 def run_on_server(address: str, argv: list[str]) -> int | None:
@@ -36,12 +38,17 @@ def run_on_server(address: str, argv: list[str]) -> int | None:
         socket.send_fds(connection, [request(argv)], [0, 1, 2])
         answer = connection.recv(MESSAGE_LIMIT).decode()
     except OSError as error:
-        print(f"privhar: the stage server at {address} is unreachable ({error.strerror or error}); running here",
-              file=sys.stderr)
+        print(
+            f"privhar: the stage server at {address} is unreachable ({error.strerror or error}); running here",
+            file=sys.stderr,
+        )
         return None
     word, _, value = answer.partition(" ")
     if word != "started":
-        print(f"privhar: the stage server declined ({value or 'no answer'}); running here", file=sys.stderr)
+        print(
+            f"privhar: the stage server declined ({value or 'no answer'}); running here",
+            file=sys.stderr,
+        )
         return None
     group = int(value)
 

@@ -21,12 +21,31 @@ HOME = ".mlflow-ui"
 def mlflow_ui(project: Path, host: str, port: int) -> LocalServer:
     project = Path(project).resolve()
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    command = (str(Path(sys.executable).parent / "mlflow"), "server", "--backend-store-uri", tracking_uri(project),
-               "--default-artifact-root", (project / "mlartifacts").as_uri(), "--host", host, "--port", str(port),
-               "--workers", "1")
+    command = (
+        str(Path(sys.executable).parent / "mlflow"),
+        "server",
+        "--backend-store-uri",
+        tracking_uri(project),
+        "--default-artifact-root",
+        (project / "mlartifacts").as_uri(),
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+    )
     home = project / HOME
-    return LocalServer("MLflow UI", command, env, f"http://{host}:{port}/health", home / f"ui-{port}.pid",
-                       home / f"ui-{port}.log", host, port)
+    return LocalServer(
+        "MLflow UI",
+        command,
+        env,
+        f"http://{host}:{port}/health",
+        home / f"ui-{port}.pid",
+        home / f"ui-{port}.log",
+        host,
+        port,
+    )
 
 
 def stop_uis(project: Path, port: int | None = None) -> list[int]:
@@ -42,8 +61,11 @@ def run_ui(project: Path, host: str, port: int) -> None:
     server = mlflow_ui(project, host, port)
     started_at = time.monotonic()
     started = server.start()
-    print(f"privhar: MLflow UI {'started' if started else 'already up'} in {time.monotonic() - started_at:.1f} s at "
-          f"http://{host}:{port} (store {tracking_uri(Path(project).resolve())}); Ctrl-C ends it", file=sys.stderr)
+    print(
+        f"privhar: MLflow UI {'started' if started else 'already up'} in {time.monotonic() - started_at:.1f} s at "
+        f"http://{host}:{port} (store {tracking_uri(Path(project).resolve())}); Ctrl-C ends it",
+        file=sys.stderr,
+    )
     if not started:
         return
     try:

@@ -34,7 +34,7 @@ def error_line(text: str) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     for line in lines:
         if line.startswith(ERROR_PREFIX):
-            return line[len(ERROR_PREFIX):]
+            return line[len(ERROR_PREFIX) :]
     errors = [line for line in lines if line.startswith("ERROR")]
     return (errors or lines or ["no message"])[-1]
 
@@ -74,33 +74,47 @@ def pipeline_session(project: Path, what: str, tags: dict[str, str]) -> Iterator
             os.chdir(previous)
 
 
-def run_pipeline(project: Path, *, force: bool = False, targets: tuple[str, ...] = (), warm: bool = True) -> dict:
+def run_pipeline(
+    project: Path, *, force: bool = False, targets: tuple[str, ...] = (), warm: bool = True
+) -> dict:
     """``dvc repro`` in ``project``, its stages forked from a warm stage server unless ``warm`` is false; return the
     evaluation metrics it produced."""
-    tags = {"privhar.targets": " ".join(targets) or "all", "privhar.stage_start": "stage server fork" if warm else "interpreter"}
+    tags = {
+        "privhar.targets": " ".join(targets) or "all",
+        "privhar.stage_start": "stage server fork" if warm else "interpreter",
+    }
     with pipeline_session(project, "privhar run", tags) as parent:
         force_flag = ["--force"] if force else []
         clock = StageClock()
         server = stage_server() if warm else contextlib.nullcontext({})
         with server as served:
-            if not targets:  # the index first, and the params checked against the dataset before any other stage
+            if (
+                not targets
+            ):  # the index first, and the params checked against the dataset before any other stage
                 _repro(dvc_command("repro", *force_flag, INDEX_STAGE), served, clock)
                 check_dataset(project)
             _repro(dvc_command("repro", *force_flag, *targets), served, clock)
         table = log_stage_times(parent, clock.walls(), clock.ended - clock.started)
-        print(f"privhar: where the time went (wall seconds per stage, DVC's overhead included)\n{table}", file=sys.stderr)
+        print(
+            f"privhar: where the time went (wall seconds per stage, DVC's overhead included)\n{table}",
+            file=sys.stderr,
+        )
         return score_models(Path.cwd())
 
 
 def _repro(command: list[str], served: dict[str, str], clock: StageClock) -> None:
     """One ``dvc repro``, its lines printed as DVC prints them, each stage's start marked on ``clock``."""
-    with subprocess.Popen(command, env=tool_environment() | served, stdout=subprocess.PIPE, text=True, bufsize=1) as process:
+    with subprocess.Popen(
+        command, env=tool_environment() | served, stdout=subprocess.PIPE, text=True, bufsize=1
+    ) as process:
         assert process.stdout is not None
         for line in clock.watch(process.stdout):
             sys.stdout.write(line)
             sys.stdout.flush()
     if process.returncode != 0:
-        raise PrivharError(f"dvc repro failed (exit {process.returncode}); the failing stage's message is above")
+        raise PrivharError(
+            f"dvc repro failed (exit {process.returncode}); the failing stage's message is above"
+        )
 
 
 def score_models(project: Path) -> dict[str, dict[str, float]]:
@@ -116,9 +130,19 @@ def score_models(project: Path) -> dict[str, dict[str, float]]:
 
 def method_metrics() -> dict[str, dict[str, float]]:
     """``{method: {metric: value}}`` from every metrics file dvc.yaml declares (read through DVC)."""
-    shown = subprocess.run(dvc_command("metrics", "show", "--json"), env=tool_environment(), capture_output=True,
-                           text=True, check=False)
+    shown = subprocess.run(
+        dvc_command("metrics", "show", "--json"),
+        env=tool_environment(),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if shown.returncode != 0:
-        raise PrivharError(f"dvc metrics show failed (exit {shown.returncode}): {error_line(shown.stderr)}")
-    return merge_scores(content.get("data", {}) for revision in json.loads(shown.stdout or "{}").values()
-                        for content in revision.get("data", {}).values())
+        raise PrivharError(
+            f"dvc metrics show failed (exit {shown.returncode}): {error_line(shown.stderr)}"
+        )
+    return merge_scores(
+        content.get("data", {})
+        for revision in json.loads(shown.stdout or "{}").values()
+        for content in revision.get("data", {}).values()
+    )

@@ -32,25 +32,36 @@ def failure_message(state: State, fallback: str) -> str:
 
 
 @flow(name=FLOW_NAME, task_runner=ThreadPoolTaskRunner(max_workers=4), log_prints=True)
-def pipeline_flow(project: str = ".", profile: str = DEFAULT, stages: list[str] | None = None,
-                  force: bool = False) -> dict[str, dict[str, float]]:
+def pipeline_flow(
+    project: str = ".", profile: str = DEFAULT, stages: list[str] | None = None, force: bool = False
+) -> dict[str, dict[str, float]]:
     """Bring ``stages`` (all if empty) of the DVC project up to date; return Top-1 etc. per method."""
     root = check_project(Path(project))
     logger = get_run_logger()
     # the stages DVC starts for each task fork from one warm server (its address in os.environ, for tool_environment)
-    with pipeline_session(root, "prefect flow", {"privhar.profile": profile}), stage_server(export=True):
+    with (
+        pipeline_session(root, "prefect flow", {"privhar.profile": profile}),
+        stage_server(export=True),
+    ):
         if apply_profile(root, profile):
             logger.info(f"profile {profile}: profiles/{profile}.yaml applied to params.yaml")
         settings = load_section(root / "params.yaml", "orchestrate", OrchestrateParams)
         dag = read_dag(root, stages or settings.stages)
-        logger.info("stages: " + ", ".join(f"{s.name} (after {', '.join(s.upstream) or 'nothing'})" for s in dag))
-        stage_task = run_stage.with_options(retries=settings.retries, retry_delay_seconds=settings.retry_delay_seconds)
+        logger.info(
+            "stages: "
+            + ", ".join(f"{s.name} (after {', '.join(s.upstream) or 'nothing'})" for s in dag)
+        )
+        stage_task = run_stage.with_options(
+            retries=settings.retries, retry_delay_seconds=settings.retry_delay_seconds
+        )
         futures = {}
         whole = not (stages or settings.stages)
         for stage in dag:
             upstream = [futures[name] for name in stage.upstream if name in futures]
             futures[stage.name] = stage_task.submit(stage, force, settings, wait_for=upstream)
-            if whole and stage.name == INDEX_STAGE:  # the params against the dataset, before the rest starts
+            if (
+                whole and stage.name == INDEX_STAGE
+            ):  # the params against the dataset, before the rest starts
                 futures[stage.name].wait()
                 if futures[stage.name].state.is_completed():
                     check_dataset(root)

@@ -39,10 +39,26 @@ def _client_host(host: str) -> str:
 def prefect_server(project: Path, host: str, port: int) -> LocalServer:
     env = {**os.environ, **prefect_environment(project, host, port)}
     home = Path(env["PREFECT_HOME"])
-    command = (str(Path(sys.executable).parent / "prefect"), "server", "start", "--host", host, "--port", str(port),
-               "--analytics-off")
-    return LocalServer("Prefect server", command, env, f"{env['PREFECT_API_URL']}/health", home / "server.pid",
-                       home / "server.log", host, port)
+    command = (
+        str(Path(sys.executable).parent / "prefect"),
+        "server",
+        "start",
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--analytics-off",
+    )
+    return LocalServer(
+        "Prefect server",
+        command,
+        env,
+        f"{env['PREFECT_API_URL']}/health",
+        home / "server.pid",
+        home / "server.log",
+        host,
+        port,
+    )
 
 
 def serving(project: Path) -> tuple[int, str, int] | None:

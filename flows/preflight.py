@@ -23,5 +23,9 @@ def check_dataset(project: Path) -> None:
     """Refuse in one line the params that ``project``'s indexed dataset cannot serve."""
     params = project / "params.yaml"
     data = load_section(params, "data", DataParams)
-    check_against_dataset(params, read_manifest(project / INDEX_MANIFEST), data.root or "the embedded dataset",
-                          load_section(params, "base", BaseParams).seed)
+    check_against_dataset(
+        params,
+        read_manifest(project / INDEX_MANIFEST),
+        data.root or "the embedded dataset",
+        load_section(params, "base", BaseParams).seed,
+    )

@@ -41,7 +41,9 @@ def apply_profile(project: Path, name: str) -> bool:
     path = Path(project) / "profiles" / f"{name}.yaml"
     if not path.is_file():
         available = sorted(p.stem for p in (Path(project) / "profiles").glob("*.yaml"))
-        raise PrivharError(f"profile '{name}': {path} not found (profiles: {', '.join([DEFAULT, *available])})")
+        raise PrivharError(
+            f"profile '{name}': {path} not found (profiles: {', '.join([DEFAULT, *available])})"
+        )
     changes = read_params_file(path)
     params_path = Path(project) / "params.yaml"
     current = read_params_file(params_path)

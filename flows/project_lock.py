@@ -40,8 +40,10 @@ def project_lock(project: Path, what: str) -> Iterator[None]:
             named = holder.read_text().strip()
         except OSError:
             named = ""
-        raise PrivharError(f"{project}: a pipeline run is already in progress ({named or 'another process'}); "
-                           f"wait for it to finish or stop it, then try again") from None
+        raise PrivharError(
+            f"{project}: a pipeline run is already in progress ({named or 'another process'}); "
+            f"wait for it to finish or stop it, then try again"
+        ) from None
     try:
         holder.write_text(f"{what}, pid {os.getpid()}")
         yield

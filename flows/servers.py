@@ -92,13 +92,27 @@ class LocalServer:
         if self.is_up():
             return False
         if port_in_use(self.host, self.port):
-            raise PrivharError(f"{self.name}: port {self.port} on {self.host} is busy (another program listens there); "
-                               "choose another with --port")
+            raise PrivharError(
+                f"{self.name}: port {self.port} on {self.host} is busy (another program listens there); "
+                "choose another with --port"
+            )
         self.pid_file.parent.mkdir(parents=True, exist_ok=True)
-        guarded = (sys.executable, str(Path(__file__).with_name("server_guard.py")), str(os.getpid()), "--", *self.command)
+        guarded = (
+            sys.executable,
+            str(Path(__file__).with_name("server_guard.py")),
+            str(os.getpid()),
+            "--",
+            *self.command,
+        )
         with open(self.log_file, "ab") as log:
-            process = subprocess.Popen(guarded, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                       stdin=subprocess.DEVNULL, start_new_session=True)
+            process = subprocess.Popen(
+                guarded,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         self.pid_file.write_text(str(process.pid))
         deadline = time.monotonic() + timeout
         try:
@@ -107,21 +121,27 @@ class LocalServer:
                     return True
                 if process.poll() is not None:
                     self.pid_file.unlink(missing_ok=True)
-                    raise PrivharError(f"{self.name} exited with status {process.returncode} while starting; "
-                                       f"see {self.log_file}")
+                    raise PrivharError(
+                        f"{self.name} exited with status {process.returncode} while starting; "
+                        f"see {self.log_file}"
+                    )
                 time.sleep(0.5)
         except KeyboardInterrupt:
             self.stop()
             raise
         self.stop()
-        raise PrivharError(f"{self.name} did not answer at {self.health_url} within {timeout:.0f} s; see {self.log_file}")
+        raise PrivharError(
+            f"{self.name} did not answer at {self.health_url} within {timeout:.0f} s; see {self.log_file}"
+        )
 
     def stop(self, grace: float = 15.0) -> bool:
         """End the server's whole process group (TERM, then KILL after ``grace`` s); False if none ran."""
         return stop_process_group(self.pid_file, grace)
 
 
-def stop_process_group(pid_file: Path, grace: float = 15.0, first_signal: int = signal.SIGTERM) -> bool:
+def stop_process_group(
+    pid_file: Path, grace: float = 15.0, first_signal: int = signal.SIGTERM
+) -> bool:
     """Signal the process group whose leader's pid is in ``pid_file``; wait for it to end."""
     try:
         pid = int(pid_file.read_text().strip())

@@ -39,7 +39,9 @@ def fresh_copy(project: Path, folder: Path, profile: str) -> Path:
     for name in COPIED:
         source = project / name
         if not source.exists():
-            raise PrivharError(f"{source}: missing (run privhar bench stages from the project folder)")
+            raise PrivharError(
+                f"{source}: missing (run privhar bench stages from the project folder)"
+            )
         if source.is_dir():
             shutil.copytree(source, folder / name, ignore=shutil.ignore_patterns("__pycache__"))
         else:
@@ -47,8 +49,21 @@ def fresh_copy(project: Path, folder: Path, profile: str) -> Path:
     (folder / ".gitignore").write_text(".privhar/\nmlflow.db\nmlartifacts/\n")
     apply_profile(folder, profile)
     env = tool_environment()
-    for command in (["git", "init", "-q"], ["dvc", "init", "-q"], ["git", "add", "-A"],
-                    ["git", "-c", "user.email=bench@privhar.invalid", "-c", "user.name=privhar bench", "commit", "-qm", "bench"]):
+    for command in (
+        ["git", "init", "-q"],
+        ["dvc", "init", "-q"],
+        ["git", "add", "-A"],
+        [
+            "git",
+            "-c",
+            "user.email=bench@privhar.invalid",
+            "-c",
+            "user.name=privhar bench",
+            "commit",
+            "-qm",
+            "bench",
+        ],
+    ):
         subprocess.run(command, cwd=folder, env=env, check=True, capture_output=True)
     return folder
 
@@ -57,12 +72,22 @@ def timed_run(copy: Path, cold: bool) -> dict[str, Any]:
     """``privhar run`` (``--cold``) in ``copy``, DVC's stage lines as progress; the rows it logged (stage_times.json)."""
     import mlflow
 
-    env = tool_environment() | {"MLFLOW_TRACKING_URI": f"sqlite:///{copy / 'mlflow.db'}", "PRIVHAR_EXPERIMENT": "bench"}
+    env = tool_environment() | {
+        "MLFLOW_TRACKING_URI": f"sqlite:///{copy / 'mlflow.db'}",
+        "PRIVHAR_EXPERIMENT": "bench",
+    }
     env.pop("PRIVHAR_PARENT_RUN_ID", None)
     log = copy / "run.log"
     with log.open("w") as output:
-        process = subprocess.Popen([str(Path(sys.executable).parent / "privhar"), "run", *(["--cold"] if cold else [])],
-                                   cwd=copy, env=env, stdout=subprocess.PIPE, stderr=output, text=True, bufsize=1)
+        process = subprocess.Popen(
+            [str(Path(sys.executable).parent / "privhar"), "run", *(["--cold"] if cold else [])],
+            cwd=copy,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=output,
+            text=True,
+            bufsize=1,
+        )
         assert process.stdout is not None
         for line in process.stdout:
             output.write(line)
@@ -70,10 +95,16 @@ def timed_run(copy: Path, cold: bool) -> dict[str, Any]:
                 LOG.info("bench stages (%s): %s", "cold" if cold else "warm", line.strip())
     if process.wait() != 0:
         tail = log.read_text().strip().splitlines()[-5:]
-        raise PrivharError(f"privhar run{' --cold' if cold else ''} failed in {copy}: {' / '.join(tail)}")
+        raise PrivharError(
+            f"privhar run{' --cold' if cold else ''} failed in {copy}: {' / '.join(tail)}"
+        )
     mlflow.set_tracking_uri(env["MLFLOW_TRACKING_URI"])
-    parent = mlflow.search_runs(experiment_names=["bench"], filter_string="tags.`privhar.pipeline` = 'true'",
-                                output_format="list", max_results=1)[0]
+    parent = mlflow.search_runs(
+        experiment_names=["bench"],
+        filter_string="tags.`privhar.pipeline` = 'true'",
+        output_format="list",
+        max_results=1,
+    )[0]
     return mlflow.artifacts.load_dict(f"{parent.info.artifact_uri}/stage_times.json")
 
 
@@ -86,30 +117,67 @@ def compare(cold: dict[str, Any], warm: dict[str, Any]) -> list[dict[str, Any]]:
     (7.0, 0.5)
     """
     before = {row["stage"]: row for row in cold["stages"]}
-    rows = [{"stage": row["stage"], "work_cold_s": before.get(row["stage"], {}).get("work_s"), "work_warm_s": row["work_s"],
-             "wall_cold_s": before.get(row["stage"], {}).get("wall_s"), "wall_warm_s": row["wall_s"],
-             "fixed_cold_s": before.get(row["stage"], {}).get("fixed_s"), "fixed_warm_s": row["fixed_s"]}
-            for row in warm["stages"]]
-    return sorted(rows, key=lambda row: -(row["fixed_warm_s"] if row["fixed_warm_s"] is not None else row["wall_warm_s"]))
+    rows = [
+        {
+            "stage": row["stage"],
+            "work_cold_s": before.get(row["stage"], {}).get("work_s"),
+            "work_warm_s": row["work_s"],
+            "wall_cold_s": before.get(row["stage"], {}).get("wall_s"),
+            "wall_warm_s": row["wall_s"],
+            "fixed_cold_s": before.get(row["stage"], {}).get("fixed_s"),
+            "fixed_warm_s": row["fixed_s"],
+        }
+        for row in warm["stages"]
+    ]
+    return sorted(
+        rows,
+        key=lambda row: (
+            -(row["fixed_warm_s"] if row["fixed_warm_s"] is not None else row["wall_warm_s"])
+        ),
+    )
 
 
-def markdown(rows: list[dict[str, Any]], cold: dict[str, Any], warm: dict[str, Any], profile: str) -> str:
+def markdown(
+    rows: list[dict[str, Any]], cold: dict[str, Any], warm: dict[str, Any], profile: str
+) -> str:
     def cell(value: float | None) -> str:
         return "—" if value is None else f"{value:.2f}"
 
-    table = markdown_of(["stage", "work, cold (s)", "work, warm (s)", "fixed cost, cold (s)", "fixed cost, warm (s)"],
-                        [[row["stage"], cell(row["work_cold_s"]), cell(row["work_warm_s"]), cell(row["fixed_cold_s"]),
-                          cell(row["fixed_warm_s"])] for row in rows])
+    table = markdown_of(
+        [
+            "stage",
+            "work, cold (s)",
+            "work, warm (s)",
+            "fixed cost, cold (s)",
+            "fixed cost, warm (s)",
+        ],
+        [
+            [
+                row["stage"],
+                cell(row["work_cold_s"]),
+                cell(row["work_warm_s"]),
+                cell(row["fixed_cold_s"]),
+                cell(row["fixed_warm_s"]),
+            ]
+            for row in rows
+        ],
+    )
     fixed_warm = [row["fixed_warm_s"] for row in rows if row["fixed_warm_s"] is not None]
     fixed_cold = [row["fixed_cold_s"] for row in rows if row["fixed_cold_s"] is not None]
-    over = [row["stage"] for row in rows if row["fixed_warm_s"] is not None and row["fixed_warm_s"] > TARGET_S]
-    return (f"# Fixed cost per stage: cold interpreter against a fork of the warm stage server\n\n"
-            f"Profile `{profile}`, {len(rows)} stages, {os.cpu_count()} CPUs, {time.strftime('%Y-%m-%d')}. "
-            f"`privhar run --cold`: {cold['run_s']:.0f} s; `privhar run`: {warm['run_s']:.0f} s. "
-            f"Fixed cost per stage, median (max): cold {statistics.median(fixed_cold):.2f} s ({max(fixed_cold):.2f}), "
-            f"warm {statistics.median(fixed_warm):.2f} s ({max(fixed_warm):.2f}); "
-            f"warm stages above {TARGET_S:g} s: {', '.join(over) or 'none'}. "
-            f"scan and budget log no MLflow run (—): their wall time is all there is.\n\n{table}\n")
+    over = [
+        row["stage"]
+        for row in rows
+        if row["fixed_warm_s"] is not None and row["fixed_warm_s"] > TARGET_S
+    ]
+    return (
+        f"# Fixed cost per stage: cold interpreter against a fork of the warm stage server\n\n"
+        f"Profile `{profile}`, {len(rows)} stages, {os.cpu_count()} CPUs, {time.strftime('%Y-%m-%d')}. "
+        f"`privhar run --cold`: {cold['run_s']:.0f} s; `privhar run`: {warm['run_s']:.0f} s. "
+        f"Fixed cost per stage, median (max): cold {statistics.median(fixed_cold):.2f} s ({max(fixed_cold):.2f}), "
+        f"warm {statistics.median(fixed_warm):.2f} s ({max(fixed_warm):.2f}); "
+        f"warm stages above {TARGET_S:g} s: {', '.join(over) or 'none'}. "
+        f"scan and budget log no MLflow run (—): their wall time is all there is.\n\n{table}\n"
+    )
 
 
 def bench_stages(project: Path, profile: str, out: Path) -> dict[str, Any]:
@@ -117,11 +185,26 @@ def bench_stages(project: Path, profile: str, out: Path) -> dict[str, Any]:
     runs = {}
     for mode in ("cold", "warm"):
         with tempfile.TemporaryDirectory(prefix=f"privhar-bench-{mode}-") as folder:
-            LOG.info("bench stages: a fresh copy under profile %s, privhar run%s", profile, " --cold" if mode == "cold" else "")
-            runs[mode] = timed_run(fresh_copy(Path(project).resolve(), Path(folder), profile), cold=mode == "cold")
+            LOG.info(
+                "bench stages: a fresh copy under profile %s, privhar run%s",
+                profile,
+                " --cold" if mode == "cold" else "",
+            )
+            runs[mode] = timed_run(
+                fresh_copy(Path(project).resolve(), Path(folder), profile), cold=mode == "cold"
+            )
     rows = compare(runs["cold"], runs["warm"])
-    result = {"profile": profile, "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d"), "target_s": TARGET_S,
-              "run_cold_s": runs["cold"]["run_s"], "run_warm_s": runs["warm"]["run_s"], "stages": rows}
+    result = {
+        "profile": profile,
+        "cpus": os.cpu_count(),
+        "date": time.strftime("%Y-%m-%d"),
+        "target_s": TARGET_S,
+        "run_cold_s": runs["cold"]["run_s"],
+        "run_warm_s": runs["warm"]["run_s"],
+        "stages": rows,
+    }
     atomic_write_bytes(out, (json.dumps(result, indent=2) + "\n").encode())
-    atomic_write_bytes(out.with_suffix(".md"), markdown(rows, runs["cold"], runs["warm"], profile).encode())
+    atomic_write_bytes(
+        out.with_suffix(".md"), markdown(rows, runs["cold"], runs["warm"], profile).encode()
+    )
     return result

@@ -16,11 +16,19 @@ from flows.entry import log_stages_to_stderr
 from tasks.core.params import ANONYMIZE_METHODS
 from tasks.core.private_catalogue import PRIVATE_METHODS
 
-PARAMS = click.option("--params", "params_path", type=click.Path(path_type=Path), default=Path("params.yaml"),
-                      show_default=True, help="The params file.")
+PARAMS = click.option(
+    "--params",
+    "params_path",
+    type=click.Path(path_type=Path),
+    default=Path("params.yaml"),
+    show_default=True,
+    help="The params file.",
+)
 
 
-def _writable(context: click.Context, parameter: click.Parameter, value: Path | None) -> Path | None:
+def _writable(
+    context: click.Context, parameter: click.Parameter, value: Path | None
+) -> Path | None:
     """An output folder or file is checked before the stage does any work (read-only, /proc, below a file)."""
     from tasks.core.storage import check_writable
 
@@ -30,8 +38,14 @@ def _writable(context: click.Context, parameter: click.Parameter, value: Path | 
 
 
 def _dir(name: str, help_text: str, exists: bool = False) -> click.Option:
-    return click.option(name, required=True, type=click.Path(path_type=Path, file_okay=False, exists=exists), help=help_text,
-                        callback=None if exists else _writable)
+    return click.option(
+        name,
+        required=True,
+        type=click.Path(path_type=Path, file_okay=False, exists=exists),
+        help=help_text,
+        callback=None if exists else _writable,
+    )
+
 
 @click.group("stage")
 def stage() -> None:
@@ -41,8 +55,13 @@ def stage() -> None:
 
 @stage.command("scan")
 @PARAMS
-@click.option("--out", required=True, type=click.Path(path_type=Path, dir_okay=False), callback=_writable,
-              help="Where to write the listing (CSV).")
+@click.option(
+    "--out",
+    required=True,
+    type=click.Path(path_type=Path, dir_okay=False),
+    callback=_writable,
+    help="Where to write the listing (CSV).",
+)
 def scan_command(params_path: Path, out: Path) -> None:
     """List the files of the real dataset (path, size, time): what the index stage depends on."""
     from tasks.scan import scan
@@ -53,9 +72,18 @@ def scan_command(params_path: Path, out: Path) -> None:
 @stage.command("synthesize")
 @PARAMS
 @_dir("--out", "Where to write the source videos and their manifest.")
-@click.option("--report", type=click.Path(path_type=Path, file_okay=False), default=None, callback=_writable,
-              help="Where to write preview.png.")
-@click.option("--public", is_flag=True, help="Render the public pretraining set (params section public) instead.")
+@click.option(
+    "--report",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    callback=_writable,
+    help="Where to write preview.png.",
+)
+@click.option(
+    "--public",
+    is_flag=True,
+    help="Render the public pretraining set (params section public) instead.",
+)
 def synthesize_command(params_path: Path, out: Path, report: Path | None, public: bool) -> None:
     """Render the embedded dataset, or index the real one data.source names."""
     from tasks.synthesize import synthesize
@@ -68,7 +96,12 @@ def synthesize_command(params_path: Path, out: Path, report: Path | None, public
 @PARAMS
 @_dir("--source", "Folder of the source manifest (the synthesize stage's output).", exists=True)
 @_dir("--out", "Where to write the decoded clips and their manifest.")
-@click.option("--run-name", default="decode", show_default=True, help="The stage's MLflow run name (decode-public for the public set).")
+@click.option(
+    "--run-name",
+    default="decode",
+    show_default=True,
+    help="The stage's MLflow run name (decode-public for the public set).",
+)
 def decode_command(params_path: Path, source: Path, out: Path, run_name: str) -> None:
     """Decode, resample, resize and store clips losslessly."""
     from tasks.decode import decode
@@ -76,15 +109,29 @@ def decode_command(params_path: Path, source: Path, out: Path, run_name: str) ->
     decode(params_path=params_path, source=source, out=out, run_name=run_name)
 
 
-COPIES = click.option("--copies", "copies", multiple=True, required=True,
-                      type=click.Path(path_type=Path, file_okay=False, exists=True),
-                      help="A folder of protected copies (data/anonymize, data/dprp); repeatable.")
-SPEED = click.option("--speed", type=click.Path(path_type=Path, dir_okay=False), default=None, callback=_writable,
-                     help="Where to write the measured frames/s (JSON; assess reads it for f_speed).")
+COPIES = click.option(
+    "--copies",
+    "copies",
+    multiple=True,
+    required=True,
+    type=click.Path(path_type=Path, file_okay=False, exists=True),
+    help="A folder of protected copies (data/anonymize, data/dprp); repeatable.",
+)
+SPEED = click.option(
+    "--speed",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    callback=_writable,
+    help="Where to write the measured frames/s (JSON; assess reads it for f_speed).",
+)
 
 
-BUDGET = click.option("--budget", type=click.Path(path_type=Path, dir_okay=False, exists=True), default=None,
-                      help="This stage's budget plan (the budget stage's data/budget/<stage>.json); default: planned here.")
+BUDGET = click.option(
+    "--budget",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    default=None,
+    help="This stage's budget plan (the budget stage's data/budget/<stage>.json); default: planned here.",
+)
 
 
 @stage.command("budget")
@@ -103,25 +150,49 @@ def budget_command(params_path: Path, frames: Path, out: Path) -> None:
 @_dir("--frames", "Folder of the decoded clips.", exists=True)
 @click.option("--epsilon", type=float, required=True, help="Total ε (one of dprp.epsilons).")
 @_dir("--out", "Where to write the protected clips, their manifest and the privacy ledger.")
-@click.option("--report", type=click.Path(path_type=Path, file_okay=False), default=None, callback=_writable,
-              help="Where to write eps<ε>.png (raw and protected test frames).")
+@click.option(
+    "--report",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    callback=_writable,
+    help="Where to write eps<ε>.png (raw and protected test frames).",
+)
 @SPEED
 @BUDGET
-def dprp_stage_command(params_path: Path, frames: Path, epsilon: float, out: Path, report: Path | None,
-                       speed: Path | None, budget: Path | None) -> None:
+def dprp_stage_command(
+    params_path: Path,
+    frames: Path,
+    epsilon: float,
+    out: Path,
+    report: Path | None,
+    speed: Path | None,
+    budget: Path | None,
+) -> None:
     """Video-DPRP on every decoded clip (both splits) at one ε."""
     from tasks.dprp.stage import dprp
 
-    dprp(params_path=params_path, frames=frames, epsilon=epsilon, out=out, report=report, speed_path=speed, budget=budget)
+    dprp(
+        params_path=params_path,
+        frames=frames,
+        epsilon=epsilon,
+        out=out,
+        report=report,
+        speed_path=speed,
+        budget=budget,
+    )
 
 
 @stage.command("anonymize")
 @PARAMS
 @_dir("--frames", "Folder of the decoded clips (with their ground-truth annotations).", exists=True)
-@click.option("--method", required=True, help=f"One of anonymize.methods: {', '.join(ANONYMIZE_METHODS)}.")
+@click.option(
+    "--method", required=True, help=f"One of anonymize.methods: {', '.join(ANONYMIZE_METHODS)}."
+)
 @_dir("--out", "Where to write the protected clips, public masks and manifest.")
 @SPEED
-def anonymize_stage_command(params_path: Path, frames: Path, method: str, out: Path, speed: Path | None) -> None:
+def anonymize_stage_command(
+    params_path: Path, frames: Path, method: str, out: Path, speed: Path | None
+) -> None:
     """Obfuscate every decoded clip with one method (paper 000 §4.2 baselines)."""
     from tasks.anonymize.stage import anonymize
 
@@ -137,156 +208,333 @@ def preview_command(params_path: Path, frames: Path, copies: tuple[Path, ...], o
     """The same test frames under every protection, as one PNG grid."""
     from tasks.preview import preview
 
-    click.echo(f"preview: {preview(params_path=params_path, frames=frames, copies=list(copies), out=out)}", err=True)
+    click.echo(
+        f"preview: {preview(params_path=params_path, frames=frames, copies=list(copies), out=out)}",
+        err=True,
+    )
 
 
 @stage.command("train")
 @PARAMS
 @_dir("--frames", "Folder of the clips to learn from: decoded (raw) or protected.", exists=True)
-@_dir("--out", "Where to write the trained model; its folder name is the model's key (data/train/<key>).")
-@_dir("--report", "Where to write the training metrics and history (<key>.json, <key>_history.csv).")
-@click.option("--family", default=None, help="Registered model privhar-<family> [default: train.method].")
+@_dir(
+    "--out",
+    "Where to write the trained model; its folder name is the model's key (data/train/<key>).",
+)
+@_dir(
+    "--report", "Where to write the training metrics and history (<key>.json, <key>_history.csv)."
+)
+@click.option(
+    "--family", default=None, help="Registered model privhar-<family> [default: train.method]."
+)
 @click.option("--epochs", type=int, default=None, help="Override train.epochs.")
-@click.option("--init", type=click.Path(path_type=Path, file_okay=False, exists=True), default=None,
-              help="Folder of a model to fine-tune (the pretrain stage's data/pretrain/public) [default: from scratch].")
-@click.option("--seeds", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Training seeds (the pipeline passes report.seeds): seed i >= 1 is saved in <out>/seed<i>.")
-def train_command(params_path: Path, frames: Path, out: Path, report: Path, family: str | None, epochs: int | None,
-                  init: Path | None, seeds: int) -> None:
+@click.option(
+    "--init",
+    type=click.Path(path_type=Path, file_okay=False, exists=True),
+    default=None,
+    help="Folder of a model to fine-tune (the pretrain stage's data/pretrain/public) [default: from scratch].",
+)
+@click.option(
+    "--seeds",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Training seeds (the pipeline passes report.seeds): seed i >= 1 is saved in <out>/seed<i>.",
+)
+def train_command(
+    params_path: Path,
+    frames: Path,
+    out: Path,
+    report: Path,
+    family: str | None,
+    epochs: int | None,
+    init: Path | None,
+    seeds: int,
+) -> None:
     """Train the video classifier with the method train.method names."""
     from tasks.train import train
 
-    final = train(params_path=params_path, frames=frames, out=out, report=report, family=family, epochs=epochs, init=init,
-                  seeds=seeds)
-    click.echo(f"train: final loss {final['loss']:.4f}, train accuracy {final['train_accuracy']:.4f}", err=True)
+    final = train(
+        params_path=params_path,
+        frames=frames,
+        out=out,
+        report=report,
+        family=family,
+        epochs=epochs,
+        init=init,
+        seeds=seeds,
+    )
+    click.echo(
+        f"train: final loss {final['loss']:.4f}, train accuracy {final['train_accuracy']:.4f}",
+        err=True,
+    )
 
 
-@stage.command("private")
+@stage.command("train-private")
 @PARAMS
-@click.option("--method", required=True, type=click.Choice(PRIVATE_METHODS), help="One of private.methods.")
+@click.option(
+    "--method", required=True, type=click.Choice(PRIVATE_METHODS), help="One of private.methods."
+)
 @_dir("--frames", "Folder of the decoded (raw) clips.", exists=True)
-@click.option("--avatar", type=click.Path(path_type=Path, file_okay=False, exists=True), default=None,
-              help="The avatar copy (anonymize@avatar): maskdp learns from it, both MaskDP methods use its public masks.")
-@_dir("--init", "Folder of the public model to fine-tune (the pretrain stage's output).", exists=True)
+@click.option(
+    "--avatar",
+    type=click.Path(path_type=Path, file_okay=False, exists=True),
+    default=None,
+    help="The avatar copy (anonymize@avatar): maskdp learns from it, both MaskDP methods use its public masks.",
+)
+@_dir(
+    "--init", "Folder of the public model to fine-tune (the pretrain stage's output).", exists=True
+)
 @_dir("--out", "Where to write one <method>-eps<ε>/model.pt per ε.")
 @_dir("--report", "Where to write <method>.csv (ε, δ, σ, q, steps, C, accountant per model).")
-@click.option("--nproc", type=click.IntRange(min=1), default=None,
-              help="Processes per dp_sgd model (Opacus DPDDP), instead of private.nproc.")
+@click.option(
+    "--nproc",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Processes per dp_sgd model (Opacus DPDDP), instead of private.nproc.",
+)
 @BUDGET
-def private_command(params_path: Path, method: str, frames: Path, avatar: Path | None, init: Path, out: Path,
-                    report: Path, nproc: int | None, budget: Path | None) -> None:
+def private_command(
+    params_path: Path,
+    method: str,
+    frames: Path,
+    avatar: Path | None,
+    init: Path,
+    out: Path,
+    report: Path,
+    nproc: int | None,
+    budget: Path | None,
+) -> None:
     """Fine-tune the public model privately at every ε of private.epsilons (and ∞)."""
     from tasks.private.stage import train_private
 
-    rows = train_private(params_path=params_path, method=method, frames=frames, init=init, out=out, report=report,
-                         avatar=avatar, nproc=nproc, budget=budget)
+    rows = train_private(
+        params_path=params_path,
+        method=method,
+        frames=frames,
+        init=init,
+        out=out,
+        report=report,
+        avatar=avatar,
+        nproc=nproc,
+        budget=budget,
+    )
     click.echo(f"train-private: {method}: {len(rows)} models in {out}", err=True)
 
 
-@stage.command("federated")
+@stage.command("train-federated")
 @PARAMS
 @_dir("--frames", "Folder of the decoded (raw) clips.", exists=True)
-@_dir("--init", "Folder of the public model to fine-tune (the pretrain stage's output).", exists=True)
+@_dir(
+    "--init", "Folder of the public model to fine-tune (the pretrain stage's output).", exists=True
+)
 @_dir("--out", "Where to write one <aggregation>-<tuning>/model.pt per run.")
-@_dir("--report", "Where to write federated.md / .csv, rounds.csv, accuracy_by_round.png and metrics.json.")
+@_dir(
+    "--report",
+    "Where to write federated.md / .csv, rounds.csv, accuracy_by_round.png and metrics.json.",
+)
 @BUDGET
-def federated_command(params_path: Path, frames: Path, init: Path, out: Path, report: Path, budget: Path | None) -> None:
+def federated_command(
+    params_path: Path, frames: Path, init: Path, out: Path, report: Path, budget: Path | None
+) -> None:
     """Federated DP training (paper 003): every federated.aggregations × federated.tunings at federated.epsilon."""
     from tasks.federated.stage import train_federated
 
-    rows = train_federated(params_path=params_path, frames=frames, init=init, out=out, report=report, budget=budget)
-    click.echo(f"train-federated: {len(rows)} models in {out}; table in {report / 'federated.md'}", err=True)
+    rows = train_federated(
+        params_path=params_path, frames=frames, init=init, out=out, report=report, budget=budget
+    )
+    click.echo(
+        f"train-federated: {len(rows)} models in {out}; table in {report / 'federated.md'}",
+        err=True,
+    )
 
 
 @stage.command("private-table")
 @PARAMS
-@click.option("--metrics", type=click.Path(path_type=Path, dir_okay=False, exists=True), required=True,
-              help="The evaluate stage's metrics.json.")
+@click.option(
+    "--metrics",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    required=True,
+    help="The evaluate stage's metrics.json.",
+)
 @_dir("--ledgers", "Folder of the train-private stages' <method>.csv.", exists=True)
-@_dir("--train-reports", "Folder of the train stages' <key>.json (baseline, dprp-eps<ε>: their privacy claims).",
-      exists=True)
+@_dir(
+    "--train-reports",
+    "Folder of the train stages' <key>.json (baseline, dprp-eps<ε>: their privacy claims).",
+    exists=True,
+)
 @_dir("--out", "Where to write private.md, private.csv and accuracy_vs_epsilon.png.")
-def private_table_command(params_path: Path, metrics: Path, ledgers: Path, train_reports: Path, out: Path) -> None:
+def private_table_command(
+    params_path: Path, metrics: Path, ledgers: Path, train_reports: Path, out: Path
+) -> None:
     """Top-1 of every private method at every ε: paper 000 / 001 Table 2 as Markdown + CSV, and a plot."""
     from tasks.private.table import private_table
 
-    records = private_table(params_path=params_path, metrics=metrics, ledgers=ledgers, train_reports=train_reports, out=out)
+    records = private_table(
+        params_path=params_path,
+        metrics=metrics,
+        ledgers=ledgers,
+        train_reports=train_reports,
+        out=out,
+    )
     click.echo(f"private-table: {len(records)} models in {out / 'private.md'}", err=True)
 
 
 @stage.command("assess")
 @PARAMS
-@_dir("--frames", "Folder of the decoded (raw) clips with their annotations: the ground truth.", exists=True)
+@_dir(
+    "--frames",
+    "Folder of the decoded (raw) clips with their annotations: the ground truth.",
+    exists=True,
+)
 @COPIES
 @_dir("--speeds", "Folder of the protecting stages' <copy>.json (measured frames/s).", exists=True)
 @_dir("--out", "Where to write signature.json and signature.csv.")
-def assess_command(params_path: Path, frames: Path, copies: tuple[Path, ...], speeds: Path, out: Path) -> None:
+def assess_command(
+    params_path: Path, frames: Path, copies: tuple[Path, ...], speeds: Path, out: Path
+) -> None:
     """Privacy attributes (cMAP, F1) and paper 004's evaluator functions for the raw data and every protected copy."""
     from tasks.assess.stage import assess
 
-    results = assess(params_path=params_path, frames=frames, copies=list(copies), speeds=speeds, out=out)
+    results = assess(
+        params_path=params_path, frames=frames, copies=list(copies), speeds=speeds, out=out
+    )
     click.echo(f"assess: {len(results)} copies in {out / 'signature.json'}", err=True)
 
 
 @stage.command("report")
 @PARAMS
-@click.option("--metrics", type=click.Path(path_type=Path, dir_okay=False), required=True,
-              help="The evaluate stage's metrics.json (missing: its rows say 'not run').")
-@click.option("--signature", type=click.Path(path_type=Path, dir_okay=False), required=True,
-              help="The assess stage's signature.json (missing: its rows say 'not run').")
+@click.option(
+    "--metrics",
+    type=click.Path(path_type=Path, dir_okay=False),
+    required=True,
+    help="The evaluate stage's metrics.json (missing: its rows say 'not run').",
+)
+@click.option(
+    "--signature",
+    type=click.Path(path_type=Path, dir_okay=False),
+    required=True,
+    help="The assess stage's signature.json (missing: its rows say 'not run').",
+)
 @_dir("--ledgers", "Folder of the train-private stages' <method>.csv.", exists=True)
 @_dir("--train-reports", "Folder of the train stages' <key>.json.", exists=True)
 @_dir("--dprp", "Folder of the DPRP copies (their ledger.parquet).", exists=True)
 @_dir("--anonymize", "Folder of the anonymized copies.", exists=True)
 @_dir("--frames", "Folder of the decoded clips (the data subjects of each split).", exists=True)
-@click.option("--ldp-ledger", type=click.Path(path_type=Path, dir_okay=False), default=None,
-              help="The ldp stage's ledger.csv (missing: no LDP release yet).")
-@click.option("--federated-table", type=click.Path(path_type=Path, dir_okay=False), default=None,
-              help="The train-federated stage's federated.csv (missing: no federated release yet).")
-@click.option("--predictions", type=click.Path(path_type=Path, dir_okay=False), default=None,
-              help="The evaluate stage's predictions.csv: where each row's spread over seeds comes from (missing: not run).")
+@click.option(
+    "--ldp-ledger",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="The ldp stage's ledger.csv (missing: no LDP release yet).",
+)
+@click.option(
+    "--federated-table",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="The train-federated stage's federated.csv (missing: no federated release yet).",
+)
+@click.option(
+    "--predictions",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="The evaluate stage's predictions.csv: where each row's spread over seeds comes from (missing: not run).",
+)
 @_dir("--out", "Where to write results.md and report/.")
-def report_command(params_path: Path, metrics: Path, signature: Path, ledgers: Path, train_reports: Path, dprp: Path,
-                   anonymize: Path, frames: Path, out: Path, ldp_ledger: Path | None, federated_table: Path | None,
-                   predictions: Path | None) -> None:
+def report_command(
+    params_path: Path,
+    metrics: Path,
+    signature: Path,
+    ledgers: Path,
+    train_reports: Path,
+    dprp: Path,
+    anonymize: Path,
+    frames: Path,
+    out: Path,
+    ldp_ledger: Path | None,
+    federated_table: Path | None,
+    predictions: Path | None,
+) -> None:
     """results.md: paper 000 Table 1, paper 004 signatures, plots and the privacy ledger per method and subject."""
     from tasks.report.stage import report
 
-    table = report(params_path=params_path, metrics=metrics, signature=signature, ledgers=ledgers,
-                   train_reports=train_reports, dprp=dprp, anonymize=anonymize, frames=frames, out=out, ldp_ledger=ldp_ledger,
-                   federated_table=federated_table, predictions=predictions)
+    table = report(
+        params_path=params_path,
+        metrics=metrics,
+        signature=signature,
+        ledgers=ledgers,
+        train_reports=train_reports,
+        dprp=dprp,
+        anonymize=anonymize,
+        frames=frames,
+        out=out,
+        ldp_ledger=ldp_ledger,
+        federated_table=federated_table,
+        predictions=predictions,
+    )
     click.echo(f"report: {len(table)} methods in {out / 'results.md'}", err=True)
 
 
 @stage.command("register")
 @PARAMS
-@click.option("--metrics", "metrics", multiple=True, required=True, type=click.Path(path_type=Path, dir_okay=False, exists=True),
-              help="A metrics.json of model scores (evaluate's Top-1, the report's cMAP / F1); repeat for several.")
-@click.option("--scored", type=click.Path(path_type=Path, dir_okay=False, exists=True), required=True,
-              help="evaluate's scored.json: the SHA-256 of each model file it scored.")
-@click.option("--out", required=True, type=click.Path(path_type=Path, dir_okay=False), callback=_writable,
-              help="Where to write registered.json (model key: version described).")
+@click.option(
+    "--metrics",
+    "metrics",
+    multiple=True,
+    required=True,
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    help="A metrics.json of model scores (evaluate's Top-1, the report's cMAP / F1); repeat for several.",
+)
+@click.option(
+    "--scored",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    required=True,
+    help="evaluate's scored.json: the SHA-256 of each model file it scored.",
+)
+@click.option(
+    "--out",
+    required=True,
+    type=click.Path(path_type=Path, dir_okay=False),
+    callback=_writable,
+    help="Where to write registered.json (model key: version described).",
+)
 def register_command(params_path: Path, metrics: tuple[Path, ...], scored: Path, out: Path) -> None:
     """Score the MLflow registry: each model's newest version gets its scores and provenance; champion aliases move."""
     from tasks.register import register
 
     registered = register(params_path=params_path, metrics=list(metrics), scored=scored, out=out)
-    click.echo(f"register: {sum(v['version'] is not None for v in registered.values())} versions scored in {out}", err=True)
+    click.echo(
+        f"register: {sum(v['version'] is not None for v in registered.values())} versions scored in {out}",
+        err=True,
+    )
 
 
 @stage.command("ldp")
 @PARAMS
-@_dir("--frames", "Folder of the decoded clips (with their annotations: the person's box).", exists=True)
-@_dir("--public", "Folder of the decoded public clips: the DCAConv filters are fitted on them, never on private videos.",
-      exists=True)
-@_dir("--out", "Where to write the fitted DCAConv filters and the released (perturbed) training codes.")
+@_dir(
+    "--frames",
+    "Folder of the decoded clips (with their annotations: the person's box).",
+    exists=True,
+)
+@_dir(
+    "--public",
+    "Folder of the decoded public clips: the DCAConv filters are fitted on them, never on private videos.",
+    exists=True,
+)
+@_dir(
+    "--out",
+    "Where to write the fitted DCAConv filters and the released (perturbed) training codes.",
+)
 @_dir("--report", "Where to write video.csv, metrics.json and ledger.csv.")
 @BUDGET
-def ldp_command(params_path: Path, frames: Path, public: Path, out: Path, report: Path, budget: Path | None) -> None:
+def ldp_command(
+    params_path: Path, frames: Path, public: Path, out: Path, report: Path, budget: Path | None
+) -> None:
     """Local DP for video: randomized DCAConv codes of each clip's person-centred motion image, learners per ε."""
     from tasks.ldp.video import ldp_video
 
-    rows = ldp_video(params_path=params_path, frames=frames, public=public, out=out, report=report, budget=budget)
+    rows = ldp_video(
+        params_path=params_path, frames=frames, public=public, out=out, report=report, budget=budget
+    )
     click.echo(f"ldp: {len(rows)} results in {report / 'video.csv'}", err=True)
 
 
@@ -304,8 +552,14 @@ def ldp_digits_command(params_path: Path, out: Path) -> None:
 @stage.command("evaluate")
 @PARAMS
 @_dir("--frames", "Folder of the decoded clips.", exists=True)
-@click.option("--models", "models", multiple=True, required=True, type=click.Path(path_type=Path, file_okay=False, exists=True),
-              help="A folder of trained models (<key>/model.pt at any depth); repeat for several.")
+@click.option(
+    "--models",
+    "models",
+    multiple=True,
+    required=True,
+    type=click.Path(path_type=Path, file_okay=False, exists=True),
+    help="A folder of trained models (<key>/model.pt at any depth); repeat for several.",
+)
 @_dir("--out", "Where to write metrics, predictions and plots.")
 def evaluate_command(params_path: Path, frames: Path, models: tuple[Path, ...], out: Path) -> None:
     """Top-1 / Top-5 and a confusion matrix for every trained model."""

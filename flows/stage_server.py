@@ -48,8 +48,17 @@ from tasks.core.tracking import FORKED_ENV
 
 LOG = logging.getLogger("privhar.stage_server")
 # Read once, when a library loads: a stage asking for other values must start its own interpreter.
-STARTUP_SETTINGS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "PYTHONHASHSEED", "PYTHONPATH",
-                    "PYTHONWARNINGS", "LD_PRELOAD", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES")
+STARTUP_SETTINGS = (
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "PYTHONHASHSEED",
+    "PYTHONPATH",
+    "PYTHONWARNINGS",
+    "LD_PRELOAD",
+    "LD_LIBRARY_PATH",
+    "CUDA_VISIBLE_DEVICES",
+)
 PR_SET_PDEATHSIG = 1
 START_TIMEOUT_S = 30.0
 
@@ -64,15 +73,27 @@ def stage_imports() -> set[tuple[str, str]]:
     import flows.stage_commands
 
     def is_stage_command(decorator: ast.expr) -> bool:
-        return (isinstance(decorator, ast.Call) and isinstance(decorator.func, ast.Attribute)
-                and decorator.func.attr == "command" and isinstance(decorator.func.value, ast.Name)
-                and decorator.func.value.id == "stage")
+        return (
+            isinstance(decorator, ast.Call)
+            and isinstance(decorator.func, ast.Attribute)
+            and decorator.func.attr == "command"
+            and isinstance(decorator.func.value, ast.Name)
+            and decorator.func.value.id == "stage"
+        )
 
     tree = ast.parse(Path(flows.stage_commands.__file__).read_text())
-    commands = [node for node in ast.walk(tree)
-                if isinstance(node, ast.FunctionDef) and any(map(is_stage_command, node.decorator_list))]
-    return {(node.module, alias.name) for command in commands for node in ast.walk(command)
-            if isinstance(node, ast.ImportFrom) and node.module for alias in node.names}
+    commands = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef) and any(map(is_stage_command, node.decorator_list))
+    ]
+    return {
+        (node.module, alias.name)
+        for command in commands
+        for node in ast.walk(command)
+        if isinstance(node, ast.ImportFrom) and node.module
+        for alias in node.names
+    }
 
 
 def stage_modules() -> list[str]:
@@ -95,14 +116,22 @@ def warm() -> None:
     for module in stage_modules():
         try:
             importlib.import_module(module)
-        except Exception as error:  # an optional extra not installed: that stage imports it itself, cold
+        except (
+            Exception
+        ) as error:  # an optional extra not installed: that stage imports it itself, cold
             LOG.info("stage server: %s not preloaded (%s)", module, error)
-    os.environ["MLFLOW_SQLALCHEMYSTORE_POOLCLASS"] = "NullPool"  # no SQLite connection may cross a fork
+    os.environ["MLFLOW_SQLALCHEMYSTORE_POOLCLASS"] = (
+        "NullPool"  # no SQLite connection may cross a fork
+    )
     try:
         tracking.configure()
-    except Exception as error:  # the stage will say what is wrong with the store, with its own message
+    except (
+        Exception
+    ) as error:  # the stage will say what is wrong with the store, with its own message
         LOG.info("stage server: MLflow store not opened (%s)", error)
-    LOG.info("stage server: warm in %.1f s (%d threads)", time.perf_counter() - started, thread_count())
+    LOG.info(
+        "stage server: warm in %.1f s (%d threads)", time.perf_counter() - started, thread_count()
+    )
 
 
 def thread_count() -> int:
@@ -166,7 +195,11 @@ class StageServer:
             return "stdin, stdout and stderr were not passed"
         if request.get("executable") != sys.executable:
             return f"another interpreter ({request.get('executable')})"
-        changed = [name for name in STARTUP_SETTINGS if request.get("env", {}).get(name) != self.settings[name]]
+        changed = [
+            name
+            for name in STARTUP_SETTINGS
+            if request.get("env", {}).get(name) != self.settings[name]
+        ]
         if changed:
             return f"{', '.join(changed)} differ from the server's"
         if thread_count() > self.threads:
@@ -286,17 +319,24 @@ def stage_server(export: bool = False) -> Iterator[dict[str, str]]:
     it did not start: the stages then run cold, as before), set in ``os.environ`` for the block if ``export``."""
     folder = tempfile.mkdtemp(prefix="privhar-stages-")
     address = os.path.join(folder, "stage.sock")
-    process = subprocess.Popen([sys.executable, "-m", "flows.stage_server", address], stdin=subprocess.DEVNULL,
-                               start_new_session=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "flows.stage_server", address],
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
-        while not os.path.exists(address) and process.poll() is None and time.monotonic() < deadline:
+        while (
+            not os.path.exists(address) and process.poll() is None and time.monotonic() < deadline
+        ):
             time.sleep(0.02)
         if os.path.exists(address):
             with exported(SERVER_ENV, address) if export else contextlib.nullcontext():
                 yield {SERVER_ENV: address}
         else:
-            LOG.warning("privhar: the stage server did not start; every stage starts its own interpreter")
+            LOG.warning(
+                "privhar: the stage server did not start; every stage starts its own interpreter"
+            )
             yield {}
     finally:
         process.terminate()
@@ -310,7 +350,9 @@ def stage_server(export: bool = False) -> Iterator[dict[str, str]]:
 
 def main(address: str) -> None:
     """``python -m flows.stage_server ADDRESS``: bind first (clients queue while it warms), warm, serve."""
-    handler = logging.StreamHandler(sys.stderr)  # this logger only: the stages' own logging stays as a fresh process has it
+    handler = logging.StreamHandler(
+        sys.stderr
+    )  # this logger only: the stages' own logging stays as a fresh process has it
     handler.setFormatter(logging.Formatter("%(message)s"))
     LOG.addHandler(handler)
     LOG.setLevel(logging.INFO)

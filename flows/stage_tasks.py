@@ -32,8 +32,9 @@ from prefect.states import Completed, State
 from flows.dag import DagStage
 from flows.pipeline import dvc_command, error_line, tool_environment
 from tasks.core.errors import PrivharError
-from tasks.core.params import OrchestrateParams
 from tasks.core.parallel import installed_mapper, worker_count
+from tasks.core.params import OrchestrateParams
+
 
 class StageFailed(Exception):
     """A stage exited with an error; the message is the stage's own one line."""
@@ -41,8 +42,13 @@ class StageFailed(Exception):
 
 def stage_is_up_to_date(name: str) -> bool:
     """Ask DVC (``dvc status --json NAME``): no changed dependency, param, command or output."""
-    shown = subprocess.run(dvc_command("status", "--json", name), env=tool_environment(), capture_output=True,
-                           text=True, check=False)
+    shown = subprocess.run(
+        dvc_command("status", "--json", name),
+        env=tool_environment(),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if shown.returncode != 0:
         raise StageFailed(f"dvc status {name} failed: {error_line(shown.stderr)}")
     return not json.loads(shown.stdout or "{}")
@@ -51,8 +57,14 @@ def stage_is_up_to_date(name: str) -> bool:
 def run_through_dvc(name: str, force: bool, logger: logging.LoggerAdapter) -> None:
     """``dvc repro --single-item NAME``, its output streamed line by line into the task log."""
     command = dvc_command("repro", "--single-item", *(["--force"] if force else []), name)
-    process = subprocess.Popen(command, env=tool_environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True, bufsize=1)
+    process = subprocess.Popen(
+        command,
+        env=tool_environment(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        bufsize=1,
+    )
     assert process.stdout is not None
     lines = []
     for line in process.stdout:
@@ -65,7 +77,9 @@ def run_through_dvc(name: str, force: bool, logger: logging.LoggerAdapter) -> No
 
 
 @task(name="shard", task_run_name="{stage}[{index}]", cache_policy=NO_CACHE)
-def process_shard(function: Callable[[Any], Any], items: list[Any], stage: str, index: int) -> list[Any]:
+def process_shard(
+    function: Callable[[Any], Any], items: list[Any], stage: str, index: int
+) -> list[Any]:
     """One shard of a per-video stage: ``function`` on each item, in order.
 
     A failure names the shard's videos and the one that failed; the stage then fails as a whole
@@ -76,16 +90,23 @@ def process_shard(function: Callable[[Any], Any], items: list[Any], stage: str, 
         try:
             results.append(function(item))
         except Exception as error:  # noqa: BLE001 — re-raised as one line naming the videos
-            failed = error if isinstance(error, PrivharError) else f"{type(error).__name__}: {error}"
-            raise PrivharError(f"{stage} shard {index} (videos {video_names(items)}) failed at "
-                               f"{video_names([item])}: {failed}") from None
+            failed = (
+                error if isinstance(error, PrivharError) else f"{type(error).__name__}: {error}"
+            )
+            raise PrivharError(
+                f"{stage} shard {index} (videos {video_names(items)}) failed at "
+                f"{video_names([item])}: {failed}"
+            ) from None
     get_run_logger().info(f"{stage} shard {index}: {len(items)} videos done")
     return results
 
 
 def video_names(items: Sequence[Any]) -> str:
     """The videos of a shard, by ``video_id`` where the items are manifest rows."""
-    names = [str(item["video_id"]) if isinstance(item, dict) and "video_id" in item else repr(item)[:40] for item in items]
+    names = [
+        str(item["video_id"]) if isinstance(item, dict) and "video_id" in item else repr(item)[:40]
+        for item in items
+    ]
     return ", ".join(names) if len(names) <= 4 else f"{names[0]} .. {names[-1]} ({len(names)})"
 
 
@@ -93,7 +114,9 @@ def shard_task_runner(settings: OrchestrateParams) -> Any:
     """The task runner for shards: Prefect's thread pool, or a Dask cluster (prefect-dask)."""
     if settings.task_runner == "dask":
         if not settings.dask_address:
-            raise PrivharError("params.yaml: orchestrate.dask_address is required when orchestrate.task_runner is dask")
+            raise PrivharError(
+                "params.yaml: orchestrate.dask_address is required when orchestrate.task_runner is dask"
+            )
         from prefect_dask import DaskTaskRunner
 
         return DaskTaskRunner(address=settings.dask_address)
@@ -102,15 +125,25 @@ def shard_task_runner(settings: OrchestrateParams) -> Any:
     return ThreadPoolTaskRunner(max_workers=worker_count(settings.local_workers))
 
 
-def shard_mapper(stage: str, settings: OrchestrateParams, logger: logging.LoggerAdapter) -> Callable[..., list[Any]]:
+def shard_mapper(
+    stage: str, settings: OrchestrateParams, logger: logging.LoggerAdapter
+) -> Callable[..., list[Any]]:
     """A ``map_ordered`` replacement that sends ``shard_size`` items per task to the shard runner."""
 
     def mapper(function: Callable[[Any], Any], items: Sequence[Any], desc: str) -> list[Any]:
-        shards = [list(items[start:start + settings.shard_size]) for start in range(0, len(items), settings.shard_size)]
+        shards = [
+            list(items[start : start + settings.shard_size])
+            for start in range(0, len(items), settings.shard_size)
+        ]
         results: list[Any] = []
         with shard_task_runner(settings) as runner:
-            futures = [runner.submit(process_shard, {"function": function, "items": shard, "stage": stage, "index": k})
-                       for k, shard in enumerate(shards)]
+            futures = [
+                runner.submit(
+                    process_shard,
+                    {"function": function, "items": shard, "stage": stage, "index": k},
+                )
+                for k, shard in enumerate(shards)
+            ]
             for future in futures:
                 results.extend(future.result())
                 logger.info(f"{desc}: {len(results)}/{len(items)} videos")
@@ -123,13 +156,17 @@ def shard_mapper(stage: str, settings: OrchestrateParams, logger: logging.Logger
 _IN_PROCESS = threading.Lock()
 
 
-def run_sharded(stage: DagStage, settings: OrchestrateParams, logger: logging.LoggerAdapter) -> None:
+def run_sharded(
+    stage: DagStage, settings: OrchestrateParams, logger: logging.LoggerAdapter
+) -> None:
     """Run the stage's own ``privhar stage ...`` command here, shards on the task runner, then ``dvc commit``."""
     from flows.stage_commands import stage as stage_group
 
     words = shlex.split(stage.cmd)
     if words[:2] != ["privhar", "stage"]:
-        raise PrivharError(f"orchestrate.sharded_stages: stage {stage.name}'s command is not 'privhar stage ...': {stage.cmd}")
+        raise PrivharError(
+            f"orchestrate.sharded_stages: stage {stage.name}'s command is not 'privhar stage ...': {stage.cmd}"
+        )
     # the stage logs through logging.getLogger("tasks.…"): Prefect's PREFECT_LOGGING_EXTRA_LOGGERS=tasks
     # (flows/prefect_server.py) puts those lines in this task run's log
     logging.getLogger("tasks").setLevel(logging.INFO)
@@ -138,8 +175,13 @@ def run_sharded(stage: DagStage, settings: OrchestrateParams, logger: logging.Lo
             stage_group(words[2:], standalone_mode=False)
     except PrivharError as error:
         raise StageFailed(f"stage {stage.name} failed: {error}") from None
-    committed = subprocess.run(dvc_command("commit", "--force", stage.name), env=tool_environment(),
-                               capture_output=True, text=True, check=False)
+    committed = subprocess.run(
+        dvc_command("commit", "--force", stage.name),
+        env=tool_environment(),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if committed.returncode != 0:
         raise StageFailed(f"dvc commit {stage.name} failed: {error_line(committed.stderr)}")
 
@@ -151,8 +193,12 @@ def run_stage(stage: DagStage, force: bool, settings: OrchestrateParams) -> Stat
     if not force and stage_is_up_to_date(stage.name):
         logger.info(f"stage {stage.name} is up to date (dvc status): skipped")
         return Completed(name="Skipped", message=f"{stage.name} is up to date")
-    if stage.name.split("@")[0] in settings.sharded_stages:  # foreach stages: dprp@2.0, dprp@5.0, ...
-        logger.info(f"stage {stage.name}: shards of {settings.shard_size} videos on the {settings.task_runner} task runner")
+    if (
+        stage.name.split("@")[0] in settings.sharded_stages
+    ):  # foreach stages: dprp@2.0, dprp@5.0, ...
+        logger.info(
+            f"stage {stage.name}: shards of {settings.shard_size} videos on the {settings.task_runner} task runner"
+        )
         run_sharded(stage, settings, logger)
     else:
         run_through_dvc(stage.name, force, logger)

@@ -56,19 +56,29 @@ class StageClock:
         return {name: end - start for (name, start), end in zip(self.marks, ends)}
 
 
-def stage_rows(walls: dict[str, float], works: dict[str, float]) -> list[dict[str, float | str | None]]:
+def stage_rows(
+    walls: dict[str, float], works: dict[str, float]
+) -> list[dict[str, float | str | None]]:
     """One row per stage that ran, slowest first: wall seconds, its work (None where it logs no MLflow run) and the
     fixed cost between them.
 
     >>> stage_rows({"scan": 3.0, "train": 10.0}, {"train": 7.5})
     [{'stage': 'train', 'wall_s': 10.0, 'work_s': 7.5, 'fixed_s': 2.5}, {'stage': 'scan', 'wall_s': 3.0, 'work_s': None, 'fixed_s': None}]
     """
-    return [{"stage": name, "wall_s": seconds, "work_s": works.get(name),
-             "fixed_s": None if works.get(name) is None else seconds - works[name]}
-            for name, seconds in sorted(walls.items(), key=lambda item: -item[1])]
+    return [
+        {
+            "stage": name,
+            "wall_s": seconds,
+            "work_s": works.get(name),
+            "fixed_s": None if works.get(name) is None else seconds - works[name],
+        }
+        for name, seconds in sorted(walls.items(), key=lambda item: -item[1])
+    ]
 
 
-def summary(walls: dict[str, float], total: float, work: float, works: dict[str, float] | None = None) -> str:
+def summary(
+    walls: dict[str, float], total: float, work: float, works: dict[str, float] | None = None
+) -> str:
     """A Markdown table of :func:`stage_rows`, then the run's totals.
 
     >>> table = summary({"scan": 3.0, "train": 10.0}, 14.0, 7.5, {"train": 7.5}).splitlines()
@@ -79,10 +89,15 @@ def summary(walls: dict[str, float], total: float, work: float, works: dict[str,
     def cell(value: float | str | None) -> str:
         return "—" if value is None else value if isinstance(value, str) else f"{value:.1f}"
 
-    lines = [[cell(row[key]) for key in ("stage", "wall_s", "work_s", "fixed_s")] for row in stage_rows(walls, works or {})]
+    lines = [
+        [cell(row[key]) for key in ("stage", "wall_s", "work_s", "fixed_s")]
+        for row in stage_rows(walls, works or {})
+    ]
     spent = sum(walls.values())
-    lines += [["all stages (wall)", f"{spent:.1f}", f"{work:.1f}", f"{spent - work:.1f}"],
-              ["the run (dvc repro)", f"{total:.1f}", "", ""]]
+    lines += [
+        ["all stages (wall)", f"{spent:.1f}", f"{work:.1f}", f"{spent - work:.1f}"],
+        ["the run (dvc repro)", f"{total:.1f}", "", ""],
+    ]
     return markdown_of(["stage", "wall (s)", "work (s)", "fixed cost (s)"], lines)
 
 
@@ -92,9 +107,13 @@ def stage_works(parent_run_id: str) -> dict[str, float]:
 
     client = MlflowClient()
     experiment = client.get_run(parent_run_id).info.experiment_id
-    children = client.search_runs([experiment], f"tags.mlflow.parentRunId = '{parent_run_id}'", max_results=5000)
+    children = client.search_runs(
+        [experiment], f"tags.mlflow.parentRunId = '{parent_run_id}'", max_results=5000
+    )
     works: dict[str, float] = {}
-    for run in children:  # joined on the DVC stage that ran the run (``dprp@8.0`` logs the run ``dprp@8``)
+    for run in (
+        children
+    ):  # joined on the DVC stage that ran the run (``dprp@8.0`` logs the run ``dprp@8``)
         if "stage_seconds" in run.data.metrics:
             name = run.data.tags.get(DVC_STAGE_TAG, run.info.run_name)
             works[name] = works.get(name, 0.0) + run.data.metrics["stage_seconds"]
@@ -108,7 +127,9 @@ def log_stage_times(parent_run_id: str, walls: dict[str, float], total: float) -
 
     works = stage_works(parent_run_id)
     work = sum(works.values())
-    mlflow.log_metrics({f"wall_seconds.{name.replace('@', '.')}": seconds for name, seconds in walls.items()})
+    mlflow.log_metrics(
+        {f"wall_seconds.{name.replace('@', '.')}": seconds for name, seconds in walls.items()}
+    )
     mlflow.log_metrics({"pipeline_wall_seconds": total, "stages_work_seconds": work})
     table = summary(walls, total, work, works)
     mlflow.log_text(table + "\n", "stage_times.md")

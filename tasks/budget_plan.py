@@ -28,7 +28,13 @@ def budget_plan(*, params_path: Path, frames: Path, out: Path) -> dict[str, list
     files = plan_files(params_path, read_manifest(frames / MANIFEST_NAME))
     with atomic_directory(out) as staging:
         for stage, entries in files.items():
-            (staging / f"{stage}.json").write_text(json.dumps(entries, indent=1, sort_keys=True) + "\n")
-    LOG.info("budget: %d releases planned for %d DP stages in %s", max((len(e) for e in files.values()), default=0),
-             len(files), out)
+            (staging / f"{stage}.json").write_text(
+                json.dumps(entries, indent=1, sort_keys=True) + "\n"
+            )
+    LOG.info(
+        "budget: %d releases planned for %d DP stages in %s",
+        max((len(e) for e in files.values()), default=0),
+        len(files),
+        out,
+    )
     return files

@@ -25,35 +25,57 @@ import numpy as np
 import pyarrow as pa
 
 from tasks.core.errors import PrivharError
-from tasks.core.manifest import MANIFEST_NAME, QUARANTINE_NAME, read_manifest, resolve_path, write_manifest, write_table
-from tasks.core.params import BaseParams, DecodeParams, load_section
+from tasks.core.manifest import (
+    MANIFEST_NAME,
+    QUARANTINE_NAME,
+    read_manifest,
+    resolve_path,
+    write_manifest,
+    write_table,
+)
 from tasks.core.parallel import map_ordered, worker_count
+from tasks.core.params import BaseParams, DecodeParams, load_section
 from tasks.core.storage import atomic_directory, save_arrays, save_frames
 from tasks.core.tracking import stage_run, stage_work
 from tasks.core.video_reading import Geometry, Quarantined, read_video, resample_indices
 
 LOG = logging.getLogger(__name__)
 
-QUARANTINE_SCHEMA = pa.schema([("video_id", pa.string()), ("path", pa.string()), ("reason", pa.string())])
+QUARANTINE_SCHEMA = pa.schema(
+    [("video_id", pa.string()), ("path", pa.string()), ("reason", pa.string())]
+)
 
 
-def transform_annotations(annotations: dict[str, np.ndarray], indices: np.ndarray, geometry: Geometry) -> dict[str, np.ndarray]:
+def transform_annotations(
+    annotations: dict[str, np.ndarray], indices: np.ndarray, geometry: Geometry
+) -> dict[str, np.ndarray]:
     """Carry ground truth through the same frame selection and geometry as the pixels."""
-    masks, boxes, skeleton = geometry.annotations(annotations["person_mask"][indices],
-                                                  {name: annotations[name][indices] for name in ("body_box", "face_box")},
-                                                  annotations["skeleton"][indices])
-    out = {"person_mask": masks, "face_visible": annotations["face_visible"][indices], "identity": annotations["identity"],
-           "skeleton": skeleton}
-    if "joint_depth" in annotations:  # depth is along the camera axis: the image geometry leaves it alone
+    masks, boxes, skeleton = geometry.annotations(
+        annotations["person_mask"][indices],
+        {name: annotations[name][indices] for name in ("body_box", "face_box")},
+        annotations["skeleton"][indices],
+    )
+    out = {
+        "person_mask": masks,
+        "face_visible": annotations["face_visible"][indices],
+        "identity": annotations["identity"],
+        "skeleton": skeleton,
+    }
+    if (
+        "joint_depth" in annotations
+    ):  # depth is along the camera axis: the image geometry leaves it alone
         out["joint_depth"] = annotations["joint_depth"][indices]
-    limits = np.array([geometry.target[1], geometry.target[0], geometry.target[1], geometry.target[0]], np.float32)
+    limits = np.array(
+        [geometry.target[1], geometry.target[0], geometry.target[1], geometry.target[0]], np.float32
+    )
     for name, value in boxes.items():
         out[name] = np.clip(value, 0, limits)
     return out
 
 
-def decode_one(row: dict[str, Any], *, params: DecodeParams, source_folder: Path, out: Path,
-               workdir: Path) -> dict[str, Any]:
+def decode_one(
+    row: dict[str, Any], *, params: DecodeParams, source_folder: Path, out: Path, workdir: Path
+) -> dict[str, Any]:
     """Decode one video; a manifest row, or a quarantine row (``reason``) if it is unusable.
 
     Paths are recorded as the stage was given them; files are read and written relative
@@ -70,9 +92,17 @@ def decode_one(row: dict[str, Any], *, params: DecodeParams, source_folder: Path
     geometry = Geometry.fit(frames.shape[1:3], target)
     clip = geometry.frames(frames[indices])
     save_frames(out / "frames" / f"{row['video_id']}.npy", clip)
-    decoded = {**row, "path": f"frames/{row['video_id']}.npy", "n_frames": params.frames, "fps": float(params.fps),
-               "height": target[0], "width": target[1], "source_path": str(path),
-               "source_frames": int(len(frames)), "source_fps": float(fps)}
+    decoded = {
+        **row,
+        "path": f"frames/{row['video_id']}.npy",
+        "n_frames": params.frames,
+        "fps": float(params.fps),
+        "height": target[0],
+        "width": target[1],
+        "source_path": str(path),
+        "source_frames": int(len(frames)),
+        "source_fps": float(fps),
+    }
     if row.get("annotations"):
         with np.load(workdir / resolve_path(row["annotations"], source_folder)) as stored:
             annotations = transform_annotations(dict(stored), indices, geometry)
@@ -82,16 +112,23 @@ def decode_one(row: dict[str, Any], *, params: DecodeParams, source_folder: Path
 
 
 @stage_work
-def decode(*, params_path: Path, source: Path, out: Path, run_name: str = "decode") -> list[dict[str, Any]]:
+def decode(
+    *, params_path: Path, source: Path, out: Path, run_name: str = "decode"
+) -> list[dict[str, Any]]:
     """Run the stage on the manifest in folder ``source``; return the decoded rows (logged as MLflow run ``run_name``)."""
     base = load_section(params_path, "base", BaseParams)
     params = load_section(params_path, "decode", DecodeParams)
     rows = read_manifest(source / MANIFEST_NAME)
-    with stage_run(run_name, {"base": base, "decode": params}) as run, atomic_directory(out) as staging:
+    with (
+        stage_run(run_name, {"base": base, "decode": params}) as run,
+        atomic_directory(out) as staging,
+    ):
         (staging / "frames").mkdir()
         (staging / "annotations").mkdir()
         started = time.perf_counter()
-        work = partial(decode_one, params=params, source_folder=source, out=staging, workdir=Path.cwd())
+        work = partial(
+            decode_one, params=params, source_folder=source, out=staging, workdir=Path.cwd()
+        )
         results = map_ordered(work, rows, workers=worker_count(base.workers), desc="decode")
         seconds = time.perf_counter() - started
         decoded = [result for result in results if "reason" not in result]
@@ -99,15 +136,24 @@ def decode(*, params_path: Path, source: Path, out: Path, run_name: str = "decod
         failed_fraction = len(failed) / len(results)
         if failed_fraction > params.max_failed_fraction:
             example = failed[0]
-            raise PrivharError(f"decode: {len(failed)} of {len(results)} videos failed ({failed_fraction:.0%} > "
-                               f"decode.max_failed_fraction = {params.max_failed_fraction}); first: {example['path']}: {example['reason']}")
+            raise PrivharError(
+                f"decode: {len(failed)} of {len(results)} videos failed ({failed_fraction:.0%} > "
+                f"decode.max_failed_fraction = {params.max_failed_fraction}); first: {example['path']}: {example['reason']}"
+            )
         for item in failed:
             LOG.info(f"decode: quarantined {item['path']}: {item['reason']}")
         write_table(failed, staging / QUARANTINE_NAME, schema=QUARANTINE_SCHEMA)
         write_manifest(decoded, staging / MANIFEST_NAME)
         source_frames = sum(row["source_frames"] for row in decoded)
-        speed = {"videos": len(decoded), "quarantined": len(failed), "decode_seconds": seconds,
-                 "source_frames_per_second": source_frames / seconds, "videos_per_second": len(results) / seconds}
+        speed = {
+            "videos": len(decoded),
+            "quarantined": len(failed),
+            "decode_seconds": seconds,
+            "source_frames_per_second": source_frames / seconds,
+            "videos_per_second": len(results) / seconds,
+        }
         run.log_metrics(speed)
-        LOG.info(f"decode: {len(decoded)} videos, {len(failed)} quarantined, {speed['source_frames_per_second']:.0f} source frames/s")
+        LOG.info(
+            f"decode: {len(decoded)} videos, {len(failed)} quarantined, {speed['source_frames_per_second']:.0f} source frames/s"
+        )
     return decoded

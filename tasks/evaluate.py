@@ -17,8 +17,8 @@ the mean and 95 % interval of its Top-1 over its seeds (``top1_mean``, ``top1_ci
 
 from __future__ import annotations
 
-import logging
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +30,8 @@ from sklearn import metrics
 from tasks.core.clips import labels_of, load_clips, predict
 from tasks.core.device import resolve_device
 from tasks.core.errors import PrivharError
-from tasks.core.head_features import clip_features, frozen_digest, head_of, splits_at_head
 from tasks.core.figures import plt, png_bytes
+from tasks.core.head_features import clip_features, frozen_digest, head_of, splits_at_head
 from tasks.core.manifest import MANIFEST_NAME, read_manifest
 from tasks.core.models import load_checkpoint
 from tasks.core.params import BaseParams, EvaluateParams, load_section
@@ -43,7 +43,9 @@ from tasks.core.tracking import StageRun, stage_run, stage_work
 
 LOG = logging.getLogger(__name__)
 
-SCORED_PATH = Path("reports/evaluate/scored.json")  # {model key: checkpoint SHA-256}, read by the registry scoring
+SCORED_PATH = Path(
+    "reports/evaluate/scored.json"
+)  # {model key: checkpoint SHA-256}, read by the registry scoring
 
 
 def top_k_accuracy(logits: torch.Tensor, labels: torch.Tensor, k: int) -> float:
@@ -56,9 +58,15 @@ def top_k_accuracy(logits: torch.Tensor, labels: torch.Tensor, k: int) -> float:
     """
     classes = logits.shape[1]
     scores = logits.numpy()
-    if classes == 2:  # scikit-learn takes a binary problem's scores as one column: the second class's margin
+    if (
+        classes == 2
+    ):  # scikit-learn takes a binary problem's scores as one column: the second class's margin
         scores = scores[:, 1] - scores[:, 0]
-    return float(metrics.top_k_accuracy_score(labels.numpy(), scores, k=min(k, classes), labels=list(range(classes))))
+    return float(
+        metrics.top_k_accuracy_score(
+            labels.numpy(), scores, k=min(k, classes), labels=list(range(classes))
+        )
+    )
 
 
 def confusion_matrix(actual: np.ndarray, predicted: np.ndarray, classes: int) -> np.ndarray:
@@ -78,7 +86,15 @@ def plot_confusion(matrix: np.ndarray, names: list[str], title: str) -> bytes:
     axes.set_title(title)
     for (row, column), count in np.ndenumerate(matrix):
         if count:
-            axes.text(column, row, str(count), ha="center", va="center", color="white" if shares[row, column] > 0.5 else "black", fontsize=7)
+            axes.text(
+                column,
+                row,
+                str(count),
+                ha="center",
+                va="center",
+                color="white" if shares[row, column] > 0.5 else "black",
+                fontsize=7,
+            )
     figure.tight_layout()
     return png_bytes(figure, dpi=110)
 
@@ -93,7 +109,9 @@ class Logits:
         self._features: dict[tuple[str, Path, tuple[int, int]], torch.Tensor] = {}
 
     @torch.no_grad()
-    def __call__(self, model: torch.nn.Module, clips: torch.Tensor, folder: Path, size: tuple[int, int]) -> torch.Tensor:
+    def __call__(
+        self, model: torch.nn.Module, clips: torch.Tensor, folder: Path, size: tuple[int, int]
+    ) -> torch.Tensor:
         if not splits_at_head(model):
             return predict(model, clips, self.batch_size, self.device)
         key = (frozen_digest(model), folder, size)
@@ -130,8 +148,10 @@ def protected_folder(config: dict[str, Any], raw: Path) -> Path | None:
     if trained_on.resolve() == raw.resolve():
         return None
     if not (trained_on / MANIFEST_NAME).is_file():
-        raise PrivharError(f"{trained_on / MANIFEST_NAME}: not found; the model {config.get('model')} was trained on it "
-                           f"(protocol 2 tests on its test split)")
+        raise PrivharError(
+            f"{trained_on / MANIFEST_NAME}: not found; the model {config.get('model')} was trained on it "
+            f"(protocol 2 tests on its test split)"
+        )
     return trained_on
 
 
@@ -142,11 +162,15 @@ def find_checkpoints(folders: list[Path]) -> list[Path]:
     for folder in folders:
         found = sorted(folder.rglob("model.pt"))
         if not found:
-            raise PrivharError(f"{folder}: no trained models (<key>/model.pt); run the stage that trains them first")
+            raise PrivharError(
+                f"{folder}: no trained models (<key>/model.pt); run the stage that trains them first"
+            )
         for checkpoint in found:
             key = checkpoint_key(checkpoint)
             if key in checkpoints:
-                raise PrivharError(f"{checkpoint}: model key {key!r} is also {checkpoints[key]}; keys must be unique")
+                raise PrivharError(
+                    f"{checkpoint}: model key {key!r} is also {checkpoints[key]}; keys must be unique"
+                )
             checkpoints[key] = checkpoint
     return [checkpoints[key] for key in sorted(checkpoints)]
 
@@ -166,32 +190,50 @@ def add_seed_summaries(metrics: dict[str, dict[str, float]]) -> None:
                 metrics[key][f"{score}_ci95"] = round(spread.half_width, 4)
 
 
-def log_model_runs(run: StageRun, metrics: dict[str, dict[str, float]], checkpoints: list[Path]) -> None:
+def log_model_runs(
+    run: StageRun, metrics: dict[str, dict[str, float]], checkpoints: list[Path]
+) -> None:
     """One run nested under the stage's per registered model (MLflow's compare view lines them up): its scores and
     their mean and interval over its seeds under plain names, each other seed's under ``seed<i>.``, in one write."""
     rows: dict[str, dict[str, float]] = {}
     for key, scores in metrics.items():
         model, seed = base_key(key)
         prefix = f"seed{seed}." if seed else ""
-        rows.setdefault(model, {}).update({prefix + name: value for name, value in scores.items() if name != "test_videos"})
+        rows.setdefault(model, {}).update(
+            {prefix + name: value for name, value in scores.items() if name != "test_videos"}
+        )
     paths = {checkpoint_key(checkpoint): checkpoint for checkpoint in checkpoints}
     for model, values in rows.items():
-        with run.model_run(model, {"privhar.checkpoint": str(paths.get(model, "")), "privhar.seeds": metrics[model].get("seeds", 1)}) as model_run:
+        with run.model_run(
+            model,
+            {
+                "privhar.checkpoint": str(paths.get(model, "")),
+                "privhar.seeds": metrics[model].get("seeds", 1),
+            },
+        ) as model_run:
             model_run.log_history([(None, values)])
 
 
 def write_confusion_data(predictions: pl.DataFrame, folder: Path) -> None:
     """``folder/<key>.csv`` (video_id, actual, predicted) of each registered model (seed 0) under protocol 1: the data
     of the confusion matrices that ``dvc plots diff`` draws with its ``confusion`` template (dvc.yaml ``plots:``)."""
-    keys = [key for key in predictions["model"].unique(maintain_order=True) if base_key(key)[1] == 0]
+    keys = [
+        key for key in predictions["model"].unique(maintain_order=True) if base_key(key)[1] == 0
+    ]
     registered = predictions.filter((pl.col("protocol") == 1) & pl.col("model").is_in(keys))
     with atomic_directory(folder) as staging:
-        for (key,), frame in registered.partition_by("model", as_dict=True, maintain_order=True).items():
-            atomic_write_bytes(staging / f"{key}.csv", csv_bytes(frame.select("video_id", "actual", "predicted")))
+        for (key,), frame in registered.partition_by(
+            "model", as_dict=True, maintain_order=True
+        ).items():
+            atomic_write_bytes(
+                staging / f"{key}.csv", csv_bytes(frame.select("video_id", "actual", "predicted"))
+            )
 
 
 @stage_work
-def evaluate(*, params_path: Path, frames: Path, models: list[Path], out: Path) -> dict[str, dict[str, float]]:
+def evaluate(
+    *, params_path: Path, frames: Path, models: list[Path], out: Path
+) -> dict[str, dict[str, float]]:
     """Run the stage over every ``<key>/model.pt`` in ``models``; return the metrics written."""
     params = load_section(params_path, "evaluate", EvaluateParams)
     device = resolve_device(load_section(params_path, "base", BaseParams).device)
@@ -200,7 +242,9 @@ def evaluate(*, params_path: Path, frames: Path, models: list[Path], out: Path) 
     test_rows = tests.rows(frames)
     checkpoints = find_checkpoints(models)
     metrics: dict[str, dict[str, float]] = {}
-    scored: dict[str, str] = {}  # model key -> SHA-256 of the checkpoint scored: the registry scores only these files
+    scored: dict[
+        str, str
+    ] = {}  # model key -> SHA-256 of the checkpoint scored: the registry scores only these files
     predictions: list[dict[str, Any]] = []
     with stage_run("evaluate", {"evaluate": params}) as run:
         run.log_dataset(frames, "test", "testing")
@@ -214,30 +258,57 @@ def evaluate(*, params_path: Path, frames: Path, models: list[Path], out: Path) 
             scores: dict[str, float] = {"test_videos": len(test_rows)}
             guesses: dict[int, torch.Tensor] = {}
             for protocol, folder in protocols.items():
-                logits, labels = logits_of(model, tests.clips(folder, size), folder, size), labels_of(tests.rows(folder))
+                logits, labels = (
+                    logits_of(model, tests.clips(folder, size), folder, size),
+                    labels_of(tests.rows(folder)),
+                )
                 suffix = "" if protocol == 1 else "_protocol2"
                 scores[f"top1{suffix}"] = top_k_accuracy(logits, labels, 1)
                 scores[f"top5{suffix}"] = top_k_accuracy(logits, labels, 5)
                 guesses[protocol] = logits.argmax(1)
-                predictions += [{"model": key, "protocol": protocol, "video_id": row["video_id"],
-                                 "actual": config["classes"][row["label"]], "predicted": config["classes"][int(guess)]}
-                                for row, guess in zip(tests.rows(folder), guesses[protocol])]
+                predictions += [
+                    {
+                        "model": key,
+                        "protocol": protocol,
+                        "video_id": row["video_id"],
+                        "actual": config["classes"][row["label"]],
+                        "predicted": config["classes"][int(guess)],
+                    }
+                    for row, guess in zip(tests.rows(folder), guesses[protocol])
+                ]
             metrics[key] = {name: round(value, 4) for name, value in scores.items()}
             scored[key] = checkpoint_digest(checkpoint)
-            if base_key(key)[1] == 0:  # a confusion matrix for the registered model, not for every training seed
-                matrix = confusion_matrix(labels_of(test_rows).numpy(), guesses[1].numpy(), len(config["classes"]))
-                png = plot_confusion(matrix, config["classes"],
-                                     f"{key}: Top-1 {scores['top1']:.3f} on {len(test_rows)} raw test videos")
+            if (
+                base_key(key)[1] == 0
+            ):  # a confusion matrix for the registered model, not for every training seed
+                matrix = confusion_matrix(
+                    labels_of(test_rows).numpy(), guesses[1].numpy(), len(config["classes"])
+                )
+                png = plot_confusion(
+                    matrix,
+                    config["classes"],
+                    f"{key}: Top-1 {scores['top1']:.3f} on {len(test_rows)} raw test videos",
+                )
                 atomic_write_bytes(out / "confusion" / f"{key}.png", png)
                 run.log_artifact(out / "confusion" / f"{key}.png")
-            second = f"  protocol 2 Top-1 {scores['top1_protocol2']:.4f}" if protected is not None else ""
-            LOG.info(f"evaluate: {key}: Top-1 {scores['top1']:.4f}  Top-5 {scores['top5']:.4f}{second}  "
-                     f"({len(test_rows)} test videos)")
+            second = (
+                f"  protocol 2 Top-1 {scores['top1_protocol2']:.4f}"
+                if protected is not None
+                else ""
+            )
+            LOG.info(
+                f"evaluate: {key}: Top-1 {scores['top1']:.4f}  Top-5 {scores['top5']:.4f}{second}  "
+                f"({len(test_rows)} test videos)"
+            )
         add_seed_summaries(metrics)
         log_model_runs(run, metrics, checkpoints)
         table = frame_of(predictions, ["model", "protocol", "video_id", "actual", "predicted"])
         atomic_write_bytes(out / "predictions.csv", csv_bytes(table))
         write_confusion_data(table, out / "predictions")
-        atomic_write_bytes(out / "metrics.json", (json.dumps(metrics, indent=2, sort_keys=True) + "\n").encode())
-        atomic_write_bytes(out / SCORED_PATH.name, (json.dumps(scored, indent=2, sort_keys=True) + "\n").encode())
+        atomic_write_bytes(
+            out / "metrics.json", (json.dumps(metrics, indent=2, sort_keys=True) + "\n").encode()
+        )
+        atomic_write_bytes(
+            out / SCORED_PATH.name, (json.dumps(scored, indent=2, sort_keys=True) + "\n").encode()
+        )
     return metrics

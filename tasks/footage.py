@@ -38,13 +38,24 @@ def _frames(video: Path):
             yield frame.to_ndarray(format="rgb24")
 
 
-def cut_recording(video: Path, out: Path, *, action: str, seconds: float, size: tuple[int, int] | None = None,
-                  test_every: int = 4, max_clips: int | None = None, quantiser: int = 3) -> list[Path]:
+def cut_recording(
+    video: Path,
+    out: Path,
+    *,
+    action: str,
+    seconds: float,
+    size: tuple[int, int] | None = None,
+    test_every: int = 4,
+    max_clips: int | None = None,
+    quantiser: int = 3,
+) -> list[Path]:
     """Clips of ``seconds`` of ``video`` (whole clips only), resized to ``size`` (height, width) by area averaging."""
     if not video.is_file():
         raise PrivharError(f"{video}: no such recording")
     if not action.isidentifier():
-        raise PrivharError(f"action {action!r}: expected one word (it names a class folder and the clip files)")
+        raise PrivharError(
+            f"action {action!r}: expected one word (it names a class folder and the clip files)"
+        )
     frames = _frames(video)
     fps = next(frames)
     per_clip = max(1, round(seconds * fps))
@@ -68,6 +79,8 @@ def cut_recording(video: Path, out: Path, *, action: str, seconds: float, size: 
     names = [f"{action}/{path.name}" for path in written]
     test = {name for index, name in enumerate(names) if index % test_every == test_every - 1}
     (out / "classInd.txt").write_text(f"1 {action}\n")
-    (out / "trainlist01.txt").write_text("".join(f"{name} 1\n" for name in names if name not in test))
+    (out / "trainlist01.txt").write_text(
+        "".join(f"{name} 1\n" for name in names if name not in test)
+    )
     (out / "testlist01.txt").write_text("".join(f"{name}\n" for name in names if name in test))
     return written

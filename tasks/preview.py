@@ -20,14 +20,22 @@ import polars as pl
 
 from tasks.core.errors import PrivharError
 from tasks.core.figures import middle_frame, plt, png_bytes
-from tasks.core.manifest import MANIFEST_NAME, copies_under, read_manifest, resolve_path, scan_manifest
+from tasks.core.manifest import (
+    MANIFEST_NAME,
+    copies_under,
+    read_manifest,
+    resolve_path,
+    scan_manifest,
+)
 from tasks.core.params import ReportParams, load_section, raw_frames_allowed
 from tasks.core.storage import atomic_write_bytes
 from tasks.core.tracking import stage_run, stage_work
 
 
 def _public_mask(row: dict[str, Any], folder: Path, t: int) -> np.ndarray:
-    if not row.get("mask"):  # a copy whose method makes no public pixels wrote masks only for clips it blacked out
+    if not row.get(
+        "mask"
+    ):  # a copy whose method makes no public pixels wrote masks only for clips it blacked out
         return np.zeros((int(row["height"]), int(row["width"]), 3), np.uint8)
     with np.load(resolve_path(row["mask"], folder)) as stored:
         return np.repeat(stored["public"][t][..., None] * 255, 3, axis=-1).astype(np.uint8)
@@ -37,21 +45,40 @@ def protections_grid(raw: Path, copies: list[Path], *, show_raw: bool, videos: i
     """PNG bytes: rows = test videos, columns = [raw,] each copy [, its public mask when it has one]."""
     shared = scan_manifest(raw / MANIFEST_NAME).filter(pl.col("split") == "test").select("video_id")
     for copy in copies:  # the test videos every copy holds (a copy may have quarantined some)
-        shared = shared.join(scan_manifest(copy / MANIFEST_NAME).select("video_id"), on="video_id", how="semi")
+        shared = shared.join(
+            scan_manifest(copy / MANIFEST_NAME).select("video_id"), on="video_id", how="semi"
+        )
     picked = shared.sort("video_id").head(videos).collect()["video_id"].to_list()
     raw_rows = {row["video_id"]: row for row in read_manifest(raw / MANIFEST_NAME, split="test")}
-    tables = {copy: {row["video_id"]: row for row in read_manifest(copy / MANIFEST_NAME)} for copy in copies}
+    tables = {
+        copy: {row["video_id"]: row for row in read_manifest(copy / MANIFEST_NAME)}
+        for copy in copies
+    }
     if not picked:
-        raise PrivharError(f"preview: no test video is in {raw} and in every copy ({', '.join(map(str, copies))})")
-    columns: list[tuple[str, Any]] = [("raw", lambda v: middle_frame(raw_rows[v], raw))] if show_raw else []
+        raise PrivharError(
+            f"preview: no test video is in {raw} and in every copy ({', '.join(map(str, copies))})"
+        )
+    columns: list[tuple[str, Any]] = (
+        [("raw", lambda v: middle_frame(raw_rows[v], raw))] if show_raw else []
+    )
     for copy in copies:
         name = f"{copy.parent.name}/{copy.name}"
         columns.append((name, lambda v, c=copy: middle_frame(tables[c][v], c)))
         if any(row.get("mask") for row in tables[copy].values()):
-            columns.append((f"{name} public mask", lambda v, c=copy: _public_mask(
-                tables[c][v], c, int(tables[c][v]["n_frames"]) // 2)))
-    figure, axes = plt.subplots(len(picked), len(columns), figsize=(1.9 * len(columns), 1.6 * len(picked) + 0.4),
-                                squeeze=False)
+            columns.append(
+                (
+                    f"{name} public mask",
+                    lambda v, c=copy: _public_mask(
+                        tables[c][v], c, int(tables[c][v]["n_frames"]) // 2
+                    ),
+                )
+            )
+    figure, axes = plt.subplots(
+        len(picked),
+        len(columns),
+        figsize=(1.9 * len(columns), 1.6 * len(picked) + 0.4),
+        squeeze=False,
+    )
     for line, video in zip(axes, picked):
         for axis, (title, image_of) in zip(line, columns):
             axis.imshow(image_of(video))
@@ -68,7 +95,9 @@ def preview(*, params_path: Path, frames: Path, copies: list[Path], out: Path) -
     """Write ``out/protections.png`` and log it to the stage's MLflow run; return its path."""
     found = copies_under(copies)
     if not found:
-        raise PrivharError(f"preview: no protected copy (a folder with {MANIFEST_NAME}) under {', '.join(map(str, copies))}")
+        raise PrivharError(
+            f"preview: no protected copy (a folder with {MANIFEST_NAME}) under {', '.join(map(str, copies))}"
+        )
     show_raw = raw_frames_allowed(params_path)
     png = protections_grid(frames, found, show_raw=show_raw)
     target = out / "protections.png"

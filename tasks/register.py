@@ -61,34 +61,58 @@ def file_sha256(path: Path) -> str:
 
 def git_commit(project: Path) -> str:
     """HEAD's commit, ``+dirty`` if tracked files differ from it; ``none`` outside git."""
-    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=project, capture_output=True, text=True, check=False)
+    head = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=project, capture_output=True, text=True, check=False
+    )
     if head.returncode != 0:
         return "none"
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=project,
-                           capture_output=True, text=True, check=False).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
     return head.stdout.strip() + ("+dirty" if dirty else "")
 
 
 @stage_work
-def register(*, params_path: Path, metrics: list[Path], scored: Path, out: Path) -> dict[str, dict[str, Any]]:
+def register(
+    *, params_path: Path, metrics: list[Path], scored: Path, out: Path
+) -> dict[str, dict[str, Any]]:
     """Describe every registered model (seed 0) evaluate scored; write and return ``{key: {version, digest}}``."""
     registry = load_section(params_path, "registry", RegistryParams)
     scores = model_scores(metrics)
     digests = _json(scored)
     project = Path(params_path).resolve().parent
-    provenance = {"dvc_lock_sha256": file_sha256(project / "dvc.lock"), "git_commit": git_commit(project)}
+    provenance = {
+        "dvc_lock_sha256": file_sha256(project / "dvc.lock"),
+        "git_commit": git_commit(project),
+    }
     registered: dict[str, dict[str, Any]] = {}
     with stage_run("register", {"registry": registry}) as run:
         for key, values in sorted(scores.items()):
             if base_key(key)[1] != 0:
                 continue  # training seeds i >= 1 are not registered: their scores make the row's interval
-            version = record_scores(key, values, provenance, registry.champion_max_epsilon, digests.get(key))
+            version = record_scores(
+                key, values, provenance, registry.champion_max_epsilon, digests.get(key)
+            )
             registered[key] = {"version": version, "checkpoint_sha256": digests.get(key)}
-        run.log_metrics({f"{key}.{name}": float(value) for key, values in scores.items() for name, value in values.items()
-                         if isinstance(value, (int, float))})
+        run.log_metrics(
+            {
+                f"{key}.{name}": float(value)
+                for key, values in scores.items()
+                for name, value in values.items()
+                if isinstance(value, (int, float))
+            }
+        )
         described = sum(entry["version"] is not None for entry in registered.values())
         run.log_metrics({"versions_described": described})
         atomic_write_bytes(out, (json.dumps(registered, indent=2, sort_keys=True) + "\n").encode())
-    LOG.info("register: %d of %d models' newest versions described and scored (champion within ε ≤ %g)",
-             described, len(registered), registry.champion_max_epsilon)
+    LOG.info(
+        "register: %d of %d models' newest versions described and scored (champion within ε ≤ %g)",
+        described,
+        len(registered),
+        registry.champion_max_epsilon,
+    )
     return registered

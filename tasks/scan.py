@@ -38,7 +38,9 @@ def dataset_files(data: DataParams) -> list[dict[str, object]]:
     if data.source == "synthetic":
         return []
     if data.root is None or not Path(data.root).is_dir():
-        raise PrivharError(f"params.yaml: data.root = {data.root!r} is not a folder (data.source = {data.source!r})")
+        raise PrivharError(
+            f"params.yaml: data.root = {data.root!r} is not a folder (data.source = {data.source!r})"
+        )
     root = Path(data.root)
     rows = []
     for folder, subfolders, names in os.walk(root, onerror=None):
@@ -59,5 +61,7 @@ def scan(*, params_path: Path, out: Path) -> list[dict[str, object]]:
     data = load_section(params_path, "data", DataParams)
     rows = dataset_files(data)
     atomic_write_bytes(out, csv_bytes(rows, COLUMNS))
-    LOG.info("scan: %d files of %s listed in %s", len(rows), data.root or "the embedded dataset", out)
+    LOG.info(
+        "scan: %d files of %s listed in %s", len(rows), data.root or "the embedded dataset", out
+    )
     return rows

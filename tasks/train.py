@@ -32,8 +32,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tasks.core.clips import augment, class_names, labels_of, load_clips, normalise, predict, split_rows
 from tasks.core.budget import check_unprotected
+from tasks.core.clips import (
+    augment,
+    class_names,
+    labels_of,
+    load_clips,
+    normalise,
+    predict,
+    split_rows,
+)
 from tasks.core.device import mixed_precision, resolve_device, to_device
 from tasks.core.errors import PrivharError
 from tasks.core.head_features import STATISTICS_KEY, feature_statistics, pooled_features
@@ -56,8 +64,12 @@ class TrainingData:
     clips: torch.Tensor  # uint8 (N, 3, T, h, w), on the CPU
     labels: torch.Tensor  # (N,)
     classes: list[str]
-    device: torch.device = torch.device("cpu")  # where the model trains (base.device): batches move there
-    held_out: tuple[torch.Tensor, torch.Tensor] | None = None  # the test split (clips, labels): the learning curve only
+    device: torch.device = torch.device(
+        "cpu"
+    )  # where the model trains (base.device): batches move there
+    held_out: tuple[torch.Tensor, torch.Tensor] | None = (
+        None  # the test split (clips, labels): the learning curve only
+    )
 
 
 def held_out_accuracy(model: nn.Module, data: TrainingData, batch_size: int = 64) -> float | None:
@@ -65,11 +77,15 @@ def held_out_accuracy(model: nn.Module, data: TrainingData, batch_size: int = 64
     if data.held_out is None:
         return None
     clips, labels = data.held_out
-    return int((predict(model.eval(), clips, batch_size, data.device).argmax(1) == labels).sum()) / len(labels)
+    return int(
+        (predict(model.eval(), clips, batch_size, data.device).argmax(1) == labels).sum()
+    ) / len(labels)
 
 
 LOG = logging.getLogger(__name__)
-Method = Callable[[nn.Module, TrainingData, TrainParams, torch.Generator, StageRun], list[dict[str, float]]]
+Method = Callable[
+    [nn.Module, TrainingData, TrainParams, torch.Generator, StageRun], list[dict[str, float]]
+]
 TRAINING_METHODS: Registry[Method] = Registry("training method")
 
 
@@ -78,10 +94,15 @@ def batches(count: int, batch_size: int, generator: torch.Generator) -> list[tor
     return list(torch.randperm(count, generator=generator).split(batch_size))
 
 
-def warmup_cosine(optimiser: torch.optim.Optimizer, params: TrainParams, samples: int) -> torch.optim.lr_scheduler.LambdaLR:
+def warmup_cosine(
+    optimiser: torch.optim.Optimizer, params: TrainParams, samples: int
+) -> torch.optim.lr_scheduler.LambdaLR:
     """Learning-rate factor: linear from 0 over ``warmup_epochs``, then cosine down to 0 at the last step."""
     steps_per_epoch = math.ceil(samples / params.batch_size)
-    total, warmup = params.epochs * steps_per_epoch, min(params.warmup_epochs * steps_per_epoch, params.epochs * steps_per_epoch - 1)
+    total, warmup = (
+        params.epochs * steps_per_epoch,
+        min(params.warmup_epochs * steps_per_epoch, params.epochs * steps_per_epoch - 1),
+    )
 
     def factor(step: int) -> float:
         if step < warmup:
@@ -96,10 +117,17 @@ METHOD_PRIVACY = {"baseline": NON_PRIVATE}
 
 
 @TRAINING_METHODS.register("baseline")
-def train_baseline(model: nn.Module, data: TrainingData, params: TrainParams, generator: torch.Generator,
-                   run: StageRun) -> list[dict[str, float]]:
+def train_baseline(
+    model: nn.Module,
+    data: TrainingData,
+    params: TrainParams,
+    generator: torch.Generator,
+    run: StageRun,
+) -> list[dict[str, float]]:
     """Non-private training: AdamW on the mean cross-entropy, linear warm-up then cosine decay."""
-    optimiser = torch.optim.AdamW(model.parameters(), lr=params.learning_rate, weight_decay=params.weight_decay)
+    optimiser = torch.optim.AdamW(
+        model.parameters(), lr=params.learning_rate, weight_decay=params.weight_decay
+    )
     schedule = warmup_cosine(optimiser, params, len(data.labels))
     history = []
     for epoch in range(1, params.epochs + 1):
@@ -122,22 +150,44 @@ def train_baseline(model: nn.Module, data: TrainingData, params: TrainParams, ge
             bar.set_postfix(loss=f"{loss.item():.3f}")
             bar.update(1)
         bar.close()
-        record = {"epoch": epoch, "loss": total_loss / len(data.labels), "train_accuracy": correct / len(data.labels)}
+        record = {
+            "epoch": epoch,
+            "loss": total_loss / len(data.labels),
+            "train_accuracy": correct / len(data.labels),
+        }
         held_out = held_out_accuracy(model, data)
         if held_out is not None:
             record["test_accuracy"] = held_out
-        run.log_metrics({name: value for name, value in record.items() if name != "epoch"}, step=epoch)
+        run.log_metrics(
+            {name: value for name, value in record.items() if name != "epoch"}, step=epoch
+        )
         history.append(record)
     return history
 
 
 def _history_csv(history: list[dict[str, float]]) -> bytes:
-    return csv_bytes([{key: (f"{value:.6f}" if isinstance(value, float) else value) for key, value in record.items()}
-                      for record in history])
+    return csv_bytes(
+        [
+            {
+                key: (f"{value:.6f}" if isinstance(value, float) else value)
+                for key, value in record.items()
+            }
+            for record in history
+        ]
+    )
 
 
-def _train_seed(params: TrainParams, base_seed: int, seed: int, data: TrainingData, init: Path | None,
-                config: dict[str, Any], key: str, frames: Path, run: StageRun) -> tuple[nn.Module, list[dict[str, float]], float]:
+def _train_seed(
+    params: TrainParams,
+    base_seed: int,
+    seed: int,
+    data: TrainingData,
+    init: Path | None,
+    config: dict[str, Any],
+    key: str,
+    frames: Path,
+    run: StageRun,
+) -> tuple[nn.Module, list[dict[str, float]], float]:
     """One training seed: a fresh model (fine-tuned from ``init``), its history and seconds.
 
     Seeded by method, not by key: on raw or protected clips the same initialisation and batch
@@ -146,27 +196,49 @@ def _train_seed(params: TrainParams, base_seed: int, seed: int, data: TrainingDa
     """
     keys = seed_keys(seed)
     torch.manual_seed(derive_seed(base_seed, "train", params.method, "init", *keys))
-    generator = torch.Generator().manual_seed(derive_seed(base_seed, "train", params.method, "batches", *keys))
-    model = create_video_classifier(num_classes=len(data.classes), width=params.width, norm=group_norm(params.norm_groups),
-                                    dropout=params.dropout, input_view=params.input, head_pool=params.head_pool)
+    generator = torch.Generator().manual_seed(
+        derive_seed(base_seed, "train", params.method, "batches", *keys)
+    )
+    model = create_video_classifier(
+        num_classes=len(data.classes),
+        width=params.width,
+        norm=group_norm(params.norm_groups),
+        dropout=params.dropout,
+        input_view=params.input,
+        head_pool=params.head_pool,
+    )
     if init is not None:
         transfer_weights(model, config, init / "model.pt")
     if has_batch_norm(model):
         raise PrivharError("train: the model has BatchNorm layers; use GroupNorm or LayerNorm")
     model.to(data.device)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    LOG.info("train: %s (%s) seed %d on %d videos of %s, %d trainable parameters", key, params.method, seed,
-             len(data.labels), frames, trainable)
+    LOG.info(
+        "train: %s (%s) seed %d on %d videos of %s, %d trainable parameters",
+        key,
+        params.method,
+        seed,
+        len(data.labels),
+        frames,
+        trainable,
+    )
     started = time.perf_counter()
     history = TRAINING_METHODS[params.method](model, data, params, generator, run)
     model.eval().cpu()  # saved and registered from the CPU: the checkpoint loads anywhere
     return model, history, time.perf_counter() - started
 
 
-def _public_statistics(model: nn.Module, data: TrainingData, batch_size: int = 64) -> dict[str, torch.Tensor]:
+def _public_statistics(
+    model: nn.Module, data: TrainingData, batch_size: int = 64
+) -> dict[str, torch.Tensor]:
     """The pooled features' mean and std over the (public) training clips, for standardising fine-tuned heads."""
     model.to(data.device)
-    features = torch.cat([pooled_features(model, normalise(part).to(data.device)).cpu() for part in data.clips.split(batch_size)])
+    features = torch.cat(
+        [
+            pooled_features(model, normalise(part).to(data.device)).cpu()
+            for part in data.clips.split(batch_size)
+        ]
+    )
     model.cpu()
     return feature_statistics(features)
 
@@ -178,8 +250,17 @@ def paper_number(rows: list[dict[str, Any]]) -> dict[str, float]:
 
 
 @stage_work
-def train(*, params_path: Path, frames: Path, out: Path, report: Path, family: str | None = None,
-          epochs: int | None = None, init: Path | None = None, seeds: int = 1) -> dict[str, Any]:
+def train(
+    *,
+    params_path: Path,
+    frames: Path,
+    out: Path,
+    report: Path,
+    family: str | None = None,
+    epochs: int | None = None,
+    init: Path | None = None,
+    seeds: int = 1,
+) -> dict[str, Any]:
     """Run the stage; return the final training record (of seed 0, the registered model).
 
     ``family`` names the registered model (default: the method); ``epochs`` overrides
@@ -194,10 +275,14 @@ def train(*, params_path: Path, frames: Path, out: Path, report: Path, family: s
     if epochs is not None and epochs < 1:
         raise PrivharError(f"train: --epochs = {epochs} is invalid: expected an integer >= 1")
     # --epochs replaces train.epochs before it is checked: pretrain does not depend on train.epochs
-    params = load_section(params_path, "train", TrainParams, overrides=None if epochs is None else {"epochs": epochs})
+    params = load_section(
+        params_path, "train", TrainParams, overrides=None if epochs is None else {"epochs": epochs}
+    )
     key, family = out.name, family or params.method
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", family):
-        raise PrivharError(f"train: --family = {family!r} is invalid: expected letters, digits, '_', '.' or '-'")
+        raise PrivharError(
+            f"train: --family = {family!r} is invalid: expected letters, digits, '_', '.' or '-'"
+        )
     seeds = family_seeds(load_section(params_path, "report", ReportParams), family, seeds)
     rows = read_manifest(frames / MANIFEST_NAME)
     train_rows = split_rows(rows, "train")
@@ -206,48 +291,121 @@ def train(*, params_path: Path, frames: Path, out: Path, report: Path, family: s
     if params.threads:
         torch.set_num_threads(params.threads)
     device = resolve_device(base.device)
-    torch.use_deterministic_algorithms(device.type == "cpu")  # CUDA's fast kernels (cuDNN benchmark) are not deterministic
-    if family != "public" and not math.isfinite(data_guarantee(train_rows).epsilon):  # the public set holds no subject
+    torch.use_deterministic_algorithms(
+        device.type == "cpu"
+    )  # CUDA's fast kernels (cuDNN benchmark) are not deterministic
+    if family != "public" and not math.isfinite(
+        data_guarantee(train_rows).epsilon
+    ):  # the public set holds no subject
         check_unprotected(params_path, f"the non-private model {key} (trained on {frames})")
     classes = class_names(rows)
-    config = {"num_classes": len(classes), "width": params.width, "norm_groups": params.norm_groups,
-              "input": params.input, "head_pool": params.head_pool,
-              "dropout": params.dropout, "input_size": list(params.input_size), "clip_frames": int(train_rows[0]["n_frames"]),
-              "classes": classes, "method": params.method, "model": key, "family": family, "frames": str(frames),
-              "init": str(init) if init else None}
+    config = {
+        "num_classes": len(classes),
+        "width": params.width,
+        "norm_groups": params.norm_groups,
+        "input": params.input,
+        "head_pool": params.head_pool,
+        "dropout": params.dropout,
+        "input_size": list(params.input_size),
+        "clip_frames": int(train_rows[0]["n_frames"]),
+        "classes": classes,
+        "method": params.method,
+        "model": key,
+        "family": family,
+        "frames": str(frames),
+        "init": str(init) if init else None,
+    }
     run_name = "train" if key == params.method else f"train@{key}"
     privacy = strongest(METHOD_PRIVACY[params.method], data_guarantee(train_rows))
     with stage_run(run_name, {"base": base, "train": params}) as run:
         with atomic_directory(out) as staging:
             test_rows = split_rows(rows, "test")
-            held_out = (load_clips(test_rows, frames, tuple(params.input_size)), labels_of(test_rows)) if test_rows else None
-            data = TrainingData(load_clips(train_rows, frames, tuple(params.input_size)), labels_of(train_rows), classes, device,
-                                held_out)
+            held_out = (
+                (load_clips(test_rows, frames, tuple(params.input_size)), labels_of(test_rows))
+                if test_rows
+                else None
+            )
+            data = TrainingData(
+                load_clips(train_rows, frames, tuple(params.input_size)),
+                labels_of(train_rows),
+                classes,
+                device,
+                held_out,
+            )
             for seed in range(seeds):
-                model, history, seconds = _train_seed(params, base.seed, seed, data, init, config, key, frames,
-                                                      run.prefixed(f"seed{seed}.") if seed else run)
+                model, history, seconds = _train_seed(
+                    params,
+                    base.seed,
+                    seed,
+                    data,
+                    init,
+                    config,
+                    key,
+                    frames,
+                    run.prefixed(f"seed{seed}.") if seed else run,
+                )
                 folder = seed_folder(staging, seed)
                 folder.mkdir(exist_ok=True)
                 checkpoint = {"state_dict": model.state_dict(), "config": {**config, "seed": seed}}
-                if family == "public":  # what fine-tuning heads are standardised by: statistics of public clips only
+                if (
+                    family == "public"
+                ):  # what fine-tuning heads are standardised by: statistics of public clips only
                     checkpoint[STATISTICS_KEY] = _public_statistics(model, data)
                 torch.save(checkpoint, folder / "model.pt")
                 if seed == 0:
-                    registered, first_history, digest = model, history, checkpoint_digest(folder / "model.pt")
+                    registered, first_history, digest = (
+                        model,
+                        history,
+                        checkpoint_digest(folder / "model.pt"),
+                    )
                     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-                    final = {**history[-1], "trainable_parameters": trainable, "train_videos": len(train_rows),
-                             "epsilon": privacy.epsilon if math.isfinite(privacy.epsilon) else "inf", "delta": privacy.delta,
-                             "accountant": privacy.accountant, "unit": privacy.unit, "relation": privacy.relation,
-                             "randomness": privacy.randomness, "seeds": seeds, **paper_number(train_rows)}
-                    run.log_metrics({"train_seconds": seconds, "trainable_parameters": trainable, "epsilon": privacy.epsilon,
-                                     "delta": privacy.delta})
-            run.set_tags({"privhar.method": params.method, "privhar.model": key, "privhar.accountant": privacy.accountant,
-                          "privhar.seeds": seeds, "privhar.device": str(device)})
+                    final = {
+                        **history[-1],
+                        "trainable_parameters": trainable,
+                        "train_videos": len(train_rows),
+                        "epsilon": privacy.epsilon if math.isfinite(privacy.epsilon) else "inf",
+                        "delta": privacy.delta,
+                        "accountant": privacy.accountant,
+                        "unit": privacy.unit,
+                        "relation": privacy.relation,
+                        "randomness": privacy.randomness,
+                        "seeds": seeds,
+                        **paper_number(train_rows),
+                    }
+                    run.log_metrics(
+                        {
+                            "train_seconds": seconds,
+                            "trainable_parameters": trainable,
+                            "epsilon": privacy.epsilon,
+                            "delta": privacy.delta,
+                        }
+                    )
+            run.set_tags(
+                {
+                    "privhar.method": params.method,
+                    "privhar.model": key,
+                    "privhar.accountant": privacy.accountant,
+                    "privhar.seeds": seeds,
+                    "privhar.device": str(device),
+                }
+            )
             data_digest = run.log_dataset(frames, "train", "training")
-        atomic_write_bytes(report / f"{key}.json", (json.dumps(final, indent=2, sort_keys=True) + "\n").encode())
+        atomic_write_bytes(
+            report / f"{key}.json", (json.dumps(final, indent=2, sort_keys=True) + "\n").encode()
+        )
         atomic_write_bytes(report / f"{key}_history.csv", _history_csv(first_history))
         # registered once the output folder and reports are complete: a failed stage leaves no version behind
-        register_model(registered, family=family, key=key, run=run, config=config,
-                       tags={"method": params.method, **privacy.as_tags(), "dataset": f"{frames}@{data_digest}",
-                             CHECKPOINT_TAG: digest})
+        register_model(
+            registered,
+            family=family,
+            key=key,
+            run=run,
+            config=config,
+            tags={
+                "method": params.method,
+                **privacy.as_tags(),
+                "dataset": f"{frames}@{data_digest}",
+                CHECKPOINT_TAG: digest,
+            },
+        )
     return final

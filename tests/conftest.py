@@ -21,22 +21,59 @@ BIN = Path(sys.executable).parent
 
 TINY = {
     "base": {"workers": 2},
-    "synthesize": {"actions": ["walk", "wave", "squat"], "identities": 4, "videos_per_action": 4, "frames": 12,
-                   "fps": 12.0, "frame_size": [72, 96], "scenes": 2, "two_person_fraction": 0.25},
+    "synthesize": {
+        "actions": ["walk", "wave", "squat"],
+        "identities": 4,
+        "videos_per_action": 4,
+        "frames": 12,
+        "fps": 12.0,
+        "frame_size": [72, 96],
+        "scenes": 2,
+        "two_person_fraction": 0.25,
+    },
     "decode": {"fps": 6.0, "frames": 4, "frame_size": [32, 40]},
     "train": {"epochs": 2, "batch_size": 4, "input_size": [32, 40], "width": 4},
     "evaluate": {"batch_size": 8},
     "public": {"identities": 4, "videos_per_action": 4, "epochs": 1},
-    "private": {"epsilons": [2.0], "epochs": 2, "batch_size": 4, "physical_batch_size": 3, "clips_per_video": 2,
-                "public_size": {"video": None, "person": None},  # the tiny splits' own counts
-                "seeds": None, "seeds_at_epsilon": {0.5: None, 1.0: None, 2.0: None}},  # report.seeds
-    "assess": {"attacker_epochs": 2, "attacker_frame_step": 2, "tracking_videos": 2, "residual_videos": 2, "fused_pairs_per_person": 3,
-               "detector_training_frame_step": 2, "detection_frame_step": 2},
-    "ldp": {"repetitions": 2, "digits_epsilons": [0.5, 4.0, float("inf")], "video_first_filters": 2,
-            "video_second_filters": 2, "video_crop": [16, 8], "video_epsilons": [1.0, float("inf")]},
-    "federated": {"clients": 2, "rounds": 2, "batch_size": 4, "learning_rate": 0.1, "seeds_per_tuning": {"selective": None, "full": None}},
+    "private": {
+        "epsilons": [2.0],
+        "epochs": 2,
+        "batch_size": 4,
+        "physical_batch_size": 3,
+        "clips_per_video": 2,
+        "public_size": {"video": None, "person": None},  # the tiny splits' own counts
+        "seeds": None,
+        "seeds_at_epsilon": {0.5: None, 1.0: None, 2.0: None},
+    },  # report.seeds
+    "assess": {
+        "attacker_epochs": 2,
+        "attacker_frame_step": 2,
+        "tracking_videos": 2,
+        "residual_videos": 2,
+        "fused_pairs_per_person": 3,
+        "detector_training_frame_step": 2,
+        "detection_frame_step": 2,
+    },
+    "ldp": {
+        "repetitions": 2,
+        "digits_epsilons": [0.5, 4.0, float("inf")],
+        "video_first_filters": 2,
+        "video_second_filters": 2,
+        "video_crop": [16, 8],
+        "video_epsilons": [1.0, float("inf")],
+    },
+    "federated": {
+        "clients": 2,
+        "rounds": 2,
+        "batch_size": 4,
+        "learning_rate": 0.1,
+        "seeds_per_tuning": {"selective": None, "full": None},
+    },
     "orchestrate": {"shard_size": 8, "local_workers": 2},
-    "report": {"seeds": 1, "seeds_per_family": {"dprp": None}},  # stage tests train one seed; the pipeline projects (DAG) two
+    "report": {
+        "seeds": 1,
+        "seeds_per_family": {"dprp": None},
+    },  # stage tests train one seed; the pipeline projects (DAG) two
 }
 
 
@@ -53,13 +90,20 @@ def assert_frames_agree(first, second, what: str = "frames") -> None:
     assert first.shape == second.shape and first.dtype == second.dtype == np.uint8, what
     moved = np.abs(first.astype(np.int16) - second.astype(np.int16))
     assert moved.max(initial=0) <= 1, f"{what}: a pixel moved {moved.max()} grey levels"
-    assert (moved > 0).sum() <= MOVED_PIXEL_SHARE * moved.size, f"{what}: {(moved > 0).sum()} of {moved.size} pixels moved"
+    assert (moved > 0).sum() <= MOVED_PIXEL_SHARE * moved.size, (
+        f"{what}: {(moved > 0).sum()} of {moved.size} pixels moved"
+    )
 
 
 # The pipeline projects keep one stage per kind (stage-level tests cover every method): 23 stages, not 35.
-DAG = {"train": {"epochs": 1}, "dprp": {"epsilons": [8.0]}, "anonymize": {"methods": ["avatar", "blackout"]},
-       "private": {"methods": ["dp_sgd", "maskdp"]}, "federated": {"aggregations": ["fedavg"], "rounds": 1},
-       "report": {"seeds": 2}}
+DAG = {
+    "train": {"epochs": 1},
+    "dprp": {"epsilons": [8.0]},
+    "anonymize": {"methods": ["avatar", "blackout"]},
+    "private": {"methods": ["dp_sgd", "maskdp"]},
+    "federated": {"aggregations": ["fedavg"], "rounds": 1},
+    "report": {"seeds": 2},
+}
 
 
 def write_params(folder: Path, overrides: dict[str, Any] | None = None) -> Path:
@@ -67,7 +111,9 @@ def write_params(folder: Path, overrides: dict[str, Any] | None = None) -> Path:
     params = yaml.safe_load((REPO / "params.yaml").read_text())
     overlay_in_place(params, copy.deepcopy(TINY))
     overlay_in_place(params, overrides or {})
-    if "budget" not in (overrides or {}).get("privacy", {}):  # each test its own persistent budget (one MLflow store)
+    if "budget" not in (overrides or {}).get(
+        "privacy", {}
+    ):  # each test its own persistent budget (one MLflow store)
         params["privacy"]["budget"] = f"test-{folder.name}"
     path = folder / "params.yaml"
     path.write_text(yaml.safe_dump(params, sort_keys=False))
@@ -83,7 +129,9 @@ def mlflow_store(tmp_path_factory: pytest.TempPathFactory) -> str:
     uri = f"sqlite:///{folder / 'mlflow.db'}"
     os.environ["MLFLOW_TRACKING_URI"] = uri
     os.environ["PRIVHAR_EXPERIMENT"] = "privhar-tests"
-    os.environ["PRIVHAR_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))  # the accountants' disk cache, fresh per session
+    os.environ["PRIVHAR_CACHE_DIR"] = str(
+        tmp_path_factory.mktemp("cache")
+    )  # the accountants' disk cache, fresh per session
     os.environ.pop("PRIVHAR_PARENT_RUN_ID", None)
     return uri
 
@@ -102,8 +150,11 @@ def tiny_synthetic(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def tiny_decoded(tiny_synthetic: Path) -> Path:
     from tasks.decode import decode
 
-    decode(params_path=tiny_synthetic / "params.yaml", source=tiny_synthetic / "data" / "synthesize",
-           out=tiny_synthetic / "data" / "decode")
+    decode(
+        params_path=tiny_synthetic / "params.yaml",
+        source=tiny_synthetic / "data" / "synthesize",
+        out=tiny_synthetic / "data" / "decode",
+    )
     return tiny_synthetic
 
 
@@ -114,17 +165,26 @@ def tiny_public(tiny_synthetic: Path) -> Path:
     from tasks.synthesize import synthesize
 
     params = tiny_synthetic / "params.yaml"
-    synthesize(params_path=params, out=tiny_synthetic / "data" / "public" / "synthesize", public=True)
-    decode(params_path=params, source=tiny_synthetic / "data" / "public" / "synthesize",
-           out=tiny_synthetic / "data" / "public" / "decode")
+    synthesize(
+        params_path=params, out=tiny_synthetic / "data" / "public" / "synthesize", public=True
+    )
+    decode(
+        params_path=params,
+        source=tiny_synthetic / "data" / "public" / "synthesize",
+        out=tiny_synthetic / "data" / "public" / "decode",
+    )
     return tiny_synthetic / "data" / "public" / "decode"
 
 
 def sh(*args: str, cwd: Path, timeout: float = 900) -> subprocess.CompletedProcess:
     """Run a command of this environment; fail the test with its output if it fails."""
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
-    result = subprocess.run(list(args), cwd=cwd, capture_output=True, text=True, env=env, timeout=timeout)
-    assert result.returncode == 0, f"{' '.join(args)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    result = subprocess.run(
+        list(args), cwd=cwd, capture_output=True, text=True, env=env, timeout=timeout
+    )
+    assert result.returncode == 0, (
+        f"{' '.join(args)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    )
     return result
 
 
@@ -157,10 +217,16 @@ def prefect_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     env = prefect_environment(home, "127.0.0.1", port)
     saved = {key: os.environ.get(key) for key in env}
     os.environ.update(env)  # for stage subprocesses and Dask workers
-    from prefect.settings import PREFECT_API_URL, PREFECT_SERVER_ANALYTICS_ENABLED, temporary_settings
+    from prefect.settings import (
+        PREFECT_API_URL,
+        PREFECT_SERVER_ANALYTICS_ENABLED,
+        temporary_settings,
+    )
 
     try:
-        with temporary_settings({PREFECT_API_URL: env["PREFECT_API_URL"], PREFECT_SERVER_ANALYTICS_ENABLED: False}):
+        with temporary_settings(
+            {PREFECT_API_URL: env["PREFECT_API_URL"], PREFECT_SERVER_ANALYTICS_ENABLED: False}
+        ):
             yield env["PREFECT_API_URL"]
     finally:
         server.stop()

@@ -8,9 +8,22 @@ from skimage.metrics import structural_similarity
 
 from tasks.assess.faces import Occurrence
 from tasks.assess.fusion import LEVELS, WAVELET, ssim_groups, swt_fuse
-from tasks.assess.reid import FaceRecognisers, identification_aggr, identification_fused, identification_ind, recognised_flags
-from tasks.core.scores import class_wise_f1, class_wise_map, dice, frame_hit_rate, matches, speed_score
+from tasks.assess.reid import (
+    FaceRecognisers,
+    identification_aggr,
+    identification_fused,
+    identification_ind,
+    recognised_flags,
+)
 from tasks.assess.similarity import mse_similarity, ssim
+from tasks.core.scores import (
+    class_wise_f1,
+    class_wise_map,
+    dice,
+    frame_hit_rate,
+    matches,
+    speed_score,
+)
 
 
 def average_precision(labels: np.ndarray, scores: np.ndarray) -> float:
@@ -23,14 +36,20 @@ def average_precision(labels: np.ndarray, scores: np.ndarray) -> float:
     ranked_scores, ranked_labels = np.asarray(scores, dtype=np.float64)[order], labels[order]
     last_of_tie = np.r_[np.flatnonzero(np.diff(ranked_scores)), len(ranked_scores) - 1]
     true_positives = np.cumsum(ranked_labels)[last_of_tie]
-    return float(np.sum(np.diff(np.r_[0.0, true_positives / positives]) * true_positives / (last_of_tie + 1)))
+    return float(
+        np.sum(np.diff(np.r_[0.0, true_positives / positives]) * true_positives / (last_of_tie + 1))
+    )
 
 
 def macro_f1(labels: np.ndarray, predicted: np.ndarray) -> float:
     """The oracle: 2TP / (2TP + FP + FN) per attribute (0 when it has neither), then the mean."""
     true_pos = (labels & predicted).sum(axis=0)
     denominator = 2 * true_pos + (labels ^ predicted).sum(axis=0)
-    return float(np.divide(2 * true_pos, denominator, out=np.zeros(len(true_pos)), where=denominator > 0).mean())
+    return float(
+        np.divide(
+            2 * true_pos, denominator, out=np.zeros(len(true_pos)), where=denominator > 0
+        ).mean()
+    )
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -38,8 +57,12 @@ def test_cmap_and_f1_equal_their_definitions(seed: int) -> None:
     rng = np.random.default_rng(seed)
     labels = rng.random((240, 7)) < rng.uniform(0.1, 0.6, 7)
     labels[:, 3] = False  # an attribute nobody has: left out of cMAP, F1 0 unless predicted
-    scores = np.round(rng.random((240, 7)) * 0.6 + labels * rng.uniform(0, 0.5, 7), 2)  # rounded: ties occur
-    expected = np.nanmean([average_precision(labels[:, column], scores[:, column]) for column in range(7)])
+    scores = np.round(
+        rng.random((240, 7)) * 0.6 + labels * rng.uniform(0, 0.5, 7), 2
+    )  # rounded: ties occur
+    expected = np.nanmean(
+        [average_precision(labels[:, column], scores[:, column]) for column in range(7)]
+    )
     assert class_wise_map(labels, scores) == pytest.approx(expected, abs=1e-12)
     predicted = scores >= 0.5
     assert class_wise_f1(labels, predicted) == pytest.approx(macro_f1(labels, predicted), abs=1e-12)
@@ -57,8 +80,15 @@ def test_ssim_equals_scikit_image(channels: int | None) -> None:
     shape = (48, 64) if channels is None else (48, 64, channels)
     first = rng.integers(0, 256, shape, dtype=np.uint8)
     second = np.clip(first.astype(int) + rng.integers(-50, 50, shape), 0, 255).astype(np.uint8)
-    expected = structural_similarity(first, second, channel_axis=None if channels is None else 2, gaussian_weights=True,
-                                     sigma=1.5, use_sample_covariance=False, data_range=255)
+    expected = structural_similarity(
+        first,
+        second,
+        channel_axis=None if channels is None else 2,
+        gaussian_weights=True,
+        sigma=1.5,
+        use_sample_covariance=False,
+        data_range=255,
+    )
     assert ssim(first, second) == pytest.approx(expected, abs=1e-9)
     assert ssim(first, first) == pytest.approx(1.0)
     assert mse_similarity(first, first) == 1.0
@@ -79,7 +109,9 @@ def test_frame_hit_rate_follows_eq_20() -> None:
     assert frame_hit_rate([(100, 100, 110, 110)], []) == 1.0  # false alarms do not lower h
     assert frame_hit_rate([(1, 0, 11, 10)], truth) == 0.5
     assert frame_hit_rate([(1, 0, 11, 10), (50, 51, 60, 71)], truth) == 1.0
-    assert frame_hit_rate([(1, 0, 11, 10), (0, 1, 10, 11)], truth) == 0.5  # two detections of one object: one hit
+    assert (
+        frame_hit_rate([(1, 0, 11, 10), (0, 1, 10, 11)], truth) == 0.5
+    )  # two detections of one object: one hit
 
 
 def test_speed_score_is_capped_at_one() -> None:
@@ -91,8 +123,11 @@ def _faces(identities: int, per_person: int, seed: int) -> tuple[list[np.ndarray
     """Each person a fixed random texture; each occurrence that texture plus fresh noise."""
     base = np.random.default_rng(99).integers(30, 226, (identities, 24, 24))
     rng = np.random.default_rng(seed)
-    faces = [np.clip(base[j] + rng.normal(0, 12, (24, 24)), 0, 255).astype(np.uint8)
-             for j in range(identities) for _ in range(per_person)]
+    faces = [
+        np.clip(base[j] + rng.normal(0, 12, (24, 24)), 0, 255).astype(np.uint8)
+        for j in range(identities)
+        for _ in range(per_person)
+    ]
     return faces, [j for j in range(identities) for _ in range(per_person)]
 
 
@@ -112,11 +147,17 @@ def test_identification_on_raw_faces_is_near_zero_and_on_blacked_out_faces_near_
 
 
 def test_aggregated_identification_never_exceeds_independent() -> None:
-    occurrences = [Occurrence("v", t, person, (0, 0, 1, 1)) for person in (0, 1, 2) for t in range(4)]
-    flags = [t == 0 for person in (0, 1, 2) for t in range(4)]  # each person recognised in one frame of four
+    occurrences = [
+        Occurrence("v", t, person, (0, 0, 1, 1)) for person in (0, 1, 2) for t in range(4)
+    ]
+    flags = [
+        t == 0 for person in (0, 1, 2) for t in range(4)
+    ]  # each person recognised in one frame of four
     flags[4] = False  # person 1 never
     assert identification_ind(flags) == pytest.approx(1 - 2 / 12)
-    assert identification_aggr(occurrences, flags) == pytest.approx(1 - 8 / 12)  # persons 0 and 2 exposed everywhere
+    assert identification_aggr(occurrences, flags) == pytest.approx(
+        1 - 8 / 12
+    )  # persons 0 and 2 exposed everywhere
     assert identification_aggr(occurrences, flags) <= identification_ind(flags)
 
 
@@ -127,10 +168,17 @@ def test_swt_fusion_as_defined_on_a_hand_made_pair() -> None:
     first = rng.integers(0, 256, (16, 16)).astype(np.uint8)
     second = np.roll(first, 2, axis=1)
     fused = swt_fuse(first, second)
-    a, b = pywt.swt2(first.astype(float), WAVELET, level=LEVELS), pywt.swt2(second.astype(float), WAVELET, level=LEVELS)
-    expected_bands = [((ca + cb) / 2, tuple(np.where(np.abs(x) >= np.abs(y), x, y) for x, y in zip(da, db)))
-                      for (ca, da), (cb, db) in zip(a, b)]
-    assert np.array_equal(fused, np.clip(np.rint(pywt.iswt2(expected_bands, WAVELET)), 0, 255).astype(np.uint8))
+    a, b = (
+        pywt.swt2(first.astype(float), WAVELET, level=LEVELS),
+        pywt.swt2(second.astype(float), WAVELET, level=LEVELS),
+    )
+    expected_bands = [
+        ((ca + cb) / 2, tuple(np.where(np.abs(x) >= np.abs(y), x, y) for x, y in zip(da, db)))
+        for (ca, da), (cb, db) in zip(a, b)
+    ]
+    assert np.array_equal(
+        fused, np.clip(np.rint(pywt.iswt2(expected_bands, WAVELET)), 0, 255).astype(np.uint8)
+    )
     assert np.array_equal(swt_fuse(first, first), first)  # fusing an image with itself returns it
     groups = ssim_groups([first, first.copy(), 255 - first], threshold=0.7)
     assert groups == [[0, 1], [2]]
@@ -142,7 +190,9 @@ def test_opencv_bundled_face_detector_finds_the_astronauts_face_and_cannot_be_ad
 
     from tasks.assess.detection import FACE, BundledDetector, detection_rate
 
-    photo = data.astronaut()[::2, ::2].copy()  # 256 × 256: a face of ~48 px, enlarged ×2 as the face detector does
+    photo = data.astronaut()[
+        ::2, ::2
+    ].copy()  # 256 × 256: a face of ~48 px, enlarged ×2 as the face detector does
     face = (88.0, 33.0, 136.0, 81.0)  # the cascade's box on the full-size photo, halved
     detector = BundledDetector(FACE)
     assert detection_rate(detector, [photo], [[face]]) == 1.0
@@ -155,7 +205,10 @@ def test_detections_on_the_enlarged_frame_map_back_to_its_own_pixels() -> None:
     from tasks.assess.detection import BODY, FACE, enlarged_grey, frame_boxes
 
     frame = np.zeros((48, 64, 3), dtype=np.uint8)
-    assert enlarged_grey(frame, FACE).shape == (96, 128) and enlarged_grey(frame, BODY).shape == (48, 64)
+    assert enlarged_grey(frame, FACE).shape == (96, 128) and enlarged_grey(frame, BODY).shape == (
+        48,
+        64,
+    )
     assert frame_boxes(np.array([[10, 30, 20, 20]]), FACE) == [(5.0, 15.0, 15.0, 25.0)]
     assert frame_boxes(np.array([[10, 30, 20, 20]]), BODY) == [(10.0, 30.0, 30.0, 50.0)]
     assert frame_boxes((), FACE) == []  # OpenCV returns an empty tuple when it finds nothing
@@ -179,7 +232,11 @@ def test_a_face_kept_in_one_frame_counts_its_clip_as_leaking(monkeypatch):
 
     def planted(frame, upscale):
         ys, xs = np.nonzero(frame[..., 0] == 255)
-        return [(float(xs.min()), float(ys.min()), float(xs.max() + 1), float(ys.max() + 1))] if len(xs) else []
+        return (
+            [(float(xs.min()), float(ys.min()), float(xs.max() + 1), float(ys.max() + 1))]
+            if len(xs)
+            else []
+        )
 
     monkeypatch.setattr(residual, "face_boxes", planted)
     face = np.zeros((3, 20, 20, 3), np.uint8)
@@ -190,10 +247,25 @@ def test_a_face_kept_in_one_frame_counts_its_clip_as_leaking(monkeypatch):
     protected = {"a": kept_once, "b": np.zeros_like(face), "c": np.zeros_like(face), "d": face}
     avatar = np.zeros((3, 20, 20), np.uint8)
     avatar[:, 5:10, 5:10] = 1  # d's face sits on avatar pixels: the avatar's face, not the person's
-    found = residual.face_leakage(raw, protected, {"a": None, "b": None, "c": None, "d": avatar}, ["a", "b", "c", "d"])
-    assert found == {"face_leak_frames": pytest.approx(1 / 9), "face_leak_clips": pytest.approx(1 / 3)}
-    assert residual.face_leakage(raw, protected, {}, ["c"]) == {"face_leak_frames": None, "face_leak_clips": None}
-    elsewhere = {"a": [[(12.0, 12.0, 18.0, 18.0)]] * 3}  # annotated faces elsewhere: the detections are background
-    assert residual.face_leakage(raw, protected, {}, ["a"], elsewhere) == {"face_leak_frames": None, "face_leak_clips": None}
+    found = residual.face_leakage(
+        raw, protected, {"a": None, "b": None, "c": None, "d": avatar}, ["a", "b", "c", "d"]
+    )
+    assert found == {
+        "face_leak_frames": pytest.approx(1 / 9),
+        "face_leak_clips": pytest.approx(1 / 3),
+    }
+    assert residual.face_leakage(raw, protected, {}, ["c"]) == {
+        "face_leak_frames": None,
+        "face_leak_clips": None,
+    }
+    elsewhere = {
+        "a": [[(12.0, 12.0, 18.0, 18.0)]] * 3
+    }  # annotated faces elsewhere: the detections are background
+    assert residual.face_leakage(raw, protected, {}, ["a"], elsewhere) == {
+        "face_leak_frames": None,
+        "face_leak_clips": None,
+    }
     on_face = {"a": [[(5.0, 5.0, 10.0, 10.0)]] * 3}
-    assert residual.face_leakage(raw, protected, {}, ["a"], on_face)["face_leak_frames"] == pytest.approx(1 / 3)
+    assert residual.face_leakage(raw, protected, {}, ["a"], on_face)[
+        "face_leak_frames"
+    ] == pytest.approx(1 / 3)

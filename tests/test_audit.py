@@ -22,24 +22,39 @@ from tasks.core.randomness import DpStream
 from tasks.ldp.randomized_response import perturb
 from tasks.private.methods import PrivateData, Recipe, train_grouped
 
-RUNS = 12_000  # per world (the grouped-loop audits; Video-DPRP uses 4 000); `pytest -m slow` runs 10x
+RUNS = (
+    12_000  # per world (the grouped-loop audits; Video-DPRP uses 4 000); `pytest -m slow` runs 10x
+)
 CONFIDENCE = 0.999  # of each one-sided Clopper-Pearson bound, Bonferroni over the thresholds tried
 # The audit checks the accountant's whole (ε, δ) curve at one point: a few thousand runs see rates near
 # 1e-3, so ε is claimed and audited at δ = 1e-3 (the same accountant, the same σ, q, steps).
 DELTA = 1e-3
 
 
-def epsilon_lower_bound(hits_canary: int, hits_without: int, runs: int, thresholds: int = 1) -> float:
+def epsilon_lower_bound(
+    hits_canary: int, hits_without: int, runs: int, thresholds: int = 1
+) -> float:
     """ε̂ = ln((TPR_low − δ) / FPR_high), Clopper-Pearson at CONFIDENCE (Bonferroni over ``thresholds``)."""
     alpha = (1 - CONFIDENCE) / thresholds
     tpr_low = beta.ppf(alpha, hits_canary, runs - hits_canary + 1) if hits_canary else 0.0
-    fpr_high = beta.ppf(1 - alpha, hits_without + 1, runs - hits_without) if hits_without < runs else 1.0
+    fpr_high = (
+        beta.ppf(1 - alpha, hits_without + 1, runs - hits_without) if hits_without < runs else 1.0
+    )
     return math.log((tpr_low - DELTA) / fpr_high) if tpr_low > DELTA else 0.0
 
 
-def best_bound(scores_canary: np.ndarray, scores_without: np.ndarray, thresholds: list[float]) -> float:
-    return max(epsilon_lower_bound(int((scores_canary > t).sum()), int((scores_without > t).sum()), len(scores_canary),
-                                   len(thresholds)) for t in thresholds)
+def best_bound(
+    scores_canary: np.ndarray, scores_without: np.ndarray, thresholds: list[float]
+) -> float:
+    return max(
+        epsilon_lower_bound(
+            int((scores_canary > t).sum()),
+            int((scores_without > t).sum()),
+            len(scores_canary),
+            len(thresholds),
+        )
+        for t in thresholds
+    )
 
 
 class _Stop(Exception):
@@ -58,13 +73,23 @@ def first_step(data: PrivateData, recipe: Recipe, sigma: float, seed: int) -> to
         raise _Stop
 
     try:
-        train_grouped(module, data, recipe, sigma, DpStream.seeded(2 * seed), DpStream.seeded(2 * seed + 1), on_step=stop)
+        train_grouped(
+            module,
+            data,
+            recipe,
+            sigma,
+            DpStream.seeded(2 * seed),
+            DpStream.seeded(2 * seed + 1),
+            on_step=stop,
+        )
     except _Stop:
         pass
     return seen["weight"]
 
 
-def canary_data(units: int, canary: float, public: bool = False, canary_videos: int = 1) -> PrivateData:
+def canary_data(
+    units: int, canary: float, public: bool = False, canary_videos: int = 1
+) -> PrivateData:
     """``units`` units of zero input (no gradient) but the first, whose input is ``canary`` along x₀;
     with ``public``, every unit also has a public view and the first's lies along x₁ (MaskDP); with
     ``canary_videos`` > 1, the units are persons and the first is in that many videos, each with the canary."""
@@ -78,17 +103,36 @@ def canary_data(units: int, canary: float, public: bool = False, canary_videos: 
         return PrivateData(inputs, labels)
     views = torch.zeros(units, 2)
     views[0, 1] = 100.0
-    return PrivateData(inputs, labels, public=views, has_private=torch.ones(units, dtype=torch.bool),
-                       has_public=torch.ones(units, dtype=torch.bool))
+    return PrivateData(
+        inputs,
+        labels,
+        public=views,
+        has_private=torch.ones(units, dtype=torch.bool),
+        has_public=torch.ones(units, dtype=torch.bool),
+    )
 
 
 def recipe_for(units: int, batch: int) -> Recipe:
-    return Recipe(epochs=1, batch_size=batch, physical_batch_size=16, learning_rate=1e-3, momentum=0.0, max_grad_norm=1.0,
-                  delta=DELTA, accountant="pld")
+    return Recipe(
+        epochs=1,
+        batch_size=batch,
+        physical_batch_size=16,
+        learning_rate=1e-3,
+        momentum=0.0,
+        max_grad_norm=1.0,
+        delta=DELTA,
+        accountant="pld",
+    )
 
 
-def private_scores(data: PrivateData, recipe: Recipe, sigma: float, runs: int, offset: int,
-                   public_gate: bool = False) -> np.ndarray:
+def private_scores(
+    data: PrivateData,
+    recipe: Recipe,
+    sigma: float,
+    runs: int,
+    offset: int,
+    public_gate: bool = False,
+) -> np.ndarray:
     """z: the first update along the canary's clipped gradient, in units of C (the noise has std σ).
 
     With ``public_gate`` (MaskDP) the attacker reads the noise-free public column first: where it shows
@@ -96,28 +140,41 @@ def private_scores(data: PrivateData, recipe: Recipe, sigma: float, runs: int, o
     """
     rate = 1.0 / math.ceil(data.unit_count / recipe.batch_size)
     scale = rate * data.unit_count / (recipe.learning_rate * recipe.max_grad_norm)
-    direction = torch.tensor([[-1.0, 0.0], [1.0, 0.0]]) / math.sqrt(2)  # the clipped gradient of label 0 along x₀
+    direction = torch.tensor([[-1.0, 0.0], [1.0, 0.0]]) / math.sqrt(
+        2
+    )  # the clipped gradient of label 0 along x₀
     scores = []
     for run in range(runs):
         weight = first_step(data, recipe, sigma, offset + run)
         z = float(-(weight * direction).sum() * scale)
-        if public_gate and abs(float(weight[0, 1])) < 0.025:  # the public term moves it by 0.05, the noise by ~0.001
+        if (
+            public_gate and abs(float(weight[0, 1])) < 0.025
+        ):  # the public term moves it by 0.05, the noise by ~0.001
             z = -math.inf
         scores.append(z)
     return np.array(scores)
 
 
-def audit_grouped(*, units: int, batch: int, sigma: float, relation: str, runs: int = RUNS,
-                  canary_videos: int = 1) -> tuple[float, float]:
+def audit_grouped(
+    *, units: int, batch: int, sigma: float, relation: str, runs: int = RUNS, canary_videos: int = 1
+) -> tuple[float, float]:
     """(ε̂, ε claimed) of one step of the grouped loop: the canary's input +100 against 0 (add/remove) or −100
     (replace-one, MaskDP's masked adjacency: the private tokens swapped, the public view the same); with
     ``canary_videos`` > 1, user-level mode: the canary is a person in that many videos, each +100 against 0."""
     public = relation == REPLACE_ONE
     recipe = recipe_for(units, batch)
     rate = 1.0 / math.ceil(units / batch)
-    with_canary = private_scores(canary_data(units, 100.0, public, canary_videos), recipe, sigma, runs, 0, public)
-    without = private_scores(canary_data(units, -100.0 if public else 0.0, public, canary_videos), recipe, sigma, runs,
-                             10**6, public)
+    with_canary = private_scores(
+        canary_data(units, 100.0, public, canary_videos), recipe, sigma, runs, 0, public
+    )
+    without = private_scores(
+        canary_data(units, -100.0 if public else 0.0, public, canary_videos),
+        recipe,
+        sigma,
+        runs,
+        10**6,
+        public,
+    )
     claimed = sampled_gaussian_epsilon(sigma, rate, 1, DELTA, accountant="pld", relation=relation)
     return best_bound(with_canary, without, [1.0, 1.5, 2.0, 2.5, 3.0]), claimed
 
@@ -126,7 +183,11 @@ def test_dp_sgd_noise_holds_and_halved_noise_is_caught(monkeypatch):
     found, claimed = audit_grouped(units=1, batch=1, sigma=1.0, relation=ADD_REMOVE)
     assert found <= claimed
     original = methods.add_noise
-    monkeypatch.setattr(methods, "add_noise", lambda summed, sigma, clip, stream: original(summed, sigma / 2, clip, stream))
+    monkeypatch.setattr(
+        methods,
+        "add_noise",
+        lambda summed, sigma, clip, stream: original(summed, sigma / 2, clip, stream),
+    )
     broken, claimed = audit_grouped(units=1, batch=1, sigma=1.0, relation=ADD_REMOVE)
     assert broken > claimed, (broken, claimed)
 
@@ -142,7 +203,9 @@ def test_poisson_sampling_holds_and_a_canary_in_every_batch_is_caught(monkeypatc
 def test_person_sampling_holds_below_q_1_and_per_video_sampling_is_caught(monkeypatch):
     """User-level mode at q = 0.1: a person in 30 videos is sampled as one unit. The planted bug draws each of a
     person's videos at the person rate (as if the unit were the video), so the person is in ~96 % of the steps."""
-    found, claimed = audit_grouped(units=10, batch=1, sigma=1.0, relation=ADD_REMOVE, canary_videos=30)
+    found, claimed = audit_grouped(
+        units=10, batch=1, sigma=1.0, relation=ADD_REMOVE, canary_videos=30
+    )
     assert found <= claimed
     coins = np.random.default_rng(0)
 
@@ -150,11 +213,15 @@ def test_person_sampling_holds_below_q_1_and_per_video_sampling_is_caught(monkey
         return torch.from_numpy(np.flatnonzero(coins.random(len(data.labels)) < 0.1))
 
     monkeypatch.setattr(PrivateData, "videos_of", per_video)
-    broken, claimed = audit_grouped(units=10, batch=1, sigma=1.0, relation=ADD_REMOVE, canary_videos=30)
+    broken, claimed = audit_grouped(
+        units=10, batch=1, sigma=1.0, relation=ADD_REMOVE, canary_videos=30
+    )
     assert broken > claimed, (broken, claimed)
 
 
-def opacus_steps(units: int, canary: float, sigma: float, steps: int, seed: int) -> tuple[np.ndarray, list[int]]:
+def opacus_steps(
+    units: int, canary: float, sigma: float, steps: int, seed: int
+) -> tuple[np.ndarray, list[int]]:
     """The headline ``dp_sgd`` path (Opacus with stream noise and Poisson batches), observed at every step from the
     same iterate: z (as in :func:`private_scores`) and the batch size. Each step resets the weights to zero, so the
     ``steps`` steps of one run are ``steps`` independent one-step runs; σ is fixed (the audit tests the mechanism)."""
@@ -162,21 +229,39 @@ def opacus_steps(units: int, canary: float, sigma: float, steps: int, seed: int)
     module = nn.Linear(2, 2, bias=False)
     with torch.no_grad():
         module.weight.zero_()
-    recipe = Recipe(epochs=math.ceil(steps / units), batch_size=1, physical_batch_size=16, learning_rate=1e-3,
-                    momentum=0.0, max_grad_norm=1.0, delta=DELTA, accountant="rdp")  # Opacus reports its ε: RDP is instant
+    recipe = Recipe(
+        epochs=math.ceil(steps / units),
+        batch_size=1,
+        physical_batch_size=16,
+        learning_rate=1e-3,
+        momentum=0.0,
+        max_grad_norm=1.0,
+        delta=DELTA,
+        accountant="rdp",
+    )  # Opacus reports its ε: RDP is instant
     direction = torch.tensor([[-1.0, 0.0], [1.0, 0.0]]) / math.sqrt(2)
     scores, sizes = [], []
 
     def observe(step: int, sampled: int, trained: nn.Module) -> None:
         with torch.no_grad():
-            scores.append(float(-(trained.weight * direction).sum()) / (recipe.learning_rate * recipe.max_grad_norm))
+            scores.append(
+                float(-(trained.weight * direction).sum())
+                / (recipe.learning_rate * recipe.max_grad_norm)
+            )
             sizes.append(sampled)
             trained.weight.zero_()
 
     with pytest.MonkeyPatch.context() as fixed_noise:
         fixed_noise.setattr(methods, "calibrate", lambda *args, **kwargs: sigma)
-        methods.train_dp_sgd(module, data, recipe, 1.0, DpStream.seeded(2 * seed), DpStream.seeded(2 * seed + 1),
-                             on_step=observe)
+        methods.train_dp_sgd(
+            module,
+            data,
+            recipe,
+            1.0,
+            DpStream.seeded(2 * seed),
+            DpStream.seeded(2 * seed + 1),
+            on_step=observe,
+        )
     return np.array(scores), sizes
 
 
@@ -193,7 +278,9 @@ def test_opacus_noise_holds_and_halved_noise_is_caught(monkeypatch):
     found, claimed = audit_opacus()
     assert found <= claimed
     original = DpStream.normal
-    monkeypatch.setattr(DpStream, "normal", lambda stream, std, like: original(stream, std / 2, like))
+    monkeypatch.setattr(
+        DpStream, "normal", lambda stream, std, like: original(stream, std / 2, like)
+    )
     broken, claimed = audit_opacus()
     assert broken > claimed, (broken, claimed)
 
@@ -204,12 +291,17 @@ def test_opacus_batches_are_poisson_and_fixed_batches_are_caught(monkeypatch):
 
     def binomial_like() -> bool:
         sizes = np.array(opacus_steps(40, 0.0, 1.0, 1_000, 0)[1])
-        return abs(sizes.mean() - 1.0) < 0.15 and 0.6 * 0.975 < sizes.var() < 1.5 * 0.975  # q N, q N (1 − q)
+        return (
+            abs(sizes.mean() - 1.0) < 0.15 and 0.6 * 0.975 < sizes.var() < 1.5 * 0.975
+        )  # q N, q N (1 − q)
 
     assert binomial_like()
     original = StreamPrivacyEngine.make_private
-    monkeypatch.setattr(StreamPrivacyEngine, "make_private",
-                        lambda engine, **kwargs: original(engine, **{**kwargs, "poisson_sampling": False}))
+    monkeypatch.setattr(
+        StreamPrivacyEngine,
+        "make_private",
+        lambda engine, **kwargs: original(engine, **{**kwargs, "poisson_sampling": False}),
+    )
     assert not binomial_like()
 
 
@@ -220,19 +312,35 @@ def test_batches_are_poisson_not_fixed_size(monkeypatch):
     def batch_sizes() -> list[int]:
         sizes = []
         data = PrivateData(torch.zeros(40, 1, 2), torch.zeros(40, dtype=torch.long))
-        recipe = Recipe(epochs=25, batch_size=8, physical_batch_size=16, learning_rate=1e-3, momentum=0.0,
-                        max_grad_norm=1.0, delta=DELTA, accountant="pld")
-        train_grouped(nn.Linear(2, 2), data, recipe, 1.0, DpStream.seeded(0),
-                      on_step=lambda step, sampled, module: sizes.append(sampled))
+        recipe = Recipe(
+            epochs=25,
+            batch_size=8,
+            physical_batch_size=16,
+            learning_rate=1e-3,
+            momentum=0.0,
+            max_grad_norm=1.0,
+            delta=DELTA,
+            accountant="pld",
+        )
+        train_grouped(
+            nn.Linear(2, 2),
+            data,
+            recipe,
+            1.0,
+            DpStream.seeded(0),
+            on_step=lambda step, sampled, module: sizes.append(sampled),
+        )
         return sizes
 
     def binomial_like(sizes: list[int]) -> bool:
-        return abs(np.mean(sizes) - 8.0) < 0.8 and 0.6 * 6.4 < np.var(sizes) < 1.5 * 6.4  # N q, N q (1 − q)
+        return (
+            abs(np.mean(sizes) - 8.0) < 0.8 and 0.6 * 6.4 < np.var(sizes) < 1.5 * 6.4
+        )  # N q, N q (1 − q)
 
     assert binomial_like(batch_sizes())
 
     def fixed(stream: DpStream, count: int, rate: float) -> torch.Tensor:
-        return stream.permutation(count)[:round(count * rate)]
+        return stream.permutation(count)[: round(count * rate)]
 
     monkeypatch.setattr(DpStream, "poisson_sample", fixed)
     assert not binomial_like(batch_sizes())
@@ -284,9 +392,17 @@ def dprp_scores(sigma1: float, runs: int, offset: int, canary: bool) -> np.ndarr
     for run in range(runs):
         projection = Projection(seed=offset + run, d=48, k=24)
         clean = project(torch.from_numpy(frame.reshape(1, -1).astype(np.float32)), projection)
-        moved = project(torch.from_numpy(changed.reshape(1, -1).astype(np.float32)), projection) - clean
-        out = protect_video(changed if canary else frame, projection, sigma1=sigma1, sigma2=1.0, rank=24,
-                            noise_seed=10**7 + offset + run)
+        moved = (
+            project(torch.from_numpy(changed.reshape(1, -1).astype(np.float32)), projection) - clean
+        )
+        out = protect_video(
+            changed if canary else frame,
+            projection,
+            sigma1=sigma1,
+            sigma2=1.0,
+            rank=24,
+            noise_seed=10**7 + offset + run,
+        )
         direction = moved / moved.norm()
         scores.append(float(((out.projected - clean) * direction).sum()) / sigma1)
     return np.array(scores)
@@ -301,10 +417,20 @@ def audit_dprp(noise_divisor: float = 1.0, runs: int = 4_000) -> tuple[float, fl
     from tasks.core.accounting import gdp_epsilon
     from tasks.core.dprp_calibration import chi_square_bound, noise_scales
 
-    scales = noise_scales(epsilon=6.0, delta=1e-5, budget_split=0.8, k=24, d=48, calibration="gaussian", neighbour="pixel",
-                          secret_projection=True)
+    scales = noise_scales(
+        epsilon=6.0,
+        delta=1e-5,
+        budget_split=0.8,
+        k=24,
+        d=48,
+        calibration="gaussian",
+        neighbour="pixel",
+        secret_projection=True,
+    )
     beta = scales.delta1 / 2
-    claimed = gdp_epsilon(255 * math.sqrt(chi_square_bound(24, beta) / 24) / scales.sigma1, DELTA - beta)
+    claimed = gdp_epsilon(
+        255 * math.sqrt(chi_square_bound(24, beta) / 24) / scales.sigma1, DELTA - beta
+    )
     sigma = scales.sigma1 / noise_divisor
     with_canary = dprp_scores(sigma, runs, 0, True) * sigma / scales.sigma1
     without = dprp_scores(sigma, runs, 10**6, False) * sigma / scales.sigma1
@@ -321,20 +447,32 @@ def test_video_dprp_noise_holds_and_an_eighth_of_it_is_caught():
     assert broken > claimed, (broken, claimed)
 
 
-def default_dprp_scores(projection, change: torch.Tensor, sigma1: float, runs: int, offset: int, canary: bool) -> np.ndarray:
+def default_dprp_scores(
+    projection, change: torch.Tensor, sigma1: float, runs: int, offset: int, canary: bool
+) -> np.ndarray:
     """Video-DPRP's P̃ of one mid-grey 16 × 16 frame (d = 768, k = 24) through :func:`protect_video` with the public
     ``projection``, along the canary's ΔP = Δx R, in units of σ1; the canary frame is the grey frame plus ``change``."""
     from tasks.dprp.mechanism import project, protect_video
 
     frame = np.full((1, 16, 16, 3), 128, dtype=np.uint8)
-    changed = (frame.reshape(1, -1).astype(np.int64) + change.numpy().astype(np.int64)).reshape(frame.shape).astype(np.uint8)
+    changed = (
+        (frame.reshape(1, -1).astype(np.int64) + change.numpy().astype(np.int64))
+        .reshape(frame.shape)
+        .astype(np.uint8)
+    )
     clean = project(torch.from_numpy(frame.reshape(1, -1).astype(np.float64)), projection)
     moved = project(torch.from_numpy(changed.reshape(1, -1).astype(np.float64)), projection) - clean
     direction = moved / moved.norm()
     scores = []
     for run in range(runs):
-        out = protect_video(changed if canary else frame, projection, sigma1=sigma1, sigma2=1.0, rank=24,
-                            noise_seed=10**7 + offset + run)
+        out = protect_video(
+            changed if canary else frame,
+            projection,
+            sigma1=sigma1,
+            sigma2=1.0,
+            rank=24,
+            noise_seed=10**7 + offset + run,
+        )
         scores.append(float(((out.projected - clean) * direction).sum()) / sigma1)
     return np.array(scores)
 
@@ -350,19 +488,37 @@ def test_video_dprp_default_mode_holds_its_headline_and_the_chi_square_claim_for
     d, k = 16 * 16 * 3, 24
     projection = Projection(seed=11, d=d, k=k)
     left, singular, _ = torch.linalg.svd(projection.dense().double(), full_matrices=False)
-    scales = noise_scales(epsilon=2.0, delta=DELTA, budget_split=0.8, k=k, d=d, calibration="paper", neighbour="frame")
-    assert float(singular[0]) <= operator_norm_bound(d, k, scales.delta1 / 2)  # this R is inside the bound's 1 − β
+    scales = noise_scales(
+        epsilon=2.0, delta=DELTA, budget_split=0.8, k=k, d=d, calibration="paper", neighbour="frame"
+    )
+    assert float(singular[0]) <= operator_norm_bound(
+        d, k, scales.delta1 / 2
+    )  # this R is inside the bound's 1 − β
     limit, size = 255 / math.sqrt(k), 255 / math.sqrt(k)
-    while float(torch.round(size * left[:, 0]).norm()) > limit:  # whole grey levels within the unit's ℓ2 norm
+    while (
+        float(torch.round(size * left[:, 0]).norm()) > limit
+    ):  # whole grey levels within the unit's ℓ2 norm
         size *= 0.99
     change = torch.round(size * left[:, 0])
     with_canary = default_dprp_scores(projection, change, scales.sigma1, 4_000, 0, True)
     without = default_dprp_scores(projection, change, scales.sigma1, 4_000, 10**6, False)
     found = best_bound(with_canary, without, [0.5, 1.0, 1.5, 2.0, 2.5])
     assert found <= scales.epsilon, (found, scales.epsilon)
-    chi_square = noise_scales(epsilon=2.0, delta=DELTA, budget_split=0.8, k=k, d=d, calibration="paper", neighbour="frame",
-                              secret_projection=True)
-    assert found > chi_square.epsilon and found > scales.paper_epsilon, (found, chi_square.epsilon, scales.paper_epsilon)
+    chi_square = noise_scales(
+        epsilon=2.0,
+        delta=DELTA,
+        budget_split=0.8,
+        k=k,
+        d=d,
+        calibration="paper",
+        neighbour="frame",
+        secret_projection=True,
+    )
+    assert found > chi_square.epsilon and found > scales.paper_epsilon, (
+        found,
+        chi_square.epsilon,
+        scales.paper_epsilon,
+    )
 
 
 @pytest.mark.slow
@@ -371,8 +527,14 @@ def test_the_heavy_audit_still_passes_as_built_and_catches_halved_noise(monkeypa
     found, claimed = audit_grouped(units=1, batch=1, sigma=1.0, relation=ADD_REMOVE, runs=10 * RUNS)
     assert found <= claimed
     original = methods.add_noise
-    monkeypatch.setattr(methods, "add_noise", lambda summed, sigma, clip, stream: original(summed, sigma / 2, clip, stream))
-    broken, claimed = audit_grouped(units=1, batch=1, sigma=1.0, relation=ADD_REMOVE, runs=10 * RUNS)
+    monkeypatch.setattr(
+        methods,
+        "add_noise",
+        lambda summed, sigma, clip, stream: original(summed, sigma / 2, clip, stream),
+    )
+    broken, claimed = audit_grouped(
+        units=1, batch=1, sigma=1.0, relation=ADD_REMOVE, runs=10 * RUNS
+    )
     assert broken > claimed
     found, claimed = audit_dprp(runs=40_000)
     assert found <= claimed

@@ -28,8 +28,15 @@ from tests.conftest import BIN, make_project
 
 CHROMIUM = Path("/usr/bin/chromium")
 # As root and with no network: no sandbox, and none of Chromium's background connections.
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 STAGES = {"synthesize", "decode", "train", "evaluate"}
 
 
@@ -37,12 +44,20 @@ STAGES = {"synthesize", "decode", "train", "evaluate"}
 def chromium() -> Path:
     """Debian's Chromium, installed with apt-get if it is missing."""
     if not CHROMIUM.exists():
-        for command in (["apt-get", "install", "-y", "--no-install-recommends", "chromium"], ["apt-get", "update"],
-                        ["apt-get", "install", "-y", "--no-install-recommends", "chromium"]):
+        for command in (
+            ["apt-get", "install", "-y", "--no-install-recommends", "chromium"],
+            ["apt-get", "update"],
+            ["apt-get", "install", "-y", "--no-install-recommends", "chromium"],
+        ):
             if CHROMIUM.exists():
                 break
-            subprocess.run(command, capture_output=True, timeout=900, check=False,
-                           env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+            subprocess.run(
+                command,
+                capture_output=True,
+                timeout=900,
+                check=False,
+                env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
+            )
     if not CHROMIUM.exists():
         pytest.skip(f"no browser: {CHROMIUM} is missing and apt-get install chromium failed")
     return CHROMIUM
@@ -50,8 +65,12 @@ def chromium() -> Path:
 
 def api(base: str, path: str, body: dict | None = None, attempts: int = 20) -> object:
     """One Prefect REST call; 503 (the server's SQLite busy, as under CI load) is retried, as Prefect's client does."""
-    request = urllib.request.Request(f"{base}{path}", data=None if body is None else json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"}, method="GET" if body is None else "POST")
+    request = urllib.request.Request(
+        f"{base}{path}",
+        data=None if body is None else json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+        method="GET" if body is None else "POST",
+    )
     for attempt in range(attempts):
         try:
             with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310 - loopback
@@ -96,20 +115,45 @@ def served(tmp_path_factory, chromium):
     prefect_port, mlflow_port = free_port(), free_port()
     env = {key: value for key, value in os.environ.items() if not key.startswith("PREFECT_")}
     env["PATH"] = f"{BIN}{os.pathsep}{env['PATH']}"
-    serve = subprocess.Popen([str(BIN / "privhar"), "serve", "--port", str(prefect_port)], cwd=project, env=env,
-                             stdout=open(logs / "serve.log", "wb"), stderr=subprocess.STDOUT, start_new_session=True)
-    ui = subprocess.Popen([str(BIN / "privhar"), "ui", "--port", str(mlflow_port)], cwd=project, env=env,
-                          stdout=open(logs / "ui.log", "wb"), stderr=subprocess.STDOUT, start_new_session=True)
+    serve = subprocess.Popen(
+        [str(BIN / "privhar"), "serve", "--port", str(prefect_port)],
+        cwd=project,
+        env=env,
+        stdout=open(logs / "serve.log", "wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    ui = subprocess.Popen(
+        [str(BIN / "privhar"), "ui", "--port", str(mlflow_port)],
+        cwd=project,
+        env=env,
+        stdout=open(logs / "ui.log", "wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     prefect_api = f"http://127.0.0.1:{prefect_port}/api"
     servers = {"serve": serve, "ui": ui}
     try:
-        wait_for(lambda: answers(f"{prefect_api}/health") and api(prefect_api, "/deployments/filter", {}), 240,
-                 f"the deployment on the Prefect server (log: {logs / 'serve.log'})")
+        wait_for(
+            lambda: (
+                answers(f"{prefect_api}/health") and api(prefect_api, "/deployments/filter", {})
+            ),
+            240,
+            f"the deployment on the Prefect server (log: {logs / 'serve.log'})",
+        )
         wait_for(lambda: answers(f"http://127.0.0.1:{mlflow_port}/health"), 120, "the MLflow UI")
         servers["server_pgid"] = int((project / ".prefect" / "server.pid").read_text())
-        servers["ui_server_pgid"] = int((project / ".mlflow-ui" / f"ui-{mlflow_port}.pid").read_text())
-        yield {"project": project, "prefect": f"http://127.0.0.1:{prefect_port}", "api": prefect_api,
-               "mlflow": f"http://127.0.0.1:{mlflow_port}", "servers": servers, "env": env}
+        servers["ui_server_pgid"] = int(
+            (project / ".mlflow-ui" / f"ui-{mlflow_port}.pid").read_text()
+        )
+        yield {
+            "project": project,
+            "prefect": f"http://127.0.0.1:{prefect_port}",
+            "api": prefect_api,
+            "mlflow": f"http://127.0.0.1:{mlflow_port}",
+            "servers": servers,
+            "env": env,
+        }
     finally:
         for process in (serve, ui):
             if process.poll() is None:
@@ -129,8 +173,15 @@ def flow_run(served) -> dict:
     """Trigger the deployment and wait for the served runner to finish the pipeline."""
     deployment = api(served["api"], "/deployments/name/privhar-pipeline/scheduled")
     created = api(served["api"], f"/deployments/{deployment['id']}/create_flow_run", {})
-    final = wait_for(lambda: (run := api(served["api"], f"/flow_runs/{created['id']}"))["state"]["type"]
-                     in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED") and run, 600, "the triggered flow run")
+    final = wait_for(
+        lambda: (
+            (run := api(served["api"], f"/flow_runs/{created['id']}"))["state"]["type"]
+            in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")
+            and run
+        ),
+        600,
+        "the triggered flow run",
+    )
     assert final["state"]["type"] == "COMPLETED", final["state"]
     return {"deployment": deployment, "run": final}
 
@@ -169,13 +220,20 @@ def retried(page, steps):
         except PlaywrightTimeout as error:
             if attempt == ATTEMPTS:
                 raise
-            logging.getLogger(__name__).warning("%s: attempt %d of %d timed out (%s); loading the page again",
-                                                steps.__name__, attempt, ATTEMPTS, str(error).splitlines()[0])
+            logging.getLogger(__name__).warning(
+                "%s: attempt %d of %d timed out (%s); loading the page again",
+                steps.__name__,
+                attempt,
+                ATTEMPTS,
+                str(error).splitlines()[0],
+            )
 
 
 def test_triggered_deployment_runs_every_stage(served, flow_run):
     assert flow_run["deployment"]["schedules"][0]["schedule"]["cron"] == "0 2 * * *"
-    tasks = api(served["api"], "/task_runs/filter", {"flow_runs": {"id": {"any_": [flow_run["run"]["id"]]}}})
+    tasks = api(
+        served["api"], "/task_runs/filter", {"flow_runs": {"id": {"any_": [flow_run["run"]["id"]]}}}
+    )
     states = {task["name"]: task["state"]["name"] for task in tasks}
     assert {name: states[name] for name in STAGES} == {name: "Completed" for name in STAGES}
 
@@ -192,9 +250,15 @@ def test_prefect_ui_lists_the_deployment_with_its_schedule(served, flow_run, pag
 
 def test_prefect_ui_shows_the_next_scheduled_run(served, flow_run, page, tmp_path):
     deployment = flow_run["deployment"]["id"]
-    upcoming = {"deployments": {"id": {"any_": [deployment]}}, "flow_runs": {"state": {"type": {"any_": ["SCHEDULED"]}}}}
-    scheduled = wait_for(lambda: api(served["api"], "/flow_runs/filter", upcoming), 180,
-                         "Prefect's scheduler to create the next scheduled run")
+    upcoming = {
+        "deployments": {"id": {"any_": [deployment]}},
+        "flow_runs": {"state": {"type": {"any_": ["SCHEDULED"]}}},
+    }
+    scheduled = wait_for(
+        lambda: api(served["api"], "/flow_runs/filter", upcoming),
+        180,
+        "Prefect's scheduler to create the next scheduled run",
+    )
     assert min(run["expected_start_time"] for run in scheduled).endswith("T02:00:00Z")
 
     def next_run_shown():
@@ -235,7 +299,11 @@ def expand_until(grid, target):
         if target.count():
             break
         page = grid.page
-        parents = grid.get_by_role("gridcell").filter(has=page.get_by_role("button")).filter(has=page.get_by_role("link"))
+        parents = (
+            grid.get_by_role("gridcell")
+            .filter(has=page.get_by_role("button"))
+            .filter(has=page.get_by_role("link"))
+        )
         for parent in parents.all():
             name = parent.get_by_role("link").first.inner_text()
             if name not in opened:
@@ -249,25 +317,34 @@ def test_mlflow_ui_shows_runs_with_epsilon_and_top1(served, flow_run, page, tmp_
     from mlflow import MlflowClient
 
     experiment = MlflowClient().get_experiment_by_name(os.environ["PRIVHAR_EXPERIMENT"])
-    runs = (f"{served['mlflow']}/#/experiments/{experiment.experiment_id}/runs"
-            "?searchFilter=tags.%60privhar.method%60%20%3D%20%27baseline%27")
+    runs = (
+        f"{served['mlflow']}/#/experiments/{experiment.experiment_id}/runs"
+        "?searchFilter=tags.%60privhar.method%60%20%3D%20%27baseline%27"
+    )
 
     def show_epsilon_and_top1():
         page.goto(runs)
         grid = page.get_by_role("grid").first
         grid.get_by_role("link").first.wait_for()  # the runs are listed
         page.get_by_role("button", name="Columns", exact=True).click()
-        picker = page.get_by_role("dialog").filter(has=page.get_by_role("textbox", name="Search columns"))
+        picker = page.get_by_role("dialog").filter(
+            has=page.get_by_role("textbox", name="Search columns")
+        )
         for metric in ("epsilon", "top1"):
             picker.get_by_role("textbox", name="Search columns").fill(metric)
             tree_node(picker, metric).click()
         page.keyboard.press("Escape")
-        assistant = page.get_by_role("button", name="Close")  # MLflow's assistant panel hides the right-hand columns
+        assistant = page.get_by_role(
+            "button", name="Close"
+        )  # MLflow's assistant panel hides the right-hand columns
         if assistant.count():
             assistant.first.click()
         for metric in ("epsilon", "top1"):
             grid.get_by_role("columnheader", name=metric, exact=True).first.wait_for()
-        return expand_until(grid, grid.get_by_role("row").filter(has=page.get_by_role("link", name="privhar-baseline")))
+        return expand_until(
+            grid,
+            grid.get_by_role("row").filter(has=page.get_by_role("link", name="privhar-baseline")),
+        )
 
     train_row = retried(page, show_epsilon_and_top1)
     page.screenshot(path=str(tmp_path / "mlflow-runs.png"))
@@ -290,12 +367,28 @@ def test_mlflow_ui_shows_the_champion_alias(served, flow_run, page, tmp_path):
 
 def test_stopping_leaves_no_process_behind(served, flow_run):
     servers = served["servers"]
-    stopped = subprocess.run([str(BIN / "privhar"), "serve", "--stop"], cwd=served["project"], env=served["env"],
-                             capture_output=True, text=True, timeout=120)
+    stopped = subprocess.run(
+        [str(BIN / "privhar"), "serve", "--stop"],
+        cwd=served["project"],
+        env=served["env"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert stopped.returncode == 0 and "stopped privhar serve" in stopped.stderr
     servers["ui"].send_signal(signal.SIGINT)
     for name in ("serve", "ui"):
         assert servers[name].wait(timeout=60) in (0, 130)
-    wait_for(lambda: not groups_alive(servers["serve"].pid, servers["ui"].pid, servers["server_pgid"],
-                                      servers["ui_server_pgid"]), 30, "every server process to end")
+    wait_for(
+        lambda: (
+            not groups_alive(
+                servers["serve"].pid,
+                servers["ui"].pid,
+                servers["server_pgid"],
+                servers["ui_server_pgid"],
+            )
+        ),
+        30,
+        "every server process to end",
+    )
     assert not (served["project"] / ".prefect" / "server.pid").exists()

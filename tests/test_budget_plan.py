@@ -14,8 +14,10 @@ from tasks.core.manifest import MANIFEST_NAME, write_manifest
 from tests.conftest import REPO, write_params
 from tests.test_report import ROWS
 
-SETTINGS = {"dprp": {"epsilons": [2.0], "calibration": "gaussian", "neighbour": "pixel"},
-            "private": {"methods": ["dp_sgd"], "epsilons": [1.0]}}
+SETTINGS = {
+    "dprp": {"epsilons": [2.0], "calibration": "gaussian", "neighbour": "pixel"},
+    "private": {"methods": ["dp_sgd"], "epsilons": [1.0]},
+}
 
 
 def verdict(params: Path, release: str, plan: Path | None) -> str:
@@ -26,28 +28,68 @@ def verdict(params: Path, release: str, plan: Path | None) -> str:
     return "within the cap"
 
 
-def test_each_dp_stage_gets_a_plan_file_whose_verdicts_are_the_ones_it_computes_itself(tmp_path: Path) -> None:
-    first = max(next(r for r in planned_releases(write_params(tmp_path, SETTINGS)) if r.name == "dprp-eps2.0")
-                .person_epsilons(ROWS).values())
-    params = write_params(tmp_path, {**SETTINGS, "privacy": {"max_epsilon": first * (1 + 1e-9)}})  # the first fits alone
-    write_manifest([{**row, "label": 0, "action": "walk", "path": f"frames/{row['video_id']}.npy", "fps": 12.0} for row in ROWS],
-                   tmp_path / "decode" / MANIFEST_NAME)
+def test_each_dp_stage_gets_a_plan_file_whose_verdicts_are_the_ones_it_computes_itself(
+    tmp_path: Path,
+) -> None:
+    first = max(
+        next(
+            r for r in planned_releases(write_params(tmp_path, SETTINGS)) if r.name == "dprp-eps2.0"
+        )
+        .person_epsilons(ROWS)
+        .values()
+    )
+    params = write_params(
+        tmp_path, {**SETTINGS, "privacy": {"max_epsilon": first * (1 + 1e-9)}}
+    )  # the first fits alone
+    write_manifest(
+        [
+            {
+                **row,
+                "label": 0,
+                "action": "walk",
+                "path": f"frames/{row['video_id']}.npy",
+                "fps": 12.0,
+            }
+            for row in ROWS
+        ],
+        tmp_path / "decode" / MANIFEST_NAME,
+    )
     files = budget_plan(params_path=params, frames=tmp_path / "decode", out=tmp_path / "budget")
     stages = {release.name: release.stage for release in planned_releases(params)}
-    assert set(files) == set(stages.values()) == {"dprp-eps2.0", "train-private-dp_sgd", "train-federated", "ldp"}
-    assert sorted(path.name for path in (tmp_path / "budget").iterdir()) == sorted(f"{stage}.json" for stage in files)
+    assert (
+        set(files)
+        == set(stages.values())
+        == {"dprp-eps2.0", "train-private-dp_sgd", "train-federated", "ldp"}
+    )
+    assert sorted(path.name for path in (tmp_path / "budget").iterdir()) == sorted(
+        f"{stage}.json" for stage in files
+    )
     # a finite cap: each stage's file holds the releases planned before its own (reserved), so their changes rerun it
     assert [entry["release"] for entry in files["train-private-dp_sgd"]][0] == "dprp-eps2.0"
-    verdicts = {release: verdict(params, release, tmp_path / "budget" / f"{stage}.json") for release, stage in stages.items()}
+    verdicts = {
+        release: verdict(params, release, tmp_path / "budget" / f"{stage}.json")
+        for release, stage in stages.items()
+    }
     assert verdicts == {release: verdict(params, release, None) for release in stages}
-    assert verdicts["dprp-eps2.0"] == "within the cap" and any("privacy.max_epsilon" in v for v in verdicts.values())
+    assert verdicts["dprp-eps2.0"] == "within the cap" and any(
+        "privacy.max_epsilon" in v for v in verdicts.values()
+    )
     # no cap: a stage's file holds its own releases only (a Video-DPRP ablation does not retrain the private models)
-    unlimited = budget_plan(params_path=write_params(tmp_path, SETTINGS), frames=tmp_path / "decode", out=tmp_path / "open")
-    assert {stage: {entry["release"] for entry in entries} for stage, entries in unlimited.items()} == {
-        stage: {release for release, owner in stages.items() if owner == stage} for stage in files}
+    unlimited = budget_plan(
+        params_path=write_params(tmp_path, SETTINGS),
+        frames=tmp_path / "decode",
+        out=tmp_path / "open",
+    )
+    assert {
+        stage: {entry["release"] for entry in entries} for stage, entries in unlimited.items()
+    } == {
+        stage: {release for release, owner in stages.items() if owner == stage} for stage in files
+    }
 
 
-def test_the_budget_stage_declares_every_params_section_the_plan_reads(tmp_path: Path, monkeypatch) -> None:
+def test_the_budget_stage_declares_every_params_section_the_plan_reads(
+    tmp_path: Path, monkeypatch
+) -> None:
     import tasks.core.budget as budget
 
     read: set[str] = set()
@@ -60,21 +102,35 @@ def test_the_budget_stage_declares_every_params_section_the_plan_reads(tmp_path:
     monkeypatch.setattr(budget, "load_section", spy)
     budget.plan_files(write_params(tmp_path, {**SETTINGS, "privacy": {"max_epsilon": 1e9}}), ROWS)
     declared = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]["budget"]["params"]
-    assert read and all(any(key == section or key.startswith(f"{section}.") for key in declared) for section in read), read
+    assert read and all(
+        any(key == section or key.startswith(f"{section}.") for key in declared) for section in read
+    ), read
 
 
 def test_a_plan_that_is_not_one_is_a_one_line_error(tmp_path: Path) -> None:
     params = write_params(tmp_path, {**SETTINGS, "privacy": {"max_epsilon": 10.0}})
     (tmp_path / "broken.json").write_text("{not json")
-    with pytest.raises(PrivharError, match=r"broken.json: not a budget plan .*; expected the budget stage's output"):
+    with pytest.raises(
+        PrivharError, match=r"broken.json: not a budget plan .*; expected the budget stage's output"
+    ):
         check_budget(params, "dprp-eps2.0", ROWS, tmp_path / "broken.json")
 
 
 def test_private_seeds_set_how_many_releases_each_private_row_makes(tmp_path: Path) -> None:
     """private.seeds: every private row's seeds (each a DP release the plan counts); the federated rows keep report.seeds."""
-    params = write_params(tmp_path, {**SETTINGS, "private": {**SETTINGS.get("private", {}), "seeds": 3}, "report": {"seeds": 2}})
+    params = write_params(
+        tmp_path,
+        {
+            **SETTINGS,
+            "private": {**SETTINGS.get("private", {}), "seeds": 3},
+            "report": {"seeds": 2},
+        },
+    )
     names = [release.name for release in planned_releases(params)]
     private = [name for name in names if name.startswith("dp_sgd-eps")]
-    assert len(private) == 3 * len(set(name.split("-seed")[0] for name in private)) and "dp_sgd-eps1.0-seed2" in names
+    assert (
+        len(private) == 3 * len(set(name.split("-seed")[0] for name in private))
+        and "dp_sgd-eps1.0-seed2" in names
+    )
     federated = [name for name in names if name.startswith("federated-")]
     assert federated and not any(name.endswith("-seed2") for name in federated)

@@ -11,7 +11,9 @@ PRIVHAR = str(Path(sys.executable).parent / "privhar")
 
 
 def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([PRIVHAR, *args], cwd=cwd, capture_output=True, text=True, env=dict(os.environ), timeout=300)
+    return subprocess.run(
+        [PRIVHAR, *args], cwd=cwd, capture_output=True, text=True, env=dict(os.environ), timeout=300
+    )
 
 
 def test_help_lists_commands():
@@ -27,17 +29,31 @@ def test_help_lists_commands():
 def test_bad_param_is_one_line_without_traceback(tmp_path):
     params = write_params(tmp_path, {"decode": {"fps": 0.0}})
     (tmp_path / "source").mkdir()
-    result = run("stage", "decode", "--params", str(params), "--source", str(tmp_path / "source"), "--out", str(tmp_path / "out"))
+    result = run(
+        "stage",
+        "decode",
+        "--params",
+        str(params),
+        "--source",
+        str(tmp_path / "source"),
+        "--out",
+        str(tmp_path / "out"),
+    )
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
-    assert lines == [f"privhar: error: {params}: decode.fps = 0.0 is invalid: input should be greater than 0"]
+    assert lines == [
+        f"privhar: error: {params}: decode.fps = 0.0 is invalid: input should be greater than 0"
+    ]
     assert not (tmp_path / "out").exists()
 
 
 def test_run_outside_a_project_is_one_line(tmp_path):
     result = run("run", cwd=tmp_path)
     assert result.returncode == 1
-    assert result.stderr.strip() == f"privhar: error: {tmp_path}: no dvc.yaml here (run privhar from the project folder)"
+    assert (
+        result.stderr.strip()
+        == f"privhar: error: {tmp_path}: no dvc.yaml here (run privhar from the project folder)"
+    )
 
 
 def test_version_and_usage_errors():
@@ -45,7 +61,9 @@ def test_version_and_usage_errors():
     from importlib.metadata import version
 
     shown = run("--version")
-    assert shown.returncode == 0 and shown.stdout.strip() == f"privhar, version {version('privhar')}"
+    assert (
+        shown.returncode == 0 and shown.stdout.strip() == f"privhar, version {version('privhar')}"
+    )
     usage = run("stage", "train")
     assert usage.returncode == 2 and "Missing option" in usage.stderr
 
@@ -55,4 +73,7 @@ def test_serve_stop_and_ui_stop_as_subcommand_words(tmp_path):
     served = run("serve", "stop", cwd=tmp_path)
     assert served.returncode == 0 and served.stderr.strip() == "privhar: nothing was serving"
     ui = run("ui", "stop", cwd=tmp_path)
-    assert ui.returncode == 0 and ui.stderr.strip() == "privhar: no MLflow UI of this project was running"
+    assert (
+        ui.returncode == 0
+        and ui.stderr.strip() == "privhar: no MLflow UI of this project was running"
+    )

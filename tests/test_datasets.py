@@ -21,16 +21,22 @@ def _video(path: Path, frames: int = 10, seed: int = 0) -> None:
 
 
 def make_ucf101(root: Path, nested_lists: bool = True) -> None:
-    videos = {"ApplyEyeMakeup": ["v_ApplyEyeMakeup_g01_c01", "v_ApplyEyeMakeup_g08_c01"],
-              "Basketball": ["v_Basketball_g01_c01", "v_Basketball_g08_c02"]}
+    videos = {
+        "ApplyEyeMakeup": ["v_ApplyEyeMakeup_g01_c01", "v_ApplyEyeMakeup_g08_c01"],
+        "Basketball": ["v_Basketball_g01_c01", "v_Basketball_g08_c02"],
+    }
     for index, (action, names) in enumerate(videos.items()):
         for number, name in enumerate(names):
             _video(root / action / f"{name}.avi", seed=10 * index + number)
     lists = root / "ucfTrainTestlist" if nested_lists else root
     lists.mkdir(parents=True, exist_ok=True)
     (lists / "classInd.txt").write_text("1 ApplyEyeMakeup\n2 Basketball\n")
-    (lists / "trainlist01.txt").write_text("ApplyEyeMakeup/v_ApplyEyeMakeup_g08_c01.avi 1\nBasketball/v_Basketball_g08_c02.avi 2\n")
-    (lists / "testlist01.txt").write_text("ApplyEyeMakeup/v_ApplyEyeMakeup_g01_c01.avi\nBasketball/v_Basketball_g01_c01.avi\n")
+    (lists / "trainlist01.txt").write_text(
+        "ApplyEyeMakeup/v_ApplyEyeMakeup_g08_c01.avi 1\nBasketball/v_Basketball_g08_c02.avi 2\n"
+    )
+    (lists / "testlist01.txt").write_text(
+        "ApplyEyeMakeup/v_ApplyEyeMakeup_g01_c01.avi\nBasketball/v_Basketball_g01_c01.avi\n"
+    )
 
 
 def make_hmdb51(root: Path) -> None:
@@ -41,7 +47,9 @@ def make_hmdb51(root: Path) -> None:
             _video(root / action / name, seed=10 * index + number)
             lines.append(f"{name} {split}")
         (root / "testTrainMulti_7030_splits").mkdir(parents=True, exist_ok=True)
-        (root / "testTrainMulti_7030_splits" / f"{action}_test_split1.txt").write_text("\n".join(lines) + "\n")
+        (root / "testTrainMulti_7030_splits" / f"{action}_test_split1.txt").write_text(
+            "\n".join(lines) + "\n"
+        )
 
 
 @pytest.mark.parametrize("nested", [True, False])
@@ -50,16 +58,29 @@ def test_ucf101_layout(tmp_path, nested):
     rows = {row["video_id"]: row for row in index_dataset("ucf101", str(tmp_path / "ucf"), 1)}
     assert rows["v_ApplyEyeMakeup_g08_c01"]["split"] == "train"
     assert rows["v_Basketball_g01_c01"]["split"] == "test"
-    assert rows["v_Basketball_g01_c01"]["label"] == 1 and rows["v_Basketball_g01_c01"]["action"] == "Basketball"
+    assert (
+        rows["v_Basketball_g01_c01"]["label"] == 1
+        and rows["v_Basketball_g01_c01"]["action"] == "Basketball"
+    )
     assert rows["v_ApplyEyeMakeup_g01_c01"]["n_frames"] == 10
-    assert (rows["v_ApplyEyeMakeup_g01_c01"]["height"], rows["v_ApplyEyeMakeup_g01_c01"]["width"]) == (48, 64)
+    assert (
+        rows["v_ApplyEyeMakeup_g01_c01"]["height"],
+        rows["v_ApplyEyeMakeup_g01_c01"]["width"],
+    ) == (48, 64)
 
 
 def test_hmdb51_layout_skips_unused_videos(tmp_path):
     make_hmdb51(tmp_path / "hmdb")
     rows = {row["video_id"]: row for row in index_dataset("hmdb51", str(tmp_path / "hmdb"), 1)}
-    assert set(rows) == {"brush_hair_clip_0", "brush_hair_clip_1", "cartwheel_clip_0", "cartwheel_clip_1"}
-    assert rows["cartwheel_clip_0"]["split"] == "train" and rows["cartwheel_clip_1"]["split"] == "test"
+    assert set(rows) == {
+        "brush_hair_clip_0",
+        "brush_hair_clip_1",
+        "cartwheel_clip_0",
+        "cartwheel_clip_1",
+    }
+    assert (
+        rows["cartwheel_clip_0"]["split"] == "train" and rows["cartwheel_clip_1"]["split"] == "test"
+    )
     assert rows["cartwheel_clip_1"]["label"] == 1
 
 
@@ -80,8 +101,11 @@ def test_a_split_list_naming_absent_files_is_refused_unless_they_are_to_be_quara
     """Issue 32: a wrong root on a large dataset must not run on with its misses quietly quarantined."""
     make_ucf101(tmp_path / "ucf")
     (tmp_path / "ucf/Basketball/v_Basketball_g01_c01.avi").unlink()
-    with pytest.raises(PrivharError, match=r"split 1 lists 1 of 4 videos that are not there \(first: .*v_Basketball_g01_c01.avi\); "
-                                           r"check data.root, or set data.missing_files: quarantine"):
+    with pytest.raises(
+        PrivharError,
+        match=r"split 1 lists 1 of 4 videos that are not there \(first: .*v_Basketball_g01_c01.avi\); "
+        r"check data.root, or set data.missing_files: quarantine",
+    ):
         index_dataset("ucf101", str(tmp_path / "ucf"), 1)
     rows = index_dataset("ucf101", str(tmp_path / "ucf"), 1, missing_files="quarantine")
     assert len(rows) == 4  # decode quarantines the absent one with its reason ("file not found")
@@ -89,18 +113,27 @@ def test_a_split_list_naming_absent_files_is_refused_unless_they_are_to_be_quara
 
 def test_malformed_hmdb_split_line(tmp_path):
     make_hmdb51(tmp_path / "hmdb")
-    (tmp_path / "hmdb/testTrainMulti_7030_splits/cartwheel_test_split1.txt").write_text("cartwheel_clip_0.avi train\n")
-    with pytest.raises(PrivharError, match=r"cartwheel_test_split1.txt:1: expected '<video> <0\|1\|2>'"):
+    (tmp_path / "hmdb/testTrainMulti_7030_splits/cartwheel_test_split1.txt").write_text(
+        "cartwheel_clip_0.avi train\n"
+    )
+    with pytest.raises(
+        PrivharError, match=r"cartwheel_test_split1.txt:1: expected '<video> <0\|1\|2>'"
+    ):
         index_dataset("hmdb51", str(tmp_path / "hmdb"), 1)
 
 
 def test_real_dataset_runs_through_synthesize_and_decode(tmp_path):
     make_ucf101(tmp_path / "ucf")
-    params = write_params(tmp_path, {"data": {"source": "ucf101", "root": str(tmp_path / "ucf"), "split": 1}})
+    params = write_params(
+        tmp_path, {"data": {"source": "ucf101", "root": str(tmp_path / "ucf"), "split": 1}}
+    )
     synthesize(params_path=params, out=tmp_path / "source")
     decoded = decode(params_path=params, source=tmp_path / "source", out=tmp_path / "decoded")
     assert len(decoded) == 4
-    assert {row["split"] for row in read_manifest(tmp_path / "decoded/manifest.parquet")} == {"train", "test"}
+    assert {row["split"] for row in read_manifest(tmp_path / "decoded/manifest.parquet")} == {
+        "train",
+        "test",
+    }
     assert np.load(tmp_path / "decoded" / decoded[0]["path"]).shape == (4, 32, 40, 3)
 
 
@@ -113,26 +146,42 @@ def test_a_real_datasets_preview_shows_no_frame_unless_show_raw_says_so(tmp_path
     for show in ("auto", True):
         folder = tmp_path / str(show)
         folder.mkdir()
-        params = write_params(folder, {"data": {"source": "ucf101", "root": str(tmp_path / "ucf"), "split": 1},
-                                       "report": {"show_raw": show}})
+        params = write_params(
+            folder,
+            {
+                "data": {"source": "ucf101", "root": str(tmp_path / "ucf"), "split": 1},
+                "report": {"show_raw": show},
+            },
+        )
         synthesize(params_path=params, out=folder / "source", report=folder / "report")
         image = cv2.imread(str(folder / "report/preview.png"))
         grey = (image[..., 0] == image[..., 1]).all() and (image[..., 1] == image[..., 2]).all()
-        assert grey == (show == "auto")  # the clips are colour noise: any frame drawn breaks the grey of text on white
+        assert grey == (
+            show == "auto"
+        )  # the clips are colour noise: any frame drawn breaks the grey of text on white
 
 
 def test_pa_hmdb_style_attributes_join_the_rows(tmp_path):
     make_hmdb51(tmp_path / "hmdb")
     rows = index_dataset("hmdb51", str(tmp_path / "hmdb"), 1)
     table = tmp_path / "attributes.csv"
-    table.write_text("video_id,face,skin_tone\n" + "".join(f"{row['video_id']},{number % 2},dark\n"
-                                                           for number, row in enumerate(rows)))
+    table.write_text(
+        "video_id,face,skin_tone\n"
+        + "".join(f"{row['video_id']},{number % 2},dark\n" for number, row in enumerate(rows))
+    )
     merged = index_dataset("hmdb51", str(tmp_path / "hmdb"), 1, str(table))
     assert [row["attr_face"] for row in merged] == [number % 2 == 1 for number in range(len(rows))]
     assert {row["attr_skin_tone"] for row in merged} == {"dark"}
     table.write_text("video_id,face\n" + f"{rows[0]['video_id']},1\n")
-    with pytest.raises(PrivharError, match=f"attributes.csv: no attributes for {len(rows) - 1} videos of the split"):
+    with pytest.raises(
+        PrivharError, match=f"attributes.csv: no attributes for {len(rows) - 1} videos of the split"
+    ):
         index_dataset("hmdb51", str(tmp_path / "hmdb"), 1, str(table))
-    table.write_text("video_id,face\n" + "".join(f"{row['video_id']},1\n" for row in [*rows, rows[0]]))
-    with pytest.raises(PrivharError, match=f"attributes.csv: 1 videos listed more than once \\(first: {rows[0]['video_id']}\\)"):
+    table.write_text(
+        "video_id,face\n" + "".join(f"{row['video_id']},1\n" for row in [*rows, rows[0]])
+    )
+    with pytest.raises(
+        PrivharError,
+        match=f"attributes.csv: 1 videos listed more than once \\(first: {rows[0]['video_id']}\\)",
+    ):
         index_dataset("hmdb51", str(tmp_path / "hmdb"), 1, str(table))

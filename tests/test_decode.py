@@ -44,8 +44,15 @@ def test_annotations_follow_the_pixels(tiny_decoded):
 
 
 def test_rerun_is_byte_identical(tmp_path, tiny_decoded):
-    decode(params_path=tiny_decoded / "params.yaml", source=tiny_decoded / "data/synthesize", out=tmp_path / "again")
-    for name in ["manifest.parquet", *(f"frames/{p.name}" for p in (tmp_path / "again/frames").iterdir())]:
+    decode(
+        params_path=tiny_decoded / "params.yaml",
+        source=tiny_decoded / "data/synthesize",
+        out=tmp_path / "again",
+    )
+    for name in [
+        "manifest.parquet",
+        *(f"frames/{p.name}" for p in (tmp_path / "again/frames").iterdir()),
+    ]:
         first = hashlib.sha256((tiny_decoded / "data/decode" / name).read_bytes()).hexdigest()
         assert hashlib.sha256((tmp_path / "again" / name).read_bytes()).hexdigest() == first, name
 
@@ -69,10 +76,15 @@ def test_bad_files_are_quarantined_with_their_reason(tmp_path, tiny_synthetic):
     params = write_params(tmp_path, {"decode": {"max_failed_fraction": 0.5}})
     decoded = decode(params_path=params, source=source, out=tmp_path / "out")
     assert len(decoded) == 8
-    reasons = {row["video_id"]: row["reason"] for row in pq.read_table(tmp_path / "out/quarantine.parquet").to_pylist()}
+    reasons = {
+        row["video_id"]: row["reason"]
+        for row in pq.read_table(tmp_path / "out/quarantine.parquet").to_pylist()
+    }
     rows = read_manifest(source / "manifest.parquet")
     assert reasons[rows[0]["video_id"]] == "empty file (0 bytes)"
-    assert reasons[rows[1]["video_id"]].startswith(("truncated", "not a readable video", "no decodable"))
+    assert reasons[rows[1]["video_id"]].startswith(
+        ("truncated", "not a readable video", "no decodable")
+    )
     assert reasons[rows[2]["video_id"]].startswith("not a readable video")
     assert reasons[rows[3]["video_id"]] == "file not found"
 
@@ -80,10 +92,14 @@ def test_bad_files_are_quarantined_with_their_reason(tmp_path, tiny_synthetic):
 def test_too_many_failures_stop_the_stage_and_write_nothing(tmp_path, tiny_synthetic):
     source = _broken_source(tmp_path, tiny_synthetic)
     params = write_params(tmp_path, {"decode": {"max_failed_fraction": 0.2}})
-    with pytest.raises(PrivharError, match=r"4 of 12 videos failed \(33% > decode.max_failed_fraction = 0.2\)"):
+    with pytest.raises(
+        PrivharError, match=r"4 of 12 videos failed \(33% > decode.max_failed_fraction = 0.2\)"
+    ):
         decode(params_path=params, source=source, out=tmp_path / "out")
     assert not (tmp_path / "out").exists()
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out")], "no staging folder is left behind"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out")], (
+        "no staging folder is left behind"
+    )
 
 
 def test_missing_manifest_is_one_line(tmp_path):
@@ -92,8 +108,13 @@ def test_missing_manifest_is_one_line(tmp_path):
         decode(params_path=params, source=tmp_path / "nowhere", out=tmp_path / "out")
 
 
-@given(n_source=st.integers(1, 200), source_fps=st.sampled_from([10.0, 24.0, 25.0, 29.97, 30.0, 60.0]),
-       target_fps=st.sampled_from([4.0, 8.0, 12.5, 25.0]), frames=st.integers(1, 40), mode=st.sampled_from(["loop", "pad"]))
+@given(
+    n_source=st.integers(1, 200),
+    source_fps=st.sampled_from([10.0, 24.0, 25.0, 29.97, 30.0, 60.0]),
+    target_fps=st.sampled_from([4.0, 8.0, 12.5, 25.0]),
+    frames=st.integers(1, 40),
+    mode=st.sampled_from(["loop", "pad"]),
+)
 def test_resampling_stays_in_range_and_in_time(n_source, source_fps, target_fps, frames, mode):
     indices = resample_indices(n_source, source_fps, target_fps, frames, mode)
     assert len(indices) == frames
@@ -128,4 +149,6 @@ def test_frames_masks_boxes_and_keypoints_move_together():
     assert abs(rows.min() - y0) <= 1 and abs(rows.max() + 1 - y1) <= 1
     assert np.allclose(moved_points.reshape(2, 1, 4), moved_boxes["body_box"])
     bright = moved_frames[0, ..., 0] > 127
-    assert (bright == moved_masks[0].astype(bool)).mean() > 0.98  # the pixels went where the mask went
+    assert (
+        bright == moved_masks[0].astype(bool)
+    ).mean() > 0.98  # the pixels went where the mask went

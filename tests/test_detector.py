@@ -20,8 +20,15 @@ from tasks.core.params import AnonymizeParams, DecodeParams, load_section
 from tests.conftest import REPO, write_params
 
 HAS_MEDIAPIPE = importlib.util.find_spec("mediapipe") is not None
-needs_mediapipe = pytest.mark.skipif(not HAS_MEDIAPIPE, reason="mediapipe lives in the detector environment")
-FACE = (174, 68, 278, 172)  # Eileen Collins' face in data.astronaut() (x0, y0, x1, y1 of the 512 x 512 photo)
+needs_mediapipe = pytest.mark.skipif(
+    not HAS_MEDIAPIPE, reason="mediapipe lives in the detector environment"
+)
+FACE = (
+    174,
+    68,
+    278,
+    172,
+)  # Eileen Collins' face in data.astronaut() (x0, y0, x1, y1 of the 512 x 512 photo)
 KEYS = ("person_mask", "skeleton", "joint_depth", "identity", "face_box")
 SIZE = (240, 320)  # height, width of the clip
 
@@ -35,12 +42,22 @@ def astronaut_clip(frames: int = 12) -> tuple[np.ndarray, np.ndarray]:
     for t in range(frames):
         progress = t / (frames - 1)
         width = 500 - 140 * progress  # zoom in
-        height = width * SIZE[0] / SIZE[1]
         x0, y0 = 6 + 100 * progress, 20 + 30 * progress  # pan right and down
         scale = SIZE[1] / width
         warp = np.array([[scale, 0, -x0 * scale], [0, scale, -y0 * scale]], np.float32)
-        clip.append(cv2.warpAffine(photo, warp, SIZE[::-1], flags=cv2.INTER_AREA, borderMode=cv2.BORDER_REFLECT))
-        faces.append([(FACE[0] - x0) * scale, (FACE[1] - y0) * scale, (FACE[2] - x0) * scale, (FACE[3] - y0) * scale])
+        clip.append(
+            cv2.warpAffine(
+                photo, warp, SIZE[::-1], flags=cv2.INTER_AREA, borderMode=cv2.BORDER_REFLECT
+            )
+        )
+        faces.append(
+            [
+                (FACE[0] - x0) * scale,
+                (FACE[1] - y0) * scale,
+                (FACE[2] - x0) * scale,
+                (FACE[3] - y0) * scale,
+            ]
+        )
     return np.stack(clip), np.array(faces, np.float32)
 
 
@@ -58,9 +75,16 @@ def params_path(tmp_path_factory):
 
 def detect_people(clip: np.ndarray, keys: tuple[str, ...], params_path) -> dict[str, np.ndarray]:
     """mediapipe's people in frames handed in already decoded (no source video: searched at their own size)."""
-    return detect({"video_id": "astronaut", "fps": 4.0}, clip, keys, source="detector",
-                  params=load_section(params_path, "anonymize", AnonymizeParams),
-                  decode=load_section(params_path, "decode", DecodeParams), workdir=REPO, identity=7).arrays
+    return detect(
+        {"video_id": "astronaut", "fps": 4.0},
+        clip,
+        keys,
+        source="detector",
+        params=load_section(params_path, "anonymize", AnonymizeParams),
+        decode=load_section(params_path, "decode", DecodeParams),
+        workdir=REPO,
+        identity=7,
+    ).arrays
 
 
 def faces_found(clip: np.ndarray, params_path) -> list[int]:
@@ -80,12 +104,24 @@ def test_the_person_is_found(found):
     clip, faces, people = found
     for t in range(len(clip)):
         x0, y0, x1, y1 = faces[t].astype(int)
-        assert people["person_mask"][t, y0:y1, x0:x1].mean() > 0.8  # the face is inside the person mask
-        assert max(iou(box, faces[t]) for box in people["face_box"][t] if np.isfinite(box).all()) > 0.4  # BlazeFace boxes it
-        posed = [p for p in range(people["skeleton"].shape[1]) if np.isfinite(people["skeleton"][t, p]).all()]
-        assert posed and all(np.isfinite(people["joint_depth"][t, p]).all() for p in posed)  # a pose in every frame
+        assert (
+            people["person_mask"][t, y0:y1, x0:x1].mean() > 0.8
+        )  # the face is inside the person mask
+        assert (
+            max(iou(box, faces[t]) for box in people["face_box"][t] if np.isfinite(box).all()) > 0.4
+        )  # BlazeFace boxes it
+        posed = [
+            p
+            for p in range(people["skeleton"].shape[1])
+            if np.isfinite(people["skeleton"][t, p]).all()
+        ]
+        assert posed and all(
+            np.isfinite(people["joint_depth"][t, p]).all() for p in posed
+        )  # a pose in every frame
         heads = [people["skeleton"][t, p, 0] for p in posed]
-        assert any(x0 <= x <= x1 and y0 <= y <= y1 for x, y in heads)  # and its head joint lies on the face
+        assert any(
+            x0 <= x <= x1 and y0 <= y <= y1 for x, y in heads
+        )  # and its head joint lies on the face
     assert people["person_mask"].mean() > 0.2
 
 
@@ -93,13 +129,20 @@ def test_the_person_is_found(found):
 def test_the_person_is_removed_and_replaced(found, params_path):
     clip, faces, people = found
     out, public = replace_with_avatars(clip, people, dilation=4, seed=7)
-    assert faces_found(clip, params_path) == [1] * len(clip) and faces_found(out, params_path) == [0] * len(clip)  # no face left to find
+    assert faces_found(clip, params_path) == [1] * len(clip) and faces_found(out, params_path) == [
+        0
+    ] * len(clip)  # no face left to find
     for t in range(len(clip)):
         x0, y0, x1, y1 = faces[t].astype(int)
-        same = (np.abs(out[t, y0:y1, x0:x1].astype(int) - clip[t, y0:y1, x0:x1]).max(axis=-1) < 8).mean()
+        same = (
+            np.abs(out[t, y0:y1, x0:x1].astype(int) - clip[t, y0:y1, x0:x1]).max(axis=-1) < 8
+        ).mean()
         assert same < 0.05  # no original face pixel survives
         person = people["person_mask"][t] > 0
-        assert public[t].mean() > 0.05 and (public[t].astype(bool) & person).sum() > 0.5 * public[t].sum()  # avatar drawn on them
+        assert (
+            public[t].mean() > 0.05
+            and (public[t].astype(bool) & person).sum() > 0.5 * public[t].sum()
+        )  # avatar drawn on them
     outside = cv2.dilate(people["person_mask"].max(axis=0), np.ones((9, 9), np.uint8)) == 0
     assert (out[:, outside] == clip[:, outside]).mean() > 0.5  # the background is the background
 
@@ -115,8 +158,22 @@ def decoded_astronaut(folder):
     clip, _ = astronaut_clip(8)
     (folder / "frames").mkdir(parents=True)
     np.save(folder / "frames/astronaut.npy", clip)
-    write_manifest([{"video_id": "astronaut", "split": "test", "label": 0, "action": "wave", "path": "frames/astronaut.npy",
-                     "n_frames": len(clip), "fps": 4.0, "height": SIZE[0], "width": SIZE[1]}], folder / "manifest.parquet")
+    write_manifest(
+        [
+            {
+                "video_id": "astronaut",
+                "split": "test",
+                "label": 0,
+                "action": "wave",
+                "path": "frames/astronaut.npy",
+                "n_frames": len(clip),
+                "fps": 4.0,
+                "height": SIZE[0],
+                "width": SIZE[1],
+            }
+        ],
+        folder / "manifest.parquet",
+    )
     return folder
 
 
@@ -124,21 +181,43 @@ def decoded_astronaut(folder):
 def test_the_stage_runs_the_detector_on_footage_without_ground_truth(tmp_path):
     source = decoded_astronaut(tmp_path / "decode")
     # a panning camera moves every pixel: the moving-pixel reference (static camera) holds the avatar copy back
-    params = write_params(tmp_path, {"anonymize": {"source": "detector", "methods": ["avatar", "face_blur", "blackout"]}})
-    with pytest.raises(PrivharError, match=r"every one of the 1 videos is below anonymize.min_coverage = 0.95 "
-                                           r"\(first: astronaut: coverage 0\.\d+ < anonymize.min_coverage 0.95: avatar changed"):
+    params = write_params(
+        tmp_path,
+        {"anonymize": {"source": "detector", "methods": ["avatar", "face_blur", "blackout"]}},
+    )
+    with pytest.raises(
+        PrivharError,
+        match=r"every one of the 1 videos is below anonymize.min_coverage = 0.95 "
+        r"\(first: astronaut: coverage 0\.\d+ < anonymize.min_coverage 0.95: avatar changed",
+    ):
         anonymize(params_path=params, frames=source, method="avatar", out=tmp_path / "held")
     assert not (tmp_path / "held").exists()
-    params = write_params(tmp_path, {"anonymize": {"source": "detector", "methods": ["avatar", "face_blur", "blackout"],
-                                                   "min_coverage": 0.0}})
+    params = write_params(
+        tmp_path,
+        {
+            "anonymize": {
+                "source": "detector",
+                "methods": ["avatar", "face_blur", "blackout"],
+                "min_coverage": 0.0,
+            }
+        },
+    )
     clip, faces = astronaut_clip(8)
     for method in ("avatar", "face_blur", "blackout"):
         rows = anonymize(params_path=params, frames=source, method=method, out=tmp_path / method)
         protected = np.load(tmp_path / method / rows[0]["path"])
-        if method == "face_blur":  # the paper's blur (kernel 21, σ 10) removes the face's detail, not always the face
+        if (
+            method == "face_blur"
+        ):  # the paper's blur (kernel 21, σ 10) removes the face's detail, not always the face
             for t, (x0, y0, x1, y1) in enumerate(faces.astype(int)):
-                def detail(frame):
-                    return np.abs(cv2.Laplacian(cv2.cvtColor(frame[y0:y1, x0:x1], cv2.COLOR_RGB2GRAY), cv2.CV_64F)).mean()
+
+                def detail(frame, y0=y0, y1=y1, x0=x0, x1=x1):
+                    return np.abs(
+                        cv2.Laplacian(
+                            cv2.cvtColor(frame[y0:y1, x0:x1], cv2.COLOR_RGB2GRAY), cv2.CV_64F
+                        )
+                    ).mean()
+
                 assert detail(protected[t]) < 0.25 * detail(clip[t])
         else:
             assert faces_found(protected, params) == [0] * len(protected), method
@@ -148,10 +227,17 @@ def test_the_stage_runs_the_detector_on_footage_without_ground_truth(tmp_path):
 @pytest.mark.skipif(HAS_MEDIAPIPE, reason="checks the core environment, which has no mediapipe")
 def test_without_mediapipe_the_stage_says_how_to_get_it(tmp_path):
     source = decoded_astronaut(tmp_path / "decode")
-    params = write_params(tmp_path, {"anonymize": {"source": "detector", "methods": ["avatar", "low_res_16x12"]}})
-    with pytest.raises(PrivharError, match=r"needs mediapipe 0\.10\.21: pip install 'privhar\[detector\]'.*or leave "
-                                           r"mediapipe out of anonymize.ensemble"):
+    params = write_params(
+        tmp_path, {"anonymize": {"source": "detector", "methods": ["avatar", "low_res_16x12"]}}
+    )
+    with pytest.raises(
+        PrivharError,
+        match=r"needs mediapipe 0\.10\.21: pip install 'privhar\[detector\]'.*or leave "
+        r"mediapipe out of anonymize.ensemble",
+    ):
         anonymize(params_path=params, frames=source, method="avatar", out=tmp_path / "avatar")
     assert not (tmp_path / "avatar").exists()
     # low_res needs no people: it runs without the detector
-    anonymize(params_path=params, frames=source, method="low_res_16x12", out=tmp_path / "low_res_16x12")
+    anonymize(
+        params_path=params, frames=source, method="low_res_16x12", out=tmp_path / "low_res_16x12"
+    )

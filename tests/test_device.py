@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 import yaml
-
 from conftest import write_params
+
 from tasks.core.device import describe, mixed_precision, resolve_device, to_device
 from tasks.core.errors import PrivharError
 from tasks.core.params import BaseParams, load_section
@@ -23,7 +23,9 @@ def test_auto_is_the_gpu_when_there_is_one_and_the_cpu_otherwise():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
 def test_asking_for_a_gpu_that_is_not_there_is_one_line():
-    with pytest.raises(PrivharError, match=r"base.device = 'cuda': torch sees no CUDA GPU here.*use auto or cpu") as error:
+    with pytest.raises(
+        PrivharError, match=r"base.device = 'cuda': torch sees no CUDA GPU here.*use auto or cpu"
+    ) as error:
         resolve_device("cuda")
     assert "\n" not in str(error.value)
 
@@ -59,16 +61,22 @@ def test_the_device_generator_regenerates_each_block_of_r_exactly():
 
 
 @pytest.mark.parametrize("generator", ["numpy", "torch"])
-def test_full_rank_reconstruction_is_the_least_squares_back_projection_for_either_generator(generator):
+def test_full_rank_reconstruction_is_the_least_squares_back_projection_for_either_generator(
+    generator,
+):
     """X̃ = P̃ R⁺ (the mechanism's Cholesky path) against float64 lstsq on the same dense R."""
     rng = np.random.default_rng(0)
     frames = rng.integers(0, 256, (5, 6, 7, 3), dtype=np.uint8)
     projection = Projection(seed=4, d=6 * 7 * 3, k=20, block_rows=50, generator=generator)
     protected = protect_video(frames, projection, sigma1=3.0, sigma2=3.0, rank=1.0, noise_seed=1)
     r = projection.dense().double()
-    expected = torch.linalg.lstsq(r.T, protected.projected.T.double()).solution.T  # X̃ R = P̃, least norm
+    expected = torch.linalg.lstsq(
+        r.T, protected.projected.T.double()
+    ).solution.T  # X̃ R = P̃, least norm
     expected = expected.round().clamp(0, 255).to(torch.uint8).numpy().reshape(frames.shape)
-    assert np.abs(protected.frames.astype(int) - expected.astype(int)).max() <= 1  # rounding at .5 only
+    assert (
+        np.abs(protected.frames.astype(int) - expected.astype(int)).max() <= 1
+    )  # rounding at .5 only
 
 
 def test_train_and_evaluate_run_on_the_device_base_device_names(tiny_decoded, tmp_path):
@@ -83,12 +91,21 @@ def test_train_and_evaluate_run_on_the_device_base_device_names(tiny_decoded, tm
     config = yaml.safe_load((tiny_decoded / "params.yaml").read_text())
     config["base"]["device"] = "cpu"
     params.write_text(yaml.safe_dump(config))
-    train(params_path=params, frames=tiny_decoded / "data/decode", out=tmp_path / "train/device-cpu",
-          report=tmp_path / "reports", family="device")
+    train(
+        params_path=params,
+        frames=tiny_decoded / "data/decode",
+        out=tmp_path / "train/device-cpu",
+        report=tmp_path / "reports",
+        family="device",
+    )
     version = newest_version("device-cpu")
     assert MlflowClient().get_run(version.run_id).data.tags["privhar.device"] == "cpu"
-    metrics = evaluate(params_path=params, frames=tiny_decoded / "data/decode", models=[tmp_path / "train"],
-                       out=tmp_path / "evaluate")
+    metrics = evaluate(
+        params_path=params,
+        frames=tiny_decoded / "data/decode",
+        models=[tmp_path / "train"],
+        out=tmp_path / "evaluate",
+    )
     assert 0 <= metrics["device-cpu"]["top1"] <= 1
 
 
@@ -100,8 +117,12 @@ def test_dprp_on_the_gpu_matches_the_cpu_on_the_same_r():
     frames = rng.integers(0, 256, (16, 24, 32, 3), dtype=np.uint8)
     outputs = []
     for device in ("cpu", "cuda"):
-        projection = Projection(seed=2, d=24 * 32 * 3, k=192, block_rows=512, device=torch.device(device))
-        outputs.append(protect_video(frames, projection, sigma1=5.0, sigma2=5.0, rank=1.0, noise_seed=3).frames)
+        projection = Projection(
+            seed=2, d=24 * 32 * 3, k=192, block_rows=512, device=torch.device(device)
+        )
+        outputs.append(
+            protect_video(frames, projection, sigma1=5.0, sigma2=5.0, rank=1.0, noise_seed=3).frames
+        )
     assert np.abs(outputs[0].astype(int) - outputs[1].astype(int)).max() <= 1
 
 
@@ -115,7 +136,12 @@ def test_train_on_the_gpu_saves_a_checkpoint_that_loads_on_the_cpu(tiny_decoded,
     config = yaml.safe_load((tiny_decoded / "params.yaml").read_text())
     config["base"]["device"] = "cuda"
     params.write_text(yaml.safe_dump(config))
-    train(params_path=params, frames=tiny_decoded / "data/decode", out=tmp_path / "train/gpu", report=tmp_path / "r",
-          family="device-gpu")
+    train(
+        params_path=params,
+        frames=tiny_decoded / "data/decode",
+        out=tmp_path / "train/gpu",
+        report=tmp_path / "r",
+        family="device-gpu",
+    )
     model, _ = load_checkpoint(str(tmp_path / "train/gpu/model.pt"))
     assert next(model.parameters()).device.type == "cpu"

@@ -20,11 +20,40 @@ from tasks.core.seeding import derive_seed
 from tasks.private.methods import PrivateData, Recipe
 from tasks.private.stage import train_one
 
-RECIPE = Recipe(epochs=2, batch_size=4, physical_batch_size=3, learning_rate=0.1, momentum=0.0, max_grad_norm=1.0,
-                delta=1e-3, accountant="rdp")
-TORCH_DRAWS = ("rand", "randn", "randint", "randperm", "normal", "bernoulli", "multinomial", "poisson", "rand_like",
-               "randn_like", "randint_like", "manual_seed", "seed")
-TENSOR_DRAWS = ("normal_", "uniform_", "bernoulli_", "exponential_", "geometric_", "log_normal_", "cauchy_")
+RECIPE = Recipe(
+    epochs=2,
+    batch_size=4,
+    physical_batch_size=3,
+    learning_rate=0.1,
+    momentum=0.0,
+    max_grad_norm=1.0,
+    delta=1e-3,
+    accountant="rdp",
+)
+TORCH_DRAWS = (
+    "rand",
+    "randn",
+    "randint",
+    "randperm",
+    "normal",
+    "bernoulli",
+    "multinomial",
+    "poisson",
+    "rand_like",
+    "randn_like",
+    "randint_like",
+    "manual_seed",
+    "seed",
+)
+TENSOR_DRAWS = (
+    "normal_",
+    "uniform_",
+    "bernoulli_",
+    "exponential_",
+    "geometric_",
+    "log_normal_",
+    "cauchy_",
+)
 
 
 class TorchRandomnessUsed(AssertionError):
@@ -33,9 +62,11 @@ class TorchRandomnessUsed(AssertionError):
 
 def forbid_torch_randomness(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every torch random entry point (and a new torch.Generator) raises from here on."""
+
     def refuse(name: str):
         def refused(*args, **kwargs):
             raise TorchRandomnessUsed(f"torch.{name} was called on a DP path")
+
         return refused
 
     for name in TORCH_DRAWS:
@@ -50,8 +81,13 @@ def data(count: int = 12, owners: bool = False, public: bool = False) -> Private
     units = torch.randn(count, 1, 6, generator=generator)
     labels = torch.randint(0, 3, (count,), generator=generator)
     if public:
-        return PrivateData(units, labels, public=torch.randn(count, 6, generator=generator),
-                           has_private=torch.ones(count, dtype=torch.bool), has_public=torch.ones(count, dtype=torch.bool))
+        return PrivateData(
+            units,
+            labels,
+            public=torch.randn(count, 6, generator=generator),
+            has_private=torch.ones(count, dtype=torch.bool),
+            has_public=torch.ones(count, dtype=torch.bool),
+        )
     return PrivateData(units, labels, owners=torch.arange(count) // 3 if owners else None)
 
 
@@ -87,7 +123,9 @@ def assert_secret(streams: list[DpStream]) -> None:
     for stream in streams:
         entropy = int(stream.sequence.entropy)
         assert stream.private and stream.key_bits >= MIN_KEY_BITS, (stream.private, stream.key_bits)
-        assert entropy >= 2 ** (MIN_KEY_BITS - 16), f"the stream's key holds {entropy.bit_length()} bits"
+        assert entropy >= 2 ** (MIN_KEY_BITS - 16), (
+            f"the stream's key holds {entropy.bit_length()} bits"
+        )
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -95,7 +133,9 @@ def test_no_dp_path_draws_from_torch_generators_and_every_stream_holds_128_bits(
     method, make = CASES[case]
     streams = secure_run(method, make(), DpRandomness("secure", 0))
     assert_secret(streams)
-    assert len({int(stream.sequence.entropy) for stream in streams}) == len(streams)  # each its own key
+    assert len({int(stream.sequence.entropy) for stream in streams}) == len(
+        streams
+    )  # each its own key
 
 
 def test_torch_randomness_on_a_dp_path_is_caught(monkeypatch):
@@ -106,9 +146,15 @@ def test_torch_randomness_on_a_dp_path_is_caught(monkeypatch):
     module = nn.Linear(6, 3)
     engine = PrivacyEngine()
     private, optimiser, loader = engine.make_private(
-        module=module, optimizer=torch.optim.SGD(module.parameters(), lr=0.1),
-        data_loader=DataLoader(TensorDataset(torch.zeros(8, 6), torch.zeros(8, dtype=torch.long)), batch_size=4),
-        noise_multiplier=1.0, max_grad_norm=1.0, poisson_sampling=True)
+        module=module,
+        optimizer=torch.optim.SGD(module.parameters(), lr=0.1),
+        data_loader=DataLoader(
+            TensorDataset(torch.zeros(8, 6), torch.zeros(8, dtype=torch.long)), batch_size=4
+        ),
+        noise_multiplier=1.0,
+        max_grad_norm=1.0,
+        poisson_sampling=True,
+    )
     forbid_torch_randomness(monkeypatch)
     with pytest.raises(TorchRandomnessUsed, match="torch.rand"):
         next(iter(loader))
@@ -116,8 +162,11 @@ def test_torch_randomness_on_a_dp_path_is_caught(monkeypatch):
 
 def test_a_seeded_stream_under_the_secure_label_is_caught(monkeypatch):
     """The planted regression: ``privacy.randomness: seeded`` behaviour while the label still says secure."""
-    monkeypatch.setattr(DpRandomness, "stream",
-                        lambda self, *keys: DpStream.seeded(derive_seed(self.base_seed, *keys)))
+    monkeypatch.setattr(
+        DpRandomness,
+        "stream",
+        lambda self, *keys: DpStream.seeded(derive_seed(self.base_seed, *keys)),
+    )
     randomness = DpRandomness("secure", 0)
     assert randomness.private  # the label a ledger would print
     with pytest.raises(AssertionError):
@@ -137,10 +186,17 @@ def test_stream_draws_are_what_they_claim():
     """N(0, σ²) noise on the reference's device and dtype; Poisson samples at rate q; children independent."""
     stream = DpStream.secret()
     noise = stream.normal(2.0, torch.zeros(200_000))
-    assert noise.dtype == torch.float32 and abs(float(noise.mean())) < 0.02 and abs(float(noise.std()) - 2.0) < 0.02
+    assert (
+        noise.dtype == torch.float32
+        and abs(float(noise.mean())) < 0.02
+        and abs(float(noise.std()) - 2.0) < 0.02
+    )
     assert torch.equal(stream.normal(0.0, torch.ones(3)), torch.zeros(3))
     sizes = [len(stream.poisson_sample(1000, 0.1)) for _ in range(400)]
-    assert abs(sum(sizes) / len(sizes) - 100) < 2 and 0.8 * 90 < torch.tensor(sizes, dtype=torch.float64).var() < 1.2 * 90
+    assert (
+        abs(sum(sizes) / len(sizes) - 100) < 2
+        and 0.8 * 90 < torch.tensor(sizes, dtype=torch.float64).var() < 1.2 * 90
+    )
     first, second = stream.spawn(2)
     assert not torch.equal(first.normal(1.0, torch.zeros(8)), second.normal(1.0, torch.zeros(8)))
     assert first.key != second.key and first.key[0] == second.key[0]  # one entropy, two spawn paths

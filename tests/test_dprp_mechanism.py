@@ -8,11 +8,11 @@ import sys
 import numpy as np
 import pytest
 import torch
-
 from conftest import REPO, assert_frames_agree
+
+from tasks.core.dprp_calibration import noise_scales
 from tasks.core.errors import PrivharError
 from tasks.core.seeding import derive_seed
-from tasks.core.dprp_calibration import noise_scales
 from tasks.dprp.mechanism import Projection, project, protect_video
 
 
@@ -42,7 +42,9 @@ def test_without_noise_and_full_rank_it_projects_x_onto_the_column_space_of_r():
     dense = projection.dense().double()
     expected = (as_matrix(frames) @ dense @ torch.linalg.pinv(dense)).round().clamp(0, 255)
     difference = (as_matrix(out) - expected).abs()
-    assert difference.max() <= 1 and (difference == 0).float().mean() >= 0.999  # Cholesky vs pinv at .5 ties
+    assert (
+        difference.max() <= 1 and (difference == 0).float().mean() >= 0.999
+    )  # Cholesky vs pinv at .5 ties
 
 
 PROTECT_CLIPS = """
@@ -63,18 +65,28 @@ def test_the_same_frames_at_any_thread_count_and_cpu_kernel(tmp_path):
     One run with the machine's thread count and kernel, one with one thread and MKL held to AVX2 (as on an older
     CPU of this kind); 40 clips, 2.9 M pixels. The float32 mechanism moved 17 of them here; float64 moves none.
     """
-    runs = {"default": {}, "one thread, AVX2": {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-                                                "MKL_ENABLE_INSTRUCTIONS": "AVX2"}}
+    runs = {
+        "default": {},
+        "one thread, AVX2": {
+            "OMP_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1",
+            "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+        },
+    }
     outputs = {}
     for name, settings in runs.items():
         path = tmp_path / f"{len(outputs)}.npy"
         env = {**os.environ, "PYTHONPATH": str(REPO), **settings}
-        subprocess.run([sys.executable, "-c", PROTECT_CLIPS, str(path)], env=env, check=True, timeout=300)
+        subprocess.run(
+            [sys.executable, "-c", PROTECT_CLIPS, str(path)], env=env, check=True, timeout=300
+        )
         outputs[name] = np.load(path)
     assert_frames_agree(*outputs.values(), what="Video-DPRP, default vs one thread / AVX2")
 
 
-@pytest.mark.parametrize("shape", [(3, 8, 8), (1, 5, 7), (4, 9, 13)])  # T < k, T = 1, odd frame sizes
+@pytest.mark.parametrize(
+    "shape", [(3, 8, 8), (1, 5, 7), (4, 9, 13)]
+)  # T < k, T = 1, odd frame sizes
 @pytest.mark.parametrize("rank", [0.25, 1.0])
 def test_shapes_and_dtype(shape, rank):
     frames = clip(*shape)
@@ -83,7 +95,9 @@ def test_shapes_and_dtype(shape, rank):
     out = protect_video(frames, projection, sigma1=2.0, sigma2=3.0, rank=rank, noise_seed=2)
     assert out.frames.shape == frames.shape and out.frames.dtype == np.uint8
     assert out.projected.shape == (shape[0], k)
-    assert out.covariance is None if rank == 1.0 else out.covariance.shape == (k, k)  # Q is drawn only when used
+    assert (
+        out.covariance is None if rank == 1.0 else out.covariance.shape == (k, k)
+    )  # Q is drawn only when used
 
 
 def test_a_static_video_stays_static_without_noise():
@@ -101,16 +115,34 @@ def test_noise_has_the_calibrated_standard_deviation():
     """
     frames = clip(40, 8, 8)
     projection = Projection(seed=9, d=8 * 8 * 3, k=48)
-    scales = noise_scales(epsilon=5.0, delta=1e-5, budget_split=0.8, k=48, d=192, calibration="paper", neighbour="frame")
-    out = protect_video(frames, projection, sigma1=scales.sigma1, sigma2=scales.sigma2, rank=47, noise_seed=4)
+    scales = noise_scales(
+        epsilon=5.0,
+        delta=1e-5,
+        budget_split=0.8,
+        k=48,
+        d=192,
+        calibration="paper",
+        neighbour="frame",
+    )
+    out = protect_video(
+        frames, projection, sigma1=scales.sigma1, sigma2=scales.sigma2, rank=47, noise_seed=4
+    )
     p = project(as_matrix(frames).float(), projection)
-    for noise, sigma in ((out.projected - p, scales.sigma1), (out.covariance - p.T @ p, scales.sigma2)):
+    for noise, sigma in (
+        (out.projected - p, scales.sigma1),
+        (out.covariance - p.T @ p, scales.sigma2),
+    ):
         n = noise.numel()
         assert abs(noise.std().item() / sigma - 1) < 5 / math.sqrt(2 * n)
         assert abs(noise.mean().item()) < 5 * sigma / math.sqrt(n)
 
 
-CASES = [(2.0, 1e-5, 48, 0.8), (5.0, 1e-4, 3072, 0.8), (8.0, 1e-4, 3072, 0.5), (0.5, 1e-6, 100, 0.2)]
+CASES = [
+    (2.0, 1e-5, 48, 0.8),
+    (5.0, 1e-4, 3072, 0.8),
+    (8.0, 1e-4, 3072, 0.5),
+    (0.5, 1e-6, 100, 0.2),
+]
 
 
 @pytest.mark.parametrize("epsilon, delta, k, b", CASES)
@@ -118,10 +150,26 @@ def test_paper_sigmas_match_theorems_3_and_4_as_printed(epsilon, delta, k, b):
     e1, d1, e2, d2 = b * epsilon, b * delta, (1 - b) * epsilon, (1 - b) * delta
     theta = 255 / np.sqrt(k)
     lg = np.log(2 / d1)
-    sigma1 = theta * (1 / np.sqrt(k)) * np.sqrt(k + 2 * np.sqrt(k * lg) + 2 * lg) * np.sqrt(2 * (np.log(1 / (2 * d1)) + e1)) / e1
+    sigma1 = (
+        theta
+        * (1 / np.sqrt(k))
+        * np.sqrt(k + 2 * np.sqrt(k * lg) + 2 * lg)
+        * np.sqrt(2 * (np.log(1 / (2 * d1)) + e1))
+        / e1
+    )
     sigma2 = theta * np.sqrt(np.sqrt(2 * np.log(1.25) / d2) / e2)
-    got = noise_scales(epsilon=epsilon, delta=delta, budget_split=b, k=k, d=230400, calibration="paper", neighbour="frame")
-    assert got.sigma1 == pytest.approx(sigma1, rel=1e-12) and got.sigma2 == pytest.approx(sigma2, rel=1e-12)
+    got = noise_scales(
+        epsilon=epsilon,
+        delta=delta,
+        budget_split=b,
+        k=k,
+        d=230400,
+        calibration="paper",
+        neighbour="frame",
+    )
+    assert got.sigma1 == pytest.approx(sigma1, rel=1e-12) and got.sigma2 == pytest.approx(
+        sigma2, rel=1e-12
+    )
     assert (got.epsilon1 + got.epsilon2, got.delta1 + got.delta2) == pytest.approx((epsilon, delta))
 
 
@@ -145,29 +193,60 @@ def test_gaussian_sigmas_match_an_independent_computation(epsilon, delta, k, b, 
     e_p = change * (np.sqrt(chi(d1 / 2) / k) if secret else s_max(d1 / 2))
     e_q = change * (np.sqrt(chi(d2 / 4) / k) if secret else s_max(d2 / 4))
     row = 255 * np.sqrt(d) * s_max(d2 / 4)
-    got = noise_scales(epsilon=epsilon, delta=delta, budget_split=b, k=k, d=d, calibration="gaussian", neighbour=neighbour,
-                       secret_projection=secret)
+    got = noise_scales(
+        epsilon=epsilon,
+        delta=delta,
+        budget_split=b,
+        k=k,
+        d=d,
+        calibration="gaussian",
+        neighbour=neighbour,
+        secret_projection=secret,
+    )
     assert got.sigma1 == pytest.approx(mechanism(e_p, e1, d1 / 2), rel=1e-12)
-    assert got.sigma2 == pytest.approx(mechanism(2 * row * e_q + e_q ** 2, e2, d2 / 2), rel=1e-12)
+    assert got.sigma2 == pytest.approx(mechanism(2 * row * e_q + e_q**2, e2, d2 / 2), rel=1e-12)
     assert got.failure_probability == pytest.approx(d1 / 2 + d2 / 2)
 
 
 def test_paper_calibration_covers_255_over_sqrt_k_and_says_what_a_pixel_and_a_frame_cost():
     """Issue 17: at ε = 2, k = 768 (96 × 128 frames) the paper's σ1 gives about 85 for one pixel value and 1.8e6 for a whole
     frame (secret R); its χ² failure probability δ1/2 is inside the recorded δ."""
-    got = noise_scales(epsilon=2.0, delta=1e-4, budget_split=0.8, k=768, d=96 * 128 * 3, calibration="paper",
-                       neighbour="frame", secret_projection=True)
+    got = noise_scales(
+        epsilon=2.0,
+        delta=1e-4,
+        budget_split=0.8,
+        k=768,
+        d=96 * 128 * 3,
+        calibration="paper",
+        neighbour="frame",
+        secret_projection=True,
+    )
     assert got.sigma1 == pytest.approx(29.31, abs=0.01) and "255/sqrt(k)" in got.unit
     assert 80 < got.epsilon_one_pixel < 90 and 1.7e6 < got.epsilon_whole_frame < 1.9e6
     assert got.delta == pytest.approx(1e-4 + 0.8e-4 / 2) and got.paper_delta == 1e-4
     # σ1 is exactly the Gaussian σ for a change of 255/√k at δ1 under the χ² bound: the paper's ε for that change
     from tasks.core.accounting import gdp_epsilon
 
-    mu = 255 / np.sqrt(768) * np.sqrt((768 + 2 * np.sqrt(768 * np.log(2 / 0.8e-4)) + 2 * np.log(2 / 0.8e-4)) / 768) / got.sigma1
+    mu = (
+        255
+        / np.sqrt(768)
+        * np.sqrt((768 + 2 * np.sqrt(768 * np.log(2 / 0.8e-4)) + 2 * np.log(2 / 0.8e-4)) / 768)
+        / got.sigma1
+    )
     assert gdp_epsilon(mu, 0.8e-4) < 1.6  # the exact Gaussian ε of what it covers is within ε1
-    public = noise_scales(epsilon=2.0, delta=1e-4, budget_split=0.8, k=768, d=96 * 128 * 3, calibration="paper",
-                          neighbour="frame", secret_projection=False)
-    assert public.epsilon_one_pixel > got.epsilon_one_pixel  # a public R: the operator norm, for every Δx
+    public = noise_scales(
+        epsilon=2.0,
+        delta=1e-4,
+        budget_split=0.8,
+        k=768,
+        d=96 * 128 * 3,
+        calibration="paper",
+        neighbour="frame",
+        secret_projection=False,
+    )
+    assert (
+        public.epsilon_one_pixel > got.epsilon_one_pixel
+    )  # a public R: the operator norm, for every Δx
 
 
 def test_an_adversarial_frame_change_beats_the_chi_square_bound_but_not_the_operator_norm():
@@ -186,24 +265,47 @@ def test_an_adversarial_frame_change_beats_the_chi_square_bound_but_not_the_oper
 
 def test_same_seed_same_bytes_and_each_video_its_own_r():
     frames = clip(4, 8, 8)
+
     def run(video_id):
         projection = Projection(seed=derive_seed(2026, "dprp", video_id), d=192, k=24)
-        return projection, protect_video(frames, projection, sigma1=3.0, sigma2=5.0, rank=24,
-                                         noise_seed=derive_seed(2026, "dprp-noise", video_id)).frames
+        return projection, protect_video(
+            frames,
+            projection,
+            sigma1=3.0,
+            sigma2=5.0,
+            rank=24,
+            noise_seed=derive_seed(2026, "dprp-noise", video_id),
+        ).frames
+
     (r_a, first), (_, again), (r_b, other) = run("v1"), run("v1"), run("v2")
     assert first.tobytes() == again.tobytes()
     assert not torch.equal(r_a.dense(), r_b.dense()) and first.tobytes() != other.tobytes()
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"epsilon": 0.0}, "epsilon = 0.0 is invalid"), ({"epsilon": -1.0}, "epsilon = -1.0 is invalid"),
-    ({"delta": 1.0}, "delta = 1.0 is invalid"), ({"delta": 0.0}, "delta = 0.0 is invalid"),
-    ({"budget_split": 1.0}, "budget_split = 1.0 is invalid"), ({"budget_split": 0.0}, "budget_split = 0.0 is invalid"),
-    ({"k": 193}, "k = 193 is invalid: expected 0 < k <= d = 192"), ({"k": 0}, "k = 0 is invalid"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"epsilon": 0.0}, "epsilon = 0.0 is invalid"),
+        ({"epsilon": -1.0}, "epsilon = -1.0 is invalid"),
+        ({"delta": 1.0}, "delta = 1.0 is invalid"),
+        ({"delta": 0.0}, "delta = 0.0 is invalid"),
+        ({"budget_split": 1.0}, "budget_split = 1.0 is invalid"),
+        ({"budget_split": 0.0}, "budget_split = 0.0 is invalid"),
+        ({"k": 193}, "k = 193 is invalid: expected 0 < k <= d = 192"),
+        ({"k": 0}, "k = 0 is invalid"),
+    ],
+)
 def test_bad_parameters_are_one_line(kwargs, message):
-    arguments = {"epsilon": 5.0, "delta": 1e-5, "budget_split": 0.8, "k": 24, "d": 192, "calibration": "paper",
-                 "neighbour": "frame", **kwargs}
+    arguments = {
+        "epsilon": 5.0,
+        "delta": 1e-5,
+        "budget_split": 0.8,
+        "k": 24,
+        "d": 192,
+        "calibration": "paper",
+        "neighbour": "frame",
+        **kwargs,
+    }
     with pytest.raises(PrivharError, match=message) as raised:
         noise_scales(**arguments)
     assert "\n" not in str(raised.value)
@@ -213,7 +315,9 @@ def test_bad_rank_and_mismatched_frames_are_one_line():
     projection = Projection(seed=1, d=192, k=24)
     with pytest.raises(PrivharError, match="rank = 25 is invalid"):
         protect_video(clip(2, 8, 8), projection, sigma1=1, sigma2=1, rank=25, noise_seed=0)
-    with pytest.raises(PrivharError, match="d = 300 values but the projection was built for d = 192"):
+    with pytest.raises(
+        PrivharError, match="d = 300 values but the projection was built for d = 192"
+    ):
         protect_video(clip(2, 10, 10), projection, sigma1=1, sigma2=1, rank=24, noise_seed=0)
 
 

@@ -15,17 +15,27 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from tasks.core.errors import PrivharError
 from tasks.core.federated_accounting import calibrate, epsilon_of, paper_tls_epsilon
-from tasks.federated.aggregation import aggregate, local_step_norm, select_clients
 from tasks.core.opacus_randomness import StreamShuffle
-from tasks.federated.client import LocalRecipe, Shard, client_round, client_stream, serialized_bytes, trainable_state
 from tasks.core.partition import partition
+from tasks.federated.aggregation import aggregate, local_step_norm, select_clients
+from tasks.federated.client import (
+    LocalRecipe,
+    Shard,
+    client_round,
+    client_stream,
+    serialized_bytes,
+    trainable_state,
+)
 from tasks.federated.rounds import Federation, client_seed, in_process, run_rounds
 
 
 def toy_data(count: int = 48, features: int = 6, classes: int = 3, seed: int = 0) -> Shard:
     generator = torch.Generator().manual_seed(seed)
     labels = torch.arange(count) % classes
-    inputs = torch.randn(count, features, generator=generator) + nn.functional.one_hot(labels, features).float() * 2
+    inputs = (
+        torch.randn(count, features, generator=generator)
+        + nn.functional.one_hot(labels, features).float() * 2
+    )
     return Shard(inputs, labels)
 
 
@@ -34,9 +44,18 @@ def toy_model(seed: int = 0) -> nn.Module:
     return nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 3))
 
 
-def federation(clients: int = 1, rounds: int = 3, aggregation: str = "fedavg", **recipe) -> Federation:
-    settings = {"local_epochs": 1, "batch_size": 16, "learning_rate": 0.1, "momentum": 0.0, "max_grad_norm": 1e6,
-                "noise_multiplier": 0.0, **recipe}
+def federation(
+    clients: int = 1, rounds: int = 3, aggregation: str = "fedavg", **recipe
+) -> Federation:
+    settings = {
+        "local_epochs": 1,
+        "batch_size": 16,
+        "learning_rate": 0.1,
+        "momentum": 0.0,
+        "max_grad_norm": 1e6,
+        "noise_multiplier": 0.0,
+        **recipe,
+    }
     return Federation(clients, rounds, 1.0, aggregation, 1e-3, 7, LocalRecipe(**settings))
 
 
@@ -56,15 +75,22 @@ def test_one_client_without_noise_or_clipping_is_centralised_training_step_for_s
     reference = toy_model()
     optimiser = torch.optim.SGD(reference.parameters(), lr=0.1)
     for round_index in range(1, 4):
-        order = client_stream(client_seed(setup.seed, 0, round_index), 0)  # the client's shuffles, seeded
-        loader = DataLoader(TensorDataset(data.inputs, data.labels), batch_size=16,
-                            sampler=StreamShuffle(len(data.labels), order))
+        order = client_stream(
+            client_seed(setup.seed, 0, round_index), 0
+        )  # the client's shuffles, seeded
+        loader = DataLoader(
+            TensorDataset(data.inputs, data.labels),
+            batch_size=16,
+            sampler=StreamShuffle(len(data.labels), order),
+        )
         for inputs, labels in loader:
             optimiser.zero_grad()
             nn.functional.cross_entropy(reference(inputs), labels).backward()
             optimiser.step()
         for name, value in trainable_state(reference).items():
-            torch.testing.assert_close(federated[round_index - 1][name], value, rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(
+                federated[round_index - 1][name], value, rtol=1e-5, atol=1e-6
+            )
 
 
 def test_fedavg_is_the_weighted_mean_of_the_updates():
@@ -78,12 +104,16 @@ def test_fednova_normalises_by_local_steps_and_rescales_by_the_effective_count()
     """Δ_k = τ_k · g_k (τ_k SGD steps of a constant gradient): FedNova averages g_k, then takes τ_eff = Σ p_k τ_k steps."""
     g1, g2 = torch.tensor([1.0, 0.0]), torch.tensor([0.0, 1.0])
     updates = [{"w": 2 * g1}, {"w": 6 * g2}]
-    merged = aggregate({"w": torch.zeros(2)}, updates, counts=[10, 10], steps=[2, 6], rule="fednova")
+    merged = aggregate(
+        {"w": torch.zeros(2)}, updates, counts=[10, 10], steps=[2, 6], rule="fednova"
+    )
     torch.testing.assert_close(merged["w"], 4 * (0.5 * g1 + 0.5 * g2))
     fedavg = aggregate({"w": torch.zeros(2)}, updates, counts=[10, 10], steps=[2, 6], rule="fedavg")
     assert not torch.allclose(merged["w"], fedavg["w"])
     same = aggregate({"w": torch.zeros(2)}, updates, counts=[10, 30], steps=[4, 4], rule="fednova")
-    torch.testing.assert_close(same["w"], aggregate({"w": torch.zeros(2)}, updates, [10, 30], [4, 4], "fedavg")["w"])
+    torch.testing.assert_close(
+        same["w"], aggregate({"w": torch.zeros(2)}, updates, [10, 30], [4, 4], "fedavg")["w"]
+    )
 
 
 def test_fednova_momentum_normaliser_is_the_sum_of_the_momentum_coefficients():
@@ -113,11 +143,15 @@ def test_bytes_are_the_serialised_trainable_tensors_and_smaller_than_a_full_upda
     model[0].requires_grad_(False)
     full = serialized_bytes({name: p.detach() for name, p in model.named_parameters()})
     setup = federation(rounds=1)
-    record = run_rounds(model, setup, [48], in_process(model, [data], setup.recipe), data, full).history[0]
+    record = run_rounds(
+        model, setup, [48], in_process(model, [data], setup.recipe), data, full
+    ).history[0]
     buffer = io.BytesIO()
     torch.save({"2.weight": torch.zeros(3, 8), "2.bias": torch.zeros(3)}, buffer)
     assert record["bytes_per_client"] == buffer.getbuffer().nbytes
-    assert 4 * 27 < record["bytes_per_client"] < 4 * 27 + 2000  # float32 values plus torch.save's zip and names
+    assert (
+        4 * 27 < record["bytes_per_client"] < 4 * 27 + 2000
+    )  # float32 values plus torch.save's zip and names
     assert record["bytes_ratio"] == pytest.approx(record["bytes_per_client"] / full)
 
 
@@ -132,14 +166,21 @@ def test_epsilon_matches_dp_accounting_pld_under_replace_one(epochs):
 
 
 def test_paper_eq11_is_the_printed_formula_and_no_bound():
-    assert paper_tls_epsilon(32, 200, 2.0, 5, 1e-4) == pytest.approx(32 / 200 / 2.0 * math.sqrt(10 * math.log(1e4)))
-    assert paper_tls_epsilon(100, 100, 2.0, 1, 1e-4) < epsilon_of(2.0, 1, 1e-4)  # q = 1: below the Gaussian's own ε
+    assert paper_tls_epsilon(32, 200, 2.0, 5, 1e-4) == pytest.approx(
+        32 / 200 / 2.0 * math.sqrt(10 * math.log(1e4))
+    )
+    assert paper_tls_epsilon(100, 100, 2.0, 1, 1e-4) < epsilon_of(
+        2.0, 1, 1e-4
+    )  # q = 1: below the Gaussian's own ε
 
 
 def test_noise_makes_training_differ_and_a_seed_repeats_it():
     data, model = toy_data(), toy_model()
     noisy = federation(rounds=2, max_grad_norm=1.0, noise_multiplier=2.0)
-    runs = [run_rounds(model, noisy, [48], in_process(model, [data], noisy.recipe), data, 1).state for _ in range(2)]
+    runs = [
+        run_rounds(model, noisy, [48], in_process(model, [data], noisy.recipe), data, 1).state
+        for _ in range(2)
+    ]
     clean = federation(rounds=2, max_grad_norm=1.0)
     plain = run_rounds(model, clean, [48], in_process(model, [data], clean.recipe), data, 1).state
     assert all(torch.equal(runs[0][name], runs[1][name]) for name in plain)
@@ -147,7 +188,11 @@ def test_noise_makes_training_differ_and_a_seed_repeats_it():
 
 
 def rows(identities: int, per_person: int = 4) -> list[dict]:
-    return [{"identity": person, "label": index % 3} for person in range(identities) for index in range(per_person)]
+    return [
+        {"identity": person, "label": index % 3}
+        for person in range(identities)
+        for index in range(per_person)
+    ]
 
 
 @pytest.mark.parametrize("scheme", ["iid", "by_identity", "dirichlet"])
@@ -157,7 +202,7 @@ def test_partitions_are_disjoint_and_cover_the_training_split(scheme):
     assert sorted(i for shard in shards for i in shard) == list(range(len(data)))
     if scheme == "by_identity":
         homes = [{data[i]["identity"] for i in shard} for shard in shards]
-        assert all(not (a & b) for n, a in enumerate(homes) for b in homes[n + 1:])
+        assert all(not (a & b) for n, a in enumerate(homes) for b in homes[n + 1 :])
 
 
 def test_videos_that_name_nobody_are_each_their_own_person_under_by_identity():
@@ -169,29 +214,51 @@ def test_videos_that_name_nobody_are_each_their_own_person_under_by_identity():
 
 
 def test_bad_input_is_one_line():
-    with pytest.raises(PrivharError, match="federated.clients = 30 is more than the 24 training videos"):
+    with pytest.raises(
+        PrivharError, match="federated.clients = 30 is more than the 24 training videos"
+    ):
         partition(rows(6), 30, "iid", 0.5, 0)
-    with pytest.raises(PrivharError, match=r"client \d of 8 got no training video \(6 people for 8 clients\)"):
+    with pytest.raises(
+        PrivharError, match=r"client \d of 8 got no training video \(6 people for 8 clients\)"
+    ):
         partition(rows(6), 8, "by_identity", 0.5, 0)
     for fraction in (0.0, 1.5):
-        with pytest.raises(PrivharError, match=rf"federated.client_fraction = {fraction} is invalid: expected a value in \(0, 1\]"):
+        with pytest.raises(
+            PrivharError,
+            match=rf"federated.client_fraction = {fraction} is invalid: expected a value in \(0, 1\]",
+        ):
             select_clients(4, fraction, np.random.default_rng(0))
     with pytest.raises(PrivharError, match="every client of a round needs data"):
-        aggregate({"w": torch.zeros(1)}, [{"w": torch.ones(1)}], counts=[0], steps=[1], rule="fedavg")
+        aggregate(
+            {"w": torch.zeros(1)}, [{"w": torch.ones(1)}], counts=[0], steps=[1], rule="fedavg"
+        )
     with pytest.raises(PrivharError, match="federated.aggregation = 'fedsgd' is invalid"):
-        aggregate({"w": torch.zeros(1)}, [{"w": torch.ones(1)}], counts=[1], steps=[1], rule="fedsgd")
+        aggregate(
+            {"w": torch.zeros(1)}, [{"w": torch.ones(1)}], counts=[1], steps=[1], rule="fedsgd"
+        )
 
 
 def test_flower_simulation_walks_the_in_process_trajectory():
     """The ServerApp / ClientApp on Flower's simulation engine (messages on loopback): same seed, same rounds."""
-    flower = pytest.importorskip("tasks.federated.flower_app", reason="flwr is the 'federated' extra")
+    flower = pytest.importorskip(
+        "tasks.federated.flower_app", reason="flwr is the 'federated' extra"
+    )
     data, model = toy_data(count=60), toy_model()
     shards = [Shard(data.inputs[:36], data.labels[:36]), Shard(data.inputs[36:], data.labels[36:])]
-    setup = federation(clients=2, rounds=2, aggregation="fednova", max_grad_norm=1.0, noise_multiplier=1.0,
-                       momentum=0.5, batch_size=8)
+    setup = federation(
+        clients=2,
+        rounds=2,
+        aggregation="fednova",
+        max_grad_norm=1.0,
+        noise_multiplier=1.0,
+        momentum=0.5,
+        batch_size=8,
+    )
     local = run_rounds(model, setup, [36, 24], in_process(model, shards, setup.recipe), data, 1)
     remote = flower.simulate(model, shards, data, setup, [36, 24], 1)
     assert [r["accuracy"] for r in remote.history] == [r["accuracy"] for r in local.history]
     for name, value in local.state.items():
         torch.testing.assert_close(remote.state[name], value, rtol=1e-4, atol=1e-5)
-    assert [r["bytes_per_client"] for r in remote.history] == [r["bytes_per_client"] for r in local.history]
+    assert [r["bytes_per_client"] for r in remote.history] == [
+        r["bytes_per_client"] for r in local.history
+    ]

@@ -12,8 +12,8 @@ import yaml
 from tasks.core.accounting import gdp_epsilon
 from tasks.core.budget import planned_releases
 from tasks.core.errors import PrivharError
-from tasks.core.registry import newest_version
 from tasks.core.federated_accounting import epsilon_of
+from tasks.core.registry import newest_version
 from tasks.federated.stage import train_federated
 from tasks.train import train
 from tests.conftest import write_params
@@ -24,15 +24,25 @@ def project(tiny_decoded, tmp_path_factory):
     folder = tmp_path_factory.mktemp("federated")
     params = write_params(folder)
     decoded = tiny_decoded / "data/decode"
-    train(params_path=params, frames=decoded, out=folder / "data/pretrain/public", report=folder / "reports/train",
-          family="public")
+    train(
+        params_path=params,
+        frames=decoded,
+        out=folder / "data/pretrain/public",
+        report=folder / "reports/train",
+        family="public",
+    )
     return folder, params, decoded
 
 
 def run(project, **overrides):
     folder, params, decoded = project
-    arguments = {"params_path": params, "frames": decoded, "init": folder / "data/pretrain/public",
-                 "out": folder / "data/federated", "report": folder / "reports/federated"}
+    arguments = {
+        "params_path": params,
+        "frames": decoded,
+        "init": folder / "data/pretrain/public",
+        "out": folder / "data/federated",
+        "report": folder / "reports/federated",
+    }
     return train_federated(**{**arguments, **overrides})
 
 
@@ -40,23 +50,39 @@ def test_every_aggregation_and_tuning_is_trained_reported_and_registered(project
     folder, params, _ = project
     every = run(project)
     # each model beside its reference without noise (issue 31: what the recipe reaches with no noise at all)
-    assert [row["model"] for row in every] == [f"{aggregation}-{tuning}{suffix}" for tuning in ("full", "selective")
-                                               for aggregation in ("fedavg", "fednova") for suffix in ("", "-epsinf")]
+    assert [row["model"] for row in every] == [
+        f"{aggregation}-{tuning}{suffix}"
+        for tuning in ("full", "selective")
+        for aggregation in ("fedavg", "fednova")
+        for suffix in ("", "-epsinf")
+    ]
     references = [row for row in every if row["model"].endswith("-epsinf")]
-    assert {(row["epsilon"], row["noise_multiplier"], row["epsilon_person_max"]) for row in references} == {("inf", 0.0, float("inf"))}
+    assert {
+        (row["epsilon"], row["noise_multiplier"], row["epsilon_person_max"]) for row in references
+    } == {("inf", 0.0, float("inf"))}
     assert newest_version("fedavg-full-epsinf").tags["epsilon"] == "inf"
     rows = [row for row in every if row not in references]
     for row in rows:
         assert row["epsilon"] == pytest.approx(1.33, abs=1e-6)
-        assert row["epsilon"] == pytest.approx(epsilon_of(row["noise_multiplier"], 2, 1e-4), abs=1e-6)
-        stored = torch.load(folder / "data/federated" / row["model"] / "model.pt", weights_only=False)
+        assert row["epsilon"] == pytest.approx(
+            epsilon_of(row["noise_multiplier"], 2, 1e-4), abs=1e-6
+        )
+        stored = torch.load(
+            folder / "data/federated" / row["model"] / "model.pt", weights_only=False
+        )
         assert stored["config"]["aggregation"] == row["aggregation"]
     full, selective = rows[0], rows[2]
     assert full["bytes_ratio"] == pytest.approx(1.0, abs=0.01) and full["eq14_dt_over_d"] == 1.0
     assert selective["bytes_ratio"] < 0.2 and selective["eq14_dt_over_d"] < selective["bytes_ratio"]
     public = torch.load(folder / "data/pretrain/public/model.pt", weights_only=False)["state_dict"]
-    tuned = torch.load(folder / "data/federated/fedavg-selective/model.pt", weights_only=False)["state_dict"]
-    assert all(torch.equal(tuned[name], value) for name, value in public.items() if not name.startswith("blocks.4.proj"))
+    tuned = torch.load(folder / "data/federated/fedavg-selective/model.pt", weights_only=False)[
+        "state_dict"
+    ]
+    assert all(
+        torch.equal(tuned[name], value)
+        for name, value in public.items()
+        if not name.startswith("blocks.4.proj")
+    )
     with open(folder / "reports/federated/rounds.csv") as handle:
         assert len(list(csv.DictReader(handle))) == 8 * 2
     metrics = json.loads((folder / "reports/federated/metrics.json").read_text())
@@ -64,7 +90,10 @@ def test_every_aggregation_and_tuning_is_trained_reported_and_registered(project
     table = (folder / "reports/federated/federated.md").read_text()
     assert "ε eq. 11 (paper's approximation)" in table and "fednova-selective" in table
     version = newest_version("fednova-selective")
-    assert float(version.tags["epsilon"]) == pytest.approx(1.33) and "replace-one" in version.tags["accountant"]
+    assert (
+        float(version.tags["epsilon"]) == pytest.approx(1.33)
+        and "replace-one" in version.tags["accountant"]
+    )
     assert "federated-fednova-selective" in [release.name for release in planned_releases(params)]
     assert version.tags["unit"] == "video" and version.tags["relation"] == "replace-one"
     assert version.tags["randomness"].startswith("secret")
@@ -73,21 +102,40 @@ def test_every_aggregation_and_tuning_is_trained_reported_and_registered(project
     # a person with m videos: μ = m · 2·sqrt(rounds·E)/σ (all m in one batch is the worst case)
     for person in [person for person in persons if not person["model"].endswith("-epsinf")]:
         sigma = next(row["noise_multiplier"] for row in rows if row["model"] == person["model"])
-        expected = gdp_epsilon(int(person["units"]) * 2 * 2 ** 0.5 / sigma, 1e-4)
+        expected = gdp_epsilon(int(person["units"]) * 2 * 2**0.5 / sigma, 1e-4)
         assert float(person["epsilon_person"]) == pytest.approx(expected, rel=1e-5)
-    assert all(row["epsilon_person_max"] > 2 * row["epsilon"] for row in rows)  # every tiny person has 2+ videos
+    assert all(
+        row["epsilon_person_max"] > 2 * row["epsilon"] for row in rows
+    )  # every tiny person has 2+ videos
 
 
 def test_bad_input_is_one_line_before_training(project, tmp_path):
     with pytest.raises(PrivharError, match="federated.clients = 500 is more than the"):
-        run(project, params_path=write_params(tmp_path, {"federated": {"clients": 500}}), out=tmp_path / "out")
+        run(
+            project,
+            params_path=write_params(tmp_path, {"federated": {"clients": 500}}),
+            out=tmp_path / "out",
+        )
     with pytest.raises(PrivharError, match=r"client \d of \d+ got no training video"):
-        run(project, params_path=write_params(tmp_path, {"federated": {"clients": 9, "partition": "by_identity"}}),
-            out=tmp_path / "out")
+        run(
+            project,
+            params_path=write_params(
+                tmp_path, {"federated": {"clients": 9, "partition": "by_identity"}}
+            ),
+            out=tmp_path / "out",
+        )
     with pytest.raises(PrivharError, match=r"federated.client_fraction = 1.5 is invalid"):
-        run(project, params_path=write_params(tmp_path, {"federated": {"client_fraction": 1.5}}), out=tmp_path / "out")
+        run(
+            project,
+            params_path=write_params(tmp_path, {"federated": {"client_fraction": 1.5}}),
+            out=tmp_path / "out",
+        )
     with pytest.raises(PrivharError, match=r"federated.delta = 0.5 is invalid: expected δ < 1/N_k"):
-        run(project, params_path=write_params(tmp_path, {"federated": {"delta": 0.5}}), out=tmp_path / "out")
+        run(
+            project,
+            params_path=write_params(tmp_path, {"federated": {"delta": 0.5}}),
+            out=tmp_path / "out",
+        )
     assert not (tmp_path / "out").exists()
 
 
@@ -97,23 +145,42 @@ def test_the_stage_on_flower_gives_the_in_process_table(project, tmp_path):
     rows = {}
     for transport in ("in_process", "flower"):
         (tmp_path / transport).mkdir()
-        params = write_params(tmp_path / transport, {"federated": {"aggregations": ["fednova"], "transport": transport},
-                                                     "privacy": {"randomness": "seeded"}})  # the same trajectory
+        params = write_params(
+            tmp_path / transport,
+            {
+                "federated": {"aggregations": ["fednova"], "transport": transport},
+                "privacy": {"randomness": "seeded"},
+            },
+        )  # the same trajectory
         document = yaml.safe_load(params.read_text())
-        document["federated"]["tunings"] = {"selective": "head"}  # one run: the overlay merges mappings
+        document["federated"]["tunings"] = {
+            "selective": "head"
+        }  # one run: the overlay merges mappings
         params.write_text(yaml.safe_dump(document, sort_keys=False))
-        rows[transport] = run(project, params_path=params, out=tmp_path / transport / "data",
-                              report=tmp_path / transport / "reports")
+        rows[transport] = run(
+            project,
+            params_path=params,
+            out=tmp_path / transport / "data",
+            report=tmp_path / transport / "reports",
+        )
     local, remote = rows["in_process"], rows["flower"]
     keep = ("model", "accuracy", "epsilon", "mb_per_client_round", "noise_multiplier")
-    assert [{key: row[key] for key in keep} for row in remote] == [{key: row[key] for key in keep} for row in local]
+    assert [{key: row[key] for key in keep} for row in remote] == [
+        {key: row[key] for key in keep} for row in local
+    ]
 
 
 def test_head_only_clients_train_on_standardised_features_and_the_saved_head_is_folded(project):
     """Selective (head-only) tuning: the tail's inputs are the pooled features standardised by the public model's
     statistics, as (N, C, 1, 1, 1); the tail's logits on them equal the folded full model's on the clips."""
     from tasks.core.clips import labels_of, load_clips, normalise, split_rows
-    from tasks.core.head_features import fold_standardisation, head_of, pooled_features, public_statistics, standardise
+    from tasks.core.head_features import (
+        fold_standardisation,
+        head_of,
+        pooled_features,
+        public_statistics,
+        standardise,
+    )
     from tasks.core.manifest import MANIFEST_NAME, read_manifest
     from tasks.federated.inputs import Clips, split_for
 
@@ -122,8 +189,13 @@ def test_head_only_clients_train_on_standardised_features_and_the_saved_head_is_
     rows = split_rows(read_manifest(decoded / MANIFEST_NAME), "train")
     size = tuple(torch.load(init / "model.pt", weights_only=True)["config"]["input_size"])
     clips = normalise(load_clips(rows, decoded, size))
-    split = split_for(init, decoded, Clips(clips, labels_of(rows), clips, labels_of(rows), rows, [list(range(len(rows)))]),
-                      "head", seed=3)
+    split = split_for(
+        init,
+        decoded,
+        Clips(clips, labels_of(rows), clips, labels_of(rows), rows, [list(range(len(rows)))]),
+        "head",
+        seed=3,
+    )
     statistics = public_statistics(init)
     assert split.statistics is not None
     expected = standardise(pooled_features(split.model, clips), statistics)
@@ -132,20 +204,46 @@ def test_head_only_clients_train_on_standardised_features_and_the_saved_head_is_
         head_of(split.tail).weight.normal_()  # a trained head, as a client would send back
         tail_logits = split.tail.eval()(split.test.inputs)
         model = split.model
-        model.load_state_dict({**model.state_dict(), **{k: v for k, v in split.tail.state_dict().items() if "proj" in k}})
+        model.load_state_dict(
+            {
+                **model.state_dict(),
+                **{k: v for k, v in split.tail.state_dict().items() if "proj" in k},
+            }
+        )
         fold_standardisation(head_of(model), statistics)
         assert torch.allclose(model.eval()(clips), tail_logits, atol=1e-4)
     # another seed of the tuning reuses the frozen prefix's outputs: the same inputs, its own classifier
-    again = split_for(init, decoded, Clips(clips, labels_of(rows), clips, labels_of(rows), rows, [list(range(len(rows)))]),
-                      "head", seed=4, inputs_of=split)
-    fresh = split_for(init, decoded, Clips(clips, labels_of(rows), clips, labels_of(rows), rows, [list(range(len(rows)))]),
-                      "head", seed=4)
-    assert again.shards[0].inputs is split.shards[0].inputs and torch.equal(again.shards[0].inputs, fresh.shards[0].inputs)
+    again = split_for(
+        init,
+        decoded,
+        Clips(clips, labels_of(rows), clips, labels_of(rows), rows, [list(range(len(rows)))]),
+        "head",
+        seed=4,
+        inputs_of=split,
+    )
+    fresh = split_for(
+        init,
+        decoded,
+        Clips(clips, labels_of(rows), clips, labels_of(rows), rows, [list(range(len(rows)))]),
+        "head",
+        seed=4,
+    )
+    assert again.shards[0].inputs is split.shards[0].inputs and torch.equal(
+        again.shards[0].inputs, fresh.shards[0].inputs
+    )
     assert torch.equal(head_of(again.tail).weight, head_of(fresh.tail).weight)
     assert not torch.equal(head_of(again.tail).weight, head_of(split.tail).weight)
     # full fine-tuning sees the clips themselves, unstandardised
-    assert split_for(init, decoded, Clips(clips, labels_of(rows), clips, labels_of(rows), rows, [list(range(len(rows)))]),
-                     "all", seed=3).statistics is None
+    assert (
+        split_for(
+            init,
+            decoded,
+            Clips(clips, labels_of(rows), clips, labels_of(rows), rows, [list(range(len(rows)))]),
+            "all",
+            seed=3,
+        ).statistics
+        is None
+    )
 
 
 def test_a_tuning_can_take_more_seeds_and_the_plan_counts_each(project, tmp_path):
@@ -154,32 +252,73 @@ def test_a_tuning_can_take_more_seeds_and_the_plan_counts_each(project, tmp_path
     from tasks.core.budget import planned_releases
     from tasks.core.release_ledger import recorded
 
-    params = write_params(tmp_path, {"federated": {"seeds_per_tuning": {"selective": 2}, "aggregations": ["fedavg"]}})
-    models = [row["model"] for row in run(project, params_path=params, out=tmp_path / "out", report=tmp_path / "report")]
-    assert models == ["fedavg-full", "fedavg-full-epsinf", "fedavg-selective", "fedavg-selective-epsinf",
-                      "fedavg-selective-seed1", "fedavg-selective-epsinf-seed1"]
-    planned = [release.name for release in planned_releases(params) if release.stage == "train-federated"]
-    assert planned == ["federated-fedavg-full", "federated-fedavg-selective", "federated-fedavg-selective-seed1"]
+    params = write_params(
+        tmp_path, {"federated": {"seeds_per_tuning": {"selective": 2}, "aggregations": ["fedavg"]}}
+    )
+    models = [
+        row["model"]
+        for row in run(
+            project, params_path=params, out=tmp_path / "out", report=tmp_path / "report"
+        )
+    ]
+    assert models == [
+        "fedavg-full",
+        "fedavg-full-epsinf",
+        "fedavg-selective",
+        "fedavg-selective-epsinf",
+        "fedavg-selective-seed1",
+        "fedavg-selective-epsinf-seed1",
+    ]
+    planned = [
+        release.name for release in planned_releases(params) if release.stage == "train-federated"
+    ]
+    assert planned == [
+        "federated-fedavg-full",
+        "federated-fedavg-selective",
+        "federated-fedavg-selective-seed1",
+    ]
     assert recorded(f"test-{tmp_path.name}")[0] == set(planned)
 
 
-def test_fednova_without_noise_is_fedavgs_model_when_every_client_takes_the_same_steps(project, tmp_path):
+def test_fednova_without_noise_is_fedavgs_model_when_every_client_takes_the_same_steps(
+    project, tmp_path
+):
     """FedNova's normalisation is the identity when every τ_k is equal (tasks/federated/aggregation.py): its ε = ∞
     reference is FedAvg's, trained once and tagged so; with unequal steps each aggregation trains its own."""
     from tasks.core.params import FederatedParams, load_section
     from tasks.federated.stage import fednova_is_fedavg
 
     params = load_section(project[1], "federated", FederatedParams)
-    assert fednova_is_fedavg(params.model_copy(update={"batch_size": 4}), [[0, 1, 2, 3], [4, 5, 6]])  # one step each
-    assert fednova_is_fedavg(params.model_copy(update={"batch_size": 2}), [[0, 1, 2, 3], [4, 5, 6]])  # 2 steps each
-    assert not fednova_is_fedavg(params.model_copy(update={"batch_size": 3}), [[0, 1, 2, 3], [4, 5, 6]])  # 2 and 1
+    assert fednova_is_fedavg(
+        params.model_copy(update={"batch_size": 4}), [[0, 1, 2, 3], [4, 5, 6]]
+    )  # one step each
+    assert fednova_is_fedavg(
+        params.model_copy(update={"batch_size": 2}), [[0, 1, 2, 3], [4, 5, 6]]
+    )  # 2 steps each
+    assert not fednova_is_fedavg(
+        params.model_copy(update={"batch_size": 3}), [[0, 1, 2, 3], [4, 5, 6]]
+    )  # 2 and 1
 
     out = tmp_path / "out"
-    rows = {row["model"]: row for row in run(project, params_path=write_params(tmp_path, {"federated": {"batch_size": 200}}),
-                                             out=out, report=tmp_path / "report")}
-    fedavg, fednova = (torch.load(out / f"{name}-full-epsinf/model.pt", weights_only=False)["state_dict"]
-                       for name in ("fedavg", "fednova"))
+    rows = {
+        row["model"]: row
+        for row in run(
+            project,
+            params_path=write_params(tmp_path, {"federated": {"batch_size": 200}}),
+            out=out,
+            report=tmp_path / "report",
+        )
+    }
+    fedavg, fednova = (
+        torch.load(out / f"{name}-full-epsinf/model.pt", weights_only=False)["state_dict"]
+        for name in ("fedavg", "fednova")
+    )
     assert all(torch.equal(fedavg[name], fednova[name]) for name in fedavg)
     assert rows["fedavg-full-epsinf"]["accuracy"] == rows["fednova-full-epsinf"]["accuracy"]
-    noisy = (torch.load(out / f"{name}-full/model.pt", weights_only=False)["state_dict"] for name in ("fedavg", "fednova"))
-    assert not all(torch.equal(a, b) for a, b in zip(*(state.values() for state in noisy)))  # DP rows: their own noise
+    noisy = (
+        torch.load(out / f"{name}-full/model.pt", weights_only=False)["state_dict"]
+        for name in ("fedavg", "fednova")
+    )
+    assert not all(
+        torch.equal(a, b) for a, b in zip(*(state.values() for state in noisy))
+    )  # DP rows: their own noise

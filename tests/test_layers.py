@@ -30,7 +30,9 @@ def project_imports(path: Path) -> set[str]:
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             names = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
-        found.update(name for name in names if name.split(".")[0] in ("tasks", "flows") and _is_module(name))
+        found.update(
+            name for name in names if name.split(".")[0] in ("tasks", "flows") and _is_module(name)
+        )
     return found
 
 
@@ -44,7 +46,11 @@ def import_graph() -> nx.DiGraph:
     for root in ("tasks", "flows"):
         for path in sorted((REPO / root).rglob("*.py")):
             graph.add_node(module_name(path))
-            graph.add_edges_from((module_name(path), target) for target in project_imports(path) if target != module_name(path))
+            graph.add_edges_from(
+                (module_name(path), target)
+                for target in project_imports(path)
+                if target != module_name(path)
+            )
     return graph
 
 
@@ -56,27 +62,41 @@ def stage_of(module: str) -> str | None:
 
 def test_no_import_circle():
     cycles = sorted(nx.simple_cycles(import_graph()), key=len)
-    assert not cycles, "import circles: " + "; ".join(" -> ".join([*cycle, cycle[0]]) for cycle in cycles[:5])
+    assert not cycles, "import circles: " + "; ".join(
+        " -> ".join([*cycle, cycle[0]]) for cycle in cycles[:5]
+    )
 
 
 def test_no_stage_imports_another_stage():
-    crossings = sorted(f"{source} -> {target}" for source, target in import_graph().edges
-                       if stage_of(source) and stage_of(target) and stage_of(source) != stage_of(target))
-    assert not crossings, "stage -> stage imports (move what they share below the stages): " + "; ".join(crossings)
+    crossings = sorted(
+        f"{source} -> {target}"
+        for source, target in import_graph().edges
+        if stage_of(source) and stage_of(target) and stage_of(source) != stage_of(target)
+    )
+    assert not crossings, (
+        "stage -> stage imports (move what they share below the stages): " + "; ".join(crossings)
+    )
 
 
 def test_nothing_below_the_stages_imports_upward():
-    upward = sorted(f"{source} -> {target}" for source, target in import_graph().edges
-                    if source.startswith("tasks.") and stage_of(source) is None
-                    and (stage_of(target) or target.startswith("flows.")))
+    upward = sorted(
+        f"{source} -> {target}"
+        for source, target in import_graph().edges
+        if source.startswith("tasks.")
+        and stage_of(source) is None
+        and (stage_of(target) or target.startswith("flows."))
+    )
     assert not upward, "; ".join(upward)
 
 
-@pytest.mark.parametrize(("edges", "rule"), [
-    ([("tasks.a.x", "tasks.b.y"), ("tasks.b.y", "tasks.a.x")], test_no_import_circle),
-    ([("tasks.ldp.video", "tasks.assess.faces")], test_no_stage_imports_another_stage),
-    ([("tasks.core.x", "tasks.train")], test_nothing_below_the_stages_imports_upward),
-])
+@pytest.mark.parametrize(
+    ("edges", "rule"),
+    [
+        ([("tasks.a.x", "tasks.b.y"), ("tasks.b.y", "tasks.a.x")], test_no_import_circle),
+        ([("tasks.ldp.video", "tasks.assess.faces")], test_no_stage_imports_another_stage),
+        ([("tasks.core.x", "tasks.train")], test_nothing_below_the_stages_imports_upward),
+    ],
+)
 def test_each_rule_fails_when_broken(monkeypatch, edges, rule):
     graph = nx.DiGraph(edges)
     monkeypatch.setattr(f"{__name__}.import_graph", lambda: graph)

@@ -12,11 +12,13 @@ import yaml
 
 from flows.dag import read_dag
 from flows.project_lock import project_lock
-from tasks.core.params import PrivateParams, load_section
 from tasks.core.errors import PrivharError
+from tasks.core.params import PrivateParams, load_section
 from tests.conftest import BIN, REPO, make_project, sh
 
-STAGES = [stage.name for stage in read_dag(REPO)]  # synthesize, decode, dprp@2.0, ..., train, train-dprp@2.0, ..., evaluate
+STAGES = [
+    stage.name for stage in read_dag(REPO)
+]  # synthesize, decode, dprp@2.0, ..., train, train-dprp@2.0, ..., evaluate
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +38,11 @@ def task_runs(state) -> dict[str, str]:
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 
     with get_client(sync_client=True) as client:
-        runs = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[state.state_details.flow_run_id])))
+        runs = client.read_task_runs(
+            flow_run_filter=FlowRunFilter(
+                id=FlowRunFilterId(any_=[state.state_details.flow_run_id])
+            )
+        )
     return {run.name: run.state.name for run in runs}
 
 
@@ -52,21 +58,37 @@ def test_the_dag_comes_from_dvc_yaml():
     assert STAGES.index("assess") < STAGES.index("report")
     upstream = {stage.name: stage.upstream for stage in dag}
     dprp = [f"dprp@{epsilon}" for epsilon in ("2.0", "8.0")]
-    assert upstream["pretrain"] == ("decode-public",) and upstream["train"] == ("decode", "pretrain")
-    assert upstream["budget"] == ("decode",)  # every DP stage's privacy.max_epsilon verdicts, planned in one place
-    assert upstream["dprp@8.0"] == ("budget", "decode") and upstream["train-dprp@8.0"] == ("dprp@8.0", "pretrain")
+    assert upstream["pretrain"] == ("decode-public",) and upstream["train"] == (
+        "decode",
+        "pretrain",
+    )
+    assert upstream["budget"] == (
+        "decode",
+    )  # every DP stage's privacy.max_epsilon verdicts, planned in one place
+    assert upstream["dprp@8.0"] == ("budget", "decode") and upstream["train-dprp@8.0"] == (
+        "dprp@8.0",
+        "pretrain",
+    )
     assert upstream["train-anonymize@avatar"] == ("anonymize@avatar", "pretrain")
     assert upstream["train-private@maskdp"] == ("anonymize@avatar", "budget", "decode", "pretrain")
     # evaluate depends on data/dprp, data/anonymize, data/train, data/private and data/federated, the parents of those stages' outputs
-    anonymize = sorted(f"anonymize@{method}" for method in ("avatar", "face_blur", "low_res_32x24", "blackout"))
+    anonymize = sorted(
+        f"anonymize@{method}" for method in ("avatar", "face_blur", "low_res_32x24", "blackout")
+    )
     trained = sorted(f"train-{name}" for name in anonymize + dprp)
-    methods = load_section(REPO / "params.yaml", "private", PrivateParams).methods  # one stage per method of params.yaml
+    methods = load_section(
+        REPO / "params.yaml", "private", PrivateParams
+    ).methods  # one stage per method of params.yaml
     assert {"dp_sgd", "dp_sgd_person", "maskdp"} <= set(methods)
     private = [f"train-private@{method}" for method in methods]
-    assert upstream["evaluate"] == tuple(sorted(["decode", "train", "train-federated", *dprp, *anonymize, *trained, *private]))
+    assert upstream["evaluate"] == tuple(
+        sorted(["decode", "train", "train-federated", *dprp, *anonymize, *trained, *private])
+    )
     assert "train-federated" in upstream["report"]
     assert [stage.name for stage in read_dag(REPO, ["decode"])] == ["scan", "synthesize", "decode"]
-    assert upstream["synthesize"] == ("scan",)  # the real dataset's file listing (always re-made, see tasks/scan.py)
+    assert upstream["synthesize"] == (
+        "scan",
+    )  # the real dataset's file listing (always re-made, see tasks/scan.py)
     with pytest.raises(PrivharError, match="no stage 'nope' in dvc.yaml"):
         read_dag(REPO, ["nope"])
 
@@ -76,15 +98,26 @@ def test_flow_runs_every_stage_then_skips_them_all(project):
     assert state.is_completed(), state.message
     assert 0.0 <= state.result()["baseline"]["top1"] <= 1.0
     ran = task_runs(state)
-    stages = [stage.name.rsplit(":", 1)[-1] for stage in read_dag(project)]  # addressed from outside the project
-    assert "train-private@maskdp" in stages and "train-private@multiclip" not in stages  # the project's params
+    stages = [
+        stage.name.rsplit(":", 1)[-1] for stage in read_dag(project)
+    ]  # addressed from outside the project
+    assert (
+        "train-private@maskdp" in stages and "train-private@multiclip" not in stages
+    )  # the project's params
     assert {name: ran[name] for name in stages} == {name: "Completed" for name in stages}
-    assert sorted(name for name in ran if name.startswith("decode[")) == ["decode[0]", "decode[1]"]  # 12 videos, shards of 8
+    assert sorted(name for name in ran if name.startswith("decode[")) == [
+        "decode[0]",
+        "decode[1]",
+    ]  # 12 videos, shards of 8
     status = json.loads(sh("dvc", "status", "--json", cwd=project).stdout)
-    assert status == {"scan": ["always changed"]}  # the sharded stage was committed; scan runs every time
+    assert status == {
+        "scan": ["always changed"]
+    }  # the sharded stage was committed; scan runs every time
     again = run_flow(project)
     assert again.is_completed()
-    assert task_runs(again) == {name: "Completed" if name == "scan" else "Skipped" for name in stages}
+    assert task_runs(again) == {
+        name: "Completed" if name == "scan" else "Skipped" for name in stages
+    }
 
 
 def test_a_failing_stage_fails_its_task_with_its_one_line_error(project):
@@ -94,13 +127,25 @@ def test_a_failing_stage_fails_its_task_with_its_one_line_error(project):
         state = run_flow(project)
         assert state.is_failed()
         message = str(state.result(raise_on_failure=False))
-        assert message.startswith("stage train failed: params.yaml: train.epochs = 0 is invalid") and "\n" not in message
+        assert (
+            message.startswith("stage train failed: params.yaml: train.epochs = 0 is invalid")
+            and "\n" not in message
+        )
         assert message.endswith("not run: evaluate, private-table, report, register")
         ran = task_runs(state)
-        assert ran["train"] == "Failed" and ran["decode"] == "Skipped" and ran["evaluate"] != "Completed"
-        edit_params(project, "decode", "fps", 0)  # decode runs in shards in the flow's process (decode-public would fail too)
+        assert (
+            ran["train"] == "Failed"
+            and ran["decode"] == "Skipped"
+            and ran["evaluate"] != "Completed"
+        )
+        edit_params(
+            project, "decode", "fps", 0
+        )  # decode runs in shards in the flow's process (decode-public would fail too)
         message = str(run_flow(project, stages=["decode"]).result(raise_on_failure=False))
-        assert message.startswith("stage decode failed: params.yaml: decode.fps = 0 is invalid") and "\n" not in message
+        assert (
+            message.startswith("stage decode failed: params.yaml: decode.fps = 0 is invalid")
+            and "\n" not in message
+        )
     finally:
         (project / "params.yaml").write_text(original)
 
@@ -109,20 +154,38 @@ def test_a_second_run_is_refused_while_one_holds_the_project(project):
     with project_lock(project, "a test run"):
         state = run_flow(project)
         assert state.is_failed()
-        assert "a pipeline run is already in progress (a test run, pid" in str(state.result(raise_on_failure=False))
-        refused = subprocess.run([str(BIN / "privhar"), "run"], cwd=project, capture_output=True, text=True, timeout=120)
-        assert refused.returncode == 1 and "already in progress" in refused.stderr and "Traceback" not in refused.stderr
+        assert "a pipeline run is already in progress (a test run, pid" in str(
+            state.result(raise_on_failure=False)
+        )
+        refused = subprocess.run(
+            [str(BIN / "privhar"), "run"], cwd=project, capture_output=True, text=True, timeout=120
+        )
+        assert (
+            refused.returncode == 1
+            and "already in progress" in refused.stderr
+            and "Traceback" not in refused.stderr
+        )
 
 
 def test_a_killed_stage_leaves_no_partial_output_and_the_next_run_redoes_it(project):
-    assert run_flow(project).is_completed()  # everything up to date first (a failed stage's outputs are gone)
+    assert run_flow(
+        project
+    ).is_completed()  # everything up to date first (a failed stage's outputs are gone)
     data = project / "data"
     before = (data / "decode" / "manifest.parquet").read_bytes()
-    edit_params(project, "decode", "short_videos", "pad")  # decode is stale; its output bytes will not change
+    edit_params(
+        project, "decode", "short_videos", "pad"
+    )  # decode is stale; its output bytes will not change
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
     # decode alone (decode-public is stale too, and its dvc process must not outlive the kill)
-    process = subprocess.Popen([str(BIN / "privhar"), "flow", "decode"], cwd=project, env=env, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL, start_new_session=True)
+    process = subprocess.Popen(
+        [str(BIN / "privhar"), "flow", "decode"],
+        cwd=project,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 120
     while not list(data.glob(".decode.tmp-*")) and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -135,5 +198,7 @@ def test_a_killed_stage_leaves_no_partial_output_and_the_next_run_redoes_it(proj
     state = run_flow(project)  # the run lock died with its holder
     assert state.is_completed(), state.message
     ran = task_runs(state)
-    assert ran["decode"] == "Completed" and ran["train"] == "Skipped"  # same bytes again: nothing downstream
+    assert (
+        ran["decode"] == "Completed" and ran["train"] == "Skipped"
+    )  # same bytes again: nothing downstream
     assert not list(data.glob(".decode.tmp-*"))

@@ -10,11 +10,15 @@ from tasks.core.parallel import map_ordered, pool_context
 
 def test_results_in_input_order_with_a_thread_running():
     stop = threading.Event()
-    helper = threading.Thread(target=stop.wait, daemon=True)  # as MLflow or Prefect threads would be
+    helper = threading.Thread(
+        target=stop.wait, daemon=True
+    )  # as MLflow or Prefect threads would be
     helper.start()
     try:
         assert pool_context(abs).get_start_method() == "forkserver"
-        assert map_ordered(abs, list(range(-20, 0)), workers=2, desc="test") == list(range(20, 0, -1))
+        assert map_ordered(abs, list(range(-20, 0)), workers=2, desc="test") == list(
+            range(20, 0, -1)
+        )
     finally:
         stop.set()
         helper.join()
@@ -32,8 +36,14 @@ def test_workers_that_read_tables_after_polars_ran_here_do_not_hang(tmp_path):
         "                     'fps': 1.0, 'height': 1, 'width': 1} for i in range(50)], path)\n"
         "    assert len(read_manifest(path)) == 50  # polars' thread pool is running now\n"
         "    assert pool_context(read_manifest).get_start_method() == 'forkserver'\n"
-        "    print(sum(map(len, map_ordered(read_manifest, [path] * 6, workers=2, desc='test'))))\n")
-    result = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, timeout=180,
-                            cwd=Path(__file__).resolve().parents[1])
+        "    print(sum(map(len, map_ordered(read_manifest, [path] * 6, workers=2, desc='test'))))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=Path(__file__).resolve().parents[1],
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip() == "300"

@@ -24,18 +24,40 @@ def test_repository_params_are_valid():
     [
         ("decode", {"decode": {"fps": -3.0}}, "decode.fps = -3.0 is invalid"),
         ("decode", {"decode": {"frames": "16"}}, "decode.frames = '16' is invalid"),
-        ("decode", {"decode": {"short_videos": "mirror"}}, "decode.short_videos = 'mirror' is invalid: input should be 'loop' or 'pad'"),
+        (
+            "decode",
+            {"decode": {"short_videos": "mirror"}},
+            "decode.short_videos = 'mirror' is invalid: input should be 'loop' or 'pad'",
+        ),
         ("decode", {"decode": {"frame_size": [96]}}, "decode.frame_size = [96] is invalid"),
-        ("decode", {"decode": {"max_failed_fraction": 1.5}}, "decode.max_failed_fraction = 1.5 is invalid"),
+        (
+            "decode",
+            {"decode": {"max_failed_fraction": 1.5}},
+            "decode.max_failed_fraction = 1.5 is invalid",
+        ),
         ("decode", {"decode": {"fsp": 8.0}}, "decode.fsp is not a known key of 'decode'"),
-        ("synthesize", {"synthesize": {"actions": ["walk", "moonwalk"]}}, "synthesize.actions.1 = 'moonwalk' is invalid"),
-        ("synthesize", {"synthesize": {"test_fraction": 1.0}}, "synthesize.test_fraction = 1.0 is invalid"),
-        ("private", {"private": {"seeds_at_epsilon": {0.5: 0}}}, "private.seeds_at_epsilon.0.5 = 0 is invalid"),
+        (
+            "synthesize",
+            {"synthesize": {"actions": ["walk", "moonwalk"]}},
+            "synthesize.actions.1 = 'moonwalk' is invalid",
+        ),
+        (
+            "synthesize",
+            {"synthesize": {"test_fraction": 1.0}},
+            "synthesize.test_fraction = 1.0 is invalid",
+        ),
+        (
+            "private",
+            {"private": {"seeds_at_epsilon": {0.5: 0}}},
+            "private.seeds_at_epsilon.0.5 = 0 is invalid",
+        ),
     ],
 )
 def test_bad_values_name_key_value_and_rule(tmp_path, section, overrides, expected):
     path = write_params(tmp_path, overrides)
-    model = {"decode": DecodeParams, "synthesize": SynthesizeParams, "private": PrivateParams}[section]
+    model = {"decode": DecodeParams, "synthesize": SynthesizeParams, "private": PrivateParams}[
+        section
+    ]
     with pytest.raises(PrivharError) as caught:
         load_section(path, section, model)
     message = str(caught.value)

@@ -19,37 +19,71 @@ def project(tmp_path_factory) -> Path:
 def test_pipeline_runs_end_to_end_then_is_up_to_date(project):
     result = sh("privhar", "run", cwd=project)
     assert "baseline  Top-1" in result.stdout
-    assert "where the time went" in result.stderr and "| train " in compact(result.stderr)  # issue 21: stage wall times
-    unmeasured = [line.split("|")[1].strip() for line in result.stderr.splitlines() if line.startswith("|") and "—" in line]
-    assert set(unmeasured) <= {"scan", "budget"}, unmeasured  # every stage with an MLflow run has its work apart (issue 31)
+    assert "where the time went" in result.stderr and "| train " in compact(
+        result.stderr
+    )  # issue 21: stage wall times
+    unmeasured = [
+        line.split("|")[1].strip()
+        for line in result.stderr.splitlines()
+        if line.startswith("|") and "—" in line
+    ]
+    assert set(unmeasured) <= {"scan", "budget"}, (
+        unmeasured
+    )  # every stage with an MLflow run has its work apart (issue 31)
     metrics = json.loads((project / "reports/evaluate/metrics.json").read_text())
     assert 0.0 <= metrics["baseline"]["top1"] <= 1.0
     # report.seeds: 2 (tests.conftest.DAG): every trained row twice, the registered seed 0 with the row's interval
     assert metrics["baseline"]["seeds"] == 2 and "top1_ci95" in metrics["baseline"]
-    assert {"baseline-seed1", "dp_sgd-eps2.0-seed1", "maskdp-epsinf-seed1", "fedavg-selective-seed1"} <= set(metrics)
+    assert {
+        "baseline-seed1",
+        "dp_sgd-eps2.0-seed1",
+        "maskdp-epsinf-seed1",
+        "fedavg-selective-seed1",
+    } <= set(metrics)
     shown = sh("dvc", "metrics", "show", "--json", cwd=project).stdout
     assert '"top1"' in shown and '"baseline"' in shown
     table = compact((project / "reports/compare/private.md").read_text())
-    assert "| real | DP-SGD |" in table and "| avatar-anonymized | MaskDP |" in table and "ε = ∞" in table
+    assert (
+        "| real | DP-SGD |" in table
+        and "| avatar-anonymized | MaskDP |" in table
+        and "ε = ∞" in table
+    )
     with (project / "reports/compare/private.csv").open() as handle:
         models = {record["model"] for record in csv.DictReader(handle)}
-    assert {"baseline", "dprp-eps8.0", "dp_sgd-eps2.0", "dp_sgd-epsinf", "maskdp-eps2.0", "maskdp-epsinf"} <= models
+    assert {
+        "baseline",
+        "dprp-eps8.0",
+        "dp_sgd-eps2.0",
+        "dp_sgd-epsinf",
+        "maskdp-eps2.0",
+        "maskdp-epsinf",
+    } <= models
     assert (project / "reports/compare/accuracy_vs_epsilon.png").stat().st_size > 0
     results = compact((project / "reports/results.md").read_text())
     assert "## Utility and privacy attributes per method (paper 000 Table 1)" in results
-    assert "| anonymize: blackout | ∞ |" in results and re.search(r"\| Video-DPRP ε = [0-9.]+ \(paper's ε = 8\) \| [0-9.]+ \|", results)
+    assert "| anonymize: blackout | ∞ |" in results and re.search(
+        r"\| Video-DPRP ε = [0-9.]+ \(paper's ε = 8\) \| [0-9.]+ \|", results
+    )
     assert "not run" not in results  # every method of the project's params ran
     assert "## The papers' claims, decided over seeds" in results
     with (project / "reports/report/claims.csv").open() as handle:
         claims = list(csv.DictReader(handle))
-    assert [claim["claim"] for claim in claims] == ["selective tuning beats full fine-tuning under federated DP (fedavg)"]
-    assert claims[0]["seeds"] == "2" and claims[0]["verdict"].split()[0] in ("holds", "reversed", "undecided")
+    assert [claim["claim"] for claim in claims] == [
+        "selective tuning beats full fine-tuning under federated DP (fedavg)"
+    ]
+    assert claims[0]["seeds"] == "2" and claims[0]["verdict"].split()[0] in (
+        "holds",
+        "reversed",
+        "undecided",
+    )
     signature = json.loads((project / "reports/assess/signature.json").read_text())
     assert set(signature) == {"raw", "anonymize-avatar", "anonymize-blackout", "dprp-eps8.0"}
     assert (project / "reports/report/signature/anonymize-avatar.png").stat().st_size > 0
     again = sh("dvc", "repro", cwd=project)
     ran = [line for line in again.stdout.splitlines() if line.startswith("Running stage")]
-    assert ran == ["Running stage 'scan':"], ran  # the dataset listing, remade every time: the same, so nothing after it
+    assert ran == ["Running stage 'scan':"], (
+        ran
+    )  # the dataset listing, remade every time: the same, so nothing after it
     assert "didn't change, skipping" in again.stdout
 
 
@@ -60,20 +94,36 @@ def test_parent_and_nested_runs_are_logged(project):
     experiment = client.get_experiment_by_name("privhar-tests")
     parents = client.search_runs([experiment.experiment_id], "tags.`privhar.pipeline` = 'true'")
     assert parents
-    children = client.search_runs([experiment.experiment_id], f"tags.mlflow.parentRunId = '{parents[0].info.run_id}'")
+    children = client.search_runs(
+        [experiment.experiment_id], f"tags.mlflow.parentRunId = '{parents[0].info.run_id}'"
+    )
     dprp = {"dprp@8", "train@dprp-eps8.0"}  # the project's params: tests.conftest.DAG
-    anonymize = {f"anonymize@{method}" for method in ("avatar", "blackout")} | {"train@anonymize-avatar", "train@anonymize-blackout"}
+    anonymize = {f"anonymize@{method}" for method in ("avatar", "blackout")} | {
+        "train@anonymize-avatar",
+        "train@anonymize-blackout",
+    }
     public = {"synthesize-public", "decode-public", "train@public"}
     private = {f"train-private@{method}" for method in ("dp_sgd", "maskdp")} | {"private-table"}
     report = {"assess", "report", "register", "ldp-digits", "ldp", "train-federated"}
-    assert {run.data.tags["privhar.stage"] for run in children} == ({"synthesize", "decode", "train", "evaluate", "preview"}
-                                                                   | dprp | anonymize | public | private | report)
+    assert {run.data.tags["privhar.stage"] for run in children} == (
+        {"synthesize", "decode", "train", "evaluate", "preview"}
+        | dprp
+        | anonymize
+        | public
+        | private
+        | report
+    )
     assert all("stage_seconds" in run.data.metrics for run in children)
     # each forked from privhar run's warm stage server (flows/stage_server.py), tagged with the DVC stage that ran it
     assert {run.data.tags["privhar.process_start"] for run in children} == {"stage server fork"}
-    assert {"train", "dprp@8.0", "train-dprp@8.0", "anonymize@avatar"} <= {run.data.tags["privhar.dvc_stage"] for run in children}
+    assert {"train", "dprp@8.0", "train-dprp@8.0", "anonymize@avatar"} <= {
+        run.data.tags["privhar.dvc_stage"] for run in children
+    }
     walls = parents[0].data.metrics  # privhar run's wall time per stage, as dvc repro ran it
-    assert walls["pipeline_wall_seconds"] >= walls["wall_seconds.train"] > 0 and "wall_seconds.train-private.dp_sgd" in walls
+    assert (
+        walls["pipeline_wall_seconds"] >= walls["wall_seconds.train"] > 0
+        and "wall_seconds.train-private.dp_sgd" in walls
+    )
 
 
 def test_experiment_with_a_changed_param(project):
@@ -87,7 +137,10 @@ def test_experiment_with_a_changed_param(project):
     from mlflow import MlflowClient
 
     registered = json.loads((project / "reports/register/registered.json").read_text())
-    newest = max(MlflowClient().search_model_versions("name = 'privhar-baseline'"), key=lambda v: int(v.version))
+    newest = max(
+        MlflowClient().search_model_versions("name = 'privhar-baseline'"),
+        key=lambda v: int(v.version),
+    )
     assert registered["baseline"]["version"] == str(newest.version) and "top1" in newest.tags
     assert newest.tags["checkpoint_sha256"] == registered["baseline"]["checkpoint_sha256"]
 
@@ -99,21 +152,49 @@ def test_dvc_plots_diff_draws_confusion_matrices_and_the_epsilon_curves(project)
     confusion = shown["data"]["reports/evaluate/predictions/baseline.csv"][0]
     assert confusion["revisions"] == ["workspace", "HEAD"]
     encoding = confusion["content"]["spec"]["encoding"]
-    assert encoding["x"]["field"] == "actual" and encoding["y"]["field"] == "predicted"  # the confusion template
+    assert (
+        encoding["x"]["field"] == "actual" and encoding["y"]["field"] == "predicted"
+    )  # the confusion template
     values = confusion["content"]["data"]["values"]
-    assert {value["rev"] for value in values} == {"workspace", "HEAD"} and {"actual", "predicted"} <= set(values[0])
-    curves = shown["data"]["Top-1 against target ε (protocol 1, mean over report.seeds)"][0]["content"]["data"]["values"]
-    assert {float(value["target_epsilon"]) for value in curves} == {2.0} and {"dp_sgd", "maskdp"} <= set(curves[0])
-    assert not (project / "reports/evaluate/predictions/baseline-seed1.csv").exists()  # registered models only
+    assert {value["rev"] for value in values} == {"workspace", "HEAD"} and {
+        "actual",
+        "predicted",
+    } <= set(values[0])
+    curves = shown["data"]["Top-1 against target ε (protocol 1, mean over report.seeds)"][0][
+        "content"
+    ]["data"]["values"]
+    assert {float(value["target_epsilon"]) for value in curves} == {2.0} and {
+        "dp_sgd",
+        "maskdp",
+    } <= set(curves[0])
+    assert not (
+        project / "reports/evaluate/predictions/baseline-seed1.csv"
+    ).exists()  # registered models only
 
 
 def test_dprp_ablation_reruns_only_what_depends_on_it(project):
     """Table 4 of paper 000 as README documents it: `dvc exp run -S dprp.budget_split=… -S dprp.epsilons=[8.0]`."""
-    result = sh("dvc", "exp", "run", "-S", "dprp.budget_split=0.5", "-S", "dprp.epsilons=[8.0]", cwd=project)
-    ran = {line.split("'")[1] for line in result.stdout.splitlines() if line.startswith("Running stage '")}
+    result = sh(
+        "dvc", "exp", "run", "-S", "dprp.budget_split=0.5", "-S", "dprp.epsilons=[8.0]", cwd=project
+    )
+    ran = {
+        line.split("'")[1]
+        for line in result.stdout.splitlines()
+        if line.startswith("Running stage '")
+    }
     # the budget plan reruns (dprp is one of its params) and changes only the copy's own plan file: no cap, so the private
     # models' verdicts do not depend on it and they are not retrained
-    assert ran == {"scan", "budget", "dprp@8.0", "train-dprp@8.0", "evaluate", "preview", "private-table", "assess", "report",
-                   "register"}
+    assert ran == {
+        "scan",
+        "budget",
+        "dprp@8.0",
+        "train-dprp@8.0",
+        "evaluate",
+        "preview",
+        "private-table",
+        "assess",
+        "report",
+        "register",
+    }
     shown = json.loads(sh("dvc", "exp", "show", "--json", cwd=project).stdout)
     assert "dprp-eps8.0" in json.dumps(shown) and "top1_protocol2" in json.dumps(shown)

@@ -7,8 +7,8 @@ from PIL import Image
 
 from tasks.anonymize.stage import anonymize
 from tasks.core.errors import PrivharError
-from tasks.core.params import raw_frames_allowed
 from tasks.core.manifest import copies_under
+from tasks.core.params import raw_frames_allowed
 from tasks.preview import preview
 from tests.conftest import write_params
 
@@ -18,7 +18,12 @@ def copies(tiny_decoded, tmp_path_factory):
     folder = tmp_path_factory.mktemp("preview")
     params = write_params(folder, {"anonymize": {"methods": ["avatar", "low_res_16x12"]}})
     for method in ("avatar", "low_res_16x12"):
-        anonymize(params_path=params, frames=tiny_decoded / "data/decode", method=method, out=folder / "anonymize" / method)
+        anonymize(
+            params_path=params,
+            frames=tiny_decoded / "data/decode",
+            method=method,
+            out=folder / "anonymize" / method,
+        )
     return folder
 
 
@@ -31,12 +36,21 @@ def params_with(folder, overrides):
     return write_params(folder, overrides)
 
 
-def test_grid_has_a_column_per_copy_and_mask_and_raw_only_when_allowed(copies, tiny_decoded, tmp_path):
-    assert [copy.name for copy in copies_under([copies / "anonymize"])] == ["avatar", "low_res_16x12"]
+def test_grid_has_a_column_per_copy_and_mask_and_raw_only_when_allowed(
+    copies, tiny_decoded, tmp_path
+):
+    assert [copy.name for copy in copies_under([copies / "anonymize"])] == [
+        "avatar",
+        "low_res_16x12",
+    ]
     widths = {}
     for show in (True, False):
-        png = preview(params_path=params_with(tmp_path / str(show), {"report": {"show_raw": show}}),
-                      frames=tiny_decoded / "data/decode", copies=[copies / "anonymize"], out=tmp_path / f"out{show}")
+        png = preview(
+            params_path=params_with(tmp_path / str(show), {"report": {"show_raw": show}}),
+            frames=tiny_decoded / "data/decode",
+            copies=[copies / "anonymize"],
+            out=tmp_path / f"out{show}",
+        )
         widths[show] = width(png.read_bytes())
     # raw, avatar, avatar's public mask, low_res: four columns; without raw, three
     assert abs(widths[True] / widths[False] - 4 / 3) < 0.1
@@ -46,9 +60,16 @@ def test_auto_shows_raw_frames_of_the_synthetic_dataset_only(tmp_path):
     assert raw_frames_allowed(write_params(tmp_path, {"report": {"show_raw": "auto"}}))
     real = tmp_path / "real"
     real.mkdir()
-    assert not raw_frames_allowed(write_params(real, {"report": {"show_raw": "auto"}, "data": {"source": "ucf101"}}))
+    assert not raw_frames_allowed(
+        write_params(real, {"report": {"show_raw": "auto"}, "data": {"source": "ucf101"}})
+    )
 
 
 def test_nothing_to_show_is_one_line(tiny_decoded, tmp_path):
     with pytest.raises(PrivharError, match="no protected copy"):
-        preview(params_path=write_params(tmp_path), frames=tiny_decoded / "data/decode", copies=[tmp_path], out=tmp_path / "o")
+        preview(
+            params_path=write_params(tmp_path),
+            frames=tiny_decoded / "data/decode",
+            copies=[tmp_path],
+            out=tmp_path / "o",
+        )

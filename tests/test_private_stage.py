@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import csv
-import math
 import logging
+import math
 import shutil
 
 import dp_accounting
@@ -15,18 +15,25 @@ import torch
 
 from tasks.anonymize.stage import anonymize
 from tasks.core.errors import PrivharError
-from tasks.core.params import PrivateParams, load_section
-from tasks.core.models import create_video_classifier
-from tasks.core.registry import newest_version
 from tasks.core.head_features import head_of, pooled_features
-from tasks.private.gradients import per_unit_gradients
+from tasks.core.models import create_video_classifier
+from tasks.core.params import PrivateParams, load_section
+from tasks.core.registry import newest_version
 from tasks.core.selective import select_trainable
+from tasks.private.gradients import per_unit_gradients
 from tasks.private.stage import train_private
 from tasks.train import train
 from tests.conftest import write_params
 
-PRIVATE = {"epsilons": [2.0], "epochs": 2, "batch_size": 4, "physical_batch_size": 3, "clips_per_video": 2,
-           "token": [2, 8, 8], "learning_rate": 0.5}
+PRIVATE = {
+    "epsilons": [2.0],
+    "epochs": 2,
+    "batch_size": 4,
+    "physical_batch_size": 3,
+    "clips_per_video": 2,
+    "token": [2, 8, 8],
+    "learning_rate": 0.5,
+}
 
 
 @pytest.fixture(scope="module")
@@ -34,53 +41,98 @@ def project(tiny_decoded, tmp_path_factory):
     folder = tmp_path_factory.mktemp("private")
     params = write_params(folder, {"private": PRIVATE, "anonymize": {"methods": ["avatar"]}})
     decoded = tiny_decoded / "data/decode"
-    train(params_path=params, frames=decoded, out=folder / "data/pretrain/public", report=folder / "reports/train",
-          family="public")
-    anonymize(params_path=params, frames=decoded, method="avatar", out=folder / "data/anonymize/avatar")
+    train(
+        params_path=params,
+        frames=decoded,
+        out=folder / "data/pretrain/public",
+        report=folder / "reports/train",
+        family="public",
+    )
+    anonymize(
+        params_path=params, frames=decoded, method="avatar", out=folder / "data/anonymize/avatar"
+    )
     return folder, params, decoded
 
 
 def run(project, method, **overrides):
     folder, params, decoded = project
-    arguments = {"params_path": params, "method": method, "frames": decoded, "init": folder / "data/pretrain/public",
-                 "out": folder / f"data/private/{method}", "report": folder / "reports/private",
-                 "avatar": folder / "data/anonymize/avatar"}
+    arguments = {
+        "params_path": params,
+        "method": method,
+        "frames": decoded,
+        "init": folder / "data/pretrain/public",
+        "out": folder / f"data/private/{method}",
+        "report": folder / "reports/private",
+        "avatar": folder / "data/anonymize/avatar",
+    }
     return train_private(**{**arguments, **overrides})
 
 
-@pytest.mark.parametrize("method", ["dp_sgd", "dp_sgd_avatar", "multiclip", "maskdp", "maskdp_real"])
+@pytest.mark.parametrize(
+    "method", ["dp_sgd", "dp_sgd_avatar", "multiclip", "maskdp", "maskdp_real"]
+)
 def test_every_method_trains_each_epsilon_and_infinity(project, method):
     folder = project[0]
     rows = run(project, method)
     assert [row["target_epsilon"] for row in rows] == [2.0, math.inf]
     private, plain = rows
-    assert 1.98 <= private["epsilon"] <= 2.0 and private["noise_multiplier"] > 0 and plain["epsilon"] == math.inf
+    assert (
+        1.98 <= private["epsilon"] <= 2.0
+        and private["noise_multiplier"] > 0
+        and plain["epsilon"] == math.inf
+    )
     # Issue 17: every printed ε under the relation the method has, checked against dp-accounting's PLD
     relation = "replace-one" if method.startswith("maskdp") else "add/remove"
     assert private["relation"] == relation and private["unit"].startswith("video")
-    neighbours = (dp_accounting.NeighboringRelation.REPLACE_ONE if relation == "replace-one"
-                  else dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
+    neighbours = (
+        dp_accounting.NeighboringRelation.REPLACE_ONE
+        if relation == "replace-one"
+        else dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
+    )
     accountant = dp_accounting.pld.PLDAccountant(neighbours)
-    accountant.compose(dp_accounting.PoissonSampledDpEvent(private["sample_rate"],
-                                                           dp_accounting.GaussianDpEvent(private["noise_multiplier"])),
-                       private["steps"])
+    accountant.compose(
+        dp_accounting.PoissonSampledDpEvent(
+            private["sample_rate"], dp_accounting.GaussianDpEvent(private["noise_multiplier"])
+        ),
+        private["steps"],
+    )
     pld = accountant.get_epsilon(private["delta"])
-    assert pld - 1e-6 <= private["epsilon"] <= pld * 1.01 + 1e-3, (private["epsilon"], pld)  # never below PLD
-    if method.startswith("maskdp"):  # Theorem 1's add/remove RDP number, kept beside and labelled the paper's
+    assert pld - 1e-6 <= private["epsilon"] <= pld * 1.01 + 1e-3, (
+        private["epsilon"],
+        pld,
+    )  # never below PLD
+    if method.startswith(
+        "maskdp"
+    ):  # Theorem 1's add/remove RDP number, kept beside and labelled the paper's
         assert float(private["paper_epsilon"]) < private["epsilon"]
     with open(folder / f"reports/private/{method}_persons.csv") as handle:
         persons = [row for row in csv.DictReader(handle) if row["model"] == f"{method}-eps2.0"]
     assert persons and all(float(row["epsilon_person"]) >= private["epsilon"] for row in persons)
-    assert max(float(row["epsilon_person"]) for row in persons) == pytest.approx(private["epsilon_person_max"])
+    assert max(float(row["epsilon_person"]) for row in persons) == pytest.approx(
+        private["epsilon_person_max"]
+    )
     learnt_from = "anonymize/avatar" if method in ("maskdp", "dp_sgd_avatar") else "decode"
     for key in (f"{method}-eps2.0", f"{method}-epsinf"):
         checkpoint = torch.load(folder / f"data/private/{method}/{key}/model.pt", weights_only=True)
-        assert checkpoint["config"]["method"] == method and checkpoint["config"]["frames"].endswith(learnt_from)
+        assert checkpoint["config"]["method"] == method and checkpoint["config"]["frames"].endswith(
+            learnt_from
+        )
     with open(folder / f"reports/private/{method}.csv") as handle:
-        assert [line["model"] for line in csv.DictReader(handle)] == [f"{method}-eps2.0", f"{method}-epsinf"]
+        assert [line["model"] for line in csv.DictReader(handle)] == [
+            f"{method}-eps2.0",
+            f"{method}-epsinf",
+        ]
     tags = newest_version(f"{method}-eps2.0").tags
-    assert abs(float(tags["epsilon"]) - private["epsilon"]) < 1e-5 and "sigma=" in tags["accountant"] and tags["trainable"] == "head"
-    assert tags["relation"] == relation and tags["randomness"].startswith("secret") and float(tags["epsilon_person_max"]) > 0
+    assert (
+        abs(float(tags["epsilon"]) - private["epsilon"]) < 1e-5
+        and "sigma=" in tags["accountant"]
+        and tags["trainable"] == "head"
+    )
+    assert (
+        tags["relation"] == relation
+        and tags["randomness"].startswith("secret")
+        and float(tags["epsilon_person_max"]) > 0
+    )
     if method == "maskdp_real":
         assert "NOT protected" in tags["accountant"]
     # one MLflow run per model, nested under the stage's: its own loss and ε curves, the registered model logged there
@@ -88,11 +140,18 @@ def test_every_method_trains_each_epsilon_and_infinity(project, method):
 
     client = MlflowClient()
     model_run = client.get_run(newest_version(f"{method}-eps2.0").run_id)
-    assert model_run.data.tags["privhar.model"] == f"{method}-eps2.0" and model_run.info.run_name == f"{method}-eps2.0"
+    assert (
+        model_run.data.tags["privhar.model"] == f"{method}-eps2.0"
+        and model_run.info.run_name == f"{method}-eps2.0"
+    )
     stage = client.get_run(model_run.data.tags["mlflow.parentRunId"])
     assert stage.data.tags["privhar.stage"] == f"train-private@{method}"
     spent = [point.value for point in client.get_metric_history(model_run.info.run_id, "epsilon")]
-    assert len(spent) == 2 and spent == sorted(spent) and spent[-1] == pytest.approx(private["epsilon"], rel=1e-3)
+    assert (
+        len(spent) == 2
+        and spent == sorted(spent)
+        and spent[-1] == pytest.approx(private["epsilon"], rel=1e-3)
+    )
 
 
 def test_the_public_model_holds_its_training_clips_feature_statistics(project):
@@ -107,14 +166,20 @@ def test_the_public_model_holds_its_training_clips_feature_statistics(project):
     statistics = stored_statistics(torch.load(path, weights_only=True))
     model, config = load_checkpoint(str(path))
     rows = split_rows(read_manifest(decoded / MANIFEST_NAME), "train")
-    expected = feature_statistics(pooled_features(model, normalise(load_clips(rows, decoded, tuple(config["input_size"])))))
-    assert statistics is not None and all(torch.allclose(statistics[key], expected[key], atol=1e-4) for key in expected)
+    expected = feature_statistics(
+        pooled_features(model, normalise(load_clips(rows, decoded, tuple(config["input_size"]))))
+    )
+    assert statistics is not None and all(
+        torch.allclose(statistics[key], expected[key], atol=1e-4) for key in expected
+    )
 
 
 def test_only_the_head_changes_under_head_tuning(project):
     folder = project[0]
     public = torch.load(folder / "data/pretrain/public/model.pt", weights_only=True)["state_dict"]
-    tuned = torch.load(folder / "data/private/dp_sgd/dp_sgd-eps2.0/model.pt", weights_only=True)["state_dict"]
+    tuned = torch.load(folder / "data/private/dp_sgd/dp_sgd-eps2.0/model.pt", weights_only=True)[
+        "state_dict"
+    ]
     changed = {name for name in public if not torch.equal(public[name], tuned[name])}
     assert changed == {"blocks.4.proj.weight", "blocks.4.proj.bias"}
 
@@ -134,7 +199,11 @@ def test_features_give_the_head_the_gradients_of_the_whole_model():
 def test_bad_input_is_one_line_before_training(project, tmp_path, caplog):
     folder, params, decoded = project
     with pytest.raises(PrivharError, match=r"private.delta = 0.5 is invalid: expected δ < 1/N"):
-        run(project, "dp_sgd", params_path=write_params(tmp_path, {"private": {**PRIVATE, "delta": 0.5}}))
+        run(
+            project,
+            "dp_sgd",
+            params_path=write_params(tmp_path, {"private": {**PRIVATE, "delta": 0.5}}),
+        )
     with pytest.raises(PrivharError, match="needs --avatar"):
         run(project, "maskdp", avatar=None)
     with pytest.raises(PrivharError, match="has no public mask"):
@@ -143,13 +212,29 @@ def test_bad_input_is_one_line_before_training(project, tmp_path, caplog):
     for stored in empty.glob("masks/*.npz"):
         with np.load(stored) as arrays:
             np.savez_compressed(stored, public=np.zeros_like(arrays["public"]))
-    with caplog.at_level(logging.WARNING, logger="tasks.private.stage"):  # real footage with no avatar drawn: said, and trained
-        trained = run(project, "maskdp", avatar=empty, out=tmp_path / "no-public", report=tmp_path / "no-public-report")
-    assert trained and "found no public token in any of the" in caplog.text and "MaskDP is DP-SGD on the private tokens" in caplog.text
+    with caplog.at_level(
+        logging.WARNING, logger="tasks.private.stage"
+    ):  # real footage with no avatar drawn: said, and trained
+        trained = run(
+            project,
+            "maskdp",
+            avatar=empty,
+            out=tmp_path / "no-public",
+            report=tmp_path / "no-public-report",
+        )
+    assert (
+        trained
+        and "found no public token in any of the" in caplog.text
+        and "MaskDP is DP-SGD on the private tokens" in caplog.text
+    )
     with pytest.raises(PrivharError, match="no public model"):
         run(project, "dp_sgd", init=tmp_path)
     with pytest.raises(PrivharError, match=r"private.epsilons.*greater than 0|epsilons"):
-        run(project, "dp_sgd", params_path=write_params(tmp_path, {"private": {**PRIVATE, "epsilons": [0.0]}}))
+        run(
+            project,
+            "dp_sgd",
+            params_path=write_params(tmp_path, {"private": {**PRIVATE, "epsilons": [0.0]}}),
+        )
     assert not (tmp_path / "out").exists()
 
 
@@ -167,7 +252,9 @@ def test_maskdp_public_view_holds_only_avatar_pixels_on_the_anonymize_masks(proj
     tokens = public_token_map(masks, (2, 8, 8), 0.5)
     assert (tokens & (masks < 0.5)).any()  # the token-level view would have leaked real pixels here
     public = public_pixels(masks, (2, 8, 8), 0.5)
-    assert public.any() and not (public & (masks < 0.5)).any()  # 0 non-avatar pixels in the public view
+    assert (
+        public.any() and not (public & (masks < 0.5)).any()
+    )  # 0 non-avatar pixels in the public view
     from tasks.private.tokens import token_views
 
     clips = load_clips(rows, avatar, (32, 40)).float()
@@ -177,7 +264,9 @@ def test_maskdp_public_view_holds_only_avatar_pixels_on_the_anonymize_masks(proj
 
 
 @pytest.mark.parametrize("size", [(24, 30), (20, 27), (48, 60)])
-def test_maskdp_public_view_at_the_models_input_does_not_move_when_any_non_avatar_pixel_changes(project, tmp_path, size):
+def test_maskdp_public_view_at_the_models_input_does_not_move_when_any_non_avatar_pixel_changes(
+    project, tmp_path, size
+):
     """Issue 30: the clips reach the model resized bilinearly (down, by a non-integer factor, and up), so the public view is
     computed at that size: a copy of the avatar clips with every non-avatar source pixel changed gives the same public
     view bit for bit, through the stage's own loading and views. The nearest-neighbour mask it replaced is shown to move."""
@@ -193,21 +282,34 @@ def test_maskdp_public_view_at_the_models_input_does_not_move_when_any_non_avata
         with np.load(resolve_path(row["mask"], avatar)) as arrays:
             outside = arrays["public"] < 0.5
         frames = load_frames(resolve_path(row["path"], changed))
-        frames[outside] = (frames[outside].astype(np.int64) + 97) % 256  # every real pixel, every channel
+        frames[outside] = (
+            frames[outside].astype(np.int64) + 97
+        ) % 256  # every real pixel, every channel
         save_frames(resolve_path(row["path"], changed), frames)
     params = load_section(project[1], "private", PrivateParams)
     masks = public_masks(rows, avatar, size)
     labels = torch.zeros(len(rows), dtype=torch.long)
 
     def public_view(folder, public) -> torch.Tensor:
-        return method_views("maskdp", load_clips(rows, folder, size), labels, params, torch.Generator(), public).public
+        return method_views(
+            "maskdp", load_clips(rows, folder, size), labels, params, torch.Generator(), public
+        ).public
 
     before, after = public_view(avatar, masks), public_view(changed, masks)
     assert bool(masks.any()) and bool(before.ne(0).any())  # something is public: the test can fail
     assert torch.equal(before, after)
-    nearest = torch.stack([torch.nn.functional.interpolate(
-        torch.from_numpy(np.load(resolve_path(row["mask"], avatar))["public"]).float().unsqueeze(1), size=size,
-        mode="nearest").squeeze(1) for row in rows])
+    nearest = torch.stack(
+        [
+            torch.nn.functional.interpolate(
+                torch.from_numpy(np.load(resolve_path(row["mask"], avatar))["public"])
+                .float()
+                .unsqueeze(1),
+                size=size,
+                mode="nearest",
+            ).squeeze(1)
+            for row in rows
+        ]
+    )
     assert not torch.equal(public_view(avatar, nearest), public_view(changed, nearest))
 
 
@@ -234,37 +336,71 @@ def test_a_clip_the_avatar_copy_held_back_has_nothing_public(project, tmp_path):
 def test_person_units_clip_each_person_once_and_claim_epsilon_per_person(project, tmp_path):
     """private.unit: person — Poisson sampling of persons, a person's videos summed and clipped as one unit."""
     folder, _, _ = project
-    params = write_params(tmp_path, {"private": {**PRIVATE, "unit": "person", "batch_size": 2},
-                                     "anonymize": {"methods": ["avatar"]}})
-    rows = run(project, "multiclip", params_path=params, out=tmp_path / "out", report=tmp_path / "report")
+    params = write_params(
+        tmp_path,
+        {
+            "private": {**PRIVATE, "unit": "person", "batch_size": 2},
+            "anonymize": {"methods": ["avatar"]},
+        },
+    )
+    rows = run(
+        project, "multiclip", params_path=params, out=tmp_path / "out", report=tmp_path / "report"
+    )
     private = rows[0]
     assert private["unit"] == "person" and 1.98 <= private["epsilon"] <= 2.0
     with open(tmp_path / "report/multiclip_persons.csv") as handle:
         persons = [row for row in csv.DictReader(handle) if row["model"] == "multiclip-eps2.0"]
     # a person held by one unit (their own) has the model's ε; one also in another's video pays group privacy over 2
-    assert any(row["units"] == "1" and float(row["epsilon_person"]) == pytest.approx(private["epsilon"]) for row in persons)
+    assert any(
+        row["units"] == "1" and float(row["epsilon_person"]) == pytest.approx(private["epsilon"])
+        for row in persons
+    )
     assert all(float(row["epsilon_person"]) >= private["epsilon"] - 1e-9 for row in persons)
     video = run(project, "multiclip", out=tmp_path / "video", report=tmp_path / "video-report")[0]
-    assert video["epsilon_person_max"] > private["epsilon_person_max"]  # video units: group privacy over every video
+    assert (
+        video["epsilon_person_max"] > private["epsilon_person_max"]
+    )  # video units: group privacy over every video
 
 
-def test_person_level_method_samples_people_under_video_units_and_the_plan_agrees(project, tmp_path):
+def test_person_level_method_samples_people_under_video_units_and_the_plan_agrees(
+    project, tmp_path
+):
     """dp_sgd_person is person-level whatever private.unit says; the budget plan charges each person what it claims."""
     from tasks.core.budget import planned_releases
     from tasks.core.manifest import read_manifest
 
     folder, _, decoded = project
-    params = write_params(tmp_path, {"private": {**PRIVATE, "unit": "video", "batch_size": 2},
-                                     "anonymize": {"methods": ["avatar"]}})
-    private = run(project, "dp_sgd_person", params_path=params, out=tmp_path / "out", report=tmp_path / "report")[0]
-    assert private["unit"] == "person" and private["relation"] == "add/remove" and 1.98 <= private["epsilon"] <= 2.0
+    params = write_params(
+        tmp_path,
+        {
+            "private": {**PRIVATE, "unit": "video", "batch_size": 2},
+            "anonymize": {"methods": ["avatar"]},
+        },
+    )
+    private = run(
+        project,
+        "dp_sgd_person",
+        params_path=params,
+        out=tmp_path / "out",
+        report=tmp_path / "report",
+    )[0]
+    assert (
+        private["unit"] == "person"
+        and private["relation"] == "add/remove"
+        and 1.98 <= private["epsilon"] <= 2.0
+    )
     rows = read_manifest(decoded / "manifest.parquet")
     train_rows = [row for row in rows if row["split"] == "train"]
     people = len({int(row["identities"][0]) for row in train_rows})
-    assert private["sample_rate"] == pytest.approx(1 / math.ceil(people / 2))  # q from people, not from videos
+    assert private["sample_rate"] == pytest.approx(
+        1 / math.ceil(people / 2)
+    )  # q from people, not from videos
     with open(tmp_path / "report/dp_sgd_person_persons.csv") as handle:
-        claimed = {int(row["subject"]): float(row["epsilon_person"]) for row in csv.DictReader(handle)
-                   if row["model"] == "dp_sgd_person-eps2.0"}
+        claimed = {
+            int(row["subject"]): float(row["epsilon_person"])
+            for row in csv.DictReader(handle)
+            if row["model"] == "dp_sgd_person-eps2.0"
+        }
     plan = {release.name: release for release in planned_releases(params)}["dp_sgd_person-eps2.0"]
     planned = plan.person_epsilons(train_rows)
     assert planned.keys() == claimed.keys()
@@ -277,14 +413,32 @@ def test_each_seed_is_a_fresh_model_and_a_dp_release_of_its_own(project, tmp_pat
     from tasks.report.ledger import private_releases
 
     folder, _, decoded = project
-    params = write_params(tmp_path, {"private": PRIVATE, "anonymize": {"methods": ["avatar"]}, "report": {"seeds": 2}})
-    rows = run(project, "dp_sgd", params_path=params, out=tmp_path / "out/dp_sgd", report=tmp_path / "report")
-    assert [(row["model"], row["seed"]) for row in rows] == [("dp_sgd-eps2.0", 0), ("dp_sgd-eps2.0-seed1", 1),
-                                                             ("dp_sgd-epsinf", 0), ("dp_sgd-epsinf-seed1", 1)]
+    params = write_params(
+        tmp_path, {"private": PRIVATE, "anonymize": {"methods": ["avatar"]}, "report": {"seeds": 2}}
+    )
+    rows = run(
+        project,
+        "dp_sgd",
+        params_path=params,
+        out=tmp_path / "out/dp_sgd",
+        report=tmp_path / "report",
+    )
+    assert [(row["model"], row["seed"]) for row in rows] == [
+        ("dp_sgd-eps2.0", 0),
+        ("dp_sgd-eps2.0-seed1", 1),
+        ("dp_sgd-epsinf", 0),
+        ("dp_sgd-epsinf-seed1", 1),
+    ]
     assert 1.98 <= rows[1]["epsilon"] <= 2.0
-    first, second = (torch.load(tmp_path / "out/dp_sgd/dp_sgd-eps2.0" / name / "model.pt", weights_only=True)["state_dict"]
-                     for name in (".", "seed1"))
-    assert not torch.equal(first["blocks.4.proj.weight"], second["blocks.4.proj.weight"])  # a fresh head, fresh noise
+    first, second = (
+        torch.load(tmp_path / "out/dp_sgd/dp_sgd-eps2.0" / name / "model.pt", weights_only=True)[
+            "state_dict"
+        ]
+        for name in (".", "seed1")
+    )
+    assert not torch.equal(
+        first["blocks.4.proj.weight"], second["blocks.4.proj.weight"]
+    )  # a fresh head, fresh noise
     assert newest_version("dp_sgd-eps2.0-seed1") is None  # seed 0 is the registered model
     names = [release.name for release in private_releases(tmp_path / "report", ["dp_sgd"])]
     assert names == ["dp_sgd-eps2.0", "dp_sgd-eps2.0-seed1", "dp_sgd-epsinf", "dp_sgd-epsinf-seed1"]
@@ -303,15 +457,30 @@ def test_each_seed_is_a_fresh_model_and_a_dp_release_of_its_own(project, tmp_pat
             spent[person] = spent.get(person, 0.0) + value
     most = max(spent, key=spent.get)
     (tmp_path / "capped").mkdir()
-    capped = write_params(tmp_path / "capped", {"private": PRIVATE, "anonymize": {"methods": ["avatar"]}, "report": {"seeds": 2},
-                                                "privacy": {"max_epsilon": spent[most] + requested[most] / 2}})
+    capped = write_params(
+        tmp_path / "capped",
+        {
+            "private": PRIVATE,
+            "anonymize": {"methods": ["avatar"]},
+            "report": {"seeds": 2},
+            "privacy": {"max_epsilon": spent[most] + requested[most] / 2},
+        },
+    )
     check_budget(capped, "dp_sgd-eps2.0", manifest)
     with pytest.raises(PrivharError, match="before dp_sgd-eps2.0-seed1"):
-        run(project, "dp_sgd", params_path=capped, out=tmp_path / "refused", report=tmp_path / "refused-report")
+        run(
+            project,
+            "dp_sgd",
+            params_path=capped,
+            out=tmp_path / "refused",
+            report=tmp_path / "refused-report",
+        )
     assert not (tmp_path / "refused").exists()
 
 
-def test_an_epsilon_can_take_more_seeds_than_the_others_and_the_plan_and_ledger_agree(project, tmp_path):
+def test_an_epsilon_can_take_more_seeds_than_the_others_and_the_plan_and_ledger_agree(
+    project, tmp_path
+):
     """private.seeds_at_epsilon: the rows the DP noise spreads most get more seeds; the stage trains exactly the releases
     the budget plans, enters each in the ledger (as one run), and the model run of the ε holds every seed's curves."""
     from mlflow import MlflowClient
@@ -321,13 +490,33 @@ def test_an_epsilon_can_take_more_seeds_than_the_others_and_the_plan_and_ledger_
     from tasks.core.release_ledger import recorded
 
     private = {**PRIVATE, "epsilons": [1.0, 2.0], "seeds": 1, "seeds_at_epsilon": {1.0: 3}}
-    params = write_params(tmp_path, {"private": private, "anonymize": {"methods": ["avatar"]},
-                                     "privacy": {"budget": f"seeds-{tmp_path.name}"}})
-    rows = run(project, "dp_sgd", params_path=params, out=tmp_path / "out", report=tmp_path / "report")
+    params = write_params(
+        tmp_path,
+        {
+            "private": private,
+            "anonymize": {"methods": ["avatar"]},
+            "privacy": {"budget": f"seeds-{tmp_path.name}"},
+        },
+    )
+    rows = run(
+        project, "dp_sgd", params_path=params, out=tmp_path / "out", report=tmp_path / "report"
+    )
     trained = [row["model"] for row in rows]
-    assert trained == ["dp_sgd-eps1.0", "dp_sgd-eps1.0-seed1", "dp_sgd-eps1.0-seed2", "dp_sgd-eps2.0", "dp_sgd-epsinf"]
-    planned = [release.name for release in planned_releases(params) if release.stage == "train-private-dp_sgd"]
+    assert trained == [
+        "dp_sgd-eps1.0",
+        "dp_sgd-eps1.0-seed1",
+        "dp_sgd-eps1.0-seed2",
+        "dp_sgd-eps2.0",
+        "dp_sgd-epsinf",
+    ]
+    planned = [
+        release.name
+        for release in planned_releases(params)
+        if release.stage == "train-private-dp_sgd"
+    ]
     assert planned == [name for name in trained if "inf" not in name]
     assert recorded(f"seeds-{tmp_path.name}")[0] == set(planned)
-    history = MlflowClient().get_metric_history(newest_version("dp_sgd-eps1.0").run_id, "seed2.loss")
+    history = MlflowClient().get_metric_history(
+        newest_version("dp_sgd-eps1.0").run_id, "seed2.loss"
+    )
     assert [point.step for point in history] == [1, 2]

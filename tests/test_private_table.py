@@ -8,40 +8,97 @@ import math
 
 import pytest
 
-from tasks.core.tables import compact
 from tasks.core.errors import PrivharError
+from tasks.core.tables import compact
 from tasks.private.table import accuracy_table, collect, epsilon_curves, markdown, plot
 
-LEDGER_FIELDS = ["model", "target_epsilon", "epsilon", "delta", "noise_multiplier", "steps", "accountant", "unit", "relation",
-                 "epsilon_person_max", "paper_epsilon"]
+LEDGER_FIELDS = [
+    "model",
+    "target_epsilon",
+    "epsilon",
+    "delta",
+    "noise_multiplier",
+    "steps",
+    "accountant",
+    "unit",
+    "relation",
+    "epsilon_person_max",
+    "paper_epsilon",
+]
 
 
 @pytest.fixture
 def reports(tmp_path):
-    metrics = {"baseline": {"top1": 0.8, "top5": 1.0, "test_videos": 200},
-               "dprp-eps8.0": {"top1": 0.1, "top5": 0.5, "top1_protocol2": 0.12, "top5_protocol2": 0.5, "test_videos": 200}}
+    metrics = {
+        "baseline": {"top1": 0.8, "top5": 1.0, "test_videos": 200},
+        "dprp-eps8.0": {
+            "top1": 0.1,
+            "top5": 0.5,
+            "top1_protocol2": 0.12,
+            "top5_protocol2": 0.5,
+            "test_videos": 200,
+        },
+    }
     for method, scores in (("dp_sgd", (0.6, 0.7)), ("maskdp_real", (0.65, 0.72))):
         with (tmp_path / f"{method}.csv").open("w", newline="") as handle:
             writer = csv.DictWriter(handle, LEDGER_FIELDS)
             writer.writeheader()
-            writer.writerow({"model": f"{method}-eps2.0", "target_epsilon": 2.0, "epsilon": 1.9987, "delta": 1e-4,
-                             "noise_multiplier": 1.7, "steps": 300, "accountant": "rdp (Opacus), q=0.1, sigma=1.7, steps=300",
-                             "unit": "video", "relation": "replace-one" if method == "maskdp_real" else "add/remove",
-                             "epsilon_person_max": 93.5, "paper_epsilon": 0.98 if method == "maskdp_real" else ""})
-            writer.writerow({"model": f"{method}-epsinf", "target_epsilon": "inf", "epsilon": "inf", "delta": 0.0,
-                             "noise_multiplier": 0.0, "steps": 300, "accountant": "none (non-private training)"})
+            writer.writerow(
+                {
+                    "model": f"{method}-eps2.0",
+                    "target_epsilon": 2.0,
+                    "epsilon": 1.9987,
+                    "delta": 1e-4,
+                    "noise_multiplier": 1.7,
+                    "steps": 300,
+                    "accountant": "rdp (Opacus), q=0.1, sigma=1.7, steps=300",
+                    "unit": "video",
+                    "relation": "replace-one" if method == "maskdp_real" else "add/remove",
+                    "epsilon_person_max": 93.5,
+                    "paper_epsilon": 0.98 if method == "maskdp_real" else "",
+                }
+            )
+            writer.writerow(
+                {
+                    "model": f"{method}-epsinf",
+                    "target_epsilon": "inf",
+                    "epsilon": "inf",
+                    "delta": 0.0,
+                    "noise_multiplier": 0.0,
+                    "steps": 300,
+                    "accountant": "none (non-private training)",
+                }
+            )
         metrics[f"{method}-eps2.0"] = {"top1": scores[0], "top5": 1.0, "test_videos": 200}
         metrics[f"{method}-epsinf"] = {"top1": scores[1], "top5": 1.0, "test_videos": 200}
     (tmp_path / "metrics.json").write_text(json.dumps(metrics))
-    (tmp_path / "baseline.json").write_text(json.dumps({"epsilon": "inf", "delta": 0.0, "accountant": "none (non-private training)"}))
-    (tmp_path / "dprp-eps8.0.json").write_text(json.dumps({"epsilon": 65.6, "delta": 1e-4, "accountant": "Video-DPRP (Theorems 3-4)",
-                                                           "unit": "frame", "relation": "replace-one", "paper_epsilon": 8.0}))
+    (tmp_path / "baseline.json").write_text(
+        json.dumps({"epsilon": "inf", "delta": 0.0, "accountant": "none (non-private training)"})
+    )
+    (tmp_path / "dprp-eps8.0.json").write_text(
+        json.dumps(
+            {
+                "epsilon": 65.6,
+                "delta": 1e-4,
+                "accountant": "Video-DPRP (Theorems 3-4)",
+                "unit": "frame",
+                "relation": "replace-one",
+                "paper_epsilon": 8.0,
+            }
+        )
+    )
     return tmp_path
 
 
 def gather(folder, **overrides):
-    arguments = {"metrics_path": folder / "metrics.json", "ledgers": folder, "train_reports": folder,
-                 "methods": ["dp_sgd", "maskdp_real"], "dprp_epsilons": [8.0], "clips_per_video": 3}
+    arguments = {
+        "metrics_path": folder / "metrics.json",
+        "ledgers": folder,
+        "train_reports": folder,
+        "methods": ["dp_sgd", "maskdp_real"],
+        "dprp_epsilons": [8.0],
+        "clips_per_video": 3,
+    }
     return collect(**{**arguments, **overrides})
 
 
@@ -53,23 +110,37 @@ def test_cells_sit_under_their_target_epsilon(reports):
     assert "| real | DP-SGD | 60.0 | — | 70.0 |" in table
     assert "| Video-DPRP copy | Video-DPRP | — | 10.0 | — |" in table
     assert "| real | non-private, full fine-tuning | — | — | 80.0 |" in table
-    assert compact(accuracy_table(records, "top1_protocol2")).splitlines()[2:] == ["| Video-DPRP copy | Video-DPRP | — | 12.0 | — |"]
+    assert compact(accuracy_table(records, "top1_protocol2")).splitlines()[2:] == [
+        "| Video-DPRP copy | Video-DPRP | — | 12.0 | — |"
+    ]
 
 
 def test_the_ledger_carries_the_achieved_epsilon_and_its_accountant(reports):
     records = gather(reports)
     achieved = {record["model"]: record for record in records}
-    assert achieved["dp_sgd-eps2.0"]["epsilon"] == pytest.approx(1.9987) and math.isinf(achieved["baseline"]["epsilon"])
+    assert achieved["dp_sgd-eps2.0"]["epsilon"] == pytest.approx(1.9987) and math.isinf(
+        achieved["baseline"]["epsilon"]
+    )
     text = compact(markdown(records))
-    assert "| dp_sgd-eps2.0 | 2 | 1.999 | video | add/remove | 93.5 |  | 0.0001 | rdp (Opacus), q=0.1, sigma=1.7, steps=300 |" in text
-    assert "| maskdp_real-eps2.0 | 2 | 1.999 | video | replace-one | 93.5 | 0.98 | 0.0001 |" in text  # the paper's number beside
-    assert "| dprp-eps8.0 | 65.6 | 65.6 | frame | replace-one |  | 8 | 0.0001 | Video-DPRP (Theorems 3-4) |" in text
+    assert (
+        "| dp_sgd-eps2.0 | 2 | 1.999 | video | add/remove | 93.5 |  | 0.0001 | rdp (Opacus), q=0.1, sigma=1.7, steps=300 |"
+        in text
+    )
+    assert (
+        "| maskdp_real-eps2.0 | 2 | 1.999 | video | replace-one | 93.5 | 0.98 | 0.0001 |" in text
+    )  # the paper's number beside
+    assert (
+        "| dprp-eps8.0 | 65.6 | 65.6 | frame | replace-one |  | 8 | 0.0001 | Video-DPRP (Theorems 3-4) |"
+        in text
+    )
     assert "not private for them" in text  # the maskdp_real footnote
     assert plot(records)[:4] == b"\x89PNG"
 
 
 def test_missing_inputs_are_one_line(reports):
-    with pytest.raises(PrivharError, match=r"multiclip.csv: not found; expected the train-private stage's ledger"):
+    with pytest.raises(
+        PrivharError, match=r"multiclip.csv: not found; expected the train-private stage's ledger"
+    ):
         gather(reports, methods=["multiclip"])
     metrics = json.loads((reports / "metrics.json").read_text())
     del metrics["dp_sgd-eps2.0"]
@@ -81,4 +152,6 @@ def test_missing_inputs_are_one_line(reports):
 def test_epsilon_curves_have_a_column_per_method_for_dvc_plots(reports):
     curves = epsilon_curves(gather(reports), ["dp_sgd", "maskdp_real", "multiclip"])
     assert curves.columns == ["target_epsilon", "dp_sgd", "maskdp_real", "multiclip"]
-    assert curves.rows() == [(2.0, 0.6, 0.65, None)]  # ε = ∞ is not on a log axis; multiclip did not run
+    assert curves.rows() == [
+        (2.0, 0.6, 0.65, None)
+    ]  # ε = ∞ is not on a log axis; multiclip did not run

@@ -37,5 +37,8 @@ def test_smoke_profile_overlays_only_its_keys_and_keeps_comments(project):
 
 
 def test_unknown_profile_is_one_line(project):
-    with pytest.raises(PrivharError, match=r"profile 'nope': .*profiles/nope.yaml not found \(profiles: default, smoke\)"):
+    with pytest.raises(
+        PrivharError,
+        match=r"profile 'nope': .*profiles/nope.yaml not found \(profiles: default, smoke\)",
+    ):
         apply_profile(project, "nope")

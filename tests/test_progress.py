@@ -28,5 +28,7 @@ def test_lines_are_rate_limited(monkeypatch, caplog):
         for _ in range(1000):
             bar.update(1)
         bar.close()
-    assert [record.getMessage().split(" (")[0] for record in caplog.records] == ["decode: 1000/1000 videos"]
+    assert [record.getMessage().split(" (")[0] for record in caplog.records] == [
+        "decode: 1000/1000 videos"
+    ]
     assert LogProgress(1, "train", "batch", 0).line().startswith("train: 0/1 batches")

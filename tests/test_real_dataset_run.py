@@ -32,7 +32,7 @@ def moving_square(height: int, width: int, frames: int, seed: int) -> np.ndarray
     side = height // 4
     for t in range(frames):
         left = int((width - side) * t / max(frames - 1, 1))
-        clip[t, height // 3: height // 3 + side, left: left + side] = 230
+        clip[t, height // 3 : height // 3 + side, left : left + side] = 230
     return clip
 
 
@@ -41,8 +41,11 @@ def real_ucf101(root: Path) -> None:
     Latin-1, one not a video."""
     (root / "Walking").mkdir(parents=True)
     (root / "Waving").mkdir()
-    names = {"v_Walking_g01_c01.avi": "v_Walking_g08_c01.avi", "v_Walking_g01_c11.avi": "v_Walking_g09_c01.avi",
-             "v_Walking_g01_c16.avi": "v_Walking_g01_c01.avi"}
+    names = {
+        "v_Walking_g01_c01.avi": "v_Walking_g08_c01.avi",
+        "v_Walking_g01_c11.avi": "v_Walking_g09_c01.avi",
+        "v_Walking_g01_c16.avi": "v_Walking_g01_c01.avi",
+    }
     for shipped, name in names.items():
         shutil.copy(FOOTAGE / "Walking" / shipped, root / "Walking" / name)
     write_video(root / "Waving/v_Waving_g08_c01.avi", moving_square(120, 160, 30, 1), fps=25.0)
@@ -50,10 +53,21 @@ def real_ucf101(root: Path) -> None:
     latin1_titled_clip(root / "Waving/v_Waving_g01_c01.avi", 96, 128)
     (root / "Waving/v_Waving_g10_c01.avi").write_bytes(b"not a video, though its name says so" * 40)
     (root / "classInd.txt").write_text("1 Walking\n2 Waving\n")
-    (root / "trainlist01.txt").write_text("".join(f"{name} 1\n" for name in (
-        "Walking/v_Walking_g08_c01.avi", "Walking/v_Walking_g09_c01.avi", "Waving/v_Waving_g08_c01.avi",
-        "Waving/v_Waving_g09_c01.avi", "Waving/v_Waving_g10_c01.avi")))
-    (root / "testlist01.txt").write_text("Walking/v_Walking_g01_c01.avi\nWaving/v_Waving_g01_c01.avi\n")
+    (root / "trainlist01.txt").write_text(
+        "".join(
+            f"{name} 1\n"
+            for name in (
+                "Walking/v_Walking_g08_c01.avi",
+                "Walking/v_Walking_g09_c01.avi",
+                "Waving/v_Waving_g08_c01.avi",
+                "Waving/v_Waving_g09_c01.avi",
+                "Waving/v_Waving_g10_c01.avi",
+            )
+        )
+    )
+    (root / "testlist01.txt").write_text(
+        "Walking/v_Walking_g01_c01.avi\nWaving/v_Waving_g01_c01.avi\n"
+    )
 
 
 def real_hmdb51(root: Path) -> None:
@@ -61,26 +75,41 @@ def real_hmdb51(root: Path) -> None:
     (1 train, 2 test, 0 unused); the source video (``Street_01``) is the subject."""
     (root / "walk").mkdir(parents=True)
     (root / "wave").mkdir()
-    walking = {"v_Walking_g01_c01.avi": "Street_08_walk_f_nm_np3_fr_med_0.avi",
-               "v_Walking_g01_c11.avi": "Street_09_walk_f_nm_np3_fr_med_1.avi",
-               "v_Walking_g01_c16.avi": "Street_01_walk_f_nm_np3_fr_med_2.avi"}
+    walking = {
+        "v_Walking_g01_c01.avi": "Street_08_walk_f_nm_np3_fr_med_0.avi",
+        "v_Walking_g01_c11.avi": "Street_09_walk_f_nm_np3_fr_med_1.avi",
+        "v_Walking_g01_c16.avi": "Street_01_walk_f_nm_np3_fr_med_2.avi",
+    }
     for shipped, name in walking.items():
         shutil.copy(FOOTAGE / "Walking" / shipped, root / "walk" / name)
-    write_video(root / "wave/Yard_08_wave_u_cm_np1_fr_med_0.avi", moving_square(120, 160, 30, 1), fps=25.0)
-    write_video(root / "wave/Yard_09_wave_u_cm_np1_fr_med_1.avi", moving_square(240, 320, 36, 2), fps=30.0)
+    write_video(
+        root / "wave/Yard_08_wave_u_cm_np1_fr_med_0.avi", moving_square(120, 160, 30, 1), fps=25.0
+    )
+    write_video(
+        root / "wave/Yard_09_wave_u_cm_np1_fr_med_1.avi", moving_square(240, 320, 36, 2), fps=30.0
+    )
     latin1_titled_clip(root / "wave/Yard_01_wave_u_cm_np1_fr_med_2.avi", 96, 128)
-    (root / "wave/Yard_10_wave_u_cm_np1_fr_bad_3.avi").write_bytes(b"not a video, though its name says so" * 40)
-    write_video(root / "wave/Yard_11_wave_u_cm_np1_fr_med_4.avi", moving_square(96, 128, 12, 3), fps=25.0)  # split 0
+    (root / "wave/Yard_10_wave_u_cm_np1_fr_bad_3.avi").write_bytes(
+        b"not a video, though its name says so" * 40
+    )
+    write_video(
+        root / "wave/Yard_11_wave_u_cm_np1_fr_med_4.avi", moving_square(96, 128, 12, 3), fps=25.0
+    )  # split 0
     splits = root / "testTrainMulti_7030_splits"
     splits.mkdir()
     (splits / "walk_test_split1.txt").write_text(
-        "Street_08_walk_f_nm_np3_fr_med_0.avi 1\nStreet_09_walk_f_nm_np3_fr_med_1.avi 1\nStreet_01_walk_f_nm_np3_fr_med_2.avi 2\n")
+        "Street_08_walk_f_nm_np3_fr_med_0.avi 1\nStreet_09_walk_f_nm_np3_fr_med_1.avi 1\nStreet_01_walk_f_nm_np3_fr_med_2.avi 2\n"
+    )
     (splits / "wave_test_split1.txt").write_text(
         "Yard_08_wave_u_cm_np1_fr_med_0.avi 1\nYard_09_wave_u_cm_np1_fr_med_1.avi 1\nYard_10_wave_u_cm_np1_fr_bad_3.avi 1\n"
-        "Yard_01_wave_u_cm_np1_fr_med_2.avi 2\nYard_11_wave_u_cm_np1_fr_med_4.avi 0\n")
+        "Yard_01_wave_u_cm_np1_fr_med_2.avi 2\nYard_11_wave_u_cm_np1_fr_med_4.avi 0\n"
+    )
 
 
-LAYOUTS = {"ucf101": (real_ucf101, "v_Waving_g10_c01"), "hmdb51": (real_hmdb51, "Yard_10_wave_u_cm_np1_fr_bad_3")}
+LAYOUTS = {
+    "ucf101": (real_ucf101, "v_Waving_g10_c01"),
+    "hmdb51": (real_hmdb51, "Yard_10_wave_u_cm_np1_fr_bad_3"),
+}
 
 
 @pytest.fixture(scope="module", params=sorted(LAYOUTS))
@@ -88,33 +117,64 @@ def project(request, tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp(request.param)
     build, _ = LAYOUTS[request.param]
     build(folder / "videos")
-    ensemble = ["mediapipe", "hog", "motion", "faces"] if HAS_MEDIAPIPE else ["hog", "motion", "faces"]
+    ensemble = (
+        ["mediapipe", "hog", "motion", "faces"] if HAS_MEDIAPIPE else ["hog", "motion", "faces"]
+    )
     (folder / "project").mkdir()
-    return make_project(folder / "project", {
-        "data": {"source": request.param, "root": str(folder / "videos"), "split": 1},
-        "decode": {"max_failed_fraction": 0.3},  # the one bad file of seven is quarantined, not fatal
-        "anonymize": {"methods": ["avatar", "face_blur", "blackout"], "ensemble": ensemble, "min_coverage": 0.0},
-        "report": {"seeds": 1}})
+    return make_project(
+        folder / "project",
+        {
+            "data": {"source": request.param, "root": str(folder / "videos"), "split": 1},
+            "decode": {
+                "max_failed_fraction": 0.3
+            },  # the one bad file of seven is quarantined, not fatal
+            "anonymize": {
+                "methods": ["avatar", "face_blur", "blackout"],
+                "ensemble": ensemble,
+                "min_coverage": 0.0,
+            },
+            "report": {"seeds": 1},
+        },
+    )
 
 
 def test_a_real_folder_runs_to_the_report_and_the_registry(project):
-    with pytest.MonkeyPatch.context() as patch:  # its own MLflow store: its 2-class models must not become the
-        patch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{project / 'mlflow.db'}")  # session store's champions
+    with (
+        pytest.MonkeyPatch.context() as patch
+    ):  # its own MLflow store: its 2-class models must not become the
+        patch.setenv(
+            "MLFLOW_TRACKING_URI", f"sqlite:///{project / 'mlflow.db'}"
+        )  # session store's champions
         result = sh("privhar", "run", cwd=project)
     assert "Running stage 'report'" in result.stdout and "Running stage 'register'" in result.stdout
-    quarantined = {row["video_id"]: row["reason"] for row in _parquet(project / "data/decode/quarantine.parquet")}
-    assert list(quarantined) == [LAYOUTS[yaml.safe_load((project / "params.yaml").read_text())["data"]["source"]][1]]
-    subjects = {row["video_id"]: row["subject"] for row in _parquet(project / "data/synthesize/manifest.parquet")}
-    assert all(subjects.values())  # UCF101: the group within its action (Walking_g08); HMDB51: the source video (Street_08)
+    quarantined = {
+        row["video_id"]: row["reason"]
+        for row in _parquet(project / "data/decode/quarantine.parquet")
+    }
+    assert list(quarantined) == [
+        LAYOUTS[yaml.safe_load((project / "params.yaml").read_text())["data"]["source"]][1]
+    ]
+    subjects = {
+        row["video_id"]: row["subject"]
+        for row in _parquet(project / "data/synthesize/manifest.parquet")
+    }
+    assert all(
+        subjects.values()
+    )  # UCF101: the group within its action (Walking_g08); HMDB51: the source video (Street_08)
     assert subjects.get("v_Walking_g08_c01", "Walking_g08") == "Walking_g08"
     assert subjects.get("Street_08_walk_f_nm_np3_fr_med_0", "Street_08") == "Street_08"
     assert "Yard_11_wave_u_cm_np1_fr_med_4" not in subjects  # split 0: in neither split
     results = (project / "reports/results.md").read_text()
     assert "| none (raw clips)" in results and "not run" not in results
     signature = json.loads((project / "reports/assess/signature.json").read_text())
-    assert signature["raw"]["cmap_raw_attacker"] is None  # no attributes on real footage: n/m in results.md, not a crash
+    assert (
+        signature["raw"]["cmap_raw_attacker"] is None
+    )  # no attributes on real footage: n/m in results.md, not a crash
     with (project / "reports/report/table1.csv").open() as handle:
-        assert {row["method"] for row in csv.DictReader(handle)} >= {"none (raw clips)", "anonymize: avatar"}
+        assert {row["method"] for row in csv.DictReader(handle)} >= {
+            "none (raw clips)",
+            "anonymize: avatar",
+        }
     metrics = json.loads((project / "reports/evaluate/metrics.json").read_text())
     assert 0.0 <= metrics["baseline"]["top1"] <= 1.0
 
@@ -135,14 +195,33 @@ def test_params_the_dataset_cannot_serve_stop_the_run_after_the_index(tmp_path):
 
     real_ucf101(tmp_path / "videos")
     (tmp_path / "project").mkdir()
-    project = make_project(tmp_path / "project", {
-        "data": {"source": "ucf101", "root": str(tmp_path / "videos"), "split": 1},
-        "federated": {"clients": 9, "partition": "by_identity"}})
-    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{project / 'mlflow.db'}",
-           "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
-    result = subprocess.run([str(BIN / "privhar"), "run"], cwd=project, capture_output=True, text=True, env=env, timeout=600)
+    project = make_project(
+        tmp_path / "project",
+        {
+            "data": {"source": "ucf101", "root": str(tmp_path / "videos"), "split": 1},
+            "federated": {"clients": 9, "partition": "by_identity"},
+        },
+    )
+    env = {
+        **os.environ,
+        "MLFLOW_TRACKING_URI": f"sqlite:///{project / 'mlflow.db'}",
+        "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
+    }
+    result = subprocess.run(
+        [str(BIN / "privhar"), "run"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert result.returncode != 0
-    assert "Running stage 'synthesize'" in result.stdout and "Running stage 'decode'" not in result.stdout
+    assert (
+        "Running stage 'synthesize'" in result.stdout
+        and "Running stage 'decode'" not in result.stdout
+    )
     errors = [line for line in result.stderr.splitlines() if line.startswith("privhar: error")]
-    assert errors == ["privhar: error: federated.clients = 9 is more than the 5 training videos: every client needs at least one"]
+    assert errors == [
+        "privhar: error: federated.clients = 9 is more than the 5 training videos: every client needs at least one"
+    ]
     assert "Traceback" not in result.stderr

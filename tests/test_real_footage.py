@@ -27,8 +27,11 @@ from tests.conftest import REPO, write_params
 FOOTAGE = REPO / "tests" / "data" / "vtest"
 HAS_MEDIAPIPE = importlib.util.find_spec("mediapipe") is not None
 ENSEMBLE = ["mediapipe", "hog", "motion", "faces"] if HAS_MEDIAPIPE else ["hog", "motion", "faces"]
-REAL = {"data": {"source": "ucf101", "root": str(FOOTAGE), "split": 1},
-        "decode": {"fps": 4.0, "frames": 8, "frame_size": [96, 128]}, "anonymize": {"source": "ensemble", "ensemble": ENSEMBLE}}
+REAL = {
+    "data": {"source": "ucf101", "root": str(FOOTAGE), "split": 1},
+    "decode": {"fps": 4.0, "frames": 8, "frame_size": [96, 128]},
+    "anonymize": {"source": "ensemble", "ensemble": ENSEMBLE},
+}
 
 
 def params_for(folder, **anonymize):
@@ -49,7 +52,9 @@ def decoded(tmp_path_factory):
 
 def released(folder, method, **anonymize):
     params = params_for(folder, methods=[method], **anonymize)
-    out = folder / "-".join([method, *(f"{key}={value}" for key, value in anonymize.items())]).replace(" ", "")
+    out = folder / "-".join(
+        [method, *(f"{key}={value}" for key, value in anonymize.items())]
+    ).replace(" ", "")
     rows = anonymize_stage(params, folder / "decode", method, out)
     return rows, pq.read_table(out / "quarantine.parquet").to_pylist(), out
 
@@ -73,27 +78,43 @@ def test_the_ensemble_changes_95_percent_of_the_moving_pixels_in_every_clip(deco
 def test_each_source_reports_its_coverage_and_the_union_covers_most(decoded):
     """Per source (all clips released at min_coverage 0, so every coverage is in the manifest)."""
     means = {}
-    for name, extra in {"hog": {"source": "ensemble", "ensemble": ["hog"]}, "motion": {"source": "motion"},
-                        "ensemble": {}}.items():
+    for name, extra in {
+        "hog": {"source": "ensemble", "ensemble": ["hog"]},
+        "motion": {"source": "motion"},
+        "ensemble": {},
+    }.items():
         rows, _, _ = released(decoded, "blackout", min_coverage=0.0, **extra)
         means[name] = float(np.mean([row["coverage"] for row in rows]))
     assert means["hog"] < 0.95 <= means["ensemble"]  # a lone HOG misses small people
-    assert means["ensemble"] >= max(means.values()) - 1e-9  # the union removes at least what any one source does
+    assert (
+        means["ensemble"] >= max(means.values()) - 1e-9
+    )  # the union removes at least what any one source does
 
 
 def test_a_clip_below_min_coverage_is_quarantined_or_blacked_out(decoded):
-    measured, _, _ = released(decoded, "avatar", ensemble=["hog"], min_coverage=0.0)  # HOG alone misses small walkers
+    measured, _, _ = released(
+        decoded, "avatar", ensemble=["hog"], min_coverage=0.0
+    )  # HOG alone misses small walkers
     covered = {row["video_id"]: row["coverage"] for row in measured}
-    threshold = round((min(covered.values()) + max(covered.values())) / 2, 3)  # some clips pass, some do not
+    threshold = round(
+        (min(covered.values()) + max(covered.values())) / 2, 3
+    )  # some clips pass, some do not
     below = {video for video, value in covered.items() if value < threshold}
     assert below and len(below) < 3
     rows, quarantined, out = released(decoded, "avatar", ensemble=["hog"], min_coverage=threshold)
-    assert {entry["video_id"] for entry in quarantined} == below and {row["video_id"] for row in rows} == set(covered) - below
+    assert {entry["video_id"] for entry in quarantined} == below and {
+        row["video_id"] for row in rows
+    } == set(covered) - below
     for entry in quarantined:
         assert entry["coverage"] == pytest.approx(covered[entry["video_id"]])
-        assert re.match(rf"coverage 0\.\d+ < anonymize.min_coverage {threshold}: avatar changed", entry["reason"])
+        assert re.match(
+            rf"coverage 0\.\d+ < anonymize.min_coverage {threshold}: avatar changed",
+            entry["reason"],
+        )
         assert not (out / "frames" / f"{entry['video_id']}.npy").exists()  # nothing of it written
-    rows, quarantined, out = released(decoded, "avatar", ensemble=["hog"], min_coverage=threshold, on_low_coverage="blackout")
+    rows, quarantined, out = released(
+        decoded, "avatar", ensemble=["hog"], min_coverage=threshold, on_low_coverage="blackout"
+    )
     assert not quarantined and len(rows) == 3
     assert {row["video_id"] for row in rows if row["blacked_out"]} == below
     for row in rows:
@@ -103,7 +124,10 @@ def test_a_clip_below_min_coverage_is_quarantined_or_blacked_out(decoded):
 
 
 def test_when_every_clip_falls_short_the_stage_stops_and_writes_nothing(decoded):
-    with pytest.raises(PrivharError, match=r"anonymize: avatar: every one of the 3 videos is below anonymize.min_coverage"):
+    with pytest.raises(
+        PrivharError,
+        match=r"anonymize: avatar: every one of the 3 videos is below anonymize.min_coverage",
+    ):
         released(decoded, "avatar", ensemble=["hog"], min_coverage=1.0)
     assert not (decoded / "avatar-ensemble=['hog']-min_coverage=1.0").exists()
 
@@ -114,18 +138,24 @@ def test_people_are_searched_on_the_source_frames_decode_kept(decoded):
     frames = np.load(resolve_path(row["path"], decoded / "decode"))
     clip = source_clip(row, frames, load_section(params, "decode", DecodeParams), REPO)
     assert clip.kept.shape[1:3] == (240, 320) and len(clip.kept) == len(frames)
-    assert np.array_equal(clip.decoded()[clip.picked], frames)  # the same frames and geometry as the decode stage
+    assert np.array_equal(
+        clip.decoded()[clip.picked], frames
+    )  # the same frames and geometry as the decode stage
     masks = np.zeros(clip.kept.shape[:3], bool)
     masks[:, 120, 160] = True  # one source pixel …
-    assert clip.mask_down(masks).sum(axis=(1, 2)).min() >= 1  # … marks the decoded pixel it falls in (fail closed)
+    assert (
+        clip.mask_down(masks).sum(axis=(1, 2)).min() >= 1
+    )  # … marks the decoded pixel it falls in (fail closed)
 
 
 def test_moving_pixels_and_coverage():
     frames = np.zeros((9, 20, 40, 3), np.uint8)
     for t in range(9):
-        frames[t, 5:10, 4 * t:4 * t + 3] = 200  # a bright block walking right
+        frames[t, 5:10, 4 * t : 4 * t + 3] = 200  # a bright block walking right
     moving = moving_pixels(frames, np.array([4]), fps=4.0)
-    assert moving[0, 5:10, 16:19].all() and moving.sum() == 15  # the block at t = 4; not where it was or will be
+    assert (
+        moving[0, 5:10, 16:19].all() and moving.sum() == 15
+    )  # the block at t = 4; not where it was or will be
     protected = frames[[4]].copy()
     assert coverage(frames[[4]], protected, moving) == 0.0
     protected[0, 5:10, 16:19] = 0

@@ -9,22 +9,44 @@ from torch import nn
 
 from flows.cli import main
 from tasks.core.privacy import PrivacyGuarantee
-from tasks.core.registry import CHECKPOINT_TAG, list_versions, model_name, record_scores, register_model, update_champion
+from tasks.core.registry import (
+    CHECKPOINT_TAG,
+    list_versions,
+    model_name,
+    record_scores,
+    register_model,
+    update_champion,
+)
 from tasks.core.tracking import stage_run
 
 METHOD = "registrytest"
 
 
-def register(epsilon: float, top1: float | None, family: str = METHOD, scored_digest: str | None = None) -> str:
+def register(
+    epsilon: float, top1: float | None, family: str = METHOD, scored_digest: str | None = None
+) -> str:
     digest = f"digest-{epsilon}-{top1}"
     with stage_run("train", {}) as run:
-        version = register_model(nn.Linear(2, 2), family=family, key=family, run=run, config={},
-                                 tags={"method": family, CHECKPOINT_TAG: digest,
-                                       **PrivacyGuarantee(epsilon, 1e-5, "RDP (test)").as_tags()})
+        version = register_model(
+            nn.Linear(2, 2),
+            family=family,
+            key=family,
+            run=run,
+            config={},
+            tags={
+                "method": family,
+                CHECKPOINT_TAG: digest,
+                **PrivacyGuarantee(epsilon, 1e-5, "RDP (test)").as_tags(),
+            },
+        )
     if top1 is not None:
-        record_scores(family, {"top1": top1, "top5": 1.0, "test_videos": 10},
-                      {"dvc_lock_sha256": "abc", "git_commit": "deadbeef"}, max_epsilon=8.0,
-                      scored_digest=scored_digest or digest)
+        record_scores(
+            family,
+            {"top1": top1, "top5": 1.0, "test_videos": 10},
+            {"dvc_lock_sha256": "abc", "git_commit": "deadbeef"},
+            max_epsilon=8.0,
+            scored_digest=scored_digest or digest,
+        )
     return version
 
 
@@ -47,7 +69,9 @@ def versions():
 def test_champion_is_best_top1_within_the_epsilon_target(versions):
     client = MlflowClient()
     champion = client.get_model_version_by_alias(model_name(METHOD), "champion")
-    assert str(champion.version) == versions[2]  # 0.9 has epsilon 16 > 8; among the rest 0.6 is best
+    assert (
+        str(champion.version) == versions[2]
+    )  # 0.9 has epsilon 16 > 8; among the rest 0.6 is best
     assert update_champion(METHOD, math.inf) == versions[1]
     assert update_champion(METHOD, 1.0) is None  # nothing qualifies: the alias goes away
     assert "champion" not in client.get_registered_model(model_name(METHOD)).aliases
@@ -56,9 +80,15 @@ def test_champion_is_best_top1_within_the_epsilon_target(versions):
 
 def test_versions_carry_scores_privacy_and_provenance(versions):
     version = MlflowClient().get_model_version(model_name(METHOD), versions[0])
-    assert version.tags["top1"] == "0.5000" and version.tags["epsilon"] == "4.0" and version.tags["delta"] == "1e-05"
+    assert (
+        version.tags["top1"] == "0.5000"
+        and version.tags["epsilon"] == "4.0"
+        and version.tags["delta"] == "1e-05"
+    )
     assert version.tags["accountant"] == "RDP (test)" and version.tags["git_commit"] == "deadbeef"
-    assert version.description.startswith("Top-1 0.5000, Top-5 1.0000 on 10 test videos; ε = 4, δ = 1e-05")
+    assert version.description.startswith(
+        "Top-1 0.5000, Top-5 1.0000 on 10 test videos; ε = 4, δ = 1e-05"
+    )
     run = MlflowClient().get_run(version.run_id)
     assert run.data.metrics["top1"] == 0.5  # the runs table shows ε beside Top-1
 
@@ -69,7 +99,11 @@ def test_privhar_models_lists_every_version(versions):
     assert next(row for row in rows if row.version == versions[2]).aliases == ("champion",)
     result = CliRunner().invoke(main, ["models"])
     assert result.exit_code == 0, result.output
-    line = next(line for line in result.output.splitlines() if line.startswith(model_name(METHOD)) and " champion " in line)
+    line = next(
+        line
+        for line in result.output.splitlines()
+        if line.startswith(model_name(METHOD)) and " champion " in line
+    )
     assert line.split()[1:5] == [versions[2], "champion", "2", "1e-05"] and "0.6000" in line
 
 

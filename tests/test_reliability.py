@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import csv
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -36,8 +34,8 @@ def _hashed_keys(stage_params: list[Any], params: dict[str, Any]) -> list[str]:
 
     for entry in stage_params:
         names = entry if isinstance(entry, (list, dict)) and not isinstance(entry, str) else [entry]
-        for name in (names if isinstance(names, list) else names.values()):
-            for dotted in ([name] if isinstance(name, str) else name):
+        for name in names if isinstance(names, list) else names.values():
+            for dotted in [name] if isinstance(name, str) else name:
                 value: Any = params
                 for part in dotted.split("."):
                     value = value[part]
@@ -48,8 +46,12 @@ def _hashed_keys(stage_params: list[Any], params: dict[str, Any]) -> list[str]:
 def test_no_params_key_dvc_hashes_is_named_like_a_hash_field():
     stages = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
     params = read_params_file(REPO / "params.yaml")
-    hidden = [key for stage in stages.values() for key in _hashed_keys(stage.get("do", stage).get("params", []), params)
-              if key.split(".")[-1] in DVC_HIDDEN_NAMES]
+    hidden = [
+        key
+        for stage in stages.values()
+        for key in _hashed_keys(stage.get("do", stage).get("params", []), params)
+        if key.split(".")[-1] in DVC_HIDDEN_NAMES
+    ]
     assert not hidden, f"DVC cannot see changes of {hidden} (iterative/dvc#10296): rename them"
 
 
@@ -69,7 +71,9 @@ def test_changing_the_frame_size_gives_new_frames(tmp_path):
 def test_replacing_a_dataset_file_reruns_the_index(tmp_path):
     make_ucf101(tmp_path / "ucf")
     (tmp_path / "project").mkdir()
-    project = make_project(tmp_path / "project", {"data": {"source": "ucf101", "root": str(tmp_path / "ucf")}})
+    project = make_project(
+        tmp_path / "project", {"data": {"source": "ucf101", "root": str(tmp_path / "ucf")}}
+    )
     sh("dvc", "repro", "synthesize", cwd=project)
     again = sh("dvc", "repro", "synthesize", cwd=project)
     assert "Running stage 'synthesize'" not in again.stdout
@@ -98,15 +102,22 @@ def test_numbers_are_read_as_dvc_reads_them(tmp_path):
     assert load_section(path, "private", PrivateParams).delta == pytest.approx(1e-4)
 
 
-@pytest.mark.parametrize("methods, message", [(["low_res_0x0"], "low_res_0x0: width and height must be 1..4096"),
-                                              (["blackout", "blackout"], "listed twice")])
+@pytest.mark.parametrize(
+    "methods, message",
+    [
+        (["low_res_0x0"], "low_res_0x0: width and height must be 1..4096"),
+        (["blackout", "blackout"], "listed twice"),
+    ],
+)
 def test_anonymize_methods_are_checked_up_front(tmp_path, methods, message):
     path = write_params(tmp_path, {"anonymize": {"methods": methods}})
     with pytest.raises(PrivharError, match=message):
         load_section(path, "anonymize", AnonymizeParams)
 
 
-@pytest.mark.parametrize("epsilons, message", [([2.0, float("inf")], "must be finite"), ([2.0, 2.0], "listed twice")])
+@pytest.mark.parametrize(
+    "epsilons, message", [([2.0, float("inf")], "must be finite"), ([2.0, 2.0], "listed twice")]
+)
 def test_private_epsilons_are_checked_before_any_work(tmp_path, epsilons, message):
     path = write_params(tmp_path, {"private": {"epsilons": epsilons}})
     with pytest.raises(PrivharError, match=f"private.epsilons .*{message}"):
@@ -118,7 +129,9 @@ def test_private_epsilons_are_checked_before_any_work(tmp_path, epsilons, messag
 
 def second_clip_of_a_group(root):
     """ApplyEyeMakeup's group g08 gets a second training clip (c02)."""
-    (root / "ApplyEyeMakeup/v_ApplyEyeMakeup_g08_c02.avi").hardlink_to(root / "ApplyEyeMakeup/v_ApplyEyeMakeup_g08_c01.avi")
+    (root / "ApplyEyeMakeup/v_ApplyEyeMakeup_g08_c02.avi").hardlink_to(
+        root / "ApplyEyeMakeup/v_ApplyEyeMakeup_g08_c01.avi"
+    )
     lists = root / "ucfTrainTestlist/trainlist01.txt"
     lists.write_text(lists.read_text() + "ApplyEyeMakeup/v_ApplyEyeMakeup_g08_c02.avi 1\n")
 
@@ -136,8 +149,13 @@ def test_ucf101_groups_within_an_action_are_the_subjects(tmp_path):
     second_clip_of_a_group(tmp_path / "ucf")
     rows = index_dataset("ucf101", str(tmp_path / "ucf"), 1)
     by_id = {row["video_id"]: row for row in rows}
-    assert by_id["v_ApplyEyeMakeup_g08_c01"]["identity"] == by_id["v_ApplyEyeMakeup_g08_c02"]["identity"]
-    assert by_id["v_ApplyEyeMakeup_g08_c01"]["identity"] != by_id["v_Basketball_g08_c02"]["identity"]
+    assert (
+        by_id["v_ApplyEyeMakeup_g08_c01"]["identity"]
+        == by_id["v_ApplyEyeMakeup_g08_c02"]["identity"]
+    )
+    assert (
+        by_id["v_ApplyEyeMakeup_g08_c01"]["identity"] != by_id["v_Basketball_g08_c02"]["identity"]
+    )
     assert subjects_statement(rows).startswith("Data subjects: 4 people")
 
 
@@ -170,11 +188,17 @@ def test_the_cap_holds_for_a_ucf101_group(tmp_path):
     make_ucf101(tmp_path / "ucf")
     second_clip_of_a_group(tmp_path / "ucf")
     rows = index_dataset("ucf101", str(tmp_path / "ucf"), 1)
-    params = write_params(tmp_path, {"private": {"methods": ["dp_sgd"], "epsilons": [1.0], "batch_size": 1, "epochs": 1}})
+    params = write_params(
+        tmp_path,
+        {"private": {"methods": ["dp_sgd"], "epsilons": [1.0], "batch_size": 1, "epochs": 1}},
+    )
     release = next(r for r in planned_releases(params) if r.name == "dp_sgd-eps1.0")
     person = release.person_epsilons([row for row in rows if row["split"] == "train"])
     identity = {row["subject"]: row["identity"] for row in rows}
-    assert len(person) == 2 and person[identity["ApplyEyeMakeup_g08"]] > person[identity["Basketball_g08"]] > 0.9
+    assert (
+        len(person) == 2
+        and person[identity["ApplyEyeMakeup_g08"]] > person[identity["Basketball_g08"]] > 0.9
+    )
 
 
 # --- file-system faults: one line, before any work ----------------------------------------------------------------
@@ -185,7 +209,9 @@ def _privhar(*args: str, cwd: Path) -> Any:
     import sys
 
     privhar = Path(sys.executable).parent / "privhar"
-    return subprocess.run([str(privhar), *args], cwd=cwd, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [str(privhar), *args], cwd=cwd, capture_output=True, text=True, timeout=300
+    )
 
 
 def _one_line_error(result: Any, *fragments: str) -> None:
@@ -200,10 +226,38 @@ def test_unwritable_video_outputs_are_refused_before_the_work(tmp_path):
 
     video = tmp_path / "in.avi"
     write_video(video, np.zeros((4, 16, 16, 3), np.uint8), fps=4.0)
-    _one_line_error(_privhar("dprp", str(video), str(tmp_path / "out.txt"), "--epsilon", "8", "--delta", "1e-5",
-                             "--k", "16", cwd=tmp_path), "out.txt", "expected one of .npy")
-    _one_line_error(_privhar("dprp", str(video), "/proc/out.avi", "--epsilon", "8", "--delta", "1e-5", "--k", "16",
-                             cwd=tmp_path), "/proc/out.avi", "pseudo-file system")
+    _one_line_error(
+        _privhar(
+            "dprp",
+            str(video),
+            str(tmp_path / "out.txt"),
+            "--epsilon",
+            "8",
+            "--delta",
+            "1e-5",
+            "--k",
+            "16",
+            cwd=tmp_path,
+        ),
+        "out.txt",
+        "expected one of .npy",
+    )
+    _one_line_error(
+        _privhar(
+            "dprp",
+            str(video),
+            "/proc/out.avi",
+            "--epsilon",
+            "8",
+            "--delta",
+            "1e-5",
+            "--k",
+            "16",
+            cwd=tmp_path,
+        ),
+        "/proc/out.avi",
+        "pseudo-file system",
+    )
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
@@ -213,8 +267,19 @@ def test_a_read_only_output_folder_is_refused(tmp_path):
     locked.chmod(0o555)
     params = write_params(tmp_path)
     try:
-        _one_line_error(_privhar("stage", "synthesize", "--params", str(params), "--out", str(locked / "synthesize"),
-                                 cwd=tmp_path), str(locked), "read-only")
+        _one_line_error(
+            _privhar(
+                "stage",
+                "synthesize",
+                "--params",
+                str(params),
+                "--out",
+                str(locked / "synthesize"),
+                cwd=tmp_path,
+            ),
+            str(locked),
+            "read-only",
+        )
     finally:
         locked.chmod(0o755)
 
@@ -222,10 +287,25 @@ def test_a_read_only_output_folder_is_refused(tmp_path):
 def test_outputs_below_a_file_or_under_sys_are_refused(tmp_path):
     params = write_params(tmp_path)
     (tmp_path / "afile").write_text("x")
-    _one_line_error(_privhar("stage", "synthesize", "--params", str(params), "--out", str(tmp_path / "afile/sub"),
-                             cwd=tmp_path), "afile is a file")
-    _one_line_error(_privhar("stage", "synthesize", "--params", str(params), "--out", "/sys/privhar", cwd=tmp_path),
-                    "/sys/privhar", "pseudo-file system")
+    _one_line_error(
+        _privhar(
+            "stage",
+            "synthesize",
+            "--params",
+            str(params),
+            "--out",
+            str(tmp_path / "afile/sub"),
+            cwd=tmp_path,
+        ),
+        "afile is a file",
+    )
+    _one_line_error(
+        _privhar(
+            "stage", "synthesize", "--params", str(params), "--out", "/sys/privhar", cwd=tmp_path
+        ),
+        "/sys/privhar",
+        "pseudo-file system",
+    )
 
 
 def test_check_writable_sees_read_only_folders(tmp_path, monkeypatch):
@@ -248,12 +328,16 @@ def test_runs_of_a_killed_stage_end_as_killed():
 
     from tasks.core.tracking import configure, end_orphaned_runs, stage_run
 
-    code = ("import os, signal; from tasks.core.tracking import stage_run\n"
-            "with stage_run('killtest', {}):\n    os.kill(os.getpid(), signal.SIGKILL)\n")
+    code = (
+        "import os, signal; from tasks.core.tracking import stage_run\n"
+        "with stage_run('killtest', {}):\n    os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
     subprocess.run([sys.executable, "-c", code], cwd=REPO, env=dict(os.environ), timeout=300)
     client = MlflowClient()
     experiment = configure()
-    orphans = client.search_runs([experiment], "tags.`privhar.stage` = 'killtest' and attributes.status = 'RUNNING'")
+    orphans = client.search_runs(
+        [experiment], "tags.`privhar.stage` = 'killtest' and attributes.status = 'RUNNING'"
+    )
     assert len(orphans) == 1  # SIGKILL: nothing could end it
     with stage_run("killtest", {}):
         pass

@@ -18,7 +18,14 @@ from tests.conftest import BIN, make_project
 def _privhar(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
     env = {key: value for key, value in os.environ.items() if not key.startswith("PREFECT_")}
     env["PATH"] = f"{BIN}{os.pathsep}{env['PATH']}"
-    return subprocess.run([str(BIN / "privhar"), *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=timeout)
+    return subprocess.run(
+        [str(BIN / "privhar"), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )
 
 
 def _wait(check, timeout: float) -> bool:
@@ -41,8 +48,10 @@ def test_ui_on_a_busy_port_is_one_line_and_touches_no_other_pid_file(tmp_path):
         port = busy.getsockname()[1]
         result = _privhar("ui", "--port", str(port), cwd=tmp_path, timeout=60)
     assert result.returncode == 1, result.stderr
-    assert result.stderr.strip().splitlines() == [f"privhar: error: MLflow UI: port {port} on 127.0.0.1 is busy "
-                                                  "(another program listens there); choose another with --port"]
+    assert result.stderr.strip().splitlines() == [
+        f"privhar: error: MLflow UI: port {port} on 127.0.0.1 is busy "
+        "(another program listens there); choose another with --port"
+    ]
     assert other.read_text() == "123456"
 
 
@@ -53,17 +62,36 @@ def test_a_killed_ui_leaves_no_server_and_stop_ends_a_running_one(tmp_path):
     uis = []
     pid_files = [tmp_path / ".mlflow-ui" / f"ui-{port}.pid" for port in ports]
     try:
-        for port in ports:  # one after the other: two MLflow servers migrating one new store at once collide
-            uis.append(subprocess.Popen([str(BIN / "privhar"), "ui", "--port", str(port)], cwd=tmp_path, env=env,
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
-            assert _wait(lambda: answers(f"http://127.0.0.1:{port}/health"), 120), f"the UI on {port} never started"
+        for port in (
+            ports
+        ):  # one after the other: two MLflow servers migrating one new store at once collide
+            uis.append(
+                subprocess.Popen(
+                    [str(BIN / "privhar"), "ui", "--port", str(port)],
+                    cwd=tmp_path,
+                    env=env,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
+            )
+            assert _wait(lambda port=port: answers(f"http://127.0.0.1:{port}/health"), 120), (
+                f"the UI on {port} never started"
+            )
         groups = [int(f.read_text()) for f in pid_files]
-        os.kill(uis[0].pid, signal.SIGKILL)  # privhar ui itself, killed outright: its server must not be orphaned
+        os.kill(
+            uis[0].pid, signal.SIGKILL
+        )  # privhar ui itself, killed outright: its server must not be orphaned
         uis[0].wait()
-        assert _wait(lambda: not pid_alive(groups[0]), 60), "the first UI's server outlived its privhar ui"
+        assert _wait(lambda: not pid_alive(groups[0]), 60), (
+            "the first UI's server outlived its privhar ui"
+        )
         assert pid_alive(groups[1])  # the other UI is untouched
         stopped = _privhar("ui", "--stop", "--port", str(ports[1]), cwd=tmp_path)
-        assert stopped.returncode == 0 and f"stopped the MLflow UI on port {ports[1]}" in stopped.stderr
+        assert (
+            stopped.returncode == 0
+            and f"stopped the MLflow UI on port {ports[1]}" in stopped.stderr
+        )
         assert _wait(lambda: not pid_alive(groups[1]), 30)
         assert uis[1].wait(timeout=60) == 0  # its privhar ui saw the server go and ended
     finally:
@@ -75,12 +103,15 @@ def test_a_killed_ui_leaves_no_server_and_stop_ends_a_running_one(tmp_path):
 def test_a_second_serve_is_refused_naming_the_first(tmp_path):
     (tmp_path / "params.yaml").write_text((Path(__file__).parents[1] / "params.yaml").read_text())
     (tmp_path / ".prefect").mkdir()
-    (tmp_path / ".prefect" / "serve.pid").write_text(f"{os.getpid()} 127.0.0.1 4321")  # a live process serving
+    (tmp_path / ".prefect" / "serve.pid").write_text(
+        f"{os.getpid()} 127.0.0.1 4321"
+    )  # a live process serving
     result = _privhar("serve", cwd=tmp_path, timeout=60)
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
         f"privhar: error: privhar serve is already running for this project (pid {os.getpid()}, Prefect server at "
-        "http://127.0.0.1:4321); stop it first with 'privhar serve --stop'"]
+        "http://127.0.0.1:4321); stop it first with 'privhar serve --stop'"
+    ]
     assert (tmp_path / ".prefect" / "serve.pid").read_text().startswith(str(os.getpid()))
 
 
@@ -92,7 +123,10 @@ def test_flow_checks_the_lock_before_starting_a_server(tmp_path):
         started = time.monotonic()
         result = _privhar("flow", cwd=project, timeout=120)
         seconds = time.monotonic() - started
-    assert result.returncode == 1 and "a pipeline run is already in progress (a test run" in result.stderr
+    assert (
+        result.returncode == 1
+        and "a pipeline run is already in progress (a test run" in result.stderr
+    )
     assert len(result.stderr.strip().splitlines()) == 1 and seconds < 15, (seconds, result.stderr)
 
 

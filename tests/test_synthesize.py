@@ -19,7 +19,11 @@ from tests.conftest import write_params
 
 
 def digest(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 def test_manifest_rows_and_attributes(tiny_synthetic):
@@ -28,7 +32,9 @@ def test_manifest_rows_and_attributes(tiny_synthetic):
     assert {row["action"] for row in rows} == {"walk", "wave", "squat"}
     assert {row["split"] for row in rows} == {"train", "test"}
     for action in ("walk", "wave", "squat"):
-        assert sum(row["split"] == "test" for row in rows if row["action"] == action) == 1  # round(0.25 * 4)
+        assert (
+            sum(row["split"] == "test" for row in rows if row["action"] == action) == 1
+        )  # round(0.25 * 4)
     for row in rows:
         assert row["attr_skin_tone"] in {"light", "medium", "dark"}
         assert row["attr_gender"] in {"feminine", "masculine"}
@@ -57,7 +63,12 @@ def test_ground_truth_covers_the_people(tiny_synthetic):
             assert mask.shape == (row["n_frames"], row["height"], row["width"])
             assert list(truth["identity"]) == row["identities"]
             people = len(row["identities"])
-            assert body.shape == (row["n_frames"], people, 4) and skeleton.shape == (row["n_frames"], people, 15, 2)
+            assert body.shape == (row["n_frames"], people, 4) and skeleton.shape == (
+                row["n_frames"],
+                people,
+                15,
+                2,
+            )
             primary = mask == 1
             assert primary.any(axis=(1, 2)).all(), "the acting person is visible in every frame"
             ys, xs = np.nonzero(primary[0])
@@ -73,11 +84,18 @@ def test_same_seed_gives_byte_identical_output(tmp_path, tiny_synthetic):
 def test_another_seed_changes_the_videos(tmp_path, tiny_synthetic):
     params = write_params(tmp_path, {"base": {"seed": 7, "workers": 1}})
     synthesize(params_path=params, out=tmp_path / "other")
-    assert digest(tmp_path / "other")["videos/walk_000.avi"] != digest(tiny_synthetic / "data/synthesize")["videos/walk_000.avi"]
+    assert (
+        digest(tmp_path / "other")["videos/walk_000.avi"]
+        != digest(tiny_synthetic / "data/synthesize")["videos/walk_000.avi"]
+    )
 
 
 def test_split_is_stratified_and_seeded(tmp_path):
-    params = load_section(write_params(tmp_path, {"synthesize": {"videos_per_action": 20}}), "synthesize", SynthesizeParams)
+    params = load_section(
+        write_params(tmp_path, {"synthesize": {"videos_per_action": 20}}),
+        "synthesize",
+        SynthesizeParams,
+    )
     jobs = plan_videos(1, params)
     for action in params.actions:
         assert sum(job.split == "test" for job in jobs if job.action == action) == 5
@@ -90,7 +108,12 @@ def test_every_action_moves_differently(action):
     style = MotionStyle(phase=0.1, onset=0.2)
 
     def trajectory(name: str) -> np.ndarray:
-        return np.stack([forward_kinematics(ACTION_REGISTRY[name](t, style), Build()) for t in np.linspace(0, 2, 24)])
+        return np.stack(
+            [
+                forward_kinematics(ACTION_REGISTRY[name](t, style), Build())
+                for t in np.linspace(0, 2, 24)
+            ]
+        )
 
     mine = trajectory(action)
     assert np.ptp(mine, axis=0).max() > 0.05, "the body moves"
@@ -102,13 +125,17 @@ def test_every_action_moves_differently(action):
 def test_identities_are_fixed_and_distinct():
     people = [make_identity(3, index) for index in range(16)]
     assert make_identity(3, 5) == people[5]
-    faces = {(round(p.face.eye_spacing, 3), round(p.face.mouth_width, 3), p.face.glasses) for p in people}
+    faces = {
+        (round(p.face.eye_spacing, 3), round(p.face.mouth_width, 3), p.face.glasses) for p in people
+    }
     assert len(faces) == 16
     assert {p.gender for p in people} == {"feminine", "masculine"}
     assert {p.skin_tone for p in people} == {"light", "medium", "dark"}
 
 
-def test_preview_has_one_strip_per_action_and_refuses_when_nothing_is_readable(tiny_synthetic, tmp_path):
+def test_preview_has_one_strip_per_action_and_refuses_when_nothing_is_readable(
+    tiny_synthetic, tmp_path
+):
     from tasks.core.errors import PrivharError
     from tasks.synthesize import preview
 

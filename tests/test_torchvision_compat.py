@@ -32,11 +32,21 @@ def test_torchvision_and_pytorchvideo_import():
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.tuples(st.floats(0, 50), st.floats(0, 50), st.floats(1, 30), st.floats(1, 30), st.floats(0, 1)),
-                min_size=0, max_size=12, unique_by=lambda box: box[4]),
-       st.floats(0.1, 0.9))
+@given(
+    st.lists(
+        st.tuples(
+            st.floats(0, 50), st.floats(0, 50), st.floats(1, 30), st.floats(1, 30), st.floats(0, 1)
+        ),
+        min_size=0,
+        max_size=12,
+        unique_by=lambda box: box[4],
+    ),
+    st.floats(0.1, 0.9),
+)
 def test_declared_nms_matches_reference(rows, threshold):
-    boxes = torch.tensor([[x, y, x + w, y + h] for x, y, w, h, _ in rows], dtype=torch.float32).reshape(-1, 4)
+    boxes = torch.tensor(
+        [[x, y, x + w, y + h] for x, y, w, h, _ in rows], dtype=torch.float32
+    ).reshape(-1, 4)
     scores = torch.tensor([s for *_, s in rows], dtype=torch.float32)
     kept = torch.ops.torchvision.nms(boxes, scores, threshold).tolist()
     assert kept == reference_nms(boxes, scores, threshold)

@@ -34,15 +34,20 @@ def latin1_titled_clip(path: Path, height: int, width: int, frames: int = 6) -> 
 
 def test_a_clip_with_latin1_metadata_is_probed_decoded_and_previewed_beside_another_size(tmp_path):
     wide = latin1_titled_clip(tmp_path / "wide.avi", 32, 48)
-    tall = latin1_titled_clip(tmp_path / "tall.avi", 48, 32)
-    with pytest.raises(UnicodeDecodeError):  # PyAV's default, which crashed the index stage's preview
+    latin1_titled_clip(tmp_path / "tall.avi", 48, 32)
+    with pytest.raises(
+        UnicodeDecodeError
+    ):  # PyAV's default, which crashed the index stage's preview
         av.open(str(wide))
     assert probe(wide) == {"n_frames": 6, "fps": 8.0, "height": 32, "width": 48}
     frames, fps = read_video(wide)  # EncodedVideo refuses the file; PyAV directly, metadata dropped
     assert frames.shape == (6, 32, 48, 3) and fps == 8.0
     assert abs(int(frames[5].mean()) - 200) <= 3  # the last frame's grey, through MPEG-4
-    rows = [{"label": 0, "action": "wave", "path": "wide.avi"}, {"label": 1, "action": "squat", "path": "tall.avi"}]
+    rows = [
+        {"label": 0, "action": "wave", "path": "wide.avi"},
+        {"label": 1, "action": "squat", "path": "tall.avi"},
+    ]
     image = preview(rows, tmp_path, frames=2, height=24)
     # one strip per action, 24 rows each, the narrower padded white to the wider: label 110 + 2 × 36 columns
     assert image.shape == (48, 110 + 2 * 36, 3)
-    assert (image[24:, 110 + 2 * 16:] == 255).all() and image[24:, 110:110 + 16].max() < 255
+    assert (image[24:, 110 + 2 * 16 :] == 255).all() and image[24:, 110 : 110 + 16].max() < 255

@@ -23,8 +23,19 @@ from tasks.synthetic.body import JOINT_INDEX, LIMBS
 SHIFT = 4
 ONE = 1 << SHIFT
 PATTERNS = ("solid", "stripes", "checks", "dots")
-BUILDS = ((0.16, 0.34, 1.0), (0.22, 0.38, 1.25), (0.12, 0.30, 0.85))  # limb width, head radius, shoulder scale
-HEAD_COLOURS = ((200, 200, 205), (90, 90, 100), (235, 200, 60), (60, 160, 210), (210, 90, 160), (120, 200, 120))
+BUILDS = (
+    (0.16, 0.34, 1.0),
+    (0.22, 0.38, 1.25),
+    (0.12, 0.30, 0.85),
+)  # limb width, head radius, shoulder scale
+HEAD_COLOURS = (
+    (200, 200, 205),
+    (90, 90, 100),
+    (235, 200, 60),
+    (60, 160, 210),
+    (210, 90, 160),
+    (120, 200, 120),
+)
 AVATAR_COUNT = 48
 
 
@@ -44,7 +55,9 @@ class Avatar:
 
 
 def _hsv(hue: float, saturation: float, value: float) -> tuple[int, int, int]:
-    return tuple(int(round(255 * channel)) for channel in colorsys.hsv_to_rgb(hue % 1.0, saturation, value))
+    return tuple(
+        int(round(255 * channel)) for channel in colorsys.hsv_to_rgb(hue % 1.0, saturation, value)
+    )
 
 
 def catalogue(count: int = AVATAR_COUNT) -> tuple[Avatar, ...]:
@@ -53,10 +66,19 @@ def catalogue(count: int = AVATAR_COUNT) -> tuple[Avatar, ...]:
     for index in range(count):
         hue = index * 0.6180339887
         limb_width, head_radius, shoulders = BUILDS[(index // len(PATTERNS)) % len(BUILDS)]
-        avatars.append(Avatar(index, torso=_hsv(hue, 0.75, 0.85), accent=_hsv(hue + 0.5, 0.6, 0.95),
-                              limbs=_hsv(hue + 0.15, 0.55, 0.55), head=HEAD_COLOURS[index % len(HEAD_COLOURS)],
-                              pattern=PATTERNS[index % len(PATTERNS)], limb_width=limb_width, head_radius=head_radius,
-                              shoulder_scale=shoulders))
+        avatars.append(
+            Avatar(
+                index,
+                torso=_hsv(hue, 0.75, 0.85),
+                accent=_hsv(hue + 0.5, 0.6, 0.95),
+                limbs=_hsv(hue + 0.15, 0.55, 0.55),
+                head=HEAD_COLOURS[index % len(HEAD_COLOURS)],
+                pattern=PATTERNS[index % len(PATTERNS)],
+                limb_width=limb_width,
+                head_radius=head_radius,
+                shoulder_scale=shoulders,
+            )
+        )
     return tuple(avatars)
 
 
@@ -79,7 +101,10 @@ def _pattern_colours(avatar: Avatar, ys: np.ndarray, xs: np.ndarray, period: flo
     elif avatar.pattern == "checks":
         colours[((ys // period) + (xs // period)) % 2 == 1] = avatar.accent
     elif avatar.pattern == "dots":
-        colours[((ys % period) - period / 2) ** 2 + ((xs % period) - period / 2) ** 2 < (period / 3) ** 2] = avatar.accent
+        colours[
+            ((ys % period) - period / 2) ** 2 + ((xs % period) - period / 2) ** 2
+            < (period / 3) ** 2
+        ] = avatar.accent
     return colours
 
 
@@ -88,12 +113,28 @@ def _parts(points: np.ndarray, depth: np.ndarray, avatar: Avatar) -> list[tuple[
     j = JOINT_INDEX
     torso_length = float(np.hypot(*(points[j["neck"]] - points[j["pelvis"]]))) or 1.0
     width = max(1.5, avatar.limb_width * torso_length)
-    parts = [(float(depth[[j[a], j[b]]].mean()), "limb", (points[j[a]], points[j[b]], width)) for _, a, b in LIMBS]
-    centre = (points[j["l_shoulder"]] + points[j["r_shoulder"]] + points[j["l_hip"]] + points[j["r_hip"]]) / 4
-    corners = [centre + avatar.shoulder_scale * (points[j[name]] - centre) for name in ("l_shoulder", "r_shoulder", "r_hip", "l_hip")]
+    parts = [
+        (float(depth[[j[a], j[b]]].mean()), "limb", (points[j[a]], points[j[b]], width))
+        for _, a, b in LIMBS
+    ]
+    centre = (
+        points[j["l_shoulder"]] + points[j["r_shoulder"]] + points[j["l_hip"]] + points[j["r_hip"]]
+    ) / 4
+    corners = [
+        centre + avatar.shoulder_scale * (points[j[name]] - centre)
+        for name in ("l_shoulder", "r_shoulder", "r_hip", "l_hip")
+    ]
     parts.append((float(depth[j["pelvis"]]), "torso", (np.array(corners), width, torso_length)))
-    parts.append((float(depth[j["neck"]]), "limb", (points[j["neck"]], points[j["head"]], width * 0.8)))
-    parts.append((float(depth[j["head"]]) + 1e-3, "head", (points[j["head"]], avatar.head_radius * torso_length)))
+    parts.append(
+        (float(depth[j["neck"]]), "limb", (points[j["neck"]], points[j["head"]], width * 0.8))
+    )
+    parts.append(
+        (
+            float(depth[j["head"]]) + 1e-3,
+            "head",
+            (points[j["head"]], avatar.head_radius * torso_length),
+        )
+    )
     return parts
 
 
@@ -108,16 +149,29 @@ def _coverage(shape: tuple[int, int], kind: str, geometry: tuple) -> np.ndarray:
             cv2.circle(layer, _fixed(end), int(round(width / 2 * ONE)), 255, -1, cv2.LINE_AA, SHIFT)
     elif kind == "torso":
         corners, width, _ = geometry
-        cv2.fillConvexPoly(layer, np.array([_fixed(c) for c in corners], np.int32), 255, cv2.LINE_AA, SHIFT)
-        cv2.polylines(layer, [np.array([_fixed(c) for c in corners], np.int32)], True, 255, max(1, int(round(width / 2))),
-                      cv2.LINE_AA, SHIFT)
+        cv2.fillConvexPoly(
+            layer, np.array([_fixed(c) for c in corners], np.int32), 255, cv2.LINE_AA, SHIFT
+        )
+        cv2.polylines(
+            layer,
+            [np.array([_fixed(c) for c in corners], np.int32)],
+            True,
+            255,
+            max(1, int(round(width / 2))),
+            cv2.LINE_AA,
+            SHIFT,
+        )
     else:
         centre, radius = geometry
-        cv2.circle(layer, _fixed(centre), max(ONE, int(round(radius * ONE))), 255, -1, cv2.LINE_AA, SHIFT)
+        cv2.circle(
+            layer, _fixed(centre), max(ONE, int(round(radius * ONE))), 255, -1, cv2.LINE_AA, SHIFT
+        )
     return layer
 
 
-def render(background: np.ndarray, people: list[tuple[np.ndarray, np.ndarray, Avatar]]) -> tuple[np.ndarray, np.ndarray]:
+def render(
+    background: np.ndarray, people: list[tuple[np.ndarray, np.ndarray, Avatar]]
+) -> tuple[np.ndarray, np.ndarray]:
     """(frame, coverage): ``people`` = (points (J, 2), depth (J,), avatar) drawn over ``background``.
 
     Coverage is uint8 0..255; the frame equals ``background`` exactly where it is 0.
@@ -125,8 +179,14 @@ def render(background: np.ndarray, people: list[tuple[np.ndarray, np.ndarray, Av
     height, width = background.shape[:2]
     colour = np.zeros((height, width, 3), np.float32)  # composited avatar colour
     alpha = np.zeros((height, width), np.float32)  # composited coverage, 0..1
-    parts = sorted(((depth_, kind, geometry, avatar) for points, depth, avatar in people
-                    for depth_, kind, geometry in _parts(points, depth, avatar)), key=lambda part: part[0])
+    parts = sorted(
+        (
+            (depth_, kind, geometry, avatar)
+            for points, depth, avatar in people
+            for depth_, kind, geometry in _parts(points, depth, avatar)
+        ),
+        key=lambda part: part[0],
+    )
     for _, kind, geometry, avatar in parts:
         cover = _coverage((height, width), kind, geometry)
         ys, xs = np.nonzero(cover)
@@ -136,12 +196,19 @@ def render(background: np.ndarray, people: list[tuple[np.ndarray, np.ndarray, Av
         if kind == "torso":
             part_colour = _pattern_colours(avatar, ys, xs, max(2.0, geometry[2] / 5))
         else:
-            part_colour = np.tile(np.array(avatar.head if kind == "head" else avatar.limbs, np.float32), (len(ys), 1))
+            part_colour = np.tile(
+                np.array(avatar.head if kind == "head" else avatar.limbs, np.float32), (len(ys), 1)
+            )
         colour[ys, xs] = a * part_colour + (1 - a) * colour[ys, xs]
         alpha[ys, xs] = a[:, 0] + (1 - a[:, 0]) * alpha[ys, xs]
     coverage = np.round(alpha * 255).astype(np.uint16)
-    straight = np.divide(colour, alpha[..., None], out=np.zeros_like(colour), where=alpha[..., None] > 0)
-    mixed = (background.astype(np.uint32) * (255 - coverage[..., None]) + np.round(straight).astype(np.uint32) * coverage[..., None]
-             + 127) // 255
+    straight = np.divide(
+        colour, alpha[..., None], out=np.zeros_like(colour), where=alpha[..., None] > 0
+    )
+    mixed = (
+        background.astype(np.uint32) * (255 - coverage[..., None])
+        + np.round(straight).astype(np.uint32) * coverage[..., None]
+        + 127
+    ) // 255
     frame = np.where(coverage[..., None] > 0, mixed, background).astype(np.uint8)
     return frame, coverage.astype(np.uint8)

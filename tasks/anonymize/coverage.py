@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import numpy as np
 
-MOVING_THRESHOLD = 25  # grey levels: above compression noise of a static scene, below a person's contrast
+MOVING_THRESHOLD = (
+    25  # grey levels: above compression noise of a static scene, below a person's contrast
+)
 GAP_SECONDS = 0.25  # three-frame differencing: frames this far before and after
 
 
@@ -29,7 +31,9 @@ def moving_pixels(frames: np.ndarray, picked: np.ndarray, fps: float) -> np.ndar
     clip = frames[picked].astype(np.int16)
     before = frames[np.clip(picked - gap, 0, last)].astype(np.int16)
     after = frames[np.clip(picked + gap, 0, last)].astype(np.int16)
-    return (np.abs(clip - before).max(axis=-1) > MOVING_THRESHOLD) & (np.abs(clip - after).max(axis=-1) > MOVING_THRESHOLD)
+    return (np.abs(clip - before).max(axis=-1) > MOVING_THRESHOLD) & (
+        np.abs(clip - after).max(axis=-1) > MOVING_THRESHOLD
+    )
 
 
 def coverage(original: np.ndarray, protected: np.ndarray, reference: np.ndarray) -> float:

@@ -47,8 +47,16 @@ def blur_faces(frames: np.ndarray, face_boxes: np.ndarray, kernel: int, sigma: f
 def low_resolution(frames: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     """Down to ``size`` (width, height) by area averaging, then back up bilinearly."""
     height, width = frames.shape[1:3]
-    return np.stack([cv2.resize(cv2.resize(frame, size, interpolation=cv2.INTER_AREA), (width, height),
-                                interpolation=cv2.INTER_LINEAR) for frame in frames])
+    return np.stack(
+        [
+            cv2.resize(
+                cv2.resize(frame, size, interpolation=cv2.INTER_AREA),
+                (width, height),
+                interpolation=cv2.INTER_LINEAR,
+            )
+            for frame in frames
+        ]
+    )
 
 
 def dilate(person_mask: np.ndarray, pixels: int) -> np.ndarray:
@@ -60,7 +68,9 @@ def dilate(person_mask: np.ndarray, pixels: int) -> np.ndarray:
     return np.stack([cv2.dilate(frame, element) for frame in covered])
 
 
-def black_out(frames: np.ndarray, person_mask: np.ndarray, dilation: int) -> tuple[np.ndarray, np.ndarray]:
+def black_out(
+    frames: np.ndarray, person_mask: np.ndarray, dilation: int
+) -> tuple[np.ndarray, np.ndarray]:
     """People (dilated) filled with black; the filled pixels are the public mask."""
     public = dilate(person_mask, dilation)
     out = frames.copy()
@@ -72,5 +82,7 @@ def low_res_size(method: str) -> tuple[int, int]:
     """``low_res_32x24`` → (32, 24), width × height as the paper names ISR sizes."""
     match = LOW_RES.match(method)
     if match is None or min(int(match.group(1)), int(match.group(2))) < 1:
-        raise PrivharError(f"anonymize: method {method!r} is invalid: expected low_res_<width>x<height>, e.g. low_res_32x24")
+        raise PrivharError(
+            f"anonymize: method {method!r} is invalid: expected low_res_<width>x<height>, e.g. low_res_32x24"
+        )
     return int(match.group(1)), int(match.group(2))

@@ -25,17 +25,19 @@ import cv2
 import numpy as np
 
 from tasks.anonymize.coverage import moving_pixels
-from tasks.anonymize.tracks import as_frames, by_track, fill, link, track_numbers
-from tasks.core.motion_detector import moving_people
-from tasks.core.opencv_detectors import face_boxes, fill_boxes, people_boxes
 from tasks.anonymize.source_clip import SourceClip, source_clip
+from tasks.anonymize.tracks import as_frames, by_track, fill, link, track_numbers
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import resolve_path
+from tasks.core.motion_detector import moving_people
+from tasks.core.opencv_detectors import face_boxes, fill_boxes, people_boxes
 from tasks.core.params import AnonymizeParams, DecodeParams
 from tasks.synthetic.body import JOINTS
 
 DETECTORS_OF = {"detector": ("mediapipe",), "motion": ("motion",)}
-MIN_PERSON_AREA = 0.0005  # of the frame: smaller blobs get no pose of their own (they are still removed)
+MIN_PERSON_AREA = (
+    0.0005  # of the frame: smaller blobs get no pose of their own (they are still removed)
+)
 Box = tuple[float, float, float, float]
 
 
@@ -61,8 +63,12 @@ class People:
 
     arrays: dict[str, np.ndarray]
     reference: np.ndarray  # (T, H, W) bool: the pixels the method must change
-    searched_at: str  # where people were looked for: "ground truth", "source 320x240", "decoded 128x96"
-    measured_on: str  # what the reference pixels are: "moving pixels", "true person pixels", "face pixels"
+    searched_at: (
+        str  # where people were looked for: "ground truth", "source 320x240", "decoded 128x96"
+    )
+    measured_on: (
+        str  # what the reference pixels are: "moving pixels", "true person pixels", "face pixels"
+    )
 
 
 def ground_truth(row: dict[str, Any], source: Path, keys: tuple[str, ...]) -> dict[str, np.ndarray]:
@@ -72,8 +78,10 @@ def ground_truth(row: dict[str, Any], source: Path, keys: tuple[str, ...]) -> di
     stored = row.get("annotations")
     path = resolve_path(stored, source) if stored else None
     if path is None or not path.is_file():
-        raise PrivharError(f"anonymize: video {row['video_id']} has no ground-truth annotations "
-                           f"({path or 'no annotations column'}); anonymize.source = ground_truth needs them")
+        raise PrivharError(
+            f"anonymize: video {row['video_id']} has no ground-truth annotations "
+            f"({path or 'no annotations column'}); anonymize.source = ground_truth needs them"
+        )
     with np.load(path) as annotations:
         missing = [key for key in keys if key not in annotations.files]
         if missing:
@@ -96,11 +104,17 @@ def person_boxes(mask: np.ndarray) -> list[Box]:
     """Boxes of the connected person blobs of one frame's mask, left to right (the poses' order)."""
     count, _, stats, _ = cv2.connectedComponentsWithStats(mask.astype(np.uint8), connectivity=8)
     least = MIN_PERSON_AREA * mask.size
-    found = [(float(x), float(y), float(x + w), float(y + h)) for x, y, w, h, area in stats[1:count] if area >= least]
+    found = [
+        (float(x), float(y), float(x + w), float(y + h))
+        for x, y, w, h, area in stats[1:count]
+        if area >= least
+    ]
     return sorted(found)
 
 
-def _poses(kept: np.ndarray, person: np.ndarray, params: AnonymizeParams) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _poses(
+    kept: np.ndarray, person: np.ndarray, params: AnonymizeParams
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """BlazePose on every person blob; depth ordered by where a person stands (lower in the frame is nearer); one column
     per person track through the clip (:func:`tasks.anonymize.tracks.track_numbers`), so a person keeps their avatar."""
     from tasks.anonymize.detector import poses_in_boxes
@@ -109,13 +123,24 @@ def _poses(kept: np.ndarray, person: np.ndarray, params: AnonymizeParams) -> tup
     skeleton, depth, mask = poses_in_boxes(kept, boxes, params.detector_confidence)
     for t, frame_boxes in enumerate(boxes):
         for p, box in enumerate(frame_boxes):
-            depth[t, p] += 10.0 * box[3] / kept.shape[1]  # mediapipe's z is relative to each crop's own hips
+            depth[t, p] += (
+                10.0 * box[3] / kept.shape[1]
+            )  # mediapipe's z is relative to each crop's own hips
     numbers = track_numbers(boxes)
     return by_track(skeleton, numbers), by_track(depth, numbers), mask
 
 
-def detect(row: dict[str, Any], frames: np.ndarray, keys: tuple[str, ...], *, source: str, params: AnonymizeParams,
-           decode: DecodeParams, workdir: Path, identity: int) -> People:
+def detect(
+    row: dict[str, Any],
+    frames: np.ndarray,
+    keys: tuple[str, ...],
+    *,
+    source: str,
+    params: AnonymizeParams,
+    decode: DecodeParams,
+    workdir: Path,
+    identity: int,
+) -> People:
     """People of one decoded clip ``frames`` found by the detectors of ``source`` on its source frames."""
     clip = source_clip(row, frames, decode, workdir)
     kept = clip.kept
@@ -130,19 +155,32 @@ def detect(row: dict[str, Any], frames: np.ndarray, keys: tuple[str, ...], *, so
         if "mediapipe" in detectors:
             faces = mediapipe_models.find_faces(kept, params.detector_confidence)
         if "faces" in detectors:
-            faces = [found + face_boxes(frame, params.hog_upscale) for found, frame in zip(faces, kept)]
-        faces = as_frames(fill(link(faces)))  # a face found in any frame is followed through the frames it was missed in
+            faces = [
+                found + face_boxes(frame, params.hog_upscale) for found, frame in zip(faces, kept)
+            ]
+        faces = as_frames(
+            fill(link(faces))
+        )  # a face found in any frame is followed through the frames it was missed in
     if not wants_faces or set(keys) - {"face_box"}:
         if "motion" in detectors:
             for model in params.motion_models:
-                person |= moving_people(clip.frames, clip.picked, model=model, grow=params.motion_grow)
+                person |= moving_people(
+                    clip.frames, clip.picked, model=model, grow=params.motion_grow
+                )
         if "hog" in detectors:
-            person |= np.stack([fill_boxes((height, width), people_boxes(frame, params.hog_upscale)) for frame in kept])
+            person |= np.stack(
+                [
+                    fill_boxes((height, width), people_boxes(frame, params.hog_upscale))
+                    for frame in kept
+                ]
+            )
         if "mediapipe" in detectors:
             from tasks.anonymize.detector import segment_people
 
             person |= segment_people(kept)
-        person |= np.stack([fill_boxes((height, width), boxes) for boxes in faces])  # a face is a person's
+        person |= np.stack(
+            [fill_boxes((height, width), boxes) for boxes in faces]
+        )  # a face is a person's
     skeleton = np.full((count, 1, len(JOINTS), 2), np.nan, np.float32)
     depth = np.full((count, 1, len(JOINTS)), np.nan, np.float32)
     if "skeleton" in keys and "mediapipe" in detectors:
@@ -152,30 +190,66 @@ def detect(row: dict[str, Any], frames: np.ndarray, keys: tuple[str, ...], *, so
     person_mask = clip.mask_down(person)
     face_box = _boxes_array(faces, clip)
     if wants_faces and not set(keys) - {"face_box"}:
-        reference = np.stack([fill_boxes(person_mask.shape[1:], [tuple(b) for b in boxes if np.isfinite(b).all()])
-                              for boxes in face_box])
+        reference = np.stack(
+            [
+                fill_boxes(person_mask.shape[1:], [tuple(b) for b in boxes if np.isfinite(b).all()])
+                for boxes in face_box
+            ]
+        )
     else:
         reference = moving_pixels(clip.decoded(), clip.picked, clip.fps)
-    arrays = {"person_mask": person_mask.astype(np.uint8), "skeleton": skeleton, "joint_depth": depth,
-              "identity": identity + np.arange(skeleton.shape[1], dtype=np.int64), "face_box": face_box}
+    arrays = {
+        "person_mask": person_mask.astype(np.uint8),
+        "skeleton": skeleton,
+        "joint_depth": depth,
+        "identity": identity + np.arange(skeleton.shape[1], dtype=np.int64),
+        "face_box": face_box,
+    }
     where = "decoded" if clip.geometry is None else "source"
     measured_on = "face pixels" if wants_faces and not set(keys) - {"face_box"} else "moving pixels"
-    return People({key: arrays[key] for key in keys}, reference, f"{where} {width}x{height}", measured_on)
+    return People(
+        {key: arrays[key] for key in keys}, reference, f"{where} {width}x{height}", measured_on
+    )
 
 
-def find_people(row: dict[str, Any], frames: np.ndarray, keys: tuple[str, ...], *, source: str, params: AnonymizeParams,
-                decode: DecodeParams, annotations: Path, workdir: Path, identity: int) -> People:
+def find_people(
+    row: dict[str, Any],
+    frames: np.ndarray,
+    keys: tuple[str, ...],
+    *,
+    source: str,
+    params: AnonymizeParams,
+    decode: DecodeParams,
+    annotations: Path,
+    workdir: Path,
+    identity: int,
+) -> People:
     """The people of one clip from ``source`` (already resolved from ``auto``), with the coverage reference."""
     if source != "ground_truth":
-        return detect(row, frames, keys, source=source, params=params, decode=decode, workdir=workdir, identity=identity)
+        return detect(
+            row,
+            frames,
+            keys,
+            source=source,
+            params=params,
+            decode=decode,
+            workdir=workdir,
+            identity=identity,
+        )
     reference_key = "face_box" if keys == ("face_box",) else "person_mask"
     truth = ground_truth(row, annotations, tuple(dict.fromkeys((*keys, reference_key))))
     if reference_key == "face_box":
-        reference = np.stack([fill_boxes(frames.shape[1:3], [tuple(b) for b in boxes if np.isfinite(b).all()])
-                              for boxes in truth["face_box"]])
+        reference = np.stack(
+            [
+                fill_boxes(frames.shape[1:3], [tuple(b) for b in boxes if np.isfinite(b).all()])
+                for boxes in truth["face_box"]
+            ]
+        )
     else:
         reference = truth["person_mask"] > 0
-    if "face_box" in keys:  # one person a column: a face turned away or occluded in some frames is followed through them
+    if (
+        "face_box" in keys
+    ):  # one person a column: a face turned away or occluded in some frames is followed through them
         truth = {**truth, "face_box": fill(truth["face_box"].astype(np.float32))}
     measured = "true face pixels" if reference_key == "face_box" else "true person pixels"
     return People({key: truth[key] for key in keys}, reference, "ground truth", measured)

@@ -53,17 +53,23 @@ class SourceClip:
         return xy.astype(np.float32) if self.geometry is None else self.geometry.points(xy)
 
 
-def source_clip(row: dict[str, Any], decoded: np.ndarray, decode: DecodeParams, workdir: Path) -> SourceClip:
+def source_clip(
+    row: dict[str, Any], decoded: np.ndarray, decode: DecodeParams, workdir: Path
+) -> SourceClip:
     """The clip's source frames as decode selected them, or one line naming the video when its source is gone."""
     target = (int(decoded.shape[1]), int(decoded.shape[2]))
     stored = row.get("source_path")
     if not stored:
-        return SourceClip(decoded, np.arange(len(decoded)), float(row.get("fps") or decode.fps), None, target)
+        return SourceClip(
+            decoded, np.arange(len(decoded)), float(row.get("fps") or decode.fps), None, target
+        )
     path = workdir / stored
     try:
         frames, fps = read_video(path)
     except Quarantined as reason:
-        raise PrivharError(f"anonymize: video {row['video_id']}: its source {path} cannot be read again ({reason}); "
-                           f"people are found on the source frames") from None
+        raise PrivharError(
+            f"anonymize: video {row['video_id']}: its source {path} cannot be read again ({reason}); "
+            f"people are found on the source frames"
+        ) from None
     picked = resample_indices(len(frames), fps, decode.fps, decode.frames, decode.short_videos)
     return SourceClip(frames, picked, fps, Geometry.fit(frames.shape[1:3], target), target)

@@ -31,28 +31,61 @@ import pyarrow as pa
 from tasks.anonymize.avatars import avatar_for, render
 from tasks.anonymize.coverage import coverage
 from tasks.anonymize.inpaint import remove_people
-from tasks.anonymize.obfuscate import LOW_RES, black_out, blur_faces, dilate, low_res_size, low_resolution, no_public_pixels
+from tasks.anonymize.obfuscate import (
+    LOW_RES,
+    black_out,
+    blur_faces,
+    dilate,
+    low_res_size,
+    low_resolution,
+    no_public_pixels,
+)
+from tasks.anonymize.people import detectors_of, find_people, resolve_source, video_identity
 from tasks.core.budget import check_unprotected
 from tasks.core.errors import PrivharError
-from tasks.anonymize.people import detectors_of, find_people, resolve_source, video_identity
-from tasks.core.manifest import MANIFEST_NAME, QUARANTINE_NAME, read_manifest, rebase_path, resolve_path, write_manifest, write_table
+from tasks.core.manifest import (
+    MANIFEST_NAME,
+    QUARANTINE_NAME,
+    read_manifest,
+    rebase_path,
+    resolve_path,
+    write_manifest,
+    write_table,
+)
 from tasks.core.parallel import map_ordered, worker_count
 from tasks.core.params import AnonymizeParams, BaseParams, DataParams, DecodeParams, load_section
 from tasks.core.speed import write_speed
 from tasks.core.storage import atomic_directory, load_frames, save_arrays, save_frames
 from tasks.core.tracking import stage_run, stage_work
 
-NEEDS_PEOPLE = {"avatar": ("person_mask", "skeleton", "joint_depth", "identity"), "face_blur": ("face_box",),
-                      "blackout": ("person_mask",)}
-PUBLIC_PIXEL_METHODS = {"avatar", "blackout"}  # methods whose output has synthetic pixels: they write masks/
-GATED_METHODS = {"avatar", "blackout", "face_blur"}  # they claim to remove people (faces): coverage must reach min_coverage
-QUARANTINE_SCHEMA = pa.schema([("video_id", pa.string()), ("split", pa.string()), ("coverage", pa.float64()),
-                               ("reason", pa.string())])
+NEEDS_PEOPLE = {
+    "avatar": ("person_mask", "skeleton", "joint_depth", "identity"),
+    "face_blur": ("face_box",),
+    "blackout": ("person_mask",),
+}
+PUBLIC_PIXEL_METHODS = {
+    "avatar",
+    "blackout",
+}  # methods whose output has synthetic pixels: they write masks/
+GATED_METHODS = {
+    "avatar",
+    "blackout",
+    "face_blur",
+}  # they claim to remove people (faces): coverage must reach min_coverage
+QUARANTINE_SCHEMA = pa.schema(
+    [
+        ("video_id", pa.string()),
+        ("split", pa.string()),
+        ("coverage", pa.float64()),
+        ("reason", pa.string()),
+    ]
+)
 log = logging.getLogger(__name__)
 
 
-def replace_with_avatars(frames: np.ndarray, truth: dict[str, np.ndarray], dilation: int,
-                         seed: int) -> tuple[np.ndarray, np.ndarray]:
+def replace_with_avatars(
+    frames: np.ndarray, truth: dict[str, np.ndarray], dilation: int, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Paper 001 §5.2: remove every person (dilated mask), render avatars in their poses.
 
     The public mask is the avatars' coverage (:func:`tasks.anonymize.avatars.render`); a
@@ -62,20 +95,31 @@ def replace_with_avatars(frames: np.ndarray, truth: dict[str, np.ndarray], dilat
     avatars = [avatar_for(seed, identity) for identity in truth["identity"]]
     out, public = np.empty_like(frames), np.empty(frames.shape[:3], np.uint8)
     for t in range(len(frames)):
-        people = [(truth["skeleton"][t, p], truth["joint_depth"][t, p], avatar) for p, avatar in enumerate(avatars)
-                  if np.isfinite(truth["skeleton"][t, p]).all() and np.isfinite(truth["joint_depth"][t, p]).all()]
+        people = [
+            (truth["skeleton"][t, p], truth["joint_depth"][t, p], avatar)
+            for p, avatar in enumerate(avatars)
+            if np.isfinite(truth["skeleton"][t, p]).all()
+            and np.isfinite(truth["joint_depth"][t, p]).all()
+        ]
         out[t], coverage = render(clean[t], people)
         public[t] = coverage > 0
     return out, public
 
 
-def apply_method(method: str, frames: np.ndarray, truth: dict[str, np.ndarray], params: AnonymizeParams,
-                 seed: int) -> tuple[np.ndarray, np.ndarray]:
+def apply_method(
+    method: str,
+    frames: np.ndarray,
+    truth: dict[str, np.ndarray],
+    params: AnonymizeParams,
+    seed: int,
+) -> tuple[np.ndarray, np.ndarray]:
     """(protected clip, public mask) for one method."""
     if method == "avatar":
         return replace_with_avatars(frames, truth, params.mask_dilation, seed)
     if method == "face_blur":
-        return blur_faces(frames, truth["face_box"], params.face_blur_kernel, params.face_blur_sigma), no_public_pixels(frames)
+        return blur_faces(
+            frames, truth["face_box"], params.face_blur_kernel, params.face_blur_sigma
+        ), no_public_pixels(frames)
     if method == "blackout":
         return black_out(frames, truth["person_mask"], params.mask_dilation)
     if LOW_RES.match(method):
@@ -83,8 +127,19 @@ def apply_method(method: str, frames: np.ndarray, truth: dict[str, np.ndarray], 
     return frames.copy(), no_public_pixels(frames)  # none
 
 
-def anonymize_one(row: dict[str, Any], *, method: str, params: AnonymizeParams, decode: DecodeParams, source_kind: str,
-                  seed: int, source: Path, out: Path, final: Path, workdir: Path) -> tuple[dict[str, Any], float]:
+def anonymize_one(
+    row: dict[str, Any],
+    *,
+    method: str,
+    params: AnonymizeParams,
+    decode: DecodeParams,
+    source_kind: str,
+    seed: int,
+    source: Path,
+    out: Path,
+    final: Path,
+    workdir: Path,
+) -> tuple[dict[str, Any], float]:
     """One clip: its manifest row (or a quarantine row, with ``reason``) and the method's seconds.
 
     Protected frames and the public mask are written only for a released clip.
@@ -94,8 +149,17 @@ def anonymize_one(row: dict[str, Any], *, method: str, params: AnonymizeParams, 
     started = time.perf_counter()
     people, searched = {}, ""
     if keys:
-        found = find_people(row, frames, keys, source=source_kind, params=params, decode=decode, annotations=workdir / source,
-                            workdir=workdir, identity=video_identity(str(row["video_id"])))
+        found = find_people(
+            row,
+            frames,
+            keys,
+            source=source_kind,
+            params=params,
+            decode=decode,
+            annotations=workdir / source,
+            workdir=workdir,
+            identity=video_identity(str(row["video_id"])),
+        )
         people, searched = found.arrays, found.searched_at
         if source_kind == "ground_truth":  # reading annotations is not part of the method's cost
             started = time.perf_counter()
@@ -105,73 +169,160 @@ def anonymize_one(row: dict[str, Any], *, method: str, params: AnonymizeParams, 
     if method in GATED_METHODS:
         covered = coverage(frames, protected, found.reference)
         if covered < params.min_coverage:
-            reason = (f"coverage {covered:.3f} < anonymize.min_coverage {params.min_coverage}: {method} changed "
-                      f"{covered:.1%} of the {int(found.reference.sum())} {found.measured_on} (people from {source_kind})")
+            reason = (
+                f"coverage {covered:.3f} < anonymize.min_coverage {params.min_coverage}: {method} changed "
+                f"{covered:.1%} of the {int(found.reference.sum())} {found.measured_on} (people from {source_kind})"
+            )
             if params.on_low_coverage == "quarantine":
-                return {"video_id": str(row["video_id"]), "split": str(row["split"]), "coverage": covered, "reason": reason}, seconds
+                return {
+                    "video_id": str(row["video_id"]),
+                    "split": str(row["split"]),
+                    "coverage": covered,
+                    "reason": reason,
+                }, seconds
             log.info("anonymize: %s: %s; released black", row["video_id"], reason)
-            protected, public, blacked_out = np.zeros_like(frames), np.ones(frames.shape[:3], np.uint8), True
+            protected, public, blacked_out = (
+                np.zeros_like(frames),
+                np.ones(frames.shape[:3], np.uint8),
+                True,
+            )
     save_frames(workdir / out / "frames" / f"{row['video_id']}.npy", protected)
     mask = ""
     if method in PUBLIC_PIXEL_METHODS or blacked_out:
         mask = f"masks/{row['video_id']}.npz"
         save_arrays(workdir / out / mask, public=public)
     annotations = rebase_path(row.get("annotations"), workdir / source, workdir / final)
-    return {**row, "path": f"frames/{row['video_id']}.npy", "mask": mask, "annotations": annotations,
-            "anonymize_method": method, "public_fraction": round(float(public.mean()), 6), "coverage": covered,
-            "blacked_out": blacked_out, "people_source": source_kind if keys else "", "people_searched_at": searched}, seconds
+    return {
+        **row,
+        "path": f"frames/{row['video_id']}.npy",
+        "mask": mask,
+        "annotations": annotations,
+        "anonymize_method": method,
+        "public_fraction": round(float(public.mean()), 6),
+        "coverage": covered,
+        "blacked_out": blacked_out,
+        "people_source": source_kind if keys else "",
+        "people_searched_at": searched,
+    }, seconds
 
 
 @stage_work
-def anonymize(*, params_path: Path, frames: Path, method: str, out: Path, speed_path: Path | None = None) -> list[dict[str, Any]]:
+def anonymize(
+    *, params_path: Path, frames: Path, method: str, out: Path, speed_path: Path | None = None
+) -> list[dict[str, Any]]:
     """Protect every clip of the decoded manifest in ``frames`` with ``method``; its measured frames/s to ``speed_path``."""
     base = load_section(params_path, "base", BaseParams)
     params = load_section(params_path, "anonymize", AnonymizeParams)
     decode = load_section(params_path, "decode", DecodeParams)
     source_kind = resolve_source(params, load_section(params_path, "data", DataParams).source)
     if method not in params.methods:
-        raise PrivharError(f"anonymize: method {method!r} is not one of anonymize.methods = {params.methods}")
-    check_unprotected(params_path, f"the anonymized copy anonymize@{method}")  # obfuscation: no DP guarantee
+        raise PrivharError(
+            f"anonymize: method {method!r} is not one of anonymize.methods = {params.methods}"
+        )
+    check_unprotected(
+        params_path, f"the anonymized copy anonymize@{method}"
+    )  # obfuscation: no DP guarantee
     rows = read_manifest(frames / MANIFEST_NAME)
-    if NEEDS_PEOPLE.get(method) and "mediapipe" in detectors_of(source_kind, params) and source_kind != "ground_truth":
+    if (
+        NEEDS_PEOPLE.get(method)
+        and "mediapipe" in detectors_of(source_kind, params)
+        and source_kind != "ground_truth"
+    ):
         from tasks.anonymize.detector import load_mediapipe
 
         load_mediapipe()  # one line now if it is missing, not one per worker
-    with stage_run(f"anonymize@{method}", {"base": base, "anonymize": params}) as run, atomic_directory(out) as staging:
+    with (
+        stage_run(f"anonymize@{method}", {"base": base, "anonymize": params}) as run,
+        atomic_directory(out) as staging,
+    ):
         (staging / "frames").mkdir()
         (staging / "masks").mkdir()
-        work = partial(anonymize_one, method=method, params=params, decode=decode, source_kind=source_kind, seed=base.seed,
-                       source=frames, out=staging, final=out, workdir=Path.cwd())
-        results = map_ordered(work, rows, workers=worker_count(base.workers), desc=f"anonymize {method}")
+        work = partial(
+            anonymize_one,
+            method=method,
+            params=params,
+            decode=decode,
+            source_kind=source_kind,
+            seed=base.seed,
+            source=frames,
+            out=staging,
+            final=out,
+            workdir=Path.cwd(),
+        )
+        results = map_ordered(
+            work, rows, workers=worker_count(base.workers), desc=f"anonymize {method}"
+        )
         protected = [row for row, _ in results if "reason" not in row]
         quarantined = [row for row, _ in results if "reason" in row]
         if not protected:
-            raise PrivharError(f"anonymize: {method}: every one of the {len(rows)} videos is below anonymize.min_coverage = "
-                               f"{params.min_coverage} (first: {quarantined[0]['video_id']}: {quarantined[0]['reason']})")
+            raise PrivharError(
+                f"anonymize: {method}: every one of the {len(rows)} videos is below anonymize.min_coverage = "
+                f"{params.min_coverage} (first: {quarantined[0]['video_id']}: {quarantined[0]['reason']})"
+            )
         seconds = sum(spent for _, spent in results)
         write_table(quarantined, staging / QUARANTINE_NAME, schema=QUARANTINE_SCHEMA)
         write_manifest(protected, staging / MANIFEST_NAME)
         total_frames = sum(int(row["n_frames"]) for row in rows)
         speed = total_frames / max(seconds, 1e-9)
         if speed_path is not None:
-            write_speed(speed_path, frames=total_frames, seconds=seconds,
-                        measured=f"anonymize {method}: the method alone (and the detectors when they find people), one core")
+            write_speed(
+                speed_path,
+                frames=total_frames,
+                seconds=seconds,
+                measured=f"anonymize {method}: the method alone (and the detectors when they find people), one core",
+            )
         public = float(np.mean([row["public_fraction"] for row in protected]))
-        covered = [row["coverage"] for row in protected + quarantined if not np.isnan(row["coverage"])]
+        covered = [
+            row["coverage"] for row in protected + quarantined if not np.isnan(row["coverage"])
+        ]
         blacked = sum(bool(row["blacked_out"]) for row in protected)
-        empty = [row["video_id"] for row in protected if row["mask"] and not row["blacked_out"] and row["public_fraction"] == 0]
-        run.log_metrics({"frames_per_second": speed, "public_fraction": public, "videos": len(protected),
-                         "quarantined": len(quarantined), "blacked_out": blacked, "no_public_pixels": len(empty),
-                         **({"coverage_min": min(covered), "coverage_mean": float(np.mean(covered))} if covered else {})})
+        empty = [
+            row["video_id"]
+            for row in protected
+            if row["mask"] and not row["blacked_out"] and row["public_fraction"] == 0
+        ]
+        run.log_metrics(
+            {
+                "frames_per_second": speed,
+                "public_fraction": public,
+                "videos": len(protected),
+                "quarantined": len(quarantined),
+                "blacked_out": blacked,
+                "no_public_pixels": len(empty),
+                **(
+                    {"coverage_min": min(covered), "coverage_mean": float(np.mean(covered))}
+                    if covered
+                    else {}
+                ),
+            }
+        )
         run.set_tags({"privhar.method": method, "privhar.people_source": source_kind})
         for row in quarantined:
             log.info("anonymize: %s: quarantined %s: %s", method, row["video_id"], row["reason"])
-        coverage_note = (f"coverage min {min(covered):.3f} mean {np.mean(covered):.3f} (min_coverage {params.min_coverage}); "
-                         f"{len(quarantined)} quarantined, {blacked} blacked out; " if covered else "")
-        log.info("anonymize: %s: %d of %d videos released; %s%.0f frames/s (people from %s, one core), public pixels %.3f",
-                 method, len(protected), len(rows), coverage_note, speed, source_kind, public)
+        coverage_note = (
+            f"coverage min {min(covered):.3f} mean {np.mean(covered):.3f} (min_coverage {params.min_coverage}); "
+            f"{len(quarantined)} quarantined, {blacked} blacked out; "
+            if covered
+            else ""
+        )
+        log.info(
+            "anonymize: %s: %d of %d videos released; %s%.0f frames/s (people from %s, one core), public pixels %.3f",
+            method,
+            len(protected),
+            len(rows),
+            coverage_note,
+            speed,
+            source_kind,
+            public,
+        )
         if empty:  # said, not silent: these clips kept nothing public, and MaskDP has no public view of them
-            log.warning("anonymize: %s: %d of %d released clips have no public pixel (no person found by %s, nothing drawn; "
-                        "MaskDP has no public view of them): %s", method, len(empty), len(protected), source_kind,
-                        ", ".join(empty[:5]) + (" …" if len(empty) > 5 else ""))
+            log.warning(
+                "anonymize: %s: %d of %d released clips have no public pixel (no person found by %s, nothing drawn; "
+                "MaskDP has no public view of them): %s",
+                method,
+                len(empty),
+                len(protected),
+                source_kind,
+                ", ".join(empty[:5]) + (" …" if len(empty) > 5 else ""),
+            )
     return protected

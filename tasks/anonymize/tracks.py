@@ -30,9 +30,16 @@ MISSED_GROWTH = 1.5  # a box the detectors did not see, scaled about its centre
 
 def _centre_distance(first: np.ndarray, second: np.ndarray) -> float:
     """Centre distance in face widths (the larger of the two boxes' widths and heights)."""
-    scale = max(first[2] - first[0], first[3] - first[1], second[2] - second[0], second[3] - second[1], 1e-6)
-    return float(np.hypot((first[0] + first[2] - second[0] - second[2]) / 2, (first[1] + first[3] - second[1] - second[3]) / 2)
-                 / scale)
+    scale = max(
+        first[2] - first[0], first[3] - first[1], second[2] - second[0], second[3] - second[1], 1e-6
+    )
+    return float(
+        np.hypot(
+            (first[0] + first[2] - second[0] - second[2]) / 2,
+            (first[1] + first[3] - second[1] - second[3]) / 2,
+        )
+        / scale
+    )
 
 
 def track_numbers(detections: list[list[Box]]) -> list[list[int]]:
@@ -43,14 +50,18 @@ def track_numbers(detections: list[list[Box]]) -> list[list[int]]:
     >>> track_numbers([[(0, 0, 10, 10)], [], [(50, 50, 60, 60), (2, 0, 12, 10)]])
     [[0], [], [1, 0]]
     """
-    last: list[tuple[int, np.ndarray, np.ndarray]] = []  # per track: frame, box, velocity (box change per frame)
+    last: list[
+        tuple[int, np.ndarray, np.ndarray]
+    ] = []  # per track: frame, box, velocity (box change per frame)
     numbers: list[list[int]] = []
     for t, boxes in enumerate(detections):
         found = [np.asarray(box, np.float64) for box in boxes]
         mine = [-1] * len(found)
         if found and last:
             predicted = [box + velocity * (t - seen) for seen, box, velocity in last]
-            cost = np.array([[_centre_distance(guess, box) for box in found] for guess in predicted])
+            cost = np.array(
+                [[_centre_distance(guess, box) for box in found] for guess in predicted]
+            )
             for track, detection in zip(*linear_sum_assignment(cost)):
                 if cost[track, detection] <= MAX_LINK:
                     seen, box, _ = last[track]
@@ -120,4 +131,7 @@ def fill(tracks: np.ndarray, growth: float = MISSED_GROWTH) -> np.ndarray:
 
 def as_frames(tracks: np.ndarray) -> list[list[Box]]:
     """The finite boxes of each frame of (T, P, 4), as detectors list them."""
-    return [[tuple(float(value) for value in box) for box in frame if np.isfinite(box).all()] for frame in tracks]
+    return [
+        [tuple(float(value) for value in box) for box in frame if np.isfinite(box).all()]
+        for frame in tracks
+    ]

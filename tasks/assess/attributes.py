@@ -20,10 +20,10 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from tasks.core.scores import class_wise_f1, class_wise_map
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import resolve_path
 from tasks.core.progress import progress
+from tasks.core.scores import class_wise_f1, class_wise_map
 
 PER_FRAME = {"attr_face_visible": "face_visible"}  # manifest column -> per-frame annotation array
 
@@ -53,8 +53,15 @@ class FrameSet:
     video: np.ndarray
 
 
-def load_frame_set(rows: list[dict[str, Any]], raw: Path, names: list[str], clips: dict[str, np.ndarray], *,
-                   size: tuple[int, int], every: int = 1) -> FrameSet:
+def load_frame_set(
+    rows: list[dict[str, Any]],
+    raw: Path,
+    names: list[str],
+    clips: dict[str, np.ndarray],
+    *,
+    size: tuple[int, int],
+    every: int = 1,
+) -> FrameSet:
     """Every ``every``-th frame of each video in ``rows`` (raw manifest rows; frames ``clips[video_id]``), area-resized to ``size``.
 
     Labels always come from the raw manifest and annotations in ``raw``: a protected copy keeps the person,
@@ -76,17 +83,31 @@ def attribute_model(attributes: int, width: int = 16) -> nn.Module:
     layers: list[nn.Module] = []
     channels = 3
     for out in (width, 2 * width, 4 * width, 4 * width):
-        layers += [nn.Conv2d(channels, out, 3, stride=2, padding=1, bias=False), nn.GroupNorm(min(8, out), out), nn.ReLU()]
+        layers += [
+            nn.Conv2d(channels, out, 3, stride=2, padding=1, bias=False),
+            nn.GroupNorm(min(8, out), out),
+            nn.ReLU(),
+        ]
         channels = out
-    return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(channels, attributes))
+    return nn.Sequential(
+        *layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(channels, attributes)
+    )
 
 
 def _inputs(frames: torch.Tensor) -> torch.Tensor:
     return frames.float().div(127.5).sub(1.0)
 
 
-def train_attacker(data: FrameSet, *, epochs: int, batch_size: int, learning_rate: float, seed: int,
-                   desc: str, device: str = "cpu") -> nn.Module:
+def train_attacker(
+    data: FrameSet,
+    *,
+    epochs: int,
+    batch_size: int,
+    learning_rate: float,
+    seed: int,
+    desc: str,
+    device: str = "cpu",
+) -> nn.Module:
     """Adam on binary cross-entropy; random horizontal flips, drawn on the CPU. Deterministic for a seed on the CPU.
 
     Trained on ``device`` (base.device); returned on the CPU, where it is scored.
@@ -100,7 +121,7 @@ def train_attacker(data: FrameSet, *, epochs: int, batch_size: int, learning_rat
     loss_function = nn.BCEWithLogitsLoss()
     model.train()
     bar = progress(epochs * -(-len(targets) // batch_size), f"{desc} ({epochs} epochs)", "batch")
-    for epoch in range(epochs):
+    for _ in range(epochs):
         order = torch.randperm(len(targets), generator=generator).split(batch_size)
         for batch in order:
             bar.update(1)
@@ -118,13 +139,20 @@ def train_attacker(data: FrameSet, *, epochs: int, batch_size: int, learning_rat
 @torch.no_grad()
 def attack_scores(model: nn.Module, frames: torch.Tensor, batch_size: int = 256) -> np.ndarray:
     """Attribute probabilities (N, A) of each frame."""
-    return torch.cat([torch.sigmoid(model(_inputs(batch))) for batch in frames.split(batch_size)]).numpy()
+    return torch.cat(
+        [torch.sigmoid(model(_inputs(batch))) for batch in frames.split(batch_size)]
+    ).numpy()
 
 
 def attribute_privacy(model: nn.Module, data: FrameSet) -> dict[str, float]:
     """cMAP and class-wise F1 (threshold 0.5) of ``model`` on ``data``."""
     if data.labels.shape[1] != model[-1].out_features:
-        raise PrivharError(f"attribute attacker predicts {model[-1].out_features} attributes, the data has "
-                           f"{data.labels.shape[1]}")
+        raise PrivharError(
+            f"attribute attacker predicts {model[-1].out_features} attributes, the data has "
+            f"{data.labels.shape[1]}"
+        )
     scores = attack_scores(model, data.frames)
-    return {"cmap": class_wise_map(data.labels, scores), "f1": class_wise_f1(data.labels, scores >= 0.5)}
+    return {
+        "cmap": class_wise_map(data.labels, scores),
+        "f1": class_wise_f1(data.labels, scores >= 0.5),
+    }

@@ -19,9 +19,9 @@ import cv2
 import numpy as np
 from sklearn.svm import LinearSVC
 
+from tasks.core.errors import PrivharError
 from tasks.core.regions import grey, warp_region
 from tasks.core.scores import dice, frame_hit_rate, matches
-from tasks.core.errors import PrivharError
 
 Box = tuple[float, float, float, float]
 
@@ -37,7 +37,9 @@ class Kind:
 
     def hog(self) -> cv2.HOGDescriptor:
         block = 2 * self.cell
-        return cv2.HOGDescriptor(self.window, (block, block), (self.cell, self.cell), (self.cell, self.cell), 9)
+        return cv2.HOGDescriptor(
+            self.window, (block, block), (self.cell, self.cell), (self.cell, self.cell), 9
+        )
 
 
 FACE = Kind("face", (16, 16), 4, 2.0)
@@ -63,15 +65,19 @@ def patch(frame: np.ndarray, box: Box, kind: Kind) -> np.ndarray:
     return warp_region(frame, window_box(box, kind), kind.window, cv2.INTER_AREA)
 
 
-def random_negatives(frame: np.ndarray, truth: list[Box], kind: Kind, count: int, rng: np.random.Generator) -> list[np.ndarray]:
+def random_negatives(
+    frame: np.ndarray, truth: list[Box], kind: Kind, count: int, rng: np.random.Generator
+) -> list[np.ndarray]:
     """Windows of the kind's shape at random places and scales, overlapping no true box (Dice < 0.2)."""
     height, width = frame.shape[:2]
     found: list[np.ndarray] = []
     for _ in range(count * 5):
         if len(found) == count:
             break
-        box_height = min(rng.uniform(0.5, 1.2) * kind.window[1] / kind.upscale * (1.0 if kind is FACE else 1.2),
-                         rng.uniform(0.3, 0.9) * height)  # small frames: windows that fit
+        box_height = min(
+            rng.uniform(0.5, 1.2) * kind.window[1] / kind.upscale * (1.0 if kind is FACE else 1.2),
+            rng.uniform(0.3, 0.9) * height,
+        )  # small frames: windows that fit
         box_width = box_height * kind.window[0] / kind.window[1]
         if box_width >= width or box_height >= height:
             continue
@@ -86,13 +92,17 @@ def enlarged_grey(frame: np.ndarray, kind: Kind) -> np.ndarray:
     """The frame in grey, enlarged by the kind's ``upscale`` so its objects fill the HOG window."""
     image = grey(frame)
     if kind.upscale != 1.0:
-        image = cv2.resize(image, None, fx=kind.upscale, fy=kind.upscale, interpolation=cv2.INTER_LINEAR)
+        image = cv2.resize(
+            image, None, fx=kind.upscale, fy=kind.upscale, interpolation=cv2.INTER_LINEAR
+        )
     return image
 
 
 def frame_boxes(rectangles: np.ndarray | tuple, kind: Kind) -> list[Box]:
     """OpenCV's (x, y, w, h) rectangles on the enlarged image as corner boxes in the frame's own pixels."""
-    return [tuple(float(v) / kind.upscale for v in (x, y, x + w, y + h)) for x, y, w, h in rectangles]
+    return [
+        tuple(float(v) / kind.upscale for v in (x, y, x + w, y + h)) for x, y, w, h in rectangles
+    ]
 
 
 @dataclass
@@ -112,8 +122,10 @@ class Detector:
 
     def fit(self) -> Detector:
         if not self.positives or not self.negatives:
-            raise PrivharError(f"{self.kind.name} detector: {len(self.positives)} positive and {len(self.negatives)} negative "
-                               f"windows in the training frames; it needs both (are there annotated {self.kind.name}s?)")
+            raise PrivharError(
+                f"{self.kind.name} detector: {len(self.positives)} positive and {len(self.negatives)} negative "
+                f"windows in the training frames; it needs both (are there annotated {self.kind.name}s?)"
+            )
         data = self.features(self.positives + self.negatives)
         labels = np.r_[np.ones(len(self.positives)), np.zeros(len(self.negatives))]
         svm = LinearSVC(C=0.01, max_iter=5000, random_state=0).fit(data, labels)
@@ -141,14 +153,24 @@ class Detector:
         image = enlarged_grey(frame, self.kind)
         if image.shape[0] < self.kind.window[1] or image.shape[1] < self.kind.window[0]:
             return []
-        rectangles, _ = self._hog.detectMultiScale(image, hitThreshold=self.hit_threshold, winStride=(4, 4),
-                                                   padding=(0, 0), scale=1.1, groupThreshold=1)
+        rectangles, _ = self._hog.detectMultiScale(
+            image,
+            hitThreshold=self.hit_threshold,
+            winStride=(4, 4),
+            padding=(0, 0),
+            scale=1.1,
+            groupThreshold=1,
+        )
         return frame_boxes(rectangles, self.kind)
 
     def mine_hard_negatives(self, frames: list[np.ndarray], truths: list[list[Box]]) -> int:
         """Add every detection overlapping no true box (Dice < 0.2) as a negative and refit; the count added."""
-        hard = [patch(frame, box, self.kind) for frame, truth in zip(frames, truths) for box in self.detect(frame)
-                if all(dice(box, true) < 0.2 for true in truth)]
+        hard = [
+            patch(frame, box, self.kind)
+            for frame, truth in zip(frames, truths)
+            for box in self.detect(frame)
+            if all(dice(box, true) < 0.2 for true in truth)
+        ]
         self.negatives += hard
         self.fit()
         return len(hard)
@@ -162,7 +184,9 @@ class Detector:
 
     def adapt(self, frames: list[np.ndarray], truths: list[list[Box]]) -> int:
         """update(detector) of eq. 21/22: each detection matching a true box becomes a positive; the count added."""
-        return self.learn(matched_patches(frames, [self.detect(frame) for frame in frames], truths, self.kind))
+        return self.learn(
+            matched_patches(frames, [self.detect(frame) for frame in frames], truths, self.kind)
+        )
 
 
 class BundledDetector:
@@ -182,7 +206,9 @@ class BundledDetector:
     def __setstate__(self, state: dict) -> None:
         self.kind = state["kind"]
         if self.kind.name == "face":
-            self._cascade = cv2.CascadeClassifier(cv2.data.haarcascades + "haarcascade_frontalface_default.xml")
+            self._cascade = cv2.CascadeClassifier(
+                cv2.data.haarcascades + "haarcascade_frontalface_default.xml"
+            )
         else:
             self._hog = cv2.HOGDescriptor()
             self._hog.setSVMDetector(cv2.HOGDescriptor_getDefaultPeopleDetector())
@@ -205,21 +231,36 @@ class BundledDetector:
         return 0
 
 
-def matched_patches(frames: list[np.ndarray], found: list[list[Box]], truths: list[list[Box]], kind: Kind) -> list[np.ndarray]:
+def matched_patches(
+    frames: list[np.ndarray], found: list[list[Box]], truths: list[list[Box]], kind: Kind
+) -> list[np.ndarray]:
     """The windows of the detections ``found`` that match a true box (Dice > 0.5, eq. 26): update(detector)'s positives."""
-    return [patch(frame, box, kind) for frame, detections, truth in zip(frames, found, truths)
-            for box in detections if any(matches(box, true) for true in truth)]
+    return [
+        patch(frame, box, kind)
+        for frame, detections, truth in zip(frames, found, truths)
+        for box in detections
+        if any(matches(box, true) for true in truth)
+    ]
 
 
-def train_detector(kind: Kind, frames: list[np.ndarray], truths: list[list[Box]], *, seed: int,
-                   negatives_per_frame: int = 3, mining_frames: int = 200) -> Detector:
+def train_detector(
+    kind: Kind,
+    frames: list[np.ndarray],
+    truths: list[list[Box]],
+    *,
+    seed: int,
+    negatives_per_frame: int = 3,
+    mining_frames: int = 200,
+) -> Detector:
     """Positives: every true box; negatives: random windows, then one hard-negative round on ``mining_frames`` frames."""
     rng = np.random.default_rng(seed)
     detector = Detector(kind)
     for frame, truth in zip(frames, truths):
         detector.positives += [patch(frame, box, kind) for box in truth]
-        detector.positives += [patch(frame[:, ::-1], (frame.shape[1] - b[2], b[1], frame.shape[1] - b[0], b[3]), kind)
-                               for b in truth]  # mirrored
+        detector.positives += [
+            patch(frame[:, ::-1], (frame.shape[1] - b[2], b[1], frame.shape[1] - b[0], b[3]), kind)
+            for b in truth
+        ]  # mirrored
         detector.negatives += random_negatives(frame, truth, kind, negatives_per_frame, rng)
     detector.fit()
     chosen = rng.choice(len(frames), size=min(mining_frames, len(frames)), replace=False)
@@ -229,4 +270,8 @@ def train_detector(kind: Kind, frames: list[np.ndarray], truths: list[list[Box]]
 
 def detection_rate(detector: Detector, frames: list[np.ndarray], truths: list[list[Box]]) -> float:
     """Eq. 20-22: the mean over frames of h (matched detections over true objects; 1 in a frame with none)."""
-    return float(np.mean([frame_hit_rate(detector.detect(frame), truth) for frame, truth in zip(frames, truths)]))
+    return float(
+        np.mean(
+            [frame_hit_rate(detector.detect(frame), truth) for frame, truth in zip(frames, truths)]
+        )
+    )

@@ -25,11 +25,26 @@ class Occurrence:
 
 def occurrences(video: str, annotations: Any) -> list[Occurrence]:
     """Every visible face in a video's annotations (face_box, face_visible, identity)."""
-    boxes, visible, identities = annotations["face_box"], annotations["face_visible"], annotations["identity"]
-    return [Occurrence(video, frame, int(identities[person]), tuple(float(v) for v in boxes[frame, person]))
-            for frame in range(boxes.shape[0]) for person in range(boxes.shape[1]) if visible[frame, person]]
+    boxes, visible, identities = (
+        annotations["face_box"],
+        annotations["face_visible"],
+        annotations["identity"],
+    )
+    return [
+        Occurrence(
+            video, frame, int(identities[person]), tuple(float(v) for v in boxes[frame, person])
+        )
+        for frame in range(boxes.shape[0])
+        for person in range(boxes.shape[1])
+        if visible[frame, person]
+    ]
 
 
-def crop(frame: np.ndarray, box: tuple[float, float, float, float], size: int = FACE_SIZE, margin: float = MARGIN) -> np.ndarray:
+def crop(
+    frame: np.ndarray,
+    box: tuple[float, float, float, float],
+    size: int = FACE_SIZE,
+    margin: float = MARGIN,
+) -> np.ndarray:
     """The grey box plus ``margin`` on each side, resized to size × size."""
     return warp_region(frame, expanded(box, 1 + 2 * margin), (size, size))

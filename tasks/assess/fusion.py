@@ -25,7 +25,9 @@ def swt_fuse(first: np.ndarray, second: np.ndarray) -> np.ndarray:
     bands_b = pywt.swt2(second.astype(np.float64), WAVELET, level=LEVELS)
     fused = []
     for (approx_a, details_a), (approx_b, details_b) in zip(bands_a, bands_b):
-        details = tuple(np.where(np.abs(a) >= np.abs(b), a, b) for a, b in zip(details_a, details_b))
+        details = tuple(
+            np.where(np.abs(a) >= np.abs(b), a, b) for a, b in zip(details_a, details_b)
+        )
         fused.append(((approx_a + approx_b) / 2.0, details))
     return np.clip(np.rint(pywt.iswt2(fused, WAVELET)), 0, 255).astype(np.uint8)
 
@@ -47,9 +49,11 @@ def ssim_groups(images: list[np.ndarray], threshold: float = 0.7) -> list[list[i
     return groups
 
 
-def fused_pairs(images: list[np.ndarray], groups: list[list[int]], limit: int) -> Iterator[np.ndarray]:
+def fused_pairs(
+    images: list[np.ndarray], groups: list[list[int]], limit: int
+) -> Iterator[np.ndarray]:
     """Every pair inside each group, fused; at most ``limit`` in all, spread evenly over the pairs."""
-    pairs = [(a, b) for group in groups for i, a in enumerate(group) for b in group[i + 1:]]
+    pairs = [(a, b) for group in groups for i, a in enumerate(group) for b in group[i + 1 :]]
     if len(pairs) > limit:
         pairs = [pairs[int(index)] for index in np.linspace(0, len(pairs) - 1, limit)]
     for a, b in pairs:

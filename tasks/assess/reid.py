@@ -29,8 +29,10 @@ class FaceRecognisers:
 
     def __init__(self, faces: list[np.ndarray], identities: list[int]) -> None:
         if len(set(identities)) < 2:
-            raise PrivharError(f"face recognition needs faces of at least 2 people in the training split, "
-                               f"found {len(set(identities))}")
+            raise PrivharError(
+                f"face recognition needs faces of at least 2 people in the training split, "
+                f"found {len(set(identities))}"
+            )
         self.faces, self.identities = faces, identities
         labels = np.asarray(identities, dtype=np.int32)
         self.models = {
@@ -38,15 +40,24 @@ class FaceRecognisers:
             "eigen": cv2.face.EigenFaceRecognizer_create(num_components=min(48, len(faces) - 1)),
         }
         people = len(set(identities))
-        if len(faces) >= 2 * people - 1:  # Fisherfaces: PCA to N − C dimensions, then LDA to C − 1 (OpenCV asserts it)
+        if (
+            len(faces) >= 2 * people - 1
+        ):  # Fisherfaces: PCA to N − C dimensions, then LDA to C − 1 (OpenCV asserts it)
             self.models["fisher"] = cv2.face.FisherFaceRecognizer_create()
         else:
-            LOG.warning("face re-identification without Fisherfaces: %d training faces of %d people (it needs at least "
-                        "2 × people − 1 = %d; raise assess.faces_per_video)", len(faces), people, 2 * people - 1)
+            LOG.warning(
+                "face re-identification without Fisherfaces: %d training faces of %d people (it needs at least "
+                "2 × people − 1 = %d; raise assess.faces_per_video)",
+                len(faces),
+                people,
+                2 * people - 1,
+            )
         for model in self.models.values():
             model.train(faces, labels)
 
-    def __reduce__(self) -> tuple:  # OpenCV's models do not pickle; retraining from the faces is fast
+    def __reduce__(
+        self,
+    ) -> tuple:  # OpenCV's models do not pickle; retraining from the faces is fast
         return FaceRecognisers, (self.faces, self.identities)
 
     def recognise(self, face: np.ndarray) -> dict[str, int]:
@@ -67,11 +78,19 @@ def identification_aggr(occurrences: list[Occurrence], recognised: list[bool]) -
     if not occurrences:
         return 1.0
     exposed = {occurrence.identity for occurrence, hit in zip(occurrences, recognised) if hit}
-    return 1.0 - sum(occurrence.identity in exposed for occurrence in occurrences) / len(occurrences)
+    return 1.0 - sum(occurrence.identity in exposed for occurrence in occurrences) / len(
+        occurrences
+    )
 
 
-def identification_fused(recognisers: FaceRecognisers, occurrences: list[Occurrence], faces: list[np.ndarray],
-                         *, threshold: float = 0.7, pairs_per_person: int) -> float:
+def identification_fused(
+    recognisers: FaceRecognisers,
+    occurrences: list[Occurrence],
+    faces: list[np.ndarray],
+    *,
+    threshold: float = 0.7,
+    pairs_per_person: int,
+) -> float:
     """Eq. 18: each person's protected faces grouped by SSIM ≥ threshold, fused pairwise (2-level SWT);
     one fused face recognised as the person exposes all their occurrences.
 
@@ -86,11 +105,20 @@ def identification_fused(recognisers: FaceRecognisers, occurrences: list[Occurre
     exposed = set()
     for identity, images in by_person.items():
         groups = ssim_groups(images, threshold)
-        if any(recognisers.names_right(fused, identity) for fused in fused_pairs(images, groups, pairs_per_person)):
+        if any(
+            recognisers.names_right(fused, identity)
+            for fused in fused_pairs(images, groups, pairs_per_person)
+        ):
             exposed.add(identity)
-    return 1.0 - sum(occurrence.identity in exposed for occurrence in occurrences) / len(occurrences)
+    return 1.0 - sum(occurrence.identity in exposed for occurrence in occurrences) / len(
+        occurrences
+    )
 
 
-def recognised_flags(recognisers: FaceRecognisers, occurrences: Iterable[Occurrence],
-                     faces: Iterable[np.ndarray]) -> list[bool]:
-    return [recognisers.names_right(face, occurrence.identity) for occurrence, face in zip(occurrences, faces)]
+def recognised_flags(
+    recognisers: FaceRecognisers, occurrences: Iterable[Occurrence], faces: Iterable[np.ndarray]
+) -> list[bool]:
+    return [
+        recognisers.names_right(face, occurrence.identity)
+        for occurrence, face in zip(occurrences, faces)
+    ]

@@ -39,10 +39,18 @@ from tasks.core.scores import matches
 Box = tuple[float, float, float, float]
 UPSCALE = 4.0  # decoded frames are small (people 10-40 rows at 96): HOG wants ~96 rows, Haar ~24
 MOTION_GROW = 1  # decoded pixels around a moving blob
-RESIDUALS = ("residual_people", "residual_faces", "residual_pixels", "face_leak_frames", "face_leak_clips")
+RESIDUALS = (
+    "residual_people",
+    "residual_faces",
+    "residual_pixels",
+    "face_leak_frames",
+    "face_leak_clips",
+)
 
 
-def _outside_public(boxes: list[tuple[float, float, float, float]], public: np.ndarray | None) -> int:
+def _outside_public(
+    boxes: list[tuple[float, float, float, float]], public: np.ndarray | None
+) -> int:
     """Boxes not mostly on avatar pixels."""
     if public is None:
         return len(boxes)
@@ -60,8 +68,14 @@ def _person_pixels(clip: np.ndarray, t: int) -> np.ndarray:
     return moving | fill_boxes(clip.shape[1:3], people_boxes(clip[t], UPSCALE))
 
 
-def residual_scores(raw: dict[str, np.ndarray], protected: dict[str, np.ndarray], public: dict[str, np.ndarray | None],
-                    videos: list[str], step: int, true_faces: dict[str, list[list[Box]]] | None = None) -> dict[str, Any]:
+def residual_scores(
+    raw: dict[str, np.ndarray],
+    protected: dict[str, np.ndarray],
+    public: dict[str, np.ndarray | None],
+    videos: list[str],
+    step: int,
+    true_faces: dict[str, list[list[Box]]] | None = None,
+) -> dict[str, Any]:
     """The residual figures over ``videos`` (ids present in ``protected``), every ``step``-th frame (the face leakage:
     every frame; ``true_faces``: the annotated visible faces per frame, where the dataset has them)."""
     people, faces, found, kept, frames = 0, 0, 0, 0, 0
@@ -78,12 +92,21 @@ def residual_scores(raw: dict[str, np.ndarray], protected: dict[str, np.ndarray]
             found += int(before.sum())
             kept += int(after.sum())
             frames += 1
-    return {"residual_people": people / max(frames, 1), "residual_faces": faces / max(frames, 1),
-            "residual_pixels": kept / found if found else 0.0, **face_leakage(raw, protected, public, videos, true_faces)}
+    return {
+        "residual_people": people / max(frames, 1),
+        "residual_faces": faces / max(frames, 1),
+        "residual_pixels": kept / found if found else 0.0,
+        **face_leakage(raw, protected, public, videos, true_faces),
+    }
 
 
-def face_leakage(raw: dict[str, np.ndarray], protected: dict[str, np.ndarray], public: dict[str, np.ndarray | None],
-                 videos: list[str], true_faces: dict[str, list[list[Box]]] | None = None) -> dict[str, float | None]:
+def face_leakage(
+    raw: dict[str, np.ndarray],
+    protected: dict[str, np.ndarray],
+    public: dict[str, np.ndarray | None],
+    videos: list[str],
+    true_faces: dict[str, list[list[Box]]] | None = None,
+) -> dict[str, float | None]:
     """``face_leak_frames`` and ``face_leak_clips`` over every frame of ``videos`` (None where no raw face is found);
     with ``true_faces`` (annotations), only raw detections that match a true face."""
     with_face = leaked = clips_with_face = clips_leaked = 0
@@ -93,16 +116,24 @@ def face_leakage(raw: dict[str, np.ndarray], protected: dict[str, np.ndarray], p
         for t in range(len(clip)):
             before = face_boxes(raw[video][t], UPSCALE)
             if true_faces is not None and video in true_faces:
-                before = [box for box in before if any(matches(box, true) for true in true_faces[video][t])]
+                before = [
+                    box
+                    for box in before
+                    if any(matches(box, true) for true in true_faces[video][t])
+                ]
             if not before:
                 continue
             frame_public = None if mask is None else mask[t].astype(bool)
-            after = [box for box in face_boxes(clip[t], UPSCALE) if _outside_public([box], frame_public)]
+            after = [
+                box for box in face_boxes(clip[t], UPSCALE) if _outside_public([box], frame_public)
+            ]
             kept = any(matches(old, new) for old in before for new in after)
             seen, survived = True, survived or kept
             with_face += 1
             leaked += int(kept)
         clips_with_face += int(seen)
         clips_leaked += int(survived)
-    return {"face_leak_frames": leaked / with_face if with_face else None,
-            "face_leak_clips": clips_leaked / clips_with_face if clips_with_face else None}
+    return {
+        "face_leak_frames": leaked / with_face if with_face else None,
+        "face_leak_clips": clips_leaked / clips_with_face if clips_with_face else None,
+    }

@@ -30,7 +30,9 @@ def ssim(first: np.ndarray, second: np.ndarray) -> float:
     var_x = _blur(x * x) - mu_x * mu_x
     var_y = _blur(y * y) - mu_y * mu_y
     cov = _blur(x * y) - mu_x * mu_y
-    index = ((2 * mu_x * mu_y + C1) * (2 * cov + C2)) / ((mu_x**2 + mu_y**2 + C1) * (var_x + var_y + C2))
+    index = ((2 * mu_x * mu_y + C1) * (2 * cov + C2)) / (
+        (mu_x**2 + mu_y**2 + C1) * (var_x + var_y + C2)
+    )
     pad = (WINDOW - 1) // 2
     return float(index[pad:-pad, pad:-pad].mean())
 

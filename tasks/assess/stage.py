@@ -24,7 +24,12 @@ import cv2
 import numpy as np
 import torch
 
-from tasks.assess.attributes import attribute_model, attribute_privacy, load_frame_set, train_attacker
+from tasks.assess.attributes import (
+    attribute_model,
+    attribute_privacy,
+    load_frame_set,
+    train_attacker,
+)
 from tasks.assess.detection import (
     KINDS,
     BundledDetector,
@@ -37,19 +42,31 @@ from tasks.assess.detection import (
 )
 from tasks.assess.faces import crop
 from tasks.assess.fusion import fused_pairs, ssim_groups
-from tasks.core.regions import expanded, warp_region
-from tasks.assess.reid import FaceRecognisers, identification_aggr, identification_fused, identification_ind, recognised_flags
-from tasks.core.scores import frame_hit_rate, speed_score
+from tasks.assess.reid import (
+    FaceRecognisers,
+    identification_aggr,
+    identification_fused,
+    identification_ind,
+    recognised_flags,
+)
+from tasks.assess.residual import RESIDUALS, residual_scores
 from tasks.assess.similarity import mse_similarity, ssim
 from tasks.assess.tracking import track_video
-from tasks.assess.residual import RESIDUALS, residual_scores
 from tasks.assess.truth import VideoTruth, clips_of, load_truth, released
 from tasks.core.clips import split_rows
-from tasks.core.errors import PrivharError
-from tasks.core.manifest import MANIFEST_NAME, attribute_names, copies_under, read_manifest, resolve_path
-from tasks.core.parallel import map_ordered, worker_count
 from tasks.core.device import resolve_device
+from tasks.core.errors import PrivharError
+from tasks.core.manifest import (
+    MANIFEST_NAME,
+    attribute_names,
+    copies_under,
+    read_manifest,
+    resolve_path,
+)
+from tasks.core.parallel import map_ordered, worker_count
 from tasks.core.params import AssessParams, BaseParams, load_section
+from tasks.core.regions import expanded, warp_region
+from tasks.core.scores import frame_hit_rate, speed_score
 from tasks.core.seeding import derive_seed
 from tasks.core.speed import read_speed
 from tasks.core.storage import atomic_write_bytes
@@ -57,8 +74,21 @@ from tasks.core.tables import csv_bytes
 from tasks.core.tracking import stage_run, stage_work
 
 RAW = "raw"
-SIGNATURE = ("e_id_ind", "e_id_aggr", "e_id_fused", "e_det_face_ind", "e_det_face_aggr", "e_det_face_fused",
-             "e_det_body_ind", "e_det_body_aggr", "e_det_body_fused", "e_track", "e_sim_ssim", "e_sim_mse", "e_speed")
+SIGNATURE = (
+    "e_id_ind",
+    "e_id_aggr",
+    "e_id_fused",
+    "e_det_face_ind",
+    "e_det_face_aggr",
+    "e_det_face_fused",
+    "e_det_body_ind",
+    "e_det_body_aggr",
+    "e_det_body_fused",
+    "e_track",
+    "e_sim_ssim",
+    "e_sim_mse",
+    "e_speed",
+)
 ATTRIBUTE_SCORES = ("cmap_raw_attacker", "f1_raw_attacker", "cmap_adaptive", "f1_adaptive")
 # what is left of people: the anonymize check, clips where no avatar was drawn (no person found), detectors re-run
 LEFT = ("coverage", "quarantined", "no_avatar", *RESIDUALS)
@@ -81,8 +111,13 @@ def copy_name(folder: Path) -> str:
     return f"{folder.parent.name}-{folder.name}"
 
 
-def _frames_and_truth(rows: list[dict[str, Any]], clips: dict[str, np.ndarray], truths: dict[str, VideoTruth],
-                      kind: str, step: int) -> tuple[list[np.ndarray], list[list]]:
+def _frames_and_truth(
+    rows: list[dict[str, Any]],
+    clips: dict[str, np.ndarray],
+    truths: dict[str, VideoTruth],
+    kind: str,
+    step: int,
+) -> tuple[list[np.ndarray], list[list]]:
     frames, boxes = [], []
     for row in rows:
         truth = truths[row["video_id"]]
@@ -93,21 +128,43 @@ def _frames_and_truth(rows: list[dict[str, Any]], clips: dict[str, np.ndarray], 
     return frames, boxes
 
 
-def train_raw_attackers(params: AssessParams, seed: int, rows: list[dict[str, Any]], raw: Path,
-                        clips: dict[str, np.ndarray], truths: dict[str, VideoTruth], device: str = "cpu") -> RawAttackers:
+def train_raw_attackers(
+    params: AssessParams,
+    seed: int,
+    rows: list[dict[str, Any]],
+    raw: Path,
+    clips: dict[str, np.ndarray],
+    truths: dict[str, VideoTruth],
+    device: str = "cpu",
+) -> RawAttackers:
     names = attribute_names(rows) if any(key.startswith("attr_") for key in rows[0]) else []
     state: dict[str, torch.Tensor] = {}
     if names:
-        data = load_frame_set(rows, raw, names, clips, size=tuple(params.attacker_size), every=params.attacker_frame_step)
-        state = train_attacker(data, epochs=params.attacker_epochs, batch_size=params.attacker_batch_size,
-                               learning_rate=params.attacker_learning_rate, seed=derive_seed(seed, "assess", "attacker", RAW),
-                               desc="attribute attacker (raw)", device=device).state_dict()
+        data = load_frame_set(
+            rows,
+            raw,
+            names,
+            clips,
+            size=tuple(params.attacker_size),
+            every=params.attacker_frame_step,
+        )
+        state = train_attacker(
+            data,
+            epochs=params.attacker_epochs,
+            batch_size=params.attacker_batch_size,
+            learning_rate=params.attacker_learning_rate,
+            seed=derive_seed(seed, "assess", "attacker", RAW),
+            desc="attribute attacker (raw)",
+            device=device,
+        ).state_dict()
     faces, identities = [], []
     if not truths:  # real footage without annotations: no face or body boxes to train or score on
         return RawAttackers(names, state, None, {})
     for row in rows:
         found = truths[row["video_id"]].occurrences
-        for occurrence in found[:: max(1, len(found) // params.faces_per_video)][: params.faces_per_video]:
+        for occurrence in found[:: max(1, len(found) // params.faces_per_video)][
+            : params.faces_per_video
+        ]:
             faces.append(crop(clips[row["video_id"]][occurrence.frame], occurrence.box))
             identities.append(occurrence.identity)
     detectors: dict[str, Detector | BundledDetector] = {}
@@ -115,13 +172,24 @@ def train_raw_attackers(params: AssessParams, seed: int, rows: list[dict[str, An
         if params.detector == "opencv":
             detectors[name] = BundledDetector(kind)
             continue
-        frames, boxes = _frames_and_truth(rows, clips, truths, name, params.detector_training_frame_step)
-        detectors[name] = train_detector(kind, frames, boxes, seed=derive_seed(seed, "assess", "detector", name))
+        frames, boxes = _frames_and_truth(
+            rows, clips, truths, name, params.detector_training_frame_step
+        )
+        detectors[name] = train_detector(
+            kind, frames, boxes, seed=derive_seed(seed, "assess", "detector", name)
+        )
     return RawAttackers(names, state, FaceRecognisers(faces, identities), detectors)
 
 
-def fused_windows(kind: Kind, frames: list[np.ndarray], boxes: list[list], owners: list[list[int]], *,
-                  threshold: float, pairs: int) -> tuple[list[np.ndarray], list[list]]:
+def fused_windows(
+    kind: Kind,
+    frames: list[np.ndarray],
+    boxes: list[list],
+    owners: list[list[int]],
+    *,
+    threshold: float,
+    pairs: int,
+) -> tuple[list[np.ndarray], list[list]]:
     """Fused frames for detection: each person's object windows (1.5× the window box, one size), grouped by SSIM,
     fused pairwise; the true box of a fused window is the central window box."""
     scale = 1.5
@@ -131,7 +199,9 @@ def fused_windows(kind: Kind, frames: list[np.ndarray], boxes: list[list], owner
     for frame, frame_boxes, frame_owners in zip(frames, boxes, owners):
         for box, owner in zip(frame_boxes, frame_owners):
             region = expanded(window_box(box, kind), scale)
-            by_person.setdefault(owner, []).append(warp_region(frame, region, (width, height), cv2.INTER_AREA))
+            by_person.setdefault(owner, []).append(
+                warp_region(frame, region, (width, height), cv2.INTER_AREA)
+            )
     fused, truth = [], []
     for images in by_person.values():
         for image in fused_pairs(images, ssim_groups(images, threshold), pairs):
@@ -140,24 +210,39 @@ def fused_windows(kind: Kind, frames: list[np.ndarray], boxes: list[list], owner
     return fused, truth
 
 
-def detection_scores(detector: Detector | BundledDetector, frames: list[np.ndarray], boxes: list[list], owners: list[list[int]],
-                     params: AssessParams) -> dict[str, float]:
+def detection_scores(
+    detector: Detector | BundledDetector,
+    frames: list[np.ndarray],
+    boxes: list[list],
+    owners: list[list[int]],
+    params: AssessParams,
+) -> dict[str, float]:
     """e_det ind (eq. 20), aggr (eq. 21: adapted on the protected frames' hits), fused (eq. 22: adapted on fused windows)."""
     kind = detector.kind
     found = [detector.detect(frame) for frame in frames]
     scores = {"ind": float(np.mean([frame_hit_rate(f, b) for f, b in zip(found, boxes)]))}
     aggregated = detector.clone()
-    added = aggregated.learn(matched_patches(frames, found, boxes, kind))  # the hits of the pass above, not a new search
+    added = aggregated.learn(
+        matched_patches(frames, found, boxes, kind)
+    )  # the hits of the pass above, not a new search
     scores["aggr"] = detection_rate(aggregated, frames, boxes) if added else scores["ind"]
-    fused, fused_truth = fused_windows(kind, frames, boxes, owners, threshold=params.ssim_group,
-                                       pairs=params.fused_pairs_per_person)
+    fused, fused_truth = fused_windows(
+        kind,
+        frames,
+        boxes,
+        owners,
+        threshold=params.ssim_group,
+        pairs=params.fused_pairs_per_person,
+    )
     adapted = detector.clone()
     added = adapted.adapt(fused, fused_truth)
     scores["fused"] = detection_rate(adapted, frames, boxes) if added else scores["ind"]
     return scores
 
 
-def _owners(rows: list[dict[str, Any]], truths: dict[str, VideoTruth], kind: str, step: int) -> list[list[int]]:
+def _owners(
+    rows: list[dict[str, Any]], truths: dict[str, VideoTruth], kind: str, step: int
+) -> list[list[int]]:
     """The identity of each true box, frame by frame, in the order of _frames_and_truth."""
     owners = []
     for row in rows:
@@ -177,12 +262,26 @@ def no_avatar(folder: Path) -> int | None:
     rows = read_manifest(folder / MANIFEST_NAME)
     if not any(row.get("mask") for row in rows):
         return None
-    return sum(1 for row in rows if row.get("mask") and not row.get("blacked_out") and float(row["public_fraction"]) == 0.0)
+    return sum(
+        1
+        for row in rows
+        if row.get("mask") and not row.get("blacked_out") and float(row["public_fraction"]) == 0.0
+    )
 
 
-def assess_copy(item: tuple[str, Path], *, raw: Path, train_rows: list[dict[str, Any]], test_rows: list[dict[str, Any]],
-                truths: dict[str, VideoTruth], attackers: RawAttackers, params: AssessParams, seed: int,
-                speeds: Path, device: str = "cpu") -> dict[str, Any]:
+def assess_copy(
+    item: tuple[str, Path],
+    *,
+    raw: Path,
+    train_rows: list[dict[str, Any]],
+    test_rows: list[dict[str, Any]],
+    truths: dict[str, VideoTruth],
+    attackers: RawAttackers,
+    params: AssessParams,
+    seed: int,
+    speeds: Path,
+    device: str = "cpu",
+) -> dict[str, Any]:
     """Every score of one copy (``name``, ``folder``)."""
     name, folder = item
     started = clock = time.perf_counter()
@@ -190,36 +289,72 @@ def assess_copy(item: tuple[str, Path], *, raw: Path, train_rows: list[dict[str,
     train_rows, _, held_train = released(train_rows, folder)
     test_clips = clips_of(test_rows, folder)
     raw_clips = test_clips if name == RAW else clips_of(test_rows, raw)
-    scores: dict[str, Any] = {"copy": name, "folder": str(folder), **dict.fromkeys((*ATTRIBUTE_SCORES, *TRUTH_SCORES))}
-    covered = [float(row["coverage"]) for row in test_copy if row.get("coverage") is not None and np.isfinite(row["coverage"])]
+    scores: dict[str, Any] = {
+        "copy": name,
+        "folder": str(folder),
+        **dict.fromkeys((*ATTRIBUTE_SCORES, *TRUTH_SCORES)),
+    }
+    covered = [
+        float(row["coverage"])
+        for row in test_copy
+        if row.get("coverage") is not None and np.isfinite(row["coverage"])
+    ]
     scores["coverage"] = float(np.mean(covered)) if covered else None
     scores["quarantined"] = held_test + held_train
     scores["no_avatar"] = no_avatar(folder)
 
     clock = _lap(scores, "load", clock)
     if attackers.names:
-        _attribute_scores(scores, name, raw, train_rows, test_rows, test_clips, folder, attackers, params, seed, device)
+        _attribute_scores(
+            scores,
+            name,
+            raw,
+            train_rows,
+            test_rows,
+            test_clips,
+            folder,
+            attackers,
+            params,
+            seed,
+            device,
+        )
     clock = _lap(scores, "attributes", clock)
     if truths:
         _truth_scores(scores, test_rows, test_clips, truths, attackers, params)
     clock = _lap(scores, "detection", clock)
     # what is left: detectors re-run on protected frames (avatar pixels excluded)
-    picked = np.unique(np.linspace(0, len(test_rows) - 1, min(params.residual_videos, len(test_rows))).astype(int))
+    picked = np.unique(
+        np.linspace(0, len(test_rows) - 1, min(params.residual_videos, len(test_rows))).astype(int)
+    )
     videos = [test_rows[index]["video_id"] for index in picked]
     public = {row["video_id"]: _public_mask(row, folder) for row in test_copy}
-    scores.update(residual_scores(raw_clips, test_clips, public, videos, params.detection_frame_step,
-                                  {video: truths[video].faces for video in videos if video in truths} if truths else None))
+    scores.update(
+        residual_scores(
+            raw_clips,
+            test_clips,
+            public,
+            videos,
+            params.detection_frame_step,
+            {video: truths[video].faces for video in videos if video in truths} if truths else None,
+        )
+    )
 
     clock = _lap(scores, "residual", clock)
     # f_sim: every test frame against its raw frame.
-    pairs = [(raw_clips[v][t], test_clips[v][t]) for v in test_clips for t in range(len(test_clips[v]))]
+    pairs = [
+        (raw_clips[v][t], test_clips[v][t]) for v in test_clips for t in range(len(test_clips[v]))
+    ]
     scores["e_sim_ssim"] = float(np.mean([ssim(a, b) for a, b in pairs]))
     scores["e_sim_mse"] = float(np.mean([mse_similarity(a, b) for a, b in pairs]))
 
     clock = _lap(scores, "similarity", clock)
     # f_speed: the frames/s the protecting stage measured.
-    scores["frames_per_second"] = float("inf") if name == RAW else read_speed(speeds / f"{name}.json")
-    scores["e_speed"] = 1.0 if name == RAW else speed_score(scores["frames_per_second"], params.target_fps)
+    scores["frames_per_second"] = (
+        float("inf") if name == RAW else read_speed(speeds / f"{name}.json")
+    )
+    scores["e_speed"] = (
+        1.0 if name == RAW else speed_score(scores["frames_per_second"], params.target_fps)
+    )
     scores["assess_seconds"] = time.perf_counter() - started
     return scores
 
@@ -232,9 +367,19 @@ def _public_mask(row: dict[str, Any], folder: Path) -> np.ndarray | None:
         return stored["public"]
 
 
-def _attribute_scores(scores: dict[str, Any], name: str, raw: Path, train_rows: list[dict[str, Any]],
-                      test_rows: list[dict[str, Any]], test_clips: dict[str, np.ndarray], folder: Path,
-                      attackers: RawAttackers, params: AssessParams, seed: int, device: str = "cpu") -> None:
+def _attribute_scores(
+    scores: dict[str, Any],
+    name: str,
+    raw: Path,
+    train_rows: list[dict[str, Any]],
+    test_rows: list[dict[str, Any]],
+    test_clips: dict[str, np.ndarray],
+    folder: Path,
+    attackers: RawAttackers,
+    params: AssessParams,
+    seed: int,
+    device: str = "cpu",
+) -> None:
     """Privacy attributes: the raw-trained attacker, then one trained on this copy's training frames."""
     model = attribute_model(len(attackers.names))
     model.load_state_dict(attackers.attacker)
@@ -246,44 +391,84 @@ def _attribute_scores(scores: dict[str, Any], name: str, raw: Path, train_rows: 
     if name == RAW:
         adaptive = raw_attack  # the adaptive attacker of the raw copy is the raw attacker
     else:
-        train_set = load_frame_set(train_rows, raw, attackers.names, clips_of(train_rows, folder), size=size,
-                                   every=params.attacker_frame_step)
-        adaptive_model = train_attacker(train_set, epochs=params.attacker_epochs, batch_size=params.attacker_batch_size,
-                                        learning_rate=params.attacker_learning_rate,
-                                        seed=derive_seed(seed, "assess", "attacker", name), desc=f"attribute attacker ({name})",
-                                        device=device)
+        train_set = load_frame_set(
+            train_rows,
+            raw,
+            attackers.names,
+            clips_of(train_rows, folder),
+            size=size,
+            every=params.attacker_frame_step,
+        )
+        adaptive_model = train_attacker(
+            train_set,
+            epochs=params.attacker_epochs,
+            batch_size=params.attacker_batch_size,
+            learning_rate=params.attacker_learning_rate,
+            seed=derive_seed(seed, "assess", "attacker", name),
+            desc=f"attribute attacker ({name})",
+            device=device,
+        )
         adaptive = attribute_privacy(adaptive_model, test_set)
     scores["cmap_adaptive"], scores["f1_adaptive"] = adaptive["cmap"], adaptive["f1"]
 
 
-def _truth_scores(scores: dict[str, Any], test_rows: list[dict[str, Any]], test_clips: dict[str, np.ndarray],
-                  truths: dict[str, VideoTruth], attackers: RawAttackers, params: AssessParams) -> None:
+def _truth_scores(
+    scores: dict[str, Any],
+    test_rows: list[dict[str, Any]],
+    test_clips: dict[str, np.ndarray],
+    truths: dict[str, VideoTruth],
+    attackers: RawAttackers,
+    params: AssessParams,
+) -> None:
     """e_id, e_det and e_track of paper 004: scored against the annotated faces and bodies."""
     # f_id: faces inside the true boxes of the protected test frames, of the people the recognisers learnt (closed set,
     # as paper 004 §5: a face whose person has no training face cannot be named, and would count as protected).
     known = set(attackers.recognisers.identities)
-    occurrences = [o for row in test_rows for o in truths[row["video_id"]].occurrences
-                   if o.frame % params.identification_frame_step == 0 and o.identity in known]
-    log.info("assess: face re-identification over %d faces of %d people (of %d in the recognisers' gallery)",
-             len(occurrences), len({o.identity for o in occurrences}), len(known))
+    occurrences = [
+        o
+        for row in test_rows
+        for o in truths[row["video_id"]].occurrences
+        if o.frame % params.identification_frame_step == 0 and o.identity in known
+    ]
+    log.info(
+        "assess: face re-identification over %d faces of %d people (of %d in the recognisers' gallery)",
+        len(occurrences),
+        len({o.identity for o in occurrences}),
+        len(known),
+    )
     faces = [crop(test_clips[o.video][o.frame], o.box) for o in occurrences]
     flags = recognised_flags(attackers.recognisers, occurrences, faces)
     scores["e_id_ind"] = identification_ind(flags)
     scores["e_id_aggr"] = identification_aggr(occurrences, flags)
-    scores["e_id_fused"] = identification_fused(attackers.recognisers, occurrences, faces, threshold=params.ssim_group,
-                                                pairs_per_person=params.fused_pairs_per_person)
+    scores["e_id_fused"] = identification_fused(
+        attackers.recognisers,
+        occurrences,
+        faces,
+        threshold=params.ssim_group,
+        pairs_per_person=params.fused_pairs_per_person,
+    )
     scores["face_occurrences"] = len(occurrences)
     # f_det: faces and bodies, independent / aggregated / fused frames.
     for kind_name, detector in attackers.detectors.items():
-        frames, boxes = _frames_and_truth(test_rows, test_clips, truths, kind_name, params.detection_frame_step)
+        frames, boxes = _frames_and_truth(
+            test_rows, test_clips, truths, kind_name, params.detection_frame_step
+        )
         owners = _owners(test_rows, truths, kind_name, params.detection_frame_step)
         for mode, value in detection_scores(detector, frames, boxes, owners, params).items():
             scores[f"e_det_{kind_name}_{mode}"] = value
     # f_track: on videos spread over the test split.
-    picked = np.unique(np.linspace(0, len(test_rows) - 1, min(params.tracking_videos, len(test_rows))).astype(int))
-    rates = [rate for index in picked for rate in track_video(test_clips[test_rows[index]["video_id"]],
-                                                               truths[test_rows[index]["video_id"]].bodies,
-                                                               tuple(params.trackers))]
+    picked = np.unique(
+        np.linspace(0, len(test_rows) - 1, min(params.tracking_videos, len(test_rows))).astype(int)
+    )
+    rates = [
+        rate
+        for index in picked
+        for rate in track_video(
+            test_clips[test_rows[index]["video_id"]],
+            truths[test_rows[index]["video_id"]].bodies,
+            tuple(params.trackers),
+        )
+    ]
     scores["e_track"] = float(np.mean(rates)) if rates else 1.0
 
 
@@ -295,49 +480,114 @@ def _lap(scores: dict[str, Any], part: str, since: float) -> float:
 
 
 @stage_work
-def assess(*, params_path: Path, frames: Path, copies: list[Path], speeds: Path, out: Path) -> list[dict[str, Any]]:
+def assess(
+    *, params_path: Path, frames: Path, copies: list[Path], speeds: Path, out: Path
+) -> list[dict[str, Any]]:
     """Assess the raw copy and every protected copy under ``copies``; write ``out/signature.json`` and ``.csv``."""
     base = load_section(params_path, "base", BaseParams)
     params = load_section(params_path, "assess", AssessParams)
     rows = read_manifest(frames / MANIFEST_NAME)
     train_rows, test_rows = split_rows(rows, "train"), split_rows(rows, "test")
     if not train_rows or not test_rows:
-        raise PrivharError(f"{frames / MANIFEST_NAME}: assess needs videos in both splits "
-                           f"(train {len(train_rows)}, test {len(test_rows)})")
+        raise PrivharError(
+            f"{frames / MANIFEST_NAME}: assess needs videos in both splits "
+            f"(train {len(train_rows)}, test {len(test_rows)})"
+        )
     found = copies_under(copies)
     if not found:
-        raise PrivharError(f"assess: no protected copy (a folder with {MANIFEST_NAME}) under {', '.join(map(str, copies))}")
+        raise PrivharError(
+            f"assess: no protected copy (a folder with {MANIFEST_NAME}) under {', '.join(map(str, copies))}"
+        )
     # real footage has no annotations: e_id / e_det / e_track are then not measured, the residual detections are
-    truths = {row["video_id"]: load_truth(row, frames) for row in rows} if any(row.get("annotations") for row in rows) else {}
+    truths = (
+        {row["video_id"]: load_truth(row, frames) for row in rows}
+        if any(row.get("annotations") for row in rows)
+        else {}
+    )
     with stage_run("assess", {"base": base, "assess": params}) as run:
         if not any(key.startswith("attr_") for key in rows[0]):
-            log.info("assess: %s has no attr_* columns (data.attributes): attribute cMAP / F1 not measured", frames / MANIFEST_NAME)
+            log.info(
+                "assess: %s has no attr_* columns (data.attributes): attribute cMAP / F1 not measured",
+                frames / MANIFEST_NAME,
+            )
         if not truths:
-            log.info("assess: no face / body annotations: e_id, e_det and e_track not measured (residual detections are)")
+            log.info(
+                "assess: no face / body annotations: e_id, e_det and e_track not measured (residual detections are)"
+            )
         log.info("assess: training the raw attackers on %d videos", len(train_rows))
         device = str(resolve_device(base.device))  # the attribute attackers train there
-        attackers = train_raw_attackers(params, base.seed, train_rows, frames, clips_of(train_rows, frames), truths, device)
-        work = partial(assess_copy, raw=frames, train_rows=train_rows, test_rows=test_rows, truths=truths,
-                       attackers=attackers, params=params, seed=base.seed, speeds=speeds, device=device)
+        attackers = train_raw_attackers(
+            params, base.seed, train_rows, frames, clips_of(train_rows, frames), truths, device
+        )
+        work = partial(
+            assess_copy,
+            raw=frames,
+            train_rows=train_rows,
+            test_rows=test_rows,
+            truths=truths,
+            attackers=attackers,
+            params=params,
+            seed=base.seed,
+            speeds=speeds,
+            device=device,
+        )
         items = [(RAW, frames)] + [(copy_name(folder), folder) for folder in found]
         results = map_ordered(work, items, workers=worker_count(base.workers), desc="assess copies")
         for result in results:
-            run.log_metrics({f"{result['copy']}.{key}": value for key, value in result.items()
-                             if key in SIGNATURE + ATTRIBUTE_SCORES + LEFT and value is not None})
-        columns = ["copy", *ATTRIBUTE_SCORES, *SIGNATURE, *LEFT, "frames_per_second", "face_occurrences", "folder"]
+            run.log_metrics(
+                {
+                    f"{result['copy']}.{key}": value
+                    for key, value in result.items()
+                    if key in SIGNATURE + ATTRIBUTE_SCORES + LEFT and value is not None
+                }
+            )
+        columns = [
+            "copy",
+            *ATTRIBUTE_SCORES,
+            *SIGNATURE,
+            *LEFT,
+            "frames_per_second",
+            "face_occurrences",
+            "folder",
+        ]
         table = [{key: _rounded(result.get(key)) for key in columns} for result in results]
         atomic_write_bytes(out / "signature.csv", csv_bytes(table, columns))
-        metrics = {row["copy"]: {key: row[key] for key in (*ATTRIBUTE_SCORES, *SIGNATURE, *LEFT)} for row in table}
-        atomic_write_bytes(out / "signature.json", (json.dumps(metrics, indent=2, sort_keys=True) + "\n").encode())
+        metrics = {
+            row["copy"]: {key: row[key] for key in (*ATTRIBUTE_SCORES, *SIGNATURE, *LEFT)}
+            for row in table
+        }
+        atomic_write_bytes(
+            out / "signature.json", (json.dumps(metrics, indent=2, sort_keys=True) + "\n").encode()
+        )
         for result in results:
-            log.info("assess: %s: cMAP %s (adaptive %s), e_id %s/%s/%s, e_det face %s body %s, e_track %s, SSIM %.3f, "
-                     "e_speed %.3f; left: coverage %s, %d quarantined, %s without an avatar, %.2f people and %.2f faces found per frame, "
-                     "%.3f of the person pixels (%.0f s)", result["copy"],
-                     *(_text(result[key]) for key in ("cmap_raw_attacker", "cmap_adaptive", "e_id_ind", "e_id_aggr",
-                                                     "e_id_fused", "e_det_face_ind", "e_det_body_ind", "e_track")),
-                     result["e_sim_ssim"], result["e_speed"], _text(result["coverage"]), result["quarantined"],
-                     "n/a" if result["no_avatar"] is None else result["no_avatar"],
-                     result["residual_people"], result["residual_faces"], result["residual_pixels"], result["assess_seconds"])
+            log.info(
+                "assess: %s: cMAP %s (adaptive %s), e_id %s/%s/%s, e_det face %s body %s, e_track %s, SSIM %.3f, "
+                "e_speed %.3f; left: coverage %s, %d quarantined, %s without an avatar, %.2f people and %.2f faces found per frame, "
+                "%.3f of the person pixels (%.0f s)",
+                result["copy"],
+                *(
+                    _text(result[key])
+                    for key in (
+                        "cmap_raw_attacker",
+                        "cmap_adaptive",
+                        "e_id_ind",
+                        "e_id_aggr",
+                        "e_id_fused",
+                        "e_det_face_ind",
+                        "e_det_body_ind",
+                        "e_track",
+                    )
+                ),
+                result["e_sim_ssim"],
+                result["e_speed"],
+                _text(result["coverage"]),
+                result["quarantined"],
+                "n/a" if result["no_avatar"] is None else result["no_avatar"],
+                result["residual_people"],
+                result["residual_faces"],
+                result["residual_pixels"],
+                result["assess_seconds"],
+            )
     return results
 
 

@@ -25,7 +25,11 @@ TRACKERS: dict[str, Callable[[], cv2.Tracker]] = {
 
 
 def _bgr(frame: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(frame[..., ::-1]) if frame.ndim == 3 else cv2.cvtColor(frame, cv2.COLOR_GRAY2BGR)
+    return (
+        np.ascontiguousarray(frame[..., ::-1])
+        if frame.ndim == 3
+        else cv2.cvtColor(frame, cv2.COLOR_GRAY2BGR)
+    )
 
 
 def _rect(box: Box) -> tuple[int, int, int, int]:
@@ -33,7 +37,9 @@ def _rect(box: Box) -> tuple[int, int, int, int]:
     return x0, y0, max(1, x1 - x0), max(1, y1 - y0)
 
 
-def track_video(frames: np.ndarray, truths: list[list[Box]], trackers: tuple[str, ...] = tuple(TRACKERS)) -> list[float]:
+def track_video(
+    frames: np.ndarray, truths: list[list[Box]], trackers: tuple[str, ...] = tuple(TRACKERS)
+) -> list[float]:
     """h of each frame after the first (eq. 23): per true object, a hit if any tracker's box matches it."""
     first = _bgr(frames[0])
     started = []

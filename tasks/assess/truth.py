@@ -32,17 +32,27 @@ class VideoTruth:
 def load_truth(row: dict[str, Any], raw: Path) -> VideoTruth:
     """The annotations of one raw manifest row; one line naming the file if they cannot serve."""
     if not row.get("annotations"):
-        raise PrivharError(f"{raw / MANIFEST_NAME}: video {row['video_id']} has no annotations; assess needs face and "
-                           f"body boxes with identities (the synthetic dataset writes them)")
+        raise PrivharError(
+            f"{raw / MANIFEST_NAME}: video {row['video_id']} has no annotations; assess needs face and "
+            f"body boxes with identities (the synthetic dataset writes them)"
+        )
     path = resolve_path(row["annotations"], raw)
     with np.load(path) as stored:
         missing = [key for key in REQUIRED if key not in stored]
         if missing:
-            raise PrivharError(f"{path}: no {', '.join(missing)}; assess needs {', '.join(REQUIRED)}")
+            raise PrivharError(
+                f"{path}: no {', '.join(missing)}; assess needs {', '.join(REQUIRED)}"
+            )
         arrays = {key: stored[key] for key in REQUIRED}
     frames = arrays["body_box"].shape[0]
-    faces = [[tuple(map(float, arrays["face_box"][t, p])) for p in range(arrays["face_box"].shape[1])
-              if arrays["face_visible"][t, p]] for t in range(frames)]
+    faces = [
+        [
+            tuple(map(float, arrays["face_box"][t, p]))
+            for p in range(arrays["face_box"].shape[1])
+            if arrays["face_visible"][t, p]
+        ]
+        for t in range(frames)
+    ]
     bodies = [[tuple(map(float, box)) for box in arrays["body_box"][t]] for t in range(frames)]
     return VideoTruth(row["video_id"], faces, bodies, occurrences(row["video_id"], arrays))
 
@@ -55,7 +65,9 @@ def clip_paths(folder: Path) -> dict[str, Path]:
     return {row["video_id"]: resolve_path(row["path"], folder) for row in read_manifest(manifest)}
 
 
-def released(rows: list[dict[str, Any]], folder: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
+def released(
+    rows: list[dict[str, Any]], folder: Path
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
     """(rows the copy released, its manifest rows of them, how many of ``rows`` it quarantined): a clip the anonymize stage quarantined (its
     ``quarantine.parquet``) is not released, so no attacker sees it; any other missing clip is an error."""
     manifest = folder / MANIFEST_NAME
@@ -63,12 +75,22 @@ def released(rows: list[dict[str, Any]], folder: Path) -> tuple[list[dict[str, A
         raise PrivharError(f"{manifest}: not found; expected a decoded or protected copy")
     copy = {row["video_id"]: row for row in read_manifest(manifest)}
     held = quarantined(folder)
-    missing = [row["video_id"] for row in rows if row["video_id"] not in copy and row["video_id"] not in held]
+    missing = [
+        row["video_id"]
+        for row in rows
+        if row["video_id"] not in copy and row["video_id"] not in held
+    ]
     if missing:
-        raise PrivharError(f"{manifest}: {len(missing)} videos of the raw manifest are missing and not quarantined "
-                           f"(first: {missing[0]}); a protected copy must hold every video")
+        raise PrivharError(
+            f"{manifest}: {len(missing)} videos of the raw manifest are missing and not quarantined "
+            f"(first: {missing[0]}); a protected copy must hold every video"
+        )
     kept = [row for row in rows if row["video_id"] in copy]
-    return kept, [copy[row["video_id"]] for row in kept], sum(row["video_id"] in held for row in rows)
+    return (
+        kept,
+        [copy[row["video_id"]] for row in kept],
+        sum(row["video_id"] in held for row in rows),
+    )
 
 
 def clips_of(rows: list[dict[str, Any]], folder: Path) -> dict[str, np.ndarray]:
@@ -76,6 +98,8 @@ def clips_of(rows: list[dict[str, Any]], folder: Path) -> dict[str, np.ndarray]:
     paths = clip_paths(folder)
     missing = [row["video_id"] for row in rows if row["video_id"] not in paths]
     if missing:
-        raise PrivharError(f"{folder / MANIFEST_NAME}: {len(missing)} videos of the raw manifest are missing "
-                           f"(first: {missing[0]}); a protected copy must hold every video")
+        raise PrivharError(
+            f"{folder / MANIFEST_NAME}: {len(missing)} videos of the raw manifest are missing "
+            f"(first: {missing[0]}); a protected copy must hold every video"
+        )
     return {row["video_id"]: load_frames(paths[row["video_id"]]) for row in rows}

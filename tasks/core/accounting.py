@@ -87,7 +87,9 @@ def poisson_schedule(count: int, batch_size: int, epochs: int) -> tuple[float, i
 
 def check_accountant(accountant: str) -> None:
     if accountant not in ACCOUNTANTS:
-        raise PrivharError(f"private.accountant = {accountant!r} is invalid: expected one of {sorted(ACCOUNTANTS)}")
+        raise PrivharError(
+            f"private.accountant = {accountant!r} is invalid: expected one of {sorted(ACCOUNTANTS)}"
+        )
 
 
 def effective_accountant(accountant: str, relation: Relation) -> str:
@@ -98,31 +100,50 @@ def effective_accountant(accountant: str, relation: Relation) -> str:
 
 def describe(accountant: str, relation: Relation) -> str:
     used = effective_accountant(accountant, relation)
-    note = "" if used == accountant else f" (private.accountant = {accountant} covers add/remove only)"
+    note = (
+        "" if used == accountant else f" (private.accountant = {accountant} covers add/remove only)"
+    )
     return f"{ACCOUNTANTS[used]}, {relation}{note}"
 
 
 def _neighbouring(relation: Relation):
     from dp_accounting import NeighboringRelation
 
-    return NeighboringRelation.REPLACE_ONE if relation == REPLACE_ONE else NeighboringRelation.ADD_OR_REMOVE_ONE
+    return (
+        NeighboringRelation.REPLACE_ONE
+        if relation == REPLACE_ONE
+        else NeighboringRelation.ADD_OR_REMOVE_ONE
+    )
 
 
 @lru_cache(maxsize=4096)
 @cached
-def _pld_epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta: float, relation: Relation) -> float:
+def _pld_epsilon(
+    noise_multiplier: float, sample_rate: float, steps: int, delta: float, relation: Relation
+) -> float:
     from dp_accounting.pld import privacy_loss_distribution
 
     single = privacy_loss_distribution.from_gaussian_mechanism(
-        noise_multiplier, sensitivity=1.0, sampling_prob=sample_rate, neighboring_relation=_neighbouring(relation),
-        value_discretization_interval=PLD_INTERVAL)
+        noise_multiplier,
+        sensitivity=1.0,
+        sampling_prob=sample_rate,
+        neighboring_relation=_neighbouring(relation),
+        value_discretization_interval=PLD_INTERVAL,
+    )
     return float(single.self_compose(steps).get_epsilon_for_delta(delta))
 
 
 @lru_cache(maxsize=4096)  # pure in its arguments: the training seeds of one model ask it the same
 @cached
-def sampled_gaussian_epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta: float, *,
-                             accountant: str, relation: Relation) -> float:
+def sampled_gaussian_epsilon(
+    noise_multiplier: float,
+    sample_rate: float,
+    steps: int,
+    delta: float,
+    *,
+    accountant: str,
+    relation: Relation,
+) -> float:
     """ε after ``steps`` of the Poisson-subsampled Gaussian mechanism (σ, q) at δ, under ``relation``."""
     used = effective_accountant(accountant, relation)
     if steps == 0:
@@ -130,7 +151,9 @@ def sampled_gaussian_epsilon(noise_multiplier: float, sample_rate: float, steps:
     if noise_multiplier <= 0:
         return math.inf
     if used == "pld":
-        return _pld_epsilon(float(noise_multiplier), float(sample_rate), int(steps), float(delta), relation)
+        return _pld_epsilon(
+            float(noise_multiplier), float(sample_rate), int(steps), float(delta), relation
+        )
     from opacus.accountants import create_accountant
 
     engine = create_accountant(mechanism=used)
@@ -140,7 +163,9 @@ def sampled_gaussian_epsilon(noise_multiplier: float, sample_rate: float, steps:
 
 @lru_cache(maxsize=1024)
 @cached
-def opacus_engine_epsilon(accountant: str, history: tuple[tuple[float, float, int], ...], delta: float) -> float:
+def opacus_engine_epsilon(
+    accountant: str, history: tuple[tuple[float, float, int], ...], delta: float
+) -> float:
     """What an Opacus ``PrivacyEngine`` whose accountant is ``accountant`` with this step history reports at δ.
 
     The engine's own number, printed beside ours; every seed of a model has the same history.
@@ -152,10 +177,19 @@ def opacus_engine_epsilon(accountant: str, history: tuple[tuple[float, float, in
     return float(engine.get_epsilon(delta=delta))
 
 
-@lru_cache(maxsize=1024)  # pure in its arguments: each seed of a model, and each method at one ε and q, share σ
+@lru_cache(
+    maxsize=1024
+)  # pure in its arguments: each seed of a model, and each method at one ε and q, share σ
 @cached
-def calibrate_noise(target_epsilon: float, delta: float, sample_rate: float, steps: int, *, accountant: str,
-                    relation: Relation) -> float:
+def calibrate_noise(
+    target_epsilon: float,
+    delta: float,
+    sample_rate: float,
+    steps: int,
+    *,
+    accountant: str,
+    relation: Relation,
+) -> float:
     """The smallest σ (to 0.5 % in ε) whose ε after ``steps`` is at most ``target_epsilon``."""
     used = effective_accountant(accountant, relation)
     if not target_epsilon > 0:
@@ -164,22 +198,36 @@ def calibrate_noise(target_epsilon: float, delta: float, sample_rate: float, ste
         from opacus.accountants.utils import get_noise_multiplier
 
         try:
-            return float(get_noise_multiplier(target_epsilon=target_epsilon, target_delta=delta, sample_rate=sample_rate,
-                                              steps=steps, accountant=used, epsilon_tolerance=0.005 * target_epsilon,
-                                              **_opacus_options(used)))
+            return float(
+                get_noise_multiplier(
+                    target_epsilon=target_epsilon,
+                    target_delta=delta,
+                    sample_rate=sample_rate,
+                    steps=steps,
+                    accountant=used,
+                    epsilon_tolerance=0.005 * target_epsilon,
+                    **_opacus_options(used),
+                )
+            )
         except ValueError as error:  # Opacus: "The privacy budget is too low."
-            raise PrivharError(f"private: ε = {target_epsilon} at δ = {delta} is unreachable with q = {sample_rate:.4g} "
-                               f"over {steps} steps ({error})") from None
+            raise PrivharError(
+                f"private: ε = {target_epsilon} at δ = {delta} is unreachable with q = {sample_rate:.4g} "
+                f"over {steps} steps ({error})"
+            ) from None
 
     def spent(sigma: float) -> float:
-        return sampled_gaussian_epsilon(sigma, sample_rate, steps, delta, accountant=used, relation=relation)
+        return sampled_gaussian_epsilon(
+            sigma, sample_rate, steps, delta, accountant=used, relation=relation
+        )
 
     low, high = 0.1, 1.0
     while spent(high) > target_epsilon:
         low, high = high, high * 2
         if high > 1e4:
-            raise PrivharError(f"private: ε = {target_epsilon} at δ = {delta} is unreachable with q = {sample_rate:.4g} "
-                               f"over {steps} steps")
+            raise PrivharError(
+                f"private: ε = {target_epsilon} at δ = {delta} is unreachable with q = {sample_rate:.4g} "
+                f"over {steps} steps"
+            )
     while spent(low) <= target_epsilon and low > 1e-3:
         high, low = low, low / 2
     while spent(high) < 0.995 * target_epsilon and high - low > 1e-4:
@@ -197,7 +245,9 @@ def _binomial_mixture(group: int, sample_rate: float) -> tuple[np.ndarray, np.nd
 
 @lru_cache(maxsize=4096)
 @cached
-def _group_add_remove(noise_multiplier: float, sample_rate: float, steps: int, delta: float, group: int) -> float:
+def _group_add_remove(
+    noise_multiplier: float, sample_rate: float, steps: int, delta: float, group: int
+) -> float:
     """The mixture-of-Gaussians PLD of a group; its discretisation grows with the group (the loss grows as group²).
 
     dp-accounting's ε search sometimes overflows (ε = ∞ at one group size between two finite ones): then it is
@@ -209,10 +259,14 @@ def _group_add_remove(noise_multiplier: float, sample_rate: float, steps: int, d
         return _pld_epsilon(noise_multiplier, sample_rate, steps, delta, ADD_REMOVE)
     for larger in range(group, group + 4):
         for scale in (1.0, 1.7, 3.1):
-            coarse = _mixture_epsilon(noise_multiplier, sample_rate, steps, delta, larger, PLD_INTERVAL_COARSE * scale)
+            coarse = _mixture_epsilon(
+                noise_multiplier, sample_rate, steps, delta, larger, PLD_INTERVAL_COARSE * scale
+            )
             if not math.isfinite(coarse):
                 continue
-            fine = _mixture_epsilon(noise_multiplier, sample_rate, steps, delta, larger, _fine_interval(coarse) * scale)
+            fine = _mixture_epsilon(
+                noise_multiplier, sample_rate, steps, delta, larger, _fine_interval(coarse) * scale
+            )
             return fine if math.isfinite(fine) else coarse
     return gdp_epsilon(group * math.sqrt(steps) / noise_multiplier, delta)
 
@@ -222,25 +276,48 @@ def _fine_interval(epsilon: float) -> float:
     return min(PLD_INTERVAL_COARSE, max(PLD_INTERVAL, epsilon / 1000))
 
 
-def _mixture_pld(noise_multiplier: float, sample_rate: float, steps: int, group: int, interval: float):
+def _mixture_pld(
+    noise_multiplier: float, sample_rate: float, steps: int, group: int, interval: float
+):
     """dp-accounting's composed PLD of a group's mixture of Gaussians (its remove pair (mixture, N(0)), add pair
     (N(0), mixture))."""
     from dp_accounting.pld import privacy_loss_distribution
 
     sensitivities, weights = _binomial_mixture(group, sample_rate)
     single = privacy_loss_distribution.from_mixture_gaussian_mechanism(
-        noise_multiplier, sensitivities.tolist(), weights.tolist(), value_discretization_interval=interval)
+        noise_multiplier,
+        sensitivities.tolist(),
+        weights.tolist(),
+        value_discretization_interval=interval,
+    )
     return single.self_compose(steps)
 
 
-def _mixture_epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta: float, group: int,
-                     interval: float) -> float:
+def _mixture_epsilon(
+    noise_multiplier: float,
+    sample_rate: float,
+    steps: int,
+    delta: float,
+    group: int,
+    interval: float,
+) -> float:
     with np.errstate(over="ignore", divide="ignore"):
-        return float(_mixture_pld(noise_multiplier, sample_rate, steps, group, interval).get_epsilon_for_delta(delta))
+        return float(
+            _mixture_pld(
+                noise_multiplier, sample_rate, steps, group, interval
+            ).get_epsilon_for_delta(delta)
+        )
 
 
-def group_epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta: float, group: int, *,
-                  relation: Relation) -> float:
+def group_epsilon(
+    noise_multiplier: float,
+    sample_rate: float,
+    steps: int,
+    delta: float,
+    group: int,
+    *,
+    relation: Relation,
+) -> float:
     """ε of a group of ``group`` units (a person's videos) in the Poisson-subsampled Gaussian mechanism (module doc)."""
     if group <= 0 or steps == 0:
         return 0.0
@@ -254,13 +331,17 @@ def group_epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta
 
 @lru_cache(maxsize=4096)
 @cached
-def _group_replace_one(noise_multiplier: float, sample_rate: float, steps: int, delta: float, group: int) -> float:
+def _group_replace_one(
+    noise_multiplier: float, sample_rate: float, steps: int, delta: float, group: int
+) -> float:
     """The smaller of two bounds: the path of two group steps composed as trade-off functions (module doc,
     :mod:`tasks.core.tradeoff`), and the Gaussian mechanism without amplification (each step moves the sum by at
     most 2·group·C: μ = 2·group·√steps / σ)."""
     unsampled = gdp_epsilon(2 * group * math.sqrt(steps) / noise_multiplier, delta)
     if group == 1:
-        return min(unsampled, _pld_epsilon(noise_multiplier, sample_rate, steps, delta, REPLACE_ONE))
+        return min(
+            unsampled, _pld_epsilon(noise_multiplier, sample_rate, steps, delta, REPLACE_ONE)
+        )
     add_remove = _group_add_remove(noise_multiplier, sample_rate, steps, delta, group)
     # the add pair's loss log N(0)/mixture is at most log 1/(1 − q)^m a step (the mixture holds N(0) with that
     # weight); where it does not (q = 1, or (1 − q)^m below the mixture's 1e-40 cut) nothing is amplified anyway
@@ -273,13 +354,19 @@ def _group_replace_one(noise_multiplier: float, sample_rate: float, steps: int, 
         return unsampled
     pld = _mixture_pld(noise_multiplier, sample_rate, steps, group, _fine_interval(add_remove))
     away_epsilons = tradeoff.epsilon_grid(away_top)
-    away = np.minimum(_pmf_hockey_stick(pld._pmf_add, away_epsilons),
-                      _mixture_add_chernoff(noise_multiplier, sample_rate, steps, group, away_epsilons))
+    away = np.minimum(
+        _pmf_hockey_stick(pld._pmf_add, away_epsilons),
+        _mixture_add_chernoff(noise_multiplier, sample_rate, steps, group, away_epsilons),
+    )
     away[-1] = 0.0  # no loss reaches away_top
     back_epsilons = tradeoff.epsilon_grid(ceiling)
     back = _pmf_hockey_stick(pld._pmf_remove, back_epsilons)
-    chained = tradeoff.path_of_two_epsilon(tradeoff.DeltaCurve(away_epsilons, away),
-                                           tradeoff.DeltaCurve(back_epsilons, back), delta, ceiling)
+    chained = tradeoff.path_of_two_epsilon(
+        tradeoff.DeltaCurve(away_epsilons, away),
+        tradeoff.DeltaCurve(back_epsilons, back),
+        delta,
+        ceiling,
+    )
     return min(unsampled, chained)
 
 
@@ -294,36 +381,56 @@ def _pmf_hockey_stick(pmf, epsilons: np.ndarray) -> np.ndarray:
     return tradeoff.hockey_stick(losses, probabilities, float(pmf._infinity_mass), epsilons)
 
 
-def _mixture_add_chernoff(noise_multiplier: float, sample_rate: float, steps: int, group: int,
-                          epsilons: np.ndarray) -> np.ndarray:
+def _mixture_add_chernoff(
+    noise_multiplier: float, sample_rate: float, steps: int, group: int, epsilons: np.ndarray
+) -> np.ndarray:
     """Chernoff bound on H(N(0)‖mixture) composed over ``steps`` (:func:`tasks.core.tradeoff.chernoff_hockey_stick`)."""
     orders = np.geomspace(1e-3, 1e4, 120)
-    return tradeoff.chernoff_hockey_stick(epsilons, steps, orders,
-                                          mixture_add_log_moments(noise_multiplier, sample_rate, group, orders))
+    return tradeoff.chernoff_hockey_stick(
+        epsilons,
+        steps,
+        orders,
+        mixture_add_log_moments(noise_multiplier, sample_rate, group, orders),
+    )
 
 
-def mixture_add_log_moments(noise_multiplier: float, sample_rate: float, group: int, orders: np.ndarray) -> np.ndarray:
+def mixture_add_log_moments(
+    noise_multiplier: float, sample_rate: float, group: int, orders: np.ndarray
+) -> np.ndarray:
     """Upper bounds on log E_N(0) e^{λL} at λ = ``orders``, L = log N(0)/mixture of one step: L falls as x rises (every
     shift is ≥ 0), so each cell of a grid is charged its exact N(0) mass times e^{λL} at its left end, the left tail
     e^{λ·max L} (L ≤ log 1/w₀, w₀ the weight of shift 0), the right tail its left end's."""
     sensitivities, weights = _binomial_mixture(group, sample_rate)
     sigma = noise_multiplier
     edges = np.linspace(-sensitivities.max() - 40 * sigma, 40 * sigma, 100_001)
-    loss = -logsumexp(np.log(weights)[:, None]
-                      + (2 * edges[None] * sensitivities[:, None] - sensitivities[:, None] ** 2) / (2 * sigma ** 2), axis=0)
+    loss = -logsumexp(
+        np.log(weights)[:, None]
+        + (2 * edges[None] * sensitivities[:, None] - sensitivities[:, None] ** 2) / (2 * sigma**2),
+        axis=0,
+    )
     z = edges / sigma
     log_below, log_above = norm.logcdf(z), norm.logsf(z)
     with np.errstate(divide="ignore"):  # a cell's mass, from whichever tail keeps its digits
-        left_side = log_below[1:] + np.log1p(-np.exp(np.minimum(log_below[:-1] - log_below[1:], 0.0)))
-        right_side = log_above[:-1] + np.log1p(-np.exp(np.minimum(log_above[1:] - log_above[:-1], 0.0)))
-    log_mass = np.concatenate([[log_below[0]], np.where(z[1:] <= 0, left_side, right_side), [log_above[-1]]])
-    charged = np.concatenate([[-math.log(weights[0])], loss])  # the left tail at the largest loss, each cell its left end
+        left_side = log_below[1:] + np.log1p(
+            -np.exp(np.minimum(log_below[:-1] - log_below[1:], 0.0))
+        )
+        right_side = log_above[:-1] + np.log1p(
+            -np.exp(np.minimum(log_above[1:] - log_above[:-1], 0.0))
+        )
+    log_mass = np.concatenate(
+        [[log_below[0]], np.where(z[1:] <= 0, left_side, right_side), [log_above[-1]]]
+    )
+    charged = np.concatenate(
+        [[-math.log(weights[0])], loss]
+    )  # the left tail at the largest loss, each cell its left end
     return np.array([logsumexp(log_mass + order * charged) for order in orders])
 
 
 def gdp_delta(epsilon: float, mu: float) -> float:
     """δ(ε) of μ-GDP (the second term in log space: e^ε overflows where Φ underflows)."""
-    return float(norm.cdf(-epsilon / mu + mu / 2) - math.exp(epsilon + norm.logcdf(-epsilon / mu - mu / 2)))
+    return float(
+        norm.cdf(-epsilon / mu + mu / 2) - math.exp(epsilon + norm.logcdf(-epsilon / mu - mu / 2))
+    )
 
 
 def gdp_epsilon(mu: float, delta: float) -> float:
@@ -337,16 +444,27 @@ def gdp_epsilon(mu: float, delta: float) -> float:
     high = 1.0
     while gdp_delta(high, mu) > delta:
         high *= 2
-    return float(brentq(lambda epsilon: gdp_delta(epsilon, mu) - delta, 0.0, high, xtol=1e-10 * max(1.0, high)))
+    return float(
+        brentq(
+            lambda epsilon: gdp_delta(epsilon, mu) - delta, 0.0, high, xtol=1e-10 * max(1.0, high)
+        )
+    )
 
 
-def gaussian_person_epsilon(*, mu_per_frame: float, mu_q_per_video: float, delta: float, failure: float, videos: int,
-                            frames: int) -> tuple[float, float]:
+def gaussian_person_epsilon(
+    *,
+    mu_per_frame: float,
+    mu_q_per_video: float,
+    delta: float,
+    failure: float,
+    videos: int,
+    frames: int,
+) -> tuple[float, float]:
     """(ε, δ) of a person whose ``videos`` videos of ``frames`` frames all change, for a Gaussian mechanism with
     independent noise per frame row (Video-DPRP's P, μ per whole-frame change) and per video (its Q): exact
     Gaussian DP, μ = sqrt(videos·frames·μ_frame² + videos·μ_Q²); the sensitivity bounds' failure probability
     ``failure`` per video is added to δ."""
     if videos == 0:
         return 0.0, 0.0
-    mu = math.sqrt(videos * frames * mu_per_frame ** 2 + videos * mu_q_per_video ** 2)
+    mu = math.sqrt(videos * frames * mu_per_frame**2 + videos * mu_q_per_video**2)
     return gdp_epsilon(mu, videos * (delta - failure)), videos * delta

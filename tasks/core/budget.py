@@ -1,6 +1,6 @@
 """Each person's privacy budget: ``privacy.max_epsilon`` over every DP release, by sequential composition.
 
-The person is the unit (DESIGN.md): a person in m videos is protected by a release at its *group*
+The person is the unit (docs/privacy.md): a person in m videos is protected by a release at its *group*
 ε over those videos, computed exactly from the composed mechanism where a tighter bound than m·ε
 exists — the mixture-of-Gaussians PLD for DP-SGD (:func:`tasks.core.accounting.group_epsilon`), Gaussian
 DP for Video-DPRP and the federated clients, m·features·ε for pure ε-LDP codes — never the per-video ε
@@ -38,11 +38,20 @@ from typing import Any
 
 from tasks.core.accounting import calibrate_noise, group_epsilon, poisson_schedule, relation_of
 from tasks.core.dprp_calibration import dataset_scales
+from tasks.core.errors import PrivharError
 from tasks.core.federated_accounting import calibrate, person_epsilon
 from tasks.core.ldp_codes import baseline_feature_counts, feature_count
-from tasks.core.errors import PrivharError
-from tasks.core.params import (DprpParams, FederatedParams, LdpParams, PrivacyParams, PrivateParams, ReportParams,
-                               federated_seeds, load_section, private_seeds)
+from tasks.core.params import (
+    DprpParams,
+    FederatedParams,
+    LdpParams,
+    PrivacyParams,
+    PrivateParams,
+    ReportParams,
+    federated_seeds,
+    load_section,
+    private_seeds,
+)
 from tasks.core.private_catalogue import CATALOGUE
 from tasks.core.release_ledger import record_releases, recorded
 from tasks.core.seeds import seed_suffix
@@ -77,7 +86,11 @@ def _dprp(params: DprpParams, epsilon: float, secret: bool) -> PersonEpsilons:
         d = int(rows[0]["height"]) * int(rows[0]["width"]) * 3
         scales = dataset_scales(params, epsilon, d, secret)
         frames = max(int(row["n_frames"]) for row in rows)
-        return {person: scales.person_epsilon(count, frames)[0] for person, count in videos_per_person(rows).items()}
+        return {
+            person: scales.person_epsilon(count, frames)[0]
+            for person, count in videos_per_person(rows).items()
+        }
+
     return person_epsilons
 
 
@@ -87,10 +100,17 @@ def _private(params: PrivateParams, method: str, epsilon: float) -> PersonEpsilo
 
     def person_epsilons(rows: list[dict[str, Any]]) -> dict[int, float]:
         _, count, held = privacy_units(rows, unit)
-        rate, steps = poisson_schedule(params.public_size.get(unit) or count, params.batch_size, params.epochs)
-        sigma = calibrate_noise(epsilon, params.delta, rate, steps, accountant=params.accountant, relation=relation)
-        return {person: group_epsilon(sigma, rate, steps, params.delta, units, relation=relation)
-                for person, units in held.items()}
+        rate, steps = poisson_schedule(
+            params.public_size.get(unit) or count, params.batch_size, params.epochs
+        )
+        sigma = calibrate_noise(
+            epsilon, params.delta, rate, steps, accountant=params.accountant, relation=relation
+        )
+        return {
+            person: group_epsilon(sigma, rate, steps, params.delta, units, relation=relation)
+            for person, units in held.items()
+        }
+
     return person_epsilons
 
 
@@ -98,13 +118,20 @@ def _federated(params: FederatedParams) -> PersonEpsilons:
     def person_epsilons(rows: list[dict[str, Any]]) -> dict[int, float]:
         epochs = params.rounds * params.local_epochs
         sigma = calibrate(params.epsilon, epochs, params.delta)
-        return {person: person_epsilon(sigma, epochs, count, params.delta) for person, count in videos_per_person(rows).items()}
+        return {
+            person: person_epsilon(sigma, epochs, count, params.delta)
+            for person, count in videos_per_person(rows).items()
+        }
+
     return person_epsilons
 
 
 def _ldp(per_video: float) -> PersonEpsilons:
     def person_epsilons(rows: list[dict[str, Any]]) -> dict[int, float]:
-        return {person: count * per_video for person, count in videos_per_person(rows).items()}  # pure ε-LDP: exact sum
+        return {
+            person: count * per_video for person, count in videos_per_person(rows).items()
+        }  # pure ε-LDP: exact sum
+
     return person_epsilons
 
 
@@ -113,27 +140,64 @@ def planned_releases(params_path: Path) -> list[PlannedRelease]:
     dprp = load_section(params_path, "dprp", DprpParams)
     private = load_section(params_path, "private", PrivateParams)
     secret = load_section(params_path, "privacy", PrivacyParams).randomness == "secure"
-    releases = [PlannedRelease(f"dprp-eps{epsilon}", epsilon, ("train", "test"), _dprp(dprp, epsilon, secret),
-                               f"dprp-eps{epsilon}") for epsilon in dprp.epsilons]
+    releases = [
+        PlannedRelease(
+            f"dprp-eps{epsilon}",
+            epsilon,
+            ("train", "test"),
+            _dprp(dprp, epsilon, secret),
+            f"dprp-eps{epsilon}",
+        )
+        for epsilon in dprp.epsilons
+    ]
     report = load_section(params_path, "report", ReportParams)
-    for method in private.methods:  # the seeds of one model share its mechanism (check_budget computes it once)
+    for method in (
+        private.methods
+    ):  # the seeds of one model share its mechanism (check_budget computes it once)
         for epsilon in private.epsilons:
             mechanism = _private(private, method, epsilon)
-            releases += [PlannedRelease(f"{method}-eps{epsilon}{seed_suffix(seed)}", epsilon, ("train",), mechanism,
-                                        f"train-private-{method}") for seed in range(private_seeds(private, report, epsilon))]
+            releases += [
+                PlannedRelease(
+                    f"{method}-eps{epsilon}{seed_suffix(seed)}",
+                    epsilon,
+                    ("train",),
+                    mechanism,
+                    f"train-private-{method}",
+                )
+                for seed in range(private_seeds(private, report, epsilon))
+            ]
     federated = load_section(params_path, "federated", FederatedParams)
     mechanism = _federated(federated)
-    releases += [PlannedRelease(federated_release(aggregation, tuning) + seed_suffix(seed), federated.epsilon, ("train",),
-                                mechanism, "train-federated")
-                 for tuning in federated.tunings for aggregation in federated.aggregations
-                 for seed in range(federated_seeds(federated, report, tuning))]
+    releases += [
+        PlannedRelease(
+            federated_release(aggregation, tuning) + seed_suffix(seed),
+            federated.epsilon,
+            ("train",),
+            mechanism,
+            "train-federated",
+        )
+        for tuning in federated.tunings
+        for aggregation in federated.aggregations
+        for seed in range(federated_seeds(federated, report, tuning))
+    ]
     ldp = load_section(params_path, "ldp", LdpParams)
     # the DCAConv codes and paper 002's baselines: each randomized at every ε, each feeding published scores
-    counts = {"dcaconv": feature_count(ldp.video_first_filters, ldp.video_pool, tuple(ldp.video_crop)),
-              **baseline_feature_counts(tuple(ldp.video_crop))}
-    releases += [PlannedRelease(ldp_release(epsilon, name), epsilon * features, ("train",), _ldp(epsilon * features),
-                                "ldp")
-                 for name, features in counts.items() for epsilon in ldp.video_epsilons if math.isfinite(epsilon)]
+    counts = {
+        "dcaconv": feature_count(ldp.video_first_filters, ldp.video_pool, tuple(ldp.video_crop)),
+        **baseline_feature_counts(tuple(ldp.video_crop)),
+    }
+    releases += [
+        PlannedRelease(
+            ldp_release(epsilon, name),
+            epsilon * features,
+            ("train",),
+            _ldp(epsilon * features),
+            "ldp",
+        )
+        for name, features in counts.items()
+        for epsilon in ldp.video_epsilons
+        if math.isfinite(epsilon)
+    ]
     return releases
 
 
@@ -149,14 +213,18 @@ def check_unprotected(params_path: Path, what: str) -> None:
     """Refuse a release without a DP guarantee (one line) when the cap is finite and such releases are not allowed."""
     privacy = load_section(params_path, "privacy", PrivacyParams)
     if math.isfinite(privacy.max_epsilon) and not privacy.allow_unprotected_releases:
-        raise PrivharError(f"privacy.max_epsilon = {privacy.max_epsilon:g} is finite and {what} has no DP guarantee; "
-                           "set privacy.allow_unprotected_releases: true to release it anyway (the report lists it as unbounded)")
+        raise PrivharError(
+            f"privacy.max_epsilon = {privacy.max_epsilon:g} is finite and {what} has no DP guarantee; "
+            "set privacy.allow_unprotected_releases: true to release it anyway (the report lists it as unbounded)"
+        )
 
 
 Entry = tuple[str, dict[int, float]]  # a planned release and each person's ε under it
 
 
-def _entries(params_path: Path, rows: list[dict[str, Any]], only: Collection[str] | None = None) -> Iterator[Entry]:
+def _entries(
+    params_path: Path, rows: list[dict[str, Any]], only: Collection[str] | None = None
+) -> Iterator[Entry]:
     """The plan's releases in order (those named in ``only``, if given), each with its persons' ε (computed once per
     mechanism: the seeds of a model request the same ε), lazily: a check stops at its release."""
     computed: dict[int, dict[int, float]] = {}
@@ -180,11 +248,19 @@ def plan_files(params_path: Path, rows: list[dict[str, Any]]) -> dict[str, list[
     (``privacy.max_epsilon: .inf``) that is its own releases alone (what its ledger records), so a Video-DPRP ablation
     does not retrain the private models."""
     stages = {planned.name: planned.stage for planned in planned_releases(params_path)}
-    entries = [{"release": name, "persons": {str(person): epsilon for person, epsilon in sorted(persons.items())}}
-               for name, persons in _entries(params_path, rows)]
+    entries = [
+        {
+            "release": name,
+            "persons": {str(person): epsilon for person, epsilon in sorted(persons.items())},
+        }
+        for name, persons in _entries(params_path, rows)
+    ]
     if math.isinf(load_section(params_path, "privacy", PrivacyParams).max_epsilon):
-        return {stage: [entry for entry in entries if stages[entry["release"]] == stage] for stage in dict.fromkeys(stages.values())}
-    return {stages[entry["release"]]: entries[:index + 1] for index, entry in enumerate(entries)}
+        return {
+            stage: [entry for entry in entries if stages[entry["release"]] == stage]
+            for stage in dict.fromkeys(stages.values())
+        }
+    return {stages[entry["release"]]: entries[: index + 1] for index, entry in enumerate(entries)}
 
 
 def _plan(params_path: Path, rows: list[dict[str, Any]], plan: Path | None) -> Iterator[Entry]:
@@ -195,49 +271,73 @@ def _plan(params_path: Path, rows: list[dict[str, Any]], plan: Path | None) -> I
     try:
         entries = json.loads(plan.read_text())
     except (OSError, ValueError) as error:
-        raise PrivharError(f"{plan}: not a budget plan ({error}); expected the budget stage's output") from None
+        raise PrivharError(
+            f"{plan}: not a budget plan ({error}); expected the budget stage's output"
+        ) from None
     for entry in entries:
-        yield entry["release"], {int(person): float(epsilon) for person, epsilon in entry["persons"].items()}
+        yield (
+            entry["release"],
+            {int(person): float(epsilon) for person, epsilon in entry["persons"].items()},
+        )
 
 
-def check_budget(params_path: Path, release: str, rows: list[dict[str, Any]], plan: Path | None = None) -> None:
+def check_budget(
+    params_path: Path, release: str, rows: list[dict[str, Any]], plan: Path | None = None
+) -> None:
     """Refuse ``release`` (one line) if it would take a person past ``privacy.max_epsilon``, or if the cap is finite and
     its randomness is seeded (not private). ``plan``: the budget stage's file for the release's stage."""
     privacy = load_section(params_path, "privacy", PrivacyParams)
     names = [planned.name for planned in planned_releases(params_path)]
     if release not in names:
-        raise PrivharError(f"privacy budget: {release!r} is not a planned DP release ({', '.join(names)})")
+        raise PrivharError(
+            f"privacy budget: {release!r} is not a planned DP release ({', '.join(names)})"
+        )
     if math.isinf(privacy.max_epsilon):
         return
     if privacy.randomness == "seeded":
         check_unprotected(params_path, f"{release} (privacy.randomness: seeded, so not private)")
-    made, spent = recorded(privacy.budget)  # every release made in this budget, by earlier runs included
+    made, spent = recorded(
+        privacy.budget
+    )  # every release made in this budget, by earlier runs included
     for name, requested in _plan(params_path, rows, plan):
         if name != release and name in made:
             continue  # made already (by this plan's stage or an earlier run): counted in ``spent``
         if name == release:
             for person, epsilon in sorted(requested.items()):
                 if spent.get(person, 0.0) + epsilon > privacy.max_epsilon:
-                    raise PrivharError(f"privacy.max_epsilon = {privacy.max_epsilon:g}: person {person} has spent ε = "
-                                       f"{spent.get(person, 0.0):.4g} before {release}, which requests ε = {epsilon:.4g} "
-                                       "more for them (group privacy over their videos, sequential composition; spent: "
-                                       f"the releases recorded in budget {privacy.budget!r} and this plan's earlier "
-                                       "ones); raise the cap, drop a release or start a new privacy.budget")
+                    raise PrivharError(
+                        f"privacy.max_epsilon = {privacy.max_epsilon:g}: person {person} has spent ε = "
+                        f"{spent.get(person, 0.0):.4g} before {release}, which requests ε = {epsilon:.4g} "
+                        "more for them (group privacy over their videos, sequential composition; spent: "
+                        f"the releases recorded in budget {privacy.budget!r} and this plan's earlier "
+                        "ones); raise the cap, drop a release or start a new privacy.budget"
+                    )
             return
         for person, epsilon in requested.items():
             spent[person] = spent.get(person, 0.0) + epsilon
-    raise PrivharError(f"{plan}: {release} is not in this budget plan; expected the plan of the stage that makes it")
+    raise PrivharError(
+        f"{plan}: {release} is not in this budget plan; expected the plan of the stage that makes it"
+    )
 
 
-def record_made(params_path: Path, releases: str | Sequence[str], rows: list[dict[str, Any]], plan: Path | None = None) -> None:
+def record_made(
+    params_path: Path,
+    releases: str | Sequence[str],
+    rows: list[dict[str, Any]],
+    plan: Path | None = None,
+) -> None:
     """Enter ``releases`` (planned DP releases whose outputs are now complete) in their budget's persistent ledger."""
     privacy = load_section(params_path, "privacy", PrivacyParams)
     wanted = [releases] if isinstance(releases, str) else list(releases)
     if plan is None:  # these releases' persons only
         found = dict(_entries(params_path, rows, wanted))
     else:
-        found = {name: persons for name, persons in _plan(params_path, rows, plan) if name in wanted}
+        found = {
+            name: persons for name, persons in _plan(params_path, rows, plan) if name in wanted
+        }
     missing = [release for release in wanted if release not in found]
     if missing:
         raise PrivharError(f"privacy budget: {missing[0]!r} is not a planned DP release")
-    record_releases(privacy.budget, {release: found[release] for release in wanted}, privacy.randomness)
+    record_releases(
+        privacy.budget, {release: found[release] for release in wanted}, privacy.randomness
+    )

@@ -24,7 +24,9 @@ def resize(frames: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
     """Float frames (T, C, H, W) at ``size``: the one resize every model input goes through (bilinear, antialiased)."""
     if tuple(frames.shape[-2:]) == tuple(size):
         return frames
-    return F.interpolate(frames, size=tuple(size), mode="bilinear", antialias=True, align_corners=False)
+    return F.interpolate(
+        frames, size=tuple(size), mode="bilinear", antialias=True, align_corners=False
+    )
 
 
 def untouched_by(outside: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
@@ -36,7 +38,9 @@ def untouched_by(outside: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
     return resize(outside.float().unsqueeze(1), size).squeeze(1) == 0
 
 
-def load_clips(rows: list[dict[str, Any]], folder: Path, input_size: tuple[int, int]) -> torch.Tensor:
+def load_clips(
+    rows: list[dict[str, Any]], folder: Path, input_size: tuple[int, int]
+) -> torch.Tensor:
     """All clips of ``rows`` resized to ``input_size``: uint8 (N, 3, T, h, w)."""
     clips = []
     for row in rows:
@@ -54,8 +58,12 @@ def normalise(clips: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def predict(model: torch.nn.Module, clips: torch.Tensor, batch_size: int,
-            device: torch.device = torch.device("cpu")) -> torch.Tensor:
+def predict(
+    model: torch.nn.Module,
+    clips: torch.Tensor,
+    batch_size: int,
+    device: torch.device = torch.device("cpu"),
+) -> torch.Tensor:
     """Logits (float32, on the CPU) of ``model`` for uint8 ``clips``, a batch at a time on ``device`` (bf16 on a GPU)."""
     model.to(device)
     outputs = []
@@ -73,9 +81,16 @@ def augment(clips: torch.Tensor, generator: torch.Generator, shift: int = 4) -> 
     if shift <= 0:
         return clips
     height, width = clips.shape[-2:]
-    padded = F.pad(clips.flatten(1, 2), (shift, shift, shift, shift), mode="replicate").view(*clips.shape[:3], height + 2 * shift, width + 2 * shift)
+    padded = F.pad(clips.flatten(1, 2), (shift, shift, shift, shift), mode="replicate").view(
+        *clips.shape[:3], height + 2 * shift, width + 2 * shift
+    )
     offsets = torch.randint(0, 2 * shift + 1, (batch, 2), generator=generator)
-    return torch.stack([padded[i, :, :, y: y + height, x: x + width] for i, (y, x) in enumerate(offsets.tolist())])
+    return torch.stack(
+        [
+            padded[i, :, :, y : y + height, x : x + width]
+            for i, (y, x) in enumerate(offsets.tolist())
+        ]
+    )
 
 
 def labels_of(rows: list[dict[str, Any]]) -> torch.Tensor:
@@ -92,4 +107,3 @@ def class_names(rows: list[dict[str, Any]]) -> list[str]:
 
 def split_rows(rows: list[dict[str, Any]], split: str) -> list[dict[str, Any]]:
     return [row for row in rows if row["split"] == split]
-

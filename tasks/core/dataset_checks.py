@@ -23,7 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from tasks.core.errors import PrivharError
-from tasks.core.params import FederatedParams, LdpParams, PrivateParams, SynthesizeParams, load_section
+from tasks.core.params import (
+    FederatedParams,
+    LdpParams,
+    PrivateParams,
+    SynthesizeParams,
+    load_section,
+)
 from tasks.core.partition import partition
 from tasks.core.private_catalogue import CATALOGUE
 from tasks.core.seeding import derive_seed
@@ -32,18 +38,35 @@ from tasks.core.subjects import privacy_units
 LOG = logging.getLogger(__name__)
 
 
-def dataset_problems(params_path: Path, rows: list[dict[str, Any]], where: str, base_seed: int) -> list[str]:
+def dataset_problems(
+    params_path: Path, rows: list[dict[str, Any]], where: str, base_seed: int
+) -> list[str]:
     """One line for each param ``rows`` (the index, ``where``) cannot serve; empty when they all fit."""
-    problems = [f"{where}: no video in the {split} split (check data.split and the split lists)"
-                for split in ("train", "test") if not any(row["split"] == split for row in rows)]
+    problems = [
+        f"{where}: no video in the {split} split (check data.split and the split lists)"
+        for split in ("train", "test")
+        if not any(row["split"] == split for row in rows)
+    ]
     train = [row for row in rows if row["split"] == "train"]
     actions = {int(row["label"]) for row in train}
-    if len(actions) < 2:  # protections and their measures still run (one action of real footage, as tests/data/vtest)
-        LOG.warning("%s: the train split holds %d action: the classifiers will have nothing to tell apart", where, len(actions))
-    checks = [lambda: _check_private(load_section(params_path, "private", PrivateParams), train),
-              lambda: _check_federated(load_section(params_path, "federated", FederatedParams), train, base_seed),
-              lambda: _check_ldp(load_section(params_path, "ldp", LdpParams),
-                                 len(load_section(params_path, "synthesize", SynthesizeParams).actions))]
+    if (
+        len(actions) < 2
+    ):  # protections and their measures still run (one action of real footage, as tests/data/vtest)
+        LOG.warning(
+            "%s: the train split holds %d action: the classifiers will have nothing to tell apart",
+            where,
+            len(actions),
+        )
+    checks = [
+        lambda: _check_private(load_section(params_path, "private", PrivateParams), train),
+        lambda: _check_federated(
+            load_section(params_path, "federated", FederatedParams), train, base_seed
+        ),
+        lambda: _check_ldp(
+            load_section(params_path, "ldp", LdpParams),
+            len(load_section(params_path, "synthesize", SynthesizeParams).actions),
+        ),
+    ]
     for check in checks if train else []:
         try:
             check()
@@ -52,11 +75,17 @@ def dataset_problems(params_path: Path, rows: list[dict[str, Any]], where: str, 
     return problems
 
 
-def check_against_dataset(params_path: Path, rows: list[dict[str, Any]], where: str, base_seed: int) -> None:
+def check_against_dataset(
+    params_path: Path, rows: list[dict[str, Any]], where: str, base_seed: int
+) -> None:
     """Refuse in one line (the first problem, and how many more) when the params cannot serve ``rows``."""
     problems = dataset_problems(params_path, rows, where, base_seed)
     if problems:
-        more = f" (and {len(problems) - 1} more: {'; '.join(problems[1:])})" if len(problems) > 1 else ""
+        more = (
+            f" (and {len(problems) - 1} more: {'; '.join(problems[1:])})"
+            if len(problems) > 1
+            else ""
+        )
         raise PrivharError(problems[0] + more)
     LOG.info("%s: the params fit the dataset (%d videos)", where, len(rows))
 
@@ -66,20 +95,32 @@ def _check_private(params: PrivateParams, train: list[dict[str, Any]]) -> None:
         unit = CATALOGUE[method].unit_under(params.unit)
         count = privacy_units(train, unit)[1]
         if params.delta >= 1.0 / count:
-            raise PrivharError(f"private.delta = {params.delta} is invalid for {method}: expected δ < 1/N = {1.0 / count:.3g} "
-                               f"(N = {count} training {unit}s in this dataset)")
+            raise PrivharError(
+                f"private.delta = {params.delta} is invalid for {method}: expected δ < 1/N = {1.0 / count:.3g} "
+                f"(N = {count} training {unit}s in this dataset)"
+            )
 
 
 def _check_federated(params: FederatedParams, train: list[dict[str, Any]], base_seed: int) -> None:
-    shards = partition(train, params.clients, params.partition, params.alpha, derive_seed(base_seed, "federated", "partition"))
+    shards = partition(
+        train,
+        params.clients,
+        params.partition,
+        params.alpha,
+        derive_seed(base_seed, "federated", "partition"),
+    )
     smallest = min(len(shard) for shard in shards)
     if params.delta >= 1.0 / smallest:
-        raise PrivharError(f"federated.delta = {params.delta} is invalid: expected δ < 1/N_k = {1.0 / smallest:.3g} "
-                           f"(with federated.clients = {params.clients}, the smallest client holds {smallest} videos)")
+        raise PrivharError(
+            f"federated.delta = {params.delta} is invalid: expected δ < 1/N_k = {1.0 / smallest:.3g} "
+            f"(with federated.clients = {params.clients}, the smallest client holds {smallest} videos)"
+        )
 
 
 def _check_ldp(params: LdpParams, public_actions: int) -> None:
     if max(params.video_first_filters, params.video_second_filters) > public_actions:
-        raise PrivharError(f"params.yaml: ldp.video_first_filters = {params.video_first_filters} and ldp.video_second_filters = "
-                           f"{params.video_second_filters} must not exceed the {public_actions} actions of the public set "
-                           "(synthesize.actions) their DCA filters are fitted on (L_r ≤ K)")
+        raise PrivharError(
+            f"params.yaml: ldp.video_first_filters = {params.video_first_filters} and ldp.video_second_filters = "
+            f"{params.video_second_filters} must not exceed the {public_actions} actions of the public set "
+            "(synthesize.actions) their DCA filters are fitted on (L_r ≤ K)"
+        )

@@ -9,7 +9,7 @@
 Rows carry the container's own metadata where it can be read; a file that cannot even be
 probed keeps zeros and is left for ``decode`` to quarantine with its reason.
 
-Every row names its data subject (the person is the unit of privacy, DESIGN.md) in ``identity``,
+Every row names its data subject (the person is the unit of privacy: docs/privacy.md) in ``identity``,
 with ``subject`` saying what it is: UCF101's group (``v_<Class>_g08_c01``: the 25 groups are the same
 actors), HMDB51's source video (``<source>_<action>_<6 meta fields>``: one film or clip, the same
 people), or a ``data.subjects`` CSV (``video_id,subject``) that overrides both. A video whose subject
@@ -57,7 +57,12 @@ def probe(path: Path) -> dict[str, Any]:
             frames = stream.frames
             if not frames and stream.duration is not None:
                 frames = int(round(float(stream.duration * stream.time_base) * fps))
-            return {"n_frames": int(frames or 0), "fps": fps, "height": int(stream.height), "width": int(stream.width)}
+            return {
+                "n_frames": int(frames or 0),
+                "fps": fps,
+                "height": int(stream.height),
+                "width": int(stream.width),
+            }
     except (av.FFmpegError, IndexError, OSError, ValueError):
         return {"n_frames": 0, "fps": 0.0, "height": 0, "width": 0}
 
@@ -92,30 +97,48 @@ def hmdb51_subject(stem: str, action: str) -> str | None:
     fields = stem.split("_")
     action_fields = action.split("_")
     head = fields[:-HMDB51_META_FIELDS]
-    if len(head) <= len(action_fields) or head[-len(action_fields):] != action_fields:
+    if len(head) <= len(action_fields) or head[-len(action_fields) :] != action_fields:
         return None
-    return "_".join(head[:-len(action_fields)])
+    return "_".join(head[: -len(action_fields)])
 
 
 def _row(video: Path, split: str, label: int, action: str, subject: str | None) -> dict[str, Any]:
-    return {"video_id": video.stem, "split": split, "label": label, "action": action, "subject": subject,
-            "path": str(video.resolve()), **probe(video)}
+    return {
+        "video_id": video.stem,
+        "split": split,
+        "label": label,
+        "action": action,
+        "subject": subject,
+        "path": str(video.resolve()),
+        **probe(video),
+    }
 
 
 def _classes(root: Path) -> list[str]:
-    classes = sorted(entry.name for entry in root.iterdir() if entry.is_dir() and not entry.name.startswith((".", "ucfTrainTestlist", "testTrainMulti", "splits")))
+    classes = sorted(
+        entry.name
+        for entry in root.iterdir()
+        if entry.is_dir()
+        and not entry.name.startswith((".", "ucfTrainTestlist", "testTrainMulti", "splits"))
+    )
     if not classes:
-        raise PrivharError(f"{root}: no class folders found (data.root must hold one folder per action)")
+        raise PrivharError(
+            f"{root}: no class folders found (data.root must hold one folder per action)"
+        )
     return classes
 
 
 @DATASETS.register("ucf101")
 def index_ucf101(root: Path, split: int) -> list[dict[str, Any]]:
     folders = (".", "ucfTrainTestlist")
-    lists = {name: _find(root, [f"{name}list{split:02d}.txt"], folders) for name in ("train", "test")}
+    lists = {
+        name: _find(root, [f"{name}list{split:02d}.txt"], folders) for name in ("train", "test")
+    }
     for name, found in lists.items():
         if found is None:
-            raise PrivharError(f"{root}: {name}list{split:02d}.txt not found (looked in {root} and {root / 'ucfTrainTestlist'})")
+            raise PrivharError(
+                f"{root}: {name}list{split:02d}.txt not found (looked in {root} and {root / 'ucfTrainTestlist'})"
+            )
     class_index = _find(root, ["classInd.txt"], folders)
     if class_index is not None:
         classes = [line.split()[1] for line in class_index.read_text().splitlines() if line.strip()]
@@ -130,9 +153,13 @@ def index_ucf101(root: Path, split: int) -> list[dict[str, Any]]:
             relative = line.split()[0]
             action = relative.split("/")[0]
             if action not in label_of:
-                raise PrivharError(f"{list_file}:{number}: class '{action}' is not a known class folder")
+                raise PrivharError(
+                    f"{list_file}:{number}: class '{action}' is not a known class folder"
+                )
             video = root / relative
-            rows.append(_row(video, split_name, label_of[action], action, ucf101_subject(video.stem)))
+            rows.append(
+                _row(video, split_name, label_of[action], action, ucf101_subject(video.stem))
+            )
     return rows
 
 
@@ -144,32 +171,57 @@ def index_hmdb51(root: Path, split: int) -> list[dict[str, Any]]:
         names = [f"{action}_test_split{split}.txt"]
         split_file = _find(root, names, (".", "testTrainMulti_7030_splits", "splits"))
         if split_file is None:
-            raise PrivharError(f"{root}: {names[0]} not found (looked in {root}, testTrainMulti_7030_splits/ and splits/)")
+            raise PrivharError(
+                f"{root}: {names[0]} not found (looked in {root}, testTrainMulti_7030_splits/ and splits/)"
+            )
         for number, line in enumerate(split_file.read_text().splitlines(), start=1):
             fields = line.split()
             if not fields:
                 continue
             if len(fields) != 2 or fields[1] not in ("0", "1", "2"):
-                raise PrivharError(f"{split_file}:{number}: expected '<video> <0|1|2>', got {line.strip()!r}")
+                raise PrivharError(
+                    f"{split_file}:{number}: expected '<video> <0|1|2>', got {line.strip()!r}"
+                )
             if fields[1] == "0":
                 continue
             video = root / action / fields[0]
-            rows.append(_row(video, "train" if fields[1] == "1" else "test", label, action,
-                             hmdb51_subject(video.stem, action)))
+            rows.append(
+                _row(
+                    video,
+                    "train" if fields[1] == "1" else "test",
+                    label,
+                    action,
+                    hmdb51_subject(video.stem, action),
+                )
+            )
     return rows
 
 
-def _by_video(rows: list[dict[str, Any]], path: Path, table: pl.DataFrame, what: str) -> list[dict[str, Any]]:
+def _by_video(
+    rows: list[dict[str, Any]], path: Path, table: pl.DataFrame, what: str
+) -> list[dict[str, Any]]:
     """``table``'s columns for each row, in row order (a polars left join on ``video_id``); every video must have one
     line, and only one."""
-    repeated = table.filter(pl.col("video_id").is_duplicated())["video_id"].unique().sort().to_list()
+    repeated = (
+        table.filter(pl.col("video_id").is_duplicated())["video_id"].unique().sort().to_list()
+    )
     if repeated:
-        raise PrivharError(f"{path}: {len(repeated)} videos listed more than once (first: {repeated[0]})")
-    videos = pl.DataFrame({"video_id": [row["video_id"] for row in rows]}, schema={"video_id": pl.String})
+        raise PrivharError(
+            f"{path}: {len(repeated)} videos listed more than once (first: {repeated[0]})"
+        )
+    videos = pl.DataFrame(
+        {"video_id": [row["video_id"] for row in rows]}, schema={"video_id": pl.String}
+    )
     missing = videos.join(table, on="video_id", how="anti")["video_id"].to_list()
     if missing:
-        raise PrivharError(f"{path}: no {what} for {len(missing)} videos of the split (first: {missing[0]})")
-    return videos.join(table, on="video_id", how="left", maintain_order="left").drop("video_id").to_dicts()
+        raise PrivharError(
+            f"{path}: no {what} for {len(missing)} videos of the split (first: {missing[0]})"
+        )
+    return (
+        videos.join(table, on="video_id", how="left", maintain_order="left")
+        .drop("video_id")
+        .to_dicts()
+    )
 
 
 def merge_attributes(rows: list[dict[str, Any]], path: Path) -> list[dict[str, Any]]:
@@ -185,7 +237,10 @@ def merge_attributes(rows: list[dict[str, Any]], path: Path) -> list[dict[str, A
         return {"0": False, "1": True}.get(text.strip(), text.strip())
 
     found = _by_video(rows, path, table, "attributes")
-    return [{**row, **{f"attr_{key}": value(text) for key, text in mine.items()}} for row, mine in zip(rows, found)]
+    return [
+        {**row, **{f"attr_{key}": value(text) for key, text in mine.items()}}
+        for row, mine in zip(rows, found)
+    ]
 
 
 def merge_subjects(rows: list[dict[str, Any]], path: Path) -> list[dict[str, Any]]:
@@ -195,18 +250,32 @@ def merge_subjects(rows: list[dict[str, Any]], path: Path) -> list[dict[str, Any
     table = read_csv(path)
     if not {"video_id", "subject"} <= set(table.columns):
         raise PrivharError(f"{path}: expected a header 'video_id,subject'")
-    table = table.select("video_id", pl.col("subject").str.strip_chars()).filter(pl.col("subject") != "")
-    return [{**row, "subject": mine["subject"]} for row, mine in zip(rows, _by_video(rows, path, table, "subject"))]
+    table = table.select("video_id", pl.col("subject").str.strip_chars()).filter(
+        pl.col("subject") != ""
+    )
+    return [
+        {**row, "subject": mine["subject"]}
+        for row, mine in zip(rows, _by_video(rows, path, table, "subject"))
+    ]
 
 
 def number_subjects(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``identity``: the subject as an integer (sorted names), null where the subject is unknown."""
-    numbering = {name: number for number, name in enumerate(sorted({row["subject"] for row in rows if row["subject"]}))}
+    numbering = {
+        name: number
+        for number, name in enumerate(sorted({row["subject"] for row in rows if row["subject"]}))
+    }
     return [{**row, "identity": numbering.get(row["subject"])} for row in rows]
 
 
-def index_dataset(source: str, root: str | None, split: int, attributes: str | None = None,
-                  subjects: str | None = None, missing_files: str = "refuse") -> list[dict[str, Any]]:
+def index_dataset(
+    source: str,
+    root: str | None,
+    split: int,
+    attributes: str | None = None,
+    subjects: str | None = None,
+    missing_files: str = "refuse",
+) -> list[dict[str, Any]]:
     """Rows for a real dataset named by ``data.source``, with its subjects (from the file names, or the ``subjects``
     CSV) and its privacy attributes when ``attributes`` names them. A split list naming files that are not there (a
     wrong ``data.root``, a partial copy) is refused in one line unless ``missing_files`` is ``quarantine``: then decode
@@ -221,11 +290,15 @@ def index_dataset(source: str, root: str | None, split: int, attributes: str | N
         raise PrivharError(f"{folder}: split {split} lists no videos")
     for name in ("train", "test"):
         if not any(row["split"] == name for row in rows):
-            raise PrivharError(f"{folder}: split {split} lists no {name} videos (a {name} split is needed)")
+            raise PrivharError(
+                f"{folder}: split {split} lists no {name} videos (a {name} split is needed)"
+            )
     absent = [row["path"] for row in rows if not Path(row["path"]).is_file()]
     if absent and missing_files == "refuse":
-        raise PrivharError(f"{folder}: split {split} lists {len(absent)} of {len(rows)} videos that are not there (first: "
-                           f"{absent[0]}); check data.root, or set data.missing_files: quarantine to run without them")
+        raise PrivharError(
+            f"{folder}: split {split} lists {len(absent)} of {len(rows)} videos that are not there (first: "
+            f"{absent[0]}); check data.root, or set data.missing_files: quarantine to run without them"
+        )
     if subjects:
         rows = merge_subjects(rows, Path(subjects))
     rows = number_subjects(rows)

@@ -23,7 +23,6 @@ from tasks.core.errors import PrivharError
 DEVICE_PATTERN = r"auto|cpu|cuda(:\d+)?"  # as BaseParams.device checks it
 
 
-
 def resolve_device(spec: str, what: str = "base.device") -> torch.device:
     """The torch device ``spec`` names; ``auto`` is the first GPU when there is one (``what``: the setting, for errors)."""
     if not re.fullmatch(DEVICE_PATTERN, spec):
@@ -33,11 +32,17 @@ def resolve_device(spec: str, what: str = "base.device") -> torch.device:
     device = torch.device(spec)
     if device.type == "cuda":
         if not torch.cuda.is_available():
-            raise PrivharError(f"{what} = {spec!r}: torch sees no CUDA GPU here "
-                               f"(torch {torch.__version__}); use auto or cpu")
+            raise PrivharError(
+                f"{what} = {spec!r}: torch sees no CUDA GPU here "
+                f"(torch {torch.__version__}); use auto or cpu"
+            )
         if device.index is not None and device.index >= torch.cuda.device_count():
-            raise PrivharError(f"{what} = {spec!r}: this machine has {torch.cuda.device_count()} CUDA GPU(s)")
-        torch.backends.cudnn.benchmark = True  # fixed clip shapes: cuDNN picks its fastest kernels once
+            raise PrivharError(
+                f"{what} = {spec!r}: this machine has {torch.cuda.device_count()} CUDA GPU(s)"
+            )
+        torch.backends.cudnn.benchmark = (
+            True  # fixed clip shapes: cuDNN picks its fastest kernels once
+        )
     return device
 
 
@@ -70,7 +75,9 @@ def synchronise(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def matmul_gflops(device: torch.device, size: int = 4096, repeats: int = 6, dtype: torch.dtype = torch.float32) -> float:
+def matmul_gflops(
+    device: torch.device, size: int = 4096, repeats: int = 6, dtype: torch.dtype = torch.float32
+) -> float:
     """``device``'s own measured GEMM rate (warm-up excluded): the yardstick a benchmark's timings are divided by.
 
     On a GPU, float32 matmuls may use TF32 when ``torch.backends.cuda.matmul.allow_tf32`` is set; the
@@ -92,18 +99,28 @@ def matmul_gflops(device: torch.device, size: int = 4096, repeats: int = 6, dtyp
 
 def stamp(device: torch.device) -> dict[str, object]:
     """What a benchmark was measured on, and that device's matmul rate measured in the same run."""
-    return {**describe(device), "matmul_gflops_float32": round(matmul_gflops(device), 1),
-            "tf32_matmul": bool(torch.backends.cuda.matmul.allow_tf32)}
+    return {
+        **describe(device),
+        "matmul_gflops_float32": round(matmul_gflops(device), 1),
+        "tf32_matmul": bool(torch.backends.cuda.matmul.allow_tf32),
+    }
 
 
 def describe(device: torch.device) -> dict[str, object]:
     """Name, memory and versions of ``device``: what a timing was measured on."""
-    info: dict[str, object] = {"device": str(device), "torch": torch.__version__, "cuda": torch.version.cuda,
-                               "threads": torch.get_num_threads()}
+    info: dict[str, object] = {
+        "device": str(device),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "threads": torch.get_num_threads(),
+    }
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
-        info.update(name=props.name, memory_gib=round(props.total_memory / 2**30, 1),
-                    capability=f"{props.major}.{props.minor}")
+        info.update(
+            name=props.name,
+            memory_gib=round(props.total_memory / 2**30, 1),
+            capability=f"{props.major}.{props.minor}",
+        )
     else:
         import platform
 

@@ -45,7 +45,9 @@ def code_digest(source_file: Path, packages: tuple[str, ...], helpers: tuple[str
     return digest.hexdigest()[:16]
 
 
-def cache_folder(source_file: Path, packages: tuple[str, ...], helpers: tuple[str, ...] = ()) -> Path | None:
+def cache_folder(
+    source_file: Path, packages: tuple[str, ...], helpers: tuple[str, ...] = ()
+) -> Path | None:
     """Where a module's cached values live, or None when ``PRIVHAR_CACHE_DIR=off``."""
     setting = os.environ.get(CACHE_ENV, "")
     if setting == "off":
@@ -54,7 +56,9 @@ def cache_folder(source_file: Path, packages: tuple[str, ...], helpers: tuple[st
     return root / f"{Path(source_file).stem}-{code_digest(source_file, packages, helpers)}"
 
 
-def disk_cached(source_file: str, packages: tuple[str, ...], helpers: tuple[str, ...] = ()) -> Callable[[Function], Function]:
+def disk_cached(
+    source_file: str, packages: tuple[str, ...], helpers: tuple[str, ...] = ()
+) -> Callable[[Function], Function]:
     """Decorator: ``function`` cached on disk under :func:`cache_folder` (resolved at each call: the tests move it);
     ``helpers`` names the modules beside ``source_file`` whose code its functions call."""
 

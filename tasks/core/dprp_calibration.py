@@ -85,11 +85,15 @@ class NoiseScales:
     sensitivity_bound: str  # χ² (secret R) or operator norm (public R)
     epsilon_one_pixel: float  # the ε P's noise gives for one pixel value changed by 255 (at δ1)
     epsilon_whole_frame: float  # … for a whole frame changed (255·√d)
-    mu_per_frame: float  # Gaussian DP of P's noise for one whole frame changed, any R (operator norm)
+    mu_per_frame: (
+        float  # Gaussian DP of P's noise for one whole frame changed, any R (operator norm)
+    )
     mu_q_per_video: float  # … of Q's noise for a whole video changed; 0 when Q is not used (r = k)
     relation: str = REPLACE_ONE
     paper_delta: float | None = None  # the δ the paper's calibration names (paper mode)
-    paper_epsilon: float | None = None  # the ε Theorems 3-4 print for this σ (paper mode); ``epsilon`` is what holds
+    paper_epsilon: float | None = (
+        None  # the ε Theorems 3-4 print for this σ (paper mode); ``epsilon`` is what holds
+    )
     target_epsilon: float = math.nan  # dprp.epsilons' value that keys this copy (dprp@<ε>)
 
     @property
@@ -110,8 +114,14 @@ class NoiseScales:
 
     def person_epsilon(self, videos: int, frames: int) -> tuple[float, float]:
         """(ε, δ) for a person in ``videos`` videos of ``frames`` frames each (module docstring, "The person")."""
-        return gaussian_person_epsilon(mu_per_frame=self.mu_per_frame, mu_q_per_video=self.mu_q_per_video,
-                                       delta=self.delta, failure=self.failure_probability, videos=videos, frames=frames)
+        return gaussian_person_epsilon(
+            mu_per_frame=self.mu_per_frame,
+            mu_q_per_video=self.mu_q_per_video,
+            delta=self.delta,
+            failure=self.failure_probability,
+            videos=videos,
+            frames=frames,
+        )
 
     def as_dict(self) -> dict[str, float | str]:
         return {**asdict(self), "accountant": self.accountant, "unit": self.unit}
@@ -126,10 +136,14 @@ def check_budget(epsilon: float, delta: float, budget_split: float, k: int, d: i
     if not 0 < budget_split < 1:
         raise PrivharError(f"dprp: budget_split = {budget_split} is invalid: expected 0 < b < 1")
     if not 0 < k <= d:
-        raise PrivharError(f"dprp: k = {k} is invalid: expected 0 < k <= d = {d} (the pixel values per frame)")
+        raise PrivharError(
+            f"dprp: k = {k} is invalid: expected 0 < k <= d = {d} (the pixel values per frame)"
+        )
 
 
-def split_budget(epsilon: float, delta: float, budget_split: float) -> tuple[float, float, float, float]:
+def split_budget(
+    epsilon: float, delta: float, budget_split: float
+) -> tuple[float, float, float, float]:
     """(ε1, δ1, ε2, δ2) of Algorithm 1, lines 1-2."""
     b = budget_split
     return b * epsilon, b * delta, (1 - b) * epsilon, (1 - b) * delta
@@ -145,8 +159,13 @@ def paper_scales(epsilon: float, delta: float, budget_split: float, k: int) -> t
     """σ1 (Theorem 3) and σ2 (Theorem 4) exactly as printed, θ = 255/√k, σp = 1/√k."""
     e1, d1, e2, d2 = split_budget(epsilon, delta, budget_split)
     theta, sigma_p = PIXEL_MAX / math.sqrt(k), 1.0 / math.sqrt(k)
-    sigma1 = (theta * sigma_p * math.sqrt(k + 2 * math.sqrt(k * math.log(2 / d1)) + 2 * math.log(2 / d1))
-              * math.sqrt(2 * (math.log(1 / (2 * d1)) + e1)) / e1)
+    sigma1 = (
+        theta
+        * sigma_p
+        * math.sqrt(k + 2 * math.sqrt(k * math.log(2 / d1)) + 2 * math.log(2 / d1))
+        * math.sqrt(2 * (math.log(1 / (2 * d1)) + e1))
+        / e1
+    )
     sigma2 = theta * math.sqrt(math.sqrt(2 * math.log(1.25) / d2) / e2)
     return sigma1, sigma2
 
@@ -163,7 +182,11 @@ def operator_norm_bound(d: int, k: int, beta: float) -> float:
 
 def row_factor(k: int, d: int, beta: float, secret_projection: bool) -> float:
     """‖ΔxR‖ ≤ factor·‖Δx‖ with probability ≥ 1 − β: χ² for a secret R, the operator norm for a public one."""
-    return math.sqrt(chi_square_bound(k, beta) / k) if secret_projection else operator_norm_bound(d, k, beta)
+    return (
+        math.sqrt(chi_square_bound(k, beta) / k)
+        if secret_projection
+        else operator_norm_bound(d, k, beta)
+    )
 
 
 def change_epsilon(change: float, factor: float, sigma1: float, delta: float) -> float:
@@ -171,8 +194,15 @@ def change_epsilon(change: float, factor: float, sigma1: float, delta: float) ->
     return gdp_epsilon(change * factor / sigma1, delta)
 
 
-def gaussian_scales(epsilon: float, delta: float, budget_split: float, k: int, d: int, neighbour: Neighbour,
-                    secret_projection: bool) -> tuple[float, float, float, float, float]:
+def gaussian_scales(
+    epsilon: float,
+    delta: float,
+    budget_split: float,
+    k: int,
+    d: int,
+    neighbour: Neighbour,
+    secret_projection: bool,
+) -> tuple[float, float, float, float, float]:
     """(σ1, σ2, δ1 used by the mechanism, δ2 used, total failure probability) for the Gaussian mode.
 
     Half of each δ_i pays for the high-probability bounds over R (β), half for the mechanism.
@@ -183,15 +213,24 @@ def gaussian_scales(epsilon: float, delta: float, budget_split: float, k: int, d
     delta_p = row_change * row_factor(k, d, beta1, secret_projection)
     change_in_q = row_change * row_factor(k, d, beta2, secret_projection)
     row_norm = PIXEL_MAX * math.sqrt(d) * operator_norm_bound(d, k, beta2)
-    delta_q = 2 * row_norm * change_in_q + change_in_q ** 2
+    delta_q = 2 * row_norm * change_in_q + change_in_q**2
     sigma1 = gaussian_sigma(delta_p, e1, d1 - beta1)
     sigma2 = gaussian_sigma(delta_q, e2, d2 - 2 * beta2)
     return sigma1, sigma2, d1 - beta1, d2 - 2 * beta2, beta1 + 2 * beta2
 
 
-def noise_scales(*, epsilon: float, delta: float, budget_split: float, k: int, d: int,
-                 calibration: Calibration, neighbour: Neighbour, secret_projection: bool = False,
-                 full_rank: bool = True) -> NoiseScales:
+def noise_scales(
+    *,
+    epsilon: float,
+    delta: float,
+    budget_split: float,
+    k: int,
+    d: int,
+    calibration: Calibration,
+    neighbour: Neighbour,
+    secret_projection: bool = False,
+    full_rank: bool = True,
+) -> NoiseScales:
     """σ1, σ2 and the full privacy record of one video's mechanism.
 
     ``secret_projection``: R is drawn per video from OS entropy and never stored (then the χ² bound
@@ -199,36 +238,74 @@ def noise_scales(*, epsilon: float, delta: float, budget_split: float, k: int, d
     """
     check_budget(epsilon, delta, budget_split, k, d)
     e1, d1, e2, d2 = split_budget(epsilon, delta, budget_split)
-    bound = ("χ² over a secret per-video R (Laurent-Massart)" if secret_projection
-             else "operator norm of a public R (Davidson-Szarek)")
+    bound = (
+        "χ² over a secret per-video R (Laurent-Massart)"
+        if secret_projection
+        else "operator norm of a public R (Davidson-Szarek)"
+    )
     beta = d1 / 2
     factor = row_factor(k, d, beta, secret_projection)
     frame_change = PIXEL_MAX * math.sqrt(d)
     if calibration == "paper":
         sigma1, sigma2 = paper_scales(epsilon, delta, budget_split, k)
-        failure = d1 / 2 if full_rank else d1 / 2 + d2 / 2  # Theorem 3's χ² bound (β = δ1/2); Q's two bounds
+        failure = (
+            d1 / 2 if full_rank else d1 / 2 + d2 / 2
+        )  # Theorem 3's χ² bound (β = δ1/2); Q's two bounds
         label = "paper (Theorems 3-4 as printed)"
         covers = "an l2 change of one frame of at most 255/sqrt(k) grey levels (paper calibration)"
         record_delta = delta + failure
-        holds = paper_unit_epsilon(sigma1, sigma2, delta, d1, d2, k, d, secret_projection, full_rank)
+        holds = paper_unit_epsilon(
+            sigma1, sigma2, delta, d1, d2, k, d, secret_projection, full_rank
+        )
     else:
-        sigma1, sigma2, _, _, failure = gaussian_scales(epsilon, delta, budget_split, k, d, neighbour, secret_projection)
+        sigma1, sigma2, _, _, failure = gaussian_scales(
+            epsilon, delta, budget_split, k, d, neighbour, secret_projection
+        )
         label = "gaussian (Dwork-Roth, Δ derived)"
-        covers = "one whole frame replaced" if neighbour == "frame" else "one pixel value changed by up to 255"
+        covers = (
+            "one whole frame replaced"
+            if neighbour == "frame"
+            else "one pixel value changed by up to 255"
+        )
         record_delta = delta
         holds = epsilon  # each σ_i is the Gaussian mechanism's for (ε_i, δ_i) at the derived Δ_i; basic composition
     q_frame = frame_change * operator_norm_bound(d, k, d2 / 4)
-    delta_q_frame = 2 * frame_change * operator_norm_bound(d, k, d2 / 4) * q_frame + q_frame ** 2
+    delta_q_frame = 2 * frame_change * operator_norm_bound(d, k, d2 / 4) * q_frame + q_frame**2
     mu_q = 0.0 if full_rank else delta_q_frame / sigma2
-    return NoiseScales(sigma1, sigma2, holds, record_delta, e1, d1, e2, d2, label, covers, failure, bound,
-                       change_epsilon(PIXEL_MAX, factor, sigma1, d1), change_epsilon(frame_change, factor, sigma1, d1),
-                       frame_change * operator_norm_bound(d, k, beta) / sigma1, mu_q,
-                       paper_delta=delta if calibration == "paper" else None,
-                       paper_epsilon=epsilon if calibration == "paper" else None, target_epsilon=epsilon)
+    return NoiseScales(
+        sigma1,
+        sigma2,
+        holds,
+        record_delta,
+        e1,
+        d1,
+        e2,
+        d2,
+        label,
+        covers,
+        failure,
+        bound,
+        change_epsilon(PIXEL_MAX, factor, sigma1, d1),
+        change_epsilon(frame_change, factor, sigma1, d1),
+        frame_change * operator_norm_bound(d, k, beta) / sigma1,
+        mu_q,
+        paper_delta=delta if calibration == "paper" else None,
+        paper_epsilon=epsilon if calibration == "paper" else None,
+        target_epsilon=epsilon,
+    )
 
 
-def paper_unit_epsilon(sigma1: float, sigma2: float, delta: float, delta1: float, delta2: float, k: int, d: int,
-                       secret_projection: bool, full_rank: bool) -> float:
+def paper_unit_epsilon(
+    sigma1: float,
+    sigma2: float,
+    delta: float,
+    delta1: float,
+    delta2: float,
+    k: int,
+    d: int,
+    secret_projection: bool,
+    full_rank: bool,
+) -> float:
     """The ε the paper's σ1, σ2 give for the paper's unit (a frame change of ℓ2 norm 255/√k), R as used.
 
     P's row moves by e ≤ (255/√k)·factor (χ² or operator norm, failing with β = δ1/2); Q by
@@ -241,22 +318,33 @@ def paper_unit_epsilon(sigma1: float, sigma2: float, delta: float, delta1: float
     if not full_rank:
         moved = change * row_factor(k, d, delta2 / 4, secret_projection)
         row_norm = PIXEL_MAX * math.sqrt(d) * operator_norm_bound(d, k, delta2 / 4)
-        mu_q = (2 * row_norm * moved + moved ** 2) / sigma2
+        mu_q = (2 * row_norm * moved + moved**2) / sigma2
     return gdp_epsilon(math.hypot(mu_p, mu_q), delta)
 
 
-def dataset_scales(params: DprpParams, epsilon: float, d: int, secret_randomness: bool) -> NoiseScales:
+def dataset_scales(
+    params: DprpParams, epsilon: float, d: int, secret_randomness: bool
+) -> NoiseScales:
     """The scales of the copy ``dprp@<epsilon>`` of frames with ``d`` values: R is secret only when drawn per video
     from OS entropy (``projection: per_video`` under ``privacy.randomness: secure``)."""
-    return noise_scales(epsilon=epsilon, delta=params.delta, budget_split=params.budget_split, k=params.k_value, d=d,
-                        calibration=params.calibration, neighbour=params.neighbour,
-                        secret_projection=params.projection == "per_video" and secret_randomness,
-                        full_rank=rank_of(params.rank, params.k_value) == params.k_value)
+    return noise_scales(
+        epsilon=epsilon,
+        delta=params.delta,
+        budget_split=params.budget_split,
+        k=params.k_value,
+        d=d,
+        calibration=params.calibration,
+        neighbour=params.neighbour,
+        secret_projection=params.projection == "per_video" and secret_randomness,
+        full_rank=rank_of(params.rank, params.k_value) == params.k_value,
+    )
 
 
 def rank_of(rank: int | float, k: int) -> int:
     """``rank`` as an integer r in 1..k (a float in (0, 1] is a fraction of k)."""
     r = math.ceil(rank * k) if isinstance(rank, float) else int(rank)
     if not 1 <= r <= k:
-        raise PrivharError(f"dprp: rank = {rank} is invalid: expected an integer in 1..k = {k} or a fraction in (0, 1]")
+        raise PrivharError(
+            f"dprp: rank = {rank} is invalid: expected an integer in 1..k = {k} or a fraction in (0, 1]"
+        )
     return r

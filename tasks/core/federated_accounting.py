@@ -36,8 +36,10 @@ from scipy.optimize import brentq
 from tasks.core.accounting import gdp_delta, gdp_epsilon
 from tasks.core.errors import PrivharError
 
-ACCOUNTANT = ("exact composition of Gaussian mechanisms (mu-GDP, Dong-Roth-Su 2019 Cor. 3.3 / 2.13); "
-              "shuffled fixed-size batches, replace-one, sensitivity 2C, no amplification by shuffling")
+ACCOUNTANT = (
+    "exact composition of Gaussian mechanisms (mu-GDP, Dong-Roth-Su 2019 Cor. 3.3 / 2.13); "
+    "shuffled fixed-size batches, replace-one, sensitivity 2C, no amplification by shuffling"
+)
 
 
 def gdp_mu(noise_multiplier: float, epochs: int) -> float:
@@ -77,11 +79,22 @@ def calibrate(target_epsilon: float, epochs: int, delta: float) -> float:
     low, high = 1e-3, 1.0
     while epsilon_of(high, epochs, delta) > target_epsilon:
         high *= 2
-    return float(brentq(lambda sigma: epsilon_of(sigma, epochs, delta) - target_epsilon, low, high, xtol=1e-9))
+    return float(
+        brentq(
+            lambda sigma: epsilon_of(sigma, epochs, delta) - target_epsilon, low, high, xtol=1e-9
+        )
+    )
 
 
-def paper_tls_epsilon(batch_size: int, count: int, noise_multiplier: float, epochs: int, delta: float) -> float:
+def paper_tls_epsilon(
+    batch_size: int, count: int, noise_multiplier: float, epochs: int, delta: float
+) -> float:
     """Paper 003 eq. 11, ε_TLS = (q/σ)·sqrt(2E ln(1/δ)), q = B/N — the paper's approximation, not a bound."""
     if noise_multiplier <= 0:
         return math.inf
-    return min(batch_size, count) / count / noise_multiplier * math.sqrt(2 * epochs * math.log(1 / delta))
+    return (
+        min(batch_size, count)
+        / count
+        / noise_multiplier
+        * math.sqrt(2 * epochs * math.log(1 / delta))
+    )

@@ -29,7 +29,9 @@ def png_bytes(figure: Figure, dpi: int) -> bytes:
     return buffer.getvalue()
 
 
-def percent_chart_png(figure: Figure, axes: plt.Axes, *, ylabel: str, title: str, legend_size: int, dpi: int = 110) -> bytes:
+def percent_chart_png(
+    figure: Figure, axes: plt.Axes, *, ylabel: str, title: str, legend_size: int, dpi: int = 110
+) -> bytes:
     """Finish a chart whose y axis is a percentage (0-100) with a legend to its right; as PNG bytes."""
     axes.set_ylabel(ylabel)
     axes.set_ylim(0, 100)

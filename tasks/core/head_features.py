@@ -30,7 +30,6 @@ from tasks.core.clips import normalise
 from tasks.core.device import mixed_precision, to_device
 from tasks.core.models import CLASSIFIER as HEAD
 
-
 LOG = logging.getLogger(__name__)
 STATISTICS_KEY = "head_features"  # where a checkpoint keeps the public feature statistics
 MIN_STD = 1e-3  # a feature that never varies on the public clips is centred, not blown up
@@ -45,7 +44,12 @@ def pooled_features(model: nn.Module, inputs: torch.Tensor, batch_size: int = 32
     """(N, C) inputs of the head for normalised clips (N, 3, T, H, W); the model's weights untouched."""
     head = len(model.blocks) - 1
     pool = model.blocks[head].pool
-    return torch.cat([pool(prefix_activations(model, part, head, batch_size)).flatten(1) for part in inputs.split(batch_size)])
+    return torch.cat(
+        [
+            pool(prefix_activations(model, part, head, batch_size)).flatten(1)
+            for part in inputs.split(batch_size)
+        ]
+    )
 
 
 def splits_at_head(model: nn.Module) -> bool:
@@ -54,8 +58,13 @@ def splits_at_head(model: nn.Module) -> bool:
     the classifier (a private method's head-only seeds) share one pass of everything before it."""
     blocks = getattr(model, "blocks", None)
     head = blocks[-1] if isinstance(blocks, nn.ModuleList) and len(blocks) else None
-    return (isinstance(head, ResNetBasicHead) and head.pool is not None and head.activation is None
-            and isinstance(head.proj, nn.Linear) and isinstance(head.output_pool, (nn.AdaptiveAvgPool3d, type(None))))
+    return (
+        isinstance(head, ResNetBasicHead)
+        and head.pool is not None
+        and head.activation is None
+        and isinstance(head.proj, nn.Linear)
+        and isinstance(head.output_pool, (nn.AdaptiveAvgPool3d, type(None)))
+    )
 
 
 def frozen_digest(model: nn.Module) -> str:
@@ -63,14 +72,22 @@ def frozen_digest(model: nn.Module) -> str:
     digest = hashlib.sha256(repr(model.blocks[:-1]).encode() + repr(model.blocks[-1].pool).encode())
     for name, tensor in sorted(model.state_dict().items()):
         if not name.startswith(HEAD + "."):
-            digest.update(name.encode() + str(tensor.dtype).encode() + str(tuple(tensor.shape)).encode())
-            digest.update(tensor.detach().cpu().contiguous().flatten().view(torch.uint8).numpy().tobytes())
+            digest.update(
+                name.encode() + str(tensor.dtype).encode() + str(tuple(tensor.shape)).encode()
+            )
+            digest.update(
+                tensor.detach().cpu().contiguous().flatten().view(torch.uint8).numpy().tobytes()
+            )
     return digest.hexdigest()
 
 
 @torch.no_grad()
-def clip_features(model: nn.Module, clips: torch.Tensor, batch_size: int,
-                  device: torch.device = torch.device("cpu")) -> torch.Tensor:
+def clip_features(
+    model: nn.Module,
+    clips: torch.Tensor,
+    batch_size: int,
+    device: torch.device = torch.device("cpu"),
+) -> torch.Tensor:
     """(N, C) float32 pooled features (on the CPU) of uint8 clips, a batch at a time on ``device`` as
     :func:`tasks.core.clips.predict` runs the whole model (bf16 on a GPU)."""
     model.to(device).eval()
@@ -94,7 +111,9 @@ def first_trainable_block(model: nn.Module) -> int:
 
 
 @torch.no_grad()
-def prefix_activations(model: nn.Module, inputs: torch.Tensor, end: int, batch_size: int = 32) -> torch.Tensor:
+def prefix_activations(
+    model: nn.Module, inputs: torch.Tensor, end: int, batch_size: int = 32
+) -> torch.Tensor:
     """Outputs of the frozen blocks ``model.blocks[:end]`` for normalised clips: the tail's inputs, computed once."""
     was_training = model.training
     model.eval()
@@ -132,9 +151,14 @@ def stored_statistics(checkpoint: dict) -> dict[str, torch.Tensor] | None:
 
 def public_statistics(init: Path) -> dict[str, torch.Tensor] | None:
     """The public clips' feature statistics the pretrain stage saved in ``init/model.pt`` (None: saved before them)."""
-    statistics = stored_statistics(torch.load(init / "model.pt", map_location="cpu", weights_only=True))
+    statistics = stored_statistics(
+        torch.load(init / "model.pt", map_location="cpu", weights_only=True)
+    )
     if statistics is None:
-        LOG.warning("%s holds no public feature statistics: the head trains on raw features (re-run pretrain)", init / "model.pt")
+        LOG.warning(
+            "%s holds no public feature statistics: the head trains on raw features (re-run pretrain)",
+            init / "model.pt",
+        )
     return statistics
 
 

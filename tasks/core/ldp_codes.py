@@ -10,7 +10,10 @@ def feature_count(first_filters: int, pool: int, shape: tuple[int, int]) -> int:
     return first_filters * (shape[0] // pool) * (shape[1] // pool)
 
 
-HOG_BLOCK, HOG_STRIDE = 4, 2  # tasks/ldp/baselines.py: 4 × 4-pixel HOG blocks of 2 × 2 cells, stride 2
+HOG_BLOCK, HOG_STRIDE = (
+    4,
+    2,
+)  # tasks/ldp/baselines.py: 4 × 4-pixel HOG blocks of 2 × 2 cells, stride 2
 
 
 def baseline_feature_counts(shape: tuple[int, int]) -> dict[str, int]:

@@ -65,7 +65,9 @@ def rebase_path(stored: str | None, source: Path, target: Path) -> str:
     return Path(os.path.relpath(Path(source).resolve() / stored, Path(target).resolve())).as_posix()
 
 
-def write_table(rows: list[dict[str, Any]] | pa.Table, path: Path, schema: pa.Schema | None = None) -> None:
+def write_table(
+    rows: list[dict[str, Any]] | pa.Table, path: Path, schema: pa.Schema | None = None
+) -> None:
     """Write a table (or any small table of rows: identities, quarantine reports) as Parquet, zstd, no timestamps."""
     table = rows if isinstance(rows, pa.Table) else pa.Table.from_pylist(rows, schema=schema)
     buffer = io.BytesIO()
@@ -127,7 +129,12 @@ def read_manifest(path: Path, split: str | None = None) -> list[dict[str, Any]]:
 
 def copies_under(folders: list[Path]) -> list[Path]:
     """Every protected copy (a folder with a manifest) directly under ``folders``, in order."""
-    return [copy for folder in folders for copy in sorted(folder.iterdir()) if (copy / MANIFEST_NAME).is_file()]
+    return [
+        copy
+        for folder in folders
+        for copy in sorted(folder.iterdir())
+        if (copy / MANIFEST_NAME).is_file()
+    ]
 
 
 def attribute_names(rows: list[dict[str, Any]]) -> list[str]:

@@ -24,7 +24,6 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
-import tasks.torchvision_compat  # noqa: F401  (before pytorchvideo imports torchvision)
 import torch
 from pytorchvideo.models.head import ResNetBasicHead
 from pytorchvideo.models.net import Net
@@ -32,6 +31,7 @@ from pytorchvideo.models.resnet import create_bottleneck_block, create_res_stage
 from pytorchvideo.models.stem import ResNetBasicStem, create_res_basic_stem
 from torch import nn
 
+import tasks.torchvision_compat  # noqa: F401  (before pytorchvideo imports torchvision)
 from tasks.core.errors import PrivharError
 from tasks.core.plugins import Registry
 
@@ -39,8 +39,12 @@ from tasks.core.plugins import Registry
 class GroupNorm3d(nn.GroupNorm):
     """GroupNorm with BatchNorm's constructor signature, as pytorchvideo builders call it."""
 
-    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1, *, groups: int = 4) -> None:
-        super().__init__(num_groups=_divisor_at_most(groups, num_features), num_channels=num_features, eps=eps)
+    def __init__(
+        self, num_features: int, eps: float = 1e-5, momentum: float = 0.1, *, groups: int = 4
+    ) -> None:
+        super().__init__(
+            num_groups=_divisor_at_most(groups, num_features), num_channels=num_features, eps=eps
+        )
 
 
 class VideoClassifier(Net):
@@ -55,7 +59,9 @@ class FrameDifference(nn.Module):
     """Frame t+1 − frame t of every channel, the last zero: what moved, without what things look like."""
 
     def forward(self, clip: torch.Tensor) -> torch.Tensor:
-        return torch.cat([clip[:, :, 1:] - clip[:, :, :-1], torch.zeros_like(clip[:, :, :1])], dim=2)
+        return torch.cat(
+            [clip[:, :, 1:] - clip[:, :, :-1], torch.zeros_like(clip[:, :, :1])], dim=2
+        )
 
 
 class FramesAndDifference(FrameDifference):
@@ -83,7 +89,13 @@ class ViewedStem(nn.Module):
 
     def __init__(self, *, view: nn.Module, stem: ResNetBasicStem) -> None:
         super().__init__()
-        self.view, self.conv, self.norm, self.activation, self.pool = view, stem.conv, stem.norm, stem.activation, stem.pool
+        self.view, self.conv, self.norm, self.activation, self.pool = (
+            view,
+            stem.conv,
+            stem.norm,
+            stem.activation,
+            stem.pool,
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.activation(self.norm(self.conv(self.view(x))))
@@ -130,26 +142,56 @@ def create_video_classifier(
     norm = norm or group_norm(4)
     padding = tuple(size // 2 for size in stem_kernel)
     view, input_channels = INPUT_VIEWS[input_view]()
-    blocks: list[nn.Module] = [ViewedStem(view=view, stem=create_res_basic_stem(
-        in_channels=input_channels, out_channels=width, conv_kernel_size=stem_kernel, conv_stride=stem_stride,
-        conv_padding=padding, pool=nn.MaxPool3d if stem_pool else None, pool_kernel_size=(1, 3, 3), pool_stride=(1, 2, 2),
-        pool_padding=(0, 1, 1), norm=norm, activation=activation,
-    ))]
+    blocks: list[nn.Module] = [
+        ViewedStem(
+            view=view,
+            stem=create_res_basic_stem(
+                in_channels=input_channels,
+                out_channels=width,
+                conv_kernel_size=stem_kernel,
+                conv_stride=stem_stride,
+                conv_padding=padding,
+                pool=nn.MaxPool3d if stem_pool else None,
+                pool_kernel_size=(1, 3, 3),
+                pool_stride=(1, 2, 2),
+                pool_padding=(0, 1, 1),
+                norm=norm,
+                activation=activation,
+            ),
+        )
+    ]
     dim_in = width
-    for index, (multiplier, temporal_stride) in enumerate(zip(stage_multipliers, stage_temporal_strides)):
+    for index, (multiplier, temporal_stride) in enumerate(
+        zip(stage_multipliers, stage_temporal_strides)
+    ):
         spatial_stride = 1 if index == 0 else 2
         dim_out = width * multiplier
-        blocks.append(create_res_stage(
-            depth=1, dim_in=dim_in, dim_inner=dim_out // 2, dim_out=dim_out, bottleneck=create_bottleneck_block,
-            conv_a_kernel_size=(3, 1, 1), conv_a_stride=(1, 1, 1), conv_a_padding=(1, 0, 0),
-            conv_b_kernel_size=(3, 3, 3), conv_b_stride=(temporal_stride, spatial_stride, spatial_stride),
-            conv_b_padding=(1, 1, 1), norm=norm, activation=activation,
-        ))
+        blocks.append(
+            create_res_stage(
+                depth=1,
+                dim_in=dim_in,
+                dim_inner=dim_out // 2,
+                dim_out=dim_out,
+                bottleneck=create_bottleneck_block,
+                conv_a_kernel_size=(3, 1, 1),
+                conv_a_stride=(1, 1, 1),
+                conv_a_padding=(1, 0, 0),
+                conv_b_kernel_size=(3, 3, 3),
+                conv_b_stride=(temporal_stride, spatial_stride, spatial_stride),
+                conv_b_padding=(1, 1, 1),
+                norm=norm,
+                activation=activation,
+            )
+        )
         dim_in = dim_out
-    blocks.append(ResNetBasicHead(
-        pool=HEAD_POOLS[head_pool]((1, 1, 1)), dropout=nn.Dropout(dropout) if dropout > 0 else None,
-        proj=nn.Linear(dim_in, num_classes), output_pool=nn.AdaptiveAvgPool3d(1),
-    ))
+    blocks.append(
+        ResNetBasicHead(
+            pool=HEAD_POOLS[head_pool]((1, 1, 1)),
+            dropout=nn.Dropout(dropout) if dropout > 0 else None,
+            proj=nn.Linear(dim_in, num_classes),
+            output_pool=nn.AdaptiveAvgPool3d(1),
+        )
+    )
     return VideoClassifier(blocks=nn.ModuleList(blocks))
 
 
@@ -169,16 +211,26 @@ def transfer_weights(model: nn.Module, config: dict, checkpoint: Path) -> None:
     own from the data it is given — for a private method, under its privacy guarantee.
     """
     if not checkpoint.is_file():
-        raise PrivharError(f"{checkpoint}: not found; expected a trained model (run the pretrain stage)")
+        raise PrivharError(
+            f"{checkpoint}: not found; expected a trained model (run the pretrain stage)"
+        )
     stored = torch.load(checkpoint, map_location="cpu", weights_only=True)
     for name in ("width", "norm_groups", "input_size", "input", "head_pool"):
         if _architecture(stored["config"], name) != _architecture(config, name):
-            raise PrivharError(f"{checkpoint}: its {name} {_architecture(stored['config'], name)} differs from this "
-                               f"model's {_architecture(config, name)}; pretrain with the same train params")
-    backbone = {name: value for name, value in stored["state_dict"].items() if not name.startswith(CLASSIFIER + ".")}
+            raise PrivharError(
+                f"{checkpoint}: its {name} {_architecture(stored['config'], name)} differs from this "
+                f"model's {_architecture(config, name)}; pretrain with the same train params"
+            )
+    backbone = {
+        name: value
+        for name, value in stored["state_dict"].items()
+        if not name.startswith(CLASSIFIER + ".")
+    }
     missing, unexpected = model.load_state_dict(backbone, strict=False)
     if unexpected or any(not name.startswith(CLASSIFIER + ".") for name in missing):
-        raise PrivharError(f"{checkpoint}: its layers do not match this model's (missing {missing}, unexpected {unexpected})")
+        raise PrivharError(
+            f"{checkpoint}: its layers do not match this model's (missing {missing}, unexpected {unexpected})"
+        )
 
 
 # what a checkpoint saved before the input view and head pool were params was built with
@@ -191,10 +243,14 @@ def _architecture(config: dict, name: str) -> object:
 
 def build_from_config(config: dict) -> nn.Module:
     """Rebuild a classifier from the ``config`` saved in its checkpoint."""
-    return create_video_classifier(num_classes=config["num_classes"], width=config["width"],
-                                   norm=group_norm(config["norm_groups"]), dropout=config["dropout"],
-                                   input_view=str(_architecture(config, "input")),
-                                   head_pool=str(_architecture(config, "head_pool")))
+    return create_video_classifier(
+        num_classes=config["num_classes"],
+        width=config["width"],
+        norm=group_norm(config["norm_groups"]),
+        dropout=config["dropout"],
+        input_view=str(_architecture(config, "input")),
+        head_pool=str(_architecture(config, "head_pool")),
+    )
 
 
 def checkpoint_config(path: Path) -> dict:

@@ -15,7 +15,9 @@ import cv2
 import numpy as np
 
 BACKGROUND_RATIO = 0.5  # MOG2: the heaviest modes up to this weight are background (OpenCV's 0.9 takes in a person standing for 20 % of the clip)
-NOISE = np.ones((3, 3), np.uint8)  # opening: isolated pixels of sensor noise or compression are not people
+NOISE = np.ones(
+    (3, 3), np.uint8
+)  # opening: isolated pixels of sensor noise or compression are not people
 
 
 def _subtractor(model: str, history: int) -> cv2.BackgroundSubtractor:

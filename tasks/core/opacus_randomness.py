@@ -38,7 +38,14 @@ class StreamPoissonSampler(Sampler[list[int]]):
     distributed sampler skips a rank's empty draw, so the ranks' steps would pair up wrongly).
     """
 
-    def __init__(self, total: int, rate: float, steps: int, stream: DpStream, owned: torch.Tensor | None = None) -> None:
+    def __init__(
+        self,
+        total: int,
+        rate: float,
+        steps: int,
+        stream: DpStream,
+        owned: torch.Tensor | None = None,
+    ) -> None:
         self.owned = torch.arange(total) if owned is None else owned
         self.rate, self.steps, self.stream = rate, steps, stream
 
@@ -65,10 +72,12 @@ class StreamShuffle(Sampler[int]):
 
 def collate_or_empty(dataset: TensorDataset) -> Callable[[list[Any]], list[torch.Tensor]]:
     """Default collation, or (0, ...) tensors of the dataset's shapes for an empty Poisson draw."""
+
     def collate(batch: list[Any]) -> list[torch.Tensor]:
         if batch:
             return default_collate(batch)
         return [tensor[:0] for tensor in dataset.tensors]
+
     return collate
 
 
@@ -78,13 +87,17 @@ class _StreamNoise:
     noise_stream: DpStream
 
     def add_noise(self) -> None:
-        if getattr(self, "rank", 0) != 0:  # DistributedDPOptimizer: the noise is added once, on rank 0
+        if (
+            getattr(self, "rank", 0) != 0
+        ):  # DistributedDPOptimizer: the noise is added once, on rank 0
             super().add_noise()  # type: ignore[misc]
             return
         for parameter in self.params:  # type: ignore[attr-defined]
             _check_processed_flag(parameter.summed_grad)
-            noise = self.noise_stream.normal(self.noise_multiplier * self.max_grad_norm,  # type: ignore[attr-defined]
-                                             parameter.summed_grad)
+            noise = self.noise_stream.normal(
+                self.noise_multiplier * self.max_grad_norm,  # type: ignore[attr-defined]
+                parameter.summed_grad,
+            )
             parameter.grad = (parameter.summed_grad + noise).view_as(parameter)
             _mark_as_processed(parameter.summed_grad)
 
@@ -103,8 +116,15 @@ class StreamPrivacyEngine(PrivacyEngine):
     the private N.
     """
 
-    def __init__(self, *, noise: DpStream, sampling: DpStream | None = None, accountant: str = "prv",
-                 steps_per_epoch: int | None = None, expected_batch_size: float | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        noise: DpStream,
+        sampling: DpStream | None = None,
+        accountant: str = "prv",
+        steps_per_epoch: int | None = None,
+        expected_batch_size: float | None = None,
+    ) -> None:
         super().__init__(accountant=accountant)
         self.noise, self.sampling = noise, sampling
         self.steps_per_epoch, self.expected_batch_size = steps_per_epoch, expected_batch_size
@@ -112,8 +132,12 @@ class StreamPrivacyEngine(PrivacyEngine):
     def _prepare_optimizer(self, **kwargs: Any) -> DPOptimizer:
         """Opacus's optimiser for these settings, its class extended with stream noise (it adds a method, no state)."""
         if kwargs.get("noise_generator") is not None:
-            raise ValueError("StreamPrivacyEngine draws its noise from its DpStream: pass no noise_generator")
-        if self.expected_batch_size is not None:  # Opacus's is per process: the ranks' sums are averaged
+            raise ValueError(
+                "StreamPrivacyEngine draws its noise from its DpStream: pass no noise_generator"
+            )
+        if (
+            self.expected_batch_size is not None
+        ):  # Opacus's is per process: the ranks' sums are averaged
             world = torch.distributed.get_world_size() if kwargs.get("distributed") else 1
             kwargs["expected_batch_size"] = self.expected_batch_size / world
         private = super()._prepare_optimizer(**kwargs)
@@ -121,16 +145,33 @@ class StreamPrivacyEngine(PrivacyEngine):
         private.noise_stream = self.noise
         return private
 
-    def _prepare_data_loader(self, data_loader: DataLoader, *, poisson_sampling: bool, distributed: bool,
-                             batch_first: bool = True, rand_on_empty: bool = False) -> DataLoader:
+    def _prepare_data_loader(
+        self,
+        data_loader: DataLoader,
+        *,
+        poisson_sampling: bool,
+        distributed: bool,
+        batch_first: bool = True,
+        rand_on_empty: bool = False,
+    ) -> DataLoader:
         if self.dataset is None:
             self.dataset = data_loader.dataset
         if not poisson_sampling:
             return data_loader
-        if distributed or self.sampling is None or not isinstance(data_loader.dataset, TensorDataset):
-            raise ValueError("StreamPrivacyEngine samples a TensorDataset in one process from its sampling stream; "
-                             "DPDDP ranks bring their own StreamPoissonSampler (poisson_sampling=False)")
+        if (
+            distributed
+            or self.sampling is None
+            or not isinstance(data_loader.dataset, TensorDataset)
+        ):
+            raise ValueError(
+                "StreamPrivacyEngine samples a TensorDataset in one process from its sampling stream; "
+                "DPDDP ranks bring their own StreamPoissonSampler (poisson_sampling=False)"
+            )
         steps = self.steps_per_epoch or len(data_loader)
         sampler = StreamPoissonSampler(len(data_loader.dataset), 1.0 / steps, steps, self.sampling)
-        return DataLoader(data_loader.dataset, batch_sampler=sampler, collate_fn=collate_or_empty(data_loader.dataset),
-                          pin_memory=data_loader.pin_memory)
+        return DataLoader(
+            data_loader.dataset,
+            batch_sampler=sampler,
+            collate_fn=collate_or_empty(data_loader.dataset),
+            pin_memory=data_loader.pin_memory,
+        )

@@ -36,19 +36,25 @@ def _enlarged_grey(frame: np.ndarray, upscale: float) -> np.ndarray:
 
 
 def _boxes(rectangles: np.ndarray | tuple, upscale: float) -> list[Box]:
-    return [(x / upscale, y / upscale, (x + w) / upscale, (y + h) / upscale) for x, y, w, h in np.asarray(rectangles).reshape(-1, 4)]
+    return [
+        (x / upscale, y / upscale, (x + w) / upscale, (y + h) / upscale)
+        for x, y, w, h in np.asarray(rectangles).reshape(-1, 4)
+    ]
 
 
 def people_boxes(frame: np.ndarray, upscale: float) -> list[Box]:
     """HOG + linear SVM people detections in an RGB frame."""
-    rectangles, _ = _people_detector().detectMultiScale(_enlarged_grey(frame, upscale), winStride=(8, 8), padding=(8, 8),
-                                                        scale=1.05)
+    rectangles, _ = _people_detector().detectMultiScale(
+        _enlarged_grey(frame, upscale), winStride=(8, 8), padding=(8, 8), scale=1.05
+    )
     return _boxes(rectangles, upscale)
 
 
 def face_boxes(frame: np.ndarray, upscale: float) -> list[Box]:
     """Haar cascade frontal faces in an RGB frame."""
-    rectangles = _face_cascade().detectMultiScale(_enlarged_grey(frame, upscale), scaleFactor=1.1, minNeighbors=5)
+    rectangles = _face_cascade().detectMultiScale(
+        _enlarged_grey(frame, upscale), scaleFactor=1.1, minNeighbors=5
+    )
     return _boxes(rectangles, upscale)
 
 
@@ -57,5 +63,5 @@ def fill_boxes(shape: tuple[int, int], boxes: list[Box]) -> np.ndarray:
     mask = np.zeros(shape, bool)
     for x0, y0, x1, y1 in boxes:
         left, top = max(0, int(np.floor(x0))), max(0, int(np.floor(y0)))
-        mask[top:int(np.ceil(y1)), left:int(np.ceil(x1))] = True
+        mask[top : int(np.ceil(y1)), left : int(np.ceil(x1))] = True
     return mask

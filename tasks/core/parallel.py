@@ -39,7 +39,9 @@ def worker_count(requested: int) -> int:
     return requested if requested > 0 else (os.cpu_count() or 1)
 
 
-def map_ordered(function: Callable[[T], R], items: Sequence[T], *, workers: int, desc: str) -> list[R]:
+def map_ordered(
+    function: Callable[[T], R], items: Sequence[T], *, workers: int, desc: str
+) -> list[R]:
     """``[function(item) for item in items]``, on ``workers`` processes, showing progress.
 
     Results come back in input order, so outputs do not depend on scheduling.
@@ -53,7 +55,9 @@ def map_ordered(function: Callable[[T], R], items: Sequence[T], *, workers: int,
             results: Iterable[R] = map(function, items)
             return [_tick(bar, result) for result in results]
         context = pool_context(function)
-        with context.Pool(processes=min(workers, len(items)), initializer=_one_thread_per_worker) as pool:
+        with context.Pool(
+            processes=min(workers, len(items)), initializer=_one_thread_per_worker
+        ) as pool:
             return [_tick(bar, result) for result in pool.imap(function, items, chunksize=1)]
     finally:
         bar.close()
@@ -73,7 +77,9 @@ def pool_context(function: Callable) -> multiprocessing.context.BaseContext:
     does polars' Rust thread pool (assess's workers hung under ``dvc repro`` once the stage had read
     its manifest with polars): once either is loaded, the fork server too.
     """
-    if threading.active_count() == 1 and not any(name in sys.modules for name in FORK_UNSAFE_MODULES):
+    if threading.active_count() == 1 and not any(
+        name in sys.modules for name in FORK_UNSAFE_MODULES
+    ):
         return multiprocessing.get_context("fork")
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload([getattr(function, "func", function).__module__, "cv2", "torch"])

@@ -35,16 +35,24 @@ class Section(BaseModel):
 class BaseParams(Section):
     seed: Annotated[int, Field(ge=0)]
     workers: Annotated[int, Field(ge=0, le=256)]  # 0: one per CPU core
-    device: Annotated[str, Field(pattern=r"^(auto|cpu|cuda(:\d+)?)$")] = "auto"  # where torch runs (tasks.core.device)
+    device: Annotated[str, Field(pattern=r"^(auto|cpu|cuda(:\d+)?)$")] = (
+        "auto"  # where torch runs (tasks.core.device)
+    )
 
 
 class DataParams(Section):
     source: Literal["synthetic", "ucf101", "hmdb51"]
     root: str | None = None
     split: Annotated[int, Field(ge=1, le=3)] = 1
-    attributes: str | None = None  # CSV of PA-HMDB-style privacy attributes: video_id, one column per attribute
-    subjects: str | None = None  # CSV of video_id, subject: who is in each video (overrides UCF101 groups / HMDB51 sources)
-    missing_files: Literal["refuse", "quarantine"] = "refuse"  # a split list naming absent files: one-line error, or decode quarantines them
+    attributes: str | None = (
+        None  # CSV of PA-HMDB-style privacy attributes: video_id, one column per attribute
+    )
+    subjects: str | None = (
+        None  # CSV of video_id, subject: who is in each video (overrides UCF101 groups / HMDB51 sources)
+    )
+    missing_files: Literal["refuse", "quarantine"] = (
+        "refuse"  # a split list naming absent files: one-line error, or decode quarantines them
+    )
 
 
 class SynthesizeParams(Section):
@@ -59,9 +67,13 @@ class SynthesizeParams(Section):
     scene_action_correlation: Fraction
     two_person_fraction: Fraction
     back_view_fraction: Fraction
-    person_height: Annotated[list[Annotated[float, Field(gt=0.0, le=1.0)]], Field(min_length=2, max_length=2)]
+    person_height: Annotated[
+        list[Annotated[float, Field(gt=0.0, le=1.0)]], Field(min_length=2, max_length=2)
+    ]
     speed_range: Annotated[list[Annotated[float, Field(gt=0.0)]], Field(min_length=2, max_length=2)]
-    amplitude_range: Annotated[list[Annotated[float, Field(gt=0.0)]], Field(min_length=2, max_length=2)]
+    amplitude_range: Annotated[
+        list[Annotated[float, Field(gt=0.0)]], Field(min_length=2, max_length=2)
+    ]
     camera_jitter: Annotated[float, Field(ge=0.0, le=32.0)]
     sensor_noise: Annotated[float, Field(ge=0.0, le=64.0)]
     quantiser: Annotated[int, Field(ge=1, le=31)]
@@ -113,27 +125,48 @@ class DprpParams(Section):
         return self.k if isinstance(self.k, int) else math.prod(self.k)
 
 
-ANONYMIZE_METHODS = ("avatar", "face_blur", "blackout", "none", "low_res_<W>x<H>")  # the command line's help says these
+ANONYMIZE_METHODS = (
+    "avatar",
+    "face_blur",
+    "blackout",
+    "none",
+    "low_res_<W>x<H>",
+)  # the command line's help says these
 ANONYMIZE_PATTERN = "^(" + "|".join(ANONYMIZE_METHODS[:-1]) + r"|low_res_\d+x\d+)$"
 
 
 class AnonymizeParams(Section):
     """The anonymize stage: one output per method (paper 000 §4.2 baselines; avatars of paper 001 §5.2)."""
 
-    methods: Annotated[list[Annotated[str, Field(pattern=ANONYMIZE_PATTERN)]],
-                       Field(min_length=1)]
+    methods: Annotated[list[Annotated[str, Field(pattern=ANONYMIZE_PATTERN)]], Field(min_length=1)]
     # where people are found (tasks/anonymize/people.py): auto = ground_truth for the synthetic dataset, ensemble for real data
     source: Literal["auto", "ground_truth", "detector", "motion", "ensemble"]
-    ensemble: Annotated[list[Literal["mediapipe", "hog", "motion", "faces"]], Field(min_length=1)]  # united masks
-    detector_confidence: Annotated[float, Field(gt=0.0, lt=1.0)]  # mediapipe's minimum detection / tracking score
-    motion_models: Annotated[list[Literal["mog2", "knn"]], Field(min_length=1)]  # background subtractors, united
-    motion_grow: Annotated[int, Field(ge=0, le=64)]  # source pixels closed and added around moving blobs
-    hog_upscale: Annotated[float, Field(ge=1.0, le=8.0)]  # frames enlarged for OpenCV's HOG (people >= ~96 px) and Haar
-    min_coverage: Annotated[float, Field(ge=0.0, le=1.0)]  # share of a clip's moving / person pixels the method must change
-    on_low_coverage: Literal["quarantine", "blackout"]  # a clip below min_coverage: left out, or released all black
+    ensemble: Annotated[
+        list[Literal["mediapipe", "hog", "motion", "faces"]], Field(min_length=1)
+    ]  # united masks
+    detector_confidence: Annotated[
+        float, Field(gt=0.0, lt=1.0)
+    ]  # mediapipe's minimum detection / tracking score
+    motion_models: Annotated[
+        list[Literal["mog2", "knn"]], Field(min_length=1)
+    ]  # background subtractors, united
+    motion_grow: Annotated[
+        int, Field(ge=0, le=64)
+    ]  # source pixels closed and added around moving blobs
+    hog_upscale: Annotated[
+        float, Field(ge=1.0, le=8.0)
+    ]  # frames enlarged for OpenCV's HOG (people >= ~96 px) and Haar
+    min_coverage: Annotated[
+        float, Field(ge=0.0, le=1.0)
+    ]  # share of a clip's moving / person pixels the method must change
+    on_low_coverage: Literal[
+        "quarantine", "blackout"
+    ]  # a clip below min_coverage: left out, or released all black
     face_blur_kernel: Annotated[int, Field(ge=1, le=255)]
     face_blur_sigma: Annotated[float, Field(gt=0.0)]
-    mask_dilation: Annotated[int, Field(ge=0, le=64)]  # pixels added around a person mask (avatar, blackout)
+    mask_dilation: Annotated[
+        int, Field(ge=0, le=64)
+    ]  # pixels added around a person mask (avatar, blackout)
 
     @field_validator("face_blur_kernel")
     @classmethod
@@ -165,8 +198,6 @@ class PublicParams(Section):
     epochs: PositiveInt  # of the pretrain stage, from scratch
 
 
-
-
 class PrivateParams(Section):
     """Private training (papers 000, 001, 003): stages train-private@<method>, one model per ε."""
 
@@ -174,28 +205,41 @@ class PrivateParams(Section):
     epsilons: Annotated[list[Annotated[float, Field(gt=0.0)]], Field(min_length=1)]
     delta: Annotated[float, Field(gt=0.0, lt=1.0)]
     accountant: Literal["prv", "pld", "rdp", "gdp"]
-    unit: Literal["video", "person"]  # what one Poisson-sampled, clipped unit is: a video, or all of a person's videos
+    unit: Literal[
+        "video", "person"
+    ]  # what one Poisson-sampled, clipped unit is: a video, or all of a person's videos
     max_grad_norm: Annotated[float, Field(gt=0.0)]  # C
     epochs: PositiveInt
     batch_size: PositiveInt  # expected logical batch (Poisson sampling)
     # per unit: the public count q, the steps and the normaliser come from (None: the private split's own count)
-    public_size: dict[Literal["video", "person"], PositiveInt | None] = {"video": None, "person": None}
+    public_size: dict[Literal["video", "person"], PositiveInt | None] = {
+        "video": None,
+        "person": None,
+    }
     physical_batch_size: PositiveInt  # rows per forward / backward (BatchMemoryManager)
     learning_rate: Annotated[float, Field(gt=0.0)]
     momentum: Annotated[float, Field(ge=0.0, lt=1.0)]
     grad_sample_mode: Literal["ew", "hooks", "functorch"]  # Opacus per-sample gradients of dp_sgd
-    nproc: PositiveInt = 1  # dp_sgd in this many processes (Opacus DPDDP; tasks/private/distributed.py)
+    nproc: PositiveInt = (
+        1  # dp_sgd in this many processes (Opacus DPDDP; tasks/private/distributed.py)
+    )
     trainable: str  # all | head | norms_and_head | last_stage_and_head | <regex>
     clips_per_video: PositiveInt  # K of multiclip
     token: Annotated[list[PositiveInt], Field(min_length=3, max_length=3)]  # MaskDP token [t, h, w]
     public_threshold: Annotated[float, Field(gt=0.0, le=1.0)]
-    maskdp_private_input: Literal["private_tokens", "whole_clip"]  # what the clipped, noised gradient of MaskDP sees
+    maskdp_private_input: Literal[
+        "private_tokens", "whole_clip"
+    ]  # what the clipped, noised gradient of MaskDP sees
     # MaskDP's public-token gradient clipped per video to this (no privacy cost: public pixels); None: unclipped (Algorithm 1)
     public_max_grad_norm: Annotated[float, Field(gt=0.0)] | None = None
-    seeds: PositiveInt | None = None  # training seeds of every private row (each a DP release); None: report.seeds
+    seeds: PositiveInt | None = (
+        None  # training seeds of every private row (each a DP release); None: report.seeds
+    )
     # more seeds at the ε whose rows the DP noise spreads most (their interval narrows as 1/sqrt(seeds)); the others: seeds.
     # An ε not in epsilons trains nothing, so its entry applies once it is (dvc exp run -S private.epsilons=... keeps working)
-    seeds_at_epsilon: dict[float, PositiveInt | None] = {}  # None: seeds (a profile's way to drop an entry)
+    seeds_at_epsilon: dict[
+        float, PositiveInt | None
+    ] = {}  # None: seeds (a profile's way to drop an entry)
 
     @field_validator("epsilons")
     @classmethod
@@ -218,7 +262,9 @@ class FederatedParams(Section):
     local_epochs: PositiveInt  # E
     client_fraction: Annotated[float, Field(gt=0.0, le=1.0)]  # share of clients per round
     aggregations: Annotated[list[Literal["fedavg", "fednova"]], Field(min_length=1)]
-    tunings: Annotated[dict[str, str], Field(min_length=1)]  # table row name -> private.trainable value
+    tunings: Annotated[
+        dict[str, str], Field(min_length=1)
+    ]  # table row name -> private.trainable value
     epsilon: Annotated[float, Field(gt=0.0)]  # per client after every round (inf: no noise)
     delta: Annotated[float, Field(gt=0.0, lt=1.0)]
     max_grad_norm: Annotated[float, Field(gt=0.0)]  # C
@@ -226,15 +272,23 @@ class FederatedParams(Section):
     learning_rate: Annotated[float, Field(gt=0.0)]
     momentum: Annotated[float, Field(ge=0.0, lt=1.0)]
     grad_sample_mode: Literal["ew", "hooks", "functorch"]  # Opacus per-sample gradients
-    transport: Literal["in_process", "flower"]  # flower: Flower's simulation engine (extra: federated)
+    transport: Literal[
+        "in_process", "flower"
+    ]  # flower: Flower's simulation engine (extra: federated)
     # training seeds of a tuning's rows (a table row name of tunings -> seeds; each a DP release); the others: report.seeds
-    seeds_per_tuning: dict[str, PositiveInt | None] = {}  # None: report.seeds (a profile's way to drop an entry)
+    seeds_per_tuning: dict[
+        str, PositiveInt | None
+    ] = {}  # None: report.seeds (a profile's way to drop an entry)
 
 
 class ReportParams(Section):
-    show_raw: bool | Literal["auto"]  # raw frames in pictures: auto = only for the synthetic dataset
+    show_raw: (
+        bool | Literal["auto"]
+    )  # raw frames in pictures: auto = only for the synthetic dataset
     seeds: PositiveInt  # training seeds of every trained row (tasks/core/seeds.py); seed 0 is the registered model
-    seeds_per_family: dict[str, PositiveInt | None] = {}  # the train stage's seeds of a family (dprp, anonymize, baseline)
+    seeds_per_family: dict[
+        str, PositiveInt | None
+    ] = {}  # the train stage's seeds of a family (dprp, anonymize, baseline)
 
 
 def private_seeds(private: PrivateParams, report: ReportParams, epsilon: float) -> int:
@@ -253,7 +307,11 @@ def raw_frames_allowed(params_path: Path) -> bool:
     """``report.show_raw``: true, false, or auto (only the synthetic dataset's frames: real people's faces never reach a
     picture that git tracks unless a person says so)."""
     show = load_section(params_path, "report", ReportParams).show_raw
-    return load_section(params_path, "data", DataParams).source == "synthetic" if show == "auto" else bool(show)
+    return (
+        load_section(params_path, "data", DataParams).source == "synthetic"
+        if show == "auto"
+        else bool(show)
+    )
 
 
 def federated_seeds(federated: FederatedParams, report: ReportParams, tuning: str) -> int:
@@ -275,11 +333,17 @@ class AssessParams(Section):
     attacker_frame_step: PositiveInt  # every n-th training frame trains the attacker
     faces_per_video: PositiveInt  # raw training faces per video for the face recognisers
     identification_frame_step: PositiveInt  # faces of every n-th test frame are recognised
-    ssim_group: Annotated[float, Field(gt=0.0, le=1.0)]  # fused frames: a group's faces are this similar (paper 004: 0.7)
+    ssim_group: Annotated[
+        float, Field(gt=0.0, le=1.0)
+    ]  # fused frames: a group's faces are this similar (paper 004: 0.7)
     fused_pairs_per_person: PositiveInt
-    detector: Literal["trained", "opencv"]  # HOG + SVM trained on raw frames | OpenCV's bundled Haar cascade and people detector
+    detector: Literal[
+        "trained", "opencv"
+    ]  # HOG + SVM trained on raw frames | OpenCV's bundled Haar cascade and people detector
     detector_training_frame_step: PositiveInt  # every n-th raw training frame trains the detectors
-    detection_frame_step: PositiveInt  # every n-th protected test frame is searched (three passes: ind, aggr, fused)
+    detection_frame_step: (
+        PositiveInt  # every n-th protected test frame is searched (three passes: ind, aggr, fused)
+    )
     tracking_videos: PositiveInt  # test videos tracked (spread over the test split)
     residual_videos: PositiveInt  # test videos searched for what is left of people (HOG, Haar, the ensemble re-run)
     trackers: Annotated[list[Literal[TRACKERS]], Field(min_length=1)]  # type: ignore[valid-type]
@@ -297,21 +361,33 @@ class LdpParams(Section):
     video_first_filters: PositiveInt  # L1 for video (≤ the number of actions)
     video_second_filters: PositiveInt  # L2 for video: d = 2^L2
     video_pool: PositiveInt
-    video_epsilons: Annotated[list[Annotated[float, Field(gt=0.0)]], Field(min_length=1)]  # per feature; .inf: no noise
+    video_epsilons: Annotated[
+        list[Annotated[float, Field(gt=0.0)]], Field(min_length=1)
+    ]  # per feature; .inf: no noise
     digits_domains: Annotated[list[Literal[2, 4, 8, 16, 32, 64, 128, 256]], Field(min_length=1)]
-    digits_epsilons: Annotated[list[Annotated[float, Field(gt=0.0)]], Field(min_length=1)]  # per feature; .inf: no noise
+    digits_epsilons: Annotated[
+        list[Annotated[float, Field(gt=0.0)]], Field(min_length=1)
+    ]  # per feature; .inf: no noise
     digits_pool: PositiveInt
-    digits_representations: Annotated[list[Literal["dcaconv", "raw_pixels", "hog_bovw"]], Field(min_length=1)]
+    digits_representations: Annotated[
+        list[Literal["dcaconv", "raw_pixels", "hog_bovw"]], Field(min_length=1)
+    ]
     digits_test_fraction: Annotated[float, Field(gt=0.0, lt=1.0)]
 
 
 class PrivacyParams(Section):
     """The privacy budget of each data subject across every DP release (report stage, dprp and private stages)."""
 
-    max_epsilon: Annotated[float, Field(gt=0.0)]  # cap of each person's total ε over every DP release; .inf: no cap
-    randomness: Literal["secure", "seeded"]  # DP noise, coins, sampling: OS entropy | from base.seed (NOT private)
+    max_epsilon: Annotated[
+        float, Field(gt=0.0)
+    ]  # cap of each person's total ε over every DP release; .inf: no cap
+    randomness: Literal[
+        "secure", "seeded"
+    ]  # DP noise, coins, sampling: OS entropy | from base.seed (NOT private)
     allow_unprotected_releases: bool  # with a finite cap: allow releases without a DP guarantee
-    budget: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.@-]+$")] = "default"  # the persistent ledger the cap counts
+    budget: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.@-]+$")] = (
+        "default"  # the persistent ledger the cap counts
+    )
 
 
 class OrchestrateParams(Section):
@@ -386,7 +462,9 @@ def read_params_file(path: Path) -> dict[str, Any]:
         raise PrivharError(f"{path}: expected a mapping of sections, got {type(content).__name__}")
     unknown = sorted(str(key) for key in content if key not in SECTIONS)
     if unknown:
-        raise PrivharError(f"{path}: unknown section '{unknown[0]}' (sections: {', '.join(SECTIONS)})")
+        raise PrivharError(
+            f"{path}: unknown section '{unknown[0]}' (sections: {', '.join(SECTIONS)})"
+        )
     return content
 
 
@@ -400,7 +478,9 @@ def _describe(error: ValidationError, path: Path, section: str) -> str:
     return f"{path}: {key} = {first['input']!r} is invalid: {first['msg'].lower()}"
 
 
-def parse_section(raw: dict[str, Any], section: str, *, path: Path = Path("params.yaml")) -> Section:
+def parse_section(
+    raw: dict[str, Any], section: str, *, path: Path = Path("params.yaml")
+) -> Section:
     """Check one section of an already-read params mapping."""
     model = SECTIONS[section]
     values = raw.get(section)
@@ -412,7 +492,9 @@ def parse_section(raw: dict[str, Any], section: str, *, path: Path = Path("param
         raise PrivharError(_describe(error, path, section)) from None
 
 
-def load_section(path: Path, section: str, model: type[S], overrides: dict[str, Any] | None = None) -> S:
+def load_section(
+    path: Path, section: str, model: type[S], overrides: dict[str, Any] | None = None
+) -> S:
     """Read and check one section of the params file, with ``overrides`` (command-line values) in place first."""
     raw = read_params_file(path)
     if overrides and isinstance(raw.get(section), dict):

@@ -26,13 +26,17 @@ from tasks.core.subjects import people_in
 SCHEMES = ("iid", "by_identity", "dirichlet")
 
 
-def partition(rows: list[dict[str, Any]], clients: int, scheme: str, alpha: float, seed: int) -> list[list[int]]:
+def partition(
+    rows: list[dict[str, Any]], clients: int, scheme: str, alpha: float, seed: int
+) -> list[list[int]]:
     """Disjoint shards of ``rows`` (indices), one per client; one-line errors for impossible requests."""
     if clients < 1:
         raise PrivharError(f"federated.clients = {clients} is invalid: expected an integer >= 1")
     if clients > len(rows):
-        raise PrivharError(f"federated.clients = {clients} is more than the {len(rows)} training videos: "
-                           "every client needs at least one")
+        raise PrivharError(
+            f"federated.clients = {clients} is more than the {len(rows)} training videos: "
+            "every client needs at least one"
+        )
     generator = np.random.default_rng(seed)
     if scheme == "iid":
         order = generator.permutation(len(rows))
@@ -41,18 +45,26 @@ def partition(rows: list[dict[str, Any]], clients: int, scheme: str, alpha: floa
         shards = _by_identity(rows, clients, generator)
     elif scheme == "dirichlet":
         if not alpha > 0:
-            raise PrivharError(f"federated.alpha = {alpha} is invalid: expected α > 0 (Dirichlet concentration)")
+            raise PrivharError(
+                f"federated.alpha = {alpha} is invalid: expected α > 0 (Dirichlet concentration)"
+            )
         shards = _dirichlet(rows, clients, alpha, generator)
     else:
-        raise PrivharError(f"federated.partition = {scheme!r} is invalid: expected one of {', '.join(SCHEMES)}")
+        raise PrivharError(
+            f"federated.partition = {scheme!r} is invalid: expected one of {', '.join(SCHEMES)}"
+        )
     for k, shard in enumerate(shards):
         if not shard:
-            raise PrivharError(f"federated.partition = {scheme}: client {k} of {clients} got no training video "
-                               f"({_why_empty(scheme, rows, clients)}); use fewer clients or another partition")
+            raise PrivharError(
+                f"federated.partition = {scheme}: client {k} of {clients} got no training video "
+                f"({_why_empty(scheme, rows, clients)}); use fewer clients or another partition"
+            )
     return shards
 
 
-def _by_identity(rows: list[dict[str, Any]], clients: int, generator: np.random.Generator) -> list[list[int]]:
+def _by_identity(
+    rows: list[dict[str, Any]], clients: int, generator: np.random.Generator
+) -> list[list[int]]:
     owners = [people_in(row, index)[0] for index, row in enumerate(rows)]
     people = sorted(set(owners))
     order = [people[i] for i in generator.permutation(len(people))]
@@ -63,7 +75,9 @@ def _by_identity(rows: list[dict[str, Any]], clients: int, generator: np.random.
     return shards
 
 
-def _dirichlet(rows: list[dict[str, Any]], clients: int, alpha: float, generator: np.random.Generator) -> list[list[int]]:
+def _dirichlet(
+    rows: list[dict[str, Any]], clients: int, alpha: float, generator: np.random.Generator
+) -> list[list[int]]:
     shards: list[list[int]] = [[] for _ in range(clients)]
     for label in sorted({int(row["label"]) for row in rows}):
         members = [i for i, row in enumerate(rows) if int(row["label"]) == label]

@@ -38,7 +38,9 @@ class Registry(Generic[F]):
 
     def __getitem__(self, name: str) -> F:
         if name not in self._entries:
-            raise PrivharError(f"unknown {self.kind} {name!r}; known: {', '.join(sorted(self._entries))}")
+            raise PrivharError(
+                f"unknown {self.kind} {name!r}; known: {', '.join(sorted(self._entries))}"
+            )
         return self._entries[name]
 
     def __contains__(self, name: object) -> bool:

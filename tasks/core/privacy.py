@@ -33,16 +33,30 @@ class PrivacyGuarantee:
         return math.isfinite(self.epsilon) and self.randomness == SECURE
 
     def as_tags(self) -> dict[str, str]:
-        return {"epsilon": repr(self.epsilon), "delta": repr(self.delta), "accountant": self.accountant,
-                "unit": self.unit, "relation": self.relation, "randomness": self.randomness}
+        return {
+            "epsilon": repr(self.epsilon),
+            "delta": repr(self.delta),
+            "accountant": self.accountant,
+            "unit": self.unit,
+            "relation": self.relation,
+            "randomness": self.randomness,
+        }
 
     @classmethod
     def from_tags(cls, tags: dict[str, str]) -> PrivacyGuarantee:
-        return cls(float(tags.get("epsilon", "inf")), float(tags.get("delta", "0")), tags.get("accountant", "unknown"),
-                   tags.get("unit", "none"), tags.get("relation", "none"), tags.get("randomness", SECURE))
+        return cls(
+            float(tags.get("epsilon", "inf")),
+            float(tags.get("delta", "0")),
+            tags.get("accountant", "unknown"),
+            tags.get("unit", "none"),
+            tags.get("relation", "none"),
+            tags.get("randomness", SECURE),
+        )
 
 
-NON_PRIVATE = PrivacyGuarantee(epsilon=math.inf, delta=0.0, accountant="none (non-private training)")
+NON_PRIVATE = PrivacyGuarantee(
+    epsilon=math.inf, delta=0.0, accountant="none (non-private training)"
+)
 
 
 def data_guarantee(rows: list[dict]) -> PrivacyGuarantee:
@@ -57,9 +71,14 @@ def data_guarantee(rows: list[dict]) -> PrivacyGuarantee:
         return NON_PRIVATE
     accountants = sorted({str(row["accountant"]) for row in rows})
     first = rows[0]
-    return PrivacyGuarantee(max(float(row["epsilon"]) for row in rows), max(float(row["delta"]) for row in rows),
-                            "; ".join(accountants), str(first.get("unit", "none")), str(first.get("relation", "none")),
-                            str(first.get("randomness", SECURE)))
+    return PrivacyGuarantee(
+        max(float(row["epsilon"]) for row in rows),
+        max(float(row["delta"]) for row in rows),
+        "; ".join(accountants),
+        str(first.get("unit", "none")),
+        str(first.get("relation", "none")),
+        str(first.get("randomness", SECURE)),
+    )
 
 
 def strongest(*guarantees: PrivacyGuarantee) -> PrivacyGuarantee:

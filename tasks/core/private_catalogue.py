@@ -49,23 +49,66 @@ class PrivateMethod:
         return self.unit or configured
 
 
-CATALOGUE: dict[str, PrivateMethod] = {method.name: method for method in (
-    PrivateMethod("dp_sgd", "raw", "clip", "DP-SGD; add/remove of one unit",
-                  "DP-SGD (Opacus, Poisson sampling, per-unit clipping)", "real", "DP-SGD"),
-    PrivateMethod("dp_sgd_person", "raw", "clip", "person-level DP-SGD; add/remove of one person and all their videos",
-                  "person-level DP-SGD (Poisson sampling of people, each person's videos clipped as one unit)",
-                  "real", "DP-SGD, person-level", unit="person"),
-    PrivateMethod("dp_sgd_avatar", "avatar", "clip", "DP-SGD on the avatar copy; add/remove of one unit",
-                  "DP-SGD on the avatar copy (Opacus)", "avatar-anonymized", "DP-SGD"),
-    PrivateMethod("multiclip", "raw", "multiclip", "multi-clip DP-SGD, K clips averaged per video; add/remove of one unit",
-                  "MultiClip DP-SGD (per-video gradient over K clips, clipped once)", "real", "MultiClip-DP ({clips} clips)"),
-    PrivateMethod("maskdp", "avatar", "tokens",
-                  "MaskDP (paper 001 Def. 2-3): masked adjacency, one unit's private tokens replaced; labels not protected",
-                  "MaskDP-SGD (masked adjacency: private tokens clipped and noised)", "avatar-anonymized", "MaskDP"),
-    PrivateMethod("maskdp_real", "raw", "tokens",
-                  "MaskDP on real clips: the real person is in the public tokens (domain-gap row, not private for them)",
-                  "MaskDP-SGD on raw clips (masked adjacency; the real person in public tokens is NOT protected)",
-                  "real*", "MaskDP", "* real person visible in the public tokens: not private for them, listed to show "
-                  "the domain gap (paper 001 Table 2)"),
-)}
+CATALOGUE: dict[str, PrivateMethod] = {
+    method.name: method
+    for method in (
+        PrivateMethod(
+            "dp_sgd",
+            "raw",
+            "clip",
+            "DP-SGD; add/remove of one unit",
+            "DP-SGD (Opacus, Poisson sampling, per-unit clipping)",
+            "real",
+            "DP-SGD",
+        ),
+        PrivateMethod(
+            "dp_sgd_person",
+            "raw",
+            "clip",
+            "person-level DP-SGD; add/remove of one person and all their videos",
+            "person-level DP-SGD (Poisson sampling of people, each person's videos clipped as one unit)",
+            "real",
+            "DP-SGD, person-level",
+            unit="person",
+        ),
+        PrivateMethod(
+            "dp_sgd_avatar",
+            "avatar",
+            "clip",
+            "DP-SGD on the avatar copy; add/remove of one unit",
+            "DP-SGD on the avatar copy (Opacus)",
+            "avatar-anonymized",
+            "DP-SGD",
+        ),
+        PrivateMethod(
+            "multiclip",
+            "raw",
+            "multiclip",
+            "multi-clip DP-SGD, K clips averaged per video; add/remove of one unit",
+            "MultiClip DP-SGD (per-video gradient over K clips, clipped once)",
+            "real",
+            "MultiClip-DP ({clips} clips)",
+        ),
+        PrivateMethod(
+            "maskdp",
+            "avatar",
+            "tokens",
+            "MaskDP (paper 001 Def. 2-3): masked adjacency, one unit's private tokens replaced; labels not protected",
+            "MaskDP-SGD (masked adjacency: private tokens clipped and noised)",
+            "avatar-anonymized",
+            "MaskDP",
+        ),
+        PrivateMethod(
+            "maskdp_real",
+            "raw",
+            "tokens",
+            "MaskDP on real clips: the real person is in the public tokens (domain-gap row, not private for them)",
+            "MaskDP-SGD on raw clips (masked adjacency; the real person in public tokens is NOT protected)",
+            "real*",
+            "MaskDP",
+            "* real person visible in the public tokens: not private for them, listed to show "
+            "the domain gap (paper 001 Table 2)",
+        ),
+    )
+}
 PRIVATE_METHODS = tuple(CATALOGUE)

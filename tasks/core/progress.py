@@ -49,7 +49,11 @@ class LogProgress:
     def line(self) -> str:
         elapsed = time.monotonic() - self.started
         rate = self.count / elapsed if elapsed > 0 else 0.0
-        left = f", {(self.total - self.count) / rate:.0f} s left" if rate > 0 and self.total > self.count else ""
+        left = (
+            f", {(self.total - self.count) / rate:.0f} s left"
+            if rate > 0 and self.total > self.count
+            else ""
+        )
         extra = f", {self.postfix}" if self.postfix else ""
         return f"{self.desc}: {self.count}/{self.total} {self.units} ({rate:.2f}/s{left}{extra})"
 

@@ -24,7 +24,9 @@ from tasks.core.seeds import seed_keys
 def public_config(init: Path, frames: Path) -> dict[str, Any]:
     """The public model's config with the private label set of ``frames`` (its classes)."""
     if not (init / "model.pt").is_file():
-        raise PrivharError(f"{init / 'model.pt'}: no public model to fine-tune (run the pretrain stage first)")
+        raise PrivharError(
+            f"{init / 'model.pt'}: no public model to fine-tune (run the pretrain stage first)"
+        )
     classes = class_names(read_manifest(frames / MANIFEST_NAME))
     return {**checkpoint_config(init / "model.pt"), "classes": classes, "num_classes": len(classes)}
 

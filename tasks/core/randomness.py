@@ -68,7 +68,9 @@ class DpStream:
     @classmethod
     def seeded(cls, seed: int) -> DpStream:
         """A reproducible stream (tests, reproduced tables): NOT private."""
-        return cls(np.random.SeedSequence(seed), private=False, key_bits=max(int(seed).bit_length(), 1))
+        return cls(
+            np.random.SeedSequence(seed), private=False, key_bits=max(int(seed).bit_length(), 1)
+        )
 
     @property
     def key(self) -> tuple[object, ...]:
@@ -77,7 +79,10 @@ class DpStream:
 
     def spawn(self, count: int) -> list[DpStream]:
         """``count`` independent child streams with the parent's key."""
-        return [DpStream(child, private=self.private, key_bits=self.key_bits) for child in self.sequence.spawn(count)]
+        return [
+            DpStream(child, private=self.private, key_bits=self.key_bits)
+            for child in self.sequence.spawn(count)
+        ]
 
     def poisson_sample(self, count: int, rate: float) -> torch.Tensor:
         """Indices of ``count`` units, each in independently with probability ``rate`` (int64, CPU)."""
@@ -91,7 +96,9 @@ class DpStream:
         """N(0, std²) of ``like``'s shape, dtype and device (zeros for std = 0)."""
         if std == 0:
             return torch.zeros_like(like)
-        values = self._rng.standard_normal(tuple(like.shape), dtype=np.float32 if like.dtype != torch.float64 else np.float64)
+        values = self._rng.standard_normal(
+            tuple(like.shape), dtype=np.float32 if like.dtype != torch.float64 else np.float64
+        )
         return torch.from_numpy(values).mul_(std).to(device=like.device, dtype=like.dtype)
 
 

@@ -12,13 +12,17 @@ def grey(frame: np.ndarray) -> np.ndarray:
     return cv2.cvtColor(frame, cv2.COLOR_RGB2GRAY) if frame.ndim == 3 else frame
 
 
-def warp_region(frame: np.ndarray, region: Box, size: tuple[int, int], interpolation: int = cv2.INTER_LINEAR) -> np.ndarray:
+def warp_region(
+    frame: np.ndarray, region: Box, size: tuple[int, int], interpolation: int = cv2.INTER_LINEAR
+) -> np.ndarray:
     """The grey ``region`` resized to ``size`` (width, height) by one affine map: sub-pixel, no rounding of the box;
     parts outside the frame are edge-replicated."""
     x0, y0, x1, y1 = region
     scale_x, scale_y = size[0] / (x1 - x0), size[1] / (y1 - y0)
     matrix = np.float32([[scale_x, 0, -x0 * scale_x], [0, scale_y, -y0 * scale_y]])
-    return cv2.warpAffine(grey(frame), matrix, size, flags=interpolation, borderMode=cv2.BORDER_REPLICATE)
+    return cv2.warpAffine(
+        grey(frame), matrix, size, flags=interpolation, borderMode=cv2.BORDER_REPLICATE
+    )
 
 
 def expanded(box: Box, factor_x: float, factor_y: float | None = None) -> Box:

@@ -56,7 +56,9 @@ def _requirements() -> list[str]:
     """What pip installs to load a model: the libraries; privhar's own code is in the model (``code_paths``)."""
     from importlib.metadata import version
 
-    return [f"{name}=={version(name)}" for name in ("torch", "torchvision", "pytorchvideo", "numpy")]
+    return [
+        f"{name}=={version(name)}" for name in ("torch", "torchvision", "pytorchvideo", "numpy")
+    ]
 
 
 def clip_signature(classes: int) -> Any:
@@ -66,8 +68,10 @@ def clip_signature(classes: int) -> Any:
     from mlflow.models import ModelSignature
     from mlflow.types import Schema, TensorSpec
 
-    return ModelSignature(inputs=Schema([TensorSpec(np.dtype(np.float32), (-1, 3, -1, -1, -1))]),
-                          outputs=Schema([TensorSpec(np.dtype(np.float32), (-1, classes))]))
+    return ModelSignature(
+        inputs=Schema([TensorSpec(np.dtype(np.float32), (-1, 3, -1, -1, -1))]),
+        outputs=Schema([TensorSpec(np.dtype(np.float32), (-1, classes))]),
+    )
 
 
 def example_clip() -> Any:
@@ -78,23 +82,39 @@ def example_clip() -> Any:
     return np.zeros((1, 3, 4, 32, 40), dtype=np.float32)
 
 
-def register_model(model: nn.Module, *, family: str, key: str, run: StageRun, config: Mapping[str, Any],
-                   tags: Mapping[str, Any], artifact: str = "model") -> str:
+def register_model(
+    model: nn.Module,
+    *,
+    family: str,
+    key: str,
+    run: StageRun,
+    config: Mapping[str, Any],
+    tags: Mapping[str, Any],
+    artifact: str = "model",
+) -> str:
     """Log ``model`` to ``run`` (as ``artifact``: a stage logging several names each) and register it as a new version
     of ``family``; return the version. ``run`` is the active stage run, or a finished model run, resumed for this."""
     import mlflow
     from mlflow import MlflowClient
 
     name = model_name(family)
-    clip_model = "num_classes" in config  # a video classifier of this project (tests register toy models too)
+    clip_model = (
+        "num_classes" in config
+    )  # a video classifier of this project (tests register toy models too)
     with run.resumed():
         # pickle, not pt2: pt2 traces one fixed input shape, while clips of any length and size are valid input.
         # code_paths: the model's classes travel with it, so a fresh environment with torch loads it without privhar.
-        info = mlflow.pytorch.log_model(model, name=artifact, registered_model_name=name, serialization_format="pickle",
-                                        pip_requirements=_requirements(), metadata={"privhar_config": dict(config)},
-                                        code_paths=[str(Path(__file__).resolve().parents[1])],
-                                        signature=clip_signature(int(config["num_classes"])) if clip_model else None,
-                                        input_example=example_clip() if clip_model else None)
+        info = mlflow.pytorch.log_model(
+            model,
+            name=artifact,
+            registered_model_name=name,
+            serialization_format="pickle",
+            pip_requirements=_requirements(),
+            metadata={"privhar_config": dict(config)},
+            code_paths=[str(Path(__file__).resolve().parents[1])],
+            signature=clip_signature(int(config["num_classes"])) if clip_model else None,
+            input_example=example_clip() if clip_model else None,
+        )
         client = MlflowClient()
         version = str(info.registered_model_version)
         for tag, value in {**tags, "model": key}.items():
@@ -107,7 +127,9 @@ def newest_version(key: str) -> Any | None:
     """The newest registered version of the model ``key`` (in whichever family), or None."""
     from mlflow import MlflowClient
 
-    versions = MlflowClient().search_model_versions(f"name LIKE '{PREFIX}%' AND tags.model = '{key}'")
+    versions = MlflowClient().search_model_versions(
+        f"name LIKE '{PREFIX}%' AND tags.model = '{key}'"
+    )
     return max(versions, key=lambda v: int(v.version), default=None)  # a key lives in one family
 
 
@@ -118,15 +140,26 @@ def describe_scores(scores: Mapping[str, float], privacy: PrivacyGuarantee) -> s
     """One line for the registry: protocol 1 first (raw test videos), protocol 2 when measured."""
     parts = [f"Top-1 {scores['top1']:.4f}", f"Top-5 {scores['top5']:.4f}"]
     if "top1_ci95" in scores:  # the row's spread over its training seeds (this version is seed 0)
-        parts += [f"row Top-1 {scores['top1_mean']:.4f} ± {scores['top1_ci95']:.4f} over {int(scores['seeds'])} seeds"]
-    parts += [f"protocol 2 Top-1 {scores['top1_protocol2']:.4f}"] if "top1_protocol2" in scores else []
+        parts += [
+            f"row Top-1 {scores['top1_mean']:.4f} ± {scores['top1_ci95']:.4f} over {int(scores['seeds'])} seeds"
+        ]
+    parts += (
+        [f"protocol 2 Top-1 {scores['top1_protocol2']:.4f}"] if "top1_protocol2" in scores else []
+    )
     parts += [f"cMAP {scores['cmap']:.4f}"] if "cmap" in scores else []
-    return (f"{', '.join(parts)} on {int(scores['test_videos'])} test videos; "
-            f"ε = {privacy.epsilon:g}, δ = {privacy.delta:g} ({privacy.accountant})")
+    return (
+        f"{', '.join(parts)} on {int(scores['test_videos'])} test videos; "
+        f"ε = {privacy.epsilon:g}, δ = {privacy.delta:g} ({privacy.accountant})"
+    )
 
 
-def record_scores(key: str, scores: Mapping[str, float], provenance: Mapping[str, str],
-                  max_epsilon: float, scored_digest: str | None) -> str | None:
+def record_scores(
+    key: str,
+    scores: Mapping[str, float],
+    provenance: Mapping[str, str],
+    max_epsilon: float,
+    scored_digest: str | None,
+) -> str | None:
     """Describe the newest version of ``key`` with its scores and provenance; move its family's ``champion``.
 
     ``scored_digest`` is the checkpoint digest evaluate scored for ``key``: a version of another digest (trained
@@ -138,8 +171,12 @@ def record_scores(key: str, scores: Mapping[str, float], provenance: Mapping[str
     if version is None:
         return None
     if scored_digest is None or version.tags.get(CHECKPOINT_TAG) != scored_digest:
-        LOG.warning("registry: %s version %s not scored: the evaluate output is for another model file "
-                    "(evaluate is out of date; run it to score this version)", version.name, version.version)
+        LOG.warning(
+            "registry: %s version %s not scored: the evaluate output is for another model file "
+            "(evaluate is out of date; run it to score this version)",
+            version.name,
+            version.version,
+        )
         return None
     client = MlflowClient()
     name = version.name
@@ -148,7 +185,9 @@ def record_scores(key: str, scores: Mapping[str, float], provenance: Mapping[str
     score_tags = {tag: f"{scores[tag]:.4f}" for tag in SCORE_TAGS if tag in scores}
     for tag, value in {**score_tags, **provenance}.items():
         client.set_model_version_tag(name, version.version, tag, value)
-    if version.run_id:  # the training run gets its model's scores, so the runs table shows ε beside Top-1
+    if (
+        version.run_id
+    ):  # the training run gets its model's scores, so the runs table shows ε beside Top-1
         for tag in score_tags:
             client.log_metric(version.run_id, tag, float(scores[tag]))
     update_champion(name.removeprefix(PREFIX), max_epsilon)
@@ -161,8 +200,11 @@ def update_champion(family: str, max_epsilon: float) -> str | None:
 
     client = MlflowClient()
     name = model_name(family)
-    eligible = [v for v in client.search_model_versions(f"name = '{name}'")
-                if "top1" in v.tags and PrivacyGuarantee.from_tags(v.tags).within(max_epsilon)]
+    eligible = [
+        v
+        for v in client.search_model_versions(f"name = '{name}'")
+        if "top1" in v.tags and PrivacyGuarantee.from_tags(v.tags).within(max_epsilon)
+    ]
     if not eligible:
         if CHAMPION in _aliases(client, name):
             client.delete_registered_model_alias(name, CHAMPION)
@@ -202,8 +244,17 @@ def list_versions() -> list[VersionRow]:
         for version in client.search_model_versions(f"name = '{model.name}'"):
             privacy = PrivacyGuarantee.from_tags(version.tags)
             top1 = float(version.tags["top1"]) if "top1" in version.tags else None
-            rows.append(VersionRow(model.name, str(version.version), tuple(sorted(aliases_of.get(str(version.version), []))),
-                                   privacy.epsilon, privacy.delta, privacy.accountant, top1))
+            rows.append(
+                VersionRow(
+                    model.name,
+                    str(version.version),
+                    tuple(sorted(aliases_of.get(str(version.version), []))),
+                    privacy.epsilon,
+                    privacy.delta,
+                    privacy.accountant,
+                    top1,
+                )
+            )
     return sorted(rows, key=lambda row: (row.name, -int(row.version)))
 
 

@@ -41,7 +41,9 @@ def record_release(budget: str, release: str, persons: dict[int, float], randomn
     _enter(budget, release, {RELEASE_TAG: release}, persons, randomness)
 
 
-def record_releases(budget: str, releases: Mapping[str, Mapping[int, float]], randomness: str) -> None:
+def record_releases(
+    budget: str, releases: Mapping[str, Mapping[int, float]], randomness: str
+) -> None:
     """Enter several releases made at once (each person's ε under each), a run per ~5000 characters of their names."""
     batch: list[str] = []
     for name in [*releases, None]:
@@ -55,20 +57,34 @@ def record_releases(budget: str, releases: Mapping[str, Mapping[int, float]], ra
             for release in batch:
                 for person, epsilon in releases[release].items():
                     summed[person] = summed.get(person, 0.0) + epsilon
-            _enter(budget, f"{batch[0]} … {batch[-1]} ({len(batch)} releases)", {RELEASES_TAG: json.dumps(batch)},
-                   summed, randomness)
+            _enter(
+                budget,
+                f"{batch[0]} … {batch[-1]} ({len(batch)} releases)",
+                {RELEASES_TAG: json.dumps(batch)},
+                summed,
+                randomness,
+            )
         batch = [] if name is None else [name]
 
 
-def _enter(budget: str, run_name: str, names: dict[str, str], persons: Mapping[int, float], randomness: str) -> None:
+def _enter(
+    budget: str, run_name: str, names: dict[str, str], persons: Mapping[int, float], randomness: str
+) -> None:
     from mlflow import MlflowClient
     from mlflow.entities import Metric
 
     client = MlflowClient()
-    run = client.create_run(_experiment_id(), run_name=run_name, tags={**names, BUDGET_TAG: budget, RANDOMNESS_TAG: randomness})
-    metrics = [Metric(f"{PERSON_PREFIX}{person}", float(epsilon), 0, 0) for person, epsilon in sorted(persons.items())]
+    run = client.create_run(
+        _experiment_id(),
+        run_name=run_name,
+        tags={**names, BUDGET_TAG: budget, RANDOMNESS_TAG: randomness},
+    )
+    metrics = [
+        Metric(f"{PERSON_PREFIX}{person}", float(epsilon), 0, 0)
+        for person, epsilon in sorted(persons.items())
+    ]
     for start in range(0, len(metrics), 1000):  # MLflow's batch limit
-        client.log_batch(run.info.run_id, metrics=metrics[start:start + 1000])
+        client.log_batch(run.info.run_id, metrics=metrics[start : start + 1000])
     client.set_terminated(run.info.run_id)
 
 
@@ -81,11 +97,17 @@ def recorded(budget: str) -> tuple[set[str], dict[int, float]]:
     spent: dict[int, float] = {}
     token = None
     while True:
-        page = client.search_runs([_experiment_id()], filter_string=f"tags.`{BUDGET_TAG}` = '{budget}'",
-                                  max_results=1000, page_token=token)
+        page = client.search_runs(
+            [_experiment_id()],
+            filter_string=f"tags.`{BUDGET_TAG}` = '{budget}'",
+            max_results=1000,
+            page_token=token,
+        )
         for run in page:
             tags = run.data.tags
-            names.update(json.loads(tags[RELEASES_TAG]) if RELEASES_TAG in tags else [tags[RELEASE_TAG]])
+            names.update(
+                json.loads(tags[RELEASES_TAG]) if RELEASES_TAG in tags else [tags[RELEASE_TAG]]
+            )
             for key, epsilon in run.data.metrics.items():
                 if key.startswith(PERSON_PREFIX):
                     person = int(key.removeprefix(PERSON_PREFIX))

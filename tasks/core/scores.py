@@ -21,19 +21,32 @@ def class_wise_map(labels: np.ndarray, scores: np.ndarray) -> float:
     present = labels.any(axis=0)
     if not present.any():
         return float("nan")
-    return float(average_precision_score(labels[:, present], np.asarray(scores, dtype=np.float64)[:, present], average="macro"))
+    return float(
+        average_precision_score(
+            labels[:, present], np.asarray(scores, dtype=np.float64)[:, present], average="macro"
+        )
+    )
 
 
 def class_wise_f1(labels: np.ndarray, predicted: np.ndarray) -> float:
     """Macro F1 over attributes (0 for an attribute with neither a positive nor a prediction), scikit-learn's."""
-    return float(f1_score(np.asarray(labels, dtype=bool), np.asarray(predicted, dtype=bool), average="macro", zero_division=0))
+    return float(
+        f1_score(
+            np.asarray(labels, dtype=bool),
+            np.asarray(predicted, dtype=bool),
+            average="macro",
+            zero_division=0,
+        )
+    )
 
 
 def dice(first: Box, second: Box) -> float:
     """Sørensen-Dice coefficient of two boxes, 2|A∩B| / (|A| + |B|) (paper 004 eq. 26)."""
     width = max(0.0, min(first[2], second[2]) - max(first[0], second[0]))
     height = max(0.0, min(first[3], second[3]) - max(first[1], second[1]))
-    areas = (first[2] - first[0]) * (first[3] - first[1]) + (second[2] - second[0]) * (second[3] - second[1])
+    areas = (first[2] - first[0]) * (first[3] - first[1]) + (second[2] - second[0]) * (
+        second[3] - second[1]
+    )
     return 2.0 * width * height / areas if areas > 0 else 0.0
 
 
@@ -53,7 +66,9 @@ def frame_hit_rate(found: Sequence[Box], truth: Sequence[Box]) -> float:
     unmatched = list(truth)
     hits = 0
     for box in found:
-        best = max(range(len(unmatched)), key=lambda index: dice(box, unmatched[index]), default=None)
+        best = max(
+            range(len(unmatched)), key=lambda index: dice(box, unmatched[index]), default=None
+        )
         if best is not None and matches(box, unmatched[best]):
             hits += 1
             unmatched.pop(best)

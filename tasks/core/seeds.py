@@ -109,8 +109,12 @@ def interval(values: Sequence[float]) -> Interval:
 def seed_scores(metrics: dict[str, dict[str, float]], key: str, score: str) -> list[float]:
     """``score`` of the model ``key`` and of each of its seeds in evaluate's metrics (seed 0 first)."""
     found = [(0, metrics[key][score])] if score in metrics.get(key, {}) else []
-    found += sorted((seed, scores[score]) for other, scores in metrics.items()
-                    for name, seed in [base_key(other)] if seed and name == key and score in scores)
+    found += sorted(
+        (seed, scores[score])
+        for other, scores in metrics.items()
+        for name, seed in [base_key(other)]
+        if seed and name == key and score in scores
+    )
     return [value for _, value in found]
 
 
@@ -134,10 +138,10 @@ def gap_interval(first: Interval, second: Interval) -> tuple[float, float]:
 
 def _welch(first: Interval, second: Interval) -> tuple[float, float, float]:
     """The gap of the means, its standard error and Welch-Satterthwaite's degrees of freedom (nan without spread)."""
-    a, b = first.standard_error ** 2, second.standard_error ** 2
+    a, b = first.standard_error**2, second.standard_error**2
     if a + b == 0:
         return first.mean - second.mean, 0.0, math.nan
-    freedom = (a + b) ** 2 / (a ** 2 / (first.seeds - 1) + b ** 2 / (second.seeds - 1))
+    freedom = (a + b) ** 2 / (a**2 / (first.seeds - 1) + b**2 / (second.seeds - 1))
     return first.mean - second.mean, math.sqrt(a + b), freedom
 
 
@@ -156,7 +160,13 @@ def compare(claimed_higher: Interval, other: Interval) -> str:
         return "undecided (one seed)"
     gap, error, freedom = _welch(claimed_higher, other)
     if error == 0:
-        return "holds (no spread)" if gap > 0 else "reversed (no spread)" if gap < 0 else "undecided (no spread)"
+        return (
+            "holds (no spread)"
+            if gap > 0
+            else "reversed (no spread)"
+            if gap < 0
+            else "undecided (no spread)"
+        )
     p_value = float(2 * stats.t.sf(abs(gap) / error, freedom))
     if p_value >= 1 - CONFIDENCE:
         return f"undecided (p = {p_value:.2f})"

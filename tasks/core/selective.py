@@ -37,8 +37,10 @@ def trainable_pattern(choice: str) -> re.Pattern[str]:
     try:
         return re.compile(NAMED.get(choice, choice))
     except re.error as error:
-        raise PrivharError(f"private.trainable = {choice!r} is invalid: not a name ({', '.join(NAMED)}) "
-                           f"nor a regular expression ({error})") from None
+        raise PrivharError(
+            f"private.trainable = {choice!r} is invalid: not a name ({', '.join(NAMED)}) "
+            f"nor a regular expression ({error})"
+        ) from None
 
 
 def select_trainable(model: nn.Module, choice: str) -> list[str]:
@@ -50,8 +52,10 @@ def select_trainable(model: nn.Module, choice: str) -> list[str]:
         if parameter.requires_grad:
             names.append(name)
     if not names:
-        raise PrivharError(f"private.trainable = {choice!r} matches no parameter of the model "
-                           f"(names look like {next(iter(dict(model.named_parameters())))!r})")
+        raise PrivharError(
+            f"private.trainable = {choice!r} matches no parameter of the model "
+            f"(names look like {next(iter(dict(model.named_parameters())))!r})"
+        )
     return names
 
 
@@ -61,14 +65,18 @@ def trainable_count(model: nn.Module) -> int:
 
 def trainable_parameters(module: nn.Module) -> dict[str, nn.Parameter]:
     """θ_t: the parameters that learn (requires_grad), by name."""
-    return {name: parameter for name, parameter in module.named_parameters() if parameter.requires_grad}
+    return {
+        name: parameter for name, parameter in module.named_parameters() if parameter.requires_grad
+    }
 
 
 def require_sample_independence(module: nn.Module) -> None:
     """Refuse a module whose BatchNorm mixes samples: no per-sample gradient, so no DP guarantee."""
     if has_batch_norm(module):
-        raise PrivharError(f"private training: the model has BatchNorm layers ({type(module).__name__}), which mix the "
-                           "samples of a batch; DP-SGD needs per-sample gradients: use GroupNorm or LayerNorm")
+        raise PrivharError(
+            f"private training: the model has BatchNorm layers ({type(module).__name__}), which mix the "
+            "samples of a batch; DP-SGD needs per-sample gradients: use GroupNorm or LayerNorm"
+        )
 
 
 def without_dropout(module: nn.Module) -> nn.Module:

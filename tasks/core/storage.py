@@ -19,7 +19,13 @@ import numpy as np
 from tasks.core.errors import PrivharError
 
 PSEUDO_FILESYSTEMS = (Path("/proc"), Path("/sys"), Path("/dev"))
-VIDEO_SUFFIXES = (".npy", ".avi", ".mp4", ".mkv", ".mov")  # .npy: exact frames; the rest: MPEG-4 through PyAV
+VIDEO_SUFFIXES = (
+    ".npy",
+    ".avi",
+    ".mp4",
+    ".mkv",
+    ".mov",
+)  # .npy: exact frames; the rest: MPEG-4 through PyAV
 
 
 def check_writable(path: Path, what: str = "output") -> None:
@@ -27,23 +33,31 @@ def check_writable(path: Path, what: str = "output") -> None:
     read-only folder, below a file, or a folder where a file is wanted."""
     path = Path(path).absolute()
     if any(path == root or root in path.parents for root in PSEUDO_FILESYSTEMS):
-        raise PrivharError(f"{path}: the {what} cannot go under {next(r for r in PSEUDO_FILESYSTEMS if r == path or r in path.parents)}"
-                           " (a kernel pseudo-file system)")
+        raise PrivharError(
+            f"{path}: the {what} cannot go under {next(r for r in PSEUDO_FILESYSTEMS if r == path or r in path.parents)}"
+            " (a kernel pseudo-file system)"
+        )
     existing = path
     while not existing.exists():
         existing = existing.parent
     if not existing.is_dir() and existing != path:
-        raise PrivharError(f"{path}: the {what} cannot be created: {existing} is a file, not a folder")
+        raise PrivharError(
+            f"{path}: the {what} cannot be created: {existing} is a file, not a folder"
+        )
     folder = existing if existing.is_dir() else existing.parent
     if not os.access(folder, os.W_OK | os.X_OK):
-        raise PrivharError(f"{path}: the {what} cannot be written: {folder} is read-only for this user")
+        raise PrivharError(
+            f"{path}: the {what} cannot be written: {folder} is read-only for this user"
+        )
 
 
 def check_video_output(path: Path) -> Path:
     """An output video must be a format this project writes (checked before the work, not after it)."""
     if Path(path).suffix.lower() not in VIDEO_SUFFIXES:
-        raise PrivharError(f"{path}: cannot write a video as {Path(path).suffix or 'a file without extension'!r} "
-                           f"(expected one of {', '.join(VIDEO_SUFFIXES)})")
+        raise PrivharError(
+            f"{path}: cannot write a video as {Path(path).suffix or 'a file without extension'!r} "
+            f"(expected one of {', '.join(VIDEO_SUFFIXES)})"
+        )
     if Path(path).is_dir():
         raise PrivharError(f"{path}: is a folder; expected a video file name")
     check_writable(path, "video")
@@ -55,7 +69,10 @@ def atomic_directory(target: Path) -> Iterator[Path]:
     """Yield an empty temporary folder that replaces ``target`` when the block succeeds."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    for pattern in (f".{target.name}.tmp-*", f".{target.name}.old-*"):  # left by a run killed mid-way (SIGKILL, power)
+    for pattern in (
+        f".{target.name}.tmp-*",
+        f".{target.name}.old-*",
+    ):  # left by a run killed mid-way (SIGKILL, power)
         for stale in target.parent.glob(pattern):
             shutil.rmtree(stale, ignore_errors=True)
     staging = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex[:8]}"

@@ -45,13 +45,18 @@ def subjects_statement(rows: list[dict[str, Any]]) -> str:
     unnamed = unnamed_videos(rows)
     named = len(person_videos(rows)) - unnamed
     kinds = sorted({str(row["subject"]).split(":")[0] for row in rows if row.get("subject")})
-    told = ("the dataset's subjects (UCF101 group, HMDB51 source video or the data.subjects CSV)" if kinds
-            else "the dataset's identities")
+    told = (
+        "the dataset's subjects (UCF101 group, HMDB51 source video or the data.subjects CSV)"
+        if kinds
+        else "the dataset's identities"
+    )
     if not unnamed:
         return f"Data subjects: {named} people, from {told}."
-    return (f"Data subjects: {named} people from {told}, and {unnamed} of {len(rows)} videos that name nobody: each of "
-            "those is counted as its own subject, so a person in several of them is under-counted — supply a "
-            "data.subjects CSV (video_id, subject) to bound them.")
+    return (
+        f"Data subjects: {named} people from {told}, and {unnamed} of {len(rows)} videos that name nobody: each of "
+        "those is counted as its own subject, so a person in several of them is under-counted — supply a "
+        "data.subjects CSV (video_id, subject) to bound them."
+    )
 
 
 def person_videos(rows: list[dict[str, Any]]) -> dict[int, list[int]]:
@@ -68,7 +73,9 @@ def videos_per_person(rows: list[dict[str, Any]]) -> dict[int, int]:
     return {person: len(videos) for person, videos in person_videos(rows).items()}
 
 
-def privacy_units(rows: list[dict[str, Any]], unit: str) -> tuple[torch.Tensor | None, int, dict[int, int]]:
+def privacy_units(
+    rows: list[dict[str, Any]], unit: str
+) -> tuple[torch.Tensor | None, int, dict[int, int]]:
     """Under DP unit ``unit`` (video or person): (each row's unit — None when every video is its own —, how many units
     are sampled, how many units hold each subject). The stage and the budget plan both count through it."""
     if unit == "video":
@@ -82,5 +89,8 @@ def person_units(rows: list[dict[str, Any]]) -> tuple[torch.Tensor, dict[int, in
     primaries = [people_in(row, index)[0] for index, row in enumerate(rows)]
     numbering = {person: unit for unit, person in enumerate(sorted(set(primaries)))}
     owners = torch.tensor([numbering[person] for person in primaries])
-    units = {person: len({int(owners[index]) for index in videos}) for person, videos in person_videos(rows).items()}
+    units = {
+        person: len({int(owners[index]) for index in videos})
+        for person, videos in person_videos(rows).items()
+    }
     return owners, units

@@ -24,12 +24,21 @@ import polars as pl
 from tasks.core.errors import PrivharError
 
 # polars' table printer as GitHub Markdown: every row and column, whole cells, no dtype line, no shape line
-_MARKDOWN = {"tbl_formatting": "MARKDOWN", "tbl_hide_column_data_types": True, "tbl_hide_dataframe_shape": True,
-             "tbl_rows": -1, "tbl_cols": -1, "fmt_str_lengths": 10_000, "tbl_width_chars": 60_000,
-             "tbl_cell_numeric_alignment": "RIGHT"}
+_MARKDOWN = {
+    "tbl_formatting": "MARKDOWN",
+    "tbl_hide_column_data_types": True,
+    "tbl_hide_dataframe_shape": True,
+    "tbl_rows": -1,
+    "tbl_cols": -1,
+    "fmt_str_lengths": 10_000,
+    "tbl_width_chars": 60_000,
+    "tbl_cell_numeric_alignment": "RIGHT",
+}
 
 
-def frame_of(rows: Iterable[Mapping[str, Any]], columns: Sequence[str] | None = None) -> pl.DataFrame:
+def frame_of(
+    rows: Iterable[Mapping[str, Any]], columns: Sequence[str] | None = None
+) -> pl.DataFrame:
     """A DataFrame of ``rows`` (dicts), with ``columns`` in that order when given.
 
     A column that mixes words with numbers ("not run" beside a score) becomes text, as a CSV would hold it; a
@@ -41,7 +50,9 @@ def frame_of(rows: Iterable[Mapping[str, Any]], columns: Sequence[str] | None = 
     frame = pl.DataFrame(rows, infer_schema_length=None, strict=False)
     if not columns:
         return frame
-    return frame.with_columns(*(pl.lit(None).alias(name) for name in columns if name not in frame.columns)).select(columns)
+    return frame.with_columns(
+        *(pl.lit(None).alias(name) for name in columns if name not in frame.columns)
+    ).select(columns)
 
 
 def markdown(frame: pl.DataFrame, headers: Sequence[str] | None = None) -> str:
@@ -56,8 +67,11 @@ def markdown(frame: pl.DataFrame, headers: Sequence[str] | None = None) -> str:
 
 def markdown_of(headers: Sequence[str], lines: Iterable[Sequence[str]]) -> str:
     """A Markdown table of display cells already formatted for the reader (one list per line, ``headers`` on top)."""
-    frame = pl.DataFrame([list(line) for line in lines], schema={f"c{index}": pl.String for index in range(len(headers))},
-                         orient="row")
+    frame = pl.DataFrame(
+        [list(line) for line in lines],
+        schema={f"c{index}": pl.String for index in range(len(headers))},
+        orient="row",
+    )
     return markdown(frame, headers)
 
 
@@ -69,7 +83,11 @@ def compact(text: str) -> str:
     """
     lines = []
     for line in text.splitlines():
-        cells = [cell.strip() for cell in line.strip().strip("|").split("|")] if line.startswith("|") else None
+        cells = (
+            [cell.strip() for cell in line.strip().strip("|").split("|")]
+            if line.startswith("|")
+            else None
+        )
         if cells is None:
             lines.append(line)
         elif all(set(cell) <= set("-:") and cell for cell in cells):
@@ -79,7 +97,9 @@ def compact(text: str) -> str:
     return "\n".join(lines)
 
 
-def csv_bytes(table: pl.DataFrame | Iterable[Mapping[str, Any]], columns: Sequence[str] | None = None) -> bytes:
+def csv_bytes(
+    table: pl.DataFrame | Iterable[Mapping[str, Any]], columns: Sequence[str] | None = None
+) -> bytes:
     """A CSV file's bytes (header first) of a DataFrame or of rows, for ``atomic_write_bytes``."""
     frame = table if isinstance(table, pl.DataFrame) else frame_of(table, columns)
     if columns and isinstance(table, pl.DataFrame):

@@ -82,7 +82,9 @@ class StageRun:
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
         import mlflow
 
-        mlflow.log_metrics({self.prefix + key: float(value) for key, value in metrics.items()}, step=step)
+        mlflow.log_metrics(
+            {self.prefix + key: float(value) for key, value in metrics.items()}, step=step
+        )
 
     def log_history(self, history: Sequence[tuple[int | None, Mapping[str, float]]]) -> None:
         """Metrics at many steps (``(step, {name: value})``; None: step 0) in one store transaction, where one
@@ -91,10 +93,13 @@ class StageRun:
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        metrics = [Metric(self.prefix + key, float(value), now, step or 0)
-                   for step, values in history for key, value in values.items()]
+        metrics = [
+            Metric(self.prefix + key, float(value), now, step or 0)
+            for step, values in history
+            for key, value in values.items()
+        ]
         for start in range(0, len(metrics), 1000):  # MLflow's batch limit
-            MlflowClient().log_batch(self.run_id, metrics=metrics[start:start + 1000])
+            MlflowClient().log_batch(self.run_id, metrics=metrics[start : start + 1000])
 
     def log_artifact(self, path: Path, folder: str | None = None) -> None:
         import mlflow
@@ -120,11 +125,20 @@ class StageRun:
         manifest = Path(folder) / MANIFEST_NAME
         digest = hashlib.sha256(manifest.read_bytes()).hexdigest()[:12]
         rows = scan_manifest(manifest).filter(pl.col("split") == split).collect()
-        with warnings.catch_warnings():  # a local folder "can be interpreted in multiple ways" by MLflow: it is local
+        with (
+            warnings.catch_warnings()
+        ):  # a local folder "can be interpreted in multiple ways" by MLflow: it is local
             warnings.simplefilter("ignore", UserWarning)
-            dataset = mlflow.data.from_polars(rows, source=str(Path(folder).resolve()), targets="label",
-                                              name=f"{Path(folder).name}/{split}", digest=digest)
-        mlflow.log_input(dataset, context=context, tags={"split": split, "videos": str(rows.height)})
+            dataset = mlflow.data.from_polars(
+                rows,
+                source=str(Path(folder).resolve()),
+                targets="label",
+                name=f"{Path(folder).name}/{split}",
+                digest=digest,
+            )
+        mlflow.log_input(
+            dataset, context=context, tags={"split": split, "videos": str(rows.height)}
+        )
         return digest
 
     @contextlib.contextmanager
@@ -133,8 +147,15 @@ class StageRun:
         so MLflow's runs table and compare view line models up; the model is registered from it (:meth:`resumed`)."""
         import mlflow
 
-        with mlflow.start_run(run_name=key, nested=True, parent_run_id=self.run_id,
-                              tags={"privhar.model": key, **{name: str(value) for name, value in (tags or {}).items()}}) as run:
+        with mlflow.start_run(
+            run_name=key,
+            nested=True,
+            parent_run_id=self.run_id,
+            tags={
+                "privhar.model": key,
+                **{name: str(value) for name, value in (tags or {}).items()},
+            },
+        ) as run:
             yield StageRun(run.info.run_id)
 
     @contextlib.contextmanager
@@ -154,17 +175,25 @@ class StageRun:
         """A run nested under this one (one per method, so the MLflow UI compares them in one table); its id."""
         import mlflow
 
-        with mlflow.start_run(run_name=name, nested=True, tags={key: str(value) for key, value in tags.items()}) as run:
+        with mlflow.start_run(
+            run_name=name, nested=True, tags={key: str(value) for key, value in tags.items()}
+        ) as run:
             mlflow.log_metrics({key: float(value) for key, value in metrics.items()})
             return run.info.run_id
 
 
-FORKED_ENV = "PRIVHAR_FORKED_FROM"  # set by the stage server in each stage it forks (flows/stage_server.py)
+FORKED_ENV = (
+    "PRIVHAR_FORKED_FROM"  # set by the stage server in each stage it forks (flows/stage_server.py)
+)
 
 
 def _owner_tags() -> dict[str, str]:
     started = "stage server fork" if os.environ.get(FORKED_ENV) else "interpreter"
-    return {"privhar.host": socket.gethostname(), "privhar.pid": str(os.getpid()), "privhar.process_start": started}
+    return {
+        "privhar.host": socket.gethostname(),
+        "privhar.pid": str(os.getpid()),
+        "privhar.process_start": started,
+    }
 
 
 def _alive(pid: int) -> bool:
@@ -186,14 +215,25 @@ def end_orphaned_runs(filter_string: str) -> list[str]:
     ended = []
     host = socket.gethostname()
     experiment = configure()
-    for run in client.search_runs([experiment], f"{filter_string} and attributes.status = 'RUNNING'", max_results=1000):
+    for run in client.search_runs(
+        [experiment], f"{filter_string} and attributes.status = 'RUNNING'", max_results=1000
+    ):
         tags = run.data.tags
         pid = tags.get("privhar.pid", "")
-        if tags.get("privhar.host") == host and pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+        if (
+            tags.get("privhar.host") == host
+            and pid.isdigit()
+            and int(pid) != os.getpid()
+            and not _alive(int(pid))
+        ):
             client.set_terminated(run.info.run_id, RunStatus.to_string(RunStatus.KILLED))
             ended.append(run.info.run_id)
     if ended:
-        LOG.warning("mlflow: %d run(s) of a killed process ended as KILLED (%s)", len(ended), ", ".join(ended))
+        LOG.warning(
+            "mlflow: %d run(s) of a killed process ended as KILLED (%s)",
+            len(ended),
+            ", ".join(ended),
+        )
     return ended
 
 
@@ -230,8 +270,12 @@ def stage_run(stage: str, sections: Mapping[str, Any]) -> Iterator[StageRun]:
     end_orphaned_runs(f"tags.`privhar.stage` = '{stage}'")
     parent = os.environ.get(PARENT_ENV)
     dvc_stage = {DVC_STAGE_TAG: os.environ["DVC_STAGE"]} if os.environ.get("DVC_STAGE") else {}
-    with mlflow.start_run(run_name=stage, parent_run_id=parent or None, nested=bool(parent),
-                          tags={"privhar.stage": stage, **dvc_stage, **_owner_tags()}) as run:
+    with mlflow.start_run(
+        run_name=stage,
+        parent_run_id=parent or None,
+        nested=bool(parent),
+        tags={"privhar.stage": stage, **dvc_stage, **_owner_tags()},
+    ) as run:
         mlflow.log_params(flatten(sections))
         yield StageRun(run.info.run_id)
         mlflow.log_metric("stage_seconds", time.perf_counter() - started)
@@ -244,6 +288,8 @@ def pipeline_run(name: str, tags: Mapping[str, Any] | None = None) -> Iterator[s
 
     configure()
     end_orphaned_runs("tags.`privhar.pipeline` = 'true'")
-    with mlflow.start_run(run_name=name, tags={"privhar.pipeline": "true", **_owner_tags(), **(tags or {})}) as run:
+    with mlflow.start_run(
+        run_name=name, tags={"privhar.pipeline": "true", **_owner_tags(), **(tags or {})}
+    ) as run:
         with exported(PARENT_ENV, run.info.run_id):
             yield run.info.run_id

@@ -38,15 +38,21 @@ def epsilon_grid(top: float, points: int = 2000) -> np.ndarray:
     """ε from 0 to ``top``: steps of 0.01 up to 20, then geometric (0.2 % apart at top = 1 500)."""
     if top <= 20:
         return np.linspace(0.0, top, points + 1)
-    return np.unique(np.concatenate([np.linspace(0.0, 20.0, points + 1), np.geomspace(20.0, top, points)]))
+    return np.unique(
+        np.concatenate([np.linspace(0.0, 20.0, points + 1), np.geomspace(20.0, top, points)])
+    )
 
 
-def hockey_stick(losses: np.ndarray, probabilities: np.ndarray, infinity_mass: float,
-                 epsilons: np.ndarray) -> np.ndarray:
+def hockey_stick(
+    losses: np.ndarray, probabilities: np.ndarray, infinity_mass: float, epsilons: np.ndarray
+) -> np.ndarray:
     """H_{e^ε} = P(L = ∞) + Σ_{l > ε} p_l (1 − e^{ε − l}) of a privacy-loss pmf (``losses`` ascending), without
     dp-accounting's e^ε, which overflows past ε ≈ 709."""
     order = np.argsort(losses)
-    losses, probabilities = np.asarray(losses, float)[order], np.clip(np.asarray(probabilities, float)[order], 0, None)
+    losses, probabilities = (
+        np.asarray(losses, float)[order],
+        np.clip(np.asarray(probabilities, float)[order], 0, None),
+    )
     above_mass = np.concatenate([np.cumsum(probabilities[::-1])[::-1], [0.0]])
     with np.errstate(divide="ignore"):
         log_terms = np.log(probabilities) - losses
@@ -56,15 +62,21 @@ def hockey_stick(losses: np.ndarray, probabilities: np.ndarray, infinity_mass: f
     return np.clip(deltas, 0.0, 1.0) + infinity_mass
 
 
-def chernoff_hockey_stick(epsilons: np.ndarray, steps: int, orders: np.ndarray, log_mgf: np.ndarray) -> np.ndarray:
+def chernoff_hockey_stick(
+    epsilons: np.ndarray, steps: int, orders: np.ndarray, log_mgf: np.ndarray
+) -> np.ndarray:
     """H_{e^ε} of ``steps`` composed copies of a pair whose one-step loss has log E e^{λL} = ``log_mgf`` at λ = ``orders``.
 
     (1 − e^{ε−L})₊ ≤ e^{λ(L−ε)} · λ^λ / (1 + λ)^{1+λ} for every λ > 0, and E e^{λL} multiplies over the steps: valid
     in the far tail, where a discretised pmf only holds its truncation mass (Canonne, Kamath & Steinke 2020, Prop. 12).
     """
     lam = orders[:, None]
-    log_bound = (steps * log_mgf[:, None] - lam * epsilons[None]
-                 + lam * np.log(lam) - (1 + lam) * np.log1p(lam))
+    log_bound = (
+        steps * log_mgf[:, None]
+        - lam * epsilons[None]
+        + lam * np.log(lam)
+        - (1 + lam) * np.log1p(lam)
+    )
     return np.exp(np.minimum(log_bound.min(axis=0), 0.0))
 
 
@@ -74,8 +86,10 @@ def _log_power(log_alpha: np.ndarray, curve: DeltaCurve) -> np.ndarray:
         log_deltas = np.log(np.clip(curve.deltas, 0.0, 1.0))
     out = np.empty_like(log_alpha)
     for start in range(0, len(log_alpha), CHUNK):
-        block = log_alpha[start:start + CHUNK, None]
-        out[start:start + CHUNK] = np.logaddexp(curve.epsilons[None] + block, log_deltas[None]).min(axis=1)
+        block = log_alpha[start : start + CHUNK, None]
+        out[start : start + CHUNK] = np.logaddexp(
+            curve.epsilons[None] + block, log_deltas[None]
+        ).min(axis=1)
     return np.minimum(out, 0.0)
 
 

@@ -38,7 +38,10 @@ class Geometry:
     @classmethod
     def fit(cls, source: tuple[int, int], target: tuple[int, int]) -> Geometry:
         scale = max(target[0] / source[0], target[1] / source[1])
-        scaled = (max(target[0], round(source[0] * scale)), max(target[1], round(source[1] * scale)))
+        scaled = (
+            max(target[0], round(source[0] * scale)),
+            max(target[1], round(source[1] * scale)),
+        )
         return cls((int(source[0]), int(source[1])), scaled, (int(target[0]), int(target[1])))
 
     @property
@@ -50,7 +53,9 @@ class Geometry:
         return int(round((self.size[0] - self.target[0]) / 2.0))
 
     def transform(self) -> v2.Compose:
-        return v2.Compose([v2.Resize(list(self.size), antialias=True), v2.CenterCrop(list(self.target))])
+        return v2.Compose(
+            [v2.Resize(list(self.size), antialias=True), v2.CenterCrop(list(self.target))]
+        )
 
     def frames(self, clip: np.ndarray) -> np.ndarray:
         """(T, H, W, C) → (T, h, w, C): uint8 frames, or float masks (antialiased: each output pixel weighs a footprint
@@ -63,22 +68,38 @@ class Geometry:
         return self.transform()(self._keypoints(xy)).reshape(xy.shape).numpy()
 
     def _keypoints(self, xy: np.ndarray) -> tv_tensors.KeyPoints:
-        return tv_tensors.KeyPoints(torch.from_numpy(np.ascontiguousarray(xy, np.float32)).reshape(-1, 2),
-                                    canvas_size=self.source)
+        return tv_tensors.KeyPoints(
+            torch.from_numpy(np.ascontiguousarray(xy, np.float32)).reshape(-1, 2),
+            canvas_size=self.source,
+        )
 
-    def annotations(self, masks: np.ndarray, boxes: dict[str, np.ndarray], points: np.ndarray
-                    ) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray]:
+    def annotations(
+        self, masks: np.ndarray, boxes: dict[str, np.ndarray], points: np.ndarray
+    ) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray]:
         """Masks (T, H, W), boxes (..., 4) x0 y0 x1 y1 and points (..., 2), in one pass of the same transform."""
-        sample = {"mask": tv_tensors.Mask(torch.from_numpy(np.ascontiguousarray(masks))),
-                  "points": self._keypoints(points),
-                  **{name: tv_tensors.BoundingBoxes(torch.from_numpy(np.ascontiguousarray(value, np.float32)).reshape(-1, 4),
-                                                    format="XYXY", canvas_size=self.source) for name, value in boxes.items()}}
+        sample = {
+            "mask": tv_tensors.Mask(torch.from_numpy(np.ascontiguousarray(masks))),
+            "points": self._keypoints(points),
+            **{
+                name: tv_tensors.BoundingBoxes(
+                    torch.from_numpy(np.ascontiguousarray(value, np.float32)).reshape(-1, 4),
+                    format="XYXY",
+                    canvas_size=self.source,
+                )
+                for name, value in boxes.items()
+            },
+        }
         out = self.transform()(sample)
-        return (out["mask"].numpy(), {name: out[name].reshape(value.shape).numpy() for name, value in boxes.items()},
-                out["points"].reshape(points.shape).numpy())
+        return (
+            out["mask"].numpy(),
+            {name: out[name].reshape(value.shape).numpy() for name, value in boxes.items()},
+            out["points"].reshape(points.shape).numpy(),
+        )
 
 
-def resample_indices(n_source: int, source_fps: float, target_fps: float, frames: int, short_videos: str) -> np.ndarray:
+def resample_indices(
+    n_source: int, source_fps: float, target_fps: float, frames: int, short_videos: str
+) -> np.ndarray:
     """Source frame index for each output frame.
 
     >>> resample_indices(48, 24.0, 8.0, 16, "loop").tolist()[:4]
@@ -126,11 +147,18 @@ def read_video(path: Path) -> tuple[np.ndarray, float]:
     except (RuntimeError, ValueError, OSError) as error:
         # EncodedVideo's own av.open refuses metadata that is not UTF-8 (HMDB51 titles in Latin-1): PyAV directly,
         # metadata dropped; a file it cannot read either is quarantined with EncodedVideo's reason
-        clip, duration = _decode_directly(path, f"not a readable video ({str(error).splitlines()[0][:120]})"), None
+        clip, duration = (
+            _decode_directly(path, f"not a readable video ({str(error).splitlines()[0][:120]})"),
+            None,
+        )
     if clip is None or clip.shape[1] == 0:
         raise Quarantined("no decodable video frames")
-    frames = clip.permute(1, 2, 3, 0).to(dtype=torch.uint8).numpy()  # exact: the decoder's floats are whole 0..255
+    frames = (
+        clip.permute(1, 2, 3, 0).to(dtype=torch.uint8).numpy()
+    )  # exact: the decoder's floats are whole 0..255
     if header["n_frames"] and len(frames) < TRUNCATION_TOLERANCE * header["n_frames"]:
-        raise Quarantined(f"truncated: decoded {len(frames)} of the {header['n_frames']} frames its header announces")
+        raise Quarantined(
+            f"truncated: decoded {len(frames)} of the {header['n_frames']} frames its header announces"
+        )
     fps = header["fps"] or len(frames) / max(float(duration or 1.0), 1e-6)
     return frames, fps

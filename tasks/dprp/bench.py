@@ -26,9 +26,16 @@ import numpy as np
 import torch
 
 from tasks.core.device import matmul_gflops, stamp
-from tasks.core.storage import atomic_write_bytes
 from tasks.core.dprp_calibration import noise_scales
-from tasks.dprp.mechanism import DTYPE, Projection, fits_comfortably, generator_for, gram_flops, protect_video
+from tasks.core.storage import atomic_write_bytes
+from tasks.dprp.mechanism import (
+    DTYPE,
+    Projection,
+    fits_comfortably,
+    generator_for,
+    gram_flops,
+    protect_video,
+)
 
 
 def mechanism_flops(t: int, d: int, k: int, per_r: bool) -> float:
@@ -36,20 +43,48 @@ def mechanism_flops(t: int, d: int, k: int, per_r: bool) -> float:
     return 2 * t * d * k * 2 + 2 * t * k**2 + ((gram_flops(d, k) + k**3 / 3) if per_r else 0)
 
 
-def run_bench(*, frames: int, height: int, width: int, k: int, epsilon: float, delta: float, budget_split: float,
-              out: Path, device: torch.device = torch.device("cpu")) -> dict[str, Any]:
+def run_bench(
+    *,
+    frames: int,
+    height: int,
+    width: int,
+    k: int,
+    epsilon: float,
+    delta: float,
+    budget_split: float,
+    out: Path,
+    device: torch.device = torch.device("cpu"),
+) -> dict[str, Any]:
     """Time both projection modes once on ``device``; write and return the JSON record (stamped with the device)."""
     d = height * width * 3
     clip = np.random.default_rng(0).integers(0, 256, (frames, height, width, 3), dtype=np.uint8)
-    scales = noise_scales(epsilon=epsilon, delta=delta, budget_split=budget_split, k=k, d=d, calibration="paper",
-                          neighbour="frame")
+    scales = noise_scales(
+        epsilon=epsilon,
+        delta=delta,
+        budget_split=budget_split,
+        k=k,
+        d=d,
+        calibration="paper",
+        neighbour="frame",
+    )
     rate = matmul_gflops(device, dtype=DTYPE)
-    machine = {"cpu_count": os.cpu_count(), **stamp(device), "matmul_gflops_float64": round(rate, 1)}
+    machine = {
+        "cpu_count": os.cpu_count(),
+        **stamp(device),
+        "matmul_gflops_float64": round(rate, 1),
+    }
     options = {"device": device, "generator": generator_for(device)}
 
     def one(projection: Projection, noise_seed: int) -> float:
         started = time.perf_counter()
-        protect_video(clip, projection, sigma1=scales.sigma1, sigma2=scales.sigma2, rank=k, noise_seed=noise_seed)
+        protect_video(
+            clip,
+            projection,
+            sigma1=scales.sigma1,
+            sigma2=scales.sigma2,
+            rank=k,
+            noise_seed=noise_seed,
+        )
         return time.perf_counter() - started
 
     kept = fits_comfortably(d, k)
@@ -63,15 +98,31 @@ def run_bench(*, frames: int, height: int, width: int, k: int, epsilon: float, d
     shared_first = one(shared, 3)
     shared_next = one(shared, 4)
     record = {
-        "configuration": {"frames": frames, "height": height, "width": width, "d": d, "k": k, "rank": k,
-                          "epsilon": epsilon, "delta": delta, "budget_split": budget_split, "calibration": "paper"},
+        "configuration": {
+            "frames": frames,
+            "height": height,
+            "width": width,
+            "d": d,
+            "k": k,
+            "rank": k,
+            "epsilon": epsilon,
+            "delta": delta,
+            "budget_split": budget_split,
+            "calibration": "paper",
+        },
         "machine": machine,
         "precision": "float64 throughout: R, the products, the k x k factorisation and solve",
-        "per_video": {"first_video_seconds": round(per_video_first, 2), "seconds": round(per_video, 2),
-                      "r_kept_between_passes": kept,
-                      "gflops": round(mechanism_flops(frames, d, k, True) / per_video / 1e9, 1)},
-        "shared": {"first_video_seconds": round(shared_first, 2), "seconds": round(shared_next, 2),
-                   "gflops": round(mechanism_flops(frames, d, k, False) / shared_next / 1e9, 1)},
+        "per_video": {
+            "first_video_seconds": round(per_video_first, 2),
+            "seconds": round(per_video, 2),
+            "r_kept_between_passes": kept,
+            "gflops": round(mechanism_flops(frames, d, k, True) / per_video / 1e9, 1),
+        },
+        "shared": {
+            "first_video_seconds": round(shared_first, 2),
+            "seconds": round(shared_next, 2),
+            "gflops": round(mechanism_flops(frames, d, k, False) / shared_next / 1e9, 1),
+        },
         "paper_seconds_per_video_rtx_a6000": 20.32,
     }
     for mode in ("per_video", "shared"):

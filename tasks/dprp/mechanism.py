@@ -51,15 +51,19 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from tasks.core.dprp_calibration import rank_of  # noqa: F401 (the budget plans with it too)
 from tasks.core.errors import PrivharError
 from tasks.core.seeding import derive_seed
 from tasks.core.storage import is_clip
-from tasks.core.dprp_calibration import rank_of  # noqa: F401 (the budget plans with it too)
 
 NOISE_STREAM_P, NOISE_STREAM_Q = 1, 2
-DTYPE = torch.float64  # R, the products and their sums: the output's rounding to uint8 then does not depend on
+DTYPE = (
+    torch.float64
+)  # R, the products and their sums: the output's rounding to uint8 then does not depend on
 # how BLAS splits a reduction over threads (float32 sums did: 1 pixel in 3·10⁵ moved one grey level between 1 and 2 threads)
-GRAM_CHUNKS = 8  # column chunks of the lower block-triangle of RᵀR (flops: (c + 1)/(2c) of the full product)
+GRAM_CHUNKS = (
+    8  # column chunks of the lower block-triangle of RᵀR (flops: (c + 1)/(2c) of the full product)
+)
 
 
 def add_gram(gram: torch.Tensor, block: torch.Tensor, chunks: int = GRAM_CHUNKS) -> None:
@@ -133,7 +137,9 @@ class Projection:
     keep: bool = False
     threads: int = 2
     device: torch.device = torch.device("cpu")
-    generator: str = "numpy"  # numpy: Philox on the CPU | torch: torch's generator on ``device``, per block
+    generator: str = (
+        "numpy"  # numpy: Philox on the CPU | torch: torch's generator on ``device``, per block
+    )
     _gram: torch.Tensor | None = field(default=None, repr=False)
     _factor: torch.Tensor | None = field(default=None, repr=False)
     _kept: list[torch.Tensor] | None = field(default=None, repr=False)
@@ -142,7 +148,9 @@ class Projection:
         if not 0 < self.k <= self.d:
             raise PrivharError(f"dprp: k = {self.k} is invalid: expected 0 < k <= d = {self.d}")
         if self.generator not in ("numpy", "torch"):
-            raise PrivharError(f"dprp: generator {self.generator!r} is invalid: expected numpy or torch")
+            raise PrivharError(
+                f"dprp: generator {self.generator!r} is invalid: expected numpy or torch"
+            )
         self.device = torch.device(self.device)
 
     @property
@@ -154,8 +162,12 @@ class Projection:
         start = index * self.block_rows
         stop = min(start + self.block_rows, self.d)
         if self.generator == "torch":
-            stream = torch.Generator(self.device).manual_seed(derive_seed(self.seed, "R-block", index))
-            return torch.randn(stop - start, self.k, generator=stream, device=self.device, dtype=DTYPE).mul_(1.0 / math.sqrt(self.k))
+            stream = torch.Generator(self.device).manual_seed(
+                derive_seed(self.seed, "R-block", index)
+            )
+            return torch.randn(
+                stop - start, self.k, generator=stream, device=self.device, dtype=DTYPE
+            ).mul_(1.0 / math.sqrt(self.k))
         values = BUFFERS.take((stop - start, self.k))
         _philox(self.seed, 0, index).standard_normal(dtype=np.float64, out=values)
         block = torch.from_numpy(values).mul_(1.0 / math.sqrt(self.k))
@@ -174,7 +186,9 @@ class Projection:
         it fills an array), so generation overlaps the matmuls that consume them.
         """
         count = math.ceil(self.d / self.block_rows)
-        bounds = [(i * self.block_rows, min((i + 1) * self.block_rows, self.d)) for i in range(count)]
+        bounds = [
+            (i * self.block_rows, min((i + 1) * self.block_rows, self.d)) for i in range(count)
+        ]
         if self._kept is not None:
             yield from ((start, stop, block) for (start, stop), block in zip(bounds, self._kept))
             return
@@ -202,7 +216,9 @@ class Projection:
 
     def dense(self) -> torch.Tensor:
         """R whole (for tests and small sizes only)."""
-        return torch.cat([block.clone() for _, _, block in self.blocks()])  # blocks are recycled after use
+        return torch.cat(
+            [block.clone() for _, _, block in self.blocks()]
+        )  # blocks are recycled after use
 
     def gram(self) -> torch.Tensor:
         """RᵀR (k × k, float64), accumulated block by block."""
@@ -247,8 +263,11 @@ def project(x: torch.Tensor, projection: Projection) -> torch.Tensor:
     """
     x = x.to(projection.device, DTYPE)
     p = torch.zeros(x.shape[0], projection.k, dtype=torch.float64, device=projection.device)
-    gram = None if projection._gram is not None else torch.zeros(projection.k, projection.k, dtype=torch.float64,
-                                                                 device=projection.device)
+    gram = (
+        None
+        if projection._gram is not None
+        else torch.zeros(projection.k, projection.k, dtype=torch.float64, device=projection.device)
+    )
     for start, stop, block in projection.blocks():
         p += x[:, start:stop] @ block
         if gram is not None:
@@ -266,7 +285,9 @@ def back_project(w: torch.Tensor, projection: Projection) -> torch.Tensor:
     return out
 
 
-def reconstruct(p_noisy: torch.Tensor, q: torch.Tensor | None, projection: Projection, r: int) -> torch.Tensor:
+def reconstruct(
+    p_noisy: torch.Tensor, q: torch.Tensor | None, projection: Projection, r: int
+) -> torch.Tensor:
     """X̃ = P̃ V_r (R V_r)⁺ = P̃ V_r G⁻¹ V_rᵀ Rᵀ, G = V_rᵀ RᵀR V_r (see the module docstring).
 
     With r = k, V is orthogonal and V (Vᵀ A V)⁻¹ Vᵀ = A⁻¹ for A = RᵀR: the result is P̃ (RᵀR)⁻¹ Rᵀ
@@ -294,8 +315,15 @@ class Protected:
     covariance: torch.Tensor | None  # Q (k × k); None at full rank, where it is not used
 
 
-def protect_video(frames: np.ndarray, projection: Projection, *, sigma1: float, sigma2: float, rank: int | float,
-                  noise_seed: int) -> Protected:
+def protect_video(
+    frames: np.ndarray,
+    projection: Projection,
+    *,
+    sigma1: float,
+    sigma2: float,
+    rank: int | float,
+    noise_seed: int,
+) -> Protected:
     """Algorithm 1 on one (T, H, W, 3) uint8 clip; the reconstruction in the same layout, uint8.
 
     At full rank (r = k) X̃ does not depend on Q (see :func:`reconstruct`), so Q is not drawn:
@@ -303,19 +331,27 @@ def protect_video(frames: np.ndarray, projection: Projection, *, sigma1: float, 
     a conservative account. Drawing N would cost k² normals per video (151 M at k = 12288).
     """
     if not is_clip(frames):
-        raise PrivharError(f"dprp: expected frames (T, H, W, 3) uint8, got {frames.shape} {frames.dtype}")
+        raise PrivharError(
+            f"dprp: expected frames (T, H, W, 3) uint8, got {frames.shape} {frames.dtype}"
+        )
     t = frames.shape[0]
     d = int(np.prod(frames.shape[1:]))
     if d != projection.d:
-        raise PrivharError(f"dprp: a frame has d = {d} values but the projection was built for d = {projection.d}")
+        raise PrivharError(
+            f"dprp: a frame has d = {d} values but the projection was built for d = {projection.d}"
+        )
     x = torch.from_numpy(frames.reshape(t, d).astype(np.float64))
     p = project(x, projection)
-    m = torch.from_numpy(_philox(noise_seed, NOISE_STREAM_P, 0).standard_normal((t, projection.k))).to(projection.device)
+    m = torch.from_numpy(
+        _philox(noise_seed, NOISE_STREAM_P, 0).standard_normal((t, projection.k))
+    ).to(projection.device)
     p_noisy = p + sigma1 * m
     r = rank_of(rank, projection.k)
     q = None
     if r < projection.k:
-        n = torch.from_numpy(_philox(noise_seed, NOISE_STREAM_Q, 0).standard_normal((projection.k, projection.k)))
+        n = torch.from_numpy(
+            _philox(noise_seed, NOISE_STREAM_Q, 0).standard_normal((projection.k, projection.k))
+        )
         n = n.to(projection.device)
         q = p.T @ p + sigma2 * n
     x_tilde = reconstruct(p_noisy, q, projection, r)

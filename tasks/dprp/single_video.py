@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 
+from tasks.core.dprp_calibration import Calibration, Neighbour, noise_scales
 from tasks.core.errors import PrivharError
 from tasks.core.randomness import DpRandomness
 from tasks.core.storage import is_clip
-from tasks.core.dprp_calibration import Calibration, Neighbour, noise_scales
 from tasks.dprp.mechanism import Projection, fits_comfortably, protect_video, rank_of
 
 
@@ -31,7 +31,9 @@ def read_clip(path: Path) -> tuple[np.ndarray, float]:
             raise PrivharError(f"{path}: file not found")
         frames = np.load(path, allow_pickle=False)
         if not is_clip(frames):
-            raise PrivharError(f"{path}: expected a (T, H, W, 3) uint8 clip, got {frames.shape} {frames.dtype}")
+            raise PrivharError(
+                f"{path}: expected a (T, H, W, 3) uint8 clip, got {frames.shape} {frames.dtype}"
+            )
         return frames, 25.0
     try:
         return read_video(path)
@@ -44,7 +46,9 @@ def parse_k(k: str) -> int:
     try:
         return int(np.prod([int(part) for part in k.lower().replace("×", "x").split("x")]))
     except ValueError:
-        raise PrivharError(f"--k {k!r} is invalid: expected an integer or HxWxC such as 32x32x3") from None
+        raise PrivharError(
+            f"--k {k!r} is invalid: expected an integer or HxWxC such as 32x32x3"
+        ) from None
 
 
 def parse_rank(rank: str) -> int | float:
@@ -52,11 +56,24 @@ def parse_rank(rank: str) -> int | float:
     try:
         return float(rank) if "." in rank else int(rank)
     except ValueError:
-        raise PrivharError(f"--rank {rank!r} is invalid: expected an integer or a fraction such as 0.5") from None
+        raise PrivharError(
+            f"--rank {rank!r} is invalid: expected an integer or a fraction such as 0.5"
+        ) from None
 
 
-def protect_file(source: Path, target: Path, *, epsilon: float, delta: float, k: str, budget_split: float,
-                 rank: str, seed: int | None, calibration: Calibration, neighbour: Neighbour) -> dict[str, Any]:
+def protect_file(
+    source: Path,
+    target: Path,
+    *,
+    epsilon: float,
+    delta: float,
+    k: str,
+    budget_split: float,
+    rank: str,
+    seed: int | None,
+    calibration: Calibration,
+    neighbour: Neighbour,
+) -> dict[str, Any]:
     """Protect ``source`` into ``target``; return the privacy report.
 
     ``seed`` None: R and the noise from OS entropy (secret, R then covered by the χ² bound); a seed makes
@@ -67,14 +84,32 @@ def protect_file(source: Path, target: Path, *, epsilon: float, delta: float, k:
     k_value = parse_k(k)
     randomness = DpRandomness("secure" if seed is None else "seeded", seed or 0)
     r = rank_of(parse_rank(rank), k_value)
-    scales = noise_scales(epsilon=epsilon, delta=delta, budget_split=budget_split, k=k_value, d=d,
-                          calibration=calibration, neighbour=neighbour, secret_projection=randomness.private,
-                          full_rank=r == k_value)
+    scales = noise_scales(
+        epsilon=epsilon,
+        delta=delta,
+        budget_split=budget_split,
+        k=k_value,
+        d=d,
+        calibration=calibration,
+        neighbour=neighbour,
+        secret_projection=randomness.private,
+        full_rank=r == k_value,
+    )
     started = time.perf_counter()
-    projection = Projection(seed=randomness.seed("dprp", "R", source.name), d=d, k=k_value,
-                            keep=fits_comfortably(d, k_value))
-    protected = protect_video(frames, projection, sigma1=scales.sigma1, sigma2=scales.sigma2, rank=r,
-                              noise_seed=randomness.seed("dprp", "noise", source.name))
+    projection = Projection(
+        seed=randomness.seed("dprp", "R", source.name),
+        d=d,
+        k=k_value,
+        keep=fits_comfortably(d, k_value),
+    )
+    protected = protect_video(
+        frames,
+        projection,
+        sigma1=scales.sigma1,
+        sigma2=scales.sigma2,
+        rank=r,
+        noise_seed=randomness.seed("dprp", "noise", source.name),
+    )
     seconds = time.perf_counter() - started
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = target.with_name(f".{target.name}.tmp{target.suffix}")  # never a half-written output
@@ -85,6 +120,17 @@ def protect_file(source: Path, target: Path, *, epsilon: float, delta: float, k:
 
         write_video(staging, protected.frames, fps=fps, quantiser=2, channel_order="rgb")
     os.replace(staging, target)
-    return {"input": str(source), "output": str(target), "frames": int(frames.shape[0]),
-            "frame_shape": list(frames.shape[1:]), "d": d, "k": k_value, "rank": r, "seed": seed,
-            "randomness": randomness.label, "projection": "per_video", **scales.as_dict(), "seconds": round(seconds, 3)}
+    return {
+        "input": str(source),
+        "output": str(target),
+        "frames": int(frames.shape[0]),
+        "frame_shape": list(frames.shape[1:]),
+        "d": d,
+        "k": k_value,
+        "rank": r,
+        "seed": seed,
+        "randomness": randomness.label,
+        "projection": "per_video",
+        **scales.as_dict(),
+        "seconds": round(seconds, 3),
+    }

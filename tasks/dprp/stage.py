@@ -24,104 +24,234 @@ import torch
 
 from tasks.core.budget import check_budget, record_made
 from tasks.core.device import resolve_device
+from tasks.core.dprp_calibration import NoiseScales, dataset_scales
 from tasks.core.errors import PrivharError
-from tasks.core.manifest import MANIFEST_NAME, read_manifest, rebase_path, resolve_path, write_manifest, write_table
+from tasks.core.manifest import (
+    MANIFEST_NAME,
+    read_manifest,
+    rebase_path,
+    resolve_path,
+    write_manifest,
+    write_table,
+)
 from tasks.core.parallel import map_ordered
-from tasks.core.params import BaseParams, DprpParams, PrivacyParams, load_section, raw_frames_allowed
+from tasks.core.params import (
+    BaseParams,
+    DprpParams,
+    PrivacyParams,
+    load_section,
+    raw_frames_allowed,
+)
 from tasks.core.randomness import DpRandomness
 from tasks.core.seeding import derive_seed
 from tasks.core.speed import write_speed
 from tasks.core.storage import atomic_directory, atomic_write_bytes, load_frames, save_frames
 from tasks.core.subjects import named_people
 from tasks.core.tracking import stage_run, stage_work
-from tasks.core.dprp_calibration import NoiseScales, dataset_scales
 from tasks.dprp.mechanism import Projection, fits_comfortably, generator_for, protect_video
 from tasks.dprp.preview import preview_png
 
 LOG = logging.getLogger(__name__)
 
 
-def projection_for(video_id: str, *, params: DprpParams, randomness: DpRandomness, d: int,
-                   shared: Projection | None, device: torch.device = torch.device("cpu")) -> Projection:
+def projection_for(
+    video_id: str,
+    *,
+    params: DprpParams,
+    randomness: DpRandomness,
+    d: int,
+    shared: Projection | None,
+    device: torch.device = torch.device("cpu"),
+) -> Projection:
     """The shared R, or this video's own (secret unless the randomness is seeded); on a GPU, R is drawn there."""
     if shared is not None:
         return shared
-    return Projection(seed=randomness.seed("dprp-R", video_id), d=d, k=params.k_value, block_rows=params.block_rows,
-                      threads=1, keep=fits_comfortably(d, params.k_value), device=device,
-                      generator=generator_for(device, secret=randomness.private))
+    return Projection(
+        seed=randomness.seed("dprp-R", video_id),
+        d=d,
+        k=params.k_value,
+        block_rows=params.block_rows,
+        threads=1,
+        keep=fits_comfortably(d, params.k_value),
+        device=device,
+        generator=generator_for(device, secret=randomness.private),
+    )
 
 
-def protect_one(row: dict[str, Any], *, params: DprpParams, scales: NoiseScales, epsilon: float,
-                randomness: DpRandomness, source: Path, out: Path, final: Path, workdir: Path,
-                shared: Projection | None, device: torch.device = torch.device("cpu")) -> dict[str, Any]:
+def protect_one(
+    row: dict[str, Any],
+    *,
+    params: DprpParams,
+    scales: NoiseScales,
+    epsilon: float,
+    randomness: DpRandomness,
+    source: Path,
+    out: Path,
+    final: Path,
+    workdir: Path,
+    shared: Projection | None,
+    device: torch.device = torch.device("cpu"),
+) -> dict[str, Any]:
     """One clip: protected frames written, its manifest row (with its privacy record) returned."""
     frames = load_frames(workdir / resolve_path(row["path"], source))
     d = int(frames[0].size)
-    projection = projection_for(row["video_id"], params=params, randomness=randomness, d=d, shared=shared, device=device)
-    protected = protect_video(frames, projection, sigma1=scales.sigma1, sigma2=scales.sigma2, rank=params.rank,
-                              noise_seed=randomness.seed("dprp-noise", epsilon, row["video_id"]))
+    projection = projection_for(
+        row["video_id"], params=params, randomness=randomness, d=d, shared=shared, device=device
+    )
+    protected = protect_video(
+        frames,
+        projection,
+        sigma1=scales.sigma1,
+        sigma2=scales.sigma2,
+        rank=params.rank,
+        noise_seed=randomness.seed("dprp-noise", epsilon, row["video_id"]),
+    )
     if projection is not shared:
         projection.release()
     save_frames(workdir / out / "frames" / f"{row['video_id']}.npy", protected.frames)
     annotations = rebase_path(row.get("annotations"), workdir / source, workdir / final)
-    return {**row, "path": f"frames/{row['video_id']}.npy", "annotations": annotations, "projection": params.projection,
-            **scales.as_dict(), "randomness": randomness.label}
+    return {
+        **row,
+        "path": f"frames/{row['video_id']}.npy",
+        "annotations": annotations,
+        "projection": params.projection,
+        **scales.as_dict(),
+        "randomness": randomness.label,
+    }
 
 
 @stage_work
-def dprp(*, params_path: Path, frames: Path, epsilon: float, out: Path, report: Path | None = None,
-         speed_path: Path | None = None, budget: Path | None = None) -> list[dict[str, Any]]:
+def dprp(
+    *,
+    params_path: Path,
+    frames: Path,
+    epsilon: float,
+    out: Path,
+    report: Path | None = None,
+    speed_path: Path | None = None,
+    budget: Path | None = None,
+) -> list[dict[str, Any]]:
     """Protect every clip of the decoded manifest in ``frames`` at total ``epsilon``; preview into ``report``,
     measured frames/s into ``speed_path``; ``budget``: the budget stage's plan for this copy (default: planned here)."""
     base = load_section(params_path, "base", BaseParams)
     params = load_section(params_path, "dprp", DprpParams)
-    randomness = DpRandomness(load_section(params_path, "privacy", PrivacyParams).randomness, base.seed)
+    randomness = DpRandomness(
+        load_section(params_path, "privacy", PrivacyParams).randomness, base.seed
+    )
     if epsilon not in params.epsilons:
-        raise PrivharError(f"dprp: epsilon {epsilon} is not one of dprp.epsilons = {params.epsilons}")
+        raise PrivharError(
+            f"dprp: epsilon {epsilon} is not one of dprp.epsilons = {params.epsilons}"
+        )
     rows = read_manifest(frames / MANIFEST_NAME)
-    check_budget(params_path, f"dprp-eps{epsilon}", rows, budget)  # privacy.max_epsilon, before any work
+    check_budget(
+        params_path, f"dprp-eps{epsilon}", rows, budget
+    )  # privacy.max_epsilon, before any work
     d = int(rows[0]["height"]) * int(rows[0]["width"]) * 3
     scales = dataset_scales(params, epsilon, d, randomness.private)
     device = resolve_device(base.device)
     shared = None
-    if params.projection == "shared":  # built (and its RᵀR computed) before the workers fork: they share it
-        shared = Projection(seed=derive_seed(base.seed, "dprp-R"), d=d, k=params.k_value, block_rows=params.block_rows,
-                            keep=True, device=device, generator=generator_for(device))
+    if (
+        params.projection == "shared"
+    ):  # built (and its RᵀR computed) before the workers fork: they share it
+        shared = Projection(
+            seed=derive_seed(base.seed, "dprp-R"),
+            d=d,
+            k=params.k_value,
+            block_rows=params.block_rows,
+            keep=True,
+            device=device,
+            generator=generator_for(device),
+        )
         shared.gram()
-    with stage_run(f"dprp@{epsilon:g}", {"base": base, "dprp": params}) as run, atomic_directory(out) as staging:
+    with (
+        stage_run(f"dprp@{epsilon:g}", {"base": base, "dprp": params}) as run,
+        atomic_directory(out) as staging,
+    ):
         (staging / "frames").mkdir()
         started = time.perf_counter()
-        work = partial(protect_one, params=params, scales=scales, epsilon=epsilon, randomness=randomness, source=frames,
-                       out=staging, final=out, workdir=Path.cwd(), shared=shared, device=device)
+        work = partial(
+            protect_one,
+            params=params,
+            scales=scales,
+            epsilon=epsilon,
+            randomness=randomness,
+            source=frames,
+            out=staging,
+            final=out,
+            workdir=Path.cwd(),
+            shared=shared,
+            device=device,
+        )
         # One process: torch's matmuls already use every core, and forking after torch's thread
         # pool has started is unsafe. (The Prefect flow may still shard the videos over threads or Dask.)
         protected = map_ordered(work, rows, workers=1, desc=f"dprp ε={epsilon:g}")
         seconds = time.perf_counter() - started
         write_manifest(protected, staging / MANIFEST_NAME)
         if speed_path is not None:
-            write_speed(speed_path, frames=sum(int(row["n_frames"]) for row in rows), seconds=seconds,
-                        measured=f"dprp ε = {epsilon:g}: projection, noise and reconstruction of every video, one process")
+            write_speed(
+                speed_path,
+                frames=sum(int(row["n_frames"]) for row in rows),
+                seconds=seconds,
+                measured=f"dprp ε = {epsilon:g}: projection, noise and reconstruction of every video, one process",
+            )
         # the people in each video, so the report's person ε groups a person's videos (not one person per video)
-        ledger = [{"video_id": row["video_id"], "split": row["split"], "identities": named_people(row),
-                   **scales.as_dict(), "randomness": randomness.label,
-                   "projection": params.projection, "k": params.k_value, "d": d, "n_frames": int(row["n_frames"])}
-                  for row in rows]
+        ledger = [
+            {
+                "video_id": row["video_id"],
+                "split": row["split"],
+                "identities": named_people(row),
+                **scales.as_dict(),
+                "randomness": randomness.label,
+                "projection": params.projection,
+                "k": params.k_value,
+                "d": d,
+                "n_frames": int(row["n_frames"]),
+            }
+            for row in rows
+        ]
         write_table(ledger, staging / "ledger.parquet")
-        run.log_metrics({"epsilon": scales.epsilon, "delta": scales.delta, "sigma1": scales.sigma1, "sigma2": scales.sigma2,
-                         "videos": len(protected), "seconds_per_video": seconds / len(protected),
-                         **({} if scales.paper_epsilon is None else {"paper_epsilon": scales.paper_epsilon})})
-        run.set_tags({"privhar.calibration": scales.calibration, "privhar.neighbour": scales.neighbour})
+        run.log_metrics(
+            {
+                "epsilon": scales.epsilon,
+                "delta": scales.delta,
+                "sigma1": scales.sigma1,
+                "sigma2": scales.sigma2,
+                "videos": len(protected),
+                "seconds_per_video": seconds / len(protected),
+                **({} if scales.paper_epsilon is None else {"paper_epsilon": scales.paper_epsilon}),
+            }
+        )
+        run.set_tags(
+            {"privhar.calibration": scales.calibration, "privhar.neighbour": scales.neighbour}
+        )
         if report is not None:
             test = [row for row in rows if row["split"] == "test"] or rows
-            title = (f"{scales.label}, δ = {scales.delta:.3g}, k = {params.k_value}, b = {params.budget_split:g}: "
-                     f"σ1 = {scales.sigma1:.3g}, σ2 = {scales.sigma2:.3g}\n{scales.accountant}")
+            title = (
+                f"{scales.label}, δ = {scales.delta:.3g}, k = {params.k_value}, b = {params.budget_split:g}: "
+                f"σ1 = {scales.sigma1:.3g}, σ2 = {scales.sigma2:.3g}\n{scales.accountant}"
+            )
             show_raw = raw_frames_allowed(params_path)
-            atomic_write_bytes(report / f"eps{epsilon}.png", preview_png(test, frames, protected, staging, title,
-                                                                          show_raw=show_raw))
-        LOG.info("dprp: ε = %.4g (paper's ε = %s; covers %s; %g for one pixel, %.3g for a whole frame), δ = %.3g: "
-                 "%d videos, σ1 = %.4g, σ2 = %.4g (%s), %.3f s/video; randomness %s", scales.epsilon,
-                 "n/a" if scales.paper_epsilon is None else f"{scales.paper_epsilon:g}", scales.unit, scales.epsilon_one_pixel,
-                 scales.epsilon_whole_frame, scales.delta, len(protected), scales.sigma1, scales.sigma2, scales.calibration,
-                 seconds / len(protected), randomness.label)
-    record_made(params_path, f"dprp-eps{epsilon}", rows, budget)  # the copy is complete: a release made, in the budget's ledger
+            atomic_write_bytes(
+                report / f"eps{epsilon}.png",
+                preview_png(test, frames, protected, staging, title, show_raw=show_raw),
+            )
+        LOG.info(
+            "dprp: ε = %.4g (paper's ε = %s; covers %s; %g for one pixel, %.3g for a whole frame), δ = %.3g: "
+            "%d videos, σ1 = %.4g, σ2 = %.4g (%s), %.3f s/video; randomness %s",
+            scales.epsilon,
+            "n/a" if scales.paper_epsilon is None else f"{scales.paper_epsilon:g}",
+            scales.unit,
+            scales.epsilon_one_pixel,
+            scales.epsilon_whole_frame,
+            scales.delta,
+            len(protected),
+            scales.sigma1,
+            scales.sigma2,
+            scales.calibration,
+            seconds / len(protected),
+            randomness.label,
+        )
+    record_made(
+        params_path, f"dprp-eps{epsilon}", rows, budget
+    )  # the copy is complete: a release made, in the budget's ledger
     return protected

@@ -28,7 +28,9 @@ RULES = ("fedavg", "fednova")
 def select_clients(clients: int, fraction: float, generator: np.random.Generator) -> list[int]:
     """S_t: max(1, round(fraction · K)) clients drawn without replacement (Algorithm 1 line 3)."""
     if not 0 < fraction <= 1:
-        raise PrivharError(f"federated.client_fraction = {fraction} is invalid: expected a value in (0, 1]")
+        raise PrivharError(
+            f"federated.client_fraction = {fraction} is invalid: expected a value in (0, 1]"
+        )
     count = max(1, round(fraction * clients))
     return sorted(int(k) for k in generator.choice(clients, size=count, replace=False))
 
@@ -48,11 +50,19 @@ def local_step_norm(steps: int, momentum: float) -> float:
     return (steps - momentum * (1 - momentum**steps) / (1 - momentum)) / (1 - momentum)
 
 
-def aggregate(global_state: Tensors, updates: list[Tensors], counts: list[int], steps: list[int], rule: str,
-              momentum: float = 0.0) -> Tensors:
+def aggregate(
+    global_state: Tensors,
+    updates: list[Tensors],
+    counts: list[int],
+    steps: list[int],
+    rule: str,
+    momentum: float = 0.0,
+) -> Tensors:
     """w_{t+1} from w_t and the round's masked updates, by ``rule`` (fedavg | fednova)."""
     if rule not in RULES:
-        raise PrivharError(f"federated.aggregation = {rule!r} is invalid: expected one of {', '.join(RULES)}")
+        raise PrivharError(
+            f"federated.aggregation = {rule!r} is invalid: expected one of {', '.join(RULES)}"
+        )
     if not updates:
         raise PrivharError("federated: a round with no client update")
     p = weights(counts)
@@ -61,7 +71,9 @@ def aggregate(global_state: Tensors, updates: list[Tensors], counts: list[int], 
     else:
         norms = [local_step_norm(tau, momentum) for tau in steps]
         if min(norms) <= 0:
-            raise PrivharError(f"federated: FedNova needs at least one local step per client, got τ = {steps}")
+            raise PrivharError(
+                f"federated: FedNova needs at least one local step per client, got τ = {steps}"
+            )
         effective = sum(pk * a for pk, a in zip(p, norms))
         scales = [effective * pk / a for pk, a in zip(p, norms)]
     new_state = dict(global_state)

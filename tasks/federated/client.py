@@ -23,8 +23,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from tasks.core.opacus_randomness import StreamPrivacyEngine, StreamShuffle
 from tasks.core.randomness import DpStream
-from tasks.core.selective import trainable_parameters
-from tasks.core.selective import require_sample_independence, without_dropout
+from tasks.core.selective import require_sample_independence, trainable_parameters, without_dropout
 
 Tensors = dict[str, torch.Tensor]
 
@@ -59,7 +58,9 @@ class ClientResult:
 
 def trainable_state(module: nn.Module) -> Tensors:
     """θ_t of ``module``: detached copies of the tensors that require gradients."""
-    return {name: parameter.detach().clone() for name, parameter in trainable_parameters(module).items()}
+    return {
+        name: parameter.detach().clone() for name, parameter in trainable_parameters(module).items()
+    }
 
 
 def load_trainable(module: nn.Module, state: Tensors) -> None:
@@ -82,7 +83,9 @@ def client_stream(seed: int, stream: int) -> DpStream:
     return DpStream.seeded(seed + stream)
 
 
-def client_round(module: nn.Module, broadcast: Tensors, shard: Shard, recipe: LocalRecipe, seed: int) -> ClientResult:
+def client_round(
+    module: nn.Module, broadcast: Tensors, shard: Shard, recipe: LocalRecipe, seed: int
+) -> ClientResult:
     """Train a copy of ``module`` from ``broadcast`` on ``shard``; return Δ_k.
 
     ``seed`` fixes the shuffles and the noise; a negative seed draws both from the client's OS entropy.
@@ -94,19 +97,36 @@ def client_round(module: nn.Module, broadcast: Tensors, shard: Shard, recipe: Lo
     without_dropout(local)
     count = len(shard.labels)
     batch = min(recipe.batch_size, count)
-    optimiser = torch.optim.SGD(list(trainable_parameters(local).values()), lr=recipe.learning_rate, momentum=recipe.momentum)
-    loader = DataLoader(TensorDataset(shard.inputs.cpu(), shard.labels.cpu()), batch_size=batch,
-                        sampler=StreamShuffle(count, client_stream(seed, 0)), pin_memory=device.type == "cuda")
+    optimiser = torch.optim.SGD(
+        list(trainable_parameters(local).values()),
+        lr=recipe.learning_rate,
+        momentum=recipe.momentum,
+    )
+    loader = DataLoader(
+        TensorDataset(shard.inputs.cpu(), shard.labels.cpu()),
+        batch_size=batch,
+        sampler=StreamShuffle(count, client_stream(seed, 0)),
+        pin_memory=device.type == "cuda",
+    )
     # its accountant assumes Poisson sampling: ε comes from tasks.core.federated_accounting
     engine = StreamPrivacyEngine(noise=client_stream(seed, 1))
     private, optimiser, loader = engine.make_private(
-        module=local, optimizer=optimiser, data_loader=loader, noise_multiplier=recipe.noise_multiplier,
-        max_grad_norm=recipe.max_grad_norm, poisson_sampling=False, grad_sample_mode=recipe.grad_sample_mode)
+        module=local,
+        optimizer=optimiser,
+        data_loader=loader,
+        noise_multiplier=recipe.noise_multiplier,
+        max_grad_norm=recipe.max_grad_norm,
+        poisson_sampling=False,
+        grad_sample_mode=recipe.grad_sample_mode,
+    )
     loss_sum, seen = 0.0, 0
     try:
         for _ in range(recipe.local_epochs):
             for inputs, labels in loader:
-                inputs, labels = inputs.to(device, non_blocking=True), labels.to(device, non_blocking=True)
+                inputs, labels = (
+                    inputs.to(device, non_blocking=True),
+                    labels.to(device, non_blocking=True),
+                )
                 optimiser.zero_grad(set_to_none=True)
                 loss = F.cross_entropy(private(inputs), labels)
                 loss.backward()

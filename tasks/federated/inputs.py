@@ -17,11 +17,6 @@ import torch
 from torch import nn
 
 from tasks.core.clips import labels_of, load_clips, normalise, split_rows
-from tasks.core.manifest import MANIFEST_NAME, read_manifest
-from tasks.core.params import BaseParams, FederatedParams
-from tasks.core.seeding import derive_seed
-from tasks.federated.client import Shard, serialized_bytes
-from tasks.core.partition import partition
 from tasks.core.head_features import (
     first_trainable_block,
     pooled_features,
@@ -30,8 +25,13 @@ from tasks.core.head_features import (
     standardise,
     tail_of,
 )
-from tasks.core.selective import select_trainable, trainable_count
+from tasks.core.manifest import MANIFEST_NAME, read_manifest
+from tasks.core.params import BaseParams, FederatedParams
+from tasks.core.partition import partition
 from tasks.core.public_model import public_model
+from tasks.core.seeding import derive_seed
+from tasks.core.selective import select_trainable, trainable_count
+from tasks.federated.client import Shard, serialized_bytes
 
 
 @dataclass
@@ -57,19 +57,41 @@ class Split:
     trainable: int  # d_t
     total: int  # d
     full_model_bytes: int  # torch.save of every parameter: a full-model update
-    statistics: dict[str, torch.Tensor] | None = None  # head only: the public feature statistics its inputs were standardised by
+    statistics: dict[str, torch.Tensor] | None = (
+        None  # head only: the public feature statistics its inputs were standardised by
+    )
 
 
-def load_federated_clips(frames: Path, size: tuple[int, int], base: BaseParams, params: FederatedParams) -> Clips:
+def load_federated_clips(
+    frames: Path, size: tuple[int, int], base: BaseParams, params: FederatedParams
+) -> Clips:
     rows = read_manifest(frames / MANIFEST_NAME)
     train_rows, test_rows = split_rows(rows, "train"), split_rows(rows, "test")
-    shards = partition(train_rows, params.clients, params.partition, params.alpha,
-                       derive_seed(base.seed, "federated", "partition"))
-    return Clips(normalise(load_clips(train_rows, frames, size)), labels_of(train_rows),
-                 normalise(load_clips(test_rows, frames, size)), labels_of(test_rows), train_rows, shards)
+    shards = partition(
+        train_rows,
+        params.clients,
+        params.partition,
+        params.alpha,
+        derive_seed(base.seed, "federated", "partition"),
+    )
+    return Clips(
+        normalise(load_clips(train_rows, frames, size)),
+        labels_of(train_rows),
+        normalise(load_clips(test_rows, frames, size)),
+        labels_of(test_rows),
+        train_rows,
+        shards,
+    )
 
 
-def split_for(init: Path, frames: Path, clips: Clips, trainable: str, seed: int, inputs_of: Split | None = None) -> Split:
+def split_for(
+    init: Path,
+    frames: Path,
+    clips: Clips,
+    trainable: str,
+    seed: int,
+    inputs_of: Split | None = None,
+) -> Split:
     """The public model with only ``trainable`` (a ``private.trainable`` value) learning, and the tail's inputs.
 
     ``inputs_of``: another seed's split of the same tuning, whose inputs are reused — the frozen prefix does not
@@ -80,17 +102,37 @@ def split_for(init: Path, frames: Path, clips: Clips, trainable: str, seed: int,
     end = first_trainable_block(model)
     tail = tail_of(model, end)
     if inputs_of is not None:
-        return Split(model, tail, inputs_of.shards, inputs_of.test, inputs_of.trainable, inputs_of.total,
-                     inputs_of.full_model_bytes, inputs_of.statistics)
+        return Split(
+            model,
+            tail,
+            inputs_of.shards,
+            inputs_of.test,
+            inputs_of.trainable,
+            inputs_of.total,
+            inputs_of.full_model_bytes,
+            inputs_of.statistics,
+        )
     statistics = public_statistics(init) if end == len(model.blocks) - 1 else None
-    train_inputs, test_inputs = (_tail_inputs(model, inputs, end, statistics) for inputs in (clips.train, clips.test))
+    train_inputs, test_inputs = (
+        _tail_inputs(model, inputs, end, statistics) for inputs in (clips.train, clips.test)
+    )
     shards = [Shard(train_inputs[shard], clips.train_labels[shard]) for shard in clips.shards]
     full_update = {name: parameter.detach() for name, parameter in model.named_parameters()}
-    return Split(model, tail, shards, Shard(test_inputs, clips.test_labels), trainable_count(model),
-                 sum(parameter.numel() for parameter in model.parameters()), serialized_bytes(full_update), statistics)
+    return Split(
+        model,
+        tail,
+        shards,
+        Shard(test_inputs, clips.test_labels),
+        trainable_count(model),
+        sum(parameter.numel() for parameter in model.parameters()),
+        serialized_bytes(full_update),
+        statistics,
+    )
 
 
-def _tail_inputs(model: nn.Module, clips: torch.Tensor, end: int, statistics: dict[str, torch.Tensor] | None) -> torch.Tensor:
+def _tail_inputs(
+    model: nn.Module, clips: torch.Tensor, end: int, statistics: dict[str, torch.Tensor] | None
+) -> torch.Tensor:
     """What the tail takes: the clips, the frozen prefix's activations, or (head only, with public statistics) the
     standardised pooled features as (N, C, 1, 1, 1) — the head's global pool of a 1×1×1 input is the identity."""
     if statistics is not None:

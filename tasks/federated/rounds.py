@@ -20,8 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tasks.core.seeding import derive_seed
 from tasks.core.federated_accounting import epsilon_of, paper_tls_epsilon
+from tasks.core.seeding import derive_seed
 from tasks.federated.aggregation import aggregate, select_clients
 from tasks.federated.client import (
     ClientResult,
@@ -58,7 +58,9 @@ class Federation:
     delta: float
     seed: int
     recipe: LocalRecipe
-    secure: bool = False  # clients' shuffles and noise from their own OS entropy (privacy.randomness: secure)
+    secure: bool = (
+        False  # clients' shuffles and noise from their own OS entropy (privacy.randomness: secure)
+    )
 
 
 @dataclass
@@ -71,13 +73,22 @@ class FederationResult:
 
 def in_process(module: nn.Module, shards: list[Shard], recipe: LocalRecipe) -> Transport:
     """Clients as function calls in this process."""
-    def train(round_index: int, selected: list[int], broadcast: Tensors, seeds: list[int]) -> list[ClientResult]:
-        return [client_round(module, broadcast, shards[k], recipe, seed) for k, seed in zip(selected, seeds)]
+
+    def train(
+        round_index: int, selected: list[int], broadcast: Tensors, seeds: list[int]
+    ) -> list[ClientResult]:
+        return [
+            client_round(module, broadcast, shards[k], recipe, seed)
+            for k, seed in zip(selected, seeds)
+        ]
+
     return train
 
 
 @torch.no_grad()
-def evaluate(module: nn.Module, state: Tensors, test: Shard, batch_size: int = 64) -> tuple[float, float]:
+def evaluate(
+    module: nn.Module, state: Tensors, test: Shard, batch_size: int = 64
+) -> tuple[float, float]:
     """(Top-1, mean cross-entropy) of ``module`` with θ_t = ``state`` on the test shard."""
     load_trainable(module, state)
     was_training = module.training
@@ -91,11 +102,20 @@ def evaluate(module: nn.Module, state: Tensors, test: Shard, batch_size: int = 6
     return correct / len(test.labels), loss / len(test.labels)
 
 
-def run_rounds(module: nn.Module, federation: Federation, counts: list[int], transport: Transport, test: Shard,
-               full_model_bytes: int, on_round: Callable[[dict[str, Any]], None] | None = None) -> FederationResult:
+def run_rounds(
+    module: nn.Module,
+    federation: Federation,
+    counts: list[int],
+    transport: Transport,
+    test: Shard,
+    full_model_bytes: int,
+    on_round: Callable[[dict[str, Any]], None] | None = None,
+) -> FederationResult:
     """T rounds of Algorithm 1 from ``module``'s θ_t; ``counts`` are the clients' n_k (for p_k and ε)."""
     state = trainable_state(module)
-    evaluator = copy.deepcopy(module)  # evaluation loads θ_t into a copy: ``module`` stays w_0 for the next run
+    evaluator = copy.deepcopy(
+        module
+    )  # evaluation loads θ_t into a copy: ``module`` stays w_0 for the next run
     chooser = np.random.default_rng(derive_seed(federation.seed, "federated", "select"))
     participations = [0] * federation.clients
     history: list[dict[str, Any]] = []
@@ -106,23 +126,50 @@ def run_rounds(module: nn.Module, federation: Federation, counts: list[int], tra
         selected = select_clients(federation.clients, federation.client_fraction, chooser)
         seeds = [client_seed(federation.seed, k, round_index, federation.secure) for k in selected]
         results = transport(round_index, selected, state, seeds)
-        state = aggregate(state, [r.update for r in results], [r.count for r in results], [r.steps for r in results],
-                          federation.aggregation, federation.recipe.momentum)
+        state = aggregate(
+            state,
+            [r.update for r in results],
+            [r.count for r in results],
+            [r.steps for r in results],
+            federation.aggregation,
+            federation.recipe.momentum,
+        )
         seconds = time.perf_counter() - started
         for k in selected:
             participations[k] += 1
         accuracy, test_loss = evaluate(evaluator, state, test)
-        spent = [epsilon_of(sigma, participations[k] * epochs, federation.delta) for k in range(federation.clients)]
+        spent = [
+            epsilon_of(sigma, participations[k] * epochs, federation.delta)
+            for k in range(federation.clients)
+        ]
         update_bytes = [serialized_bytes(r.update) for r in results]
-        record = {"round": round_index, "clients": ",".join(map(str, selected)), "accuracy": accuracy,
-                  "test_loss": test_loss, "train_loss": float(np.mean([r.loss for r in results])),
-                  "epsilon": max(spent), "paper_eq11_epsilon": max(
-                      paper_tls_epsilon(federation.recipe.batch_size, counts[k], sigma, participations[k] * epochs,
-                                        federation.delta) for k in range(federation.clients) if participations[k]),
-                  "bytes_per_client": float(np.mean(update_bytes)), "full_model_bytes": full_model_bytes,
-                  "bytes_ratio": float(np.mean(update_bytes)) / full_model_bytes,
-                  "local_steps": ",".join(str(r.steps) for r in results), "seconds": seconds}
+        record = {
+            "round": round_index,
+            "clients": ",".join(map(str, selected)),
+            "accuracy": accuracy,
+            "test_loss": test_loss,
+            "train_loss": float(np.mean([r.loss for r in results])),
+            "epsilon": max(spent),
+            "paper_eq11_epsilon": max(
+                paper_tls_epsilon(
+                    federation.recipe.batch_size,
+                    counts[k],
+                    sigma,
+                    participations[k] * epochs,
+                    federation.delta,
+                )
+                for k in range(federation.clients)
+                if participations[k]
+            ),
+            "bytes_per_client": float(np.mean(update_bytes)),
+            "full_model_bytes": full_model_bytes,
+            "bytes_ratio": float(np.mean(update_bytes)) / full_model_bytes,
+            "local_steps": ",".join(str(r.steps) for r in results),
+            "seconds": seconds,
+        }
         history.append(record)
         if on_round is not None:
             on_round(record)
-    return FederationResult(history, state, participations, spent)  # ε per client after the last round
+    return FederationResult(
+        history, state, participations, spent
+    )  # ε per client after the last round

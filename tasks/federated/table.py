@@ -1,12 +1,12 @@
 """The federated tables in the shape of paper 003 Tables 2-3, and accuracy per round.
 
-    reports/federated/federated.md   aggregation × tuning: Top-1, runtime, MB per client per round,
-                                     measured ratio to a full-model update and eq. 14's d_t/d, ε (valid
-                                     accountant) beside the paper's eq. 11 approximation
-    reports/federated/federated.csv  the same numbers
-    reports/federated/rounds.csv     every round of every run (DVC plot)
-    reports/federated/accuracy_by_round.png
-    reports/federated/metrics.json   Top-1, ε, MB per round per run (DVC metrics)
+reports/federated/federated.md   aggregation × tuning: Top-1, runtime, MB per client per round,
+                                 measured ratio to a full-model update and eq. 14's d_t/d, ε (valid
+                                 accountant) beside the paper's eq. 11 approximation
+reports/federated/federated.csv  the same numbers
+reports/federated/rounds.csv     every round of every run (DVC plot)
+reports/federated/accuracy_by_round.png
+reports/federated/metrics.json   Top-1, ε, MB per round per run (DVC metrics)
 """
 
 from __future__ import annotations
@@ -24,20 +24,33 @@ from tasks.core.storage import atomic_write_bytes
 from tasks.core.tables import csv_bytes, frame_of, markdown_of
 
 
-def federated_table(rows: list[dict[str, Any]], rounds: list[dict[str, Any]], report: Path, params: FederatedParams) -> None:
+def federated_table(
+    rows: list[dict[str, Any]], rounds: list[dict[str, Any]], report: Path, params: FederatedParams
+) -> None:
     atomic_write_bytes(report / "federated.csv", csv_bytes(rows))
     atomic_write_bytes(report / "rounds.csv", csv_bytes(rounds))
     # not "top1": the evaluate stage scores these models too (top1 / top5 as fractions), and the registry reads that
-    metrics = {row["model"]: {"accuracy_percent": row["accuracy"], "epsilon": row["epsilon"], "mb_per_client_round": row["mb_per_client_round"],
-                              "runtime_s": row["runtime_s"]} for row in rows}
-    atomic_write_bytes(report / "metrics.json", (json.dumps(metrics, indent=2, sort_keys=True) + "\n").encode())
+    metrics = {
+        row["model"]: {
+            "accuracy_percent": row["accuracy"],
+            "epsilon": row["epsilon"],
+            "mb_per_client_round": row["mb_per_client_round"],
+            "runtime_s": row["runtime_s"],
+        }
+        for row in rows
+    }
+    atomic_write_bytes(
+        report / "metrics.json", (json.dumps(metrics, indent=2, sort_keys=True) + "\n").encode()
+    )
     atomic_write_bytes(report / "accuracy_by_round.png", _plot(rows, rounds, params))
     atomic_write_bytes(report / "federated.md", markdown(rows, params).encode())
 
 
 def seed_intervals(rows: list[dict[str, Any]]) -> dict[str, Interval]:
     """Each registered (seed 0) model's final Top-1 over its training seeds, as a fraction."""
-    accuracy = frame_of([{"model": base_key(row["model"])[0], "top1": row["accuracy"] / 100} for row in rows])
+    accuracy = frame_of(
+        [{"model": base_key(row["model"])[0], "top1": row["accuracy"] / 100} for row in rows]
+    )
     grouped = accuracy.group_by("model", maintain_order=True).agg(pl.col("top1"))
     return {model: interval(values) for model, values in grouped.iter_rows()}
 
@@ -46,31 +59,67 @@ def markdown(rows: list[dict[str, Any]], params: FederatedParams) -> str:
     first = rows[0]
     spread = seed_intervals(rows)
     counts = sorted({value.seeds for value in spread.values()})
-    seeds = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]} to {counts[-1]} (`federated.seeds_per_tuning`)"
+    seeds = (
+        f"{counts[0]}"
+        if len(counts) == 1
+        else f"{counts[0]} to {counts[-1]} (`federated.seeds_per_tuning`)"
+    )
     lines = [
         "# Federated private training (paper 003, FedDP-STECAR)",
         "",
-        (f"{params.clients} clients ({params.partition} partition), {params.rounds} rounds of {params.local_epochs} local "
-         f"epoch(s), {params.client_fraction:g} of the clients per round; DP-SGD (Opacus) per client with shuffled batches "
-         f"of {params.batch_size}, C = {params.max_grad_norm}, σ = {first['noise_multiplier']}, δ = {params.delta}. "
-         "Top-1 on the raw test clips after the last round. The `-epsinf` rows train the same recipe with no noise (no "
-         "DP guarantee): a row's gap to its reference is what the noise costs, the reference's gap to the non-private "
-         "model is the recipe's own."),
+        (
+            f"{params.clients} clients ({params.partition} partition), {params.rounds} rounds of {params.local_epochs} local "
+            f"epoch(s), {params.client_fraction:g} of the clients per round; DP-SGD (Opacus) per client with shuffled batches "
+            f"of {params.batch_size}, C = {params.max_grad_norm}, σ = {first['noise_multiplier']}, δ = {params.delta}. "
+            "Top-1 on the raw test clips after the last round. The `-epsinf` rows train the same recipe with no noise (no "
+            "DP guarantee): a row's gap to its reference is what the noise costs, the reference's gap to the non-private "
+            "model is the recipe's own."
+        ),
         "",
     ]
-    table = [[row["model"], f"{row['tuning']} (`{row['trainable']}`)", row["aggregation"], spread[row["model"]].percent(),
-              f"{row['runtime_s']:.1f}", f"{row['mb_per_client_round']:.4f}", f"{row['bytes_ratio']:.4f}",
-              f"{row['eq14_dt_over_d']:.4f}", _number(row["epsilon"]), _number(row["paper_eq11_epsilon"])]
-             for row in rows if not row.get("seed")]
-    lines.append(markdown_of(["model", "tuning", "aggregation", f"Top-1 (%), mean ± 95 % over {seeds} seeds", "runtime (s)",
-                              "traffic per client per round (MB)", "vs full model (measured)", "d_t/d (eq. 14)",
-                              "ε per client (each seed)", "ε eq. 11 (paper's approximation)"], table))
+    table = [
+        [
+            row["model"],
+            f"{row['tuning']} (`{row['trainable']}`)",
+            row["aggregation"],
+            spread[row["model"]].percent(),
+            f"{row['runtime_s']:.1f}",
+            f"{row['mb_per_client_round']:.4f}",
+            f"{row['bytes_ratio']:.4f}",
+            f"{row['eq14_dt_over_d']:.4f}",
+            _number(row["epsilon"]),
+            _number(row["paper_eq11_epsilon"]),
+        ]
+        for row in rows
+        if not row.get("seed")
+    ]
+    lines.append(
+        markdown_of(
+            [
+                "model",
+                "tuning",
+                "aggregation",
+                f"Top-1 (%), mean ± 95 % over {seeds} seeds",
+                "runtime (s)",
+                "traffic per client per round (MB)",
+                "vs full model (measured)",
+                "d_t/d (eq. 14)",
+                "ε per client (each seed)",
+                "ε eq. 11 (paper's approximation)",
+            ],
+            table,
+        )
+    )
     lines += [
         "",
-        (f"ε per client: {first['accountant']}; the largest over the clients. Eq. 11 of paper 003, (q/σ)·sqrt(2E ln(1/δ)) "
-         "with q = B/N_k and E the client's total local epochs, is shown as printed: an approximation, not a bound."),
-        (f"Traffic: bytes of `torch.save` of the masked update (trainable tensors only, names included) per client per "
-         f"round; a full-model update is {first['full_model_mb']:.4f} MB."),
+        (
+            f"ε per client: {first['accountant']}; the largest over the clients. Eq. 11 of paper 003, (q/σ)·sqrt(2E ln(1/δ)) "
+            "with q = B/N_k and E the client's total local epochs, is shown as printed: an approximation, not a bound."
+        ),
+        (
+            f"Traffic: bytes of `torch.save` of the masked update (trainable tensors only, names included) per client per "
+            f"round; a full-model update is {first['full_model_mb']:.4f} MB."
+        ),
         "",
         "![Top-1 per round](accuracy_by_round.png)",
         "",
@@ -82,12 +131,24 @@ def _number(value: Any) -> str:
     return value if isinstance(value, str) else f"{value:.3g}"
 
 
-def _plot(rows: list[dict[str, Any]], rounds: list[dict[str, Any]], params: FederatedParams) -> bytes:
+def _plot(
+    rows: list[dict[str, Any]], rounds: list[dict[str, Any]], params: FederatedParams
+) -> bytes:
     figure, axes = plt.subplots(figsize=(7.5, 4))
     for row in (row for row in rows if not row.get("seed")):  # the registered models (seed 0)
         mine = [record for record in rounds if record["model"] == row["model"]]
-        axes.plot([r["round"] for r in mine], [100 * r["accuracy"] for r in mine], marker="o", label=row["model"])
+        axes.plot(
+            [r["round"] for r in mine],
+            [100 * r["accuracy"] for r in mine],
+            marker="o",
+            label=row["model"],
+        )
     axes.set_xlabel("round")
     axes.set_xticks(range(1, params.rounds + 1))
-    return percent_chart_png(figure, axes, ylabel="Top-1 (%)", title=f"Federated DP training, ε = {params.epsilon:g} per client",
-                             legend_size=8)
+    return percent_chart_png(
+        figure,
+        axes,
+        ylabel="Top-1 (%)",
+        title=f"Federated DP training, ε = {params.epsilon:g} per client",
+        legend_size=8,
+    )

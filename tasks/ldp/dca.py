@@ -33,7 +33,9 @@ class Dca:
         return (data - self.mean) @ self.components
 
 
-def scatter_matrices(data: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def scatter_matrices(
+    data: np.ndarray, labels: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(S_B, S_W, μ) of eq. 5-6, accumulated per class (N may be millions of patches)."""
     data = np.asarray(data, dtype=np.float64)
     mean = data.mean(axis=0)
@@ -49,17 +51,27 @@ def scatter_matrices(data: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, 
     return between, within, mean
 
 
-def fit_dca(data: np.ndarray, labels: np.ndarray, components: int, *, ridge: float = 1e-3,
-            ridge_between: float = 0.0) -> Dca:
+def fit_dca(
+    data: np.ndarray,
+    labels: np.ndarray,
+    components: int,
+    *,
+    ridge: float = 1e-3,
+    ridge_between: float = 0.0,
+) -> Dca:
     """The ``components`` leading discriminant components of ``data`` (N × m) with class ``labels``."""
     classes = len(np.unique(labels))
     if classes < 2:
         raise PrivharError(f"DCA: the data has {classes} class; it needs at least 2")
     if components > classes:
-        raise PrivharError(f"DCA: {components} components asked, but the signal subspace of {classes} classes "
-                           f"has rank < {classes}; at most L ≤ K = {classes} (paper 002)")
+        raise PrivharError(
+            f"DCA: {components} components asked, but the signal subspace of {classes} classes "
+            f"has rank < {classes}; at most L ≤ K = {classes} (paper 002)"
+        )
     if components > data.shape[1]:
-        raise PrivharError(f"DCA: {components} components asked of {data.shape[1]}-dimensional data")
+        raise PrivharError(
+            f"DCA: {components} components asked of {data.shape[1]}-dimensional data"
+        )
     between, within, mean = scatter_matrices(data, labels)
     scale = float(np.linalg.eigvalsh(within)[-1]) or 1.0
     rho, rho_between = ridge * scale, ridge_between * scale

@@ -21,8 +21,8 @@ import torch
 import torch.nn.functional as F
 
 from tasks.core.errors import PrivharError
-from tasks.ldp.dca import fit_dca
 from tasks.core.ldp_codes import feature_count
+from tasks.ldp.dca import fit_dca
 
 
 @dataclass(frozen=True)
@@ -42,8 +42,12 @@ class DcaConv:
     def encode(self, images: np.ndarray, batch: int = 512) -> np.ndarray:
         """(N, h, w) images → (N, L1 · h̃p · w̃p) integer codes in [0, 2^L2 − 1] (uint8 for L2 ≤ 8)."""
         dtype = np.uint8 if len(self.second) <= 8 else np.int64
-        parts = [self._encode(torch.from_numpy(np.asarray(images[start:start + batch], dtype=np.float32)))
-                 for start in range(0, len(images), batch)]
+        parts = [
+            self._encode(
+                torch.from_numpy(np.asarray(images[start : start + batch], dtype=np.float32))
+            )
+            for start in range(0, len(images), batch)
+        ]
         return np.concatenate(parts).astype(dtype)
 
     def _encode(self, images: torch.Tensor) -> np.ndarray:
@@ -71,8 +75,15 @@ def mean_removed_patches(images: np.ndarray, size: int) -> np.ndarray:
     return patches - patches.mean(axis=2, keepdims=True)
 
 
-def _fit_layer(images: np.ndarray, labels: np.ndarray, size: int, filters: int, limit: int,
-               rng: np.random.Generator, ridge: float) -> np.ndarray:
+def _fit_layer(
+    images: np.ndarray,
+    labels: np.ndarray,
+    size: int,
+    filters: int,
+    limit: int,
+    rng: np.random.Generator,
+    ridge: float,
+) -> np.ndarray:
     patches = mean_removed_patches(images, size)
     per_image = patches.shape[1]
     flat = patches.reshape(-1, size * size)
@@ -84,16 +95,32 @@ def _fit_layer(images: np.ndarray, labels: np.ndarray, size: int, filters: int, 
     return dca.components.T.reshape(filters, size, size)
 
 
-def fit_dcaconv(images: np.ndarray, labels: np.ndarray, *, first: int, second: int, size: int = 3, pool: int = 2,
-                fit_patches: int = 200_000, seed: int = 0, ridge: float = 1e-3) -> DcaConv:
+def fit_dcaconv(
+    images: np.ndarray,
+    labels: np.ndarray,
+    *,
+    first: int,
+    second: int,
+    size: int = 3,
+    pool: int = 2,
+    fit_patches: int = 200_000,
+    seed: int = 0,
+    ridge: float = 1e-3,
+) -> DcaConv:
     """Learn both layers from training ``images`` (N, h, w) and their ``labels``."""
     if size % 2 == 0 or size < 1:
         raise PrivharError(f"DCAConv: patch size {size} must be odd (zero padding keeps h̃ = h)")
     if second < 1 or first < 1:
-        raise PrivharError(f"DCAConv: L1 = {first} and L2 = {second} must be at least 1 (d = 2^L2 ≥ 2)")
+        raise PrivharError(
+            f"DCAConv: L1 = {first} and L2 = {second} must be at least 1 (d = 2^L2 ≥ 2)"
+        )
     rng = np.random.default_rng(seed)
     first_filters = _fit_layer(images, labels, size, first, fit_patches, rng, ridge)
-    maps = _correlate(torch.from_numpy(np.asarray(images, dtype=np.float32))[:, None], first_filters).numpy()
+    maps = _correlate(
+        torch.from_numpy(np.asarray(images, dtype=np.float32))[:, None], first_filters
+    ).numpy()
     n, l1, h, w = maps.shape
-    second_filters = _fit_layer(maps.reshape(n * l1, h, w), np.repeat(labels, l1), size, second, fit_patches, rng, ridge)
+    second_filters = _fit_layer(
+        maps.reshape(n * l1, h, w), np.repeat(labels, l1), size, second, fit_patches, rng, ridge
+    )
     return DcaConv(first_filters, second_filters, pool)

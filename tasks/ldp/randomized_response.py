@@ -20,7 +20,9 @@ def check_domain(d: int, epsilon: float) -> None:
     if int(d) != d or d < 2:
         raise PrivharError(f"randomized response: domain d = {d} must be an integer ≥ 2")
     if not epsilon > 0:
-        raise PrivharError(f"randomized response: ε = {epsilon} must be positive (use inf for no perturbation)")
+        raise PrivharError(
+            f"randomized response: ε = {epsilon} must be positive (use inf for no perturbation)"
+        )
 
 
 def keep_probability(d: int, epsilon: float) -> float:
@@ -40,7 +42,9 @@ def perturb(values: np.ndarray, d: int, epsilon: float, rng: np.random.Generator
     """Randomized response on every entry of ``values`` (integers in [0, d − 1]), independently."""
     values = np.asarray(values)
     if values.size and (values.min() < 0 or values.max() >= d):
-        raise PrivharError(f"randomized response: values must lie in [0, {d - 1}], found [{values.min()}, {values.max()}]")
+        raise PrivharError(
+            f"randomized response: values must lie in [0, {d - 1}], found [{values.min()}, {values.max()}]"
+        )
     keep = rng.random(values.shape) < keep_probability(d, epsilon)
     # another value, uniform over the d − 1 others: shift by 1 … d − 1 modulo d
     other = (values + rng.integers(1, d, size=values.shape)) % d if d > 1 else values

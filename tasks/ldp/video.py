@@ -27,8 +27,8 @@ ledger says so. The coins come from :class:`tasks.core.randomness.DpRandomness`:
 
 from __future__ import annotations
 
-import logging
 import json
+import logging
 import math
 import time
 from pathlib import Path
@@ -37,14 +37,14 @@ from typing import Any
 import numpy as np
 
 from tasks.core.annotations import body_boxes
-from tasks.core.regions import expanded, warp_region
-from tasks.core.scores import class_wise_f1, class_wise_map
 from tasks.core.budget import check_budget, check_unprotected, ldp_release, record_made
 from tasks.core.clips import labels_of, split_rows
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import MANIFEST_NAME, attribute_names, read_manifest, resolve_path
 from tasks.core.params import BaseParams, LdpParams, PrivacyParams, load_section
 from tasks.core.randomness import DpRandomness
+from tasks.core.regions import expanded, warp_region
+from tasks.core.scores import class_wise_f1, class_wise_map
 from tasks.core.seeding import derive_seed
 from tasks.core.storage import atomic_directory, atomic_write_bytes, load_frames, save_arrays
 from tasks.core.tables import csv_bytes
@@ -57,11 +57,16 @@ from tasks.ldp.randomized_response import check_domain, perturb
 LOG = logging.getLogger(__name__)
 
 
-CENTRAL_STEPS = ("none: the DCAConv filters (and the baselines' scaling and visual words) were fitted on the public set "
-                 "(data/public), the coins are each camera's own")
+CENTRAL_STEPS = (
+    "none: the DCAConv filters (and the baselines' scaling and visual words) were fitted on the public set "
+    "(data/public), the coins are each camera's own"
+)
 # the codes each ε releases: the paper's design and its two baselines (their scores are published beside it)
-CODES = {"dcaconv": "DCAConv codes", "raw_pixels": "raw-pixel codes (paper 002 baseline)",
-         "hog_bovw": "HOG visual-word codes (paper 002 baseline)"}
+CODES = {
+    "dcaconv": "DCAConv codes",
+    "raw_pixels": "raw-pixel codes (paper 002 baseline)",
+    "hog_bovw": "HOG visual-word codes (paper 002 baseline)",
+}
 
 
 def motion_images(rows: list[dict[str, Any]], folder: Path, size: tuple[int, int]) -> np.ndarray:
@@ -74,33 +79,70 @@ def motion_images(rows: list[dict[str, Any]], folder: Path, size: tuple[int, int
     for row in rows:
         clip = load_frames(resolve_path(row["path"], folder))
         if not row.get("annotations"):
-            images.append(_motion(clip, (0.0, 0.0, float(clip.shape[2]), float(clip.shape[1])), size))
+            images.append(
+                _motion(clip, (0.0, 0.0, float(clip.shape[2]), float(clip.shape[1])), size)
+            )
             continue
         every = body_boxes(row, folder)
-        boxes = every[:, 0] if every.shape[1] else np.zeros((0, 4))  # the first person's box in each frame
+        boxes = (
+            every[:, 0] if every.shape[1] else np.zeros((0, 4))
+        )  # the first person's box in each frame
         if not len(boxes):
-            raise PrivharError(f"{folder / MANIFEST_NAME}: video {row['video_id']} has no person box; the camera's crop needs one")
-        images.append(_motion(clip, expanded((boxes[:, 0].min(), boxes[:, 1].min(), boxes[:, 2].max(), boxes[:, 3].max()), 1.1),
-                              size))
+            raise PrivharError(
+                f"{folder / MANIFEST_NAME}: video {row['video_id']} has no person box; the camera's crop needs one"
+            )
+        images.append(
+            _motion(
+                clip,
+                expanded(
+                    (boxes[:, 0].min(), boxes[:, 1].min(), boxes[:, 2].max(), boxes[:, 3].max()),
+                    1.1,
+                ),
+                size,
+            )
+        )
     return np.stack(images)
 
 
-def _motion(clip: np.ndarray, region: tuple[float, float, float, float], size: tuple[int, int]) -> np.ndarray:
+def _motion(
+    clip: np.ndarray, region: tuple[float, float, float, float], size: tuple[int, int]
+) -> np.ndarray:
     """The mean absolute grey-frame difference of ``clip`` (T, H, W, 3) inside ``region``, at ``size`` (h, w)."""
-    crops = np.stack([warp_region(frame, region, (size[1], size[0])) for frame in clip]).astype(np.float32) / 255.0
+    crops = (
+        np.stack([warp_region(frame, region, (size[1], size[0])) for frame in clip]).astype(
+            np.float32
+        )
+        / 255.0
+    )
     return np.abs(np.diff(crops, axis=0)).mean(axis=0) * 10.0 if len(crops) > 1 else crops[0]
 
 
-def attribute_privacy(released: np.ndarray, rows: list[dict[str, Any]], test_codes: np.ndarray,
-                      test_rows: list[dict[str, Any]], domain: int, epsilon: float) -> dict[str, float]:
+def attribute_privacy(
+    released: np.ndarray,
+    rows: list[dict[str, Any]],
+    test_codes: np.ndarray,
+    test_rows: list[dict[str, Any]],
+    domain: int,
+    epsilon: float,
+) -> dict[str, float]:
     """cMAP and class-wise F1 of a Naive Bayes attribute attacker fitted on the released codes (one per
     ``attr_*`` label, video level) and run on clean test codes: what the codes tell of the people."""
     names = attribute_names(rows)
     truth = np.stack([video_labels(row, names) for row in rows]).astype(int)
     test_truth = np.stack([video_labels(row, names) for row in test_rows])
-    scores = np.stack([NaiveBayes.fit(released, truth[:, column], domain, epsilon, 2).posteriors(test_codes)[:, 1]
-                       for column in range(len(names))], axis=1)
-    return {"cmap": class_wise_map(test_truth, scores), "f1": class_wise_f1(test_truth, scores >= 0.5)}
+    scores = np.stack(
+        [
+            NaiveBayes.fit(released, truth[:, column], domain, epsilon, 2).posteriors(test_codes)[
+                :, 1
+            ]
+            for column in range(len(names))
+        ],
+        axis=1,
+    )
+    return {
+        "cmap": class_wise_map(test_truth, scores),
+        "f1": class_wise_f1(test_truth, scores >= 0.5),
+    }
 
 
 def video_labels(row: dict[str, Any], names: list[str]) -> np.ndarray:
@@ -112,19 +154,32 @@ def video_labels(row: dict[str, Any], names: list[str]) -> np.ndarray:
     return np.asarray(values, dtype=bool)
 
 
-def baseline_codes(train: np.ndarray, test: np.ndarray, domain: int, seed: int,
-                   public: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def baseline_codes(
+    train: np.ndarray, test: np.ndarray, domain: int, seed: int, public: np.ndarray
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Paper 002's baselines on the same motion images, in the same domain, their scaling and visual words fitted on
     the ``public`` images. Their codes are randomized at every ε like DCAConv's and the learners' published scores
     come from them: each is a release of its own in the ledger and the budget."""
-    return {"raw_pixels": raw_pixel_codes(train, test, domain, fit=public),
-            "hog_bovw": hog_bovw_codes(train, test, domain, derive_seed(seed, "ldp", "hog_bovw"), fit=public)}
+    return {
+        "raw_pixels": raw_pixel_codes(train, test, domain, fit=public),
+        "hog_bovw": hog_bovw_codes(
+            train, test, domain, derive_seed(seed, "ldp", "hog_bovw"), fit=public
+        ),
+    }
 
 
-def score_codes(name: str, train_codes: np.ndarray, test_codes: np.ndarray, domain: int, params: LdpParams,
-                randomness: DpRandomness,
-                train_rows: list[dict[str, Any]], test_rows: list[dict[str, Any]], classes: int,
-                has_attributes: bool) -> tuple[list[dict[str, Any]], dict[str, np.ndarray], float]:
+def score_codes(
+    name: str,
+    train_codes: np.ndarray,
+    test_codes: np.ndarray,
+    domain: int,
+    params: LdpParams,
+    randomness: DpRandomness,
+    train_rows: list[dict[str, Any]],
+    test_rows: list[dict[str, Any]],
+    classes: int,
+    has_attributes: bool,
+) -> tuple[list[dict[str, Any]], dict[str, np.ndarray], float]:
     """Release ``train_codes`` at every ε; Top-1 of each learner and the attribute attacker's cMAP / F1; the seconds
     perturbation took."""
     train_labels, test_labels = labels_of(train_rows).numpy(), labels_of(test_rows).numpy()
@@ -135,105 +190,231 @@ def score_codes(name: str, train_codes: np.ndarray, test_codes: np.ndarray, doma
         released = release(train_codes, train_rows, domain, epsilon, randomness)
         seconds += time.perf_counter() - started
         released_codes[f"eps{epsilon}"] = released
-        guesses = {"nb": NaiveBayes.fit(released, train_labels, domain, epsilon, classes).predict(test_codes),
-                   "knn": knn_predict(released, train_labels, test_codes, k=params.knn_k),
-                   "ncc": NearestCentroid.fit(released, train_labels, domain, epsilon, classes).predict(test_codes)}
-        attack = (attribute_privacy(released, train_rows, test_codes, test_rows, domain, epsilon)
-                  if has_attributes else {"cmap": float("nan"), "f1": float("nan")})
+        guesses = {
+            "nb": NaiveBayes.fit(released, train_labels, domain, epsilon, classes).predict(
+                test_codes
+            ),
+            "knn": knn_predict(released, train_labels, test_codes, k=params.knn_k),
+            "ncc": NearestCentroid.fit(released, train_labels, domain, epsilon, classes).predict(
+                test_codes
+            ),
+        }
+        attack = (
+            attribute_privacy(released, train_rows, test_codes, test_rows, domain, epsilon)
+            if has_attributes
+            else {"cmap": float("nan"), "f1": float("nan")}
+        )
         for learner, guess in guesses.items():
-            results.append({"features": name, "epsilon_per_feature": epsilon, "features_per_video": features,
-                            "domain": domain, "epsilon_per_video": epsilon * features, "learner": learner,
-                            "top1": round(float((guess == test_labels).mean()), 4),
-                            "attribute_cmap": round(attack["cmap"], 4), "attribute_f1": round(attack["f1"], 4)})
+            results.append(
+                {
+                    "features": name,
+                    "epsilon_per_feature": epsilon,
+                    "features_per_video": features,
+                    "domain": domain,
+                    "epsilon_per_video": epsilon * features,
+                    "learner": learner,
+                    "top1": round(float((guess == test_labels).mean()), 4),
+                    "attribute_cmap": round(attack["cmap"], 4),
+                    "attribute_f1": round(attack["f1"], 4),
+                }
+            )
     return results, released_codes, seconds
 
 
-def release(codes: np.ndarray, rows: list[dict[str, Any]], domain: int, epsilon: float,
-            randomness: DpRandomness) -> np.ndarray:
+def release(
+    codes: np.ndarray,
+    rows: list[dict[str, Any]],
+    domain: int,
+    epsilon: float,
+    randomness: DpRandomness,
+) -> np.ndarray:
     """Each owner perturbs its own code once, with its own generator (secret unless seeded: (seed, video_id, ε))."""
-    return np.stack([perturb(code, domain, epsilon, randomness.numpy("ldp", row["video_id"], epsilon))
-                     for code, row in zip(codes, rows)])
+    return np.stack(
+        [
+            perturb(code, domain, epsilon, randomness.numpy("ldp", row["video_id"], epsilon))
+            for code, row in zip(codes, rows)
+        ]
+    )
 
 
 @stage_work
-def ldp_video(*, params_path: Path, frames: Path, public: Path, out: Path, report: Path,
-              budget: Path | None = None) -> list[dict[str, Any]]:
+def ldp_video(
+    *,
+    params_path: Path,
+    frames: Path,
+    public: Path,
+    out: Path,
+    report: Path,
+    budget: Path | None = None,
+) -> list[dict[str, Any]]:
     """Fit the filters on ``public``, release the private training split's codes at every ε, score learners;
     ``budget``: the budget stage's plan for it (default: planned here)."""
     base = load_section(params_path, "base", BaseParams)
     params = load_section(params_path, "ldp", LdpParams)
-    randomness = DpRandomness(load_section(params_path, "privacy", PrivacyParams).randomness, base.seed)
+    randomness = DpRandomness(
+        load_section(params_path, "privacy", PrivacyParams).randomness, base.seed
+    )
     rows = read_manifest(frames / MANIFEST_NAME)
     public_rows = read_manifest(public / MANIFEST_NAME)
     train_rows, test_rows = split_rows(rows, "train"), split_rows(rows, "test")
     if not train_rows or not test_rows:
         raise PrivharError(f"{frames / MANIFEST_NAME}: ldp needs videos in both splits")
     classes = int(max(row["label"] for row in rows)) + 1
-    fitted_on = int(max(row["label"] for row in public_rows)) + 1  # DCA learns its filters from the public labels
+    fitted_on = (
+        int(max(row["label"] for row in public_rows)) + 1
+    )  # DCA learns its filters from the public labels
     if params.video_first_filters > fitted_on or params.video_second_filters > fitted_on:
-        raise PrivharError(f"params.yaml: ldp.video_first_filters = {params.video_first_filters} and "
-                           f"ldp.video_second_filters = {params.video_second_filters} must not exceed the {fitted_on} "
-                           f"classes of the public set the filters are fitted on, {public / MANIFEST_NAME} (DCA's L_r ≤ K)")
+        raise PrivharError(
+            f"params.yaml: ldp.video_first_filters = {params.video_first_filters} and "
+            f"ldp.video_second_filters = {params.video_second_filters} must not exceed the {fitted_on} "
+            f"classes of the public set the filters are fitted on, {public / MANIFEST_NAME} (DCA's L_r ≤ K)"
+        )
     for epsilon in params.video_epsilons:
         check_domain(2**params.video_second_filters, epsilon)
         for name in CODES:
             if math.isfinite(epsilon):  # privacy.max_epsilon, before any work
                 check_budget(params_path, ldp_release(epsilon, name), rows, budget)
             else:
-                check_unprotected(params_path, f"{ldp_release(epsilon, name)} (codes without randomized response)")
+                check_unprotected(
+                    params_path, f"{ldp_release(epsilon, name)} (codes without randomized response)"
+                )
     size = tuple(params.video_crop)
-    has_attributes = any(key.startswith("attr_") for key in rows[0])  # else the attribute columns say nan
+    has_attributes = any(
+        key.startswith("attr_") for key in rows[0]
+    )  # else the attribute columns say nan
     with stage_run("ldp", {"ldp": params}) as run, atomic_directory(out) as staging:
         started = time.perf_counter()
-        train_images, test_images = motion_images(train_rows, frames, size), motion_images(test_rows, frames, size)
+        train_images, test_images = (
+            motion_images(train_rows, frames, size),
+            motion_images(test_rows, frames, size),
+        )
         public_images = motion_images(public_rows, public, size)
         prepared = time.perf_counter() - started
         started = time.perf_counter()
-        encoder = fit_dcaconv(public_images, labels_of(public_rows).numpy(), first=params.video_first_filters,
-                              second=params.video_second_filters, size=params.patch, pool=params.video_pool,
-                              seed=derive_seed(base.seed, "ldp", "filters"))
+        encoder = fit_dcaconv(
+            public_images,
+            labels_of(public_rows).numpy(),
+            first=params.video_first_filters,
+            second=params.video_second_filters,
+            size=params.patch,
+            pool=params.video_pool,
+            seed=derive_seed(base.seed, "ldp", "filters"),
+        )
         fitted = time.perf_counter() - started
         started = time.perf_counter()
         train_codes, test_codes = encoder.encode(train_images), encoder.encode(test_images)
         encoded = time.perf_counter() - started
         features, domain = train_codes.shape[1], encoder.domain
-        save_arrays(staging / "filters.npz", first=encoder.first, second=encoder.second, pool=np.array(encoder.pool))
+        save_arrays(
+            staging / "filters.npz",
+            first=encoder.first,
+            second=encoder.second,
+            pool=np.array(encoder.pool),
+        )
         results, released_codes, perturb_seconds = score_codes(
-            "dcaconv", train_codes, test_codes, domain, params, randomness, train_rows, test_rows, classes, has_attributes)
+            "dcaconv",
+            train_codes,
+            test_codes,
+            domain,
+            params,
+            randomness,
+            train_rows,
+            test_rows,
+            classes,
+            has_attributes,
+        )
         sizes = {"dcaconv": features}
-        for name, (train_baseline, test_baseline) in baseline_codes(train_images, test_images, domain, base.seed,
-                                                                         public_images).items():
-            results += score_codes(name, train_baseline, test_baseline, domain, params, randomness, train_rows, test_rows,
-                                   classes, has_attributes)[0]
+        for name, (train_baseline, test_baseline) in baseline_codes(
+            train_images, test_images, domain, base.seed, public_images
+        ).items():
+            results += score_codes(
+                name,
+                train_baseline,
+                test_baseline,
+                domain,
+                params,
+                randomness,
+                train_rows,
+                test_rows,
+                classes,
+                has_attributes,
+            )[0]
             sizes[name] = train_baseline.shape[1]
-        save_arrays(staging / "released_train_codes.npz", **released_codes,
-                    video_id=np.array([row["video_id"] for row in train_rows]))
-        speed = {"encode_features_per_second": round(features * len(rows) / encoded, 1),
-                 "perturb_features_per_second": round(features * len(train_rows) * len(params.video_epsilons)
-                                                      / max(perturb_seconds, 1e-9), 1),
-                 "fit_seconds": round(fitted, 3), "crop_and_motion_seconds": round(prepared, 3)}
-        metrics = {"top1": {f"{r['features']}_{r['learner']}_eps{r['epsilon_per_feature']:g}": r["top1"] for r in results},
-                   "speed": speed,
-                   "features_per_video": features, "domain": domain}
+        save_arrays(
+            staging / "released_train_codes.npz",
+            **released_codes,
+            video_id=np.array([row["video_id"] for row in train_rows]),
+        )
+        speed = {
+            "encode_features_per_second": round(features * len(rows) / encoded, 1),
+            "perturb_features_per_second": round(
+                features
+                * len(train_rows)
+                * len(params.video_epsilons)
+                / max(perturb_seconds, 1e-9),
+                1,
+            ),
+            "fit_seconds": round(fitted, 3),
+            "crop_and_motion_seconds": round(prepared, 3),
+        }
+        metrics = {
+            "top1": {
+                f"{r['features']}_{r['learner']}_eps{r['epsilon_per_feature']:g}": r["top1"]
+                for r in results
+            },
+            "speed": speed,
+            "features_per_video": features,
+            "domain": domain,
+        }
         atomic_write_bytes(report / "video.csv", csv_bytes(results))
-        atomic_write_bytes(report / "metrics.json", (json.dumps(metrics, indent=2, sort_keys=True) + "\n").encode())
-        ledger = [{"release": ldp_release(epsilon, name),
-                   "mechanism": f"k-ary randomized response (d = {domain}) on {CODES[name]}",
-                   "epsilon_per_feature": epsilon, "features_per_video": count, "epsilon_per_video": epsilon * count,
-                   "delta": 0.0, "accountant": "pure ε-LDP per feature (paper 002 eq. 3-4), sequential composition over features",
-                   "unit": "video (one camera's clip)", "relation": "replace-one (any other clip of the camera)",
-                   "randomness": randomness.label, "central_steps_on_private_data": CENTRAL_STEPS,
-                   "splits": "train"} for name, count in sizes.items() for epsilon in params.video_epsilons]
+        atomic_write_bytes(
+            report / "metrics.json", (json.dumps(metrics, indent=2, sort_keys=True) + "\n").encode()
+        )
+        ledger = [
+            {
+                "release": ldp_release(epsilon, name),
+                "mechanism": f"k-ary randomized response (d = {domain}) on {CODES[name]}",
+                "epsilon_per_feature": epsilon,
+                "features_per_video": count,
+                "epsilon_per_video": epsilon * count,
+                "delta": 0.0,
+                "accountant": "pure ε-LDP per feature (paper 002 eq. 3-4), sequential composition over features",
+                "unit": "video (one camera's clip)",
+                "relation": "replace-one (any other clip of the camera)",
+                "randomness": randomness.label,
+                "central_steps_on_private_data": CENTRAL_STEPS,
+                "splits": "train",
+            }
+            for name, count in sizes.items()
+            for epsilon in params.video_epsilons
+        ]
         atomic_write_bytes(report / "ledger.csv", csv_bytes(ledger))
-        run.log_metrics({**{f"{r['features']}.{r['learner']}.eps{r['epsilon_per_feature']:g}": r["top1"] for r in results},
-                         **speed})
+        run.log_metrics(
+            {
+                **{
+                    f"{r['features']}.{r['learner']}.eps{r['epsilon_per_feature']:g}": r["top1"]
+                    for r in results
+                },
+                **speed,
+            }
+        )
         for r in results:
             if r["learner"] == "nb" and r["features"] == "dcaconv":
-                LOG.info(f"ldp: ε = {r['epsilon_per_feature']:g} per feature ({r['epsilon_per_video']:g} per video, {features} "
-                         f"features, d = {domain}): " + ", ".join(f"{x['features']} {x['learner'].upper()} {x['top1']:.3f}"
-                                                                  for x in results
-                                                                  if x["epsilon_per_feature"] == r["epsilon_per_feature"])
-                         + f"; attribute attacker cMAP {r['attribute_cmap']:.3f}")
+                LOG.info(
+                    f"ldp: ε = {r['epsilon_per_feature']:g} per feature ({r['epsilon_per_video']:g} per video, {features} "
+                    f"features, d = {domain}): "
+                    + ", ".join(
+                        f"{x['features']} {x['learner'].upper()} {x['top1']:.3f}"
+                        for x in results
+                        if x["epsilon_per_feature"] == r["epsilon_per_feature"]
+                    )
+                    + f"; attribute attacker cMAP {r['attribute_cmap']:.3f}"
+                )
     # the codes are out: each finite ε's release is made, in the budget's ledger
-    record_made(params_path, [entry["release"] for entry in ledger if math.isfinite(entry["epsilon_per_feature"])], rows, budget)
+    record_made(
+        params_path,
+        [entry["release"] for entry in ledger if math.isfinite(entry["epsilon_per_feature"])],
+        rows,
+        budget,
+    )
     return results

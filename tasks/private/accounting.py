@@ -41,30 +41,64 @@ class SgdPrivacy:
     relation: Relation = ADD_REMOVE
 
     def epsilon(self) -> float:
-        return sampled_gaussian_epsilon(self.noise_multiplier, self.sample_rate, self.steps, self.delta,
-                                        accountant=self.accountant, relation=self.relation)
+        return sampled_gaussian_epsilon(
+            self.noise_multiplier,
+            self.sample_rate,
+            self.steps,
+            self.delta,
+            accountant=self.accountant,
+            relation=self.relation,
+        )
 
     def paper_epsilon(self) -> float:
         """Paper 001 Theorem 1: the add/remove RDP bound of the same (σ, q, steps), whatever the real relation."""
-        return sampled_gaussian_epsilon(self.noise_multiplier, self.sample_rate, self.steps, self.delta,
-                                        accountant="rdp", relation=ADD_REMOVE)
+        return sampled_gaussian_epsilon(
+            self.noise_multiplier,
+            self.sample_rate,
+            self.steps,
+            self.delta,
+            accountant="rdp",
+            relation=ADD_REMOVE,
+        )
 
     def group_epsilon(self, group: int) -> float:
         """ε of a person whose data sit in ``group`` units (exact mixture-of-Gaussians PLD, not group·ε)."""
-        return group_epsilon(self.noise_multiplier, self.sample_rate, self.steps, self.delta, group,
-                             relation=self.relation)
+        return group_epsilon(
+            self.noise_multiplier,
+            self.sample_rate,
+            self.steps,
+            self.delta,
+            group,
+            relation=self.relation,
+        )
 
     def describe(self) -> str:
-        return (f"{describe(self.accountant, self.relation)}; sigma={self.noise_multiplier:.6g}, "
-                f"q={self.sample_rate:.6g}, steps={self.steps}")
+        return (
+            f"{describe(self.accountant, self.relation)}; sigma={self.noise_multiplier:.6g}, "
+            f"q={self.sample_rate:.6g}, steps={self.steps}"
+        )
 
     def guarantee(self, unit: str, randomness: str) -> PrivacyGuarantee:
         """The claim, its accountant and parameters spelled out (registry tags, ledger)."""
-        return PrivacyGuarantee(self.epsilon(), self.delta, self.describe(), unit=unit, relation=self.relation,
-                                randomness=randomness)
+        return PrivacyGuarantee(
+            self.epsilon(),
+            self.delta,
+            self.describe(),
+            unit=unit,
+            relation=self.relation,
+            randomness=randomness,
+        )
 
 
-def calibrate(target_epsilon: float, delta: float, sample_rate: float, steps: int, accountant: str,
-              relation: Relation = ADD_REMOVE) -> float:
+def calibrate(
+    target_epsilon: float,
+    delta: float,
+    sample_rate: float,
+    steps: int,
+    accountant: str,
+    relation: Relation = ADD_REMOVE,
+) -> float:
     """The smallest σ (to 0.5 % in ε) whose ε after ``steps`` is at most ``target_epsilon``."""
-    return calibrate_noise(target_epsilon, delta, sample_rate, steps, accountant=accountant, relation=relation)
+    return calibrate_noise(
+        target_epsilon, delta, sample_rate, steps, accountant=accountant, relation=relation
+    )

@@ -26,8 +26,8 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from tasks.core.device import stamp, synchronise
 from tasks.core.models import create_video_classifier, group_norm
-from tasks.core.storage import atomic_write_bytes
 from tasks.core.selective import select_trainable, trainable_count
+from tasks.core.storage import atomic_write_bytes
 
 SELECTIVE = ("norms_and_head", "last_stage_and_head", "head")
 MODES = ("ew", "hooks", "functorch")  # ew first: the default, and the one the selective runs use
@@ -57,12 +57,20 @@ def _plain_step(model: torch.nn.Module, clips: torch.Tensor, labels: torch.Tenso
     return step
 
 
-def _private_step(model: torch.nn.Module, clips: torch.Tensor, labels: torch.Tensor, mode: str) -> tuple[Any, Any]:
+def _private_step(
+    model: torch.nn.Module, clips: torch.Tensor, labels: torch.Tensor, mode: str
+) -> tuple[Any, Any]:
     optimiser = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1e-3)
     loader = DataLoader(TensorDataset(clips, labels), batch_size=len(labels))
     private, optimiser, _ = PrivacyEngine(accountant="rdp").make_private(
-        module=model, optimizer=optimiser, data_loader=loader, noise_multiplier=1.0, max_grad_norm=1.0,
-        poisson_sampling=False, grad_sample_mode=mode)
+        module=model,
+        optimizer=optimiser,
+        data_loader=loader,
+        noise_multiplier=1.0,
+        max_grad_norm=1.0,
+        poisson_sampling=False,
+        grad_sample_mode=mode,
+    )
 
     def step() -> None:
         optimiser.zero_grad(set_to_none=True)
@@ -72,8 +80,18 @@ def _private_step(model: torch.nn.Module, clips: torch.Tensor, labels: torch.Ten
     return step, private
 
 
-def run_bench(*, batch: int, frames: int, height: int, width: int, model_width: int, warmup: int, repeats: int,
-              out: Path, device: torch.device = torch.device("cpu")) -> dict[str, Any]:
+def run_bench(
+    *,
+    batch: int,
+    frames: int,
+    height: int,
+    width: int,
+    model_width: int,
+    warmup: int,
+    repeats: int,
+    out: Path,
+    device: torch.device = torch.device("cpu"),
+) -> dict[str, Any]:
     """Time the three kinds of step on ``device``; write and return the record (stamped with the device).
 
     Each time is also given as ``*_matmul_gflop``: seconds × the device's own matmul rate, the work a
@@ -82,12 +100,22 @@ def run_bench(*, batch: int, frames: int, height: int, width: int, model_width: 
     torch.manual_seed(0)
     clips = torch.randn(batch, 3, frames, height, width, device=device)
     labels = torch.randint(0, 10, (batch,), device=device)
-    base = create_video_classifier(num_classes=10, width=model_width, norm=group_norm(16), dropout=0.0).to(device)
+    base = create_video_classifier(
+        num_classes=10, width=model_width, norm=group_norm(16), dropout=0.0
+    ).to(device)
     machine = stamp(device)
-    record: dict[str, Any] = {"batch": batch, "clip": [3, frames, height, width], "model_width": model_width,
-                              "machine": machine, "warmup": warmup, "repeats": repeats}
+    record: dict[str, Any] = {
+        "batch": batch,
+        "clip": [3, frames, height, width],
+        "model_width": model_width,
+        "machine": machine,
+        "warmup": warmup,
+        "repeats": repeats,
+    }
     plain = copy.deepcopy(base)
-    record["non_private_seconds"] = _median_seconds(_plain_step(plain, clips, labels), warmup, repeats, device)
+    record["non_private_seconds"] = _median_seconds(
+        _plain_step(plain, clips, labels), warmup, repeats, device
+    )
     record["parameters"] = trainable_count(plain)
     full = {}
     for mode in MODES:
@@ -105,8 +133,12 @@ def run_bench(*, batch: int, frames: int, height: int, width: int, model_width: 
     record["dp_sgd_all_trainable_parameters"] = record["parameters"]
     record["dp_sgd_seconds"] = full
     record["dp_sgd_selective_seconds"] = seconds
-    record["dp_over_non_private"] = {mode: full[mode] / record["non_private_seconds"] for mode in MODES}
-    record["full_dp_over_selective_dp"] = {choice: full[MODES[0]] / seconds[choice] for choice in SELECTIVE}
+    record["dp_over_non_private"] = {
+        mode: full[mode] / record["non_private_seconds"] for mode in MODES
+    }
+    record["full_dp_over_selective_dp"] = {
+        choice: full[MODES[0]] / seconds[choice] for choice in SELECTIVE
+    }
     rate = float(machine["matmul_gflops_float32"])  # type: ignore[arg-type]
     record["non_private_matmul_gflop"] = round(record["non_private_seconds"] * rate, 2)
     record["dp_sgd_matmul_gflop"] = {mode: round(value * rate, 2) for mode, value in full.items()}

@@ -28,21 +28,30 @@ Gradients = dict[str, torch.Tensor]
 CLIP_EPSILON = 1e-6  # Opacus's guard in C / (‖g‖ + 1e-6)
 
 
-def per_unit_gradients(module: nn.Module, inputs: torch.Tensor, labels: torch.Tensor) -> tuple[Gradients, torch.Tensor]:
+def per_unit_gradients(
+    module: nn.Module, inputs: torch.Tensor, labels: torch.Tensor
+) -> tuple[Gradients, torch.Tensor]:
     """(∇θ, value) of each unit's mean cross-entropy over its clips: ``inputs`` (B, K, ...) → gradients (B, ...), losses (B,).
 
     K = 1 is DP-SGD's per-sample gradient; K > 1 is multi-clip's per-video gradient. The loss
     comes from the same forward pass, for the training history.
     """
-    trainable = {name: parameter.detach() for name, parameter in trainable_parameters(module).items()}
-    fixed = {name: tensor.detach() for name, tensor in [*module.named_parameters(), *module.named_buffers()]
-             if name not in trainable}
+    trainable = {
+        name: parameter.detach() for name, parameter in trainable_parameters(module).items()
+    }
+    fixed = {
+        name: tensor.detach()
+        for name, tensor in [*module.named_parameters(), *module.named_buffers()]
+        if name not in trainable
+    }
 
     def unit_loss(weights: Gradients, clips: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
         logits = functional_call(module, {**weights, **fixed}, (clips,))
         return nn.functional.cross_entropy(logits, label.expand(len(clips)))
 
-    return vmap(grad_and_value(unit_loss), in_dims=(None, 0, 0), randomness="different")(trainable, inputs, labels)
+    return vmap(grad_and_value(unit_loss), in_dims=(None, 0, 0), randomness="different")(
+        trainable, inputs, labels
+    )
 
 
 def clip_and_sum(gradients: Gradients, max_norm: float) -> tuple[Gradients, torch.Tensor]:
@@ -59,7 +68,9 @@ def summed_gradient(module: nn.Module, loss: Callable[[], torch.Tensor]) -> Grad
     return dict(zip(parameters, values))
 
 
-def add_noise(summed: Gradients, noise_multiplier: float, max_norm: float, stream: DpStream) -> Gradients:
+def add_noise(
+    summed: Gradients, noise_multiplier: float, max_norm: float, stream: DpStream
+) -> Gradients:
     """Σ ḡ_i + N(0, (σC)²) per coordinate (σ = 0: no noise), drawn from ``stream`` on the CPU and moved."""
     if noise_multiplier == 0:
         return summed

@@ -46,12 +46,11 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from tasks.core.accounting import ADD_REMOVE, Relation, opacus_engine_epsilon, poisson_schedule
 from tasks.core.errors import PrivharError
-from tasks.core.selective import require_sample_independence, trainable_parameters, without_dropout
 from tasks.core.opacus_randomness import StreamPrivacyEngine
 from tasks.core.progress import progress
 from tasks.core.randomness import DpStream
+from tasks.core.selective import require_sample_independence, trainable_parameters, without_dropout
 from tasks.private.accounting import SgdPrivacy, calibrate
-from tasks.private.opacus_loop import StepCallback, opacus_epoch
 from tasks.private.gradients import (
     Gradients,
     add_noise,
@@ -60,6 +59,7 @@ from tasks.private.gradients import (
     per_unit_gradients,
     summed_gradient,
 )
+from tasks.private.opacus_loop import StepCallback, opacus_epoch
 
 
 @dataclass(frozen=True)
@@ -72,11 +72,17 @@ class Recipe:
     max_grad_norm: float  # C
     delta: float
     accountant: str
-    grad_sample_mode: str = "ew"  # Opacus per-sample gradients (dp_sgd): ew (ExpandedWeights) | hooks | functorch
+    grad_sample_mode: str = (
+        "ew"  # Opacus per-sample gradients (dp_sgd): ew (ExpandedWeights) | hooks | functorch
+    )
     relation: Relation = ADD_REMOVE  # replace-one for MaskDP's masked adjacency
     nproc: int = 1  # dp_sgd: processes of one DPDDP group (tasks.private.distributed)
-    public_size: int | None = None  # units q, steps and the normaliser assume (public); None: the data's own count
-    public_max_grad_norm: float | None = None  # MaskDP: each video's public-token gradient clipped to it; None: unclipped
+    public_size: int | None = (
+        None  # units q, steps and the normaliser assume (public); None: the data's own count
+    )
+    public_max_grad_norm: float | None = (
+        None  # MaskDP: each video's public-token gradient clipped to it; None: unclipped
+    )
 
 
 @dataclass
@@ -98,7 +104,9 @@ class PrivateData:
 
     def to(self, device: torch.device) -> PrivateData:
         """The same data with every tensor on ``device`` (where the model trains)."""
-        move = {name: None if value is None else value.to(device) for name, value in vars(self).items()}
+        move = {
+            name: None if value is None else value.to(device) for name, value in vars(self).items()
+        }
         return PrivateData(**move)
 
     @property
@@ -113,17 +121,27 @@ class PrivateData:
         return torch.nonzero(torch.isin(self.owners.cpu(), chosen_units)).flatten()
 
     def private_weights(self, part: torch.Tensor) -> torch.Tensor:
-        return torch.ones(len(part), device=self.labels.device) if self.has_private is None else self.has_private[part].float()
+        return (
+            torch.ones(len(part), device=self.labels.device)
+            if self.has_private is None
+            else self.has_private[part].float()
+        )
 
     def public_weights(self, part: torch.Tensor) -> torch.Tensor:
-        return torch.ones(len(part), device=self.labels.device) if self.has_public is None else self.has_public[part].float()
+        return (
+            torch.ones(len(part), device=self.labels.device)
+            if self.has_public is None
+            else self.has_public[part].float()
+        )
 
 
 @dataclass
 class Outcome:
     history: list[dict[str, float]]
     privacy: SgdPrivacy
-    engine_epsilon: float | None = None  # what Opacus's own PrivacyEngine reports (dp_sgd), beside ours
+    engine_epsilon: float | None = (
+        None  # what Opacus's own PrivacyEngine reports (dp_sgd), beside ours
+    )
 
 
 def schedule(count: int, recipe: Recipe) -> tuple[float, int]:
@@ -148,7 +166,11 @@ def noise_for(target_epsilon: float, data: PrivateData, recipe: Recipe) -> float
 
 
 def _optimiser(module: nn.Module, recipe: Recipe) -> torch.optim.SGD:
-    return torch.optim.SGD(list(trainable_parameters(module).values()), lr=recipe.learning_rate, momentum=recipe.momentum)
+    return torch.optim.SGD(
+        list(trainable_parameters(module).values()),
+        lr=recipe.learning_rate,
+        momentum=recipe.momentum,
+    )
 
 
 def _sum_by_owner(gradients: Gradients, owners: torch.Tensor | None) -> Gradients:
@@ -157,13 +179,22 @@ def _sum_by_owner(gradients: Gradients, owners: torch.Tensor | None) -> Gradient
         return gradients
     _, index = torch.unique(owners, return_inverse=True)
     count = int(index.max()) + 1
-    return {name: torch.zeros(count, *g.shape[1:], dtype=g.dtype, device=g.device).index_add_(0, index, g)
-            for name, g in gradients.items()}
+    return {
+        name: torch.zeros(count, *g.shape[1:], dtype=g.dtype, device=g.device).index_add_(
+            0, index, g
+        )
+        for name, g in gradients.items()
+    }
 
 
-def _private_sum(module: nn.Module, data: PrivateData, videos: torch.Tensor, recipe: Recipe) -> tuple[Gradients, int, float]:
+def _private_sum(
+    module: nn.Module, data: PrivateData, videos: torch.Tensor, recipe: Recipe
+) -> tuple[Gradients, int, float]:
     """Σ over the sampled units of their clipped gradients; how many were clipped; the summed loss."""
-    total = {name: torch.zeros_like(parameter) for name, parameter in trainable_parameters(module).items()}
+    total = {
+        name: torch.zeros_like(parameter)
+        for name, parameter in trainable_parameters(module).items()
+    }
     clipped, loss_sum = 0, 0.0
     # a person's videos go through one physical batch together, so their gradient is clipped as one unit
     parts = [videos] if data.owners is not None else list(videos.split(recipe.physical_batch_size))
@@ -172,16 +203,22 @@ def _private_sum(module: nn.Module, data: PrivateData, videos: torch.Tensor, rec
             continue
         weights = data.private_weights(part)
         gradients, losses = per_unit_gradients(module, data.units[part], data.labels[part])
-        unit_gradients = {name: g * weights.view(-1, *[1] * (g.dim() - 1)) for name, g in gradients.items()}
-        summed, norms = clip_and_sum(_sum_by_owner(unit_gradients, None if data.owners is None else data.owners[part]),
-                                     recipe.max_grad_norm)
+        unit_gradients = {
+            name: g * weights.view(-1, *[1] * (g.dim() - 1)) for name, g in gradients.items()
+        }
+        summed, norms = clip_and_sum(
+            _sum_by_owner(unit_gradients, None if data.owners is None else data.owners[part]),
+            recipe.max_grad_norm,
+        )
         clipped += int((norms > recipe.max_grad_norm).sum())
         total = {name: total[name] + summed[name] for name in total}
         loss_sum += float(losses.sum())
     return total, clipped, loss_sum
 
 
-def _public_sum(module: nn.Module, data: PrivateData, videos: torch.Tensor, recipe: Recipe) -> Gradients:
+def _public_sum(
+    module: nn.Module, data: PrivateData, videos: torch.Tensor, recipe: Recipe
+) -> Gradients:
     """Algorithm 1 line 6: the public-token views' loss gradient, summed (on its own batch).
 
     Unclipped as printed; with ``recipe.public_max_grad_norm`` each video's is clipped to it. Clipping public
@@ -190,28 +227,50 @@ def _public_sum(module: nn.Module, data: PrivateData, videos: torch.Tensor, reci
     views trained without any clipping; at ε = 0.5 the unclipped term helps more: 52 % against 42 %).
     """
     assert data.public is not None
-    total = {name: torch.zeros_like(parameter) for name, parameter in trainable_parameters(module).items()}
+    total = {
+        name: torch.zeros_like(parameter)
+        for name, parameter in trainable_parameters(module).items()
+    }
     for part in videos.split(recipe.physical_batch_size):
         if recipe.public_max_grad_norm is not None:
             if len(part):
-                gradients, _ = per_unit_gradients(module, data.public[part].unsqueeze(1), data.labels[part])
+                gradients, _ = per_unit_gradients(
+                    module, data.public[part].unsqueeze(1), data.labels[part]
+                )
                 weights = data.public_weights(part)
-                summed, _ = clip_and_sum({name: g * weights.view(-1, *[1] * (g.dim() - 1)) for name, g in gradients.items()},
-                                         recipe.public_max_grad_norm)
+                summed, _ = clip_and_sum(
+                    {
+                        name: g * weights.view(-1, *[1] * (g.dim() - 1))
+                        for name, g in gradients.items()
+                    },
+                    recipe.public_max_grad_norm,
+                )
                 total = {name: total[name] + summed[name] for name in total}
             continue
         public_weights = data.public_weights(part)
-        public = summed_gradient(module, lambda: (F.cross_entropy(module(data.public[part]), data.labels[part],
-                                                                  reduction="none") * public_weights).sum())
+
+        def public_loss(
+            part: torch.Tensor = part, weights: torch.Tensor = public_weights
+        ) -> torch.Tensor:
+            return (
+                F.cross_entropy(module(data.public[part]), data.labels[part], reduction="none")
+                * weights
+            ).sum()
+
+        public = summed_gradient(module, public_loss)
         total = {name: total[name] + public[name] for name in total}
     return total
 
 
-
-
-def train_grouped(module: nn.Module, data: PrivateData, recipe: Recipe, noise_multiplier: float,
-                  stream: DpStream, public_stream: DpStream | None = None,
-                  on_step: StepCallback | None = None) -> Outcome:
+def train_grouped(
+    module: nn.Module,
+    data: PrivateData,
+    recipe: Recipe,
+    noise_multiplier: float,
+    stream: DpStream,
+    public_stream: DpStream | None = None,
+    on_step: StepCallback | None = None,
+) -> Outcome:
     """Multi-clip DP-SGD (``data.public`` None) or MaskDP-SGD: the step of :mod:`tasks.private.gradients`.
 
     ``stream`` draws the private Poisson sample and the noise; ``public_stream`` (MaskDP) draws the
@@ -225,16 +284,27 @@ def train_grouped(module: nn.Module, data: PrivateData, recipe: Recipe, noise_mu
     optimiser = _optimiser(module, recipe)
     without_dropout(module)
     if data.public is not None and public_stream is None:
-        raise PrivharError("MaskDP needs a public_stream: the public batch must be drawn independently of the private one")
+        raise PrivharError(
+            "MaskDP needs a public_stream: the public batch must be drawn independently of the private one"
+        )
     history, step = [], 0
-    bar = progress(steps_per_epoch * recipe.epochs, "private training" if data.public is None else "MaskDP training")
+    bar = progress(
+        steps_per_epoch * recipe.epochs,
+        "private training" if data.public is None else "MaskDP training",
+    )
     for epoch in range(1, recipe.epochs + 1):
         clipped, seen, loss_sum = 0, 0, 0.0
         for _ in range(steps_per_epoch):
             chosen = stream.poisson_sample(count, rate)
-            private, step_clipped, step_loss = _private_sum(module, data, data.videos_of(chosen), recipe)
-            total = {name: g / normaliser for name, g in
-                     add_noise(private, noise_multiplier, recipe.max_grad_norm, stream).items()}
+            private, step_clipped, step_loss = _private_sum(
+                module, data, data.videos_of(chosen), recipe
+            )
+            total = {
+                name: g / normaliser
+                for name, g in add_noise(
+                    private, noise_multiplier, recipe.max_grad_norm, stream
+                ).items()
+            }
             if data.public is not None:  # its own Poisson sample of videos, at the same rate
                 public_batch = public_stream.poisson_sample(videos, rate)
                 public = _public_sum(module, data, public_batch, recipe)
@@ -242,23 +312,43 @@ def train_grouped(module: nn.Module, data: PrivateData, recipe: Recipe, noise_mu
             apply_gradient(module, total, 1.0)
             optimiser.step()
             optimiser.zero_grad(set_to_none=True)
-            clipped, seen, loss_sum = clipped + step_clipped, seen + len(chosen), loss_sum + step_loss
+            clipped, seen, loss_sum = (
+                clipped + step_clipped,
+                seen + len(chosen),
+                loss_sum + step_loss,
+            )
             step += 1
             bar.update(1)
             if on_step is not None:
                 on_step(step, len(chosen), module)
-        history.append({"epoch": epoch, "loss": loss_sum / max(seen, 1), "clipped_fraction": clipped / max(seen, 1),
-                        "sampled": seen})
+        history.append(
+            {
+                "epoch": epoch,
+                "loss": loss_sum / max(seen, 1),
+                "clipped_fraction": clipped / max(seen, 1),
+                "sampled": seen,
+            }
+        )
         bar.set_postfix(epoch=epoch, loss=f"{history[-1]['loss']:.3f}")
     bar.close()
-    return Outcome(history, SgdPrivacy(noise_multiplier, rate, steps, recipe.delta, recipe.accountant, recipe.relation))
+    return Outcome(
+        history,
+        SgdPrivacy(noise_multiplier, rate, steps, recipe.delta, recipe.accountant, recipe.relation),
+    )
 
 
 OPACUS_ACCOUNTANTS = ("prv", "rdp", "gdp")
 
 
-def _train_dp_sgd_processes(module: nn.Module, data: PrivateData, recipe: Recipe, target_epsilon: float,
-                            noise: DpStream, sampling: DpStream, device: torch.device) -> Outcome:
+def _train_dp_sgd_processes(
+    module: nn.Module,
+    data: PrivateData,
+    recipe: Recipe,
+    target_epsilon: float,
+    noise: DpStream,
+    sampling: DpStream,
+    device: torch.device,
+) -> Outcome:
     """:func:`train_dp_sgd` in ``recipe.nproc`` processes (DPDDP): the same σ, q and steps, so the same ε.
 
     Rank 0 adds noise from ``noise``; each rank draws its share of the Poisson sample from its own
@@ -267,24 +357,54 @@ def _train_dp_sgd_processes(module: nn.Module, data: PrivateData, recipe: Recipe
     from tasks.private.distributed import train_dp_sgd_processes
 
     rate, steps = schedule(len(data.labels), recipe)
-    noise_multiplier = calibrate(target_epsilon, recipe.delta, rate, steps, recipe.accountant, recipe.relation)
+    noise_multiplier = calibrate(
+        target_epsilon, recipe.delta, rate, steps, recipe.accountant, recipe.relation
+    )
     record = train_dp_sgd_processes(
-        module, data.units[:, 0], data.labels, nproc=recipe.nproc, noise_multiplier=noise_multiplier,
-        physical_batch_size=recipe.physical_batch_size, epochs=recipe.epochs,
-        learning_rate=recipe.learning_rate, momentum=recipe.momentum, max_grad_norm=recipe.max_grad_norm,
+        module,
+        data.units[:, 0],
+        data.labels,
+        nproc=recipe.nproc,
+        noise_multiplier=noise_multiplier,
+        physical_batch_size=recipe.physical_batch_size,
+        epochs=recipe.epochs,
+        learning_rate=recipe.learning_rate,
+        momentum=recipe.momentum,
+        max_grad_norm=recipe.max_grad_norm,
         grad_sample_mode=recipe.grad_sample_mode,
         accountant=recipe.accountant if recipe.accountant in OPACUS_ACCOUNTANTS else "prv",
-        noise=noise, sampling=sampling.spawn(recipe.nproc), device=device, steps_per_epoch=steps // recipe.epochs,
-        expected_batch_size=expected_batch(len(data.labels), recipe))
+        noise=noise,
+        sampling=sampling.spawn(recipe.nproc),
+        device=device,
+        steps_per_epoch=steps // recipe.epochs,
+        expected_batch_size=expected_batch(len(data.labels), recipe),
+    )
     module.to(device)
-    return Outcome(record["history"], SgdPrivacy(record["noise_multiplier"], rate, steps, recipe.delta, recipe.accountant,
-                                                 recipe.relation),
-                   engine_epsilon=opacus_engine_epsilon(record["mechanism"], tuple(record["history_accountant"]),
-                                                        recipe.delta))
+    return Outcome(
+        record["history"],
+        SgdPrivacy(
+            record["noise_multiplier"],
+            rate,
+            steps,
+            recipe.delta,
+            recipe.accountant,
+            recipe.relation,
+        ),
+        engine_epsilon=opacus_engine_epsilon(
+            record["mechanism"], tuple(record["history_accountant"]), recipe.delta
+        ),
+    )
 
 
-def train_dp_sgd(module: nn.Module, data: PrivateData, recipe: Recipe, target_epsilon: float,
-                 noise: DpStream, sampling: DpStream, on_step: StepCallback | None = None) -> Outcome:
+def train_dp_sgd(
+    module: nn.Module,
+    data: PrivateData,
+    recipe: Recipe,
+    target_epsilon: float,
+    noise: DpStream,
+    sampling: DpStream,
+    on_step: StepCallback | None = None,
+) -> Outcome:
     """DP-SGD with Opacus: ``make_private`` (Poisson sampling; σ from our calibration) and ``BatchMemoryManager``.
 
     The Poisson batches come from ``sampling`` and the noise from ``noise``
@@ -294,34 +414,75 @@ def train_dp_sgd(module: nn.Module, data: PrivateData, recipe: Recipe, target_ep
     require_sample_independence(module)
     device = next(module.parameters()).device
     if recipe.nproc > 1:
-        return _train_dp_sgd_processes(module, data, recipe, target_epsilon, noise, sampling, device)
+        return _train_dp_sgd_processes(
+            module, data, recipe, target_epsilon, noise, sampling, device
+        )
     inputs = data.units[:, 0].cpu()
-    loader = DataLoader(TensorDataset(inputs, data.labels.cpu()), batch_size=recipe.batch_size,
-                        pin_memory=device.type == "cuda")
+    loader = DataLoader(
+        TensorDataset(inputs, data.labels.cpu()),
+        batch_size=recipe.batch_size,
+        pin_memory=device.type == "cuda",
+    )
     rate, steps = schedule(len(data.labels), recipe)
-    noise_multiplier = calibrate(target_epsilon, recipe.delta, rate, steps, recipe.accountant, recipe.relation)
-    engine = StreamPrivacyEngine(noise=noise, sampling=sampling,
-                                 accountant=recipe.accountant if recipe.accountant in OPACUS_ACCOUNTANTS else "prv",
-                                 steps_per_epoch=steps // recipe.epochs,
-                                 expected_batch_size=expected_batch(len(data.labels), recipe))
+    noise_multiplier = calibrate(
+        target_epsilon, recipe.delta, rate, steps, recipe.accountant, recipe.relation
+    )
+    engine = StreamPrivacyEngine(
+        noise=noise,
+        sampling=sampling,
+        accountant=recipe.accountant if recipe.accountant in OPACUS_ACCOUNTANTS else "prv",
+        steps_per_epoch=steps // recipe.epochs,
+        expected_batch_size=expected_batch(len(data.labels), recipe),
+    )
     without_dropout(module)
     private_module, optimiser, private_loader = engine.make_private(
-        module=module, optimizer=_optimiser(module, recipe), data_loader=loader, noise_multiplier=noise_multiplier,
-        max_grad_norm=recipe.max_grad_norm, poisson_sampling=True,
-        grad_sample_mode=recipe.grad_sample_mode)
+        module=module,
+        optimizer=_optimiser(module, recipe),
+        data_loader=loader,
+        noise_multiplier=noise_multiplier,
+        max_grad_norm=recipe.max_grad_norm,
+        poisson_sampling=True,
+        grad_sample_mode=recipe.grad_sample_mode,
+    )
     history = []
     bar = progress(recipe.epochs, "DP-SGD (Opacus)", "epoch")
     try:
         for epoch in range(1, recipe.epochs + 1):
-            loss_sum, seen, empty = opacus_epoch(private_module, module, optimiser, private_loader,
-                                                 recipe.physical_batch_size, device, on_step)
-            history.append({"epoch": epoch, "loss": loss_sum / max(seen, 1), "sampled": seen, "empty_batches": empty})
+            loss_sum, seen, empty = opacus_epoch(
+                private_module,
+                module,
+                optimiser,
+                private_loader,
+                recipe.physical_batch_size,
+                device,
+                on_step,
+            )
+            history.append(
+                {
+                    "epoch": epoch,
+                    "loss": loss_sum / max(seen, 1),
+                    "sampled": seen,
+                    "empty_batches": empty,
+                }
+            )
             bar.set_postfix(loss=f"{history[-1]['loss']:.3f}")
             bar.update(1)
     finally:
         bar.close()
         private_module.remove_hooks()
-    return Outcome(history, SgdPrivacy(float(optimiser.noise_multiplier), rate, steps, recipe.delta, recipe.accountant,
-                                       recipe.relation),
-                   engine_epsilon=opacus_engine_epsilon(engine.accountant.mechanism(),
-                                                        tuple(tuple(step) for step in engine.accountant.history), recipe.delta))
+    return Outcome(
+        history,
+        SgdPrivacy(
+            float(optimiser.noise_multiplier),
+            rate,
+            steps,
+            recipe.delta,
+            recipe.accountant,
+            recipe.relation,
+        ),
+        engine_epsilon=opacus_engine_epsilon(
+            engine.accountant.mechanism(),
+            tuple(tuple(step) for step in engine.accountant.history),
+            recipe.delta,
+        ),
+    )

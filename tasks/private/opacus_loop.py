@@ -14,12 +14,20 @@ from torch.utils.data import DataLoader
 
 from tasks.core.selective import trainable_parameters
 
-StepCallback = Callable[[int, int, nn.Module], None]  # (step, units sampled, module) after each update
+StepCallback = Callable[
+    [int, int, nn.Module], None
+]  # (step, units sampled, module) after each update
 
 
-def opacus_epoch(private_module: nn.Module, module: nn.Module, optimiser: torch.optim.Optimizer, private_loader: DataLoader,
-                 physical_batch_size: int, device: torch.device,
-                 on_step: StepCallback | None = None) -> tuple[float, int, int]:
+def opacus_epoch(
+    private_module: nn.Module,
+    module: nn.Module,
+    optimiser: torch.optim.Optimizer,
+    private_loader: DataLoader,
+    physical_batch_size: int,
+    device: torch.device,
+    on_step: StepCallback | None = None,
+) -> tuple[float, int, int]:
     """One epoch of Opacus DP-SGD steps (in one process or one DPDDP rank): (summed loss, rows seen, empty batches).
 
     An empty Poisson batch is still a step: nothing to clip, the noise alone (and, across ranks, the others' sums).
@@ -27,10 +35,14 @@ def opacus_epoch(private_module: nn.Module, module: nn.Module, optimiser: torch.
     """
     loss_sum, seen, empty = 0.0, 0, 0
     step, sampled = 0, 0
-    with BatchMemoryManager(data_loader=private_loader, max_physical_batch_size=physical_batch_size,
-                            optimizer=optimiser) as batches:
+    with BatchMemoryManager(
+        data_loader=private_loader, max_physical_batch_size=physical_batch_size, optimizer=optimiser
+    ) as batches:
         for features, labels in batches:
-            features, labels = features.to(device, non_blocking=True), labels.to(device, non_blocking=True)
+            features, labels = (
+                features.to(device, non_blocking=True),
+                labels.to(device, non_blocking=True),
+            )
             optimiser.zero_grad(set_to_none=True)
             if len(labels):
                 loss = F.cross_entropy(private_module(features), labels)

@@ -40,24 +40,39 @@ from torch import nn
 
 from tasks.core.accounting import relation_of
 from tasks.core.budget import check_budget, check_unprotected, record_made
-from tasks.core.subjects import privacy_units
 from tasks.core.clips import augment, labels_of, load_clips, normalise, split_rows, untouched_by
 from tasks.core.device import resolve_device
 from tasks.core.errors import PrivharError
+from tasks.core.head_features import (
+    HEAD,
+    fold_standardisation,
+    head_of,
+    pooled_features,
+    public_statistics,
+    standardise,
+)
 from tasks.core.manifest import MANIFEST_NAME, quarantined, read_manifest, resolve_path
-from tasks.core.params import BaseParams, PrivacyParams, PrivateParams, ReportParams, load_section, private_seeds
+from tasks.core.params import (
+    BaseParams,
+    PrivacyParams,
+    PrivateParams,
+    ReportParams,
+    load_section,
+    private_seeds,
+)
+from tasks.core.privacy import NON_PRIVATE, PrivacyGuarantee
 from tasks.core.private_catalogue import CATALOGUE
 from tasks.core.public_model import classifier_seed, public_model
-from tasks.core.privacy import NON_PRIVATE, PrivacyGuarantee
 from tasks.core.randomness import DpRandomness
 from tasks.core.registry import CHECKPOINT_TAG, checkpoint_digest, register_model
 from tasks.core.seeding import derive_seed
 from tasks.core.seeds import seed_folder, seed_keys, seed_suffix
+from tasks.core.selective import require_sample_independence, select_trainable, trainable_count
 from tasks.core.storage import atomic_directory, atomic_write_bytes
+from tasks.core.subjects import privacy_units
 from tasks.core.tables import csv_bytes
 from tasks.core.tracking import StageRun, stage_run, stage_work
 from tasks.private.accounting import SgdPrivacy
-from tasks.core.head_features import HEAD, fold_standardisation, head_of, pooled_features, public_statistics, standardise
 from tasks.private.methods import (
     Outcome,
     PrivateData,
@@ -66,19 +81,27 @@ from tasks.private.methods import (
     train_dp_sgd,
     train_grouped,
 )
-from tasks.core.selective import require_sample_independence, select_trainable, trainable_count
 from tasks.private.tokens import public_pixels, token_views
 
 LOG = logging.getLogger(__name__)
 
 
 def recipe_of(params: PrivateParams, method: str) -> Recipe:
-    return Recipe(epochs=params.epochs, batch_size=params.batch_size, physical_batch_size=params.physical_batch_size,
-                  learning_rate=params.learning_rate, momentum=params.momentum, max_grad_norm=params.max_grad_norm,
-                  delta=params.delta, accountant=params.accountant, grad_sample_mode=params.grad_sample_mode,
-                  relation=relation_of(method), nproc=params.nproc,
-                  public_size=params.public_size.get(CATALOGUE[method].unit_under(params.unit)),
-                  public_max_grad_norm=params.public_max_grad_norm)
+    return Recipe(
+        epochs=params.epochs,
+        batch_size=params.batch_size,
+        physical_batch_size=params.physical_batch_size,
+        learning_rate=params.learning_rate,
+        momentum=params.momentum,
+        max_grad_norm=params.max_grad_norm,
+        delta=params.delta,
+        accountant=params.accountant,
+        grad_sample_mode=params.grad_sample_mode,
+        relation=relation_of(method),
+        nproc=params.nproc,
+        public_size=params.public_size.get(CATALOGUE[method].unit_under(params.unit)),
+        public_max_grad_norm=params.public_max_grad_norm,
+    )
 
 
 def public_masks(rows: list[dict[str, Any]], masks: Path, size: tuple[int, int]) -> torch.Tensor:
@@ -98,20 +121,30 @@ def public_masks(rows: list[dict[str, Any]], masks: Path, size: tuple[int, int])
             out.append(torch.zeros(int(row["n_frames"]), *size))
             continue
         if not stored:
-            raise PrivharError(f"{masks / MANIFEST_NAME}: video {row['video_id']} has no public mask; maskdp needs the "
-                               "avatar copy's masks (anonymize@avatar)")
+            raise PrivharError(
+                f"{masks / MANIFEST_NAME}: video {row['video_id']} has no public mask; maskdp needs the "
+                "avatar copy's masks (anonymize@avatar)"
+            )
         with np.load(resolve_path(stored, masks)) as arrays:
             mask = torch.from_numpy(arrays["public"]).float()
         out.append(untouched_by(mask < 0.5, size).float())
     return torch.stack(out)
 
 
-def method_views(method: str, clips: torch.Tensor, labels: torch.Tensor, params: PrivateParams, generator: torch.Generator,
-                 masks: torch.Tensor | None) -> PrivateData:
+def method_views(
+    method: str,
+    clips: torch.Tensor,
+    labels: torch.Tensor,
+    params: PrivateParams,
+    generator: torch.Generator,
+    masks: torch.Tensor | None,
+) -> PrivateData:
     """The inputs one method trains on, from uint8 clips (N, 3, T, h, w)."""
     views_of = CATALOGUE[method].views
     if views_of == "multiclip":
-        views = torch.stack([normalise(augment(clips, generator)) for _ in range(params.clips_per_video)], dim=1)
+        views = torch.stack(
+            [normalise(augment(clips, generator)) for _ in range(params.clips_per_video)], dim=1
+        )
         return PrivateData(views, labels)
     if views_of == "tokens":
         assert masks is not None
@@ -120,12 +153,19 @@ def method_views(method: str, clips: torch.Tensor, labels: torch.Tensor, params:
         if params.maskdp_private_input == "whole_clip":
             private_view = normalise(clips)
         pixels = public.flatten(1)
-        return PrivateData(private_view.unsqueeze(1), labels, public=public_view, has_private=~pixels.all(1),
-                           has_public=pixels.any(1))
+        return PrivateData(
+            private_view.unsqueeze(1),
+            labels,
+            public=public_view,
+            has_private=~pixels.all(1),
+            has_public=pixels.any(1),
+        )
     return PrivateData(normalise(clips).unsqueeze(1), labels)
 
 
-def as_features(model: nn.Module, data: PrivateData, statistics: dict[str, torch.Tensor] | None = None) -> PrivateData:
+def as_features(
+    model: nn.Module, data: PrivateData, statistics: dict[str, torch.Tensor] | None = None
+) -> PrivateData:
     """The same data seen by the head alone (``trainable: head``): pooled features of every view, standardised by the
     public ``statistics`` when the public model holds them (the head is folded back after training)."""
     count, clips = data.units.shape[:2]
@@ -136,12 +176,25 @@ def as_features(model: nn.Module, data: PrivateData, statistics: dict[str, torch
 
     units = features(data.units.flatten(0, 1)).view(count, clips, -1)
     public = features(data.public) if data.public is not None else None
-    return PrivateData(units, data.labels, public=public, has_private=data.has_private, has_public=data.has_public,
-                       owners=data.owners)  # person units: each person's videos stay one sampled, clipped unit
+    return PrivateData(
+        units,
+        data.labels,
+        public=public,
+        has_private=data.has_private,
+        has_public=data.has_public,
+        owners=data.owners,
+    )  # person units: each person's videos stay one sampled, clipped unit
 
 
-def train_one(method: str, module: nn.Module, data: PrivateData, recipe: Recipe, epsilon: float,
-              randomness: DpRandomness, seed: int = 0) -> Outcome:
+def train_one(
+    method: str,
+    module: nn.Module,
+    data: PrivateData,
+    recipe: Recipe,
+    epsilon: float,
+    randomness: DpRandomness,
+    seed: int = 0,
+) -> Outcome:
     """One model at one ε and training seed; its Poisson samples, noise and (MaskDP) public batches from ``randomness``."""
     key = (method, epsilon, *seed_keys(seed))
     stream = randomness.stream("private", *key, "noise")
@@ -149,20 +202,35 @@ def train_one(method: str, module: nn.Module, data: PrivateData, recipe: Recipe,
     if math.isinf(epsilon):  # the ε = ∞ column: the same recipe, clipping kept, no noise
         return train_grouped(module, data, recipe, 0.0, stream, public_stream)
     if CATALOGUE[method].views == "clip" and data.owners is None:  # Opacus, one clip a video
-        return train_dp_sgd(module, data, recipe, epsilon, stream, randomness.stream("private", *key, "batches"))
-    return train_grouped(module, data, recipe, noise_for(epsilon, data, recipe), stream, public_stream)
+        return train_dp_sgd(
+            module, data, recipe, epsilon, stream, randomness.stream("private", *key, "batches")
+        )
+    return train_grouped(
+        module, data, recipe, noise_for(epsilon, data, recipe), stream, public_stream
+    )
 
 
 def epsilon_by_epoch(privacy: SgdPrivacy, epochs: int) -> list[float]:
     per_epoch = privacy.steps // epochs
-    return [SgdPrivacy(privacy.noise_multiplier, privacy.sample_rate, per_epoch * epoch, privacy.delta,
-                       privacy.accountant, privacy.relation).epsilon() for epoch in range(1, epochs + 1)]
+    return [
+        SgdPrivacy(
+            privacy.noise_multiplier,
+            privacy.sample_rate,
+            per_epoch * epoch,
+            privacy.delta,
+            privacy.accountant,
+            privacy.relation,
+        ).epsilon()
+        for epoch in range(1, epochs + 1)
+    ]
 
 
 def _check_inputs(params: PrivateParams, unit: str, count: int, model: nn.Module) -> None:
     if params.delta >= 1.0 / count:
-        raise PrivharError(f"private.delta = {params.delta} is invalid: expected δ < 1/N = {1.0 / count:.3g} "
-                           f"(N = {count} training {unit}s; δ ≥ 1/N allows releasing one {unit} outright)")
+        raise PrivharError(
+            f"private.delta = {params.delta} is invalid: expected δ < 1/N = {1.0 / count:.3g} "
+            f"(N = {count} training {unit}s; δ ≥ 1/N allows releasing one {unit} outright)"
+        )
     require_sample_independence(model)  # before any clip is loaded
 
 
@@ -177,13 +245,25 @@ def training_inputs(method: str, frames: Path, avatar: Path | None) -> tuple[Pat
     if entry.learns_from == "raw" and not entry.masked:
         return frames, None
     if avatar is None:
-        raise PrivharError(f"train-private: method {method} needs --avatar (the avatar copy and its public masks)")
+        raise PrivharError(
+            f"train-private: method {method} needs --avatar (the avatar copy and its public masks)"
+        )
     return (avatar if entry.learns_from == "avatar" else frames), (avatar if entry.masked else None)
 
 
 @stage_work
-def train_private(*, params_path: Path, method: str, frames: Path, init: Path, out: Path, report: Path,
-                  avatar: Path | None = None, nproc: int | None = None, budget: Path | None = None) -> list[dict[str, Any]]:
+def train_private(
+    *,
+    params_path: Path,
+    method: str,
+    frames: Path,
+    init: Path,
+    out: Path,
+    report: Path,
+    avatar: Path | None = None,
+    nproc: int | None = None,
+    budget: Path | None = None,
+) -> list[dict[str, Any]]:
     """Run the stage: one model per ε of ``private.epsilons`` (and ∞) and training seed (``private.seeds_at_epsilon``,
     else ``private.seeds``, else ``report.seeds``); return the report rows.
 
@@ -195,22 +275,34 @@ def train_private(*, params_path: Path, method: str, frames: Path, init: Path, o
     ``private.nproc`` (dp_sgd in that many processes); ``budget`` is the budget stage's plan for it (default: planned here).
     """
     base = load_section(params_path, "base", BaseParams)
-    params = load_section(params_path, "private", PrivateParams, overrides=None if nproc is None else {"nproc": nproc})
-    randomness = DpRandomness(load_section(params_path, "privacy", PrivacyParams).randomness, base.seed)
+    params = load_section(
+        params_path, "private", PrivateParams, overrides=None if nproc is None else {"nproc": nproc}
+    )
+    randomness = DpRandomness(
+        load_section(params_path, "privacy", PrivacyParams).randomness, base.seed
+    )
     if method not in params.methods:
-        raise PrivharError(f"train-private: method {method!r} is not one of private.methods = {params.methods}")
+        raise PrivharError(
+            f"train-private: method {method!r} is not one of private.methods = {params.methods}"
+        )
     frames, masks = training_inputs(method, frames, avatar)
-    every_row = read_manifest(frames / MANIFEST_NAME)  # the budget counts every release of a person's videos, both splits
+    every_row = read_manifest(
+        frames / MANIFEST_NAME
+    )  # the budget counts every release of a person's videos, both splits
     rows = split_rows(every_row, "train")
-    seeds = {epsilon: private_seeds(params, load_section(params_path, "report", ReportParams), epsilon)
-             for epsilon in [*params.epsilons, math.inf]}
+    seeds = {
+        epsilon: private_seeds(params, load_section(params_path, "report", ReportParams), epsilon)
+        for epsilon in [*params.epsilons, math.inf]
+    }
     unit = CATALOGUE[method].unit_under(params.unit)
     pretrained, config = public_model(init, frames, classifier_seed(base.seed, 0))
     owners, count, units_per_person = privacy_units(rows, unit)
     _check_inputs(params, unit, count, pretrained)
     for epsilon in params.epsilons:  # privacy.max_epsilon, before any work: every seed is a release
         for seed in range(seeds[epsilon]):
-            check_budget(params_path, f"{method}-eps{epsilon}{seed_suffix(seed)}", every_row, budget)
+            check_budget(
+                params_path, f"{method}-eps{epsilon}{seed_suffix(seed)}", every_row, budget
+            )
     check_unprotected(params_path, f"the reference {method}-epsinf (the same recipe without noise)")
     size = tuple(config["input_size"])
     recipe = recipe_of(params, method)
@@ -218,17 +310,32 @@ def train_private(*, params_path: Path, method: str, frames: Path, init: Path, o
     torch.use_deterministic_algorithms(device.type == "cpu")
     generator = torch.Generator().manual_seed(derive_seed(base.seed, "private", method, "views"))
     clips = load_clips(rows, frames, size)
-    data = method_views(method, clips, labels_of(rows), params, generator, public_masks(rows, masks, size) if masks else None)
+    data = method_views(
+        method,
+        clips,
+        labels_of(rows),
+        params,
+        generator,
+        public_masks(rows, masks, size) if masks else None,
+    )
     data.owners = owners  # None: every video is its own unit
     no_public_view = data.has_public is not None and not bool(data.has_public.any())
     if no_public_view:  # real footage whose avatars the detectors never drew: said, and the rows trained as what they are
-        LOG.warning("train-private: %s found no public token in any of the %d training videos (private.public_threshold = "
-                    "%s, token %s; the avatar copy's clips without an avatar are counted in results.md): MaskDP is DP-SGD "
-                    "on the private tokens here", method, len(rows), params.public_threshold, params.token)
+        LOG.warning(
+            "train-private: %s found no public token in any of the %d training videos (private.public_threshold = "
+            "%s, token %s; the avatar copy's clips without an avatar are counted in results.md): MaskDP is DP-SGD "
+            "on the private tokens here",
+            method,
+            len(rows),
+            params.public_threshold,
+            params.token,
+        )
     trainable_names = select_trainable(pretrained, params.trainable)
     head_only = all(name.startswith(HEAD + ".") for name in trainable_names)
     pretrained.to(device)
-    data = data.to(device)  # DP-SGD's per-sample gradients and clipping run there in float32 (no autocast)
+    data = data.to(
+        device
+    )  # DP-SGD's per-sample gradients and clipping run there in float32 (no autocast)
     statistics = public_statistics(init) if head_only else None
     if head_only:
         data = as_features(pretrained, data, statistics)
@@ -236,102 +343,247 @@ def train_private(*, params_path: Path, method: str, frames: Path, init: Path, o
     registrations = []  # registered once the output folder and reports are complete: a failed stage leaves no version
     with stage_run(f"train-private@{method}", {"base": base, "private": params}) as run:
         run.log_dataset(frames, "train", "training")
-        run.set_tags({"privhar.device": str(device), **({"privhar.public_view": "none"} if no_public_view else {})})
+        run.set_tags(
+            {
+                "privhar.device": str(device),
+                **({"privhar.public_view": "none"} if no_public_view else {}),
+            }
+        )
         with atomic_directory(out) as staging:
             for epsilon in [*params.epsilons, math.inf]:
                 name = f"{method}-eps{epsilon}"
                 # one MLflow run per ε: seed 0's curves under plain names (the registered model), seed i's under seed<i>.
-                with run.model_run(name, {"privhar.method": method, "privhar.seeds": seeds[epsilon]}) as model_run:
+                with run.model_run(
+                    name, {"privhar.method": method, "privhar.seeds": seeds[epsilon]}
+                ) as model_run:
                     for seed in range(seeds[epsilon]):
                         key = name + seed_suffix(seed)
-                        model = copy.deepcopy(pretrained if seed == 0 else
-                                              public_model(init, frames, classifier_seed(base.seed, seed))[0].to(device))
+                        model = copy.deepcopy(
+                            pretrained
+                            if seed == 0
+                            else public_model(init, frames, classifier_seed(base.seed, seed))[0].to(
+                                device
+                            )
+                        )
                         select_trainable(model, params.trainable)
                         module = head_of(model) if head_only else model
                         outcome = train_one(method, module, data, recipe, epsilon, randomness, seed)
-                        _log(model_run.prefixed(f"seed{seed}.") if seed else model_run, outcome, recipe, epsilon)
-                        if statistics is not None:  # the head learnt on standardised features: the same logits on raw ones
+                        _log(
+                            model_run.prefixed(f"seed{seed}.") if seed else model_run,
+                            outcome,
+                            recipe,
+                            epsilon,
+                        )
+                        if (
+                            statistics is not None
+                        ):  # the head learnt on standardised features: the same logits on raw ones
                             fold_standardisation(head_of(model), statistics)
                         if math.isinf(epsilon):
                             guarantee = NON_PRIVATE
                         elif data.has_private is not None and not bool(data.has_private.any()):
-                            guarantee = PrivacyGuarantee(0.0, 0.0, "MaskDP: no private token in any video, nothing private is used",
-                                                         unit, relation_of(method), randomness.label)
+                            guarantee = PrivacyGuarantee(
+                                0.0,
+                                0.0,
+                                "MaskDP: no private token in any video, nothing private is used",
+                                unit,
+                                relation_of(method),
+                                randomness.label,
+                            )
                         else:
                             guarantee = _guarantee(method, outcome.privacy, unit, randomness.label)
                         by_person = _person_epsilons(guarantee, outcome.privacy, units_per_person)
-                        persons += [{"model": key, "subject": person, "units": units_per_person[person], "epsilon_person": value}
-                                    for person, value in by_person.items()]
-                        results.append({**_record(method, key, epsilon, guarantee, outcome, trainable_count(model), recipe,
-                                                  max(by_person.values(), default=math.inf)), "seed": seed})
+                        persons += [
+                            {
+                                "model": key,
+                                "subject": person,
+                                "units": units_per_person[person],
+                                "epsilon_person": value,
+                            }
+                            for person, value in by_person.items()
+                        ]
+                        results.append(
+                            {
+                                **_record(
+                                    method,
+                                    key,
+                                    epsilon,
+                                    guarantee,
+                                    outcome,
+                                    trainable_count(model),
+                                    recipe,
+                                    max(by_person.values(), default=math.inf),
+                                ),
+                                "seed": seed,
+                            }
+                        )
                         model.eval().cpu()  # saved and registered from the CPU: the checkpoint loads anywhere
-                        model_config = {**config, "model": key, "method": method, "family": method, "frames": str(frames),
-                                        "target_epsilon": epsilon, "trainable": params.trainable, "seed": seed}
+                        model_config = {
+                            **config,
+                            "model": key,
+                            "method": method,
+                            "family": method,
+                            "frames": str(frames),
+                            "target_epsilon": epsilon,
+                            "trainable": params.trainable,
+                            "seed": seed,
+                        }
                         folder = seed_folder(staging / name, seed)
                         folder.mkdir(parents=True)
-                        torch.save({"state_dict": model.state_dict(), "config": model_config}, folder / "model.pt")
-                        if seed == 0:  # the registered model; the other seeds measure the spread of the row
-                            registrations.append(functools.partial(
-                                register_model, model, run=model_run, family=method, key=key, config=model_config,
-                                artifact=key.replace(".", "_"),
-                                tags={"method": method, **guarantee.as_tags(), "semantics": CATALOGUE[method].semantics,
-                                      CHECKPOINT_TAG: checkpoint_digest(folder / "model.pt"),
-                                      "epsilon_person_max": repr(results[-1]["epsilon_person_max"]),
-                                      "trainable": params.trainable, "trainable_parameters": trainable_count(model),
-                                      "noise_multiplier": outcome.privacy.noise_multiplier, "max_grad_norm": recipe.max_grad_norm,
-                                      "sample_rate": outcome.privacy.sample_rate, "steps": outcome.privacy.steps}))
-                        LOG.info("train-private: %s: ε %.4g per %s (target %s), %.4g per person at most, σ %.4g, loss %.4f; "
-                                 "randomness %s", key, guarantee.epsilon, unit, epsilon, results[-1]["epsilon_person_max"],
-                                 outcome.privacy.noise_multiplier, outcome.history[-1]["loss"], randomness.label)
+                        torch.save(
+                            {"state_dict": model.state_dict(), "config": model_config},
+                            folder / "model.pt",
+                        )
+                        if (
+                            seed == 0
+                        ):  # the registered model; the other seeds measure the spread of the row
+                            registrations.append(
+                                functools.partial(
+                                    register_model,
+                                    model,
+                                    run=model_run,
+                                    family=method,
+                                    key=key,
+                                    config=model_config,
+                                    artifact=key.replace(".", "_"),
+                                    tags={
+                                        "method": method,
+                                        **guarantee.as_tags(),
+                                        "semantics": CATALOGUE[method].semantics,
+                                        CHECKPOINT_TAG: checkpoint_digest(folder / "model.pt"),
+                                        "epsilon_person_max": repr(
+                                            results[-1]["epsilon_person_max"]
+                                        ),
+                                        "trainable": params.trainable,
+                                        "trainable_parameters": trainable_count(model),
+                                        "noise_multiplier": outcome.privacy.noise_multiplier,
+                                        "max_grad_norm": recipe.max_grad_norm,
+                                        "sample_rate": outcome.privacy.sample_rate,
+                                        "steps": outcome.privacy.steps,
+                                    },
+                                )
+                            )
+                        LOG.info(
+                            "train-private: %s: ε %.4g per %s (target %s), %.4g per person at most, σ %.4g, loss %.4f; "
+                            "randomness %s",
+                            key,
+                            guarantee.epsilon,
+                            unit,
+                            epsilon,
+                            results[-1]["epsilon_person_max"],
+                            outcome.privacy.noise_multiplier,
+                            outcome.history[-1]["loss"],
+                            randomness.label,
+                        )
         atomic_write_bytes(report / f"{method}.csv", csv_bytes(results))
         atomic_write_bytes(report / f"{method}_persons.csv", csv_bytes(persons))
         for register in registrations:
             register()
         # the models are complete: each finite ε's seed is a release made, in the budget's ledger
-        record_made(params_path, [result["model"] for result in results if math.isfinite(result["target_epsilon"])],
-                    every_row, budget)
+        record_made(
+            params_path,
+            [result["model"] for result in results if math.isfinite(result["target_epsilon"])],
+            every_row,
+            budget,
+        )
     return results
 
 
 def _guarantee(method: str, privacy: SgdPrivacy, unit: str, randomness: str) -> PrivacyGuarantee:
     entry = CATALOGUE[method]
-    if entry.masked and entry.learns_from == "raw":  # ε holds for the background tokens only; the real person is public
+    if (
+        entry.masked and entry.learns_from == "raw"
+    ):  # ε holds for the background tokens only; the real person is public
         spent = privacy.guarantee(f"{unit} (masked adjacency)", randomness)
-        return PrivacyGuarantee(spent.epsilon, spent.delta, spent.accountant + "; the real person is NOT protected",
-                                spent.unit, spent.relation, randomness)
-    return privacy.guarantee(f"{unit} (masked adjacency, labels public)" if entry.masked else unit, randomness)
+        return PrivacyGuarantee(
+            spent.epsilon,
+            spent.delta,
+            spent.accountant + "; the real person is NOT protected",
+            spent.unit,
+            spent.relation,
+            randomness,
+        )
+    return privacy.guarantee(
+        f"{unit} (masked adjacency, labels public)" if entry.masked else unit, randomness
+    )
 
 
-def _person_epsilons(guarantee: PrivacyGuarantee, privacy: SgdPrivacy, units_per_person: dict[int, int]) -> dict[int, float]:
+def _person_epsilons(
+    guarantee: PrivacyGuarantee, privacy: SgdPrivacy, units_per_person: dict[int, int]
+) -> dict[int, float]:
     """Each person's ε: group privacy over the units holding them (1 unit: the model's own ε)."""
     if not math.isfinite(guarantee.epsilon):
         return {person: math.inf for person in units_per_person}
     if guarantee.epsilon == 0:
         return {person: 0.0 for person in units_per_person}
-    groups = {units: (guarantee.epsilon if units == 1 else privacy.group_epsilon(units))
-              for units in set(units_per_person.values())}
+    groups = {
+        units: (guarantee.epsilon if units == 1 else privacy.group_epsilon(units))
+        for units in set(units_per_person.values())
+    }
     return {person: round(groups[units], 6) for person, units in units_per_person.items()}
 
 
-def _record(method: str, key: str, target: float, guarantee: PrivacyGuarantee, outcome: Outcome, trainable: int,
-            recipe: Recipe, epsilon_person_max: float) -> dict[str, Any]:
-    paper = outcome.privacy.paper_epsilon() if CATALOGUE[method].masked and math.isfinite(guarantee.epsilon) else None
-    return {"model": key, "method": method, "target_epsilon": target, "epsilon": round(guarantee.epsilon, 6),
-            "delta": guarantee.delta, "unit": guarantee.unit, "relation": guarantee.relation,
-            "epsilon_person_max": epsilon_person_max, "paper_epsilon": "" if paper is None else round(paper, 6),
-            "randomness": guarantee.randomness, "noise_multiplier": round(outcome.privacy.noise_multiplier, 6),
-            "sample_rate": round(outcome.privacy.sample_rate, 6), "steps": outcome.privacy.steps,
-            "max_grad_norm": recipe.max_grad_norm, "accountant": guarantee.accountant, "trainable_parameters": trainable,
-            "final_loss": round(outcome.history[-1]["loss"], 6)}
+def _record(
+    method: str,
+    key: str,
+    target: float,
+    guarantee: PrivacyGuarantee,
+    outcome: Outcome,
+    trainable: int,
+    recipe: Recipe,
+    epsilon_person_max: float,
+) -> dict[str, Any]:
+    paper = (
+        outcome.privacy.paper_epsilon()
+        if CATALOGUE[method].masked and math.isfinite(guarantee.epsilon)
+        else None
+    )
+    return {
+        "model": key,
+        "method": method,
+        "target_epsilon": target,
+        "epsilon": round(guarantee.epsilon, 6),
+        "delta": guarantee.delta,
+        "unit": guarantee.unit,
+        "relation": guarantee.relation,
+        "epsilon_person_max": epsilon_person_max,
+        "paper_epsilon": "" if paper is None else round(paper, 6),
+        "randomness": guarantee.randomness,
+        "noise_multiplier": round(outcome.privacy.noise_multiplier, 6),
+        "sample_rate": round(outcome.privacy.sample_rate, 6),
+        "steps": outcome.privacy.steps,
+        "max_grad_norm": recipe.max_grad_norm,
+        "accountant": guarantee.accountant,
+        "trainable_parameters": trainable,
+        "final_loss": round(outcome.history[-1]["loss"], 6),
+    }
 
 
 def _log(run: StageRun, outcome: Outcome, recipe: Recipe, target: float) -> None:
     """One model's run: its loss and the ε spent after each epoch, and the DP-SGD parameters."""
     finite = not math.isinf(target)
-    spent = epsilon_by_epoch(outcome.privacy, recipe.epochs) if finite and outcome.privacy.noise_multiplier > 0 else None
-    history = [(record["epoch"], {"loss": record["loss"], **({} if spent is None else {"epsilon": spent[index]})})
-               for index, record in enumerate(outcome.history)]
+    spent = (
+        epsilon_by_epoch(outcome.privacy, recipe.epochs)
+        if finite and outcome.privacy.noise_multiplier > 0
+        else None
+    )
+    history = [
+        (
+            record["epoch"],
+            {"loss": record["loss"], **({} if spent is None else {"epsilon": spent[index]})},
+        )
+        for index, record in enumerate(outcome.history)
+    ]
     if finite:
-        history.append((None, {"noise_multiplier": outcome.privacy.noise_multiplier, "sample_rate": outcome.privacy.sample_rate,
-                               "steps": outcome.privacy.steps, "max_grad_norm": recipe.max_grad_norm, "delta": recipe.delta}))
+        history.append(
+            (
+                None,
+                {
+                    "noise_multiplier": outcome.privacy.noise_multiplier,
+                    "sample_rate": outcome.privacy.sample_rate,
+                    "steps": outcome.privacy.steps,
+                    "max_grad_norm": recipe.max_grad_norm,
+                    "delta": recipe.delta,
+                },
+            )
+        )
     run.log_history(history)

@@ -25,12 +25,12 @@ from typing import Any
 
 import polars as pl
 
+from tasks.core import tables
 from tasks.core.errors import PrivharError
 from tasks.core.figures import percent_chart_png, plt
 from tasks.core.params import DprpParams, PrivateParams, load_section
 from tasks.core.private_catalogue import CATALOGUE
 from tasks.core.storage import atomic_write_bytes
-from tasks.core import tables
 from tasks.core.tables import csv_bytes, frame_of, markdown_of, read_csv
 from tasks.core.tracking import stage_run, stage_work
 
@@ -45,31 +45,46 @@ class Row:
     note: str = ""
 
 
-ROWS = {name: Row(method.data, method.training, name, method.note) for name, method in CATALOGUE.items()}
+ROWS = {
+    name: Row(method.data, method.training, name, method.note) for name, method in CATALOGUE.items()
+}
 DPRP = Row("Video-DPRP copy", "Video-DPRP", "dprp")
 BASELINE = Row("real", "non-private, full fine-tuning", "baseline")
 
 
 def _read_json(path: Path) -> dict[str, Any]:
     if not path.is_file():
-        raise PrivharError(f"{path}: not found; run the stage that writes it (evaluate, train) first")
+        raise PrivharError(
+            f"{path}: not found; run the stage that writes it (evaluate, train) first"
+        )
     return json.loads(path.read_text())
 
 
 def _ledger(path: Path) -> list[dict[str, str]]:
     if not path.is_file():
-        raise PrivharError(f"{path}: not found; expected the train-private stage's ledger of this method")
+        raise PrivharError(
+            f"{path}: not found; expected the train-private stage's ledger of this method"
+        )
     return read_csv(path).to_dicts()
 
 
 def _scores(metrics: dict[str, Any], key: str, metrics_path: Path) -> dict[str, Any]:
     if key not in metrics:
-        raise PrivharError(f"{metrics_path}: no scores for model {key!r}; rerun evaluate after training it")
+        raise PrivharError(
+            f"{metrics_path}: no scores for model {key!r}; rerun evaluate after training it"
+        )
     return metrics[key]
 
 
-def collect(*, metrics_path: Path, ledgers: Path, train_reports: Path, methods: list[str], dprp_epsilons: list[float],
-            clips_per_video: int) -> list[dict[str, Any]]:
+def collect(
+    *,
+    metrics_path: Path,
+    ledgers: Path,
+    train_reports: Path,
+    methods: list[str],
+    dprp_epsilons: list[float],
+    clips_per_video: int,
+) -> list[dict[str, Any]]:
     """One record per model: its row, target and achieved ε, δ, accountant, Top-1 / Top-5 under both protocols."""
     metrics = _read_json(metrics_path)
     records = []
@@ -79,36 +94,98 @@ def collect(*, metrics_path: Path, ledgers: Path, train_reports: Path, methods: 
             if int(entry.get("seed") or 0):
                 continue  # another training seed of a row: in the row's interval (evaluate's top1_mean, top1_ci95)
             scores = _scores(metrics, entry["model"], metrics_path)
-            records.append(_record(row, entry["model"], float(entry["target_epsilon"]), float(entry["epsilon"]),
-                                   float(entry["delta"]), entry["accountant"], scores, clips_per_video,
-                                   noise_multiplier=entry["noise_multiplier"], steps=entry["steps"],
-                                   unit=entry.get("unit", ""), relation=entry.get("relation", ""),
-                                   epsilon_person_max=entry.get("epsilon_person_max", ""),
-                                   paper_epsilon=entry.get("paper_epsilon", ""), randomness=entry.get("randomness", "")))
+            records.append(
+                _record(
+                    row,
+                    entry["model"],
+                    float(entry["target_epsilon"]),
+                    float(entry["epsilon"]),
+                    float(entry["delta"]),
+                    entry["accountant"],
+                    scores,
+                    clips_per_video,
+                    noise_multiplier=entry["noise_multiplier"],
+                    steps=entry["steps"],
+                    unit=entry.get("unit", ""),
+                    relation=entry.get("relation", ""),
+                    epsilon_person_max=entry.get("epsilon_person_max", ""),
+                    paper_epsilon=entry.get("paper_epsilon", ""),
+                    randomness=entry.get("randomness", ""),
+                )
+            )
     for epsilon in dprp_epsilons:
         key = f"dprp-eps{epsilon}"
         claim = _read_json(train_reports / f"{key}.json")
         # placed at the ε its noise gives for its unit, the paper's printed ε (dprp.epsilons) beside it
-        records.append(_record(DPRP, key, float(claim["epsilon"]), float(claim["epsilon"]), float(claim["delta"]),
-                               claim["accountant"], _scores(metrics, key, metrics_path), clips_per_video,
-                               unit=claim.get("unit", ""), relation=claim.get("relation", ""),
-                               paper_epsilon=claim.get("paper_epsilon", ""), randomness=claim.get("randomness", "")))
+        records.append(
+            _record(
+                DPRP,
+                key,
+                float(claim["epsilon"]),
+                float(claim["epsilon"]),
+                float(claim["delta"]),
+                claim["accountant"],
+                _scores(metrics, key, metrics_path),
+                clips_per_video,
+                unit=claim.get("unit", ""),
+                relation=claim.get("relation", ""),
+                paper_epsilon=claim.get("paper_epsilon", ""),
+                randomness=claim.get("randomness", ""),
+            )
+        )
     claim = _read_json(train_reports / "baseline.json")
-    records.append(_record(BASELINE, "baseline", math.inf, math.inf, 0.0, claim["accountant"],
-                           _scores(metrics, "baseline", metrics_path), clips_per_video))
+    records.append(
+        _record(
+            BASELINE,
+            "baseline",
+            math.inf,
+            math.inf,
+            0.0,
+            claim["accountant"],
+            _scores(metrics, "baseline", metrics_path),
+            clips_per_video,
+        )
+    )
     return records
 
 
-def _record(row: Row, key: str, target: float, epsilon: float, delta: float, accountant: str, scores: dict[str, Any],
-            clips_per_video: int, **extra: Any) -> dict[str, Any]:
-    return {"data": row.data, "training": row.training.format(clips=clips_per_video), "model": key,
-            "target_epsilon": target, "epsilon": epsilon, "delta": delta, "accountant": accountant,
-            "noise_multiplier": extra.get("noise_multiplier", ""), "steps": extra.get("steps", ""),
-            **{name: extra.get(name, "") for name in ("unit", "relation", "epsilon_person_max", "paper_epsilon", "randomness")},
-            "top1": scores["top1"], "top5": scores["top5"], "top1_protocol2": scores.get("top1_protocol2", ""),
-            "top5_protocol2": scores.get("top5_protocol2", ""), "test_videos": scores["test_videos"],
-            "seeds": scores.get("seeds", 1), **{f"{score}_{part}": scores.get(f"{score}_{part}", "")
-                                              for score in ("top1", "top1_protocol2") for part in ("mean", "ci95")}}
+def _record(
+    row: Row,
+    key: str,
+    target: float,
+    epsilon: float,
+    delta: float,
+    accountant: str,
+    scores: dict[str, Any],
+    clips_per_video: int,
+    **extra: Any,
+) -> dict[str, Any]:
+    return {
+        "data": row.data,
+        "training": row.training.format(clips=clips_per_video),
+        "model": key,
+        "target_epsilon": target,
+        "epsilon": epsilon,
+        "delta": delta,
+        "accountant": accountant,
+        "noise_multiplier": extra.get("noise_multiplier", ""),
+        "steps": extra.get("steps", ""),
+        **{
+            name: extra.get(name, "")
+            for name in ("unit", "relation", "epsilon_person_max", "paper_epsilon", "randomness")
+        },
+        "top1": scores["top1"],
+        "top5": scores["top5"],
+        "top1_protocol2": scores.get("top1_protocol2", ""),
+        "top5_protocol2": scores.get("top5_protocol2", ""),
+        "test_videos": scores["test_videos"],
+        "seeds": scores.get("seeds", 1),
+        **{
+            f"{score}_{part}": scores.get(f"{score}_{part}", "")
+            for score in ("top1", "top1_protocol2")
+            for part in ("mean", "ci95")
+        },
+    }
 
 
 def _label(epsilon: float) -> str:
@@ -135,24 +212,72 @@ def accuracy_table(records: list[dict[str, Any]], score: str) -> str:
     """
     epsilons = sorted({record["target_epsilon"] for record in records})
     labels = [f"ε = {_label(e)}" for e in epsilons]
-    cells = frame_of([{"data": r["data"], "training": r["training"], "epsilon": f"ε = {_label(r['target_epsilon'])}",
-                       "cell": _cell(r, score), "run": r[score] != ""} for r in records])
-    ran = cells.group_by("data", "training", maintain_order=True).agg(pl.col("run").any()).filter("run")
-    wide = (cells.join(ran.select("data", "training"), on=["data", "training"], how="semi", maintain_order="left")
-            .pivot(on="epsilon", index=["data", "training"], values="cell", aggregate_function="first", maintain_order=True))
-    wide = wide.with_columns(*(pl.lit("—").alias(label) for label in labels if label not in wide.columns))
+    cells = frame_of(
+        [
+            {
+                "data": r["data"],
+                "training": r["training"],
+                "epsilon": f"ε = {_label(r['target_epsilon'])}",
+                "cell": _cell(r, score),
+                "run": r[score] != "",
+            }
+            for r in records
+        ]
+    )
+    ran = (
+        cells.group_by("data", "training", maintain_order=True)
+        .agg(pl.col("run").any())
+        .filter("run")
+    )
+    wide = cells.join(
+        ran.select("data", "training"), on=["data", "training"], how="semi", maintain_order="left"
+    ).pivot(
+        on="epsilon",
+        index=["data", "training"],
+        values="cell",
+        aggregate_function="first",
+        maintain_order=True,
+    )
+    wide = wide.with_columns(
+        *(pl.lit("—").alias(label) for label in labels if label not in wide.columns)
+    )
     return tables.markdown(wide.select("data", "training", *labels).fill_null("—"))
 
 
 def ledger_table(records: list[dict[str, Any]]) -> str:
     """Markdown: the achieved ε of every private model with its unit and relation, the ε of the most exposed person,
     the paper's number where a paper printed another (MaskDP: 001 Theorem 1, add/remove RDP), δ, the accountant."""
-    lines = [[record["model"], _label(record["target_epsilon"]), f"{record['epsilon']:.4g}", record["unit"], record["relation"],
-              "" if record["epsilon_person_max"] == "" else f"{float(record['epsilon_person_max']):.4g}",
-              "" if record["paper_epsilon"] == "" else f"{float(record['paper_epsilon']):.4g}", f"{record['delta']:g}",
-              record["accountant"]] for record in records if not math.isinf(record["epsilon"])]
-    return markdown_of(["model", "target ε", "ε", "unit", "relation", "ε of the most exposed person",
-                        "paper's ε (not a bound)", "δ", "accountant and parameters"], lines)
+    lines = [
+        [
+            record["model"],
+            _label(record["target_epsilon"]),
+            f"{record['epsilon']:.4g}",
+            record["unit"],
+            record["relation"],
+            ""
+            if record["epsilon_person_max"] == ""
+            else f"{float(record['epsilon_person_max']):.4g}",
+            "" if record["paper_epsilon"] == "" else f"{float(record['paper_epsilon']):.4g}",
+            f"{record['delta']:g}",
+            record["accountant"],
+        ]
+        for record in records
+        if not math.isinf(record["epsilon"])
+    ]
+    return markdown_of(
+        [
+            "model",
+            "target ε",
+            "ε",
+            "unit",
+            "relation",
+            "ε of the most exposed person",
+            "paper's ε (not a bound)",
+            "δ",
+            "accountant and parameters",
+        ],
+        lines,
+    )
 
 
 def _grouped(records: list[dict[str, Any]]) -> dict[tuple[str, str], list[dict[str, Any]]]:
@@ -163,24 +288,38 @@ def _grouped(records: list[dict[str, Any]]) -> dict[tuple[str, str], list[dict[s
 
 
 def markdown(records: list[dict[str, Any]]) -> str:
-    notes = sorted({row.note for row in ROWS.values() if row.note and any(r["data"] == row.data for r in records)})
+    notes = sorted(
+        {
+            row.note
+            for row in ROWS.values()
+            if row.note and any(r["data"] == row.data for r in records)
+        }
+    )
     tests = max(int(record["test_videos"]) for record in records)
     seeds = sorted({int(record["seeds"]) for record in records})
-    counted = (f"{seeds[0]}" if len(seeds) == 1 else
-               f"{', '.join(map(str, seeds[:-1]))} or {seeds[-1]} (the row's: `private.seeds_at_epsilon`, `private.seeds`, `report.seeds`)")
-    return "\n\n".join([
-        "# Private training: Top-1 (%) by target ε",
-        f"Protocol 1 — every model tested on the {tests} raw test videos (paper 000 §4.3). ε = ∞: the same recipe without noise "
-        "(private methods: clipping kept) or, for the non-private row, full fine-tuning. "
-        f"Each cell: mean ± half-width of the 95 % Student-t interval over {counted} training seeds; "
-        "each seed of a private model is a DP release of its own in the ledger.",
-        accuracy_table(records, "top1"),
-        *notes,
-        "## Protocol 2 — tested on the test split of the copy the model learnt from",
-        accuracy_table(records, "top1_protocol2"),
-        "## Privacy spent: ε achieved at δ, and who computed it",
-        ledger_table(records),
-    ]) + "\n"
+    counted = (
+        f"{seeds[0]}"
+        if len(seeds) == 1
+        else f"{', '.join(map(str, seeds[:-1]))} or {seeds[-1]} (the row's: `private.seeds_at_epsilon`, `private.seeds`, `report.seeds`)"
+    )
+    return (
+        "\n\n".join(
+            [
+                "# Private training: Top-1 (%) by target ε",
+                f"Protocol 1 — every model tested on the {tests} raw test videos (paper 000 §4.3). ε = ∞: the same recipe without noise "
+                "(private methods: clipping kept) or, for the non-private row, full fine-tuning. "
+                f"Each cell: mean ± half-width of the 95 % Student-t interval over {counted} training seeds; "
+                "each seed of a private model is a DP release of its own in the ledger.",
+                accuracy_table(records, "top1"),
+                *notes,
+                "## Protocol 2 — tested on the test split of the copy the model learnt from",
+                accuracy_table(records, "top1_protocol2"),
+                "## Privacy spent: ε achieved at δ, and who computed it",
+                ledger_table(records),
+            ]
+        )
+        + "\n"
+    )
 
 
 def plot(records: list[dict[str, Any]]) -> bytes:
@@ -194,7 +333,9 @@ def plot(records: list[dict[str, Any]]) -> bytes:
         ys = [100 * float(r["top1_mean"] if r["top1_mean"] != "" else r["top1"]) for r in group]
         errors = [100 * float(r["top1_ci95"]) if r["top1_ci95"] != "" else 0.0 for r in group]
         if len(group) == 1 and math.isinf(group[0]["target_epsilon"]):
-            axes.axhline(ys[0], color="black", linestyle="--", linewidth=1, label=f"{training} ({data})")
+            axes.axhline(
+                ys[0], color="black", linestyle="--", linewidth=1, label=f"{training} ({data})"
+            )
             continue
         axes.errorbar(xs, ys, yerr=errors, marker="o", capsize=3, label=f"{training} ({data})")
     axes.set_xscale("log")
@@ -202,35 +343,68 @@ def plot(records: list[dict[str, Any]]) -> bytes:
     axes.set_xticks(ticks, [*(_label(e) for e in finite), "∞"])
     axes.minorticks_off()
     axes.set_xlabel("target ε (δ per the ledger)")
-    return percent_chart_png(figure, axes, ylabel="Top-1 on the raw test videos (%), mean ± 95 % over seeds", legend_size=8,
-                             title="Accuracy vs privacy budget (protocol 1)")
+    return percent_chart_png(
+        figure,
+        axes,
+        ylabel="Top-1 on the raw test videos (%), mean ± 95 % over seeds",
+        legend_size=8,
+        title="Accuracy vs privacy budget (protocol 1)",
+    )
 
 
 def epsilon_curves(records: list[dict[str, Any]], methods: list[str]) -> pl.DataFrame:
     """One line per finite target ε, one column per private method: its Top-1 (protocol 1, mean over the seeds), null
     where it did not run; the data of dvc.yaml's linear plot (a polars pivot)."""
-    finite = frame_of([{"target_epsilon": r["target_epsilon"], "method": r["model"].split("-eps")[0],
-                        "top1": float(r["top1_mean"] if r["top1_mean"] != "" else r["top1"])}
-                       for r in records if math.isfinite(r["target_epsilon"]) and r["model"].split("-eps")[0] in methods],
-                      ["target_epsilon", "method", "top1"])
-    wide = finite.pivot(on="method", index="target_epsilon", values="top1", aggregate_function="first") if finite.height \
+    finite = frame_of(
+        [
+            {
+                "target_epsilon": r["target_epsilon"],
+                "method": r["model"].split("-eps")[0],
+                "top1": float(r["top1_mean"] if r["top1_mean"] != "" else r["top1"]),
+            }
+            for r in records
+            if math.isfinite(r["target_epsilon"]) and r["model"].split("-eps")[0] in methods
+        ],
+        ["target_epsilon", "method", "top1"],
+    )
+    wide = (
+        finite.pivot(on="method", index="target_epsilon", values="top1", aggregate_function="first")
+        if finite.height
         else pl.DataFrame(schema={"target_epsilon": pl.Float64})
-    missing = [pl.lit(None, pl.Float64).alias(method) for method in methods if method not in wide.columns]
+    )
+    missing = [
+        pl.lit(None, pl.Float64).alias(method) for method in methods if method not in wide.columns
+    ]
     return wide.with_columns(*missing).select("target_epsilon", *methods).sort("target_epsilon")
 
 
 @stage_work
-def private_table(*, params_path: Path, metrics: Path, ledgers: Path, train_reports: Path, out: Path) -> list[dict[str, Any]]:
+def private_table(
+    *, params_path: Path, metrics: Path, ledgers: Path, train_reports: Path, out: Path
+) -> list[dict[str, Any]]:
     """Run the stage; return the CSV records written."""
     private = load_section(params_path, "private", PrivateParams)
     dprp = load_section(params_path, "dprp", DprpParams)
-    records = collect(metrics_path=metrics, ledgers=ledgers, train_reports=train_reports, methods=private.methods,
-                      dprp_epsilons=dprp.epsilons, clips_per_video=private.clips_per_video)
+    records = collect(
+        metrics_path=metrics,
+        ledgers=ledgers,
+        train_reports=train_reports,
+        methods=private.methods,
+        dprp_epsilons=dprp.epsilons,
+        clips_per_video=private.clips_per_video,
+    )
     with stage_run("private-table", {"private": private}) as run:
         atomic_write_bytes(out / "private.csv", csv_bytes(records))
         atomic_write_bytes(out / "private.md", markdown(records).encode())
-        atomic_write_bytes(out / "accuracy_vs_epsilon.csv", csv_bytes(epsilon_curves(records, private.methods)))
+        atomic_write_bytes(
+            out / "accuracy_vs_epsilon.csv", csv_bytes(epsilon_curves(records, private.methods))
+        )
         atomic_write_bytes(out / "accuracy_vs_epsilon.png", plot(records))
-        for name in ("private.md", "private.csv", "accuracy_vs_epsilon.csv", "accuracy_vs_epsilon.png"):
+        for name in (
+            "private.md",
+            "private.csv",
+            "accuracy_vs_epsilon.csv",
+            "accuracy_vs_epsilon.png",
+        ):
             run.log_artifact(out / name)
     return records

@@ -21,16 +21,22 @@ import torch
 import torch.nn.functional as F
 
 
-def public_token_map(public_pixels: torch.Tensor, token: tuple[int, int, int], threshold: float) -> torch.Tensor:
+def public_token_map(
+    public_pixels: torch.Tensor, token: tuple[int, int, int], threshold: float
+) -> torch.Tensor:
     """Per pixel (N, T, H, W) bool: does the pixel's token count as public? From 0/1 masks (N, T, H, W)."""
-    shares = F.avg_pool3d(public_pixels.float().unsqueeze(1), kernel_size=token, stride=token, ceil_mode=True).squeeze(1)
+    shares = F.avg_pool3d(
+        public_pixels.float().unsqueeze(1), kernel_size=token, stride=token, ceil_mode=True
+    ).squeeze(1)
     public = shares >= threshold
     for axis, size in zip((1, 2, 3), token):
         public = public.repeat_interleave(size, dim=axis)
-    return public[:, :public_pixels.shape[1], :public_pixels.shape[2], :public_pixels.shape[3]]
+    return public[:, : public_pixels.shape[1], : public_pixels.shape[2], : public_pixels.shape[3]]
 
 
-def public_pixels(masks: torch.Tensor, token: tuple[int, int, int], threshold: float) -> torch.Tensor:
+def public_pixels(
+    masks: torch.Tensor, token: tuple[int, int, int], threshold: float
+) -> torch.Tensor:
     """Per pixel (N, T, H, W) bool: public when its token is public *and* the pixel itself is avatar (0/1 ``masks``)."""
     return public_token_map(masks, token, threshold) & (masks > 0.5)
 

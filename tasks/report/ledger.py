@@ -28,10 +28,16 @@ from tasks.core.seeds import seed_suffix
 from tasks.core.subjects import person_videos
 from tasks.core.tables import frame_of, read_csv, read_parquet
 
-
-
-SUBJECT_COLUMNS = ("subject", "dp_releases", "epsilon_per_unit_sum", "epsilon_person", "delta_person",
-                   "releases_without_dp", "releases_seeded", "total_epsilon_person")
+SUBJECT_COLUMNS = (
+    "subject",
+    "dp_releases",
+    "epsilon_per_unit_sum",
+    "epsilon_person",
+    "delta_person",
+    "releases_without_dp",
+    "releases_seeded",
+    "total_epsilon_person",
+)
 PersonEpsilons = dict[int, tuple[float, float]]  # person -> (ε, δ) under one release
 
 
@@ -82,17 +88,41 @@ def dprp_releases(folder: Path) -> list[Release]:
         persons = {}
         for person, videos in person_videos(rows).items():
             persons[person] = gaussian_person_epsilon(
-                mu_per_frame=float(first["mu_per_frame"]), mu_q_per_video=float(first["mu_q_per_video"]),
-                delta=float(first["delta"]), failure=float(first["failure_probability"]), videos=len(videos),
-                frames=max(int(rows[index]["n_frames"]) for index in videos))
+                mu_per_frame=float(first["mu_per_frame"]),
+                mu_q_per_video=float(first["mu_q_per_video"]),
+                delta=float(first["delta"]),
+                failure=float(first["failure_probability"]),
+                videos=len(videos),
+                frames=max(int(rows[index]["n_frames"]) for index in videos),
+            )
         printed = first.get("paper_epsilon")
-        note = ("" if printed is None else f"the paper's ε = {float(printed):g} (Theorems 3-4 as printed, not a bound for "
-                f"this R); ") + (f"same noise: ε {float(first['epsilon_one_pixel']):.3g} for one pixel value, "
-                                 f"{float(first['epsilon_whole_frame']):.3g} for a whole frame")
-        releases.append(Release(f"dprp-{ledger.parent.name}", "dprp", "Video-DPRP (Gaussian on the projection P and covariance Q)",
-                                float(first["epsilon"]), float(first["delta"]), str(first["accountant"]),
-                                str(first["calibration"]), "train+test", note, str(first["unit"]), str(first["relation"]),
-                                _randomness(float(first["epsilon"]), first), _max_person(persons), persons))
+        note = (
+            ""
+            if printed is None
+            else f"the paper's ε = {float(printed):g} (Theorems 3-4 as printed, not a bound for "
+            f"this R); "
+        ) + (
+            f"same noise: ε {float(first['epsilon_one_pixel']):.3g} for one pixel value, "
+            f"{float(first['epsilon_whole_frame']):.3g} for a whole frame"
+        )
+        releases.append(
+            Release(
+                f"dprp-{ledger.parent.name}",
+                "dprp",
+                "Video-DPRP (Gaussian on the projection P and covariance Q)",
+                float(first["epsilon"]),
+                float(first["delta"]),
+                str(first["accountant"]),
+                str(first["calibration"]),
+                "train+test",
+                note,
+                str(first["unit"]),
+                str(first["relation"]),
+                _randomness(float(first["epsilon"]), first),
+                _max_person(persons),
+                persons,
+            )
+        )
     return releases
 
 
@@ -100,7 +130,10 @@ def _persons(path: Path) -> dict[str, PersonEpsilons]:
     """model -> person -> (ε, δ) from a training stage's ``*_persons.csv``."""
     found: dict[str, PersonEpsilons] = {}
     for entry in _csv_entries(path):
-        found.setdefault(entry["model"], {})[int(entry["subject"])] = (float(entry["epsilon_person"]), 0.0)
+        found.setdefault(entry["model"], {})[int(entry["subject"])] = (
+            float(entry["epsilon_person"]),
+            0.0,
+        )
     return found
 
 
@@ -112,12 +145,30 @@ def private_releases(folder: Path, methods: list[str]) -> list[Release]:
         persons = _persons(folder / f"{method}_persons.csv")
         for entry in _csv_entries(folder / f"{method}.csv"):
             epsilon, delta = float(entry["epsilon"]), float(entry["delta"])
-            mine = {person: (value, delta) for person, (value, _) in persons.get(entry["model"], {}).items()}
-            releases.append(Release(entry["model"], method, CATALOGUE[method].mechanism if method in CATALOGUE else method, epsilon, delta,
-                                    entry["accountant"], "σ calibrated to the target ε by the accountant"
-                                    if math.isfinite(epsilon) else "none: no noise (clipping only)", "train",
-                                    "" if math.isfinite(epsilon) else "reference without noise", entry.get("unit", "video"),
-                                    entry.get("relation", "none"), _randomness(epsilon, entry), _max_person(mine), mine))
+            mine = {
+                person: (value, delta)
+                for person, (value, _) in persons.get(entry["model"], {}).items()
+            }
+            releases.append(
+                Release(
+                    entry["model"],
+                    method,
+                    CATALOGUE[method].mechanism if method in CATALOGUE else method,
+                    epsilon,
+                    delta,
+                    entry["accountant"],
+                    "σ calibrated to the target ε by the accountant"
+                    if math.isfinite(epsilon)
+                    else "none: no noise (clipping only)",
+                    "train",
+                    "" if math.isfinite(epsilon) else "reference without noise",
+                    entry.get("unit", "video"),
+                    entry.get("relation", "none"),
+                    _randomness(epsilon, entry),
+                    _max_person(mine),
+                    mine,
+                )
+            )
     return releases
 
 
@@ -133,13 +184,33 @@ def ldp_releases(path: Path, rows: list[dict[str, Any]] | None = None) -> list[R
     releases = []
     for entry in _csv_entries(path):
         per_video = float(entry["epsilon_per_video"])
-        persons = ({person: (len(videos) * per_video, 0.0) for person, videos in person_videos(train).items()}
-                   if math.isfinite(per_video) else {})
-        releases.append(Release(entry["release"], "ldp", entry["mechanism"], per_video, float(entry["delta"]),
-                                entry["accountant"], f"ε = {float(entry['epsilon_per_feature']):g} per feature × "
-                                f"{entry['features_per_video']} features", entry["splits"],
-                                "" if math.isfinite(per_video) else "reference without noise", entry.get("unit", "video"),
-                                entry.get("relation", "none"), _randomness(per_video, entry), _max_person(persons), persons))
+        persons = (
+            {
+                person: (len(videos) * per_video, 0.0)
+                for person, videos in person_videos(train).items()
+            }
+            if math.isfinite(per_video)
+            else {}
+        )
+        releases.append(
+            Release(
+                entry["release"],
+                "ldp",
+                entry["mechanism"],
+                per_video,
+                float(entry["delta"]),
+                entry["accountant"],
+                f"ε = {float(entry['epsilon_per_feature']):g} per feature × "
+                f"{entry['features_per_video']} features",
+                entry["splits"],
+                "" if math.isfinite(per_video) else "reference without noise",
+                entry.get("unit", "video"),
+                entry.get("relation", "none"),
+                _randomness(per_video, entry),
+                _max_person(persons),
+                persons,
+            )
+        )
     return releases
 
 
@@ -150,17 +221,36 @@ def federated_releases(path: Path) -> list[Release]:
     releases = []
     for entry in _csv_entries(path):
         epsilon, delta = float(entry["epsilon"]), float(entry["delta"])
-        name = (federated_release(entry["aggregation"], entry["tuning"]) + seed_suffix(int(entry.get("seed") or 0))
-                if math.isfinite(epsilon) else f"federated-{entry['model']}")
-        mine = {person: (value, delta) for person, (value, _) in persons.get(entry["model"], {}).items()}
-        releases.append(Release(name, "federated",
-                                "FedDP-STECAR: DP-SGD (Opacus) per client on shuffled batches, masked updates, FedAvg / FedNova",
-                                epsilon, delta, entry["accountant"],
-                                "σ calibrated so that a client in every round spends federated.epsilon"
-                                if math.isfinite(epsilon) else "none: no noise (clipping only)", "train",
-                                f"{entry['tuning']} tuning, {entry['aggregation']}"
-                                + ("" if math.isfinite(epsilon) else ", reference without noise"), entry.get("unit", "video"),
-                                entry.get("relation", "replace-one"), _randomness(epsilon, entry), _max_person(mine), mine))
+        name = (
+            federated_release(entry["aggregation"], entry["tuning"])
+            + seed_suffix(int(entry.get("seed") or 0))
+            if math.isfinite(epsilon)
+            else f"federated-{entry['model']}"
+        )
+        mine = {
+            person: (value, delta) for person, (value, _) in persons.get(entry["model"], {}).items()
+        }
+        releases.append(
+            Release(
+                name,
+                "federated",
+                "FedDP-STECAR: DP-SGD (Opacus) per client on shuffled batches, masked updates, FedAvg / FedNova",
+                epsilon,
+                delta,
+                entry["accountant"],
+                "σ calibrated so that a client in every round spends federated.epsilon"
+                if math.isfinite(epsilon)
+                else "none: no noise (clipping only)",
+                "train",
+                f"{entry['tuning']} tuning, {entry['aggregation']}"
+                + ("" if math.isfinite(epsilon) else ", reference without noise"),
+                entry.get("unit", "video"),
+                entry.get("relation", "replace-one"),
+                _randomness(epsilon, entry),
+                _max_person(mine),
+                mine,
+            )
+        )
     return releases
 
 
@@ -169,8 +259,21 @@ def unprotected_releases(train_reports: Path, anonymize: Path) -> list[Release]:
 
     Models trained on a DPRP copy are post-processing of that copy: free, and not listed.
     """
-    releases = [Release(f"anonymize-{copy.name}", "anonymize", "obfuscation (no formal guarantee)", math.inf, 0.0, "none", "none",
-                        "train+test", randomness=NO_NOISE) for copy in sorted(anonymize.iterdir()) if (copy / "manifest.parquet").is_file()]
+    releases = [
+        Release(
+            f"anonymize-{copy.name}",
+            "anonymize",
+            "obfuscation (no formal guarantee)",
+            math.inf,
+            0.0,
+            "none",
+            "none",
+            "train+test",
+            randomness=NO_NOISE,
+        )
+        for copy in sorted(anonymize.iterdir())
+        if (copy / "manifest.parquet").is_file()
+    ]
     for report in sorted(train_reports.glob("*.json")):
         key = report.stem
         if key == "public" or key.startswith("dprp-"):
@@ -179,8 +282,19 @@ def unprotected_releases(train_reports: Path, anonymize: Path) -> list[Release]:
         epsilon = float(claim.get("epsilon", "inf"))
         if math.isfinite(epsilon):
             continue
-        releases.append(Release(f"model {key}", "non-private models", "non-private training", math.inf, 0.0, str(claim.get("accountant", "none")),
-                                "none", "train", randomness=NO_NOISE))
+        releases.append(
+            Release(
+                f"model {key}",
+                "non-private models",
+                "non-private training",
+                math.inf,
+                0.0,
+                str(claim.get("accountant", "none")),
+                "none",
+                "train",
+                randomness=NO_NOISE,
+            )
+        )
     return releases
 
 
@@ -190,40 +304,104 @@ def subject_totals(releases: list[Release], rows: list[dict[str, Any]]) -> list[
 
     A polars join of who is in which split with what each release covers, grouped by person.
     """
-    members = pl.DataFrame([{"subject": subject, "split": split} for split, people in subjects_by_split(rows).items()
-                            for subject in people], schema={"subject": pl.Int64, "split": pl.String})
-    covered = pl.DataFrame([{"release": index, "split": split, "epsilon": r.epsilon, "delta": r.delta, "private": r.private,
-                             "epsilon_person_max": r.epsilon_person_max} for index, r in enumerate(releases)
-                            for split in r.splits.split("+")],
-                           schema={"release": pl.Int64, "split": pl.String, "epsilon": pl.Float64, "delta": pl.Float64,
-                                   "private": pl.Boolean, "epsilon_person_max": pl.Float64})
-    exact = pl.DataFrame([{"release": index, "subject": subject, "person_epsilon": value[0], "person_delta": value[1]}
-                          for index, r in enumerate(releases) for subject, value in r.persons.items()],
-                         schema={"release": pl.Int64, "subject": pl.Int64, "person_epsilon": pl.Float64,
-                                 "person_delta": pl.Float64})
-    held = (members.join(covered, on="split").unique(["subject", "release"])
-            .join(exact, on=["release", "subject"], how="left")
-            .with_columns(finite=pl.col("epsilon").is_finite(),
-                          person_epsilon=pl.col("person_epsilon").fill_null(pl.col("epsilon_person_max")),
-                          person_delta=pl.col("person_delta").fill_null(pl.col("delta")))
-            .sort("subject", "release"))  # a join's row order varies from run to run, and with it a float sum's last digit
+    members = pl.DataFrame(
+        [
+            {"subject": subject, "split": split}
+            for split, people in subjects_by_split(rows).items()
+            for subject in people
+        ],
+        schema={"subject": pl.Int64, "split": pl.String},
+    )
+    covered = pl.DataFrame(
+        [
+            {
+                "release": index,
+                "split": split,
+                "epsilon": r.epsilon,
+                "delta": r.delta,
+                "private": r.private,
+                "epsilon_person_max": r.epsilon_person_max,
+            }
+            for index, r in enumerate(releases)
+            for split in r.splits.split("+")
+        ],
+        schema={
+            "release": pl.Int64,
+            "split": pl.String,
+            "epsilon": pl.Float64,
+            "delta": pl.Float64,
+            "private": pl.Boolean,
+            "epsilon_person_max": pl.Float64,
+        },
+    )
+    exact = pl.DataFrame(
+        [
+            {
+                "release": index,
+                "subject": subject,
+                "person_epsilon": value[0],
+                "person_delta": value[1],
+            }
+            for index, r in enumerate(releases)
+            for subject, value in r.persons.items()
+        ],
+        schema={
+            "release": pl.Int64,
+            "subject": pl.Int64,
+            "person_epsilon": pl.Float64,
+            "person_delta": pl.Float64,
+        },
+    )
+    held = (
+        members.join(covered, on="split")
+        .unique(["subject", "release"])
+        .join(exact, on=["release", "subject"], how="left")
+        .with_columns(
+            finite=pl.col("epsilon").is_finite(),
+            person_epsilon=pl.col("person_epsilon").fill_null(pl.col("epsilon_person_max")),
+            person_delta=pl.col("person_delta").fill_null(pl.col("delta")),
+        )
+        .sort("subject", "release")
+    )  # a join's row order varies from run to run, and with it a float sum's last digit
     dp = pl.col("finite")
-    totals = (held.group_by("subject", maintain_order=True).agg(
-        dp.sum().cast(pl.Int64).alias("dp_releases"),
-        pl.col("epsilon").filter(dp).sum().round(4).alias("epsilon_per_unit_sum"),
-        pl.col("person_epsilon").filter(dp).sum().alias("epsilon_person"),
-        pl.col("person_delta").filter(dp).sum().alias("delta_person"),
-        (~dp).sum().cast(pl.Int64).alias("releases_without_dp"),
-        (dp & ~pl.col("private")).sum().cast(pl.Int64).alias("releases_seeded"))
-        .with_columns(pl.when(pl.col("epsilon_person").is_finite()).then(pl.col("epsilon_person").round(4))
-                      .otherwise(pl.col("epsilon_person")).alias("epsilon_person"))
-        .with_columns(pl.when((pl.col("releases_without_dp") > 0) | (pl.col("releases_seeded") > 0)).then(math.inf)
-                      .otherwise(pl.col("epsilon_person")).alias("total_epsilon_person"))
-        .sort("subject"))
-    return members.select("subject").unique().sort("subject").join(totals, on="subject", how="left").with_columns(
-        pl.col("dp_releases", "releases_without_dp", "releases_seeded").fill_null(0),
-        pl.col("epsilon_per_unit_sum", "epsilon_person", "delta_person", "total_epsilon_person").fill_null(0.0),
-    ).select(SUBJECT_COLUMNS).to_dicts()
+    totals = (
+        held.group_by("subject", maintain_order=True)
+        .agg(
+            dp.sum().cast(pl.Int64).alias("dp_releases"),
+            pl.col("epsilon").filter(dp).sum().round(4).alias("epsilon_per_unit_sum"),
+            pl.col("person_epsilon").filter(dp).sum().alias("epsilon_person"),
+            pl.col("person_delta").filter(dp).sum().alias("delta_person"),
+            (~dp).sum().cast(pl.Int64).alias("releases_without_dp"),
+            (dp & ~pl.col("private")).sum().cast(pl.Int64).alias("releases_seeded"),
+        )
+        .with_columns(
+            pl.when(pl.col("epsilon_person").is_finite())
+            .then(pl.col("epsilon_person").round(4))
+            .otherwise(pl.col("epsilon_person"))
+            .alias("epsilon_person")
+        )
+        .with_columns(
+            pl.when((pl.col("releases_without_dp") > 0) | (pl.col("releases_seeded") > 0))
+            .then(math.inf)
+            .otherwise(pl.col("epsilon_person"))
+            .alias("total_epsilon_person")
+        )
+        .sort("subject")
+    )
+    return (
+        members.select("subject")
+        .unique()
+        .sort("subject")
+        .join(totals, on="subject", how="left")
+        .with_columns(
+            pl.col("dp_releases", "releases_without_dp", "releases_seeded").fill_null(0),
+            pl.col(
+                "epsilon_per_unit_sum", "epsilon_person", "delta_person", "total_epsilon_person"
+            ).fill_null(0.0),
+        )
+        .select(SUBJECT_COLUMNS)
+        .to_dicts()
+    )
 
 
 def family_summary(releases: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -232,22 +410,48 @@ def family_summary(releases: list[dict[str, Any]]) -> list[dict[str, Any]]:
     if not releases:
         return []
     dp = pl.col("epsilon").is_finite()
-    first = [pl.col(name).filter(dp).first().alias(name) for name in ("unit", "relation", "accountant", "calibration", "randomness")]
-    grouped = (frame_of(releases).group_by("family", maintain_order=True).agg(
-        pl.col("mechanism").first(), dp.sum().cast(pl.Int64).alias("dp_releases"), *first,
-        pl.col("epsilon").filter(dp).alias("dp_epsilons"), pl.col("epsilon_person_max").filter(dp).alias("person"),
-        pl.col("delta").filter(dp).max().fill_null(0.0).alias("delta"),
-        pl.col("epsilon").filter(dp).sum().alias("epsilon_sum"), (~dp).sum().cast(pl.Int64).alias("releases_without_dp")))
+    first = [
+        pl.col(name).filter(dp).first().alias(name)
+        for name in ("unit", "relation", "accountant", "calibration", "randomness")
+    ]
+    grouped = (
+        frame_of(releases)
+        .group_by("family", maintain_order=True)
+        .agg(
+            pl.col("mechanism").first(),
+            dp.sum().cast(pl.Int64).alias("dp_releases"),
+            *first,
+            pl.col("epsilon").filter(dp).alias("dp_epsilons"),
+            pl.col("epsilon_person_max").filter(dp).alias("person"),
+            pl.col("delta").filter(dp).max().fill_null(0.0).alias("delta"),
+            pl.col("epsilon").filter(dp).sum().alias("epsilon_sum"),
+            (~dp).sum().cast(pl.Int64).alias("releases_without_dp"),
+        )
+    )
     summary = []
     for row in grouped.to_dicts():
-        summary.append({"method": row["family"], "mechanism": row["mechanism"], "dp_releases": row["dp_releases"],
-                        **{name: row[name] or "none" for name in ("unit", "relation", "calibration", "randomness")},
-                        "epsilons": ", ".join(f"{value:.3g}" for value in row["dp_epsilons"]) or "—",
-                        "person_epsilons": ", ".join(f"{value:.3g}" for value in row["person"]) or "—",
-                        "delta": row["delta"], "accountant": (row["accountant"] or "none").split(";")[0],
-                        "epsilon_sum": row["epsilon_sum"], "releases_without_dp": row["releases_without_dp"]})
+        summary.append(
+            {
+                "method": row["family"],
+                "mechanism": row["mechanism"],
+                "dp_releases": row["dp_releases"],
+                **{
+                    name: row[name] or "none"
+                    for name in ("unit", "relation", "calibration", "randomness")
+                },
+                "epsilons": ", ".join(f"{value:.3g}" for value in row["dp_epsilons"]) or "—",
+                "person_epsilons": ", ".join(f"{value:.3g}" for value in row["person"]) or "—",
+                "delta": row["delta"],
+                "accountant": (row["accountant"] or "none").split(";")[0],
+                "epsilon_sum": row["epsilon_sum"],
+                "releases_without_dp": row["releases_without_dp"],
+            }
+        )
     return summary
 
 
 def method_rows(releases: list[Release]) -> list[dict[str, Any]]:
-    return [{key: value for key, value in asdict(release).items() if key != "persons"} for release in releases]
+    return [
+        {key: value for key, value in asdict(release).items() if key != "persons"}
+        for release in releases
+    ]

@@ -15,10 +15,31 @@ from tasks.core.tables import markdown_of
 NOT_RUN = "not run"
 NOT_MEASURED = "n/m"  # assess could not measure it (real footage: no annotations or attributes)
 # what is left of people (assess): the anonymize coverage check, clips held back, detectors re-run on the copy
-LEFT_COLUMNS = ("coverage", "quarantined", "no_avatar", "residual_people", "residual_faces", "residual_pixels",
-                "face_leak_frames", "face_leak_clips")
-SIGNATURE_COLUMNS = ("e_id_ind", "e_id_aggr", "e_id_fused", "e_det_face_ind", "e_det_face_aggr", "e_det_face_fused",
-                     "e_det_body_ind", "e_det_body_aggr", "e_det_body_fused", "e_track", "e_sim_ssim", "e_sim_mse", "e_speed")
+LEFT_COLUMNS = (
+    "coverage",
+    "quarantined",
+    "no_avatar",
+    "residual_people",
+    "residual_faces",
+    "residual_pixels",
+    "face_leak_frames",
+    "face_leak_clips",
+)
+SIGNATURE_COLUMNS = (
+    "e_id_ind",
+    "e_id_aggr",
+    "e_id_fused",
+    "e_det_face_ind",
+    "e_det_face_aggr",
+    "e_det_face_fused",
+    "e_det_body_ind",
+    "e_det_body_aggr",
+    "e_det_body_fused",
+    "e_track",
+    "e_sim_ssim",
+    "e_sim_mse",
+    "e_speed",
+)
 
 
 @dataclass(frozen=True)
@@ -27,17 +48,29 @@ class Method:
 
     label: str
     model: str  # its key in evaluate's metrics.json
-    copy: str | None  # its key in assess's signature.json; None for DP training on raw clips (frames not protected)
+    copy: (
+        str | None
+    )  # its key in assess's signature.json; None for DP training on raw clips (frames not protected)
     epsilon: float  # math.inf: no DP guarantee
 
 
-def methods(anonymize: list[str], dprp: list[NoiseScales], private: list[str], private_epsilons: list[float]) -> list[Method]:
+def methods(
+    anonymize: list[str], dprp: list[NoiseScales], private: list[str], private_epsilons: list[float]
+) -> list[Method]:
     """Every row the params call for, in the order of the tables; a Video-DPRP row by the ε that holds for its unit."""
     rows = [Method("none (raw clips)", "baseline", "raw", math.inf)]
-    rows += [Method(f"anonymize: {name}", f"anonymize-{name}", f"anonymize-{name}", math.inf) for name in anonymize]
-    rows += [Method(scales.label, dprp_key(scales), dprp_key(scales), scales.epsilon) for scales in dprp]
-    rows += [Method(f"{name} ε = {epsilon_text(e)}", f"{name}-eps{e}", None, e)
-             for name in private for e in [*private_epsilons, math.inf]]
+    rows += [
+        Method(f"anonymize: {name}", f"anonymize-{name}", f"anonymize-{name}", math.inf)
+        for name in anonymize
+    ]
+    rows += [
+        Method(scales.label, dprp_key(scales), dprp_key(scales), scales.epsilon) for scales in dprp
+    ]
+    rows += [
+        Method(f"{name} ε = {epsilon_text(e)}", f"{name}-eps{e}", None, e)
+        for name in private
+        for e in [*private_epsilons, math.inf]
+    ]
     return rows
 
 
@@ -46,20 +79,30 @@ def dprp_key(scales: NoiseScales) -> str:
     return f"dprp-eps{scales.target_epsilon}"
 
 
-def table_one(rows: list[Method], metrics: dict[str, Any], signature: dict[str, Any]) -> list[dict[str, Any]]:
+def table_one(
+    rows: list[Method], metrics: dict[str, Any], signature: dict[str, Any]
+) -> list[dict[str, Any]]:
     """Per method: Top-1 under protocols 1 and 2, cMAP and F1 of the raw-trained and the adaptive attacker, ε."""
     table = []
     for method in rows:
         scores = metrics.get(method.model)
         attack = signature.get(method.copy) if method.copy else None
-        record: dict[str, Any] = {"method": method.label, "model": method.model, "copy": method.copy or "",
-                                  "epsilon": method.epsilon}
+        record: dict[str, Any] = {
+            "method": method.label,
+            "model": method.model,
+            "copy": method.copy or "",
+            "epsilon": method.epsilon,
+        }
         record["top1"] = scores["top1"] if scores else NOT_RUN
-        record["top1_protocol2"] = (scores.get("top1_protocol2", scores["top1"]) if scores else NOT_RUN)
+        record["top1_protocol2"] = (
+            scores.get("top1_protocol2", scores["top1"]) if scores else NOT_RUN
+        )
         # the row over its training seeds (evaluate's summaries); protocol 2 is protocol 1 for models of raw clips
         suffix = "_protocol2" if scores and "top1_protocol2_mean" in scores else ""
         for name, source in (("top1", "top1"), ("top1_protocol2", "top1" + suffix)):
-            record[f"{name}_mean"] = scores.get(f"{source}_mean", scores[source]) if scores else NOT_RUN
+            record[f"{name}_mean"] = (
+                scores.get(f"{source}_mean", scores[source]) if scores else NOT_RUN
+            )
             record[f"{name}_ci95"] = scores.get(f"{source}_ci95", math.nan) if scores else NOT_RUN
         record["seeds"] = scores.get("seeds", 1) if scores else NOT_RUN
         for key in ("cmap_raw_attacker", "f1_raw_attacker", "cmap_adaptive", "f1_adaptive"):
@@ -73,8 +116,17 @@ def table_one(rows: list[Method], metrics: dict[str, Any], signature: dict[str, 
 
 def signature_rows(rows: list[Method], signature: dict[str, Any]) -> list[dict[str, Any]]:
     copies = [method for method in rows if method.copy]
-    return [{"method": m.label, "copy": m.copy, **{key: signature[m.copy].get(key) if m.copy in signature else NOT_RUN
-                                                  for key in SIGNATURE_COLUMNS + LEFT_COLUMNS}} for m in copies]
+    return [
+        {
+            "method": m.label,
+            "copy": m.copy,
+            **{
+                key: signature[m.copy].get(key) if m.copy in signature else NOT_RUN
+                for key in SIGNATURE_COLUMNS + LEFT_COLUMNS
+            },
+        }
+        for m in copies
+    ]
 
 
 def epsilon_text(epsilon: float) -> str:
@@ -88,7 +140,13 @@ def cell(value: Any, percent: bool = False) -> str:
         return value
     if isinstance(value, float) and math.isinf(value):
         return "∞"
-    return f"{100 * value:.1f}" if percent else f"{value:.3f}" if isinstance(value, float) and not value.is_integer() else f"{value:g}"
+    return (
+        f"{100 * value:.1f}"
+        if percent
+        else f"{value:.3f}"
+        if isinstance(value, float) and not value.is_integer()
+        else f"{value:g}"
+    )
 
 
 def spread_cell(record: dict[str, Any], score: str) -> str:
@@ -100,15 +158,46 @@ def spread_cell(record: dict[str, Any], score: str) -> str:
 
 
 def table_one_markdown(table: list[dict[str, Any]]) -> str:
-    headers = ["method", "ε", "Top-1 P1 (%)", "Top-1 P2 (%)", "cMAP", "F1", "cMAP adaptive", "F1 adaptive"]
-    lines = [[r["method"], epsilon_text(r["epsilon"]), spread_cell(r, "top1"), spread_cell(r, "top1_protocol2"),
-              cell(r["cmap_raw_attacker"]), cell(r["f1_raw_attacker"]), cell(r["cmap_adaptive"]), cell(r["f1_adaptive"])]
-             for r in table]
+    headers = [
+        "method",
+        "ε",
+        "Top-1 P1 (%)",
+        "Top-1 P2 (%)",
+        "cMAP",
+        "F1",
+        "cMAP adaptive",
+        "F1 adaptive",
+    ]
+    lines = [
+        [
+            r["method"],
+            epsilon_text(r["epsilon"]),
+            spread_cell(r, "top1"),
+            spread_cell(r, "top1_protocol2"),
+            cell(r["cmap_raw_attacker"]),
+            cell(r["f1_raw_attacker"]),
+            cell(r["cmap_adaptive"]),
+            cell(r["f1_adaptive"]),
+        ]
+        for r in table
+    ]
     return markdown_of(headers, lines)
 
 
 def signature_markdown(rows: list[dict[str, Any]]) -> str:
-    headers = ["method", *(key.removeprefix("e_") for key in SIGNATURE_COLUMNS),
-               "coverage", "held back", "no avatar drawn", "people / frame", "faces / frame", "person pixels",
-               "faces kept (frames)", "faces kept (clips)"]
-    return markdown_of(headers, [[r["method"], *(cell(r[key]) for key in SIGNATURE_COLUMNS + LEFT_COLUMNS)] for r in rows])
+    headers = [
+        "method",
+        *(key.removeprefix("e_") for key in SIGNATURE_COLUMNS),
+        "coverage",
+        "held back",
+        "no avatar drawn",
+        "people / frame",
+        "faces / frame",
+        "person pixels",
+        "faces kept (frames)",
+        "faces kept (clips)",
+    ]
+    return markdown_of(
+        headers,
+        [[r["method"], *(cell(r[key]) for key in SIGNATURE_COLUMNS + LEFT_COLUMNS)] for r in rows],
+    )

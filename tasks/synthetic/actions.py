@@ -39,28 +39,48 @@ def _other(side: str) -> str:
     return "r" if side == "l" else "l"
 
 
-def _legs(pose: Pose, left_thigh: float, right_thigh: float, left_knee: float, right_knee: float) -> None:
+def _legs(
+    pose: Pose, left_thigh: float, right_thigh: float, left_knee: float, right_knee: float
+) -> None:
     pose.angles["l_thigh"] = (left_thigh, 2.0)
     pose.angles["r_thigh"] = (right_thigh, 2.0)
     pose.angles["l_shin"] = (left_thigh - left_knee, 2.0)
     pose.angles["r_shin"] = (right_thigh - right_knee, 2.0)
 
 
-def _arms(pose: Pose, left: tuple[float, float], right: tuple[float, float], abduct: float = 8.0) -> None:
+def _arms(
+    pose: Pose, left: tuple[float, float], right: tuple[float, float], abduct: float = 8.0
+) -> None:
     """Arms from (shoulder flex, elbow bend) per side."""
     for side, (flex, elbow) in (("l", left), ("r", right)):
         pose.angles[f"{side}_upper_arm"] = (flex, abduct)
         pose.angles[f"{side}_forearm"] = (flex + elbow, abduct)
 
 
-def _gait(t: float, style: MotionStyle, *, hz: float, swing: float, knee: float, arm: float,
-          elbow: float, lean: float, travel: float, bounce: float) -> Pose:
+def _gait(
+    t: float,
+    style: MotionStyle,
+    *,
+    hz: float,
+    swing: float,
+    knee: float,
+    arm: float,
+    elbow: float,
+    lean: float,
+    travel: float,
+    bounce: float,
+) -> Pose:
     phase = _cycle(t, style, hz)
     a = style.amplitude
     pose = Pose(torso_pitch=lean * a)
     stride = swing * a * np.sin(phase)
-    _legs(pose, stride, -stride,
-          knee * a * max(0.0, np.sin(phase + 1.2)), knee * a * max(0.0, np.sin(phase + 1.2 + np.pi)))
+    _legs(
+        pose,
+        stride,
+        -stride,
+        knee * a * max(0.0, np.sin(phase + 1.2)),
+        knee * a * max(0.0, np.sin(phase + 1.2 + np.pi)),
+    )
     _arms(pose, (-arm * a * np.sin(phase), elbow), (arm * a * np.sin(phase), elbow))
     pose.forward = travel * style.speed * t
     pose.lift = bounce * a * abs(np.sin(phase))
@@ -69,19 +89,23 @@ def _gait(t: float, style: MotionStyle, *, hz: float, swing: float, knee: float,
 
 @ACTIONS.register("walk")
 def walk(t: float, style: MotionStyle) -> Pose:
-    return _gait(t, style, hz=0.9, swing=24, knee=35, arm=20, elbow=12, lean=3, travel=0.55, bounce=0.008)
+    return _gait(
+        t, style, hz=0.9, swing=24, knee=35, arm=20, elbow=12, lean=3, travel=0.55, bounce=0.008
+    )
 
 
 @ACTIONS.register("run")
 def run(t: float, style: MotionStyle) -> Pose:
-    return _gait(t, style, hz=1.4, swing=42, knee=85, arm=38, elbow=85, lean=13, travel=1.3, bounce=0.05)
+    return _gait(
+        t, style, hz=1.4, swing=42, knee=85, arm=38, elbow=85, lean=13, travel=1.3, bounce=0.05
+    )
 
 
 @ACTIONS.register("jump")
 def jump(t: float, style: MotionStyle) -> Pose:
     cycle = (0.85 * style.speed * t + style.phase) % 1.0
     a = style.amplitude
-    crouch = np.exp(-((cycle - 0.15) / 0.09) ** 2) + np.exp(-((cycle - 0.85) / 0.09) ** 2)
+    crouch = np.exp(-(((cycle - 0.15) / 0.09) ** 2)) + np.exp(-(((cycle - 0.85) / 0.09) ** 2))
     flight = max(0.0, np.sin(np.pi * (cycle - 0.25) / 0.5)) if 0.25 < cycle < 0.75 else 0.0
     pose = Pose(torso_pitch=20 * crouch * a)
     _legs(pose, 55 * crouch * a, 55 * crouch * a, 100 * crouch * a, 100 * crouch * a)

@@ -80,7 +80,9 @@ def _margin(params: SynthesizeParams) -> int:
 def _scene(seed: int, index: int, params: SynthesizeParams) -> Scene:
     """The scene panorama: twice the frame width (room to pan) plus the jitter margin."""
     margin = _margin(params)
-    return scene_of(seed, index, params.frame_size[0] + 2 * margin, 2 * params.frame_size[1] + 2 * margin)
+    return scene_of(
+        seed, index, params.frame_size[0] + 2 * margin, 2 * params.frame_size[1] + 2 * margin
+    )
 
 
 def _duration(params: SynthesizeParams) -> float:
@@ -95,7 +97,9 @@ def _project_actor(actor: ActorSpec, seed: int, t: float) -> tuple[np.ndarray, n
     identity = identity_of(seed, actor.identity)
     joints = forward_kinematics(ACTIONS[actor.action](t, actor.style), identity.build)
     scale = actor.height_px * identity.height
-    points, depth = project(joints, yaw_deg=actor.yaw, scale_px=scale, origin_px=(actor.origin_x, actor.ground_y))
+    points, depth = project(
+        joints, yaw_deg=actor.yaw, scale_px=scale, origin_px=(actor.origin_x, actor.ground_y)
+    )
     return points, depth, scale
 
 
@@ -108,7 +112,9 @@ def _fit_height(actor: ActorSpec, seed: int, params: SynthesizeParams) -> ActorS
     """Shrink the person if a jump or a raised arm would leave the top of the frame."""
     identity = identity_of(seed, actor.identity)
     points = _trajectory(actor, seed, params)
-    top = points[..., 1].min() - 1.2 * identity.build.head_radius * actor.height_px * identity.height
+    top = (
+        points[..., 1].min() - 1.2 * identity.build.head_radius * actor.height_px * identity.height
+    )
     limit = 0.03 * params.frame_size[0]
     if top >= limit:
         return actor
@@ -116,8 +122,15 @@ def _fit_height(actor: ActorSpec, seed: int, params: SynthesizeParams) -> ActorS
     return replace(actor, height_px=float(actor.height_px * factor))
 
 
-def _place(actor: ActorSpec, points: np.ndarray, params: SynthesizeParams, rng: np.random.Generator, lo: float, hi: float,
-           pan: float = 0.0) -> ActorSpec:
+def _place(
+    actor: ActorSpec,
+    points: np.ndarray,
+    params: SynthesizeParams,
+    rng: np.random.Generator,
+    lo: float,
+    hi: float,
+    pan: float = 0.0,
+) -> ActorSpec:
     """Choose origin_x so the trajectory ``points`` (seen by a camera panning at ``pan``) stays in [lo, hi] of the width."""
     xs = (points[..., 0] - pan * _times(params)[:, None]).ravel()
     width = params.frame_size[1]
@@ -132,16 +145,24 @@ def _tracking_pan(points: np.ndarray, params: SynthesizeParams) -> float:
         return 0.0
     pelvis = points[:, JOINT_INDEX["pelvis"], 0]
     speed = (pelvis[-1] - pelvis[0]) / max(_duration(params) - 1.0 / params.fps, 1e-6)
-    limit = params.frame_size[1] / _duration(params)  # the panorama is one frame width wider than the view
+    limit = params.frame_size[1] / _duration(
+        params
+    )  # the panorama is one frame width wider than the view
     return float(np.clip(speed, -limit, limit))
 
 
-def sample_spec(seed: int, video_id: str, action: str, label: int, params: SynthesizeParams) -> VideoSpec:
+def sample_spec(
+    seed: int, video_id: str, action: str, label: int, params: SynthesizeParams
+) -> VideoSpec:
     """Everything random about one video, drawn from ``rng_for(seed, "video", video_id)``."""
     rng = rng_for(seed, "video", video_id)
     height, width = params.frame_size
     home_scene = label % params.scenes
-    scene = home_scene if rng.random() < params.scene_action_correlation else int(rng.integers(params.scenes))
+    scene = (
+        home_scene
+        if rng.random() < params.scene_action_correlation
+        else int(rng.integers(params.scenes))
+    )
     horizon = _scene(seed, scene, params).horizon
 
     def yaw() -> float:
@@ -150,25 +171,52 @@ def sample_spec(seed: int, video_id: str, action: str, label: int, params: Synth
         return float(magnitude * rng.choice([-1.0, 1.0]))
 
     def style() -> MotionStyle:
-        return MotionStyle(speed=float(rng.uniform(*params.speed_range)), amplitude=float(rng.uniform(*params.amplitude_range)),
-                           phase=float(rng.random()), lead=str(rng.choice(["l", "r"])),
-                           onset=float(rng.uniform(0.05, 0.45) * params.frames / params.fps))
+        return MotionStyle(
+            speed=float(rng.uniform(*params.speed_range)),
+            amplitude=float(rng.uniform(*params.amplitude_range)),
+            phase=float(rng.random()),
+            lead=str(rng.choice(["l", "r"])),
+            onset=float(rng.uniform(0.05, 0.45) * params.frames / params.fps),
+        )
 
     primary_identity = int(rng.integers(params.identities))
     ground = rng.uniform(0.88, 0.96) * height
-    primary = ActorSpec(identity=primary_identity, outfit=int(rng.integers(2)), action=action, style=style(), yaw=yaw(),
-                        height_px=float(rng.uniform(*params.person_height) * height), origin_x=0.0, ground_y=float(ground))
+    primary = ActorSpec(
+        identity=primary_identity,
+        outfit=int(rng.integers(2)),
+        action=action,
+        style=style(),
+        yaw=yaw(),
+        height_px=float(rng.uniform(*params.person_height) * height),
+        origin_x=0.0,
+        ground_y=float(ground),
+    )
     primary = _fit_height(primary, seed, params)
     path = _trajectory(primary, seed, params)
     pan = _tracking_pan(path, params)
     actors = [_place(primary, path, params, rng, 0.05, 0.95, pan)]
     if rng.random() < params.two_person_fraction:
         other = int((primary_identity + rng.integers(1, params.identities)) % params.identities)
-        back_ground = float(max(horizon * height + 0.2 * (ground - horizon * height), ground - rng.uniform(0.08, 0.16) * height))
-        bystander = ActorSpec(identity=other, outfit=int(rng.integers(2)), action="stand", style=style(), yaw=yaw(),
-                              height_px=float(primary.height_px * rng.uniform(0.7, 0.85)), origin_x=0.0, ground_y=back_ground)
+        back_ground = float(
+            max(
+                horizon * height + 0.2 * (ground - horizon * height),
+                ground - rng.uniform(0.08, 0.16) * height,
+            )
+        )
+        bystander = ActorSpec(
+            identity=other,
+            outfit=int(rng.integers(2)),
+            action="stand",
+            style=style(),
+            yaw=yaw(),
+            height_px=float(primary.height_px * rng.uniform(0.7, 0.85)),
+            origin_x=0.0,
+            ground_y=back_ground,
+        )
         bystander = _fit_height(bystander, seed, params)
-        actors.append(_place(bystander, _trajectory(bystander, seed, params), params, rng, 0.02, 0.98, pan))
+        actors.append(
+            _place(bystander, _trajectory(bystander, seed, params), params, rng, 0.02, 0.98, pan)
+        )
     stool = None
     if action == "sit_down" or rng.random() < 0.15:
         if action == "sit_down":
@@ -177,14 +225,27 @@ def sample_spec(seed: int, video_id: str, action: str, label: int, params: Synth
             pelvis = points[JOINT_INDEX["pelvis"]]
             x_centre, top = float(pelvis[0]), float(pelvis[1] + 0.03 * scale)
         else:
-            x_centre, top = float(rng.uniform(0.1, 0.9) * width), float(ground - rng.uniform(0.2, 0.3) * primary.height_px)
+            x_centre, top = (
+                float(rng.uniform(0.1, 0.9) * width),
+                float(ground - rng.uniform(0.2, 0.3) * primary.height_px),
+            )
         half = 0.12 * primary.height_px
         stool = (x_centre - half, top, x_centre + half, float(ground))
-    return VideoSpec(video_id=video_id, action=action, scene=scene, actors=tuple(actors), stool=stool, pan=pan,
-                     light_gain=float(rng.uniform(0.8, 1.15)), jitter_phase=tuple(float(v) for v in rng.uniform(0, 2 * np.pi, 4)))
+    return VideoSpec(
+        video_id=video_id,
+        action=action,
+        scene=scene,
+        actors=tuple(actors),
+        stool=stool,
+        pan=pan,
+        light_gain=float(rng.uniform(0.8, 1.15)),
+        jitter_phase=tuple(float(v) for v in rng.uniform(0, 2 * np.pi, 4)),
+    )
 
 
-def _draw_stool(canvas: np.ndarray, box: tuple[float, float, float, float], offset: np.ndarray) -> None:
+def _draw_stool(
+    canvas: np.ndarray, box: tuple[float, float, float, float], offset: np.ndarray
+) -> None:
     x0, y0, x1, y1 = (np.array(box) + np.tile(offset, 2)).astype(int)
     cv2.rectangle(canvas, (x0, y0), (x1, y0 + max(2, (y1 - y0) // 8)), (40, 70, 110), -1)
     for x in (x0 + 2, x1 - 4):
@@ -212,22 +273,34 @@ def render_video(spec: VideoSpec, seed: int, params: SynthesizeParams) -> Render
     )
     phase = spec.jitter_phase
     for index, t in enumerate(_times(params)):
-        offset = params.camera_jitter * np.array([np.sin(2.3 * t + phase[0]) * 0.7 + np.sin(7.1 * t + phase[1]) * 0.3,
-                                                  np.sin(1.9 * t + phase[2]) * 0.7 + np.sin(6.3 * t + phase[3]) * 0.3])
+        offset = params.camera_jitter * np.array(
+            [
+                np.sin(2.3 * t + phase[0]) * 0.7 + np.sin(7.1 * t + phase[1]) * 0.3,
+                np.sin(1.9 * t + phase[2]) * 0.7 + np.sin(6.3 * t + phase[3]) * 0.3,
+            ]
+        )
         shift = np.round(offset + np.array([spec.pan * t, 0.0])).astype(int)
         x0, y0 = margin + start + shift[0], margin + shift[1]
-        canvas = scene.image[y0: y0 + height, x0: x0 + width].copy()
+        canvas = scene.image[y0 : y0 + height, x0 : x0 + width].copy()
         labels = out.person_mask[index]
         if spec.stool is not None:
             _draw_stool(canvas, spec.stool, -shift)
-        order = sorted(range(n_people), key=lambda p: spec.actors[p].ground_y)  # far (higher on screen) first
+        order = sorted(
+            range(n_people), key=lambda p: spec.actors[p].ground_y
+        )  # far (higher on screen) first
         for person in order:
             actor = spec.actors[person]
             points, depth, scale = _project_actor(actor, seed, float(t))
             points = points - shift
             identity = identity_of(seed, actor.identity)
-            face_box, face_visible = draw_person(canvas, labels, person + 1, identity, identity.outfits[actor.outfit],
-                                                 PersonView(points=points, depth=depth, scale_px=scale, yaw=actor.yaw))
+            face_box, face_visible = draw_person(
+                canvas,
+                labels,
+                person + 1,
+                identity,
+                identity.outfits[actor.outfit],
+                PersonView(points=points, depth=depth, scale_px=scale, yaw=actor.yaw),
+            )
             out.skeleton[index, person] = points
             out.joint_depth[index, person] = depth
             out.face_box[index, person] = face_box
@@ -238,7 +311,9 @@ def render_video(spec: VideoSpec, seed: int, params: SynthesizeParams) -> Render
                 out.body_box[index, person] = (x, y, x + w, y + h)
             else:
                 out.face_visible[index, person] = False
-        noise = noise_rng.standard_normal(canvas.shape, dtype=np.float32) * np.float32(params.sensor_noise)
+        noise = noise_rng.standard_normal(canvas.shape, dtype=np.float32) * np.float32(
+            params.sensor_noise
+        )
         lit = canvas.astype(np.float32) * np.float32(spec.light_gain) + noise
         out.frames[index] = np.clip(lit, 0, 255).astype(np.uint8)
     return out
