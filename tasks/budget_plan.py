@@ -1,7 +1,7 @@
 """Stage ``budget``: the privacy budget planned in one place, before any DP stage runs.
 
 Every DP stage checks ``privacy.max_epsilon`` against each person's ε under the releases planned before its
-own (:mod:`tasks.core.budget`). That verdict depends on every params section with a DP release in it — the
+own (:mod:`tasks.privacy.budget`). That verdict depends on every params section with a DP release in it — the
 Video-DPRP calibration, the private recipe, the federated clients, the LDP crop — and on the people in the
 data. This stage computes each release's person ε once (σ calibrated here, by the same accountants the stages
 use, cached on disk) and writes, per DP stage, ``<stage>.json``: the plan's releases up to that stage's last,
@@ -16,9 +16,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from tasks.core.budget import plan_files
 from tasks.core.manifest import MANIFEST_NAME, read_manifest
 from tasks.core.storage import atomic_directory
+from tasks.privacy.budget import plan_files
 
 LOG = logging.getLogger(__name__)
 

@@ -32,7 +32,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tasks.core.budget import check_unprotected
 from tasks.core.clips import (
     augment,
     class_names,
@@ -57,6 +56,7 @@ from tasks.core.seeds import seed_folder, seed_keys
 from tasks.core.storage import atomic_directory, atomic_write_bytes
 from tasks.core.tables import csv_bytes
 from tasks.core.tracking import StageRun, stage_run, stage_work
+from tasks.privacy.budget import check_unprotected
 
 
 @dataclass

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from dp_accounting.pld import privacy_loss_distribution
 
-from tasks.core.accounting import (
+from tasks.privacy.accounting import (
     ADD_REMOVE,
     REPLACE_ONE,
     gdp_delta,
@@ -136,8 +136,8 @@ def test_the_disk_cache_returns_what_the_accountant_computes_and_is_keyed_by_the
     tmp_path, monkeypatch
 ):
     """tasks.core.disk_cache: a cached ε is the accountant's own; another module source gets another folder."""
-    from tasks.core import accounting
     from tasks.core.disk_cache import cache_folder, code_digest
+    from tasks.privacy import accounting
 
     monkeypatch.setenv("PRIVHAR_CACHE_DIR", str(tmp_path))
     fresh = accounting.sampled_gaussian_epsilon.__wrapped__.__wrapped__(

@@ -17,9 +17,9 @@ from scipy.stats import beta
 from torch import nn
 
 import tasks.private.methods as methods
-from tasks.core.accounting import ADD_REMOVE, REPLACE_ONE, sampled_gaussian_epsilon
 from tasks.core.randomness import DpStream
 from tasks.ldp.randomized_response import perturb
+from tasks.privacy.accounting import ADD_REMOVE, REPLACE_ONE, sampled_gaussian_epsilon
 from tasks.private.methods import PrivateData, Recipe, train_grouped
 
 RUNS = (
@@ -414,8 +414,8 @@ def audit_dprp(noise_divisor: float = 1.0, runs: int = 4_000) -> tuple[float, fl
     The claim is the Gaussian mechanism's exact curve at the calibrated sensitivity Δ1 (χ² bound, failing with
     probability β, which joins δ): μ = Δ1/σ1.
     """
-    from tasks.core.accounting import gdp_epsilon
-    from tasks.core.dprp_calibration import chi_square_bound, noise_scales
+    from tasks.privacy.accounting import gdp_epsilon
+    from tasks.privacy.dprp_calibration import chi_square_bound, noise_scales
 
     scales = noise_scales(
         epsilon=6.0,
@@ -482,8 +482,8 @@ def test_video_dprp_default_mode_holds_its_headline_and_the_chi_square_claim_for
     picks the frame change the paper's unit allows (ℓ2 ≤ 255/√k, whole grey levels) along R's top singular vector, so
     ‖ΔxR‖ reaches 255/√k·s_max(R) — 3.7× Theorem 3's χ² bound at d = 768, k = 24. ε̂ stays within the headline ε
     (operator norm), and exceeds both the ε the χ² bound claims for this σ1 and the paper's printed ε = 2."""
-    from tasks.core.dprp_calibration import noise_scales, operator_norm_bound
     from tasks.dprp.mechanism import Projection
+    from tasks.privacy.dprp_calibration import noise_scales, operator_norm_bound
 
     d, k = 16 * 16 * 3, 24
     projection = Projection(seed=11, d=d, k=k)

@@ -8,9 +8,9 @@ import pytest
 import yaml
 
 from tasks.budget_plan import budget_plan
-from tasks.core.budget import check_budget, planned_releases
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import MANIFEST_NAME, write_manifest
+from tasks.privacy.budget import check_budget, planned_releases
 from tests.conftest import REPO, write_params
 from tests.test_report import ROWS
 
@@ -90,7 +90,7 @@ def test_each_dp_stage_gets_a_plan_file_whose_verdicts_are_the_ones_it_computes_
 def test_the_budget_stage_declares_every_params_section_the_plan_reads(
     tmp_path: Path, monkeypatch
 ) -> None:
-    import tasks.core.budget as budget
+    import tasks.privacy.budget as budget
 
     read: set[str] = set()
     original = budget.load_section

@@ -10,9 +10,9 @@ from opacus import PrivacyEngine
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from tasks.core.accounting import opacus_engine_epsilon
 from tasks.core.errors import PrivharError
 from tasks.core.randomness import DpStream
+from tasks.privacy.accounting import opacus_engine_epsilon
 from tasks.private.distributed import train_dp_sgd_processes
 
 SIGMA, CLIP, RATE_ONE, MODE = 0.7, 1.0, 8, "ew"

@@ -6,7 +6,7 @@ import numpy as np
 from click.testing import CliRunner
 
 from flows.cli import entry_point, main
-from tasks.core.dprp_calibration import noise_scales
+from tasks.privacy.dprp_calibration import noise_scales
 
 
 def test_protects_a_clip_and_reports_its_privacy(tmp_path):

@@ -10,10 +10,10 @@ import pytest
 import torch
 from conftest import REPO, assert_frames_agree
 
-from tasks.core.dprp_calibration import noise_scales
 from tasks.core.errors import PrivharError
 from tasks.core.seeding import derive_seed
 from tasks.dprp.mechanism import Projection, project, protect_video
+from tasks.privacy.dprp_calibration import noise_scales
 
 
 def clip(t: int, h: int, w: int, seed: int = 0) -> np.ndarray:
@@ -225,7 +225,7 @@ def test_paper_calibration_covers_255_over_sqrt_k_and_says_what_a_pixel_and_a_fr
     assert 80 < got.epsilon_one_pixel < 90 and 1.7e6 < got.epsilon_whole_frame < 1.9e6
     assert got.delta == pytest.approx(1e-4 + 0.8e-4 / 2) and got.paper_delta == 1e-4
     # σ1 is exactly the Gaussian σ for a change of 255/√k at δ1 under the χ² bound: the paper's ε for that change
-    from tasks.core.accounting import gdp_epsilon
+    from tasks.privacy.accounting import gdp_epsilon
 
     mu = (
         255
@@ -251,7 +251,7 @@ def test_paper_calibration_covers_255_over_sqrt_k_and_says_what_a_pixel_and_a_fr
 
 def test_an_adversarial_frame_change_beats_the_chi_square_bound_but_not_the_operator_norm():
     """With R public, Δx along R's top left singular vector: ‖ΔxR‖ = 255·s_max(R), far above the χ² bound."""
-    from tasks.core.dprp_calibration import chi_square_bound, operator_norm_bound
+    from tasks.privacy.dprp_calibration import chi_square_bound, operator_norm_bound
 
     d, k = 8 * 8 * 3, 24
     dense = Projection(seed=3, d=d, k=k).dense().double()

@@ -5,11 +5,11 @@ import math
 
 import pytest
 
-from tasks.core.dprp_calibration import noise_scales
 from tasks.core.errors import PrivharError
 from tasks.core.registry import newest_version
 from tasks.dprp.stage import dprp
 from tasks.evaluate import evaluate
+from tasks.privacy.dprp_calibration import noise_scales
 from tasks.train import train
 from tests.conftest import write_params
 from tests.test_dprp_stage import DPRP

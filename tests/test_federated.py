@@ -14,7 +14,6 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from tasks.core.errors import PrivharError
-from tasks.core.federated_accounting import calibrate, epsilon_of, paper_tls_epsilon
 from tasks.core.opacus_randomness import StreamShuffle
 from tasks.core.partition import partition
 from tasks.federated.aggregation import aggregate, local_step_norm, select_clients
@@ -27,6 +26,7 @@ from tasks.federated.client import (
     trainable_state,
 )
 from tasks.federated.rounds import Federation, client_seed, in_process, run_rounds
+from tasks.privacy.federated_accounting import calibrate, epsilon_of, paper_tls_epsilon
 
 
 def toy_data(count: int = 48, features: int = 6, classes: int = 3, seed: int = 0) -> Shard:

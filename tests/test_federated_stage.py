@@ -9,12 +9,12 @@ import pytest
 import torch
 import yaml
 
-from tasks.core.accounting import gdp_epsilon
-from tasks.core.budget import planned_releases
 from tasks.core.errors import PrivharError
-from tasks.core.federated_accounting import epsilon_of
 from tasks.core.registry import newest_version
 from tasks.federated.stage import train_federated
+from tasks.privacy.accounting import gdp_epsilon
+from tasks.privacy.budget import planned_releases
+from tasks.privacy.federated_accounting import epsilon_of
 from tasks.train import train
 from tests.conftest import write_params
 
@@ -249,8 +249,8 @@ def test_head_only_clients_train_on_standardised_features_and_the_saved_head_is_
 def test_a_tuning_can_take_more_seeds_and_the_plan_counts_each(project, tmp_path):
     """federated.seeds_per_tuning: the cheap selective rows get more seeds (each a release the plan and the ledger
     count); the full rows keep report.seeds."""
-    from tasks.core.budget import planned_releases
-    from tasks.core.release_ledger import recorded
+    from tasks.privacy.budget import planned_releases
+    from tasks.privacy.release_ledger import recorded
 
     params = write_params(
         tmp_path, {"federated": {"seeds_per_tuning": {"selective": 2}, "aggregations": ["fedavg"]}}

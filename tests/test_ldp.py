@@ -174,8 +174,8 @@ def test_the_video_stage_releases_seeded_codes_and_records_both_epsilons(
 ) -> None:
     import csv
 
-    from tasks.core.budget import ldp_release
     from tasks.ldp.video import ldp_video
+    from tasks.privacy.budget import ldp_release
     from tests.conftest import write_params
 
     frames = tiny_decoded / "data" / "decode"
@@ -216,7 +216,7 @@ def test_the_video_stage_releases_seeded_codes_and_records_both_epsilons(
     with (tmp_path / "report" / "ledger.csv").open() as handle:
         ledger = list(csv.DictReader(handle))
     # every code whose learners' scores are published is a release: DCAConv's and both baselines' (issue 30)
-    from tasks.core.ldp_codes import baseline_feature_counts
+    from tasks.privacy.ldp_codes import baseline_feature_counts
 
     counts = {"dcaconv": features, **baseline_feature_counts((16, 8))}
     assert [(row["release"], float(row["epsilon_per_video"])) for row in ledger] == [
@@ -234,7 +234,7 @@ def test_the_video_stage_releases_seeded_codes_and_records_both_epsilons(
         row["randomness"] == NOT_PRIVATE and row["central_steps_on_private_data"].startswith("none")
         for row in ledger
     )
-    from tasks.core.budget import planned_releases
+    from tasks.privacy.budget import planned_releases
 
     planned = {release.name: release.epsilon for release in planned_releases(params)}
     for row in (
@@ -260,7 +260,7 @@ def test_the_video_stage_refuses_a_release_over_the_cap_before_any_work(
     )
     # the person-level plan before ldp is dominated by Video-DPRP's frames (~1e10 per person here): the cap holds it
     # all, and ldp-eps1 asks 64 per training video of each person on top
-    import tasks.core.budget as budget
+    import tasks.privacy.budget as budget
 
     spent = {}
     for planned in budget.planned_releases(params)[:-1]:

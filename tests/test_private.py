@@ -10,11 +10,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tasks.core.accounting import ADD_REMOVE, sampled_gaussian_epsilon
 from tasks.core.errors import PrivharError
 from tasks.core.models import create_video_classifier
 from tasks.core.randomness import DpStream
 from tasks.core.selective import select_trainable, trainable_count
+from tasks.privacy.accounting import ADD_REMOVE, sampled_gaussian_epsilon
 from tasks.private.accounting import SgdPrivacy, calibrate
 from tasks.private.gradients import clip_and_sum, per_unit_gradients
 from tasks.private.methods import (

@@ -366,8 +366,8 @@ def test_person_level_method_samples_people_under_video_units_and_the_plan_agree
     project, tmp_path
 ):
     """dp_sgd_person is person-level whatever private.unit says; the budget plan charges each person what it claims."""
-    from tasks.core.budget import planned_releases
     from tasks.core.manifest import read_manifest
+    from tasks.privacy.budget import planned_releases
 
     folder, _, decoded = project
     params = write_params(
@@ -409,7 +409,7 @@ def test_person_level_method_samples_people_under_video_units_and_the_plan_agree
 
 def test_each_seed_is_a_fresh_model_and_a_dp_release_of_its_own(project, tmp_path):
     """Issue 19: report.seeds trains every ε again from other seeds; each is a release the budget counts."""
-    from tasks.core.budget import planned_releases
+    from tasks.privacy.budget import planned_releases
     from tasks.report.ledger import private_releases
 
     folder, _, decoded = project
@@ -444,8 +444,8 @@ def test_each_seed_is_a_fresh_model_and_a_dp_release_of_its_own(project, tmp_pat
     assert names == ["dp_sgd-eps2.0", "dp_sgd-eps2.0-seed1", "dp_sgd-epsinf", "dp_sgd-epsinf-seed1"]
     assert "maskdp-eps2.0-seed1" in [planned.name for planned in planned_releases(params)]
     # a cap that seed 0 fits under and seed 1 does not: the stage refuses before any work
-    from tasks.core.budget import check_budget
     from tasks.core.manifest import read_manifest
+    from tasks.privacy.budget import check_budget
 
     manifest = read_manifest(decoded / "manifest.parquet")
     spent: dict[int, float] = {}
@@ -485,9 +485,9 @@ def test_an_epsilon_can_take_more_seeds_than_the_others_and_the_plan_and_ledger_
     the budget plans, enters each in the ledger (as one run), and the model run of the ε holds every seed's curves."""
     from mlflow import MlflowClient
 
-    from tasks.core.budget import planned_releases
     from tasks.core.registry import newest_version
-    from tasks.core.release_ledger import recorded
+    from tasks.privacy.budget import planned_releases
+    from tasks.privacy.release_ledger import recorded
 
     private = {**PRIVATE, "epsilons": [1.0, 2.0], "seeds": 1, "seeds_at_epsilon": {1.0: 3}}
     params = write_params(

@@ -183,7 +183,7 @@ def test_a_split_without_test_videos_is_refused(tmp_path):
 def test_the_cap_holds_for_a_ucf101_group(tmp_path):
     """Two training videos of ApplyEyeMakeup's group g08: one person in both, so a DP-SGD release is their group ε over
     two videos; Basketball's g08 is someone else, in one video."""
-    from tasks.core.budget import planned_releases
+    from tasks.privacy.budget import planned_releases
 
     make_ucf101(tmp_path / "ucf")
     second_clip_of_a_group(tmp_path / "ucf")

@@ -4,7 +4,7 @@ tightest possible.
 Independent check: the symmetric instance — each of the person's clipped gradients −C in one dataset and +C in the
 other, aligned — is a pair of datasets the relation allows, so the ε of its own output pair (Σ_j w_j N(−j),
 Σ_j w_j N(+j)), w = Binomial(m, q), computed here by quadrature and rounded optimistically, is a lower bound on any
-valid ε. The printed ε (tasks.core.tradeoff, a path of two add/remove group steps) must lie between that and 5 %
+valid ε. The printed ε (tasks.privacy.tradeoff, a path of two add/remove group steps) must lie between that and 5 %
 above it; the (ε, δ) path it replaces was 13-20× above.
 """
 
@@ -18,8 +18,8 @@ from dp_accounting.pld import pld_pmf, privacy_loss_distribution
 from scipy.special import logsumexp
 from scipy.stats import binom, norm
 
-from tasks.core import tradeoff
-from tasks.core.accounting import ADD_REMOVE, REPLACE_ONE, gdp_delta, gdp_epsilon, group_epsilon
+from tasks.privacy import tradeoff
+from tasks.privacy.accounting import ADD_REMOVE, REPLACE_ONE, gdp_delta, gdp_epsilon, group_epsilon
 
 
 def symmetric_instance_epsilon(
@@ -103,7 +103,7 @@ def test_the_moment_bound_behind_the_far_tail_is_an_upper_bound_and_close():
     at least scipy's adaptive quadrature of it, and within 5 %."""
     from scipy.integrate import quad
 
-    from tasks.core.accounting import mixture_add_log_moments
+    from tasks.privacy.accounting import mixture_add_log_moments
 
     sigma, rate, group = 4.0, 0.2, 5
     counts = np.arange(group + 1)

@@ -9,18 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from tasks.core.accounting import (
+from tasks.core.errors import PrivharError
+from tasks.core.randomness import NOT_PRIVATE
+from tasks.core.tables import compact
+from tasks.privacy.accounting import (
     ADD_REMOVE,
     REPLACE_ONE,
     calibrate_noise,
     group_epsilon,
     sampled_gaussian_epsilon,
 )
-from tasks.core.budget import check_budget, planned_releases
-from tasks.core.dprp_calibration import noise_scales
-from tasks.core.errors import PrivharError
-from tasks.core.randomness import NOT_PRIVATE
-from tasks.core.tables import compact
+from tasks.privacy.budget import check_budget, planned_releases
+from tasks.privacy.dprp_calibration import noise_scales
 from tasks.report.ledger import Release, subject_totals
 from tasks.report.tables import (
     NOT_RUN,
@@ -245,7 +245,7 @@ def test_the_cap_counts_releases_recorded_by_earlier_runs_and_a_new_budget_start
     """Issue 30: each run with secret randomness releases the same people again. A release fits the cap once; recorded
     (as its stage does when its output is complete), the same release planned again by the next run is refused; under
     another privacy.budget (new data) it fits again. The plan's other releases, not made yet, stay reserved."""
-    from tasks.core.budget import record_made
+    from tasks.privacy.budget import record_made
 
     settings = {
         "dprp": {"epsilons": [2.0], "calibration": "gaussian", "neighbour": "pixel"},
@@ -459,9 +459,9 @@ def test_report_logs_one_nested_mlflow_run_per_method(tiny_decoded: Path, tmp_pa
         "dprp-eps8.0",
         "dp_sgd-eps2.0",
     }  # methods with scores; "not run" ones log nothing
-    from tasks.core.dprp_calibration import dataset_scales
     from tasks.core.manifest import MANIFEST_NAME, read_manifest
     from tasks.core.params import DprpParams, PrivacyParams, load_section
+    from tasks.privacy.dprp_calibration import dataset_scales
 
     first = read_manifest(tiny_decoded / "data" / "decode" / MANIFEST_NAME)[0]
     holds = dataset_scales(

@@ -41,7 +41,6 @@ from tasks.anonymize.obfuscate import (
     no_public_pixels,
 )
 from tasks.anonymize.people import detectors_of, find_people, resolve_source, video_identity
-from tasks.core.budget import check_unprotected
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import (
     MANIFEST_NAME,
@@ -57,6 +56,7 @@ from tasks.core.params import AnonymizeParams, BaseParams, DataParams, DecodePar
 from tasks.core.speed import write_speed
 from tasks.core.storage import atomic_directory, load_frames, save_arrays, save_frames
 from tasks.core.tracking import stage_run, stage_work
+from tasks.privacy.budget import check_unprotected
 
 NEEDS_PEOPLE = {
     "avatar": ("person_mask", "skeleton", "joint_depth", "identity"),

@@ -7,7 +7,7 @@ interval over the seeds. Seed 0 is the model the pipeline registers and serves, 
 seed i ≥ 1 lives at ``<key>/seed<i>/model.pt`` and is scored under the key ``<key>-seed<i>``.
 
 A private model trained again is a second release of the same people: every seed of a DP method
-is a release in the privacy budget and the ledger (:mod:`tasks.core.budget`).
+is a release in the privacy budget and the ledger (:mod:`tasks.privacy.budget`).
 """
 
 from __future__ import annotations

@@ -26,7 +26,6 @@ import numpy as np
 import torch
 
 from tasks.core.device import matmul_gflops, stamp
-from tasks.core.dprp_calibration import noise_scales
 from tasks.core.storage import atomic_write_bytes
 from tasks.dprp.mechanism import (
     DTYPE,
@@ -36,6 +35,7 @@ from tasks.dprp.mechanism import (
     gram_flops,
     protect_video,
 )
+from tasks.privacy.dprp_calibration import noise_scales
 
 
 def mechanism_flops(t: int, d: int, k: int, per_r: bool) -> float:

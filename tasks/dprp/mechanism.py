@@ -51,10 +51,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from tasks.core.dprp_calibration import rank_of  # noqa: F401 (the budget plans with it too)
 from tasks.core.errors import PrivharError
 from tasks.core.seeding import derive_seed
 from tasks.core.storage import is_clip
+from tasks.privacy.dprp_calibration import rank_of  # noqa: F401 (the budget plans with it too)
 
 NOISE_STREAM_P, NOISE_STREAM_Q = 1, 2
 DTYPE = (

@@ -15,11 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from tasks.core.dprp_calibration import Calibration, Neighbour, noise_scales
 from tasks.core.errors import PrivharError
 from tasks.core.randomness import DpRandomness
 from tasks.core.storage import is_clip
 from tasks.dprp.mechanism import Projection, fits_comfortably, protect_video, rank_of
+from tasks.privacy.dprp_calibration import Calibration, Neighbour, noise_scales
 
 
 def read_clip(path: Path) -> tuple[np.ndarray, float]:

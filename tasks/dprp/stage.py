@@ -7,7 +7,7 @@
 Both splits are protected: protocol 2 evaluates on protected test videos. ``projection: shared``
 draws one public R for the dataset from (base.seed, "dprp-R"); ``per_video`` draws one per video,
 secretly from OS entropy under ``privacy.randomness: secure`` (from (base.seed, video_id) when
-seeded). The calibration's sensitivity bound follows (tasks/core/dprp_calibration.py): χ² for a secret R,
+seeded). The calibration's sensitivity bound follows (tasks/privacy/dprp_calibration.py): χ² for a secret R,
 the operator norm for a public one. The noise M, N is fresh per video and ε, secret unless seeded.
 Videos go through ``map_ordered``, so the Prefect flow can shard them.
 """
@@ -22,9 +22,7 @@ from typing import Any
 
 import torch
 
-from tasks.core.budget import check_budget, record_made
 from tasks.core.device import resolve_device
-from tasks.core.dprp_calibration import NoiseScales, dataset_scales
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import (
     MANIFEST_NAME,
@@ -50,6 +48,8 @@ from tasks.core.subjects import named_people
 from tasks.core.tracking import stage_run, stage_work
 from tasks.dprp.mechanism import Projection, fits_comfortably, generator_for, protect_video
 from tasks.dprp.preview import preview_png
+from tasks.privacy.budget import check_budget, record_made
+from tasks.privacy.dprp_calibration import NoiseScales, dataset_scales
 
 LOG = logging.getLogger(__name__)
 

@@ -108,7 +108,7 @@ def client_round(
         sampler=StreamShuffle(count, client_stream(seed, 0)),
         pin_memory=device.type == "cuda",
     )
-    # its accountant assumes Poisson sampling: ε comes from tasks.core.federated_accounting
+    # its accountant assumes Poisson sampling: ε comes from tasks.privacy.federated_accounting
     engine = StreamPrivacyEngine(noise=client_stream(seed, 1))
     private, optimiser, loader = engine.make_private(
         module=local,

@@ -20,7 +20,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tasks.core.federated_accounting import epsilon_of, paper_tls_epsilon
 from tasks.core.seeding import derive_seed
 from tasks.federated.aggregation import aggregate, select_clients
 from tasks.federated.client import (
@@ -32,6 +31,7 @@ from tasks.federated.client import (
     serialized_bytes,
     trainable_state,
 )
+from tasks.privacy.federated_accounting import epsilon_of, paper_tls_epsilon
 
 Tensors = dict[str, torch.Tensor]
 # (round, selected clients, broadcast θ_t, per-client seeds) -> one result per selected client, in order

@@ -9,7 +9,7 @@
                                                                                accuracy_by_round.png, metrics.json}
 
 σ is calibrated so that a client taking part in every round spends exactly ``federated.epsilon``
-(:mod:`tasks.core.federated_accounting`: shuffled batches, replace-one); the table gives each run's
+(:mod:`tasks.privacy.federated_accounting`: shuffled batches, replace-one); the table gives each run's
 largest per-client ε, the paper's eq. 11 value beside it, the measured bytes per client per round
 against a full-model update, and eq. 14's d_t/d. Each round's accuracy, loss, ε and bytes go to
 MLflow (metric ``<key>.<name>``, step = round); each final model to the registry as ``privhar-federated``.
@@ -29,11 +29,8 @@ from typing import Any
 
 import torch
 
-from tasks.core.accounting import REPLACE_ONE
-from tasks.core.budget import check_budget, check_unprotected, federated_release, record_made
 from tasks.core.device import resolve_device
 from tasks.core.errors import PrivharError
-from tasks.core.federated_accounting import ACCOUNTANT, calibrate, person_epsilon
 from tasks.core.head_features import fold_standardisation, head_of
 from tasks.core.manifest import MANIFEST_NAME, read_manifest
 from tasks.core.params import (
@@ -58,6 +55,9 @@ from tasks.federated.client import LocalRecipe, load_trainable
 from tasks.federated.inputs import Split, load_federated_clips, split_for
 from tasks.federated.rounds import Federation, FederationResult, in_process, run_rounds
 from tasks.federated.table import federated_table
+from tasks.privacy.accounting import REPLACE_ONE
+from tasks.privacy.budget import check_budget, check_unprotected, federated_release, record_made
+from tasks.privacy.federated_accounting import ACCOUNTANT, calibrate, person_epsilon
 
 LOG = logging.getLogger(__name__)
 

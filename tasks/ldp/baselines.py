@@ -11,7 +11,7 @@ import cv2
 import numpy as np
 from sklearn.cluster import KMeans
 
-from tasks.core.ldp_codes import HOG_BLOCK, HOG_STRIDE
+from tasks.privacy.ldp_codes import HOG_BLOCK, HOG_STRIDE
 
 
 def raw_pixel_codes(

@@ -21,8 +21,8 @@ import torch
 import torch.nn.functional as F
 
 from tasks.core.errors import PrivharError
-from tasks.core.ldp_codes import feature_count
 from tasks.ldp.dca import fit_dca
+from tasks.privacy.ldp_codes import feature_count
 
 
 @dataclass(frozen=True)

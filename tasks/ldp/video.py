@@ -37,7 +37,6 @@ from typing import Any
 import numpy as np
 
 from tasks.core.annotations import body_boxes
-from tasks.core.budget import check_budget, check_unprotected, ldp_release, record_made
 from tasks.core.clips import labels_of, split_rows
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import MANIFEST_NAME, attribute_names, read_manifest, resolve_path
@@ -53,6 +52,7 @@ from tasks.ldp.baselines import hog_bovw_codes, raw_pixel_codes
 from tasks.ldp.dcaconv import fit_dcaconv
 from tasks.ldp.learners import NaiveBayes, NearestCentroid, knn_predict
 from tasks.ldp.randomized_response import check_domain, perturb
+from tasks.privacy.budget import check_budget, check_unprotected, ldp_release, record_made
 
 LOG = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ person's videos) sampled independently with probability q. The relation each met
   **replace-one**, the clipped sum moves by up to 2C. Paper 001's Theorem 1 accounts it with the
   add/remove RDP bound; that number is kept beside ours as ``paper_epsilon``, labelled as the paper's.
 
-ε is computed by :mod:`tasks.core.accounting` (default: Opacus's PRV accountant for add/remove,
+ε is computed by :mod:`tasks.privacy.accounting` (default: Opacus's PRV accountant for add/remove,
 dp-accounting's PLD for replace-one). The tests recompute each with an independent implementation.
 """
 
@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tasks.core.accounting import (
+from tasks.core.privacy import PrivacyGuarantee
+from tasks.privacy.accounting import (
     ADD_REMOVE,
     Relation,
     calibrate_noise,
@@ -26,7 +27,6 @@ from tasks.core.accounting import (
     group_epsilon,
     sampled_gaussian_epsilon,
 )
-from tasks.core.privacy import PrivacyGuarantee
 
 
 @dataclass(frozen=True)

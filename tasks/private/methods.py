@@ -44,12 +44,12 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from tasks.core.accounting import ADD_REMOVE, Relation, opacus_engine_epsilon, poisson_schedule
 from tasks.core.errors import PrivharError
 from tasks.core.opacus_randomness import StreamPrivacyEngine
 from tasks.core.progress import progress
 from tasks.core.randomness import DpStream
 from tasks.core.selective import require_sample_independence, trainable_parameters, without_dropout
+from tasks.privacy.accounting import ADD_REMOVE, Relation, opacus_engine_epsilon, poisson_schedule
 from tasks.private.accounting import SgdPrivacy, calibrate
 from tasks.private.gradients import (
     Gradients,

@@ -20,7 +20,7 @@ MaskDP: masked adjacency of Definition 2, one video's private tokens replaced (r
 not protected. ``person`` — each sampled person's videos are clipped as one unit: ε per person
 directly. Either way each model's per-person ε is also written (``<method>_persons.csv``): in
 ``video`` mode by group privacy over the person's videos, computed exactly from the composed
-mechanism (:func:`tasks.core.accounting.group_epsilon`), not m·ε. ε comes from
+mechanism (:func:`tasks.privacy.accounting.group_epsilon`), not m·ε. ε comes from
 :mod:`tasks.private.accounting` with the run's σ, q, steps; DP randomness (Poisson samples, noise)
 comes from :class:`tasks.core.randomness.DpRandomness` — secret unless ``privacy.randomness: seeded``.
 """
@@ -38,8 +38,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from tasks.core.accounting import relation_of
-from tasks.core.budget import check_budget, check_unprotected, record_made
 from tasks.core.clips import augment, labels_of, load_clips, normalise, split_rows, untouched_by
 from tasks.core.device import resolve_device
 from tasks.core.errors import PrivharError
@@ -72,6 +70,8 @@ from tasks.core.storage import atomic_directory, atomic_write_bytes
 from tasks.core.subjects import privacy_units
 from tasks.core.tables import csv_bytes
 from tasks.core.tracking import StageRun, stage_run, stage_work
+from tasks.privacy.accounting import relation_of
+from tasks.privacy.budget import check_budget, check_unprotected, record_made
 from tasks.private.accounting import SgdPrivacy
 from tasks.private.methods import (
     Outcome,

@@ -20,8 +20,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from tasks.core.dprp_calibration import NoiseScales
 from tasks.core.seeds import compare, gap_interval, interval, seed_scores
+from tasks.privacy.dprp_calibration import NoiseScales
 from tasks.report.tables import Method, dprp_key
 
 RAW_MODEL = (

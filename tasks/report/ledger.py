@@ -1,5 +1,5 @@
 """The privacy ledger of a pipeline run: every release of subject data, its mechanism, unit, relation and randomness,
-and each person's total (tasks/core/budget.py states the rules).
+and each person's total (tasks/privacy/budget.py states the rules).
 
 Two views per person, side by side:
 - **per unit** (what each release prints): the sum of the releases' ε as claimed per video (or per frame,
@@ -20,13 +20,13 @@ from typing import Any
 
 import polars as pl
 
-from tasks.core.accounting import gaussian_person_epsilon
-from tasks.core.budget import federated_release, subjects_by_split
 from tasks.core.private_catalogue import CATALOGUE
 from tasks.core.randomness import SECURE
 from tasks.core.seeds import seed_suffix
 from tasks.core.subjects import person_videos
 from tasks.core.tables import frame_of, read_csv, read_parquet
+from tasks.privacy.accounting import gaussian_person_epsilon
+from tasks.privacy.budget import federated_release, subjects_by_split
 
 SUBJECT_COLUMNS = (
     "subject",
@@ -80,7 +80,7 @@ def _max_person(persons: PersonEpsilons) -> float:
 
 def dprp_releases(folder: Path) -> list[Release]:
     """One release per DPRP copy (data/dprp/eps<ε>/ledger.parquet), with each person's ε by Gaussian DP over their
-    videos' frames (tasks/core/dprp_calibration.py, "The person")."""
+    videos' frames (tasks/privacy/dprp_calibration.py, "The person")."""
     releases = []
     for ledger in sorted(folder.glob("*/ledger.parquet")):
         rows = read_parquet(ledger).to_dicts()

@@ -19,7 +19,6 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from tasks.core.dprp_calibration import dataset_scales
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import MANIFEST_NAME, read_manifest, write_table
 from tasks.core.params import (
@@ -35,6 +34,7 @@ from tasks.core.storage import atomic_write_bytes
 from tasks.core.subjects import subjects_statement
 from tasks.core.tables import csv_bytes, markdown_of, read_csv
 from tasks.core.tracking import stage_run, stage_work
+from tasks.privacy.dprp_calibration import dataset_scales
 from tasks.report.claims import WITHIN_NOISE_BECAUSE, against_raw, decide, paper_claims
 from tasks.report.ledger import (
     SUBJECT_COLUMNS,

@@ -9,8 +9,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from tasks.core.dprp_calibration import NoiseScales
 from tasks.core.tables import markdown_of
+from tasks.privacy.dprp_calibration import NoiseScales
 
 NOT_RUN = "not run"
 NOT_MEASURED = "n/m"  # assess could not measure it (real footage: no annotations or attributes)

@@ -23,7 +23,7 @@ by at most j·C (all aligned is the worst case, Choquette-Choo et al. 2023, Cor.
 privacy loss is a *mixture of Gaussians* with sensitivities 0..m and binomial weights, composed over
 the steps (:func:`group_epsilon`, dp-accounting PLD) — not m·ε. Under replace-one, the person's
 data are first replaced by the empty contribution and then by the other data: two such group steps, whose
-trade-off curves compose (:mod:`tasks.core.tradeoff`, Dong, Roth & Su's group privacy) — within 2 % of the
+trade-off curves compose (:mod:`tasks.privacy.tradeoff`, Dong, Roth & Su's group privacy) — within 2 % of the
 symmetric worst case (gradients −C then +C, a lower bound on any valid ε) where the (ε, δ) path 2ε',
 δ'(1 + e^{ε'}) was 13-20× above it — or, where smaller, the Gaussian mechanism without amplification:
 μ = 2·m·√steps/σ.
@@ -43,10 +43,10 @@ from scipy.optimize import brentq
 from scipy.special import logsumexp
 from scipy.stats import binom, norm
 
-from tasks.core import tradeoff
 from tasks.core.disk_cache import disk_cached
 from tasks.core.errors import PrivharError
 from tasks.core.private_catalogue import CATALOGUE
+from tasks.privacy import tradeoff
 
 # the accountants' values are shared on disk by the stages of a run (tasks.core.disk_cache); the folder is
 # keyed by this module's source and these libraries' versions
@@ -335,7 +335,7 @@ def _group_replace_one(
     noise_multiplier: float, sample_rate: float, steps: int, delta: float, group: int
 ) -> float:
     """The smaller of two bounds: the path of two group steps composed as trade-off functions (module doc,
-    :mod:`tasks.core.tradeoff`), and the Gaussian mechanism without amplification (each step moves the sum by at
+    :mod:`tasks.privacy.tradeoff`), and the Gaussian mechanism without amplification (each step moves the sum by at
     most 2·group·C: μ = 2·group·√steps / σ)."""
     unsampled = gdp_epsilon(2 * group * math.sqrt(steps) / noise_multiplier, delta)
     if group == 1:
@@ -384,7 +384,7 @@ def _pmf_hockey_stick(pmf, epsilons: np.ndarray) -> np.ndarray:
 def _mixture_add_chernoff(
     noise_multiplier: float, sample_rate: float, steps: int, group: int, epsilons: np.ndarray
 ) -> np.ndarray:
-    """Chernoff bound on H(N(0)‖mixture) composed over ``steps`` (:func:`tasks.core.tradeoff.chernoff_hockey_stick`)."""
+    """Chernoff bound on H(N(0)‖mixture) composed over ``steps`` (:func:`tasks.privacy.tradeoff.chernoff_hockey_stick`)."""
     orders = np.geomspace(1e-3, 1e4, 120)
     return tradeoff.chernoff_hockey_stick(
         epsilons,

@@ -2,7 +2,7 @@
 
 The person is the unit (docs/privacy.md): a person in m videos is protected by a release at its *group*
 ε over those videos, computed exactly from the composed mechanism where a tighter bound than m·ε
-exists — the mixture-of-Gaussians PLD for DP-SGD (:func:`tasks.core.accounting.group_epsilon`), Gaussian
+exists — the mixture-of-Gaussians PLD for DP-SGD (:func:`tasks.privacy.accounting.group_epsilon`), Gaussian
 DP for Video-DPRP and the federated clients, m·features·ε for pure ε-LDP codes — never the per-video ε
 summed. A person's total is the sum of those group ε over the releases that hold them.
 
@@ -21,7 +21,7 @@ anonymized clips, the ε = ∞ references, and every release whose randomness is
 from params, so not private) — are refused too (:func:`check_unprotected`), unless
 ``privacy.allow_unprotected_releases`` is true; the report lists them as unbounded.
 
-The cap counts the releases earlier runs made too (:mod:`tasks.core.release_ledger`, in the MLflow store, per
+The cap counts the releases earlier runs made too (:mod:`tasks.privacy.release_ledger`, in the MLflow store, per
 ``privacy.budget``): each DP stage records its release once its output is complete (:func:`record_made`), and a
 release is checked against every release recorded in its budget plus the planned releases before it that have
 not been made yet (reserved, so the plan's order decides who gets the budget, whatever order the stages run in).
@@ -36,11 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tasks.core.accounting import calibrate_noise, group_epsilon, poisson_schedule, relation_of
-from tasks.core.dprp_calibration import dataset_scales
 from tasks.core.errors import PrivharError
-from tasks.core.federated_accounting import calibrate, person_epsilon
-from tasks.core.ldp_codes import baseline_feature_counts, feature_count
 from tasks.core.params import (
     DprpParams,
     FederatedParams,
@@ -53,9 +49,13 @@ from tasks.core.params import (
     private_seeds,
 )
 from tasks.core.private_catalogue import CATALOGUE
-from tasks.core.release_ledger import record_releases, recorded
 from tasks.core.seeds import seed_suffix
 from tasks.core.subjects import people_in, privacy_units, videos_per_person
+from tasks.privacy.accounting import calibrate_noise, group_epsilon, poisson_schedule, relation_of
+from tasks.privacy.dprp_calibration import dataset_scales
+from tasks.privacy.federated_accounting import calibrate, person_epsilon
+from tasks.privacy.ldp_codes import baseline_feature_counts, feature_count
+from tasks.privacy.release_ledger import record_releases, recorded
 
 # (the rows of the release's splits) -> each person's ε under that release
 PersonEpsilons = Callable[[list[dict[str, Any]]], dict[int, float]]

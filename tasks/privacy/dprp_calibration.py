@@ -58,9 +58,9 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Literal
 
-from tasks.core.accounting import REPLACE_ONE, gaussian_person_epsilon, gdp_epsilon
 from tasks.core.errors import PrivharError
 from tasks.core.params import DprpParams
+from tasks.privacy.accounting import REPLACE_ONE, gaussian_person_epsilon, gdp_epsilon
 
 Calibration = Literal["paper", "gaussian"]
 Neighbour = Literal["frame", "pixel"]

@@ -1,6 +1,6 @@
 """The DP releases actually made, kept in the MLflow store: what ``privacy.max_epsilon`` counts across runs.
 
-A run's plan (:mod:`tasks.core.budget`) sees only the releases its params call for. Each run with secret
+A run's plan (:mod:`tasks.privacy.budget`) sees only the releases its params call for. Each run with secret
 randomness releases the same people again — a second ``make run``, a ``dvc exp run`` with another ε — so the
 cap also counts every earlier release of the same budget. Each DP stage, once its output is complete, records
 its release here: one MLflow run in the experiment ``<experiment>-releases`` (the store's, so ``dvc exp``

@@ -33,8 +33,8 @@ import math
 
 from scipy.optimize import brentq
 
-from tasks.core.accounting import gdp_delta, gdp_epsilon
 from tasks.core.errors import PrivharError
+from tasks.privacy.accounting import gdp_delta, gdp_epsilon
 
 ACCOUNTANT = (
     "exact composition of Gaussian mechanisms (mu-GDP, Dong-Roth-Su 2019 Cor. 3.3 / 2.13); "

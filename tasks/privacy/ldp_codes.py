@@ -1,5 +1,5 @@
 """The size of a DCAConv code and of paper 002's baseline codes: the local-DP budget plans each release's ε per video
-from it before any filter is fitted, so it lives here, where tasks/core/budget.py can use it without importing the ldp
+from it before any filter is fitted, so it lives here, where tasks/privacy/budget.py can use it without importing the ldp
 stage."""
 
 from __future__ import annotations
