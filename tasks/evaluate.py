@@ -196,8 +196,12 @@ def log_model_runs(
     """One run nested under the stage's per registered model (MLflow's compare view lines them up): its scores and
     their mean and interval over its seeds under plain names, each other seed's under ``seed<i>.``, in one write."""
     rows: dict[str, dict[str, float]] = {}
+    seeds: dict[
+        str, int
+    ] = {}  # seeds scored per model (its seed-0 row carries the row's count where it exists)
     for key, scores in metrics.items():
         model, seed = base_key(key)
+        seeds[model] = seeds.get(model, 0) + 1
         prefix = f"seed{seed}." if seed else ""
         rows.setdefault(model, {}).update(
             {prefix + name: value for name, value in scores.items() if name != "test_videos"}
@@ -208,7 +212,7 @@ def log_model_runs(
             model,
             {
                 "privhar.checkpoint": str(paths.get(model, "")),
-                "privhar.seeds": metrics[model].get("seeds", 1),
+                "privhar.seeds": metrics.get(model, {}).get("seeds", seeds[model]),
             },
         ) as model_run:
             model_run.log_history([(None, values)])

@@ -702,7 +702,7 @@ def test_releases_entered_together_count_as_they_would_one_by_one(
 ) -> None:
     """A private method's seeds enter the ledger as one run (a few when their names are long): the same names and the
     same ε per person, summed, as one run per release would record; a run's names stay within MLflow's tag limit."""
-    from tasks.core import release_ledger
+    from tasks.privacy import release_ledger
 
     releases = {
         f"dp_sgd-eps1.0{'' if seed == 0 else f'-seed{seed}'}": {

@@ -91,14 +91,11 @@ def clip_features(
     """(N, C) float32 pooled features (on the CPU) of uint8 clips, a batch at a time on ``device`` as
     :func:`tasks.core.clips.predict` runs the whole model (bf16 on a GPU)."""
     model.to(device).eval()
-    head = len(model.blocks) - 1
     outputs = []
     for batch in clips.split(batch_size):
         with mixed_precision(device):
-            part = normalise(to_device(batch, device))
-            for block in model.blocks[:head]:
-                part = block(part)
-            outputs.append(model.blocks[head].pool(part).flatten(1).float().cpu())
+            features = pooled_features(model, normalise(to_device(batch, device)), batch_size)
+            outputs.append(features.float().cpu())
     return torch.cat(outputs)
 
 

@@ -45,26 +45,31 @@ def record_releases(
     budget: str, releases: Mapping[str, Mapping[int, float]], randomness: str
 ) -> None:
     """Enter several releases made at once (each person's ε under each), a run per ~5000 characters of their names."""
-    batch: list[str] = []
-    for name in [*releases, None]:
-        if name is not None and len(json.dumps([*batch, name])) <= NAMES_PER_TAG:
-            batch.append(name)
-            continue
+    for batch in _name_batches(list(releases)):
         if len(batch) == 1:
             record_release(budget, batch[0], dict(releases[batch[0]]), randomness)
-        elif batch:
-            summed: dict[int, float] = {}
-            for release in batch:
-                for person, epsilon in releases[release].items():
-                    summed[person] = summed.get(person, 0.0) + epsilon
-            _enter(
-                budget,
-                f"{batch[0]} … {batch[-1]} ({len(batch)} releases)",
-                {RELEASES_TAG: json.dumps(batch)},
-                summed,
-                randomness,
-            )
-        batch = [] if name is None else [name]
+            continue
+        summed: dict[int, float] = {}
+        for release in batch:
+            for person, epsilon in releases[release].items():
+                summed[person] = summed.get(person, 0.0) + epsilon
+        name = f"{batch[0]} … {batch[-1]} ({len(batch)} releases)"
+        _enter(budget, name, {RELEASES_TAG: json.dumps(batch)}, summed, randomness)
+
+
+def _name_batches(names: list[str]) -> list[list[str]]:
+    """Consecutive ``names`` in batches whose JSON fits one tag (``NAMES_PER_TAG`` characters).
+
+    >>> [len(batch) for batch in _name_batches(["x" * 2000] * 5)]
+    [2, 2, 1]
+    """
+    batches: list[list[str]] = []
+    for name in names:
+        if batches and len(json.dumps([*batches[-1], name])) <= NAMES_PER_TAG:
+            batches[-1].append(name)
+        else:
+            batches.append([name])
+    return batches
 
 
 def _enter(
