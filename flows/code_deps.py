@@ -71,10 +71,10 @@ def closure(start: set[str], root: Path = REPO) -> set[Path]:
     }
 
 
-def stage_commands(root: Path = REPO) -> dict[str, set[str]]:
-    """``privhar stage <name>`` -> the tasks modules its click function imports (flows/stage_commands.py)."""
+def stage_command_functions(root: Path = REPO) -> dict[str, ast.FunctionDef]:
+    """``privhar stage <name>`` -> its click function's syntax tree (flows/stage_commands.py, read, not imported)."""
     tree = ast.parse((root / "flows/stage_commands.py").read_text())
-    commands = {}
+    found = {}
     for function in (node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)):
         for decorator in function.decorator_list:
             if (
@@ -84,8 +84,16 @@ def stage_commands(root: Path = REPO) -> dict[str, set[str]]:
                 and decorator.func.value.id == "stage"
                 and decorator.func.attr == "command"
             ):
-                commands[decorator.args[0].value] = imported_modules(function, root=root)
-    return commands
+                found[decorator.args[0].value] = function
+    return found
+
+
+def stage_commands(root: Path = REPO) -> dict[str, set[str]]:
+    """``privhar stage <name>`` -> the tasks modules its click function imports."""
+    return {
+        name: imported_modules(function, root=root)
+        for name, function in stage_command_functions(root).items()
+    }
 
 
 def stage_command(cmd: str) -> str:
@@ -100,29 +108,38 @@ def is_code(dep: Any) -> bool:
     return str(dep) == CODE_ROOT or str(dep).startswith(f"{CODE_ROOT}/")
 
 
-def wanted_deps(root: Path = REPO) -> dict[str, list[str]]:
-    """dvc.yaml stage -> the code files its command imports, sorted."""
+def dvc_stages(root: Path = REPO) -> Any:
+    """dvc.yaml's ``stages`` mapping (ruamel round-trip: comments kept for a rewrite)."""
     from ruamel.yaml import YAML
 
+    return YAML().load((root / "dvc.yaml").read_text())["stages"]
+
+
+def wanted_deps(root: Path = REPO, stages: Any = None) -> dict[str, list[str]]:
+    """dvc.yaml stage -> the code files its command imports, sorted (``stages``: dvc.yaml's, already read)."""
     commands = stage_commands(root)
+    files: dict[
+        str, list[str]
+    ] = {}  # per command: several stages run one (train, decode, synthesize)
     wanted = {}
-    for name, stage in YAML().load((root / "dvc.yaml").read_text())["stages"].items():
+    for name, stage in (dvc_stages(root) if stages is None else stages).items():
         command = stage_command(stage.get("do", stage)["cmd"])
         if command not in commands:
             raise PrivharError(
                 f"dvc.yaml stage {name}: no `privhar stage {command}` in flows/stage_commands.py"
             )
-        wanted[name] = sorted(str(path) for path in closure(commands[command], root))
+        if command not in files:
+            files[command] = sorted(str(path) for path in closure(commands[command], root))
+        wanted[name] = files[command]
     return wanted
 
 
 def differences(root: Path = REPO) -> dict[str, tuple[list[str], list[str]]]:
     """dvc.yaml stage -> (code deps missing, code deps extra), for the stages whose code deps differ."""
-    from ruamel.yaml import YAML
-
-    wanted = wanted_deps(root)
+    stages = dvc_stages(root)
+    wanted = wanted_deps(root, stages)
     found = {}
-    for name, stage in YAML().load((root / "dvc.yaml").read_text())["stages"].items():
+    for name, stage in stages.items():
         listed = {str(dep) for dep in stage.get("do", stage).get("deps", []) if is_code(dep)}
         missing, extra = sorted(set(wanted[name]) - listed), sorted(listed - set(wanted[name]))
         if missing or extra:
@@ -140,7 +157,7 @@ def write_code_deps(root: Path = REPO) -> list[str]:
     yaml.indent(mapping=2, sequence=4, offset=2)
     path = root / "dvc.yaml"
     document = yaml.load(path.read_text())
-    wanted, changed = wanted_deps(root), []
+    wanted, changed = wanted_deps(root, document["stages"]), []
     for name, stage in document["stages"].items():
         body = stage.get("do", stage)
         deps = body.get("deps", CommentedSeq())

@@ -40,7 +40,6 @@ import tempfile
 import time
 import traceback
 from collections.abc import Iterator
-from pathlib import Path
 
 from flows.stage_protocol import MESSAGE_LIMIT, SERVER_ENV
 from tasks.core.environ import exported
@@ -70,23 +69,9 @@ def stage_imports() -> set[tuple[str, str]]:
     >>> ("tasks.private.stage", "train_private") in stage_imports()
     True
     """
-    import flows.stage_commands
+    from flows.code_deps import stage_command_functions
 
-    def is_stage_command(decorator: ast.expr) -> bool:
-        return (
-            isinstance(decorator, ast.Call)
-            and isinstance(decorator.func, ast.Attribute)
-            and decorator.func.attr == "command"
-            and isinstance(decorator.func.value, ast.Name)
-            and decorator.func.value.id == "stage"
-        )
-
-    tree = ast.parse(Path(flows.stage_commands.__file__).read_text())
-    commands = [
-        node
-        for node in ast.walk(tree)
-        if isinstance(node, ast.FunctionDef) and any(map(is_stage_command, node.decorator_list))
-    ]
+    commands = stage_command_functions().values()
     return {
         (node.module, alias.name)
         for command in commands

@@ -31,6 +31,7 @@ from tasks.core.params import (
     load_section,
 )
 from tasks.core.partition import partition
+from tasks.core.privacy import check_delta
 from tasks.core.private_catalogue import CATALOGUE
 from tasks.core.seeding import derive_seed
 from tasks.core.subjects import privacy_units
@@ -94,11 +95,8 @@ def _check_private(params: PrivateParams, train: list[dict[str, Any]]) -> None:
     for method in params.methods:
         unit = CATALOGUE[method].unit_under(params.unit)
         count = privacy_units(train, unit)[1]
-        if params.delta >= 1.0 / count:
-            raise PrivharError(
-                f"private.delta = {params.delta} is invalid for {method}: expected δ < 1/N = {1.0 / count:.3g} "
-                f"(N = {count} training {unit}s in this dataset)"
-            )
+        counted = f"N = {count} training {unit}s in this dataset"
+        check_delta("private.delta", params.delta, count, "N", counted, context=f" for {method}")
 
 
 def _check_federated(params: FederatedParams, train: list[dict[str, Any]], base_seed: int) -> None:
@@ -110,11 +108,10 @@ def _check_federated(params: FederatedParams, train: list[dict[str, Any]], base_
         derive_seed(base_seed, "federated", "partition"),
     )
     smallest = min(len(shard) for shard in shards)
-    if params.delta >= 1.0 / smallest:
-        raise PrivharError(
-            f"federated.delta = {params.delta} is invalid: expected δ < 1/N_k = {1.0 / smallest:.3g} "
-            f"(with federated.clients = {params.clients}, the smallest client holds {smallest} videos)"
-        )
+    counted = (
+        f"with federated.clients = {params.clients}, the smallest client holds {smallest} videos"
+    )
+    check_delta("federated.delta", params.delta, smallest, "N_k", counted)
 
 
 def _check_ldp(params: LdpParams, public_actions: int) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from tasks.core.errors import PrivharError
 from tasks.core.randomness import SECURE
 
 
@@ -89,3 +90,14 @@ def strongest(*guarantees: PrivacyGuarantee) -> PrivacyGuarantee:
     (post-processing). Each is a valid claim, so the tighter one is reported.
     """
     return min(guarantees, key=lambda guarantee: (guarantee.epsilon, guarantee.delta))
+
+
+def check_delta(
+    setting: str, delta: float, count: int, symbol: str, counted: str, context: str = ""
+) -> None:
+    """δ < 1/``symbol`` for ``count`` units, else one line naming ``setting`` (δ ≥ 1/N allows releasing one unit
+    outright): the private and federated stages check it, and the index checks it against the dataset first."""
+    if delta >= 1.0 / count:
+        raise PrivharError(
+            f"{setting} = {delta} is invalid{context}: expected δ < 1/{symbol} = {1.0 / count:.3g} ({counted})"
+        )

@@ -41,7 +41,7 @@ from tasks.core.params import (
     federated_seeds,
     load_section,
 )
-from tasks.core.privacy import NON_PRIVATE, PrivacyGuarantee
+from tasks.core.privacy import NON_PRIVATE, PrivacyGuarantee, check_delta
 from tasks.core.public_model import classifier_seed, public_config
 from tasks.core.randomness import DpRandomness
 from tasks.core.registry import CHECKPOINT_TAG, checkpoint_digest, register_model
@@ -115,11 +115,8 @@ def fednova_is_fedavg(params: FederatedParams, shards: list[list[int]]) -> bool:
 
 def check_inputs(params: FederatedParams, shards: list[list[int]]) -> None:
     smallest = min(len(shard) for shard in shards)
-    if params.delta >= 1.0 / smallest:
-        raise PrivharError(
-            f"federated.delta = {params.delta} is invalid: expected δ < 1/N_k = {1.0 / smallest:.3g} "
-            f"(the smallest client holds {smallest} videos)"
-        )
+    counted = f"the smallest client holds {smallest} videos"
+    check_delta("federated.delta", params.delta, smallest, "N_k", counted)
     for name in params.tunings:
         if not name.replace("_", "").isalnum():
             raise PrivharError(

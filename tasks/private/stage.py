@@ -58,7 +58,7 @@ from tasks.core.params import (
     load_section,
     private_seeds,
 )
-from tasks.core.privacy import NON_PRIVATE, PrivacyGuarantee
+from tasks.core.privacy import NON_PRIVATE, PrivacyGuarantee, check_delta
 from tasks.core.private_catalogue import CATALOGUE
 from tasks.core.public_model import classifier_seed, public_model
 from tasks.core.randomness import DpRandomness
@@ -226,11 +226,8 @@ def epsilon_by_epoch(privacy: SgdPrivacy, epochs: int) -> list[float]:
 
 
 def _check_inputs(params: PrivateParams, unit: str, count: int, model: nn.Module) -> None:
-    if params.delta >= 1.0 / count:
-        raise PrivharError(
-            f"private.delta = {params.delta} is invalid: expected δ < 1/N = {1.0 / count:.3g} "
-            f"(N = {count} training {unit}s; δ ≥ 1/N allows releasing one {unit} outright)"
-        )
+    counted = f"N = {count} training {unit}s; δ ≥ 1/N allows releasing one {unit} outright"
+    check_delta("private.delta", params.delta, count, "N", counted)
     require_sample_independence(model)  # before any clip is loaded
 
 
