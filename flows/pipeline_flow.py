@@ -14,6 +14,7 @@ from prefect import flow, get_run_logger
 from prefect.states import State
 from prefect.task_runners import ThreadPoolTaskRunner
 
+from flows.ast_lock import serialise_ast_parse
 from flows.dag import read_dag
 from flows.pipeline import check_project, pipeline_session, score_models
 from flows.preflight import INDEX_STAGE, check_dataset
@@ -38,6 +39,7 @@ def pipeline_flow(
     """Bring ``stages`` (all if empty) of the DVC project up to date; return Top-1 etc. per method."""
     root = check_project(Path(project))
     logger = get_run_logger()
+    serialise_ast_parse()  # stages and shards run on threads from here on
     # the stages DVC starts for each task fork from one warm server (its address in os.environ, for tool_environment)
     with (
         pipeline_session(root, "prefect flow", {"privhar.profile": profile}),

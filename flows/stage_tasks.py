@@ -29,6 +29,7 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.states import Completed, State
 
+from flows.ast_lock import serialise_ast_parse
 from flows.dag import DagStage
 from flows.pipeline import dvc_command, error_line, tool_environment
 from tasks.core.errors import PrivharError
@@ -136,6 +137,7 @@ def shard_mapper(
             for start in range(0, len(items), settings.shard_size)
         ]
         results: list[Any] = []
+        serialise_ast_parse()  # the shards' numpy.load calls parse .npy headers on threads
         with shard_task_runner(settings) as runner:
             futures = [
                 runner.submit(
