@@ -98,13 +98,18 @@ def compact(text: str) -> str:
 
 
 def csv_bytes(
-    table: pl.DataFrame | Iterable[Mapping[str, Any]], columns: Sequence[str] | None = None
+    table: pl.DataFrame | Iterable[Mapping[str, Any]],
+    columns: Sequence[str] | None = None,
+    float_precision: int | None = None,
 ) -> bytes:
-    """A CSV file's bytes (header first) of a DataFrame or of rows, for ``atomic_write_bytes``."""
+    """A CSV file's bytes (header first) of a DataFrame or of rows, for ``atomic_write_bytes``.
+
+    ``float_precision`` (decimals) keeps a file the same across runs whose threaded sums differ in the last bits.
+    """
     frame = table if isinstance(table, pl.DataFrame) else frame_of(table, columns)
     if columns and isinstance(table, pl.DataFrame):
         frame = frame.select(columns)
-    return frame.write_csv().encode()
+    return frame.write_csv(float_precision=float_precision).encode()
 
 
 def read_csv(path: Path, *, missing_ok: bool = False) -> pl.DataFrame:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import asdict, dataclass, field
+from itertools import groupby
 from pathlib import Path
 from typing import Any
 
@@ -404,6 +405,18 @@ def subject_totals(releases: list[Release], rows: list[dict[str, Any]]) -> list[
     )
 
 
+def runs_of(values: list[float]) -> str:
+    """Values to 3 significant digits, a run of equal ones once with its count (100 seeds' releases on one line).
+
+    >>> runs_of([0.4991, 0.4992, 0.997, 2.0])
+    '0.499 ×2, 0.997, 2'
+    >>> runs_of([])
+    '—'
+    """
+    runs = [(text, len(list(group))) for text, group in groupby(f"{value:.3g}" for value in values)]
+    return ", ".join(text if count == 1 else f"{text} ×{count}" for text, count in runs) or "—"
+
+
 def family_summary(releases: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The ledger per method: its mechanism, unit and relation, its DP releases (ε per unit, the largest ε of one
     person, δ, accountant, calibration) and how many of its releases carry no DP guarantee (a polars group-by)."""
@@ -439,8 +452,8 @@ def family_summary(releases: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     name: row[name] or "none"
                     for name in ("unit", "relation", "calibration", "randomness")
                 },
-                "epsilons": ", ".join(f"{value:.3g}" for value in row["dp_epsilons"]) or "—",
-                "person_epsilons": ", ".join(f"{value:.3g}" for value in row["person"]) or "—",
+                "epsilons": runs_of(row["dp_epsilons"]),
+                "person_epsilons": runs_of(row["person"]),
                 "delta": row["delta"],
                 "accountant": (row["accountant"] or "none").split(";")[0],
                 "epsilon_sum": row["epsilon_sum"],

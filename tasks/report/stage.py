@@ -507,7 +507,7 @@ def report(
         folder / "claims.csv": csv_bytes(claims, list(CLAIM_COLUMNS)),
         folder / "costs.csv": csv_bytes(costs, ["method", "top1", "raw_top1", "gap", "verdict"]),
         folder / "person_level.csv": csv_bytes(people, PERSON_LEVEL_COLUMNS),
-        folder / "spread.csv": csv_bytes(spread, SPREAD_COLUMNS),
+        folder / "spread.csv": csv_bytes(spread, SPREAD_COLUMNS, float_precision=6),
         folder / "metrics.json": (
             json.dumps(dvc_metrics, indent=2, sort_keys=True) + "\n"
         ).encode(),
