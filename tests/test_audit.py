@@ -18,8 +18,10 @@ from torch import nn
 
 import tasks.private.methods as methods
 from tasks.core.randomness import DpStream
+from tasks.federated.client import LocalRecipe, Shard, client_round, trainable_state
 from tasks.ldp.randomized_response import perturb
 from tasks.privacy.accounting import ADD_REMOVE, REPLACE_ONE, sampled_gaussian_epsilon
+from tasks.privacy.federated_accounting import epsilon_of as federated_epsilon
 from tasks.private.methods import PrivateData, Recipe, train_grouped
 
 RUNS = (
@@ -303,6 +305,55 @@ def test_opacus_batches_are_poisson_and_fixed_batches_are_caught(monkeypatch):
         lambda engine, **kwargs: original(engine, **{**kwargs, "poisson_sampling": False}),
     )
     assert not binomial_like()
+
+
+def federated_client_scores(canary: float, runs: int, offset: int) -> np.ndarray:
+    """One federated client's round (tasks/federated/client.py: Opacus on shuffled fixed-size batches), 4 videos
+    in one batch, σ = 2, from zero weights: z, the update along the canary's clipped gradient in units of C. The
+    canary's input is +100 or −100 along x₀ (replace-one: its clipped gradient flips, sensitivity 2C), shifted so
+    that the two worlds are N(1, (σ/2)²) and N(0, (σ/2)²)."""
+    module = nn.Linear(2, 2, bias=False)
+    with torch.no_grad():
+        module.weight.zero_()
+    recipe = LocalRecipe(
+        local_epochs=1,
+        batch_size=4,
+        learning_rate=1e-3,
+        momentum=0.0,
+        max_grad_norm=1.0,
+        noise_multiplier=2.0,
+    )
+    inputs = torch.zeros(4, 2)
+    inputs[0, 0] = canary
+    shard = Shard(inputs, torch.zeros(4, dtype=torch.long))
+    broadcast = trainable_state(module)
+    direction = torch.tensor([[-1.0, 0.0], [1.0, 0.0]]) / math.sqrt(2)
+    scale = recipe.batch_size / (recipe.learning_rate * recipe.max_grad_norm)
+    scores = []
+    for run in range(runs):  # the client's shuffle and noise streams: seeds 2r and 2r + 1
+        update = client_round(module, broadcast, shard, recipe, 2 * (offset + run))
+        scores.append(float(-(update.update["weight"] * direction).sum()) * scale)
+    return (np.array(scores) + 1.0) / 2.0
+
+
+def audit_federated_client(runs: int = RUNS // 2) -> tuple[float, float]:
+    """(ε̂, ε claimed by tasks.privacy.federated_accounting) of one client's round at σ = 2 (μ = 2/σ = 1)."""
+    with_canary = federated_client_scores(100.0, runs, 0)
+    other = federated_client_scores(-100.0, runs, 10**6)
+    claimed = federated_epsilon(2.0, 1, DELTA)
+    return best_bound(with_canary, other, [1.0, 1.5, 2.0, 2.5, 3.0]), claimed
+
+
+def test_federated_client_noise_holds_and_halved_noise_is_caught(monkeypatch):
+    """The federated clients (paper 003) claim replace-one μ-GDP with sensitivity 2C: audited on a client's round."""
+    found, claimed = audit_federated_client()
+    assert found <= claimed
+    original = DpStream.normal
+    monkeypatch.setattr(
+        DpStream, "normal", lambda stream, std, like: original(stream, std / 2, like)
+    )
+    broken, claimed = audit_federated_client()
+    assert broken > claimed, (broken, claimed)
 
 
 def test_batches_are_poisson_not_fixed_size(monkeypatch):
