@@ -68,6 +68,7 @@ TINY = {
         "batch_size": 4,
         "learning_rate": 0.1,
         "seeds_per_tuning": {"selective": None, "full": None},
+        "reference_seeds": {"full": None},
     },
     "orchestrate": {"shard_size": 8, "local_workers": 2},
     "report": {

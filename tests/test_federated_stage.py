@@ -248,12 +248,19 @@ def test_head_only_clients_train_on_standardised_features_and_the_saved_head_is_
 
 def test_a_tuning_can_take_more_seeds_and_the_plan_counts_each(project, tmp_path):
     """federated.seeds_per_tuning: the cheap selective rows get more seeds (each a release the plan and the ledger
-    count); the full rows keep report.seeds."""
+    count); the full rows keep report.seeds. federated.reference_seeds: the ε = ∞ references of the first seeds only."""
     from tasks.privacy.budget import planned_releases
     from tasks.privacy.release_ledger import recorded
 
     params = write_params(
-        tmp_path, {"federated": {"seeds_per_tuning": {"selective": 2}, "aggregations": ["fedavg"]}}
+        tmp_path,
+        {
+            "federated": {
+                "seeds_per_tuning": {"selective": 3},
+                "reference_seeds": {"selective": 2},
+                "aggregations": ["fedavg"],
+            }
+        },
     )
     models = [
         row["model"]
@@ -268,6 +275,7 @@ def test_a_tuning_can_take_more_seeds_and_the_plan_counts_each(project, tmp_path
         "fedavg-selective-epsinf",
         "fedavg-selective-seed1",
         "fedavg-selective-epsinf-seed1",
+        "fedavg-selective-seed2",
     ]
     planned = [
         release.name for release in planned_releases(params) if release.stage == "train-federated"
@@ -276,6 +284,7 @@ def test_a_tuning_can_take_more_seeds_and_the_plan_counts_each(project, tmp_path
         "federated-fedavg-full",
         "federated-fedavg-selective",
         "federated-fedavg-selective-seed1",
+        "federated-fedavg-selective-seed2",
     ]
     assert recorded(f"test-{tmp_path.name}")[0] == set(planned)
 

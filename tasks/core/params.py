@@ -279,6 +279,8 @@ class FederatedParams(Section):
     seeds_per_tuning: dict[
         str, PositiveInt | None
     ] = {}  # None: report.seeds (a profile's way to drop an entry)
+    # seeds of a tuning's ε = ∞ reference rows (no noise: they spread less), at most its seeds; the others: all of them
+    reference_seeds: dict[str, PositiveInt | None] = {}
 
 
 class ReportParams(Section):
@@ -318,6 +320,13 @@ def federated_seeds(federated: FederatedParams, report: ReportParams, tuning: st
     """Training seeds of the federated rows of ``tuning`` (a row of ``federated.tunings``):
     ``federated.seeds_per_tuning[tuning]``, else ``report.seeds`` (the stage and the budget plan both read it here)."""
     return federated.seeds_per_tuning.get(tuning) or report.seeds
+
+
+def federated_reference_seeds(federated: FederatedParams, report: ReportParams, tuning: str) -> int:
+    """Seeds of the ε = ∞ reference rows of ``tuning``: ``federated.reference_seeds[tuning]``, at most the tuning's
+    own seeds (seeds 0 … n − 1 of the DP rows get a reference; the references are no release, so no budget)."""
+    seeds = federated_seeds(federated, report, tuning)
+    return min(federated.reference_seeds.get(tuning) or seeds, seeds)
 
 
 TRACKERS = ("mil", "kcf", "csrt")

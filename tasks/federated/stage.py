@@ -38,6 +38,7 @@ from tasks.core.params import (
     FederatedParams,
     PrivacyParams,
     ReportParams,
+    federated_reference_seeds,
     federated_seeds,
     load_section,
 )
@@ -145,6 +146,10 @@ def train_federated(
     check_inputs(params, clips.shards)
     report_params = load_section(params_path, "report", ReportParams)
     seeds = {tuning: federated_seeds(params, report_params, tuning) for tuning in params.tunings}
+    references = {
+        tuning: federated_reference_seeds(params, report_params, tuning)
+        for tuning in params.tunings
+    }
     every_row = read_manifest(frames / MANIFEST_NAME)
     for tuning in params.tunings:
         for aggregation in params.aggregations:
@@ -188,6 +193,8 @@ def train_federated(
                     )  # the frozen prefix (seed 0) or a fresh head: part of each run's cost
                     for aggregation, epsilon in itertools.product(params.aggregations, sigmas):
                         sigma = sigmas[epsilon]
+                        if not sigma and seed >= references[tuning]:
+                            continue  # federated.reference_seeds: this tuning's references are done
                         name = federated_model(aggregation, tuning, epsilon, params.epsilon)
                         key = name + seed_suffix(seed)
                         federation = federation_of(
@@ -222,17 +229,14 @@ def train_federated(
                                 _log_round(model_run, record)
                         seconds = run_seconds + prefix_seconds
                         guarantee = _guarantee(result, sigma, params, randomness)
-                        by_person = {
-                            person: person_epsilon(
-                                sigma,
-                                max(result.participations) * params.local_epochs,
-                                count,
-                                params.delta,
-                            )
+                        epochs = max(result.participations) * params.local_epochs
+                        by_count = {  # a person's ε depends on their video count alone: one per count
+                            count: person_epsilon(sigma, epochs, count, params.delta)
                             if sigma
                             else math.inf
-                            for person, count in held.items()
+                            for count in set(held.values())
                         }
+                        by_person = {person: by_count[count] for person, count in held.items()}
                         persons += [
                             {
                                 "model": key,

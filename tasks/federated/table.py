@@ -69,7 +69,7 @@ def markdown(rows: list[dict[str, Any]], params: FederatedParams) -> str:
         "",
         (
             f"{params.clients} clients ({params.partition} partition), {params.rounds} rounds of {params.local_epochs} local "
-            f"epoch(s), {params.client_fraction:g} of the clients per round; DP-SGD (Opacus) per client with shuffled batches "
+            f"epoch(s), {params.client_fraction:.0%} of the clients per round; DP-SGD (Opacus) per client with shuffled batches "
             f"of {params.batch_size}, C = {params.max_grad_norm}, σ = {first['noise_multiplier']}, δ = {params.delta}. "
             "Top-1 on the raw test clips after the last round. The `-epsinf` rows train the same recipe with no noise (no "
             "DP guarantee): a row's gap to its reference is what the noise costs, the reference's gap to the non-private "
