@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from flows.entry import log_stages_to_stderr
-from tasks.core.params import ANONYMIZE_METHODS
+from tasks.core.anonymize_catalogue import ANONYMIZE_METHODS
 from tasks.core.private_catalogue import PRIVATE_METHODS
 
 PARAMS = click.option(

@@ -6,8 +6,11 @@ import pytest
 
 from tasks.anonymize.avatars import CATALOGUE, avatar_for, render
 from tasks.anonymize.inpaint import background_plate
+from tasks.anonymize.methods import PROTECT, replace_with_avatars
 from tasks.anonymize.obfuscate import dilate, low_res_size
-from tasks.anonymize.stage import anonymize, replace_with_avatars
+from tasks.anonymize.stage import anonymize
+from tasks.core.anonymize_catalogue import CATALOGUE as ANONYMIZE_CATALOGUE
+from tasks.core.anonymize_catalogue import method_of
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import read_manifest, resolve_path
 from tests.conftest import write_params
@@ -340,3 +343,16 @@ def test_two_people_passing_each_other_keep_their_own_track_and_avatar():
         [[[box[0]] for box in frame] for frame in frames], np.float32
     )  # (T, P, 1): each box's left edge
     assert by_track(joints, numbers)[:, 0, 0].tolist() == [box[0] for box in walker_a]
+
+
+def test_every_catalogued_method_has_its_function_and_a_spelling_names_one_entry():
+    assert set(PROTECT) == set(
+        ANONYMIZE_CATALOGUE
+    )  # adding a method: one catalogue entry, one function
+    assert method_of("low_res_16x12").name == "low_res" and method_of("avatar").gated
+    assert [name for name, entry in ANONYMIZE_CATALOGUE.items() if entry.public_pixels] == [
+        "avatar",
+        "blackout",
+    ]  # the only copies with synthetic pixels (masks/ for MaskDP)
+    with pytest.raises(PrivharError, match="method 'low_res_16' is not one of avatar, "):
+        method_of("low_res_16")

@@ -28,19 +28,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from tasks.anonymize.avatars import avatar_for, render
 from tasks.anonymize.coverage import coverage
-from tasks.anonymize.inpaint import remove_people
-from tasks.anonymize.obfuscate import (
-    LOW_RES,
-    black_out,
-    blur_faces,
-    dilate,
-    low_res_size,
-    low_resolution,
-    no_public_pixels,
-)
+from tasks.anonymize.methods import PROTECT
 from tasks.anonymize.people import detectors_of, find_people, resolve_source, video_identity
+from tasks.core.anonymize_catalogue import method_of
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import (
     MANIFEST_NAME,
@@ -58,20 +49,6 @@ from tasks.core.storage import atomic_directory, load_frames, save_arrays, save_
 from tasks.core.tracking import stage_run, stage_work
 from tasks.privacy.budget import check_unprotected
 
-NEEDS_PEOPLE = {
-    "avatar": ("person_mask", "skeleton", "joint_depth", "identity"),
-    "face_blur": ("face_box",),
-    "blackout": ("person_mask",),
-}
-PUBLIC_PIXEL_METHODS = {
-    "avatar",
-    "blackout",
-}  # methods whose output has synthetic pixels: they write masks/
-GATED_METHODS = {
-    "avatar",
-    "blackout",
-    "face_blur",
-}  # they claim to remove people (faces): coverage must reach min_coverage
 QUARANTINE_SCHEMA = pa.schema(
     [
         ("video_id", pa.string()),
@@ -81,50 +58,6 @@ QUARANTINE_SCHEMA = pa.schema(
     ]
 )
 log = logging.getLogger(__name__)
-
-
-def replace_with_avatars(
-    frames: np.ndarray, truth: dict[str, np.ndarray], dilation: int, seed: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """Paper 001 §5.2: remove every person (dilated mask), render avatars in their poses.
-
-    The public mask is the avatars' coverage (:func:`tasks.anonymize.avatars.render`); a
-    person whose skeleton is not finite in a frame is not drawn there.
-    """
-    clean = remove_people(frames, dilate(truth["person_mask"], dilation))
-    avatars = [avatar_for(seed, identity) for identity in truth["identity"]]
-    out, public = np.empty_like(frames), np.empty(frames.shape[:3], np.uint8)
-    for t in range(len(frames)):
-        people = [
-            (truth["skeleton"][t, p], truth["joint_depth"][t, p], avatar)
-            for p, avatar in enumerate(avatars)
-            if np.isfinite(truth["skeleton"][t, p]).all()
-            and np.isfinite(truth["joint_depth"][t, p]).all()
-        ]
-        out[t], coverage = render(clean[t], people)
-        public[t] = coverage > 0
-    return out, public
-
-
-def apply_method(
-    method: str,
-    frames: np.ndarray,
-    truth: dict[str, np.ndarray],
-    params: AnonymizeParams,
-    seed: int,
-) -> tuple[np.ndarray, np.ndarray]:
-    """(protected clip, public mask) for one method."""
-    if method == "avatar":
-        return replace_with_avatars(frames, truth, params.mask_dilation, seed)
-    if method == "face_blur":
-        return blur_faces(
-            frames, truth["face_box"], params.face_blur_kernel, params.face_blur_sigma
-        ), no_public_pixels(frames)
-    if method == "blackout":
-        return black_out(frames, truth["person_mask"], params.mask_dilation)
-    if LOW_RES.match(method):
-        return low_resolution(frames, low_res_size(method)), no_public_pixels(frames)
-    return frames.copy(), no_public_pixels(frames)  # none
 
 
 def anonymize_one(
@@ -145,7 +78,8 @@ def anonymize_one(
     Protected frames and the public mask are written only for a released clip.
     """
     frames = load_frames(workdir / resolve_path(row["path"], source))
-    keys = NEEDS_PEOPLE.get(method, ())
+    entry = method_of(method)
+    keys = entry.people
     started = time.perf_counter()
     people, searched = {}, ""
     if keys:
@@ -163,10 +97,10 @@ def anonymize_one(
         people, searched = found.arrays, found.searched_at
         if source_kind == "ground_truth":  # reading annotations is not part of the method's cost
             started = time.perf_counter()
-    protected, public = apply_method(method, frames, people, params, seed)
+    protected, public = PROTECT[entry.name](frames, people, params, seed, method)
     seconds = time.perf_counter() - started
     covered, blacked_out = float("nan"), False
-    if method in GATED_METHODS:
+    if entry.gated:
         covered = coverage(frames, protected, found.reference)
         if covered < params.min_coverage:
             reason = (
@@ -188,7 +122,7 @@ def anonymize_one(
             )
     save_frames(workdir / out / "frames" / f"{row['video_id']}.npy", protected)
     mask = ""
-    if method in PUBLIC_PIXEL_METHODS or blacked_out:
+    if entry.public_pixels or blacked_out:
         mask = f"masks/{row['video_id']}.npz"
         save_arrays(workdir / out / mask, public=public)
     annotations = rebase_path(row.get("annotations"), workdir / source, workdir / final)
@@ -224,7 +158,7 @@ def anonymize(
     )  # obfuscation: no DP guarantee
     rows = read_manifest(frames / MANIFEST_NAME)
     if (
-        NEEDS_PEOPLE.get(method)
+        method_of(method).people
         and "mediapipe" in detectors_of(source_kind, params)
         and source_kind != "ground_truth"
     ):

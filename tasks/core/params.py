@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
+from tasks.core.anonymize_catalogue import ANONYMIZE_PATTERN
 from tasks.core.errors import PrivharError
 from tasks.core.private_catalogue import PRIVATE_METHODS
 
@@ -123,16 +124,6 @@ class DprpParams(Section):
     @property
     def k_value(self) -> int:
         return self.k if isinstance(self.k, int) else math.prod(self.k)
-
-
-ANONYMIZE_METHODS = (
-    "avatar",
-    "face_blur",
-    "blackout",
-    "none",
-    "low_res_<W>x<H>",
-)  # the command line's help says these
-ANONYMIZE_PATTERN = "^(" + "|".join(ANONYMIZE_METHODS[:-1]) + r"|low_res_\d+x\d+)$"
 
 
 class AnonymizeParams(Section):

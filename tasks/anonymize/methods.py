@@ -1,0 +1,68 @@
+"""The anonymization methods' functions, keyed by their catalogue names (tasks/core/anonymize_catalogue.py).
+
+Each takes the clip, the people arrays its catalogue entry asks for, the stage's params, the stage seed and the
+method's own spelling (``low_res_32x24`` carries its size), and returns (protected clip, public mask).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from tasks.anonymize.avatars import avatar_for, render
+from tasks.anonymize.inpaint import remove_people
+from tasks.anonymize.obfuscate import (
+    black_out,
+    blur_faces,
+    dilate,
+    low_res_size,
+    low_resolution,
+    no_public_pixels,
+)
+from tasks.core.params import AnonymizeParams
+
+People = dict[str, np.ndarray]
+Protect = Callable[[np.ndarray, People, AnonymizeParams, int, str], tuple[np.ndarray, np.ndarray]]
+
+
+def replace_with_avatars(
+    frames: np.ndarray, truth: People, dilation: int, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Paper 001 §5.2: remove every person (dilated mask), render avatars in their poses.
+
+    The public mask is the avatars' coverage (:func:`tasks.anonymize.avatars.render`); a
+    person whose skeleton is not finite in a frame is not drawn there.
+    """
+    clean = remove_people(frames, dilate(truth["person_mask"], dilation))
+    avatars = [avatar_for(seed, identity) for identity in truth["identity"]]
+    out, public = np.empty_like(frames), np.empty(frames.shape[:3], np.uint8)
+    for t in range(len(frames)):
+        people = [
+            (truth["skeleton"][t, p], truth["joint_depth"][t, p], avatar)
+            for p, avatar in enumerate(avatars)
+            if np.isfinite(truth["skeleton"][t, p]).all()
+            and np.isfinite(truth["joint_depth"][t, p]).all()
+        ]
+        out[t], coverage = render(clean[t], people)
+        public[t] = coverage > 0
+    return out, public
+
+
+PROTECT: dict[str, Protect] = {
+    "avatar": lambda frames, people, params, seed, _: replace_with_avatars(
+        frames, people, params.mask_dilation, seed
+    ),
+    "face_blur": lambda frames, people, params, seed, _: (
+        blur_faces(frames, people["face_box"], params.face_blur_kernel, params.face_blur_sigma),
+        no_public_pixels(frames),
+    ),
+    "blackout": lambda frames, people, params, seed, _: black_out(
+        frames, people["person_mask"], params.mask_dilation
+    ),
+    "none": lambda frames, people, params, seed, _: (frames.copy(), no_public_pixels(frames)),
+    "low_res": lambda frames, people, params, seed, value: (
+        low_resolution(frames, low_res_size(value)),
+        no_public_pixels(frames),
+    ),
+}
