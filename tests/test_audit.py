@@ -253,17 +253,15 @@ def opacus_steps(
             sizes.append(sampled)
             trained.weight.zero_()
 
-    with pytest.MonkeyPatch.context() as fixed_noise:
-        fixed_noise.setattr(methods, "calibrate", lambda *args, **kwargs: sigma)
-        methods.train_dp_sgd(
-            module,
-            data,
-            recipe,
-            1.0,
-            DpStream.seeded(2 * seed),
-            DpStream.seeded(2 * seed + 1),
-            on_step=observe,
-        )
+    methods.train_dp_sgd(
+        module,
+        data,
+        recipe,
+        sigma,
+        DpStream.seeded(2 * seed),
+        DpStream.seeded(2 * seed + 1),
+        on_step=observe,
+    )
     return np.array(scores), sizes
 
 

@@ -309,11 +309,12 @@ def test_calibrated_noise_reaches_the_target(accountant, relation):
 def test_opacus_dp_sgd_reports_the_calibrated_epsilon():
     torch.manual_seed(0)
     data = tiny_data(count=40)
+    recipe = Recipe(**{**RECIPE.__dict__, "delta": 1e-3})
     outcome = train_dp_sgd(
         tiny_head(),
         data,
-        Recipe(**{**RECIPE.__dict__, "delta": 1e-3}),
-        target_epsilon=3.0,
+        recipe,
+        noise_multiplier=noise_for(3.0, data, recipe),
         noise=DpStream.seeded(0),
         sampling=DpStream.seeded(1),
     )
@@ -337,7 +338,7 @@ def test_opacus_dp_sgd_steps_through_empty_poisson_batches():
         tiny_head(),
         tiny_data(count=4),
         recipe,
-        target_epsilon=8.0,
+        noise_multiplier=noise_for(8.0, tiny_data(count=4), recipe),
         noise=DpStream.seeded(0),
         sampling=DpStream.seeded(1),
     )
@@ -381,7 +382,7 @@ def test_a_batch_norm_model_is_refused_in_one_line(train):
                 model,
                 tiny_data(),
                 RECIPE,
-                target_epsilon=2.0,
+                noise_multiplier=1.0,
                 noise=DpStream.seeded(0),
                 sampling=DpStream.seeded(1),
             )
@@ -545,7 +546,13 @@ def test_the_released_update_does_not_depend_on_the_private_size(path, monkeypat
             train_grouped(module, data, recipe, 0.0, DpStream.seeded(1), on_step=keep)
         else:
             train_dp_sgd(
-                module, data, recipe, 1.0, DpStream.seeded(1), DpStream.seeded(2), on_step=keep
+                module,
+                data,
+                recipe,
+                noise_for(1.0, data, recipe),
+                DpStream.seeded(1),
+                DpStream.seeded(2),
+                on_step=keep,
             )
         return seen["weight"]
 

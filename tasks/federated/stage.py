@@ -24,6 +24,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +54,7 @@ from tasks.core.subjects import videos_per_person
 from tasks.core.tables import csv_bytes
 from tasks.core.tracking import StageRun, stage_run, stage_work
 from tasks.federated.client import LocalRecipe, load_trainable
-from tasks.federated.inputs import Split, load_federated_clips, split_for
+from tasks.federated.inputs import Clips, Split, load_federated_clips, split_for
 from tasks.federated.rounds import Federation, FederationResult, in_process, run_rounds
 from tasks.federated.table import federated_table
 from tasks.privacy.accounting import REPLACE_ONE
@@ -126,6 +127,260 @@ def check_inputs(params: FederatedParams, shards: list[list[int]]) -> None:
 
 
 @stage_work
+@dataclass
+class _Trained:
+    """What the stage collects over its models: table rows, round records, per-person ε, deferred registrations."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    rounds: list[dict[str, Any]] = field(default_factory=list)
+    persons: list[dict[str, Any]] = field(default_factory=list)
+    registrations: list[Callable[[], Any]] = field(
+        default_factory=list
+    )  # registered once the output folder and reports are complete: a failed stage leaves no version
+
+
+@dataclass
+class _FederatedRun:
+    """One run of the stage: its params and inputs, and the models it trains into ``staging``."""
+
+    base: BaseParams
+    params: FederatedParams
+    randomness: DpRandomness
+    config: dict[str, Any]
+    clips: Clips
+    init: Path
+    frames: Path
+    sigmas: dict[float, float]  # ε → σ (σ calibrated once per ε: every seed's release shares it)
+    run: StageRun
+    staging: Path
+    trained: _Trained = field(default_factory=_Trained)
+
+    def __post_init__(self) -> None:
+        self.equal_steps = fednova_is_fedavg(self.params, self.clips.shards)
+        self.held = videos_per_person(self.clips.rows)
+
+    def tuning(self, tuning: str, trainable: str, seeds: int, references: int) -> None:
+        """Every seed of one tuning: a split (seed 0's frozen prefix serves all), then each aggregation × ε."""
+        first = None
+        for seed in range(seeds):
+            started = time.perf_counter()
+            split = split_for(
+                self.init,
+                self.frames,
+                self.clips,
+                trainable,
+                classifier_seed(self.base.seed, seed),
+                first,
+            )
+            first = first or split
+            prefix_seconds = (
+                time.perf_counter() - started
+            )  # the frozen prefix (seed 0) or a fresh head
+            without_noise: dict[
+                float, tuple[FederationResult, float, str]
+            ] = {}  # this seed's ε = ∞ run
+            for aggregation, epsilon in itertools.product(self.params.aggregations, self.sigmas):
+                if not self.sigmas[epsilon] and seed >= references:
+                    continue  # federated.reference_seeds: this tuning's references are done
+                self.model(
+                    split,
+                    tuning,
+                    trainable,
+                    aggregation,
+                    epsilon,
+                    seed,
+                    without_noise,
+                    prefix_seconds,
+                )
+
+    def model(
+        self,
+        split: Split,
+        tuning: str,
+        trainable: str,
+        aggregation: str,
+        epsilon: float,
+        seed: int,
+        without_noise: dict[float, tuple[FederationResult, float, str]],
+        prefix_seconds: float,
+    ) -> None:
+        """One model: trained (or FedAvg's when FedNova is FedAvg without noise), its row, its files."""
+        sigma = self.sigmas[epsilon]
+        name = federated_model(aggregation, tuning, epsilon, self.params.epsilon)
+        key = name + seed_suffix(seed)
+        tags = {"privhar.aggregation": aggregation, "privhar.tuning": tuning, "privhar.seed": seed}
+        with self.run.model_run(key, tags) as model_run:
+            result, run_seconds, trained_as = self.federate(
+                split, aggregation, epsilon, seed, key, without_noise
+            )
+            if trained_as:
+                model_run.set_tags({"privhar.same_model_as": trained_as})
+            for record in result.history:
+                _log_round(model_run, record)
+        guarantee = _guarantee(result, sigma, self.params, self.randomness)
+        worst = self.person_epsilons(key, sigma, result)
+        self.trained.rows.append(
+            {
+                **_row(
+                    key,
+                    tuning,
+                    trainable,
+                    aggregation,
+                    self.params,
+                    split,
+                    result,
+                    sigma,
+                    run_seconds + prefix_seconds,
+                ),
+                "unit": guarantee.unit,
+                "relation": guarantee.relation,
+                "epsilon_person_max": round(worst, 6),
+                "randomness": guarantee.randomness,
+                "seed": seed,
+            }
+        )
+        self.trained.rounds.extend({"model": key, **record} for record in result.history)
+        self.save(
+            split, result, name, key, seed, trainable, aggregation, epsilon, guarantee, model_run
+        )
+
+    def federate(
+        self,
+        split: Split,
+        aggregation: str,
+        epsilon: float,
+        seed: int,
+        key: str,
+        without_noise: dict[float, tuple[FederationResult, float, str]],
+    ) -> tuple[FederationResult, float, str | None]:
+        """Algorithm 1's result, its seconds, and the aggregation that trained it when not this one: FedNova is FedAvg
+        when every client takes the same steps and there is no noise, so its ε = ∞ model is this seed's FedAvg's."""
+        sigma = self.sigmas[epsilon]
+        if not sigma and self.equal_steps and epsilon in without_noise:
+            return without_noise[epsilon]
+        started = time.perf_counter()
+        result = _federate(
+            self.params.transport,
+            split,
+            federation_of(self.base, self.params, sigma, aggregation, self.randomness, seed),
+            [len(shard) for shard in self.clips.shards],
+            functools.partial(_print_round, key),
+        )
+        seconds = time.perf_counter() - started
+        without_noise[epsilon] = (result, seconds, aggregation)
+        return result, seconds, None
+
+    def person_epsilons(self, key: str, sigma: float, result: FederationResult) -> float:
+        """Each person's ε for this model (the ``federated_persons.csv`` rows); the largest."""
+        epochs = max(result.participations) * self.params.local_epochs
+        by_count = {  # a person's ε depends on their video count alone: one per count
+            count: person_epsilon(sigma, epochs, count, self.params.delta) if sigma else math.inf
+            for count in set(self.held.values())
+        }
+        by_person = {person: by_count[count] for person, count in self.held.items()}
+        self.trained.persons += [
+            {
+                "model": key,
+                "subject": person,
+                "units": self.held[person],
+                "epsilon_person": round(value, 6),
+            }
+            for person, value in by_person.items()
+        ]
+        return max(by_person.values())
+
+    def save(
+        self,
+        split: Split,
+        result: FederationResult,
+        name: str,
+        key: str,
+        seed: int,
+        trainable: str,
+        aggregation: str,
+        epsilon: float,
+        guarantee: PrivacyGuarantee,
+        model_run: Any,
+    ) -> None:
+        """``<name>[/seed<i>]/model.pt``; seed 0 also queued for the registry (the other seeds measure the spread)."""
+        model = copy.deepcopy(split.model)  # each key keeps its own weights
+        load_trainable(model, result.state)
+        if (
+            split.statistics is not None
+        ):  # the head learnt on standardised features: same logits on raw ones
+            fold_standardisation(head_of(model), split.statistics)
+        model.eval()
+        model_config = {
+            **self.config,
+            "model": key,
+            "method": "federated",
+            "family": "federated",
+            "frames": str(self.frames),
+            "trainable": trainable,
+            "aggregation": aggregation,
+            "seed": seed,
+            "target_epsilon": epsilon,
+        }
+        folder = seed_folder(self.staging / name, seed)
+        folder.mkdir(parents=True)
+        torch.save({"state_dict": model.state_dict(), "config": model_config}, folder / "model.pt")
+        if seed:
+            return
+        self.trained.registrations.append(
+            functools.partial(
+                register_model,
+                model,
+                run=model_run,
+                family="federated",
+                key=key,
+                config=model_config,
+                artifact=key,
+                tags=self.registry_tags(folder, trainable, aggregation, epsilon, guarantee),
+            )
+        )
+
+    def registry_tags(
+        self,
+        folder: Path,
+        trainable: str,
+        aggregation: str,
+        epsilon: float,
+        guarantee: PrivacyGuarantee,
+    ) -> dict[str, Any]:
+        return {
+            "method": "federated",
+            "aggregation": aggregation,
+            "trainable": trainable,
+            CHECKPOINT_TAG: checkpoint_digest(folder / "model.pt"),
+            **guarantee.as_tags(),
+            "clients": self.params.clients,
+            "rounds": self.params.rounds,
+            "epsilon_person_max": repr(self.trained.rows[-1]["epsilon_person_max"]),
+            "noise_multiplier": self.sigmas[epsilon],
+            "partition": self.params.partition,
+        }
+
+
+def _check_releases(
+    params_path: Path,
+    params: FederatedParams,
+    seeds: dict[str, int],
+    every_row: list[dict[str, Any]],
+    budget: Path | None,
+) -> None:
+    """privacy.max_epsilon: every seed of every DP row is a release of the clients' videos (both splits: the earlier
+    Video-DPRP releases hold a person's test videos too); the ε = ∞ references carry no guarantee."""
+    for tuning in params.tunings:
+        for aggregation in params.aggregations:
+            for seed in range(seeds[tuning]):
+                name = federated_release(aggregation, tuning) + seed_suffix(seed)
+                check_budget(params_path, name, every_row, budget)
+    if math.isfinite(params.epsilon):
+        check_unprotected(
+            params_path, "the federated reference models at ε = ∞ (the same recipe without noise)"
+        )
+
+
 def train_federated(
     *,
     params_path: Path,
@@ -138,205 +393,49 @@ def train_federated(
     """Run the stage; return the table rows. ``budget``: the budget stage's plan for it (default: planned here)."""
     base = load_section(params_path, "base", BaseParams)
     params = load_section(params_path, "federated", FederatedParams)
-    randomness = DpRandomness(
-        load_section(params_path, "privacy", PrivacyParams).randomness, base.seed
-    )
+    privacy = load_section(params_path, "privacy", PrivacyParams)
+    report_params = load_section(params_path, "report", ReportParams)
     config = public_config(init, frames)
     clips = load_federated_clips(frames, tuple(config["input_size"]), base, params)
     check_inputs(params, clips.shards)
-    report_params = load_section(params_path, "report", ReportParams)
     seeds = {tuning: federated_seeds(params, report_params, tuning) for tuning in params.tunings}
-    references = {
-        tuning: federated_reference_seeds(params, report_params, tuning)
-        for tuning in params.tunings
-    }
     every_row = read_manifest(frames / MANIFEST_NAME)
-    for tuning in params.tunings:
-        for aggregation in params.aggregations:
-            for seed in range(seeds[tuning]):  # every seed is a release of the clients' videos
-                # every row, both splits: the earlier Video-DPRP releases hold the person's test videos too
-                check_budget(
-                    params_path,
-                    federated_release(aggregation, tuning) + seed_suffix(seed),
-                    every_row,
-                    budget,
-                )
-    if math.isfinite(
-        params.epsilon
-    ):  # the ε = ∞ reference rows: the same recipe without noise, no DP guarantee
-        check_unprotected(
-            params_path, "the federated reference models at ε = ∞ (the same recipe without noise)"
-        )
+    _check_releases(params_path, params, seeds, every_row, budget)
     compositions = params.rounds * params.local_epochs
     sigmas = {params.epsilon: calibrate(params.epsilon, compositions, params.delta), math.inf: 0.0}
     torch.use_deterministic_algorithms(True)
-    equal_steps = fednova_is_fedavg(params, clips.shards)
-    held = videos_per_person(clips.rows)
-    rows, rounds, persons = [], [], []
-    registrations = []  # registered once the output folder and reports are complete: a failed stage leaves no version
     with stage_run("train-federated", {"base": base, "federated": params}) as run:
         run.log_dataset(frames, "train", "training")
         with atomic_directory(out) as staging:
-            for tuning, trainable in params.tunings.items():
-                first = None  # seed 0's split: its frozen prefix's outputs serve every seed of the tuning
-                for seed in range(seeds[tuning]):
-                    same_without_noise: dict[
-                        float, tuple[FederationResult, float, str]
-                    ] = {}  # this seed's ε = ∞ run
-                    started = time.perf_counter()
-                    split = split_for(
-                        init, frames, clips, trainable, classifier_seed(base.seed, seed), first
-                    )
-                    first = first or split
-                    prefix_seconds = (
-                        time.perf_counter() - started
-                    )  # the frozen prefix (seed 0) or a fresh head: part of each run's cost
-                    for aggregation, epsilon in itertools.product(params.aggregations, sigmas):
-                        sigma = sigmas[epsilon]
-                        if not sigma and seed >= references[tuning]:
-                            continue  # federated.reference_seeds: this tuning's references are done
-                        name = federated_model(aggregation, tuning, epsilon, params.epsilon)
-                        key = name + seed_suffix(seed)
-                        federation = federation_of(
-                            base, params, sigma, aggregation, randomness, seed
-                        )
-                        started = time.perf_counter()
-                        shared = (
-                            same_without_noise.get(epsilon) if not sigma and equal_steps else None
-                        )
-                        with run.model_run(
-                            key,
-                            {
-                                "privhar.aggregation": aggregation,
-                                "privhar.tuning": tuning,
-                                "privhar.seed": seed,
-                            },
-                        ) as model_run:
-                            if shared is None:
-                                result = _federate(
-                                    params.transport,
-                                    split,
-                                    federation,
-                                    [len(shard) for shard in clips.shards],
-                                    functools.partial(_print_round, key),
-                                )
-                                run_seconds = time.perf_counter() - started
-                                same_without_noise[epsilon] = (result, run_seconds, aggregation)
-                            else:  # FedNova is FedAvg when every client takes the same steps: trained once
-                                result, run_seconds, trained_as = shared
-                                model_run.set_tags({"privhar.same_model_as": trained_as})
-                            for record in result.history:
-                                _log_round(model_run, record)
-                        seconds = run_seconds + prefix_seconds
-                        guarantee = _guarantee(result, sigma, params, randomness)
-                        epochs = max(result.participations) * params.local_epochs
-                        by_count = {  # a person's ε depends on their video count alone: one per count
-                            count: person_epsilon(sigma, epochs, count, params.delta)
-                            if sigma
-                            else math.inf
-                            for count in set(held.values())
-                        }
-                        by_person = {person: by_count[count] for person, count in held.items()}
-                        persons += [
-                            {
-                                "model": key,
-                                "subject": person,
-                                "units": held[person],
-                                "epsilon_person": round(value, 6),
-                            }
-                            for person, value in by_person.items()
-                        ]
-                        rows.append(
-                            {
-                                **_row(
-                                    key,
-                                    tuning,
-                                    trainable,
-                                    aggregation,
-                                    params,
-                                    split,
-                                    result,
-                                    sigma,
-                                    seconds,
-                                ),
-                                "unit": guarantee.unit,
-                                "relation": guarantee.relation,
-                                "epsilon_person_max": round(max(by_person.values()), 6),
-                                "randomness": guarantee.randomness,
-                                "seed": seed,
-                            }
-                        )
-                        rounds.extend({"model": key, **record} for record in result.history)
-                        model = copy.deepcopy(
-                            split.model
-                        )  # registered after the loop: each key keeps its own weights
-                        load_trainable(model, result.state)
-                        if (
-                            split.statistics is not None
-                        ):  # the head learnt on standardised features: the same logits on raw ones
-                            fold_standardisation(head_of(model), split.statistics)
-                        model.eval()
-                        model_config = {
-                            **config,
-                            "model": key,
-                            "method": "federated",
-                            "family": "federated",
-                            "frames": str(frames),
-                            "trainable": trainable,
-                            "aggregation": aggregation,
-                            "seed": seed,
-                            "target_epsilon": epsilon,
-                        }
-                        folder = seed_folder(staging / name, seed)
-                        folder.mkdir(parents=True)
-                        torch.save(
-                            {"state_dict": model.state_dict(), "config": model_config},
-                            folder / "model.pt",
-                        )
-                        if seed:  # the registered model is seed 0; the other seeds measure the spread of the row
-                            continue
-                        registrations.append(
-                            functools.partial(
-                                register_model,
-                                model,
-                                run=model_run,
-                                family="federated",
-                                key=key,
-                                config=model_config,
-                                artifact=key,
-                                tags={
-                                    "method": "federated",
-                                    "aggregation": aggregation,
-                                    "trainable": trainable,
-                                    CHECKPOINT_TAG: checkpoint_digest(folder / "model.pt"),
-                                    **guarantee.as_tags(),
-                                    "clients": params.clients,
-                                    "rounds": params.rounds,
-                                    "epsilon_person_max": repr(rows[-1]["epsilon_person_max"]),
-                                    "noise_multiplier": sigma,
-                                    "partition": params.partition,
-                                },
-                            )
-                        )
-        federated_table(rows, rounds, report, params)
-        atomic_write_bytes(report / "federated_persons.csv", csv_bytes(persons))
-        for register in registrations:
-            register()
-        if math.isfinite(
-            params.epsilon
-        ):  # the models are complete: each is a release made, in the budget's ledger
-            record_made(
-                params_path,
-                [
-                    federated_release(aggregation, tuning) + seed_suffix(seed)
-                    for tuning in params.tunings
-                    for aggregation in params.aggregations
-                    for seed in range(seeds[tuning])
-                ],
-                every_row,
-                budget,
+            job = _FederatedRun(
+                base,
+                params,
+                DpRandomness(privacy.randomness, base.seed),
+                config,
+                clips,
+                init,
+                frames,
+                sigmas,
+                run,
+                staging,
             )
-    return rows
+            for tuning, trainable in params.tunings.items():
+                references = federated_reference_seeds(params, report_params, tuning)
+                job.tuning(tuning, trainable, seeds[tuning], references)
+        trained = job.trained
+        federated_table(trained.rows, trained.rounds, report, params)
+        atomic_write_bytes(report / "federated_persons.csv", csv_bytes(trained.persons))
+        for register in trained.registrations:
+            register()
+        if math.isfinite(params.epsilon):  # the models are complete: each is a release made
+            made = [
+                federated_release(aggregation, tuning) + seed_suffix(seed)
+                for tuning in params.tunings
+                for aggregation in params.aggregations
+                for seed in range(seeds[tuning])
+            ]
+            record_made(params_path, made, every_row, budget)
+    return trained.rows
 
 
 def _federate(

@@ -38,6 +38,7 @@ through the grouped loop for every method (Opacus has no user-level sampling).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -262,6 +263,31 @@ def _public_sum(
     return total
 
 
+def _grouped_gradient(
+    module: nn.Module,
+    data: PrivateData,
+    recipe: Recipe,
+    noise_multiplier: float,
+    streams: tuple[DpStream, DpStream | None],
+    rate: float,
+) -> tuple[int, int, float]:
+    """One step's update set as the parameters' gradients: the Poisson sample's clipped sum plus N(0, σ²C²), over the
+    expected batch; MaskDP adds the mean public gradient of its own Poisson sample of videos at the same rate.
+    Returns (units sampled, clipped, loss sum)."""
+    stream, public_stream = streams
+    chosen = stream.poisson_sample(data.unit_count, rate)
+    private, clipped, loss = _private_sum(module, data, data.videos_of(chosen), recipe)
+    normaliser = expected_batch(data.unit_count, recipe)
+    noised = add_noise(private, noise_multiplier, recipe.max_grad_norm, stream)
+    total = {name: g / normaliser for name, g in noised.items()}
+    if data.public is not None and public_stream is not None:
+        videos = len(data.labels)
+        public = _public_sum(module, data, public_stream.poisson_sample(videos, rate), recipe)
+        total = {name: total[name] + public[name] / (rate * videos) for name in total}
+    apply_gradient(module, total, 1.0)
+    return len(chosen), clipped, loss
+
+
 def train_grouped(
     module: nn.Module,
     data: PrivateData,
@@ -277,9 +303,7 @@ def train_grouped(
     public batch, independently of the private one. ``on_step`` sees every iterate (progress, audits).
     """
     require_sample_independence(module)
-    count, videos = data.unit_count, len(data.labels)
-    rate, steps = schedule(count, recipe)
-    normaliser = expected_batch(count, recipe)
+    rate, steps = schedule(data.unit_count, recipe)
     steps_per_epoch = steps // recipe.epochs
     optimiser = _optimiser(module, recipe)
     without_dropout(module)
@@ -295,32 +319,16 @@ def train_grouped(
     for epoch in range(1, recipe.epochs + 1):
         clipped, seen, loss_sum = 0, 0, 0.0
         for _ in range(steps_per_epoch):
-            chosen = stream.poisson_sample(count, rate)
-            private, step_clipped, step_loss = _private_sum(
-                module, data, data.videos_of(chosen), recipe
+            sampled, step_clipped, step_loss = _grouped_gradient(
+                module, data, recipe, noise_multiplier, (stream, public_stream), rate
             )
-            total = {
-                name: g / normaliser
-                for name, g in add_noise(
-                    private, noise_multiplier, recipe.max_grad_norm, stream
-                ).items()
-            }
-            if data.public is not None:  # its own Poisson sample of videos, at the same rate
-                public_batch = public_stream.poisson_sample(videos, rate)
-                public = _public_sum(module, data, public_batch, recipe)
-                total = {name: total[name] + public[name] / (rate * videos) for name in total}
-            apply_gradient(module, total, 1.0)
             optimiser.step()
             optimiser.zero_grad(set_to_none=True)
-            clipped, seen, loss_sum = (
-                clipped + step_clipped,
-                seen + len(chosen),
-                loss_sum + step_loss,
-            )
+            clipped, seen, loss_sum = clipped + step_clipped, seen + sampled, loss_sum + step_loss
             step += 1
             bar.update(1)
             if on_step is not None:
-                on_step(step, len(chosen), module)
+                on_step(step, sampled, module)
         history.append(
             {
                 "epoch": epoch,
@@ -344,7 +352,7 @@ def _train_dp_sgd_processes(
     module: nn.Module,
     data: PrivateData,
     recipe: Recipe,
-    target_epsilon: float,
+    noise_multiplier: float,
     noise: DpStream,
     sampling: DpStream,
     device: torch.device,
@@ -357,9 +365,6 @@ def _train_dp_sgd_processes(
     from tasks.private.distributed import train_dp_sgd_processes
 
     rate, steps = schedule(len(data.labels), recipe)
-    noise_multiplier = calibrate(
-        target_epsilon, recipe.delta, rate, steps, recipe.accountant, recipe.relation
-    )
     record = train_dp_sgd_processes(
         module,
         data.units[:, 0],
@@ -396,16 +401,43 @@ def _train_dp_sgd_processes(
     )
 
 
+def _made_private(
+    engine: StreamPrivacyEngine,
+    module: nn.Module,
+    data: PrivateData,
+    recipe: Recipe,
+    noise_multiplier: float,
+    device: torch.device,
+) -> tuple[Any, Any, DataLoader]:
+    """Opacus's ``make_private`` over one clip a video: Poisson batches, flat clipping to C, σ·C noise."""
+    loader = DataLoader(
+        TensorDataset(data.units[:, 0].cpu(), data.labels.cpu()),
+        batch_size=recipe.batch_size,
+        pin_memory=device.type == "cuda",
+    )
+    without_dropout(module)
+    return engine.make_private(
+        module=module,
+        optimizer=_optimiser(module, recipe),
+        data_loader=loader,
+        noise_multiplier=noise_multiplier,
+        max_grad_norm=recipe.max_grad_norm,
+        poisson_sampling=True,
+        grad_sample_mode=recipe.grad_sample_mode,
+    )
+
+
 def train_dp_sgd(
     module: nn.Module,
     data: PrivateData,
     recipe: Recipe,
-    target_epsilon: float,
+    noise_multiplier: float,
     noise: DpStream,
     sampling: DpStream,
     on_step: StepCallback | None = None,
 ) -> Outcome:
-    """DP-SGD with Opacus: ``make_private`` (Poisson sampling; σ from our calibration) and ``BatchMemoryManager``.
+    """DP-SGD with Opacus at ``noise_multiplier`` (σ, calibrated once by the caller: :func:`noise_for`): ``make_private``
+    (Poisson sampling) and ``BatchMemoryManager``.
 
     The Poisson batches come from ``sampling`` and the noise from ``noise``
     (:class:`tasks.core.opacus_randomness.StreamPrivacyEngine`), both drawn on the CPU; on a GPU the
@@ -415,18 +447,9 @@ def train_dp_sgd(
     device = next(module.parameters()).device
     if recipe.nproc > 1:
         return _train_dp_sgd_processes(
-            module, data, recipe, target_epsilon, noise, sampling, device
+            module, data, recipe, noise_multiplier, noise, sampling, device
         )
-    inputs = data.units[:, 0].cpu()
-    loader = DataLoader(
-        TensorDataset(inputs, data.labels.cpu()),
-        batch_size=recipe.batch_size,
-        pin_memory=device.type == "cuda",
-    )
     rate, steps = schedule(len(data.labels), recipe)
-    noise_multiplier = calibrate(
-        target_epsilon, recipe.delta, rate, steps, recipe.accountant, recipe.relation
-    )
     engine = StreamPrivacyEngine(
         noise=noise,
         sampling=sampling,
@@ -434,15 +457,8 @@ def train_dp_sgd(
         steps_per_epoch=steps // recipe.epochs,
         expected_batch_size=expected_batch(len(data.labels), recipe),
     )
-    without_dropout(module)
-    private_module, optimiser, private_loader = engine.make_private(
-        module=module,
-        optimizer=_optimiser(module, recipe),
-        data_loader=loader,
-        noise_multiplier=noise_multiplier,
-        max_grad_norm=recipe.max_grad_norm,
-        poisson_sampling=True,
-        grad_sample_mode=recipe.grad_sample_mode,
+    private_module, optimiser, private_loader = _made_private(
+        engine, module, data, recipe, noise_multiplier, device
     )
     history = []
     bar = progress(recipe.epochs, "DP-SGD (Opacus)", "epoch")
@@ -457,32 +473,16 @@ def train_dp_sgd(
                 device,
                 on_step,
             )
-            history.append(
-                {
-                    "epoch": epoch,
-                    "loss": loss_sum / max(seen, 1),
-                    "sampled": seen,
-                    "empty_batches": empty,
-                }
-            )
+            loss = loss_sum / max(seen, 1)
+            history.append({"epoch": epoch, "loss": loss, "sampled": seen, "empty_batches": empty})
             bar.set_postfix(loss=f"{history[-1]['loss']:.3f}")
             bar.update(1)
     finally:
         bar.close()
         private_module.remove_hooks()
-    return Outcome(
-        history,
-        SgdPrivacy(
-            float(optimiser.noise_multiplier),
-            rate,
-            steps,
-            recipe.delta,
-            recipe.accountant,
-            recipe.relation,
-        ),
-        engine_epsilon=opacus_engine_epsilon(
-            engine.accountant.mechanism(),
-            tuple(tuple(step) for step in engine.accountant.history),
-            recipe.delta,
-        ),
-    )
+    sigma = float(optimiser.noise_multiplier)
+    privacy = SgdPrivacy(sigma, rate, steps, recipe.delta, recipe.accountant, recipe.relation)
+    accountant = engine.accountant  # Opacus's own count of the same steps
+    history_of_steps = tuple(tuple(step) for step in accountant.history)
+    engine_epsilon = opacus_engine_epsilon(accountant.mechanism(), history_of_steps, recipe.delta)
+    return Outcome(history, privacy, engine_epsilon=engine_epsilon)

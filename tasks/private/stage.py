@@ -31,6 +31,8 @@ import copy
 import functools
 import logging
 import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -201,13 +203,12 @@ def train_one(
     public_stream = randomness.stream("private", *key, "public-batches")
     if math.isinf(epsilon):  # the ε = ∞ column: the same recipe, clipping kept, no noise
         return train_grouped(module, data, recipe, 0.0, stream, public_stream)
+    sigma = noise_for(epsilon, data, recipe)  # once per release, for whichever loop trains it
     if CATALOGUE[method].views == "clip" and data.owners is None:  # Opacus, one clip a video
         return train_dp_sgd(
-            module, data, recipe, epsilon, stream, randomness.stream("private", *key, "batches")
+            module, data, recipe, sigma, stream, randomness.stream("private", *key, "batches")
         )
-    return train_grouped(
-        module, data, recipe, noise_for(epsilon, data, recipe), stream, public_stream
-    )
+    return train_grouped(module, data, recipe, sigma, stream, public_stream)
 
 
 def epsilon_by_epoch(privacy: SgdPrivacy, epochs: int) -> list[float]:
@@ -248,6 +249,275 @@ def training_inputs(method: str, frames: Path, avatar: Path | None) -> tuple[Pat
     return (avatar if entry.learns_from == "avatar" else frames), (avatar if entry.masked else None)
 
 
+@dataclass
+class _Prepared:
+    """The stage's inputs, once for every ε and seed: the views (or head features), the public model and the units."""
+
+    frames: Path
+    every_row: list[dict[str, Any]]
+    seeds: dict[float, int]  # ε → training seeds
+    unit: str
+    units_per_person: dict[str, int]
+    pretrained: nn.Module
+    config: dict[str, Any]
+    recipe: Recipe
+    device: torch.device
+    data: PrivateData
+    head_only: bool  # only the head trains: on the frozen backbone's features
+    statistics: Any  # their public standardisation (None: none saved, or not head_only)
+    no_public_view: bool
+
+
+def _training_views(
+    method: str,
+    rows: list[dict[str, Any]],
+    frames: Path,
+    masks: Path | None,
+    size: tuple[int, int],
+    params: PrivateParams,
+    seed: int,
+) -> tuple[PrivateData, bool]:
+    """The method's views of the training clips, and whether no video has a public token (said in the log)."""
+    generator = torch.Generator().manual_seed(derive_seed(seed, "private", method, "views"))
+    views = public_masks(rows, masks, size) if masks else None
+    data = method_views(
+        method, load_clips(rows, frames, size), labels_of(rows), params, generator, views
+    )
+    no_public_view = data.has_public is not None and not bool(data.has_public.any())
+    if (
+        no_public_view
+    ):  # real footage whose avatars the detectors never drew: said, and trained as what it is
+        LOG.warning(
+            "train-private: %s found no public token in any of the %d training videos (private.public_threshold = "
+            "%s, token %s; the avatar copy's clips without an avatar are counted in results.md): MaskDP is DP-SGD "
+            "on the private tokens here",
+            method,
+            len(rows),
+            params.public_threshold,
+            params.token,
+        )
+    return data, no_public_view
+
+
+def _prepare(
+    params_path: Path,
+    base: BaseParams,
+    params: PrivateParams,
+    method: str,
+    frames: Path,
+    init: Path,
+    avatar: Path | None,
+    budget: Path | None,
+) -> _Prepared:
+    """Read and check the inputs, check privacy.max_epsilon for every release before any work, build the views."""
+    frames, masks = training_inputs(method, frames, avatar)
+    every_row = read_manifest(frames / MANIFEST_NAME)  # the budget counts both splits
+    rows = split_rows(every_row, "train")
+    report = load_section(params_path, "report", ReportParams)
+    seeds = {eps: private_seeds(params, report, eps) for eps in [*params.epsilons, math.inf]}
+    unit = CATALOGUE[method].unit_under(params.unit)
+    pretrained, config = public_model(init, frames, classifier_seed(base.seed, 0))
+    owners, count, units_per_person = privacy_units(rows, unit)
+    _check_inputs(params, unit, count, pretrained)
+    for epsilon in params.epsilons:  # every seed is a release
+        for seed in range(seeds[epsilon]):
+            name = f"{method}-eps{epsilon}{seed_suffix(seed)}"
+            check_budget(params_path, name, every_row, budget)
+    check_unprotected(params_path, f"the reference {method}-epsinf (the same recipe without noise)")
+    size = tuple(config["input_size"])
+    device = resolve_device(base.device)
+    torch.use_deterministic_algorithms(device.type == "cpu")
+    data, no_public_view = _training_views(method, rows, frames, masks, size, params, base.seed)
+    data.owners = owners  # None: every video is its own unit
+    trainable_names = select_trainable(pretrained, params.trainable)
+    head_only = all(name.startswith(HEAD + ".") for name in trainable_names)
+    pretrained.to(device)
+    data = data.to(device)  # per-sample gradients and clipping run there in float32 (no autocast)
+    statistics = public_statistics(init) if head_only else None
+    if head_only:
+        data = as_features(pretrained, data, statistics)
+    return _Prepared(
+        frames,
+        every_row,
+        seeds,
+        unit,
+        units_per_person,
+        pretrained,
+        config,
+        recipe_of(params, method),
+        device,
+        data,
+        head_only,
+        statistics,
+        no_public_view,
+    )
+
+
+@dataclass
+class _Trained:
+    """What the stage collects: report rows, per-person ε, deferred registrations (after the outputs are complete)."""
+
+    results: list[dict[str, Any]] = field(default_factory=list)
+    persons: list[dict[str, Any]] = field(default_factory=list)
+    registrations: list[Callable[[], Any]] = field(default_factory=list)
+
+
+@dataclass
+class _PrivateRun:
+    """One run of the stage: every seed of every ε of one method, into ``staging``."""
+
+    method: str
+    base: BaseParams
+    params: PrivateParams
+    randomness: DpRandomness
+    init: Path
+    inputs: _Prepared
+    staging: Path
+    trained: _Trained = field(default_factory=_Trained)
+
+    def epsilon(self, run: StageRun, epsilon: float) -> None:
+        """Every seed at ``epsilon``, in one MLflow run: seed 0's curves under plain names, seed i's under seed<i>."""
+        name = f"{self.method}-eps{epsilon}"
+        seeds = self.inputs.seeds[epsilon]
+        tags = {"privhar.method": self.method, "privhar.seeds": seeds}
+        with run.model_run(name, tags) as model_run:
+            for seed in range(seeds):
+                self.seed(model_run, name, epsilon, seed)
+
+    def seed(self, model_run: Any, name: str, epsilon: float, seed: int) -> None:
+        """One model: a fresh classifier (seed 0: the public model's), trained, its rows, files and log line."""
+        inputs, key = self.inputs, name + seed_suffix(seed)
+        model = copy.deepcopy(inputs.pretrained) if seed == 0 else self.fresh_classifier(seed)
+        select_trainable(model, self.params.trainable)
+        module = head_of(model) if inputs.head_only else model
+        outcome = train_one(
+            self.method, module, inputs.data, inputs.recipe, epsilon, self.randomness, seed
+        )
+        _log(
+            model_run.prefixed(f"seed{seed}.") if seed else model_run,
+            outcome,
+            inputs.recipe,
+            epsilon,
+        )
+        if (
+            inputs.statistics is not None
+        ):  # the head learnt on standardised features: same logits on raw ones
+            fold_standardisation(head_of(model), inputs.statistics)
+        guarantee = self.guarantee(epsilon, outcome)
+        by_person = _person_epsilons(guarantee, outcome.privacy, inputs.units_per_person)
+        self.trained.persons += [
+            {
+                "model": key,
+                "subject": person,
+                "units": inputs.units_per_person[person],
+                "epsilon_person": value,
+            }
+            for person, value in by_person.items()
+        ]
+        worst = max(by_person.values(), default=math.inf)
+        record = _record(
+            self.method,
+            key,
+            epsilon,
+            guarantee,
+            outcome,
+            trainable_count(model),
+            inputs.recipe,
+            worst,
+        )
+        self.trained.results.append({**record, "seed": seed})
+        self.save(model, model_run, name, key, epsilon, seed, guarantee, outcome)
+        LOG.info(
+            "train-private: %s: ε %.4g per %s (target %s), %.4g per person at most, σ %.4g, loss %.4f; "
+            "randomness %s",
+            key,
+            guarantee.epsilon,
+            inputs.unit,
+            epsilon,
+            worst,
+            outcome.privacy.noise_multiplier,
+            outcome.history[-1]["loss"],
+            self.randomness.label,
+        )
+
+    def fresh_classifier(self, seed: int) -> nn.Module:
+        """The public model with a fresh classifier of training seed ``seed`` (seed 0's is the pretrained one)."""
+        seeded = classifier_seed(self.base.seed, seed)
+        return copy.deepcopy(
+            public_model(self.init, self.inputs.frames, seeded)[0].to(self.inputs.device)
+        )
+
+    def guarantee(self, epsilon: float, outcome: Outcome) -> PrivacyGuarantee:
+        """∞: none; MaskDP with no private token anywhere: nothing private used (ε = 0); else the accountant's."""
+        data = self.inputs.data
+        if math.isinf(epsilon):
+            return NON_PRIVATE
+        if data.has_private is not None and not bool(data.has_private.any()):
+            return PrivacyGuarantee(
+                0.0,
+                0.0,
+                "MaskDP: no private token in any video, nothing private is used",
+                self.inputs.unit,
+                relation_of(self.method),
+                self.randomness.label,
+            )
+        return _guarantee(self.method, outcome.privacy, self.inputs.unit, self.randomness.label)
+
+    def save(
+        self,
+        model: nn.Module,
+        model_run: Any,
+        name: str,
+        key: str,
+        epsilon: float,
+        seed: int,
+        guarantee: PrivacyGuarantee,
+        outcome: Outcome,
+    ) -> None:
+        """``<name>[/seed<i>]/model.pt`` from the CPU (it loads anywhere); seed 0 queued for the registry."""
+        model.eval().cpu()
+        model_config = {
+            **self.inputs.config,
+            "model": key,
+            "method": self.method,
+            "family": self.method,
+            "frames": str(self.inputs.frames),
+            "target_epsilon": epsilon,
+            "trainable": self.params.trainable,
+            "seed": seed,
+        }
+        folder = seed_folder(self.staging / name, seed)
+        folder.mkdir(parents=True)
+        torch.save({"state_dict": model.state_dict(), "config": model_config}, folder / "model.pt")
+        if seed:  # the registered model is seed 0; the other seeds measure the spread of the row
+            return
+        tags = {
+            "method": self.method,
+            **guarantee.as_tags(),
+            "semantics": CATALOGUE[self.method].semantics,
+            CHECKPOINT_TAG: checkpoint_digest(folder / "model.pt"),
+            "epsilon_person_max": repr(self.trained.results[-1]["epsilon_person_max"]),
+            "trainable": self.params.trainable,
+            "trainable_parameters": trainable_count(model),
+            "noise_multiplier": outcome.privacy.noise_multiplier,
+            "max_grad_norm": self.inputs.recipe.max_grad_norm,
+            "sample_rate": outcome.privacy.sample_rate,
+            "steps": outcome.privacy.steps,
+        }
+        self.trained.registrations.append(
+            functools.partial(
+                register_model,
+                model,
+                run=model_run,
+                family=self.method,
+                key=key,
+                config=model_config,
+                artifact=key.replace(".", "_"),
+                tags=tags,
+            )
+        )
+
+
 @stage_work
 def train_private(
     *,
@@ -272,216 +542,38 @@ def train_private(
     ``private.nproc`` (dp_sgd in that many processes); ``budget`` is the budget stage's plan for it (default: planned here).
     """
     base = load_section(params_path, "base", BaseParams)
-    params = load_section(
-        params_path, "private", PrivateParams, overrides=None if nproc is None else {"nproc": nproc}
-    )
-    randomness = DpRandomness(
-        load_section(params_path, "privacy", PrivacyParams).randomness, base.seed
-    )
+    overrides = None if nproc is None else {"nproc": nproc}
+    params = load_section(params_path, "private", PrivateParams, overrides=overrides)
+    privacy = load_section(params_path, "privacy", PrivacyParams)
     if method not in params.methods:
         raise PrivharError(
             f"train-private: method {method!r} is not one of private.methods = {params.methods}"
         )
-    frames, masks = training_inputs(method, frames, avatar)
-    every_row = read_manifest(
-        frames / MANIFEST_NAME
-    )  # the budget counts every release of a person's videos, both splits
-    rows = split_rows(every_row, "train")
-    seeds = {
-        epsilon: private_seeds(params, load_section(params_path, "report", ReportParams), epsilon)
-        for epsilon in [*params.epsilons, math.inf]
-    }
-    unit = CATALOGUE[method].unit_under(params.unit)
-    pretrained, config = public_model(init, frames, classifier_seed(base.seed, 0))
-    owners, count, units_per_person = privacy_units(rows, unit)
-    _check_inputs(params, unit, count, pretrained)
-    for epsilon in params.epsilons:  # privacy.max_epsilon, before any work: every seed is a release
-        for seed in range(seeds[epsilon]):
-            check_budget(
-                params_path, f"{method}-eps{epsilon}{seed_suffix(seed)}", every_row, budget
-            )
-    check_unprotected(params_path, f"the reference {method}-epsinf (the same recipe without noise)")
-    size = tuple(config["input_size"])
-    recipe = recipe_of(params, method)
-    device = resolve_device(base.device)
-    torch.use_deterministic_algorithms(device.type == "cpu")
-    generator = torch.Generator().manual_seed(derive_seed(base.seed, "private", method, "views"))
-    clips = load_clips(rows, frames, size)
-    data = method_views(
-        method,
-        clips,
-        labels_of(rows),
-        params,
-        generator,
-        public_masks(rows, masks, size) if masks else None,
-    )
-    data.owners = owners  # None: every video is its own unit
-    no_public_view = data.has_public is not None and not bool(data.has_public.any())
-    if no_public_view:  # real footage whose avatars the detectors never drew: said, and the rows trained as what they are
-        LOG.warning(
-            "train-private: %s found no public token in any of the %d training videos (private.public_threshold = "
-            "%s, token %s; the avatar copy's clips without an avatar are counted in results.md): MaskDP is DP-SGD "
-            "on the private tokens here",
-            method,
-            len(rows),
-            params.public_threshold,
-            params.token,
-        )
-    trainable_names = select_trainable(pretrained, params.trainable)
-    head_only = all(name.startswith(HEAD + ".") for name in trainable_names)
-    pretrained.to(device)
-    data = data.to(
-        device
-    )  # DP-SGD's per-sample gradients and clipping run there in float32 (no autocast)
-    statistics = public_statistics(init) if head_only else None
-    if head_only:
-        data = as_features(pretrained, data, statistics)
-    results, persons = [], []
-    registrations = []  # registered once the output folder and reports are complete: a failed stage leaves no version
+    inputs = _prepare(params_path, base, params, method, frames, init, avatar, budget)
     with stage_run(f"train-private@{method}", {"base": base, "private": params}) as run:
-        run.log_dataset(frames, "train", "training")
-        run.set_tags(
-            {
-                "privhar.device": str(device),
-                **({"privhar.public_view": "none"} if no_public_view else {}),
-            }
-        )
+        run.log_dataset(inputs.frames, "train", "training")
+        public_view = {"privhar.public_view": "none"} if inputs.no_public_view else {}
+        run.set_tags({"privhar.device": str(inputs.device), **public_view})
         with atomic_directory(out) as staging:
+            job = _PrivateRun(
+                method,
+                base,
+                params,
+                DpRandomness(privacy.randomness, base.seed),
+                init,
+                inputs,
+                staging,
+            )
             for epsilon in [*params.epsilons, math.inf]:
-                name = f"{method}-eps{epsilon}"
-                # one MLflow run per ε: seed 0's curves under plain names (the registered model), seed i's under seed<i>.
-                with run.model_run(
-                    name, {"privhar.method": method, "privhar.seeds": seeds[epsilon]}
-                ) as model_run:
-                    for seed in range(seeds[epsilon]):
-                        key = name + seed_suffix(seed)
-                        model = copy.deepcopy(
-                            pretrained
-                            if seed == 0
-                            else public_model(init, frames, classifier_seed(base.seed, seed))[0].to(
-                                device
-                            )
-                        )
-                        select_trainable(model, params.trainable)
-                        module = head_of(model) if head_only else model
-                        outcome = train_one(method, module, data, recipe, epsilon, randomness, seed)
-                        _log(
-                            model_run.prefixed(f"seed{seed}.") if seed else model_run,
-                            outcome,
-                            recipe,
-                            epsilon,
-                        )
-                        if (
-                            statistics is not None
-                        ):  # the head learnt on standardised features: the same logits on raw ones
-                            fold_standardisation(head_of(model), statistics)
-                        if math.isinf(epsilon):
-                            guarantee = NON_PRIVATE
-                        elif data.has_private is not None and not bool(data.has_private.any()):
-                            guarantee = PrivacyGuarantee(
-                                0.0,
-                                0.0,
-                                "MaskDP: no private token in any video, nothing private is used",
-                                unit,
-                                relation_of(method),
-                                randomness.label,
-                            )
-                        else:
-                            guarantee = _guarantee(method, outcome.privacy, unit, randomness.label)
-                        by_person = _person_epsilons(guarantee, outcome.privacy, units_per_person)
-                        persons += [
-                            {
-                                "model": key,
-                                "subject": person,
-                                "units": units_per_person[person],
-                                "epsilon_person": value,
-                            }
-                            for person, value in by_person.items()
-                        ]
-                        results.append(
-                            {
-                                **_record(
-                                    method,
-                                    key,
-                                    epsilon,
-                                    guarantee,
-                                    outcome,
-                                    trainable_count(model),
-                                    recipe,
-                                    max(by_person.values(), default=math.inf),
-                                ),
-                                "seed": seed,
-                            }
-                        )
-                        model.eval().cpu()  # saved and registered from the CPU: the checkpoint loads anywhere
-                        model_config = {
-                            **config,
-                            "model": key,
-                            "method": method,
-                            "family": method,
-                            "frames": str(frames),
-                            "target_epsilon": epsilon,
-                            "trainable": params.trainable,
-                            "seed": seed,
-                        }
-                        folder = seed_folder(staging / name, seed)
-                        folder.mkdir(parents=True)
-                        torch.save(
-                            {"state_dict": model.state_dict(), "config": model_config},
-                            folder / "model.pt",
-                        )
-                        if (
-                            seed == 0
-                        ):  # the registered model; the other seeds measure the spread of the row
-                            registrations.append(
-                                functools.partial(
-                                    register_model,
-                                    model,
-                                    run=model_run,
-                                    family=method,
-                                    key=key,
-                                    config=model_config,
-                                    artifact=key.replace(".", "_"),
-                                    tags={
-                                        "method": method,
-                                        **guarantee.as_tags(),
-                                        "semantics": CATALOGUE[method].semantics,
-                                        CHECKPOINT_TAG: checkpoint_digest(folder / "model.pt"),
-                                        "epsilon_person_max": repr(
-                                            results[-1]["epsilon_person_max"]
-                                        ),
-                                        "trainable": params.trainable,
-                                        "trainable_parameters": trainable_count(model),
-                                        "noise_multiplier": outcome.privacy.noise_multiplier,
-                                        "max_grad_norm": recipe.max_grad_norm,
-                                        "sample_rate": outcome.privacy.sample_rate,
-                                        "steps": outcome.privacy.steps,
-                                    },
-                                )
-                            )
-                        LOG.info(
-                            "train-private: %s: ε %.4g per %s (target %s), %.4g per person at most, σ %.4g, loss %.4f; "
-                            "randomness %s",
-                            key,
-                            guarantee.epsilon,
-                            unit,
-                            epsilon,
-                            results[-1]["epsilon_person_max"],
-                            outcome.privacy.noise_multiplier,
-                            outcome.history[-1]["loss"],
-                            randomness.label,
-                        )
+                job.epsilon(run, epsilon)
+        results = job.trained.results
         atomic_write_bytes(report / f"{method}.csv", csv_bytes(results))
-        atomic_write_bytes(report / f"{method}_persons.csv", csv_bytes(persons))
-        for register in registrations:
+        atomic_write_bytes(report / f"{method}_persons.csv", csv_bytes(job.trained.persons))
+        for register in job.trained.registrations:
             register()
         # the models are complete: each finite ε's seed is a release made, in the budget's ledger
-        record_made(
-            params_path,
-            [result["model"] for result in results if math.isfinite(result["target_epsilon"])],
-            every_row,
-            budget,
-        )
+        made = [result["model"] for result in results if math.isfinite(result["target_epsilon"])]
+        record_made(params_path, made, inputs.every_row, budget)
     return results
 
 
