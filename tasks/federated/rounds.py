@@ -102,6 +102,32 @@ def evaluate(
     return correct / len(test.labels), loss / len(test.labels)
 
 
+def _paper_eq11(federation: Federation, counts: list[int], participations: list[int]) -> float:
+    """Paper 003's eq. 11 value (its approximation, printed beside the accountant's ε) of the most exposed client."""
+    return max(
+        paper_tls_epsilon(
+            federation.recipe.batch_size,
+            counts[k],
+            federation.recipe.noise_multiplier,
+            participations[k] * federation.recipe.local_epochs,
+            federation.delta,
+        )
+        for k in range(federation.clients)
+        if participations[k]
+    )
+
+
+def _traffic(results: list[ClientResult], full_model_bytes: int) -> dict[str, Any]:
+    """The round's measured upload: serialised masked-update bytes per client, against a full-model update."""
+    update_bytes = [serialized_bytes(r.update) for r in results]
+    return {
+        "bytes_per_client": float(np.mean(update_bytes)),
+        "full_model_bytes": full_model_bytes,
+        "bytes_ratio": float(np.mean(update_bytes)) / full_model_bytes,
+        "local_steps": ",".join(str(r.steps) for r in results),
+    }
+
+
 def run_rounds(
     module: nn.Module,
     federation: Federation,
@@ -142,7 +168,6 @@ def run_rounds(
             epsilon_of(sigma, participations[k] * epochs, federation.delta)
             for k in range(federation.clients)
         ]
-        update_bytes = [serialized_bytes(r.update) for r in results]
         record = {
             "round": round_index,
             "clients": ",".join(map(str, selected)),
@@ -150,21 +175,8 @@ def run_rounds(
             "test_loss": test_loss,
             "train_loss": float(np.mean([r.loss for r in results])),
             "epsilon": max(spent),
-            "paper_eq11_epsilon": max(
-                paper_tls_epsilon(
-                    federation.recipe.batch_size,
-                    counts[k],
-                    sigma,
-                    participations[k] * epochs,
-                    federation.delta,
-                )
-                for k in range(federation.clients)
-                if participations[k]
-            ),
-            "bytes_per_client": float(np.mean(update_bytes)),
-            "full_model_bytes": full_model_bytes,
-            "bytes_ratio": float(np.mean(update_bytes)) / full_model_bytes,
-            "local_steps": ",".join(str(r.steps) for r in results),
+            "paper_eq11_epsilon": _paper_eq11(federation, counts, participations),
+            **_traffic(results, full_model_bytes),
             "seconds": seconds,
         }
         history.append(record)

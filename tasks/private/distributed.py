@@ -60,10 +60,40 @@ def rank_sampler(
     )
 
 
-def _worker(rank: int, world: int, port: int, job: dict[str, Any], result: str) -> None:
-    """One rank: join the group, wrap the module in DPDDP, run Opacus's DP-SGD epochs, rank 0 saves the result."""
+def _private_rank(
+    job: dict[str, Any], module: nn.Module, rank: int, world: int
+) -> tuple[StreamPrivacyEngine, Any, Any, DataLoader]:
+    """This rank's share of the Poisson sample and Opacus's DPDDP wrapping (noise added on rank 0 only)."""
     from opacus.distributed import DifferentiallyPrivateDistributedDataParallel as DPDDP
 
+    dataset = TensorDataset(job["inputs"], job["labels"])
+    # q = 1 / steps and the normaliser from the public schedule (methods.schedule), not from len(dataset)
+    sampler = rank_sampler(len(dataset), rank, world, job["steps_per_epoch"], job["sampling"][rank])
+    loader = DataLoader(dataset, batch_sampler=sampler, collate_fn=collate_or_empty(dataset))
+    engine = StreamPrivacyEngine(
+        noise=job["noise"],
+        accountant=job["accountant"],
+        expected_batch_size=job["expected_batch_size"],
+    )
+    optimiser = torch.optim.SGD(
+        [p for p in module.parameters() if p.requires_grad],
+        lr=job["learning_rate"],
+        momentum=job["momentum"],
+    )
+    private, optimiser, private_loader = engine.make_private(
+        module=DPDDP(module),
+        optimizer=optimiser,
+        data_loader=loader,
+        noise_multiplier=job["noise_multiplier"],
+        max_grad_norm=job["max_grad_norm"],
+        poisson_sampling=False,  # the sampler is Poisson
+        grad_sample_mode=job["grad_sample_mode"],
+    )
+    return engine, private, optimiser, private_loader
+
+
+def _worker(rank: int, world: int, port: int, job: dict[str, Any], result: str) -> None:
+    """One rank: join the group, wrap the module in DPDDP, run Opacus's DP-SGD epochs, rank 0 saves the result."""
     from tasks.private.opacus_loop import opacus_epoch
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -78,31 +108,7 @@ def _worker(rank: int, world: int, port: int, job: dict[str, Any], result: str) 
         # the spawned ranks receive the module's tensors in shared memory: each needs weights of its own,
         # or every rank's optimiser steps the same storage (N steps where the mechanism takes one)
         module: nn.Module = copy.deepcopy(job["module"]).to(device)
-        dataset = TensorDataset(job["inputs"], job["labels"])
-        # q = 1 / steps and the normaliser from the public schedule (methods.schedule), not from len(dataset)
-        sampler = rank_sampler(
-            len(dataset), rank, world, job["steps_per_epoch"], job["sampling"][rank]
-        )
-        loader = DataLoader(dataset, batch_sampler=sampler, collate_fn=collate_or_empty(dataset))
-        engine = StreamPrivacyEngine(
-            noise=job["noise"],
-            accountant=job["accountant"],  # noise added on rank 0 only
-            expected_batch_size=job["expected_batch_size"],
-        )
-        optimiser = torch.optim.SGD(
-            [p for p in module.parameters() if p.requires_grad],
-            lr=job["learning_rate"],
-            momentum=job["momentum"],
-        )
-        private, optimiser, private_loader = engine.make_private(
-            module=DPDDP(module),
-            optimizer=optimiser,
-            data_loader=loader,
-            noise_multiplier=job["noise_multiplier"],
-            max_grad_norm=job["max_grad_norm"],
-            poisson_sampling=False,  # the sampler is Poisson
-            grad_sample_mode=job["grad_sample_mode"],
-        )
+        engine, private, optimiser, private_loader = _private_rank(job, module, rank, world)
         history = []
         for epoch in range(1, job["epochs"] + 1):
             loss_sum, seen, _ = opacus_epoch(
@@ -134,6 +140,21 @@ def _worker(rank: int, world: int, port: int, job: dict[str, Any], result: str) 
         dist.destroy_process_group()
 
 
+def _check_processes(nproc: int, sampling: list[DpStream], device: torch.device) -> None:
+    if nproc < 2:
+        raise PrivharError(
+            f"private.nproc = {nproc}: the process group needs 2 or more processes (1 runs in this one)"
+        )
+    if len(sampling) != nproc or len({stream.key for stream in sampling}) != nproc:
+        raise PrivharError(
+            f"private.nproc = {nproc}: expected {nproc} distinct sampling streams, one per process"
+        )
+    if device.type == "cuda" and torch.cuda.device_count() < nproc:
+        raise PrivharError(
+            f"private.nproc = {nproc}: this machine has {torch.cuda.device_count()} CUDA GPU(s), one per process"
+        )
+
+
 def train_dp_sgd_processes(
     module: nn.Module,
     inputs: torch.Tensor,
@@ -161,18 +182,7 @@ def train_dp_sgd_processes(
     ``steps_per_epoch`` (q = 1 / steps) and ``expected_batch_size`` (the normaliser) are the public schedule's.
     The streams travel to the spawned ranks pickled, in memory, never written.
     """
-    if nproc < 2:
-        raise PrivharError(
-            f"private.nproc = {nproc}: the process group needs 2 or more processes (1 runs in this one)"
-        )
-    if len(sampling) != nproc or len({stream.key for stream in sampling}) != nproc:
-        raise PrivharError(
-            f"private.nproc = {nproc}: expected {nproc} distinct sampling streams, one per process"
-        )
-    if device.type == "cuda" and torch.cuda.device_count() < nproc:
-        raise PrivharError(
-            f"private.nproc = {nproc}: this machine has {torch.cuda.device_count()} CUDA GPU(s), one per process"
-        )
+    _check_processes(nproc, sampling, device)
     job = {
         "module": module.cpu(),
         "inputs": inputs.cpu(),
