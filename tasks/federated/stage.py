@@ -126,7 +126,6 @@ def check_inputs(params: FederatedParams, shards: list[list[int]]) -> None:
             )
 
 
-@stage_work
 @dataclass
 class _Trained:
     """What the stage collects over its models: table rows, round records, per-person ε, deferred registrations."""
@@ -381,6 +380,7 @@ def _check_releases(
         )
 
 
+@stage_work
 def train_federated(
     *,
     params_path: Path,
