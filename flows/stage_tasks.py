@@ -137,7 +137,9 @@ def shard_mapper(
             for start in range(0, len(items), settings.shard_size)
         ]
         results: list[Any] = []
-        serialise_ast_parse()  # the shards' numpy.load calls parse .npy headers on threads
+        # the shards' numpy.load calls parse .npy headers on threads; the flow sets this too, but the mapper also
+        # runs without it (test_scale_out, a stage task on its own): idempotent
+        serialise_ast_parse()
         with shard_task_runner(settings) as runner:
             futures = [
                 runner.submit(

@@ -3,7 +3,9 @@ inside functions count), no stage importing another stage (what two stages share
 importing one above it: tasks/core (with the renderer tasks/synthetic and the torchvision shim) <- tasks/privacy
 (accountants, calibrations, budget, ledger) <- the stages <- flows/.
 
-A stage is a top-level module of tasks (tasks/train.py) or a package (tasks/private/).
+A stage is a top-level module of tasks (tasks/train.py) or a package (tasks/private/). In the DP paths (the privacy
+layer and the stages that release under DP) no function is longer than 60 lines: each step of a release reads on its
+own.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SHARED = {"core", "synthetic", "torchvision_compat"}  # the bottom layer
 BELOW_STAGES = SHARED | {"privacy"}
+DP_PATHS = ("privacy", "private", "federated", "dprp", "ldp")
+LONGEST = 60  # lines from `def` to the last line of the body: signature and docstring included, decorators not
 
 
 def module_name(path: Path) -> str:
@@ -112,3 +116,30 @@ def test_each_rule_fails_when_broken(monkeypatch, edges, rule):
     monkeypatch.setattr(f"{__name__}.import_graph", lambda: graph)
     with pytest.raises(AssertionError):
         rule()
+
+
+def long_functions(paths: list[Path]) -> list[str]:
+    """``path:line name (lines)`` of every function or method in ``paths`` longer than LONGEST lines."""
+    found = []
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > LONGEST:
+                    found.append(f"{path}:{node.lineno} {node.name} ({lines})")
+    return found
+
+
+def test_no_function_in_the_dp_paths_is_over_60_lines():
+    paths = [
+        path for folder in DP_PATHS for path in sorted((REPO / "tasks" / folder).rglob("*.py"))
+    ]
+    assert len(paths) > 20
+    assert not long_functions(paths), "; ".join(long_functions(paths))
+
+
+def test_the_length_rule_fails_on_a_long_function(tmp_path):
+    short, long = tmp_path / "short.py", tmp_path / "long.py"
+    short.write_text("def fits():\n" + "    x = 1\n" * (LONGEST - 1))
+    long.write_text("class A:\n    def too_long(self):\n" + "        x = 1\n" * LONGEST)
+    assert long_functions([short, long]) == [f"{long}:2 too_long ({LONGEST + 1})"]

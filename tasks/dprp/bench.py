@@ -35,12 +35,51 @@ from tasks.dprp.mechanism import (
     gram_flops,
     protect_video,
 )
-from tasks.privacy.dprp_calibration import noise_scales
+from tasks.privacy.dprp_calibration import NoiseScales, noise_scales
 
 
 def mechanism_flops(t: int, d: int, k: int, per_r: bool) -> float:
     """Dense-product flops of one full-rank video: XR, the solve, the back-projection, and once per R its Gram and factor."""
     return 2 * t * d * k * 2 + 2 * t * k**2 + ((gram_flops(d, k) + k**3 / 3) if per_r else 0)
+
+
+def _timings(
+    clip: np.ndarray, scales: NoiseScales, k: int, kept: bool, device: torch.device
+) -> tuple[float, float, float, float]:
+    """Seconds of (first per-video R, next per-video R, first with a shared R, next with it): the second per-video
+    video reuses the first one's block arrays, as in the stage."""
+    d = int(np.prod(clip.shape[1:]))
+    options = {"device": device, "generator": generator_for(device)}
+
+    def one(projection: Projection, noise_seed: int) -> float:
+        started = time.perf_counter()
+        protect_video(
+            clip,
+            projection,
+            sigma1=scales.sigma1,
+            sigma2=scales.sigma2,
+            rank=k,
+            noise_seed=noise_seed,
+        )
+        return time.perf_counter() - started
+
+    per_video_times = []
+    for video in (1, 2):
+        projection = Projection(seed=video, d=d, k=k, keep=kept, **options)
+        per_video_times.append(one(projection, video))
+        projection.release()
+    shared = Projection(seed=3, d=d, k=k, keep=True, **options)
+    return per_video_times[0], per_video_times[1], one(shared, 3), one(shared, 4)
+
+
+def _machine(device: torch.device) -> tuple[dict[str, Any], float]:
+    """Cores, the device's stamp and its float64 matmul rate (the mechanism computes in float64), and the rate."""
+    rate = matmul_gflops(device, dtype=DTYPE)
+    return {
+        "cpu_count": os.cpu_count(),
+        **stamp(device),
+        "matmul_gflops_float64": round(rate, 1),
+    }, rate
 
 
 def run_bench(
@@ -67,36 +106,9 @@ def run_bench(
         calibration="paper",
         neighbour="frame",
     )
-    rate = matmul_gflops(device, dtype=DTYPE)
-    machine = {
-        "cpu_count": os.cpu_count(),
-        **stamp(device),
-        "matmul_gflops_float64": round(rate, 1),
-    }
-    options = {"device": device, "generator": generator_for(device)}
-
-    def one(projection: Projection, noise_seed: int) -> float:
-        started = time.perf_counter()
-        protect_video(
-            clip,
-            projection,
-            sigma1=scales.sigma1,
-            sigma2=scales.sigma2,
-            rank=k,
-            noise_seed=noise_seed,
-        )
-        return time.perf_counter() - started
-
+    machine, rate = _machine(device)
     kept = fits_comfortably(d, k)
-    per_video_times = []
-    for video in (1, 2):  # the second video reuses the first one's block arrays, as in the stage
-        projection = Projection(seed=video, d=d, k=k, keep=kept, **options)
-        per_video_times.append(one(projection, video))
-        projection.release()
-    per_video_first, per_video = per_video_times
-    shared = Projection(seed=3, d=d, k=k, keep=True, **options)
-    shared_first = one(shared, 3)
-    shared_next = one(shared, 4)
+    per_video_first, per_video, shared_first, shared_next = _timings(clip, scales, k, kept, device)
     record = {
         "configuration": {
             "frames": frames,

@@ -19,7 +19,7 @@ from tasks.core.errors import PrivharError
 from tasks.core.randomness import DpRandomness
 from tasks.core.storage import is_clip
 from tasks.dprp.mechanism import Projection, fits_comfortably, protect_video, rank_of
-from tasks.privacy.dprp_calibration import Calibration, Neighbour, noise_scales
+from tasks.privacy.dprp_calibration import Calibration, Neighbour, NoiseScales, noise_scales
 
 
 def read_clip(path: Path) -> tuple[np.ndarray, float]:
@@ -61,6 +61,42 @@ def parse_rank(rank: str) -> int | float:
         ) from None
 
 
+def write_clip(target: Path, frames: np.ndarray, fps: float) -> None:
+    """``frames`` into ``target``: ``.npy`` exactly, any other suffix as a video file; never a half-written output."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = target.with_name(f".{target.name}.tmp{target.suffix}")
+    if target.suffix == ".npy":
+        np.save(staging, frames, allow_pickle=False)
+    else:
+        from tasks.synthetic.encode import write_video
+
+        write_video(staging, frames, fps=fps, quantiser=2, channel_order="rgb")
+    os.replace(staging, target)
+
+
+def _protected(
+    frames: np.ndarray,
+    name: str,
+    randomness: DpRandomness,
+    scales: NoiseScales,
+    k: int,
+    rank: int,
+) -> np.ndarray:
+    """Algorithm 1 on one clip with its own R; R and the noise drawn from ``randomness`` under the file's name."""
+    d = int(np.prod(frames.shape[1:]))
+    projection = Projection(
+        seed=randomness.seed("dprp", "R", name), d=d, k=k, keep=fits_comfortably(d, k)
+    )
+    return protect_video(
+        frames,
+        projection,
+        sigma1=scales.sigma1,
+        sigma2=scales.sigma2,
+        rank=rank,
+        noise_seed=randomness.seed("dprp", "noise", name),
+    ).frames
+
+
 def protect_file(
     source: Path,
     target: Path,
@@ -96,30 +132,9 @@ def protect_file(
         full_rank=r == k_value,
     )
     started = time.perf_counter()
-    projection = Projection(
-        seed=randomness.seed("dprp", "R", source.name),
-        d=d,
-        k=k_value,
-        keep=fits_comfortably(d, k_value),
-    )
-    protected = protect_video(
-        frames,
-        projection,
-        sigma1=scales.sigma1,
-        sigma2=scales.sigma2,
-        rank=r,
-        noise_seed=randomness.seed("dprp", "noise", source.name),
-    )
+    protected = _protected(frames, source.name, randomness, scales, k_value, r)
     seconds = time.perf_counter() - started
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = target.with_name(f".{target.name}.tmp{target.suffix}")  # never a half-written output
-    if target.suffix == ".npy":
-        np.save(staging, protected.frames, allow_pickle=False)
-    else:
-        from tasks.synthetic.encode import write_video
-
-        write_video(staging, protected.frames, fps=fps, quantiser=2, channel_order="rgb")
-    os.replace(staging, target)
+    write_clip(target, protected, fps)
     return {
         "input": str(source),
         "output": str(target),

@@ -120,6 +120,127 @@ def protect_one(
     }
 
 
+def shared_projection(
+    params: DprpParams, base: BaseParams, d: int, device: torch.device
+) -> Projection | None:
+    """``projection: shared``: the dataset's one public R, built (and its RᵀR computed) before the workers fork, so
+    they share it; None for ``per_video``."""
+    if params.projection != "shared":
+        return None
+    shared = Projection(
+        seed=derive_seed(base.seed, "dprp-R"),
+        d=d,
+        k=params.k_value,
+        block_rows=params.block_rows,
+        keep=True,
+        device=device,
+        generator=generator_for(device),
+    )
+    shared.gram()
+    return shared
+
+
+def ledger_rows(
+    rows: list[dict[str, Any]],
+    scales: NoiseScales,
+    randomness: DpRandomness,
+    params: DprpParams,
+    d: int,
+) -> list[dict[str, Any]]:
+    """One row per video with the people in it, so the report's person ε groups a person's videos (not one person
+    per video)."""
+    return [
+        {
+            "video_id": row["video_id"],
+            "split": row["split"],
+            "identities": named_people(row),
+            **scales.as_dict(),
+            "randomness": randomness.label,
+            "projection": params.projection,
+            "k": params.k_value,
+            "d": d,
+            "n_frames": int(row["n_frames"]),
+        }
+        for row in rows
+    ]
+
+
+def _log_run(run: Any, scales: NoiseScales, videos: int, seconds: float) -> None:
+    """The calibration into the stage's MLflow run."""
+    run.log_metrics(
+        {
+            "epsilon": scales.epsilon,
+            "delta": scales.delta,
+            "sigma1": scales.sigma1,
+            "sigma2": scales.sigma2,
+            "videos": videos,
+            "seconds_per_video": seconds / videos,
+            **({} if scales.paper_epsilon is None else {"paper_epsilon": scales.paper_epsilon}),
+        }
+    )
+    run.set_tags({"privhar.calibration": scales.calibration, "privhar.neighbour": scales.neighbour})
+
+
+def _preview(
+    report: Path,
+    epsilon: float,
+    params_path: Path,
+    params: DprpParams,
+    scales: NoiseScales,
+    rows: list[dict[str, Any]],
+    frames: Path,
+    protected: list[dict[str, Any]],
+    staging: Path,
+) -> None:
+    """report/eps<ε>.png: test clips raw (where params allow) beside their protected copies, titled with σ1, σ2."""
+    test = [row for row in rows if row["split"] == "test"] or rows
+    title = (
+        f"{scales.label}, δ = {scales.delta:.3g}, k = {params.k_value}, b = {params.budget_split:g}: "
+        f"σ1 = {scales.sigma1:.3g}, σ2 = {scales.sigma2:.3g}\n{scales.accountant}"
+    )
+    show_raw = raw_frames_allowed(params_path)
+    atomic_write_bytes(
+        report / f"eps{epsilon}.png",
+        preview_png(test, frames, protected, staging, title, show_raw=show_raw),
+    )
+
+
+def _log_summary(
+    scales: NoiseScales, videos: int, seconds: float, randomness: DpRandomness
+) -> None:
+    """One line: both ε (the paper's and the one that holds), what they cover, σ1, σ2 and the speed."""
+    LOG.info(
+        "dprp: ε = %.4g (paper's ε = %s; covers %s; %g for one pixel, %.3g for a whole frame), δ = %.3g: "
+        "%d videos, σ1 = %.4g, σ2 = %.4g (%s), %.3f s/video; randomness %s",
+        scales.epsilon,
+        "n/a" if scales.paper_epsilon is None else f"{scales.paper_epsilon:g}",
+        scales.unit,
+        scales.epsilon_one_pixel,
+        scales.epsilon_whole_frame,
+        scales.delta,
+        videos,
+        scales.sigma1,
+        scales.sigma2,
+        scales.calibration,
+        seconds / videos,
+        randomness.label,
+    )
+
+
+def _sections(params_path: Path, epsilon: float) -> tuple[BaseParams, DprpParams, DpRandomness]:
+    """base, dprp and the secret (or seeded) randomness; ``epsilon`` must be one of dprp.epsilons."""
+    base = load_section(params_path, "base", BaseParams)
+    params = load_section(params_path, "dprp", DprpParams)
+    randomness = DpRandomness(
+        load_section(params_path, "privacy", PrivacyParams).randomness, base.seed
+    )
+    if epsilon not in params.epsilons:
+        raise PrivharError(
+            f"dprp: epsilon {epsilon} is not one of dprp.epsilons = {params.epsilons}"
+        )
+    return base, params, randomness
+
+
 @stage_work
 def dprp(
     *,
@@ -133,36 +254,14 @@ def dprp(
 ) -> list[dict[str, Any]]:
     """Protect every clip of the decoded manifest in ``frames`` at total ``epsilon``; preview into ``report``,
     measured frames/s into ``speed_path``; ``budget``: the budget stage's plan for this copy (default: planned here)."""
-    base = load_section(params_path, "base", BaseParams)
-    params = load_section(params_path, "dprp", DprpParams)
-    randomness = DpRandomness(
-        load_section(params_path, "privacy", PrivacyParams).randomness, base.seed
-    )
-    if epsilon not in params.epsilons:
-        raise PrivharError(
-            f"dprp: epsilon {epsilon} is not one of dprp.epsilons = {params.epsilons}"
-        )
+    base, params, randomness = _sections(params_path, epsilon)
     rows = read_manifest(frames / MANIFEST_NAME)
-    check_budget(
-        params_path, f"dprp-eps{epsilon}", rows, budget
-    )  # privacy.max_epsilon, before any work
+    # privacy.max_epsilon, before any work
+    check_budget(params_path, f"dprp-eps{epsilon}", rows, budget)
     d = int(rows[0]["height"]) * int(rows[0]["width"]) * 3
     scales = dataset_scales(params, epsilon, d, randomness.private)
     device = resolve_device(base.device)
-    shared = None
-    if (
-        params.projection == "shared"
-    ):  # built (and its RᵀR computed) before the workers fork: they share it
-        shared = Projection(
-            seed=derive_seed(base.seed, "dprp-R"),
-            d=d,
-            k=params.k_value,
-            block_rows=params.block_rows,
-            keep=True,
-            device=device,
-            generator=generator_for(device),
-        )
-        shared.gram()
+    shared = shared_projection(params, base, d, device)
     with (
         stage_run(f"dprp@{epsilon:g}", {"base": base, "dprp": params}) as run,
         atomic_directory(out) as staging,
@@ -194,64 +293,11 @@ def dprp(
                 seconds=seconds,
                 measured=f"dprp ε = {epsilon:g}: projection, noise and reconstruction of every video, one process",
             )
-        # the people in each video, so the report's person ε groups a person's videos (not one person per video)
-        ledger = [
-            {
-                "video_id": row["video_id"],
-                "split": row["split"],
-                "identities": named_people(row),
-                **scales.as_dict(),
-                "randomness": randomness.label,
-                "projection": params.projection,
-                "k": params.k_value,
-                "d": d,
-                "n_frames": int(row["n_frames"]),
-            }
-            for row in rows
-        ]
-        write_table(ledger, staging / "ledger.parquet")
-        run.log_metrics(
-            {
-                "epsilon": scales.epsilon,
-                "delta": scales.delta,
-                "sigma1": scales.sigma1,
-                "sigma2": scales.sigma2,
-                "videos": len(protected),
-                "seconds_per_video": seconds / len(protected),
-                **({} if scales.paper_epsilon is None else {"paper_epsilon": scales.paper_epsilon}),
-            }
-        )
-        run.set_tags(
-            {"privhar.calibration": scales.calibration, "privhar.neighbour": scales.neighbour}
-        )
+        write_table(ledger_rows(rows, scales, randomness, params, d), staging / "ledger.parquet")
+        _log_run(run, scales, len(protected), seconds)
         if report is not None:
-            test = [row for row in rows if row["split"] == "test"] or rows
-            title = (
-                f"{scales.label}, δ = {scales.delta:.3g}, k = {params.k_value}, b = {params.budget_split:g}: "
-                f"σ1 = {scales.sigma1:.3g}, σ2 = {scales.sigma2:.3g}\n{scales.accountant}"
-            )
-            show_raw = raw_frames_allowed(params_path)
-            atomic_write_bytes(
-                report / f"eps{epsilon}.png",
-                preview_png(test, frames, protected, staging, title, show_raw=show_raw),
-            )
-        LOG.info(
-            "dprp: ε = %.4g (paper's ε = %s; covers %s; %g for one pixel, %.3g for a whole frame), δ = %.3g: "
-            "%d videos, σ1 = %.4g, σ2 = %.4g (%s), %.3f s/video; randomness %s",
-            scales.epsilon,
-            "n/a" if scales.paper_epsilon is None else f"{scales.paper_epsilon:g}",
-            scales.unit,
-            scales.epsilon_one_pixel,
-            scales.epsilon_whole_frame,
-            scales.delta,
-            len(protected),
-            scales.sigma1,
-            scales.sigma2,
-            scales.calibration,
-            seconds / len(protected),
-            randomness.label,
-        )
-    record_made(
-        params_path, f"dprp-eps{epsilon}", rows, budget
-    )  # the copy is complete: a release made, in the budget's ledger
+            _preview(report, epsilon, params_path, params, scales, rows, frames, protected, staging)
+        _log_summary(scales, len(protected), seconds, randomness)
+    # the copy is complete: a release made, in the budget's ledger
+    record_made(params_path, f"dprp-eps{epsilon}", rows, budget)
     return protected

@@ -55,16 +55,9 @@ def seed_intervals(rows: list[dict[str, Any]]) -> dict[str, Interval]:
     return {model: interval(values) for model, values in grouped.iter_rows()}
 
 
-def markdown(rows: list[dict[str, Any]], params: FederatedParams) -> str:
-    first = rows[0]
-    spread = seed_intervals(rows)
-    counts = sorted({value.seeds for value in spread.values()})
-    seeds = (
-        f"{counts[0]}"
-        if len(counts) == 1
-        else f"{counts[0]} to {counts[-1]} (`federated.seeds_per_tuning`)"
-    )
-    lines = [
+def _intro(params: FederatedParams, first: dict[str, Any]) -> list[str]:
+    """The title and the recipe every row shares."""
+    return [
         "# Federated private training (paper 003, FedDP-STECAR)",
         "",
         (
@@ -77,7 +70,11 @@ def markdown(rows: list[dict[str, Any]], params: FederatedParams) -> str:
         ),
         "",
     ]
-    table = [
+
+
+def _table_rows(rows: list[dict[str, Any]], spread: dict[str, Any]) -> list[list[str]]:
+    """One line per registered (seed 0) model."""
+    return [
         [
             row["model"],
             f"{row['tuning']} (`{row['trainable']}`)",
@@ -93,24 +90,11 @@ def markdown(rows: list[dict[str, Any]], params: FederatedParams) -> str:
         for row in rows
         if not row.get("seed")
     ]
-    lines.append(
-        markdown_of(
-            [
-                "model",
-                "tuning",
-                "aggregation",
-                f"Top-1 (%), mean ± 95 % over {seeds} seeds",
-                "runtime (s)",
-                "traffic per client per round (MB)",
-                "vs full model (measured)",
-                "d_t/d (eq. 14)",
-                "ε per client (each seed)",
-                "ε eq. 11 (paper's approximation)",
-            ],
-            table,
-        )
-    )
-    lines += [
+
+
+def _footer(first: dict[str, Any]) -> list[str]:
+    """What ε per client and the traffic column mean, and the per-round plot."""
+    return [
         "",
         (
             f"ε per client: {first['accountant']}; the largest over the clients. Eq. 11 of paper 003, (q/σ)·sqrt(2E ln(1/δ)) "
@@ -124,6 +108,33 @@ def markdown(rows: list[dict[str, Any]], params: FederatedParams) -> str:
         "![Top-1 per round](accuracy_by_round.png)",
         "",
     ]
+
+
+def markdown(rows: list[dict[str, Any]], params: FederatedParams) -> str:
+    """federated.md: the recipe, one line per model with its seeds' interval, traffic and ε, and what they mean."""
+    first = rows[0]
+    spread = seed_intervals(rows)
+    counts = sorted({value.seeds for value in spread.values()})
+    seeds = (
+        f"{counts[0]}"
+        if len(counts) == 1
+        else f"{counts[0]} to {counts[-1]} (`federated.seeds_per_tuning`)"
+    )
+    header = [
+        "model",
+        "tuning",
+        "aggregation",
+        f"Top-1 (%), mean ± 95 % over {seeds} seeds",
+        "runtime (s)",
+        "traffic per client per round (MB)",
+        "vs full model (measured)",
+        "d_t/d (eq. 14)",
+        "ε per client (each seed)",
+        "ε eq. 11 (paper's approximation)",
+    ]
+    lines = (
+        _intro(params, first) + [markdown_of(header, _table_rows(rows, spread))] + _footer(first)
+    )
     return "\n".join(lines)
 
 

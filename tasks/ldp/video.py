@@ -31,6 +31,7 @@ import json
 import logging
 import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -237,18 +238,23 @@ def release(
     )
 
 
-@stage_work
-def ldp_video(
-    *,
-    params_path: Path,
-    frames: Path,
-    public: Path,
-    out: Path,
-    report: Path,
-    budget: Path | None = None,
-) -> list[dict[str, Any]]:
-    """Fit the filters on ``public``, release the private training split's codes at every ε, score learners;
-    ``budget``: the budget stage's plan for it (default: planned here)."""
+@dataclass(frozen=True)
+class _Inputs:
+    """What ldp_video reads, checked before any work: the params, the coins and the three sets of clips."""
+
+    base: BaseParams
+    params: LdpParams
+    randomness: DpRandomness
+    rows: list[dict[str, Any]]
+    public_rows: list[dict[str, Any]]
+    train_rows: list[dict[str, Any]]
+    test_rows: list[dict[str, Any]]
+    classes: int
+
+
+def _checked_inputs(params_path: Path, frames: Path, public: Path, budget: Path | None) -> _Inputs:
+    """Read the params and manifests and refuse, before any work, filters the public labels cannot fit, a domain
+    randomized response cannot use and releases over privacy.max_epsilon."""
     base = load_section(params_path, "base", BaseParams)
     params = load_section(params_path, "ldp", LdpParams)
     randomness = DpRandomness(
@@ -259,7 +265,6 @@ def ldp_video(
     train_rows, test_rows = split_rows(rows, "train"), split_rows(rows, "test")
     if not train_rows or not test_rows:
         raise PrivharError(f"{frames / MANIFEST_NAME}: ldp needs videos in both splits")
-    classes = int(max(row["label"] for row in rows)) + 1
     fitted_on = (
         int(max(row["label"] for row in public_rows)) + 1
     )  # DCA learns its filters from the public labels
@@ -278,143 +283,197 @@ def ldp_video(
                 check_unprotected(
                     params_path, f"{ldp_release(epsilon, name)} (codes without randomized response)"
                 )
-    size = tuple(params.video_crop)
+    classes = int(max(row["label"] for row in rows)) + 1
+    return _Inputs(base, params, randomness, rows, public_rows, train_rows, test_rows, classes)
+
+
+@dataclass(frozen=True)
+class _Encoded:
+    """The motion images of the three sets, the fitted DCAConv encoder and the seconds each step took."""
+
+    train_images: np.ndarray
+    test_images: np.ndarray
+    public_images: np.ndarray
+    encoder: Any
+    train_codes: np.ndarray
+    test_codes: np.ndarray
+    seconds: dict[str, float]
+
+
+def _encode(inputs: _Inputs, frames: Path, public: Path) -> _Encoded:
+    """Crop the motion images (cameras), fit DCAConv on the public ones (centrally, no private data), encode."""
+    params, size = inputs.params, tuple(inputs.params.video_crop)
+    started = time.perf_counter()
+    train_images = motion_images(inputs.train_rows, frames, size)
+    test_images = motion_images(inputs.test_rows, frames, size)
+    public_images = motion_images(inputs.public_rows, public, size)
+    prepared = time.perf_counter() - started
+    started = time.perf_counter()
+    encoder = fit_dcaconv(
+        public_images,
+        labels_of(inputs.public_rows).numpy(),
+        first=params.video_first_filters,
+        second=params.video_second_filters,
+        size=params.patch,
+        pool=params.video_pool,
+        seed=derive_seed(inputs.base.seed, "ldp", "filters"),
+    )
+    fitted = time.perf_counter() - started
+    started = time.perf_counter()
+    train_codes, test_codes = encoder.encode(train_images), encoder.encode(test_images)
+    encoded = time.perf_counter() - started
+    return _Encoded(
+        train_images,
+        test_images,
+        public_images,
+        encoder,
+        train_codes,
+        test_codes,
+        {"prepared": prepared, "fitted": fitted, "encoded": encoded},
+    )
+
+
+def _score_every_code(
+    inputs: _Inputs, encoded: _Encoded
+) -> tuple[list[dict[str, Any]], dict[str, np.ndarray], float, dict[str, int]]:
+    """Release and score DCAConv's codes and paper 002's two baselines: the rows, DCAConv's released codes, the
+    seconds its perturbation took, and each code's features per video."""
     has_attributes = any(
-        key.startswith("attr_") for key in rows[0]
-    )  # else the attribute columns say nan
-    with stage_run("ldp", {"ldp": params}) as run, atomic_directory(out) as staging:
-        started = time.perf_counter()
-        train_images, test_images = (
-            motion_images(train_rows, frames, size),
-            motion_images(test_rows, frames, size),
-        )
-        public_images = motion_images(public_rows, public, size)
-        prepared = time.perf_counter() - started
-        started = time.perf_counter()
-        encoder = fit_dcaconv(
-            public_images,
-            labels_of(public_rows).numpy(),
-            first=params.video_first_filters,
-            second=params.video_second_filters,
-            size=params.patch,
-            pool=params.video_pool,
-            seed=derive_seed(base.seed, "ldp", "filters"),
-        )
-        fitted = time.perf_counter() - started
-        started = time.perf_counter()
-        train_codes, test_codes = encoder.encode(train_images), encoder.encode(test_images)
-        encoded = time.perf_counter() - started
-        features, domain = train_codes.shape[1], encoder.domain
-        save_arrays(
-            staging / "filters.npz",
-            first=encoder.first,
-            second=encoder.second,
-            pool=np.array(encoder.pool),
-        )
-        results, released_codes, perturb_seconds = score_codes(
-            "dcaconv",
-            train_codes,
-            test_codes,
+        key.startswith("attr_") for key in inputs.rows[0]
+    )  # else the columns say nan
+    domain = encoded.encoder.domain
+
+    def scored(name: str, train: np.ndarray, test: np.ndarray):
+        return score_codes(
+            name,
+            train,
+            test,
             domain,
-            params,
-            randomness,
-            train_rows,
-            test_rows,
-            classes,
+            inputs.params,
+            inputs.randomness,
+            inputs.train_rows,
+            inputs.test_rows,
+            inputs.classes,
             has_attributes,
         )
-        sizes = {"dcaconv": features}
-        for name, (train_baseline, test_baseline) in baseline_codes(
-            train_images, test_images, domain, base.seed, public_images
-        ).items():
-            results += score_codes(
-                name,
-                train_baseline,
-                test_baseline,
-                domain,
-                params,
-                randomness,
-                train_rows,
-                test_rows,
-                classes,
-                has_attributes,
-            )[0]
-            sizes[name] = train_baseline.shape[1]
+
+    results, released_codes, perturb_seconds = scored(
+        "dcaconv", encoded.train_codes, encoded.test_codes
+    )
+    sizes = {"dcaconv": encoded.train_codes.shape[1]}
+    baselines = baseline_codes(
+        encoded.train_images, encoded.test_images, domain, inputs.base.seed, encoded.public_images
+    )
+    for name, (train_baseline, test_baseline) in baselines.items():
+        results += scored(name, train_baseline, test_baseline)[0]
+        sizes[name] = train_baseline.shape[1]
+    return results, released_codes, perturb_seconds, sizes
+
+
+def _ledger(
+    sizes: dict[str, int], params: LdpParams, domain: int, randomness: DpRandomness
+) -> list[dict[str, Any]]:
+    """One ledger row per code and ε: pure ε-LDP per feature, composed over the clip's features."""
+    return [
+        {
+            "release": ldp_release(epsilon, name),
+            "mechanism": f"k-ary randomized response (d = {domain}) on {CODES[name]}",
+            "epsilon_per_feature": epsilon,
+            "features_per_video": count,
+            "epsilon_per_video": epsilon * count,
+            "delta": 0.0,
+            "accountant": "pure ε-LDP per feature (paper 002 eq. 3-4), sequential composition over features",
+            "unit": "video (one camera's clip)",
+            "relation": "replace-one (any other clip of the camera)",
+            "randomness": randomness.label,
+            "central_steps_on_private_data": CENTRAL_STEPS,
+            "splits": "train",
+        }
+        for name, count in sizes.items()
+        for epsilon in params.video_epsilons
+    ]
+
+
+def _log_results(results: list[dict[str, Any]], features: int, domain: int) -> None:
+    """One line per ε: every code's learners and DCAConv's attribute attacker."""
+    for r in results:
+        if r["learner"] == "nb" and r["features"] == "dcaconv":
+            LOG.info(
+                f"ldp: ε = {r['epsilon_per_feature']:g} per feature ({r['epsilon_per_video']:g} per video, {features} "
+                f"features, d = {domain}): "
+                + ", ".join(
+                    f"{x['features']} {x['learner'].upper()} {x['top1']:.3f}"
+                    for x in results
+                    if x["epsilon_per_feature"] == r["epsilon_per_feature"]
+                )
+                + f"; attribute attacker cMAP {r['attribute_cmap']:.3f}"
+            )
+
+
+def _speed(inputs: _Inputs, encoded: _Encoded, perturb_seconds: float) -> dict[str, float]:
+    """Features encoded and randomized per second, and the seconds of fitting and cropping."""
+    features, seconds = encoded.train_codes.shape[1], encoded.seconds
+    released = features * len(inputs.train_rows) * len(inputs.params.video_epsilons)
+    return {
+        "encode_features_per_second": round(features * len(inputs.rows) / seconds["encoded"], 1),
+        "perturb_features_per_second": round(released / max(perturb_seconds, 1e-9), 1),
+        "fit_seconds": round(seconds["fitted"], 3),
+        "crop_and_motion_seconds": round(seconds["prepared"], 3),
+    }
+
+
+@stage_work
+def ldp_video(
+    *,
+    params_path: Path,
+    frames: Path,
+    public: Path,
+    out: Path,
+    report: Path,
+    budget: Path | None = None,
+) -> list[dict[str, Any]]:
+    """Fit the filters on ``public``, release the private training split's codes at every ε, score learners;
+    ``budget``: the budget stage's plan for it (default: planned here)."""
+    inputs = _checked_inputs(params_path, frames, public, budget)
+    params = inputs.params
+    with stage_run("ldp", {"ldp": params}) as run, atomic_directory(out) as staging:
+        encoded = _encode(inputs, frames, public)
+        features, domain = encoded.train_codes.shape[1], encoded.encoder.domain
+        save_arrays(
+            staging / "filters.npz",
+            first=encoded.encoder.first,
+            second=encoded.encoder.second,
+            pool=np.array(encoded.encoder.pool),
+        )
+        results, released_codes, perturb_seconds, sizes = _score_every_code(inputs, encoded)
         save_arrays(
             staging / "released_train_codes.npz",
             **released_codes,
-            video_id=np.array([row["video_id"] for row in train_rows]),
+            video_id=np.array([row["video_id"] for row in inputs.train_rows]),
         )
-        speed = {
-            "encode_features_per_second": round(features * len(rows) / encoded, 1),
-            "perturb_features_per_second": round(
-                features
-                * len(train_rows)
-                * len(params.video_epsilons)
-                / max(perturb_seconds, 1e-9),
-                1,
-            ),
-            "fit_seconds": round(fitted, 3),
-            "crop_and_motion_seconds": round(prepared, 3),
+        speed = _speed(inputs, encoded, perturb_seconds)
+        top1 = {
+            f"{r['features']}_{r['learner']}_eps{r['epsilon_per_feature']:g}": r["top1"]
+            for r in results
         }
-        metrics = {
-            "top1": {
-                f"{r['features']}_{r['learner']}_eps{r['epsilon_per_feature']:g}": r["top1"]
-                for r in results
-            },
-            "speed": speed,
-            "features_per_video": features,
-            "domain": domain,
-        }
+        metrics = {"top1": top1, "speed": speed, "features_per_video": features, "domain": domain}
         atomic_write_bytes(report / "video.csv", csv_bytes(results))
         atomic_write_bytes(
             report / "metrics.json", (json.dumps(metrics, indent=2, sort_keys=True) + "\n").encode()
         )
-        ledger = [
-            {
-                "release": ldp_release(epsilon, name),
-                "mechanism": f"k-ary randomized response (d = {domain}) on {CODES[name]}",
-                "epsilon_per_feature": epsilon,
-                "features_per_video": count,
-                "epsilon_per_video": epsilon * count,
-                "delta": 0.0,
-                "accountant": "pure ε-LDP per feature (paper 002 eq. 3-4), sequential composition over features",
-                "unit": "video (one camera's clip)",
-                "relation": "replace-one (any other clip of the camera)",
-                "randomness": randomness.label,
-                "central_steps_on_private_data": CENTRAL_STEPS,
-                "splits": "train",
-            }
-            for name, count in sizes.items()
-            for epsilon in params.video_epsilons
-        ]
+        ledger = _ledger(sizes, params, domain, inputs.randomness)
         atomic_write_bytes(report / "ledger.csv", csv_bytes(ledger))
-        run.log_metrics(
-            {
-                **{
-                    f"{r['features']}.{r['learner']}.eps{r['epsilon_per_feature']:g}": r["top1"]
-                    for r in results
-                },
-                **speed,
-            }
-        )
-        for r in results:
-            if r["learner"] == "nb" and r["features"] == "dcaconv":
-                LOG.info(
-                    f"ldp: ε = {r['epsilon_per_feature']:g} per feature ({r['epsilon_per_video']:g} per video, {features} "
-                    f"features, d = {domain}): "
-                    + ", ".join(
-                        f"{x['features']} {x['learner'].upper()} {x['top1']:.3f}"
-                        for x in results
-                        if x["epsilon_per_feature"] == r["epsilon_per_feature"]
-                    )
-                    + f"; attribute attacker cMAP {r['attribute_cmap']:.3f}"
-                )
+        logged = {
+            f"{r['features']}.{r['learner']}.eps{r['epsilon_per_feature']:g}": r["top1"]
+            for r in results
+        }
+        run.log_metrics({**logged, **speed})
+        _log_results(results, features, domain)
     # the codes are out: each finite ε's release is made, in the budget's ledger
     record_made(
         params_path,
         [entry["release"] for entry in ledger if math.isfinite(entry["epsilon_per_feature"])],
-        rows,
+        inputs.rows,
         budget,
     )
     return results

@@ -135,12 +135,11 @@ def _ldp(per_video: float) -> PersonEpsilons:
     return person_epsilons
 
 
-def planned_releases(params_path: Path) -> list[PlannedRelease]:
-    """Every DP release of the pipeline, in plan order."""
+def _dprp_releases(params_path: Path) -> list[PlannedRelease]:
+    """One DPRP copy of both splits per dprp.epsilons."""
     dprp = load_section(params_path, "dprp", DprpParams)
-    private = load_section(params_path, "private", PrivateParams)
     secret = load_section(params_path, "privacy", PrivacyParams).randomness == "secure"
-    releases = [
+    return [
         PlannedRelease(
             f"dprp-eps{epsilon}",
             epsilon,
@@ -150,10 +149,15 @@ def planned_releases(params_path: Path) -> list[PlannedRelease]:
         )
         for epsilon in dprp.epsilons
     ]
+
+
+def _private_releases(params_path: Path) -> list[PlannedRelease]:
+    """One model per private method, ε and seed; the seeds of one model share its mechanism (check_budget
+    computes it once)."""
+    private = load_section(params_path, "private", PrivateParams)
     report = load_section(params_path, "report", ReportParams)
-    for method in (
-        private.methods
-    ):  # the seeds of one model share its mechanism (check_budget computes it once)
+    releases = []
+    for method in private.methods:
         for epsilon in private.epsilons:
             mechanism = _private(private, method, epsilon)
             releases += [
@@ -166,9 +170,15 @@ def planned_releases(params_path: Path) -> list[PlannedRelease]:
                 )
                 for seed in range(private_seeds(private, report, epsilon))
             ]
+    return releases
+
+
+def _federated_releases(params_path: Path) -> list[PlannedRelease]:
+    """One federated model per tuning, aggregation and seed, all at federated.epsilon."""
     federated = load_section(params_path, "federated", FederatedParams)
+    report = load_section(params_path, "report", ReportParams)
     mechanism = _federated(federated)
-    releases += [
+    return [
         PlannedRelease(
             federated_release(aggregation, tuning) + seed_suffix(seed),
             federated.epsilon,
@@ -180,13 +190,17 @@ def planned_releases(params_path: Path) -> list[PlannedRelease]:
         for aggregation in federated.aggregations
         for seed in range(federated_seeds(federated, report, tuning))
     ]
+
+
+def _ldp_releases(params_path: Path) -> list[PlannedRelease]:
+    """The DCAConv codes and paper 002's baselines: each randomized at every finite ε, each feeding published
+    scores."""
     ldp = load_section(params_path, "ldp", LdpParams)
-    # the DCAConv codes and paper 002's baselines: each randomized at every ε, each feeding published scores
     counts = {
         "dcaconv": feature_count(ldp.video_first_filters, ldp.video_pool, tuple(ldp.video_crop)),
         **baseline_feature_counts(tuple(ldp.video_crop)),
     }
-    releases += [
+    return [
         PlannedRelease(
             ldp_release(epsilon, name),
             epsilon * features,
@@ -198,7 +212,16 @@ def planned_releases(params_path: Path) -> list[PlannedRelease]:
         for epsilon in ldp.video_epsilons
         if math.isfinite(epsilon)
     ]
-    return releases
+
+
+def planned_releases(params_path: Path) -> list[PlannedRelease]:
+    """Every DP release of the pipeline, in plan order."""
+    return (
+        _dprp_releases(params_path)
+        + _private_releases(params_path)
+        + _federated_releases(params_path)
+        + _ldp_releases(params_path)
+    )
 
 
 def subjects_by_split(rows: Iterable[dict[str, Any]]) -> dict[str, set[int]]:

@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from tasks.core.errors import PrivharError
 from tasks.core.params import DprpParams
@@ -219,6 +219,67 @@ def gaussian_scales(
     return sigma1, sigma2, d1 - beta1, d2 - 2 * beta2, beta1 + 2 * beta2
 
 
+class _Calibrated(NamedTuple):
+    """One calibration's σ1, σ2 and what its record says: the failure probability, the label, what one change
+    covers, the δ and the ε that hold."""
+
+    sigma1: float
+    sigma2: float
+    failure: float
+    label: str
+    covers: str
+    record_delta: float
+    holds: float
+
+
+def _paper_calibration(
+    epsilon: float,
+    delta: float,
+    budget_split: float,
+    k: int,
+    d: int,
+    secret_projection: bool,
+    full_rank: bool,
+) -> _Calibrated:
+    """Theorems 3-4 as printed, and the ε their σ really give for the paper's unit (paper_unit_epsilon)."""
+    _, d1, _, d2 = split_budget(epsilon, delta, budget_split)
+    sigma1, sigma2 = paper_scales(epsilon, delta, budget_split, k)
+    # Theorem 3's χ² bound (β = δ1/2); Q's two bounds
+    failure = d1 / 2 if full_rank else d1 / 2 + d2 / 2
+    return _Calibrated(
+        sigma1,
+        sigma2,
+        failure,
+        "paper (Theorems 3-4 as printed)",
+        "an l2 change of one frame of at most 255/sqrt(k) grey levels (paper calibration)",
+        delta + failure,
+        paper_unit_epsilon(sigma1, sigma2, delta, d1, d2, k, d, secret_projection, full_rank),
+    )
+
+
+def _gaussian_calibration(
+    epsilon: float,
+    delta: float,
+    budget_split: float,
+    k: int,
+    d: int,
+    neighbour: Neighbour,
+    secret_projection: bool,
+) -> _Calibrated:
+    """Each σ_i the Gaussian mechanism's for (ε_i, δ_i) at the derived Δ_i: ε holds by basic composition."""
+    sigma1, sigma2, _, _, failure = gaussian_scales(
+        epsilon, delta, budget_split, k, d, neighbour, secret_projection
+    )
+    covers = (
+        "one whole frame replaced"
+        if neighbour == "frame"
+        else "one pixel value changed by up to 255"
+    )
+    return _Calibrated(
+        sigma1, sigma2, failure, "gaussian (Dwork-Roth, Δ derived)", covers, delta, epsilon
+    )
+
+
 def noise_scales(
     *,
     epsilon: float,
@@ -243,51 +304,36 @@ def noise_scales(
         if secret_projection
         else "operator norm of a public R (Davidson-Szarek)"
     )
+    if calibration == "paper":
+        chosen = _paper_calibration(
+            epsilon, delta, budget_split, k, d, secret_projection, full_rank
+        )
+    else:
+        chosen = _gaussian_calibration(
+            epsilon, delta, budget_split, k, d, neighbour, secret_projection
+        )
     beta = d1 / 2
     factor = row_factor(k, d, beta, secret_projection)
     frame_change = PIXEL_MAX * math.sqrt(d)
-    if calibration == "paper":
-        sigma1, sigma2 = paper_scales(epsilon, delta, budget_split, k)
-        failure = (
-            d1 / 2 if full_rank else d1 / 2 + d2 / 2
-        )  # Theorem 3's χ² bound (β = δ1/2); Q's two bounds
-        label = "paper (Theorems 3-4 as printed)"
-        covers = "an l2 change of one frame of at most 255/sqrt(k) grey levels (paper calibration)"
-        record_delta = delta + failure
-        holds = paper_unit_epsilon(
-            sigma1, sigma2, delta, d1, d2, k, d, secret_projection, full_rank
-        )
-    else:
-        sigma1, sigma2, _, _, failure = gaussian_scales(
-            epsilon, delta, budget_split, k, d, neighbour, secret_projection
-        )
-        label = "gaussian (Dwork-Roth, Δ derived)"
-        covers = (
-            "one whole frame replaced"
-            if neighbour == "frame"
-            else "one pixel value changed by up to 255"
-        )
-        record_delta = delta
-        holds = epsilon  # each σ_i is the Gaussian mechanism's for (ε_i, δ_i) at the derived Δ_i; basic composition
     q_frame = frame_change * operator_norm_bound(d, k, d2 / 4)
     delta_q_frame = 2 * frame_change * operator_norm_bound(d, k, d2 / 4) * q_frame + q_frame**2
-    mu_q = 0.0 if full_rank else delta_q_frame / sigma2
+    mu_q = 0.0 if full_rank else delta_q_frame / chosen.sigma2
     return NoiseScales(
-        sigma1,
-        sigma2,
-        holds,
-        record_delta,
+        chosen.sigma1,
+        chosen.sigma2,
+        chosen.holds,
+        chosen.record_delta,
         e1,
         d1,
         e2,
         d2,
-        label,
-        covers,
-        failure,
+        chosen.label,
+        chosen.covers,
+        chosen.failure,
         bound,
-        change_epsilon(PIXEL_MAX, factor, sigma1, d1),
-        change_epsilon(frame_change, factor, sigma1, d1),
-        frame_change * operator_norm_bound(d, k, beta) / sigma1,
+        change_epsilon(PIXEL_MAX, factor, chosen.sigma1, d1),
+        change_epsilon(frame_change, factor, chosen.sigma1, d1),
+        frame_change * operator_norm_bound(d, k, beta) / chosen.sigma1,
         mu_q,
         paper_delta=delta if calibration == "paper" else None,
         paper_epsilon=epsilon if calibration == "paper" else None,

@@ -80,6 +80,27 @@ def _private_step(
     return step, private
 
 
+def _selective_seconds(
+    base: torch.nn.Module,
+    clips: torch.Tensor,
+    labels: torch.Tensor,
+    warmup: int,
+    repeats: int,
+    device: torch.device,
+    record: dict[str, Any],
+) -> dict[str, float]:
+    """Median seconds of a DP-SGD step per selective-tuning choice; each choice's trainable count into ``record``."""
+    seconds = {}
+    for choice in SELECTIVE:
+        model = copy.deepcopy(base)
+        select_trainable(model, choice)
+        step, private = _private_step(model, clips, labels, MODES[0])
+        seconds[choice] = _median_seconds(step, warmup, repeats, device)
+        private.remove_hooks()
+        record[f"dp_sgd_{choice}_trainable_parameters"] = trainable_count(model)
+    return seconds
+
+
 def run_bench(
     *,
     batch: int,
@@ -122,14 +143,7 @@ def run_bench(
         step, private = _private_step(copy.deepcopy(base), clips, labels, mode)
         full[mode] = _median_seconds(step, warmup, repeats, device)
         private.remove_hooks()
-    seconds = {}
-    for choice in SELECTIVE:
-        model = copy.deepcopy(base)
-        select_trainable(model, choice)
-        step, private = _private_step(model, clips, labels, MODES[0])
-        seconds[choice] = _median_seconds(step, warmup, repeats, device)
-        private.remove_hooks()
-        record[f"dp_sgd_{choice}_trainable_parameters"] = trainable_count(model)
+    seconds = _selective_seconds(base, clips, labels, warmup, repeats, device, record)
     record["dp_sgd_all_trainable_parameters"] = record["parameters"]
     record["dp_sgd_seconds"] = full
     record["dp_sgd_selective_seconds"] = seconds

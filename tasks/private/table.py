@@ -76,17 +76,14 @@ def _scores(metrics: dict[str, Any], key: str, metrics_path: Path) -> dict[str, 
     return metrics[key]
 
 
-def collect(
-    *,
+def _private_records(
+    metrics: dict[str, Any],
     metrics_path: Path,
     ledgers: Path,
-    train_reports: Path,
     methods: list[str],
-    dprp_epsilons: list[float],
     clips_per_video: int,
 ) -> list[dict[str, Any]]:
-    """One record per model: its row, target and achieved ε, δ, accountant, Top-1 / Top-5 under both protocols."""
-    metrics = _read_json(metrics_path)
+    """One record per private method and ε, from its ledger: seed 0's model (the others are in its interval)."""
     records = []
     for method in methods:
         row = ROWS[method]
@@ -113,27 +110,54 @@ def collect(
                     randomness=entry.get("randomness", ""),
                 )
             )
-    for epsilon in dprp_epsilons:
-        key = f"dprp-eps{epsilon}"
-        claim = _read_json(train_reports / f"{key}.json")
-        # placed at the ε its noise gives for its unit, the paper's printed ε (dprp.epsilons) beside it
-        records.append(
-            _record(
-                DPRP,
-                key,
-                float(claim["epsilon"]),
-                float(claim["epsilon"]),
-                float(claim["delta"]),
-                claim["accountant"],
-                _scores(metrics, key, metrics_path),
-                clips_per_video,
-                unit=claim.get("unit", ""),
-                relation=claim.get("relation", ""),
-                paper_epsilon=claim.get("paper_epsilon", ""),
-                randomness=claim.get("randomness", ""),
-            )
-        )
+    return records
+
+
+def _dprp_record(
+    metrics: dict[str, Any],
+    metrics_path: Path,
+    train_reports: Path,
+    epsilon: float,
+    clips_per_video: int,
+) -> dict[str, Any]:
+    """The model trained on a DPRP copy, placed at the ε its noise gives for its unit, the paper's printed ε
+    (dprp.epsilons) beside it."""
+    key = f"dprp-eps{epsilon}"
+    claim = _read_json(train_reports / f"{key}.json")
+    return _record(
+        DPRP,
+        key,
+        float(claim["epsilon"]),
+        float(claim["epsilon"]),
+        float(claim["delta"]),
+        claim["accountant"],
+        _scores(metrics, key, metrics_path),
+        clips_per_video,
+        unit=claim.get("unit", ""),
+        relation=claim.get("relation", ""),
+        paper_epsilon=claim.get("paper_epsilon", ""),
+        randomness=claim.get("randomness", ""),
+    )
+
+
+def collect(
+    *,
+    metrics_path: Path,
+    ledgers: Path,
+    train_reports: Path,
+    methods: list[str],
+    dprp_epsilons: list[float],
+    clips_per_video: int,
+) -> list[dict[str, Any]]:
+    """One record per model: its row, target and achieved ε, δ, accountant, Top-1 / Top-5 under both protocols."""
+    metrics = _read_json(metrics_path)
+    records = _private_records(metrics, metrics_path, ledgers, methods, clips_per_video)
+    records += [
+        _dprp_record(metrics, metrics_path, train_reports, epsilon, clips_per_video)
+        for epsilon in dprp_epsilons
+    ]
     claim = _read_json(train_reports / "baseline.json")
+    baseline_scores = _scores(metrics, "baseline", metrics_path)
     records.append(
         _record(
             BASELINE,
@@ -142,7 +166,7 @@ def collect(
             math.inf,
             0.0,
             claim["accountant"],
-            _scores(metrics, "baseline", metrics_path),
+            baseline_scores,
             clips_per_video,
         )
     )
