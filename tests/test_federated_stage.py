@@ -65,7 +65,7 @@ def test_every_aggregation_and_tuning_is_trained_reported_and_registered(project
     for row in rows:
         assert row["epsilon"] == pytest.approx(1.33, abs=1e-6)
         assert row["epsilon"] == pytest.approx(
-            epsilon_of(row["noise_multiplier"], 2, 1e-4), abs=1e-6
+            epsilon_of(row["noise_multiplier"], row["rounds"] * row["local_epochs"], 1e-4), abs=1e-6
         )
         stored = torch.load(
             folder / "data/federated" / row["model"] / "model.pt", weights_only=False
@@ -331,3 +331,56 @@ def test_fednova_without_noise_is_fedavgs_model_when_every_client_takes_the_same
     assert not all(
         torch.equal(a, b) for a, b in zip(*(state.values() for state in noisy))
     )  # DP rows: their own noise
+
+
+def test_a_tunings_own_recipe_sets_its_local_epochs_and_its_sigma(project, tmp_path):
+    """federated.recipe_per_tuning: the selective rows train 3 local epochs a round where full trains 1; σ is
+    calibrated for each tuning's own compositions, so both spend federated.epsilon per client, and the budget plan
+    prices each person with the tuning's own E (its verdicts are the stage's)."""
+    from tasks.core.clips import split_rows
+    from tasks.core.manifest import MANIFEST_NAME, read_manifest
+    from tasks.core.params import FederatedParams, load_section, tuned
+    from tasks.privacy.budget import planned_releases
+
+    params = write_params(
+        tmp_path,
+        {
+            "federated": {
+                "recipe_per_tuning": {"selective": {"local_epochs": 3}},
+                "aggregations": ["fedavg"],
+            }
+        },
+    )
+    every = run(project, params_path=params, out=tmp_path / "out", report=tmp_path / "report")
+    rows = {row["model"]: row for row in every}
+    full, selective = rows["fedavg-full"], rows["fedavg-selective"]
+    assert (full["local_epochs"], selective["local_epochs"]) == (1, 3)
+    assert selective["noise_multiplier"] > full["noise_multiplier"]
+    for row, compositions in ((full, 2), (selective, 6)):
+        assert row["epsilon"] == pytest.approx(1.33, abs=1e-6)
+        assert epsilon_of(row["noise_multiplier"], compositions, 1e-4) == pytest.approx(
+            1.33, abs=1e-6
+        )
+    federated = load_section(params, "federated", FederatedParams)
+    assert tuned(federated, "selective").local_epochs == 3 and tuned(federated, "full") == federated
+    with open(tmp_path / "report/federated_persons.csv") as handle:
+        persons = {
+            (person["model"], int(person["subject"])): float(person["epsilon_person"])
+            for person in csv.DictReader(handle)
+        }
+    plan = {release.name: release for release in planned_releases(params)}
+    train_rows = split_rows(read_manifest(project[2] / MANIFEST_NAME), "train")
+    for model in ("fedavg-full", "fedavg-selective"):
+        planned = plan[f"federated-{model}"].person_epsilons(train_rows)
+        stage = {subject: value for (key, subject), value in persons.items() if key == model}
+        assert set(stage) <= set(planned)
+        assert all(stage[subject] == pytest.approx(planned[subject], rel=1e-5) for subject in stage)
+    assert "selective: 3 local epoch(s) a round" in (tmp_path / "report/federated.md").read_text()
+    with pytest.raises(PrivharError, match="recipe_per_tuning.*not rows of federated.tunings"):
+        run(
+            project,
+            params_path=write_params(
+                tmp_path, {"federated": {"recipe_per_tuning": {"partial": {"local_epochs": 2}}}}
+            ),
+            out=tmp_path / "refused",
+        )

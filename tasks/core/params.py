@@ -243,6 +243,18 @@ class PrivateParams(Section):
         return epsilons
 
 
+class TuningRecipe(Section):
+    """A tuning's own local recipe (``federated.recipe_per_tuning``): what it sets replaces the shared value."""
+
+    local_epochs: PositiveInt | None = None  # E
+    batch_size: PositiveInt | None = None  # B
+    learning_rate: Annotated[float, Field(gt=0.0)] | None = None
+    momentum: Annotated[float, Field(ge=0.0, lt=1.0)] | None = None
+    grad_sample_mode: Literal["ew", "hooks", "functorch"] | None = (
+        None  # Opacus per-sample gradients
+    )
+
+
 class FederatedParams(Section):
     """Federated private training (paper 003, FedDP-STECAR): stage train-federated."""
 
@@ -272,6 +284,21 @@ class FederatedParams(Section):
     ] = {}  # None: report.seeds (a profile's way to drop an entry)
     # seeds of a tuning's ε = ∞ reference rows (no noise: they spread less), at most its seeds; the others: all of them
     reference_seeds: dict[str, PositiveInt | None] = {}
+    # a tuning's own local recipe over the shared one (a row of tunings -> local_epochs, batch_size, ...): its σ is
+    # calibrated for its own E, so every tuning spends federated.epsilon
+    recipe_per_tuning: dict[
+        str, TuningRecipe | None
+    ] = {}  # None: the shared recipe (a profile's way to drop one)
+
+    @field_validator("recipe_per_tuning")
+    @classmethod
+    def _known_tunings(
+        cls, recipes: dict[str, TuningRecipe | None], info: Any
+    ) -> dict[str, TuningRecipe | None]:
+        unknown = sorted(set(recipes) - set(info.data.get("tunings", {})))
+        if unknown:
+            raise ValueError(f"{unknown} are not rows of federated.tunings")
+        return recipes
 
 
 class ReportParams(Section):
@@ -311,6 +338,15 @@ def federated_seeds(federated: FederatedParams, report: ReportParams, tuning: st
     """Training seeds of the federated rows of ``tuning`` (a row of ``federated.tunings``):
     ``federated.seeds_per_tuning[tuning]``, else ``report.seeds`` (the stage and the budget plan both read it here)."""
     return federated.seeds_per_tuning.get(tuning) or report.seeds
+
+
+def tuned(federated: FederatedParams, tuning: str) -> FederatedParams:
+    """``federated`` with the recipe ``tuning`` trains by: ``federated.recipe_per_tuning[tuning]`` over the shared
+    local_epochs, batch_size, learning_rate and momentum (the stage, its σ and the budget plan all read it here)."""
+    own = federated.recipe_per_tuning.get(tuning)
+    return (
+        federated if own is None else federated.model_copy(update=own.model_dump(exclude_none=True))
+    )
 
 
 def federated_reference_seeds(federated: FederatedParams, report: ReportParams, tuning: str) -> int:

@@ -42,6 +42,7 @@ from tasks.core.params import (
     federated_reference_seeds,
     federated_seeds,
     load_section,
+    tuned,
 )
 from tasks.core.privacy import NON_PRIVATE, PrivacyGuarantee, check_delta
 from tasks.core.public_model import classifier_seed, public_config
@@ -149,17 +150,26 @@ class _FederatedRun:
     clips: Clips
     init: Path
     frames: Path
-    sigmas: dict[float, float]  # ε → σ (σ calibrated once per ε: every seed's release shares it)
     run: StageRun
     staging: Path
     trained: _Trained = field(default_factory=_Trained)
 
     def __post_init__(self) -> None:
-        self.equal_steps = fednova_is_fedavg(self.params, self.clips.shards)
         self.held = videos_per_person(self.clips.rows)
+        self.use_recipe(next(iter(self.params.tunings)))
+
+    def use_recipe(self, tuning: str) -> None:
+        """Train ``tuning``'s models from here on: its recipe (federated.recipe_per_tuning), σ calibrated once for its
+        ε and local epochs (every seed's release shares it), and whether FedNova is FedAvg under it."""
+        self.recipe = tuned(self.params, tuning)
+        compositions = self.recipe.rounds * self.recipe.local_epochs
+        epsilon = self.params.epsilon
+        self.sigmas = {epsilon: calibrate(epsilon, compositions, self.params.delta), math.inf: 0.0}
+        self.equal_steps = fednova_is_fedavg(self.recipe, self.clips.shards)
 
     def tuning(self, tuning: str, trainable: str, seeds: int, references: int) -> None:
         """Every seed of one tuning: a split (seed 0's frozen prefix serves all), then each aggregation × ε."""
+        self.use_recipe(tuning)
         first = None
         for seed in range(seeds):
             started = time.perf_counter()
@@ -216,7 +226,7 @@ class _FederatedRun:
                 model_run.set_tags({"privhar.same_model_as": trained_as})
             for record in result.history:
                 _log_round(model_run, record)
-        guarantee = _guarantee(result, sigma, self.params, self.randomness)
+        guarantee = _guarantee(result, sigma, self.recipe, self.randomness)
         worst = self.person_epsilons(key, sigma, result)
         self.trained.rows.append(
             {
@@ -225,7 +235,7 @@ class _FederatedRun:
                     tuning,
                     trainable,
                     aggregation,
-                    self.params,
+                    self.recipe,
                     split,
                     result,
                     sigma,
@@ -261,7 +271,7 @@ class _FederatedRun:
         result = _federate(
             self.params.transport,
             split,
-            federation_of(self.base, self.params, sigma, aggregation, self.randomness, seed),
+            federation_of(self.base, self.recipe, sigma, aggregation, self.randomness, seed),
             [len(shard) for shard in self.clips.shards],
             functools.partial(_print_round, key),
         )
@@ -271,7 +281,7 @@ class _FederatedRun:
 
     def person_epsilons(self, key: str, sigma: float, result: FederationResult) -> float:
         """Each person's ε for this model (the ``federated_persons.csv`` rows); the largest."""
-        epochs = max(result.participations) * self.params.local_epochs
+        epochs = max(result.participations) * self.recipe.local_epochs
         by_count = {  # a person's ε depends on their video count alone: one per count
             count: person_epsilon(sigma, epochs, count, self.params.delta) if sigma else math.inf
             for count in set(self.held.values())
@@ -354,6 +364,7 @@ class _FederatedRun:
             **guarantee.as_tags(),
             "clients": self.params.clients,
             "rounds": self.params.rounds,
+            "local_epochs": self.recipe.local_epochs,
             "epsilon_person_max": repr(self.trained.rows[-1]["epsilon_person_max"]),
             "noise_multiplier": self.sigmas[epsilon],
             "partition": self.params.partition,
@@ -401,8 +412,6 @@ def train_federated(
     seeds = {tuning: federated_seeds(params, report_params, tuning) for tuning in params.tunings}
     every_row = read_manifest(frames / MANIFEST_NAME)
     _check_releases(params_path, params, seeds, every_row, budget)
-    compositions = params.rounds * params.local_epochs
-    sigmas = {params.epsilon: calibrate(params.epsilon, compositions, params.delta), math.inf: 0.0}
     torch.use_deterministic_algorithms(True)
     with stage_run("train-federated", {"base": base, "federated": params}) as run:
         run.log_dataset(frames, "train", "training")
@@ -415,7 +424,6 @@ def train_federated(
                 clips,
                 init,
                 frames,
-                sigmas,
                 run,
                 staging,
             )

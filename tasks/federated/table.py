@@ -18,7 +18,7 @@ from typing import Any
 import polars as pl
 
 from tasks.core.figures import percent_chart_png, plt
-from tasks.core.params import FederatedParams
+from tasks.core.params import FederatedParams, tuned
 from tasks.core.seeds import Interval, base_key, interval
 from tasks.core.storage import atomic_write_bytes
 from tasks.core.tables import csv_bytes, frame_of, markdown_of
@@ -55,18 +55,29 @@ def seed_intervals(rows: list[dict[str, Any]]) -> dict[str, Interval]:
     return {model: interval(values) for model, values in grouped.iter_rows()}
 
 
-def _intro(params: FederatedParams, first: dict[str, Any]) -> list[str]:
-    """The title and the recipe every row shares."""
+def _intro(params: FederatedParams, rows: list[dict[str, Any]]) -> list[str]:
+    """The title, the setting every row shares and each tuning's local recipe with its σ."""
+    recipes = []
+    for tuning in params.tunings:
+        own = tuned(params, tuning)
+        sigmas = {row["noise_multiplier"] for row in rows if row["tuning"] == tuning} - {0.0}
+        sigma = f", σ = {max(sigmas):g}" if sigmas else ""
+        recipes.append(
+            f"{tuning}: {own.local_epochs} local epoch(s) a round, batches of {own.batch_size}, learning rate "
+            f"{own.learning_rate:g}, momentum {own.momentum:g}{sigma}"
+        )
     return [
         "# Federated private training (paper 003, FedDP-STECAR)",
         "",
         (
-            f"{params.clients} clients ({params.partition} partition), {params.rounds} rounds of {params.local_epochs} local "
-            f"epoch(s), {params.client_fraction:.0%} of the clients per round; DP-SGD (Opacus) per client with shuffled batches "
-            f"of {params.batch_size}, C = {params.max_grad_norm}, σ = {first['noise_multiplier']}, δ = {params.delta}. "
-            "Top-1 on the raw test clips after the last round. The `-epsinf` rows train the same recipe with no noise (no "
-            "DP guarantee): a row's gap to its reference is what the noise costs, the reference's gap to the non-private "
-            "model is the recipe's own."
+            f"{params.clients} clients ({params.partition} partition), {params.rounds} rounds, "
+            f"{params.client_fraction:.0%} of the clients per round; DP-SGD (Opacus) per client with shuffled batches, "
+            f"C = {params.max_grad_norm}, δ = {params.delta}, σ calibrated per tuning so that each spends "
+            f"ε = {params.epsilon:g} per client. {'; '.join(recipes)} (`federated.recipe_per_tuning` over the shared "
+            "recipe). Top-1 on the raw test clips after the last round. The `-epsinf` rows train the same recipe with "
+            "no noise (no DP guarantee): a row's gap to its reference is what the noise costs, the reference's gap to "
+            "the non-private model is the recipe's own (too few local steps for a model to converge without noise: "
+            "docs/pipeline.md measures the references reaching the non-private models with more local epochs)."
         ),
         "",
     ]
@@ -132,9 +143,7 @@ def markdown(rows: list[dict[str, Any]], params: FederatedParams) -> str:
         "ε per client (each seed)",
         "ε eq. 11 (paper's approximation)",
     ]
-    lines = (
-        _intro(params, first) + [markdown_of(header, _table_rows(rows, spread))] + _footer(first)
-    )
+    lines = _intro(params, rows) + [markdown_of(header, _table_rows(rows, spread))] + _footer(first)
     return "\n".join(lines)
 
 

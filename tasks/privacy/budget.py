@@ -47,6 +47,7 @@ from tasks.core.params import (
     federated_seeds,
     load_section,
     private_seeds,
+    tuned,
 )
 from tasks.core.private_catalogue import CATALOGUE
 from tasks.core.seeds import seed_suffix
@@ -174,22 +175,26 @@ def _private_releases(params_path: Path) -> list[PlannedRelease]:
 
 
 def _federated_releases(params_path: Path) -> list[PlannedRelease]:
-    """One federated model per tuning, aggregation and seed, all at federated.epsilon."""
+    """One federated model per tuning, aggregation and seed, all at federated.epsilon per client."""
     federated = load_section(params_path, "federated", FederatedParams)
     report = load_section(params_path, "report", ReportParams)
-    mechanism = _federated(federated)
-    return [
-        PlannedRelease(
-            federated_release(aggregation, tuning) + seed_suffix(seed),
-            federated.epsilon,
-            ("train",),
-            mechanism,
-            "train-federated",
-        )
-        for tuning in federated.tunings
-        for aggregation in federated.aggregations
-        for seed in range(federated_seeds(federated, report, tuning))
-    ]
+    releases = []
+    for (
+        tuning
+    ) in federated.tunings:  # a tuning's own local epochs set its σ (federated.recipe_per_tuning)
+        mechanism = _federated(tuned(federated, tuning))
+        releases += [
+            PlannedRelease(
+                federated_release(aggregation, tuning) + seed_suffix(seed),
+                federated.epsilon,
+                ("train",),
+                mechanism,
+                "train-federated",
+            )
+            for aggregation in federated.aggregations
+            for seed in range(federated_seeds(federated, report, tuning))
+        ]
+    return releases
 
 
 def _ldp_releases(params_path: Path) -> list[PlannedRelease]:
