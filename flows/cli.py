@@ -246,6 +246,34 @@ def bench_anonymize_command(root: Path, params_path: Path, out: Path) -> None:
     click.echo(json.dumps(run_bench(root=root, params_path=params_path, out=out), indent=2))
 
 
+@bench.command("maskdp-views")
+@PARAMS
+@click.option("--seeds", type=click.IntRange(2, 100), default=10, show_default=True)
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    default=Path("reports/bench/maskdp_views.json"),
+    show_default=True,
+    callback=_writable,
+)
+def bench_maskdp_views_command(params_path: Path, seeds: int, out: Path) -> None:
+    """MaskDP at ε = ∞ against heads trained without noise on its views, unclipped, and on whole clips (after a run:
+    reads data/decode, data/anonymize/avatar and data/pretrain/public)."""
+    import json
+
+    from tasks.private.views_bench import run_bench
+
+    record = run_bench(
+        params_path,
+        Path("data/decode"),
+        Path("data/anonymize/avatar"),
+        Path("data/pretrain/public"),
+        seeds,
+        out,
+    )
+    click.echo(json.dumps(record, indent=2))
+
+
 @main.command("footage")
 @click.argument("recording", type=click.Path(path_type=Path, dir_okay=False))
 @click.argument("out", type=click.Path(path_type=Path, file_okay=False), callback=_writable)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import logging
 import math
 import shutil
@@ -520,3 +521,27 @@ def test_an_epsilon_can_take_more_seeds_than_the_others_and_the_plan_and_ledger_
         newest_version("dp_sgd-eps1.0").run_id, "seed2.loss"
     )
     assert [point.step for point in history] == [1, 2]
+
+
+def test_bench_maskdp_views_scores_every_variant_on_both_protocols(project, tmp_path):
+    from tasks.private.views_bench import run_bench
+
+    folder, params, decoded = project
+    out = tmp_path / "maskdp_views.json"
+    record = run_bench(
+        params, decoded, folder / "data/anonymize/avatar", folder / "data/pretrain/public", 2, out
+    )
+    assert json.loads(out.read_text(encoding="utf-8")) == record
+    assert set(record["top1"]) == {
+        "maskdp",
+        "maskdp_views_unclipped",
+        "private_view_only",
+        "maskdp_whole_clip",
+        "dp_sgd_avatar",
+        "avatar_unclipped",
+    }
+    for scores in record["top1"].values():
+        assert set(scores) == {"P1", "P2"}
+        assert all(
+            0 <= score["mean"] <= 100 and score["half_width"] >= 0 for score in scores.values()
+        )

@@ -153,10 +153,13 @@ class _FederatedRun:
     run: StageRun
     staging: Path
     trained: _Trained = field(default_factory=_Trained)
+    # set by use_recipe(tuning) at the start of each tuning: its recipe, σ per ε, and whether FedNova is FedAvg
+    recipe: FederatedParams = field(init=False)
+    sigmas: dict[float, float] = field(init=False)
+    equal_steps: bool = field(init=False)
 
     def __post_init__(self) -> None:
         self.held = videos_per_person(self.clips.rows)
-        self.use_recipe(next(iter(self.params.tunings)))
 
     def use_recipe(self, tuning: str) -> None:
         """Train ``tuning``'s models from here on: its recipe (federated.recipe_per_tuning), σ calibrated once for its

@@ -250,7 +250,7 @@ def training_inputs(method: str, frames: Path, avatar: Path | None) -> tuple[Pat
 
 
 @dataclass
-class _Prepared:
+class PreparedInputs:
     """The stage's inputs, once for every ε and seed: the views (or head features), the public model and the units."""
 
     frames: Path
@@ -299,7 +299,7 @@ def _training_views(
     return data, no_public_view
 
 
-def _prepare(
+def prepare_inputs(
     params_path: Path,
     base: BaseParams,
     params: PrivateParams,
@@ -308,7 +308,7 @@ def _prepare(
     init: Path,
     avatar: Path | None,
     budget: Path | None,
-) -> _Prepared:
+) -> PreparedInputs:
     """Read and check the inputs, check privacy.max_epsilon for every release before any work, build the views."""
     frames, masks = training_inputs(method, frames, avatar)
     every_row = read_manifest(frames / MANIFEST_NAME)  # the budget counts both splits
@@ -336,7 +336,7 @@ def _prepare(
     statistics = public_statistics(init) if head_only else None
     if head_only:
         data = as_features(pretrained, data, statistics)
-    return _Prepared(
+    return PreparedInputs(
         frames,
         every_row,
         seeds,
@@ -371,7 +371,7 @@ class _PrivateRun:
     params: PrivateParams
     randomness: DpRandomness
     init: Path
-    inputs: _Prepared
+    inputs: PreparedInputs
     staging: Path
     trained: _Trained = field(default_factory=_Trained)
 
@@ -549,7 +549,7 @@ def train_private(
         raise PrivharError(
             f"train-private: method {method!r} is not one of private.methods = {params.methods}"
         )
-    inputs = _prepare(params_path, base, params, method, frames, init, avatar, budget)
+    inputs = prepare_inputs(params_path, base, params, method, frames, init, avatar, budget)
     with stage_run(f"train-private@{method}", {"base": base, "private": params}) as run:
         run.log_dataset(inputs.frames, "train", "training")
         public_view = {"privhar.public_view": "none"} if inputs.no_public_view else {}
