@@ -2,8 +2,16 @@
 
 Paper 001 §5.2 removes the person before rendering the avatar, so no real pixel of them is
 left for the avatar to miss. Per pixel, the background is the median of the frames in which
-no person covers it (the camera of these clips is static up to jitter); pixels covered in
-every frame are filled by ``cv2.inpaint`` (Telea) from their surroundings in that plate.
+no person covers it; pixels covered in every frame are filled by ``cv2.inpaint`` (Telea) from
+their surroundings in that plate.
+
+Real footage is not one static shot (issue 32: a panning camera got one smeared median, and the
+frames after a shot cut got the previous shot's background). So the clip is first cut into shots
+(:func:`shots`: a jump of the colour histogram between consecutive frames), and within a shot the
+camera's motion is estimated frame to frame (:func:`camera_motion`: corners of the uncovered background
+tracked by pyramidal Lucas-Kanade, a similarity transform fitted by RANSAC, chained). A shot whose
+camera stays within ``STATIC_PIXELS`` keeps one plate for all its frames, as before; a moving one
+is registered on a common canvas, its median taken there and warped back into each frame's view.
 """
 
 from __future__ import annotations
@@ -12,22 +20,176 @@ import cv2
 import numpy as np
 
 INPAINT_RADIUS = 5  # pixels considered around each hole pixel by Telea's method
+CUT_DISTANCE = 0.4  # hue-saturation histograms' Bhattacharyya distance of a cut (consecutive synthetic frames ≤ 0.24)
+STATIC_PIXELS = 3.0  # a shot whose camera moves no frame corner further is static (the synthetic clips' jitter: ~1)
+MIN_TRACKED = (
+    8  # background corners needed to fit a step of the camera (fewer: that step is taken as none)
+)
+MIN_INLIERS = 0.5  # share of the tracked corners the fitted similarity must explain (else: no fit)
+MAX_SCALE_STEP = 0.1  # a fitted step that zooms more than this between two frames is not a camera's
+MAX_TURN_STEP = np.deg2rad(5)  # nor one that turns more than this
+MAX_CANVAS = (
+    2  # the moving shot's canvas reaches at most this many frame sizes beyond the first frame
+)
 
 
-def background_plate(frames: np.ndarray, covered: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(plate (H, W, 3) uint8, never_seen (H, W) bool): the clip's background without its people."""
-    visible = ~covered.astype(bool)
+def _median(frames: np.ndarray, visible: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(per-pixel median of the visible frames (H, W, 3) uint8, never_seen (H, W) bool; 0 where never seen)."""
     stack = np.where(visible[..., None], frames.astype(np.float32), np.nan)
     never_seen = ~visible.any(axis=0)
     with np.errstate(all="ignore"):
         median = np.nanmedian(np.where(never_seen[None, ..., None], 0.0, stack), axis=0)
-    plate = np.clip(np.round(median), 0, 255).astype(np.uint8)
+    return np.clip(np.round(median), 0, 255).astype(np.uint8), never_seen
+
+
+def background_plate(frames: np.ndarray, covered: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(plate (H, W, 3) uint8, never_seen (H, W) bool): a static shot's background without its people."""
+    plate, never_seen = _median(frames, ~covered.astype(bool))
     if never_seen.any():
         plate = cv2.inpaint(plate, never_seen.astype(np.uint8), INPAINT_RADIUS, cv2.INPAINT_TELEA)
     return plate, never_seen
 
 
+def _histogram(frame: np.ndarray) -> np.ndarray:
+    hsv = cv2.cvtColor(np.ascontiguousarray(frame), cv2.COLOR_RGB2HSV)
+    histogram = cv2.calcHist([hsv], [0, 1], None, [16, 16], [0, 180, 0, 256])
+    return cv2.normalize(histogram, histogram).flatten()
+
+
+def shots(frames: np.ndarray) -> list[slice]:
+    """The clip's shots, in order: a new one starts where consecutive frames' colours jump (a cut). A cut between two
+    shots of the same colours is not found: their frames are then registered as one moving shot."""
+    histograms = [_histogram(frame) for frame in frames]
+    starts = [0] + [
+        t
+        for t in range(1, len(frames))
+        if cv2.compareHist(histograms[t - 1], histograms[t], cv2.HISTCMP_BHATTACHARYYA)
+        > CUT_DISTANCE
+    ]
+    return [slice(start, end) for start, end in zip(starts, [*starts[1:], len(frames)])]
+
+
+def _fit(
+    before: np.ndarray, after: np.ndarray, corners: np.ndarray, guess: np.ndarray, free: np.ndarray
+) -> np.ndarray | None:
+    """3 × 3 map from ``before``'s pixels to ``after``'s: ``corners`` of ``before`` tracked by pyramidal Lucas-Kanade
+    from where ``guess`` puts them onto uncovered pixels of ``after``, a similarity fitted by RANSAC; None when too few
+    corners land or the fit zooms or turns more than ``guess`` allows a camera to (``MAX_SCALE_STEP``,
+    ``MAX_TURN_STEP``)."""
+    start = corners.reshape(-1, 2).astype(np.float32)
+    predicted = (start @ guess[:2, :2].T + guess[:2, 2]).astype(np.float32)
+    moved, found, _ = cv2.calcOpticalFlowPyrLK(
+        before, after, start, predicted.copy(), flags=cv2.OPTFLOW_USE_INITIAL_FLOW
+    )
+    columns, rows = np.round(moved[:, 0]).astype(int), np.round(moved[:, 1]).astype(int)
+    inside = (rows >= 0) & (rows < after.shape[0]) & (columns >= 0) & (columns < after.shape[1])
+    keep = (found.flatten() == 1) & inside
+    keep[keep] = free[rows[keep], columns[keep]]
+    if keep.sum() < MIN_TRACKED:
+        return None
+    fitted, inliers = cv2.estimateAffinePartial2D(start[keep], moved[keep], method=cv2.RANSAC)
+    if fitted is None or inliers.sum() < max(MIN_TRACKED, MIN_INLIERS * keep.sum()):
+        return None
+    change = fitted[:, :2] @ np.linalg.inv(guess[:2, :2])
+    scale, turn = np.hypot(change[0, 0], change[1, 0]), abs(np.arctan2(change[1, 0], change[0, 0]))
+    if abs(scale - 1) > MAX_SCALE_STEP or turn > MAX_TURN_STEP:
+        return None
+    return np.vstack([fitted, [0.0, 0.0, 1.0]])
+
+
+def _corners_of(grey: np.ndarray, free: np.ndarray) -> np.ndarray | None:
+    found = cv2.goodFeaturesToTrack(grey, 200, 0.01, 5, mask=free.astype(np.uint8))
+    return None if found is None or len(found) < MIN_TRACKED else found
+
+
+def camera_motion(frames: np.ndarray, covered: np.ndarray) -> np.ndarray:
+    """(T, 3, 3): each frame's map from the first frame's pixels to its own. Fitted on the first frame's background
+    corners directly (no drift), each from where the previous frame's map puts them; once too few of them are in
+    view (a long pan), chained from the previous frame's own corners; where neither fits, the last step repeats."""
+    grey = [cv2.cvtColor(np.ascontiguousarray(frame), cv2.COLOR_RGB2GRAY) for frame in frames]
+    free = ~covered.astype(bool)
+    maps = np.tile(np.eye(3), (len(frames), 1, 1))
+    first = _corners_of(grey[0], free[0])
+    for t in range(1, len(frames)):
+        direct = None if first is None else _fit(grey[0], grey[t], first, maps[t - 1], free[t])
+        if direct is not None:
+            maps[t] = direct
+            continue
+        previous = _corners_of(grey[t - 1], free[t - 1])
+        step = (
+            None if previous is None else _fit(grey[t - 1], grey[t], previous, np.eye(3), free[t])
+        )
+        if step is None:  # nothing to fit: the camera keeps its last step (still, if it was)
+            step = maps[t - 1] @ np.linalg.inv(maps[t - 2]) if t > 1 else np.eye(3)
+        maps[t] = step @ maps[t - 1]
+    return maps
+
+
+def _corners(height: int, width: int) -> np.ndarray:
+    return np.array(
+        [[0, 0, 1], [width - 1, 0, 1], [0, height - 1, 1], [width - 1, height - 1, 1]], float
+    )
+
+
+def _is_static(maps: np.ndarray, height: int, width: int) -> bool:
+    corners = _corners(height, width)
+    moved = corners @ maps.transpose(0, 2, 1)
+    return bool(np.abs(moved[..., :2] - corners[None, :, :2]).max() <= STATIC_PIXELS)
+
+
+def _canvas(maps: np.ndarray, height: int, width: int) -> tuple[np.ndarray, tuple[int, int]]:
+    """(3 × 3 map from canvas pixels to the first frame's, (canvas height, width)): the canvas holds every frame's
+    view of the shot (at most ``MAX_CANVAS`` frame sizes each way)."""
+    seen = np.concatenate([_corners(height, width) @ np.linalg.inv(m).T for m in maps])[:, :2]
+    low = np.maximum(np.floor(seen.min(axis=0)), [-MAX_CANVAS * width, -MAX_CANVAS * height])
+    high = np.minimum(
+        np.ceil(seen.max(axis=0)), [(MAX_CANVAS + 1) * width, (MAX_CANVAS + 1) * height]
+    )
+    offset = np.eye(3)
+    offset[:2, 2] = low
+    return offset, (int(high[1] - low[1]) + 1, int(high[0] - low[0]) + 1)
+
+
+def _moving_plates(frames: np.ndarray, covered: np.ndarray, maps: np.ndarray) -> np.ndarray:
+    """(T, H, W, 3): each frame's background: the median of the shot's frames on a common canvas, warped back into
+    the frame's view; what no frame saw is inpainted in that frame."""
+    height, width = frames.shape[1:3]
+    offset, (rows, columns) = _canvas(maps, height, width)
+    visible = (~covered.astype(bool)).astype(np.uint8)
+    inverse = cv2.WARP_INVERSE_MAP
+    into_canvas = [(m @ offset)[:2] for m in maps]  # canvas pixel -> frame t pixel
+    warped = [
+        cv2.warpAffine(frame, m, (columns, rows), flags=cv2.INTER_LINEAR | inverse)
+        for frame, m in zip(frames, into_canvas)
+    ]
+    seen = [
+        cv2.warpAffine(mask, m, (columns, rows), flags=cv2.INTER_NEAREST | inverse) > 0
+        for mask, m in zip(visible, into_canvas)
+    ]
+    plate, never_seen = _median(np.stack(warped), np.stack(seen))
+    holes = never_seen.astype(np.uint8)
+    plates = np.empty_like(frames)
+    for t, m in enumerate(maps):
+        back = np.linalg.inv(m @ offset)[:2]  # frame t pixel -> canvas pixel
+        plates[t] = cv2.warpAffine(plate, back, (width, height), flags=cv2.INTER_LINEAR | inverse)
+        hole = cv2.warpAffine(
+            holes, back, (width, height), flags=cv2.INTER_NEAREST | inverse, borderValue=1
+        )
+        if hole.any():
+            plates[t] = cv2.inpaint(plates[t], hole, INPAINT_RADIUS, cv2.INPAINT_TELEA)
+    return plates
+
+
 def remove_people(frames: np.ndarray, covered: np.ndarray) -> np.ndarray:
-    """The clip with every covered pixel (T, H, W) replaced by the background plate."""
-    plate, _ = background_plate(frames, covered)
-    return np.where(covered.astype(bool)[..., None], plate[None], frames)
+    """The clip with every covered pixel (T, H, W) replaced by its shot's background, camera motion followed."""
+    covered = covered.astype(bool)
+    out = frames.copy()
+    for shot in shots(frames):
+        clip, mask = frames[shot], covered[shot]
+        maps = camera_motion(clip, mask)
+        if _is_static(maps, *clip.shape[1:3]):
+            plates = np.broadcast_to(background_plate(clip, mask)[0], clip.shape)
+        else:
+            plates = _moving_plates(clip, mask, maps)
+        out[shot] = np.where(mask[..., None], plates, clip)
+    return out
