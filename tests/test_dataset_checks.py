@@ -83,3 +83,50 @@ def test_one_action_is_a_warning_not_a_refusal(tmp_path, caplog):
         "the train split holds 1 action: the classifiers will have nothing to tell apart"
         in caplog.text
     )
+
+
+def timed(rows: list[dict], seconds: float, size: tuple[int, int] = (240, 320)) -> list[dict]:
+    """``rows`` with container headers: every video ``seconds`` long at 25 fps and ``size`` (height, width)."""
+    return [
+        {**row, "n_frames": int(seconds * 25), "fps": 25.0, "height": size[0], "width": size[1]}
+        for row in rows
+    ]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "data", "message"),
+    [
+        (
+            {"decode": {"frames": 40, "fps": 4.0}},
+            timed(rows(), 3.0),
+            r"^params.yaml: decode.frames = 40 at decode.fps = 4.0 asks for 10 s a clip, longer than every video of "
+            r"index \(the longest: 3 s\)",
+        ),
+        (
+            {"decode": {"frame_size": [48, 64]}, "train": {"input_size": [72, 96]}},
+            rows(),
+            r"^params.yaml: train.input_size = \[72, 96\] must not exceed decode.frame_size = \[48, 64\]",
+        ),
+    ],
+)
+def test_clip_shapes_the_dataset_cannot_serve(tmp_path, overrides, data, message):
+    with pytest.raises(PrivharError, match=message):
+        check_against_dataset(write_params(tmp_path, overrides), data, "index", 0)
+
+
+def test_short_and_small_videos_are_warnings(tmp_path, caplog):
+    data = timed(rows(), 1.0, size=(20, 30))
+    data[0] = {**data[0], "n_frames": 100}  # one 4 s video: the 2 s clip fits it
+    with caplog.at_level("WARNING"):
+        check_against_dataset(
+            write_params(tmp_path, {"decode": {"frames": 8, "fps": 4.0}}), data, "index", 0
+        )
+    assert "25 of 26 videos are shorter than the 2 s clip" in caplog.text
+    assert "26 videos are smaller than decode.frame_size" in caplog.text
+
+
+def test_a_test_action_the_train_split_lacks_is_a_warning(tmp_path, caplog):
+    data = [row for row in rows() if row["split"] == "test" or row["label"] != 1]
+    with caplog.at_level("WARNING"):
+        check_against_dataset(write_params(tmp_path), data, "index", 0)
+    assert "the test split holds actions the train split has no video of: 1 " in caplog.text

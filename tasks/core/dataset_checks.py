@@ -8,7 +8,11 @@ Each check repeats a condition a later stage applies to the same rows (the stage
   :func:`tasks.core.subjects.privacy_units`, as the stage counts them);
 - ``train-federated``: ``federated.partition`` gives every client a video (:func:`tasks.core.partition.partition`,
   the stage's own dealing) and ``federated.delta`` < 1/N_k of the smallest client;
-- ``ldp``: at most as many DCA filters as the public set has actions (its filters are fitted on them).
+- ``ldp``: at most as many DCA filters as the public set has actions (its filters are fitted on them);
+- ``decode`` / ``train``: every action of the test split is one the train split teaches (a warning); the clip that
+  ``decode.frames`` at ``decode.fps`` asks for fits in at least one video (the others are looped or padded: a warning
+  with their count), and ``train.input_size`` is no larger than ``decode.frame_size`` (a warning where videos are
+  smaller than ``decode.frame_size`` and so upsampled). Sizes come from the container headers the index read.
 
 The index stage (synthesize) logs each problem as a warning — ``dvc repro anonymize@avatar`` needs no federated
 client — and ``privhar run`` / ``privhar flow`` refuse the whole run in one line once the index is built, before any
@@ -24,10 +28,12 @@ from typing import Any
 
 from tasks.core.errors import PrivharError
 from tasks.core.params import (
+    DecodeParams,
     FederatedParams,
     LdpParams,
     PrivateParams,
     SynthesizeParams,
+    TrainParams,
     load_section,
 )
 from tasks.core.partition import partition
@@ -59,6 +65,13 @@ def dataset_problems(
             len(actions),
         )
     checks = [
+        lambda: _check_classes(train, rows, where),
+        lambda: _check_clip_shape(
+            load_section(params_path, "decode", DecodeParams),
+            load_section(params_path, "train", TrainParams),
+            rows,
+            where,
+        ),
         lambda: _check_private(load_section(params_path, "private", PrivateParams), train),
         lambda: _check_federated(
             load_section(params_path, "federated", FederatedParams), train, base_seed
@@ -120,4 +133,63 @@ def _check_ldp(params: LdpParams, public_actions: int) -> None:
             f"params.yaml: ldp.video_first_filters = {params.video_first_filters} and ldp.video_second_filters = "
             f"{params.video_second_filters} must not exceed the {public_actions} actions of the public set "
             "(synthesize.actions) their DCA filters are fitted on (L_r ≤ K)"
+        )
+
+
+def _check_classes(train: list[dict[str, Any]], rows: list[dict[str, Any]], where: str) -> None:
+    taught = {row["label"] for row in train}
+    untaught = sorted(
+        {str(row.get("action", row["label"])) for row in rows if row["label"] not in taught}
+    )
+    if (
+        untaught
+    ):  # a warning: the run still measures the protections; each such test video scores as an error
+        LOG.warning(
+            "%s: the test split holds actions the train split has no video of: %s (no classifier can learn them; "
+            "check data.split and the split lists)",
+            where,
+            ", ".join(untaught),
+        )
+
+
+def _check_clip_shape(
+    decode: DecodeParams, train: TrainParams, rows: list[dict[str, Any]], where: str
+) -> None:
+    if any(wanted > kept for wanted, kept in zip(train.input_size, decode.frame_size)):
+        raise PrivharError(
+            f"params.yaml: train.input_size = {list(train.input_size)} must not exceed decode.frame_size = "
+            f"{list(decode.frame_size)} (height, width): the models would see upsampled frames"
+        )
+    timed = [row for row in rows if row.get("n_frames") and row.get("fps")]
+    seconds = decode.frames / decode.fps
+    lengths = [row["n_frames"] / row["fps"] for row in timed]
+    if timed and max(lengths) < seconds:
+        raise PrivharError(
+            f"params.yaml: decode.frames = {decode.frames} at decode.fps = {decode.fps} asks for {seconds:.3g} s a "
+            f"clip, longer than every video of {where} (the longest: {max(lengths):.3g} s); lower decode.frames or "
+            "raise decode.fps"
+        )
+    short = sum(length < seconds for length in lengths)
+    if short:
+        LOG.warning(
+            "%s: %d of %d videos are shorter than the %.3g s clip decode.frames / decode.fps asks for: "
+            "decode.short_videos = %s fills them",
+            where,
+            short,
+            len(timed),
+            seconds,
+            decode.short_videos,
+        )
+    small = sum(
+        int(row.get("height") or 0) < decode.frame_size[0]
+        or int(row.get("width") or 0) < decode.frame_size[1]
+        for row in rows
+        if row.get("height")
+    )
+    if small:
+        LOG.warning(
+            "%s: %d videos are smaller than decode.frame_size = %s: decode upsamples them",
+            where,
+            small,
+            list(decode.frame_size),
         )
