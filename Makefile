@@ -65,18 +65,27 @@ bench: $(STAMP) $(DETECTOR_STAMP) footage
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/privhar bench dprp
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/privhar bench private
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/privhar bench anonymize
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/privhar bench anonymize --root data/footage/megamind --out reports/bench/anonymize-faces.json
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/privhar bench stages
 	PATH="$(abspath $(DETECTOR_VENV)/bin):$$PATH" $(DETECTOR_VENV)/bin/privhar bench anonymize --out reports/bench/anonymize-mediapipe.json
+	PATH="$(abspath $(DETECTOR_VENV)/bin):$$PATH" $(DETECTOR_VENV)/bin/privhar bench anonymize --root data/footage/megamind --out reports/bench/anonymize-faces-mediapipe.json
 
-# Real footage: OpenCV's vtest.avi (Debian package opencv-doc; Apache-2.0 / BSD-3-Clause) cut into 4 s clips at 320x240
+# Real footage: OpenCV's vtest.avi (Debian package opencv-doc; Apache-2.0 / BSD-3-Clause) cut into 4 s clips at 320x240,
+# and its Megamind.avi (a face in most frames: faces across time) into 2 s clips
 FOOTAGE_CACHE := .privhar/footage
-footage: data/footage/vtest/classInd.txt
+footage: data/footage/vtest/classInd.txt data/footage/megamind/classInd.txt
 data/footage/vtest/classInd.txt: $(STAMP)
 	mkdir -p $(FOOTAGE_CACHE)
 	test -f $(FOOTAGE_CACHE)/vtest.avi || (cd $(FOOTAGE_CACHE) && apt-get download opencv-doc && \
 		dpkg-deb --fsys-tarfile opencv-doc_*.deb | tar -xO ./usr/share/doc/opencv-doc/examples/data/vtest.avi > vtest.avi && \
 		rm -f opencv-doc_*.deb)
 	$(BIN)/privhar footage $(FOOTAGE_CACHE)/vtest.avi data/footage/vtest --seconds 4 --size 240 320
+data/footage/megamind/classInd.txt: $(STAMP)
+	mkdir -p $(FOOTAGE_CACHE)
+	test -f $(FOOTAGE_CACHE)/Megamind.avi || (cd $(FOOTAGE_CACHE) && apt-get download opencv-doc && \
+		dpkg-deb --fsys-tarfile opencv-doc_*.deb | tar -xO ./usr/share/doc/opencv-doc/examples/data/Megamind.avi > Megamind.avi && \
+		rm -f opencv-doc_*.deb)
+	$(BIN)/privhar footage $(FOOTAGE_CACHE)/Megamind.avi data/footage/megamind --action Talking --seconds 2 --size 240 320 --test-every 2
 
 clean:
 	rm -rf data/synthesize data/decode data/train reports/evaluate reports/train mlflow.db mlartifacts

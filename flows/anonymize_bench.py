@@ -8,6 +8,12 @@ alone and the ensemble — removes people with ``avatar`` at ``min_coverage`` 0 
 coverage is measured, none held back), and the clips that would fall below params.yaml's
 ``anonymize.min_coverage`` are counted. frames/s is the stage's own measure (detectors and the
 method, one core per worker). Not a test: numbers depend on the machine, so the record names it.
+
+Faces across time (issue 32), on the same clips: each protection of ``LEAKAGE_METHODS`` with the ensemble (every
+member installed here) at ``min_coverage`` 0, and :func:`tasks.assess.residual.face_leakage` on every frame — of the
+frames where OpenCV's Haar detector finds a face in the raw frame, the share where it finds it again in the protected
+one, and of the clips the share with such a face in any frame; a plot beside the JSON when any raw face was found.
+``make footage`` also cuts OpenCV's ``Megamind.avi`` (a face in 26 of 27 sampled frames) for this.
 """
 
 from __future__ import annotations
@@ -24,10 +30,12 @@ from typing import Any
 import numpy as np
 import yaml
 
+from tasks.core.manifest import MANIFEST_NAME, read_manifest, resolve_path
 from tasks.core.params import read_params_file
 from tasks.core.storage import atomic_write_bytes
 
 log = logging.getLogger(__name__)
+LEAKAGE_METHODS = ("face_blur", "blackout", "avatar", "low_res_32x24")
 
 
 def sources(ensemble: list[str]) -> dict[str, dict[str, Any]]:
@@ -111,6 +119,7 @@ def run_bench(*, root: Path, params_path: Path, out: Path) -> dict[str, Any]:
                 threshold,
                 results[-1]["frames_per_second"],
             )
+        leakage = face_leakage_rows(params, folder, sources(params["anonymize"]["ensemble"]))
     record = {
         "footage": str(root),
         "clips": len(decoded),
@@ -124,6 +133,61 @@ def run_bench(*, root: Path, params_path: Path, out: Path) -> dict[str, Any]:
         },
         "measured": "frames/s of the anonymize stage: the people source and the method, one core",
         "sources": results,
+        "face_leakage": leakage,
     }
     atomic_write_bytes(out, (json.dumps(record, indent=2) + "\n").encode())
+    if any(row["face_leak_frames"] is not None for row in leakage):
+        from tasks.report.plots import face_leakage_png
+
+        atomic_write_bytes(out.with_suffix(".png"), face_leakage_png(leakage))
     return record
+
+
+def face_leakage_rows(
+    params: dict[str, Any],
+    folder: Path,
+    available: dict[str, dict[str, Any]],
+    methods: tuple[str, ...] = LEAKAGE_METHODS,
+) -> list[dict[str, Any]]:
+    """Per protection of ``methods``: faces found again in the frames (and clips) of every video ``folder / decode``
+    holds, and how many frames and clips had a face the raw frame's detector found."""
+    from tasks.anonymize.stage import anonymize
+    from tasks.assess.residual import UPSCALE, face_leakage
+    from tasks.assess.truth import clips_of
+    from tasks.core.opencv_detectors import face_boxes
+
+    rows = read_manifest(folder / "decode" / MANIFEST_NAME)
+    raw = clips_of(rows, folder / "decode")
+    ensemble = list(available.values())[-1]  # the last source: every installed member together
+    faces = {
+        video: [bool(face_boxes(frame, UPSCALE)) for frame in clip] for video, clip in raw.items()
+    }
+    counted = {
+        "frames": sum(len(found) for found in faces.values()),
+        "frames_with_a_raw_face": sum(sum(found) for found in faces.values()),
+        "clips_with_a_raw_face": sum(any(found) for found in faces.values()),
+    }
+    measured = []
+    for method in methods:
+        trial = {
+            **params,
+            "anonymize": {
+                **params["anonymize"],
+                **ensemble,
+                "methods": [method],
+                "min_coverage": 0.0,
+            },
+        }
+        trial_params = folder / f"leak-{method}.yaml"
+        trial_params.write_text(yaml.safe_dump(trial))
+        copy = folder / f"leak-{method}"
+        anonymize(params_path=trial_params, frames=folder / "decode", method=method, out=copy)
+        public = {}
+        for row in read_manifest(copy / MANIFEST_NAME):
+            if row.get("mask"):
+                with np.load(resolve_path(row["mask"], copy)) as stored:
+                    public[row["video_id"]] = stored["public"]
+        scores = face_leakage(raw, clips_of(rows, copy), public, [row["video_id"] for row in rows])
+        measured.append({"method": f"anonymize: {method}", **scores, **counted})
+        log.info("bench anonymize: faces kept after %s: %s", method, scores)
+    return measured

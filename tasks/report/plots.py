@@ -102,5 +102,5 @@ def face_leakage_png(rows: list[dict[str, Any]]) -> bytes:
         axes,
         ylabel="faces found again (%)",
         legend_size=8,
-        title="Faces that survive each protection (OpenCV Haar, raw vs protected frame)",
+        title="Faces that survive each protection\n(OpenCV Haar, raw vs protected frame)",
     )

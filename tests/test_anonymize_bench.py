@@ -1,0 +1,27 @@
+"""``privhar bench anonymize``'s faces across time: each protection's faces found again, counted against the raw."""
+
+from __future__ import annotations
+
+import yaml
+
+from flows.anonymize_bench import face_leakage_rows, sources
+from tasks.decode import decode
+from tests.conftest import write_params
+
+
+def test_face_leakage_rows_count_raw_faces_and_the_share_kept(tiny_synthetic, tmp_path):
+    path = write_params(
+        tmp_path, {"decode": {"frame_size": [72, 96]}}
+    )  # the synthesized size: faces Haar can find
+    decode(params_path=path, source=tiny_synthetic / "data" / "synthesize", out=tmp_path / "decode")
+    params = yaml.safe_load(path.read_text())
+    available = sources([name for name in params["anonymize"]["ensemble"] if name != "mediapipe"])
+    rows = face_leakage_rows(params, tmp_path, available, methods=("face_blur", "none"))
+    assert [row["method"] for row in rows] == ["anonymize: face_blur", "anonymize: none"]
+    blurred, untouched = rows
+    assert blurred["frames"] == untouched["frames"] > 0
+    assert 0 < blurred["frames_with_a_raw_face"] <= blurred["frames"]
+    assert (
+        untouched["face_leak_frames"] == untouched["face_leak_clips"] == 1.0
+    )  # nothing changed: every face kept
+    assert 0.0 <= blurred["face_leak_frames"] < 1.0
