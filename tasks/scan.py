@@ -6,7 +6,8 @@ pipeline. This stage runs every time (``always_changed`` in dvc.yaml) and writes
 listing — every file under ``data.root`` plus the ``data.attributes`` and ``data.subjects``
 CSVs, each with its size and modification time — that the index (synthesize) stage depends on.
 Replacing, adding or removing a file changes the listing, so the index and everything after it
-reruns; an unchanged folder writes the same bytes, and DVC skips what follows. The embedded
+reruns; an unchanged folder writes the same bytes, and DVC skips what follows. Symbolic links are followed (a
+class folder linked from elsewhere is listed with its videos), and a link loop is refused. The embedded
 synthetic dataset has no files outside the project: its listing is the header alone.
 """
 
@@ -33,6 +34,18 @@ def _entry(path: Path, shown: str) -> dict[str, object]:
     return {"path": shown, "size": status.st_size, "mtime_ns": status.st_mtime_ns}
 
 
+def _refuse_loop(folder: Path, seen: dict[tuple[int, int], Path]) -> None:
+    """Folders are walked through symbolic links (a linked class folder's videos are the dataset's too, and a
+    replaced one must change the listing); one reached twice is a link loop, refused in one line."""
+    status = folder.stat()
+    key = (status.st_dev, status.st_ino)
+    if key in seen:
+        raise PrivharError(
+            f"data.root: {folder} is {seen[key]} again (a symbolic link loop); expected each folder once"
+        )
+    seen[key] = folder
+
+
 def dataset_files(data: DataParams) -> list[dict[str, object]]:
     """One row per file of the real dataset (relative to ``data.root``) and per CSV that data names."""
     if data.source == "synthetic":
@@ -43,7 +56,11 @@ def dataset_files(data: DataParams) -> list[dict[str, object]]:
         )
     root = Path(data.root)
     rows = []
-    for folder, subfolders, names in os.walk(root, onerror=None):
+    seen: dict[
+        tuple[int, int], Path
+    ] = {}  # folders walked, by (device, inode): a link back is a loop
+    for folder, subfolders, names in os.walk(root, onerror=None, followlinks=True):
+        _refuse_loop(Path(folder), seen)
         subfolders[:] = sorted(name for name in subfolders if not name.startswith("."))
         for name in sorted(names):
             if not name.startswith("."):
