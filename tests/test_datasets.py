@@ -185,3 +185,54 @@ def test_pa_hmdb_style_attributes_join_the_rows(tmp_path):
         match=f"attributes.csv: 1 videos listed more than once \\(first: {rows[0]['video_id']}\\)",
     ):
         index_dataset("hmdb51", str(tmp_path / "hmdb"), 1, str(table))
+
+
+@pytest.mark.parametrize(
+    ("list_name", "extra", "message"),
+    [
+        (
+            "trainlist01.txt",
+            "ApplyEyeMakeup/v_ApplyEyeMakeup_g08_c01.avi 1\n",
+            r"trainlist01.txt:3: v_ApplyEyeMakeup_g08_c01.avi is listed again \(first at .*trainlist01.txt:1\); "
+            r"expected once$",
+        ),
+        (
+            "testlist01.txt",
+            "ApplyEyeMakeup/v_ApplyEyeMakeup_g08_c01.avi\n",
+            r"testlist01.txt:3: v_ApplyEyeMakeup_g08_c01.avi is listed again \(first at .*trainlist01.txt:1\)",
+        ),
+        (
+            "trainlist01.txt",
+            "Basketball/v_ApplyEyeMakeup_g01_c01.avi 2\n",
+            r"testlist01.txt:1: .*ApplyEyeMakeup/v_ApplyEyeMakeup_g01_c01.avi has the file name of "
+            r".*Basketball/v_ApplyEyeMakeup_g01_c01.avi \(listed at .*trainlist01.txt:3\)",
+        ),
+    ],
+)
+def test_a_split_list_naming_a_video_twice_is_one_line(tmp_path, list_name, extra, message):
+    root = tmp_path / "ucf"
+    make_ucf101(root)
+    _video(root / "Basketball" / "v_ApplyEyeMakeup_g01_c01.avi")
+    lists = root / "ucfTrainTestlist"
+    (lists / list_name).write_text((lists / list_name).read_text() + extra)
+    with pytest.raises(PrivharError, match=message):
+        index_dataset("ucf101", str(root), 1)
+
+
+def test_class_names_with_spaces_stay_whole(tmp_path):
+    root = tmp_path / "ucf"
+    for action in ("Apply Eye Makeup", "Basketball"):
+        for number in (1, 2):
+            _video(root / action / f"v_{action.replace(' ', '')}_g0{number}_c01.avi")
+    (root / "classInd.txt").write_text("1 Apply Eye Makeup\n2 Basketball\n")
+    (root / "trainlist01.txt").write_text(
+        "Apply Eye Makeup/v_ApplyEyeMakeup_g01_c01.avi 1\nBasketball/v_Basketball_g01_c01.avi 2\n"
+    )
+    (root / "testlist01.txt").write_text(
+        "Apply Eye Makeup/v_ApplyEyeMakeup_g02_c01.avi\nBasketball/v_Basketball_g02_c01.avi\n"
+    )
+    rows = index_dataset("ucf101", str(root), 1)
+    assert sorted({(row["action"], row["label"]) for row in rows}) == [
+        ("Apply Eye Makeup", 0),
+        ("Basketball", 1),
+    ]

@@ -128,6 +128,35 @@ def _classes(root: Path) -> list[str]:
     return classes
 
 
+class _Listed:
+    """Where each video of a split list was named: a video listed twice (in one split or in both), or two videos of
+    one file name in two classes (their frames are stored by name: one would overwrite the other), is refused in one
+    line naming both places (issue 35)."""
+
+    def __init__(self) -> None:
+        self.places: dict[str, tuple[str, Path]] = {}  # video id -> (file:line, the video's path)
+
+    def add(self, video: Path, where: str) -> None:
+        first = self.places.get(video.stem)
+        if first is None:
+            self.places[video.stem] = (where, video)
+            return
+        if first[1] == video:
+            raise PrivharError(
+                f"{where}: {video.name} is listed again (first at {first[0]}); expected once"
+            )
+        raise PrivharError(
+            f"{where}: {video} has the file name of {first[1]} (listed at {first[0]}); expected one file name per "
+            "video across the classes (frames are stored by name)"
+        )
+
+
+def _listed_path(line: str) -> str:
+    """The video of a split-list line ``<path>[ <label>]``: the path may hold spaces, the label is a number."""
+    fields = line.strip().rsplit(maxsplit=1)
+    return fields[0] if len(fields) == 2 and fields[1].isdigit() else line.strip()
+
+
 @DATASETS.register("ucf101")
 def index_ucf101(root: Path, split: int) -> list[dict[str, Any]]:
     folders = (".", "ucfTrainTestlist")
@@ -141,22 +170,27 @@ def index_ucf101(root: Path, split: int) -> list[dict[str, Any]]:
             )
     class_index = _find(root, ["classInd.txt"], folders)
     if class_index is not None:
-        classes = [line.split()[1] for line in class_index.read_text().splitlines() if line.strip()]
+        classes = [  # "<number> <name>": the name may hold spaces
+            line.split(maxsplit=1)[1].strip()
+            for line in class_index.read_text().splitlines()
+            if len(line.split(maxsplit=1)) == 2
+        ]
     else:
         classes = _classes(root)
     label_of = {name: index for index, name in enumerate(classes)}
-    rows = []
+    rows, listed = [], _Listed()
     for split_name, list_file in lists.items():
         for number, line in enumerate(list_file.read_text().splitlines(), start=1):
             if not line.strip():
                 continue
-            relative = line.split()[0]
+            relative = _listed_path(line)
             action = relative.split("/")[0]
             if action not in label_of:
                 raise PrivharError(
                     f"{list_file}:{number}: class '{action}' is not a known class folder"
                 )
             video = root / relative
+            listed.add(video, f"{list_file}:{number}")
             rows.append(
                 _row(video, split_name, label_of[action], action, ucf101_subject(video.stem))
             )
@@ -166,7 +200,7 @@ def index_ucf101(root: Path, split: int) -> list[dict[str, Any]]:
 @DATASETS.register("hmdb51")
 def index_hmdb51(root: Path, split: int) -> list[dict[str, Any]]:
     classes = _classes(root)
-    rows = []
+    rows, listed = [], _Listed()
     for label, action in enumerate(classes):
         names = [f"{action}_test_split{split}.txt"]
         split_file = _find(root, names, (".", "testTrainMulti_7030_splits", "splits"))
@@ -175,7 +209,7 @@ def index_hmdb51(root: Path, split: int) -> list[dict[str, Any]]:
                 f"{root}: {names[0]} not found (looked in {root}, testTrainMulti_7030_splits/ and splits/)"
             )
         for number, line in enumerate(split_file.read_text().splitlines(), start=1):
-            fields = line.split()
+            fields = line.strip().rsplit(maxsplit=1)
             if not fields:
                 continue
             if len(fields) != 2 or fields[1] not in ("0", "1", "2"):
@@ -185,6 +219,7 @@ def index_hmdb51(root: Path, split: int) -> list[dict[str, Any]]:
             if fields[1] == "0":
                 continue
             video = root / action / fields[0]
+            listed.add(video, f"{split_file}:{number}")
             rows.append(
                 _row(
                     video,
