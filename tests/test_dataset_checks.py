@@ -6,7 +6,8 @@ import pytest
 
 from tasks.core.dataset_checks import check_against_dataset
 from tasks.core.errors import PrivharError
-from tests.conftest import write_params
+from tasks.core.params import load_section
+from tests.conftest import REPO, write_params
 
 
 def rows(people: int = 6, per_person: int = 4, test: int = 2) -> list[dict]:
@@ -130,3 +131,41 @@ def test_a_test_action_the_train_split_lacks_is_a_warning(tmp_path, caplog):
     with caplog.at_level("WARNING"):
         check_against_dataset(write_params(tmp_path), data, "index", 0)
     assert "the test split holds actions the train split has no video of: 1 " in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            {"decode": {"frames": 100_000_000}},
+            r"^params.yaml: decode.frames × decode.frame_size \(one video's decoded frames, uint8 RGB\) needs "
+            r"[\d,.]+ GiB for index, more than this machine's [\d,.]+ GiB; lower it$",
+        ),
+        (
+            {"ldp": {"video_crop": [4096, 4096]}},
+            r"^params.yaml: ldp.video_crop × ldp.video_first_filters over a split's videos \(DCAConv's first maps, "
+            r"float64\) needs [\d,.]+ GiB",
+        ),
+    ],
+)
+def test_sizes_this_machine_cannot_hold_are_refused_before_the_work(tmp_path, overrides, message):
+    """issue 35: ldp.video_crop [4096, 4096] was OOM-killed at 24 GB, decode.frames 1e8 a MemoryError traceback."""
+    many = rows(
+        people=400, per_person=10
+    )  # 4000 training videos: 4000 × 2 filters × 4096² × 8 bytes = 1 TiB
+    with pytest.raises(PrivharError, match=message):
+        check_against_dataset(write_params(tmp_path, overrides), many, "index", 0)
+
+
+def test_the_default_sizes_fit_with_room():
+    from tasks.core.dataset_checks import largest_arrays, machine_memory
+    from tasks.core.params import DecodeParams, LdpParams, TrainParams
+
+    params = REPO / "params.yaml"
+    sizes = largest_arrays(
+        load_section(params, "decode", DecodeParams),
+        load_section(params, "train", TrainParams),
+        load_section(params, "ldp", LdpParams),
+        [{"split": "train"}] * 300 + [{"split": "test"}] * 100,
+    )
+    assert max(sizes.values()) < machine_memory() / 50

@@ -12,7 +12,9 @@ Each check repeats a condition a later stage applies to the same rows (the stage
 - ``decode`` / ``train``: every action of the test split is one the train split teaches (a warning); the clip that
   ``decode.frames`` at ``decode.fps`` asks for fits in at least one video (the others are looped or padded: a warning
   with their count), and ``train.input_size`` is no larger than ``decode.frame_size`` (a warning where videos are
-  smaller than ``decode.frame_size`` and so upsampled). Sizes come from the container headers the index read.
+  smaller than ``decode.frame_size`` and so upsampled). Sizes come from the container headers the index read;
+- memory (issue 35: ``ldp.video_crop: [4096, 4096]`` was OOM-killed, ``decode.frames: 1e8`` a MemoryError): the
+  largest array each stage holds, from the params and the dataset's counts, against this machine's memory.
 
 The index stage (synthesize) logs each problem as a warning — ``dvc repro anonymize@avatar`` needs no federated
 client — and ``privhar run`` / ``privhar flow`` refuse the whole run in one line once the index is built, before any
@@ -23,6 +25,7 @@ stage that uses it, and the runner checks again.
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +72,13 @@ def dataset_problems(
         lambda: _check_clip_shape(
             load_section(params_path, "decode", DecodeParams),
             load_section(params_path, "train", TrainParams),
+            rows,
+            where,
+        ),
+        lambda: _check_memory(
+            load_section(params_path, "decode", DecodeParams),
+            load_section(params_path, "train", TrainParams),
+            load_section(params_path, "ldp", LdpParams),
             rows,
             where,
         ),
@@ -193,3 +203,49 @@ def _check_clip_shape(
             small,
             list(decode.frame_size),
         )
+
+
+def machine_memory() -> int:
+    """Bytes of physical memory on this machine."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def largest_arrays(
+    decode: DecodeParams, train: TrainParams, ldp: LdpParams, rows: list[dict[str, Any]]
+) -> dict[str, int]:
+    """Bytes of the largest array each stage holds at once, by the params that size it (a lower bound of its peak)."""
+    frames, (height, width) = decode.frames, decode.frame_size
+    most = max(sum(row["split"] == split for row in rows) for split in ("train", "test"))
+    crop_height, crop_width = ldp.video_crop
+    return {
+        "decode.frames × decode.frame_size (one video's decoded frames, uint8 RGB)": frames
+        * height
+        * width
+        * 3,
+        "decode.frames × train.input_size over a split's videos (the clips train and evaluate load, uint8 RGB)": most
+        * frames
+        * train.input_size[0]
+        * train.input_size[1]
+        * 3,
+        "ldp.video_crop × ldp.video_first_filters over a split's videos (DCAConv's first maps, float64)": most
+        * ldp.video_first_filters
+        * crop_height
+        * crop_width
+        * 8,
+    }
+
+
+def _check_memory(
+    decode: DecodeParams,
+    train: TrainParams,
+    ldp: LdpParams,
+    rows: list[dict[str, Any]],
+    where: str,
+) -> None:
+    memory = machine_memory()
+    for what, size in largest_arrays(decode, train, ldp, rows).items():
+        if size > memory:
+            raise PrivharError(
+                f"params.yaml: {what} needs {size / 2**30:,.1f} GiB for {where}, more than this machine's "
+                f"{memory / 2**30:,.1f} GiB; lower it"
+            )
