@@ -87,9 +87,25 @@ class LocalServer:
     def is_up(self) -> bool:
         return answers(self.health_url)
 
+    def ours(self) -> bool:
+        """Whether this project started the server on its port: its pid file names a live process group."""
+        try:
+            pid = int(self.pid_file.read_text().strip())
+        except (OSError, ValueError):
+            return False
+        return pid_alive(pid)
+
     def start(self, timeout: float = 180.0) -> bool:
-        """Start the server unless one already answers; return whether this call started it."""
+        """Start the server unless this project's already answers; return whether this call started it. A server
+        on the port that this project did not start (another project's, on the same port) is refused in one line:
+        its store and its deployments are not this project's (issue 35)."""
         if self.is_up():
+            if not self.ours():
+                raise PrivharError(
+                    f"{self.name}: port {self.port} on {self.host} answers, but not as this project's server (no "
+                    f"live process in {self.pid_file}: another project's, or one started by hand); stop it or "
+                    "choose another with --port"
+                )
             return False
         if port_in_use(self.host, self.port):
             raise PrivharError(

@@ -159,3 +159,53 @@ def test_prefect_tracebacks_go_to_the_log_file_not_the_console(tmp_path):
     assert console.getvalue() == "Task run failed with exception: boom\n"
     written = (tmp_path / "flow.log").read_text()
     assert "Traceback (most recent call last)" in written and "stage train failed" in written
+
+
+def _http_server(project: Path, port: int):
+    """A real HTTP server as a project's LocalServer (Python's http.server: quick to start, answers 200 on /)."""
+    import sys
+
+    from flows.servers import LocalServer
+
+    home = project / ".servers"
+    return LocalServer(
+        "test server",
+        (
+            sys.executable,
+            "-m",
+            "http.server",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--directory",
+            str(project),
+        ),
+        dict(os.environ),
+        f"http://127.0.0.1:{port}/",
+        home / "server.pid",
+        home / "server.log",
+        "127.0.0.1",
+        port,
+    )
+
+
+def test_a_server_another_project_started_on_the_port_is_refused_not_reused(tmp_path):
+    """issue 35: privhar ui in project B on A's port said 'already up (store of B)' while serving A's store."""
+    import pytest
+
+    from tasks.core.errors import PrivharError
+
+    first, second = tmp_path / "a", tmp_path / "b"
+    first.mkdir(), second.mkdir()
+    port = free_port()
+    server = _http_server(first, port)
+    assert server.start(timeout=60)
+    try:
+        assert server.start() is False  # its own project finds it up and reuses it
+        with pytest.raises(
+            PrivharError, match=rf"^test server: port {port} on 127.0.0.1 answers, but not as "
+        ):
+            _http_server(second, port).start()
+    finally:
+        server.stop()
+    assert not answers(f"http://127.0.0.1:{port}/")
