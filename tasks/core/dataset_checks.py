@@ -69,19 +69,7 @@ def dataset_problems(
         )
     checks = [
         lambda: _check_classes(train, rows, where),
-        lambda: _check_clip_shape(
-            load_section(params_path, "decode", DecodeParams),
-            load_section(params_path, "train", TrainParams),
-            rows,
-            where,
-        ),
-        lambda: _check_memory(
-            load_section(params_path, "decode", DecodeParams),
-            load_section(params_path, "train", TrainParams),
-            load_section(params_path, "ldp", LdpParams),
-            rows,
-            where,
-        ),
+        lambda: _check_sizes(params_path, rows, where),
         lambda: _check_private(load_section(params_path, "private", PrivateParams), train),
         lambda: _check_federated(
             load_section(params_path, "federated", FederatedParams), train, base_seed
@@ -160,6 +148,19 @@ def _check_classes(train: list[dict[str, Any]], rows: list[dict[str, Any]], wher
             where,
             ", ".join(untaught),
         )
+
+
+def _check_sizes(params_path: Path, rows: list[dict[str, Any]], where: str) -> None:
+    """The clip shape and memory checks, when the sections they read are valid: an invalid one is the error of the
+    stage that reads it (its own one line, from its task), not a problem of the dataset."""
+    try:
+        decode = load_section(params_path, "decode", DecodeParams)
+        train = load_section(params_path, "train", TrainParams)
+        ldp = load_section(params_path, "ldp", LdpParams)
+    except PrivharError:
+        return
+    _check_clip_shape(decode, train, rows, where)
+    _check_memory(decode, train, ldp, rows, where)
 
 
 def _check_clip_shape(
