@@ -29,9 +29,14 @@ def log_stages_to_stderr() -> None:
         )
 
 
+class Terminated(SystemExit):
+    """SIGTERM, raised where the process was: it unwinds like an error and ends with status 143 and one line."""
+
+
 def _terminated(signum: int, frame: object) -> None:
-    """SIGTERM (dvc, Prefect, kill) unwinds like an error: staging folders go, the MLflow run ends as FAILED."""
-    raise SystemExit(128 + signum)
+    """SIGTERM (dvc, Prefect, kill) unwinds like an error: staging folders go, the MLflow run ends as FAILED, a
+    run's dvc and stages are ended (flows/pipeline.py)."""
+    raise Terminated(128 + signum)
 
 
 def run_as_process(
@@ -48,6 +53,9 @@ def run_as_process(
     except (click.exceptions.Abort, KeyboardInterrupt):
         click.echo("privhar: interrupted", err=True)
         sys.exit(130)
+    except Terminated as stopped:
+        click.echo("privhar: terminated (SIGTERM)", err=True)
+        sys.exit(stopped.code)
     except (
         OSError
     ) as error:  # a file-system fault the stage could not check up front: still one line

@@ -15,9 +15,11 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+from flows.group_guard import guarded
 from flows.preflight import INDEX_STAGE, check_dataset
-from flows.project_lock import project_lock
+from flows.project_lock import held_lock_fds, project_lock
 from flows.stage_server import stage_server
 from flows.stage_times import StageClock, log_stage_times
 from tasks.core.errors import ERROR_PREFIX, PrivharError
@@ -50,6 +52,30 @@ def tool_environment() -> dict[str, str]:
 def dvc_command(*args: str) -> list[str]:
     """``dvc`` from this environment; waits for DVC's own repository lock rather than failing."""
     return [str(Path(sys.executable).parent / "dvc"), "--wait-for-lock", *args]
+
+
+@contextlib.contextmanager
+def running_dvc(command: list[str], **popen: Any) -> Iterator[subprocess.Popen]:
+    """``dvc`` started as this run's work (issue 35): under :mod:`flows.group_guard`, so it and every stage it
+    starts end when this process does, even killed outright, and holding the project lock with it, so a second run
+    cannot start while any of that work is left. Leaving the block early (an error, an interrupt, SIGTERM) ends
+    them before it returns."""
+    process = subprocess.Popen(
+        guarded(command),
+        env=tool_environment() | popen.pop("env", {}),
+        pass_fds=held_lock_fds(),
+        start_new_session=True,
+        **popen,
+    )
+    try:
+        yield process
+        process.wait()
+    finally:
+        if process.poll() is None:
+            process.terminate()  # the guard: SIGTERM to dvc and its stages, SIGKILL after its grace
+        process.wait()
+        if process.stdout is not None:
+            process.stdout.close()
 
 
 def check_project(project: Path) -> Path:
@@ -104,9 +130,7 @@ def run_pipeline(
 
 def _repro(command: list[str], served: dict[str, str], clock: StageClock) -> None:
     """One ``dvc repro``, its lines printed as DVC prints them, each stage's start marked on ``clock``."""
-    with subprocess.Popen(
-        command, env=tool_environment() | served, stdout=subprocess.PIPE, text=True, bufsize=1
-    ) as process:
+    with running_dvc(command, env=served, stdout=subprocess.PIPE, text=True, bufsize=1) as process:
         assert process.stdout is not None
         for line in clock.watch(process.stdout):
             sys.stdout.write(line)

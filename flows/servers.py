@@ -3,7 +3,7 @@
 A server runs in its own process group, with its pid in a file of its own inside the project
 (one per server and port), so that stopping it (from the same shell or from ``--stop`` in
 another) ends every process it started, workers included. The group is led by
-:mod:`flows.server_guard`, which ends it when the command that started it is gone: a killed
+:mod:`flows.group_guard`, which ends it when the command that started it is gone: a killed
 ``privhar ui`` leaves no orphan. A port something else listens on is refused in one line.
 """
 
@@ -13,13 +13,13 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from flows.group_guard import guarded
 from tasks.core.errors import PrivharError
 
 
@@ -113,16 +113,9 @@ class LocalServer:
                 "choose another with --port"
             )
         self.pid_file.parent.mkdir(parents=True, exist_ok=True)
-        guarded = (
-            sys.executable,
-            str(Path(__file__).with_name("server_guard.py")),
-            str(os.getpid()),
-            "--",
-            *self.command,
-        )
         with open(self.log_file, "ab") as log:
             process = subprocess.Popen(
-                guarded,
+                guarded(self.command),
                 env=self.env,
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -25,7 +25,6 @@ from __future__ import annotations
 import ast
 import atexit
 import contextlib
-import ctypes
 import importlib
 import json
 import logging
@@ -41,6 +40,7 @@ import time
 import traceback
 from collections.abc import Iterator
 
+from flows.lifetime import end_with_parent
 from flows.stage_protocol import MESSAGE_LIMIT, SERVER_ENV
 from tasks.core.environ import exported
 from tasks.core.tracking import FORKED_ENV
@@ -58,8 +58,8 @@ STARTUP_SETTINGS = (
     "LD_LIBRARY_PATH",
     "CUDA_VISIBLE_DEVICES",
 )
-PR_SET_PDEATHSIG = 1
 START_TIMEOUT_S = 30.0
+STOP_GRACE_S = 10.0
 
 
 def stage_imports() -> set[tuple[str, str]]:
@@ -136,12 +136,6 @@ def exit_status(code: object) -> int:
         return code & 0xFF
     print(code, file=sys.stderr)
     return 1
-
-
-def end_with_parent() -> None:
-    """SIGTERM this process when the process that started it ends (Linux; elsewhere nothing)."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 class StageServer:
@@ -242,10 +236,19 @@ class StageServer:
             connection.close()
 
     def stop(self) -> None:
-        """Terminate the stages still running, close the socket."""
+        """Terminate the stages still running and wait for them (SIGKILL after ``STOP_GRACE_S``), close the socket.
+        Their clients stay connected until then: a ``privhar stage`` waiting on this server, and so the run's
+        guard and lock (flows/group_guard.py), outlive the stage (issue 35)."""
         for pid in self.running:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_S
+        for pid in list(self.running):
+            with contextlib.suppress(ChildProcessError):
+                while time.monotonic() < deadline and os.waitpid(pid, os.WNOHANG) == (0, 0):
+                    time.sleep(0.05)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
         self.selector.close()
         self.listener.close()
         with contextlib.suppress(FileNotFoundError):
@@ -326,7 +329,7 @@ def stage_server(export: bool = False) -> Iterator[dict[str, str]]:
     finally:
         process.terminate()
         try:
-            process.wait(timeout=10)
+            process.wait(timeout=STOP_GRACE_S + 5)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()

@@ -31,7 +31,7 @@ from prefect.states import Completed, State
 
 from flows.ast_lock import serialise_ast_parse
 from flows.dag import DagStage
-from flows.pipeline import dvc_command, error_line, tool_environment
+from flows.pipeline import dvc_command, error_line, running_dvc, tool_environment
 from tasks.core.errors import PrivharError
 from tasks.core.parallel import installed_mapper, worker_count
 from tasks.core.params import OrchestrateParams
@@ -58,21 +58,16 @@ def stage_is_up_to_date(name: str) -> bool:
 def run_through_dvc(name: str, force: bool, logger: logging.LoggerAdapter) -> None:
     """``dvc repro --single-item NAME``, its output streamed line by line into the task log."""
     command = dvc_command("repro", "--single-item", *(["--force"] if force else []), name)
-    process = subprocess.Popen(
-        command,
-        env=tool_environment(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        bufsize=1,
-    )
-    assert process.stdout is not None
     lines = []
-    for line in process.stdout:
-        line = line.rstrip()
-        if line:
-            lines.append(line)
-            logger.info(line)
+    with running_dvc(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+    ) as process:
+        assert process.stdout is not None
+        for line in process.stdout:
+            line = line.rstrip()
+            if line:
+                lines.append(line)
+                logger.info(line)
     if process.wait() != 0:
         raise StageFailed(f"stage {name} failed: {error_line(chr(10).join(lines))}")
 

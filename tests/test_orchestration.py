@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from flows.dag import read_dag
-from flows.project_lock import project_lock
+from flows.project_lock import check_unlocked, project_lock
 from tasks.core.errors import PrivharError
 from tasks.core.params import PrivateParams, load_section
 from tests.conftest import BIN, REPO, make_project, sh
@@ -50,6 +50,14 @@ def edit_params(project: Path, section: str, key: str, value) -> None:
     params = yaml.safe_load((project / "params.yaml").read_text())
     params[section][key] = value
     (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+
+
+def lock_held(project: Path) -> bool:
+    try:
+        check_unlocked(project)
+    except PrivharError:
+        return True
+    return False
 
 
 def test_the_dag_comes_from_dvc_yaml():
@@ -191,11 +199,16 @@ def test_a_killed_stage_leaves_no_partial_output_and_the_next_run_redoes_it(proj
         time.sleep(0.02)
     os.killpg(process.pid, signal.SIGKILL)  # mid-way through decode
     process.wait()
+    deadline = (
+        time.monotonic() + 30
+    )  # the lock is held until the killed run's dvc and stage have ended
+    while time.monotonic() < deadline and lock_held(project):
+        time.sleep(0.1)
     assert time.monotonic() < deadline, "decode never started"
     if (data / "decode").exists():  # the old, complete output: never a partial one
         assert (data / "decode" / "manifest.parquet").read_bytes() == before
     assert "decode" in sh("dvc", "status", cwd=project).stdout  # DVC still sees decode as not done
-    state = run_flow(project)  # the run lock died with its holder
+    state = run_flow(project)  # the run lock died with its holder and its work
     assert state.is_completed(), state.message
     ran = task_runs(state)
     assert (

@@ -1,0 +1,118 @@
+"""``python flows/group_guard.py OWNER_PID -- COMMAND...``: run a command whose process group cannot outlive its owner.
+
+Two kinds of work run this way (issue 35). A local server (``privhar ui`` / ``serve``) runs in its own process
+group so that stopping it ends its workers too; and the ``dvc repro`` of a ``privhar run`` or flow, with every
+stage it starts. Their owner may be killed outright (SIGKILL, a closed terminal) and then runs no cleanup: this
+guard leads the group, starts the command in it, and ends the whole group when the owner is gone (the kernel's
+``PR_SET_PDEATHSIG`` tells it at once; a poll of the owner's pid covers a platform without it) or when the guard
+itself is terminated. Ending means SIGTERM to the group (a stage unwinds: its staging folder goes, its MLflow run
+ends), up to ``GRACE_SECONDS`` for every member to leave, then SIGKILL. Descriptors passed to the guard stay
+open in it until then: the project's run lock (:mod:`flows.project_lock`) is held until the last stage is gone.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+POLL_SECONDS = 0.5
+GRACE_SECONDS = 10.0
+
+
+def guarded(command: list[str] | tuple[str, ...], owner: int | None = None) -> list[str]:
+    """``command`` run under the guard on behalf of ``owner`` (this process by default). Start it with
+    ``start_new_session=True``: the guard must lead its own group."""
+    return [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        str(owner or os.getpid()),
+        "--",
+        *command,
+    ]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def group_members() -> list[int]:
+    """The other live processes of this guard's group (read from ``/proc``; empty where there is none)."""
+    group, members = os.getpgid(0), []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] != "Z" and int(fields[2]) == group:
+            members.append(int(entry.name))
+    return members
+
+
+def _end_group(child: subprocess.Popen) -> None:
+    """TERM the group (the guard ignores it), wait for its members to leave, then KILL what is left, the guard
+    included."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    os.killpg(0, signal.SIGTERM)
+    deadline = time.monotonic() + GRACE_SECONDS
+    while time.monotonic() < deadline:
+        child.poll()
+        if not group_members():
+            break
+        time.sleep(0.05)
+    os.killpg(0, signal.SIGKILL)
+
+
+def _end_with_owner() -> None:
+    """SIGTERM this guard when the thread that started it ends (Linux's ``PR_SET_PDEATHSIG``)."""
+    from flows.lifetime import end_with_parent
+
+    end_with_parent()
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 3 or argv[1] != "--" or not argv[0].isdigit():
+        print("usage: group_guard.py OWNER_PID -- COMMAND...", file=sys.stderr)
+        return 2
+    owner, command = int(argv[0]), argv[2:]
+    started: list[subprocess.Popen] = []
+
+    def terminated(signum: int, frame: object) -> None:
+        if not started:
+            sys.exit(128 + signum)
+        _end_group(started[0])
+
+    signal.signal(signal.SIGTERM, terminated)
+    signal.signal(
+        signal.SIGINT, signal.SIG_IGN
+    )  # an interrupt reaches the group's members; the guard waits
+    if os.getppid() == owner:
+        _end_with_owner()
+    if not _alive(owner):
+        return 1
+    started.append(subprocess.Popen(command))
+    child = started[0]
+    while True:
+        try:
+            code = child.wait(timeout=POLL_SECONDS)
+        except subprocess.TimeoutExpired:
+            if not _alive(owner):
+                _end_group(child)
+            continue
+        return code if code >= 0 else 128 - code
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    sys.exit(main(sys.argv[1:]))
