@@ -321,6 +321,7 @@ def test_check_writable_sees_read_only_folders(tmp_path, monkeypatch):
 
 
 def test_runs_of_a_killed_stage_end_as_killed():
+    """The stage's run and the model run nested under it (issue 35: the nested one stayed RUNNING)."""
     import subprocess
     import sys
 
@@ -330,20 +331,21 @@ def test_runs_of_a_killed_stage_end_as_killed():
 
     code = (
         "import os, signal; from tasks.core.tracking import stage_run\n"
-        "with stage_run('killtest', {}):\n    os.kill(os.getpid(), signal.SIGKILL)\n"
+        "with stage_run('killtest', {}) as run, run.model_run('killtest-model'):\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
     )
     subprocess.run([sys.executable, "-c", code], cwd=REPO, env=dict(os.environ), timeout=300)
     client = MlflowClient()
     experiment = configure()
     orphans = client.search_runs(
-        [experiment], "tags.`privhar.stage` = 'killtest' and attributes.status = 'RUNNING'"
+        [experiment],
+        "attributes.run_name LIKE 'killtest%' and attributes.status = 'RUNNING'",
     )
-    assert len(orphans) == 1  # SIGKILL: nothing could end it
-    with stage_run("killtest", {}):
+    assert sorted(run.info.run_name for run in orphans) == ["killtest", "killtest-model"]
+    with stage_run("another stage", {}):  # any stage's next run ends them
         pass
-    ended = client.get_run(orphans[0].info.run_id)
-    assert ended.info.status == "KILLED"
-    assert end_orphaned_runs("tags.`privhar.stage` = 'killtest'") == []
+    assert {client.get_run(run.info.run_id).info.status for run in orphans} == {"KILLED"}
+    assert end_orphaned_runs() == []
 
 
 def test_stale_staging_folders_are_removed(tmp_path):

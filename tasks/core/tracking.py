@@ -6,8 +6,8 @@ run and passes its id to the stages (run by DVC as separate processes) through
 ``PRIVHAR_PARENT_RUN_ID``; a stage run on its own opens a top-level run.
 
 A run records the host and process that own it. A process killed outright (SIGKILL, power) cannot
-end its run, which would stay RUNNING forever: the next run of the same stage ends every RUNNING
-run of that stage whose process on this host is gone as KILLED. SIGTERM is turned into an exception
+end its run, which would stay RUNNING forever: the next stage or pipeline run ends every RUNNING
+run on this host whose process is gone (a stage's, a pipeline's, or a model's nested under one) as KILLED. SIGTERM is turned into an exception
 by the command line, so a terminated stage ends its own run as FAILED.
 """
 
@@ -153,6 +153,7 @@ class StageRun:
             parent_run_id=self.run_id,
             tags={
                 "privhar.model": key,
+                **_owner_tags(),
                 **{name: str(value) for name, value in (tags or {}).items()},
             },
         ) as run:
@@ -176,7 +177,9 @@ class StageRun:
         import mlflow
 
         with mlflow.start_run(
-            run_name=name, nested=True, tags={key: str(value) for key, value in tags.items()}
+            run_name=name,
+            nested=True,
+            tags={**_owner_tags(), **{key: str(value) for key, value in tags.items()}},
         ) as run:
             mlflow.log_metrics({key: float(value) for key, value in metrics.items()})
             return run.info.run_id
@@ -206,8 +209,12 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def end_orphaned_runs(filter_string: str) -> list[str]:
-    """End as KILLED the RUNNING runs matching ``filter_string`` whose owning process on this host is gone."""
+THIS_HOST = f"tags.`privhar.host` = '{socket.gethostname()}'"
+
+
+def end_orphaned_runs(filter_string: str = THIS_HOST) -> list[str]:
+    """End as KILLED the RUNNING runs matching ``filter_string`` whose owning process on this host is gone: a
+    stage's run and the model runs nested under it alike (each is tagged with the process that opened it)."""
     from mlflow import MlflowClient
     from mlflow.entities import RunStatus
 
@@ -267,7 +274,7 @@ def stage_run(stage: str, sections: Mapping[str, Any]) -> Iterator[StageRun]:
 
     started = _work_started if _work_started is not None else time.perf_counter()
     configure()
-    end_orphaned_runs(f"tags.`privhar.stage` = '{stage}'")
+    end_orphaned_runs(THIS_HOST)
     parent = os.environ.get(PARENT_ENV)
     dvc_stage = {DVC_STAGE_TAG: os.environ["DVC_STAGE"]} if os.environ.get("DVC_STAGE") else {}
     with mlflow.start_run(
@@ -287,7 +294,7 @@ def pipeline_run(name: str, tags: Mapping[str, Any] | None = None) -> Iterator[s
     import mlflow
 
     configure()
-    end_orphaned_runs("tags.`privhar.pipeline` = 'true'")
+    end_orphaned_runs(THIS_HOST)
     with mlflow.start_run(
         run_name=name, tags={"privhar.pipeline": "true", **_owner_tags(), **(tags or {})}
     ) as run:
