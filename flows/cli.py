@@ -93,6 +93,10 @@ def dprp_command(
     click.echo(json.dumps(report, indent=2))
 
 
+PORT = click.IntRange(
+    1, 65535
+)  # a TCP port to listen on (0, "any free port", would leave the address unknown)
+
 BENCH_DEVICE = click.option(
     "--device",
     default="auto",
@@ -364,7 +368,7 @@ def flow_command(profile: str, force: bool, stages: tuple[str, ...]) -> None:
 )
 @click.option(
     "--port",
-    type=int,
+    type=PORT,
     default=None,
     help="Port of the Prefect server [default: orchestrate.prefect_port].",
 )
@@ -392,7 +396,7 @@ def serve_command(host: str | None, port: int | None, stop: bool, action: str | 
 @click.option(
     "--host", default=None, help="Address to listen on [default: orchestrate.host, 127.0.0.1]."
 )
-@click.option("--port", type=int, default=None, help="Port [default: orchestrate.mlflow_port].")
+@click.option("--port", type=PORT, default=None, help="Port [default: orchestrate.mlflow_port].")
 @click.option(
     "--stop",
     is_flag=True,
@@ -415,7 +419,7 @@ def ui_command(host: str | None, port: int | None, stop: bool, action: str | Non
         return
 
     settings = load_section(Path("params.yaml"), "orchestrate", OrchestrateParams)
-    run_ui(Path.cwd(), host or settings.host, port or settings.mlflow_port)
+    run_ui(Path.cwd(), host or settings.host, settings.mlflow_port if port is None else port)
 
 
 @main.command("models")

@@ -14,6 +14,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from flows.prefect_server import HOME, SERVE_PID, prefect_environment, prefect_server, serving
 from flows.servers import interrupt_on_signals, stop_process_group
@@ -21,6 +22,28 @@ from tasks.core.errors import ERROR_PREFIX, PrivharError
 from tasks.core.params import OrchestrateParams, load_section
 
 DEPLOYMENT_NAME = "scheduled"
+
+
+def deployment_schedule(settings: OrchestrateParams) -> Any:
+    """Prefect's cron schedule of ``orchestrate.cron`` in ``orchestrate.timezone``; each checked, in one line."""
+    import zoneinfo
+
+    from prefect.schedules import Cron
+
+    try:
+        zoneinfo.ZoneInfo(settings.timezone)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise PrivharError(
+            f"params.yaml: orchestrate.timezone = {settings.timezone!r} is invalid: expected an IANA time zone "
+            "such as UTC or Europe/Berlin"
+        ) from None
+    try:
+        return Cron(settings.cron, timezone=settings.timezone)
+    except ValueError:
+        raise PrivharError(
+            f"params.yaml: orchestrate.cron = {settings.cron!r} is invalid: expected five cron fields such as "
+            "'0 3 * * *' (minute hour day month weekday)"
+        ) from None
 
 
 def serve(project: Path, host: str | None = None, port: int | None = None) -> None:
@@ -32,7 +55,10 @@ def serve(project: Path, host: str | None = None, port: int | None = None) -> No
     """
     project = Path(project).resolve()
     settings = load_section(project / "params.yaml", "orchestrate", OrchestrateParams)
-    host, port = host or settings.host, port or settings.prefect_port
+    host, port = host or settings.host, settings.prefect_port if port is None else port
+    schedule = deployment_schedule(
+        settings
+    )  # a bad cron or time zone stops here, before any server starts
     running = serving(project)
     if running is not None:
         raise PrivharError(
@@ -54,8 +80,6 @@ def serve(project: Path, host: str | None = None, port: int | None = None) -> No
         # Prefect's runner shuts down cleanly on SIGTERM, while SIGINT cancels it mid-shutdown and
         # can hang; so Ctrl-C is turned into SIGTERM.
         signal.signal(signal.SIGINT, lambda signum, frame: os.kill(os.getpid(), signal.SIGTERM))
-        from prefect.schedules import Cron
-
         from flows.pipeline_flow import pipeline_flow
 
         print(
@@ -70,7 +94,7 @@ def serve(project: Path, host: str | None = None, port: int | None = None) -> No
         )
         pipeline_flow.serve(
             name=DEPLOYMENT_NAME,
-            schedules=[Cron(settings.cron, timezone=settings.timezone)],
+            schedules=[schedule],
             parameters={
                 "project": str(project),
                 "profile": settings.profile,

@@ -39,6 +39,28 @@ def _terminated(signum: int, frame: object) -> None:
     raise Terminated(128 + signum)
 
 
+def store_problem(error: Exception) -> str | None:
+    """An MLflow store that cannot be read or written (a full disk, a damaged ``mlflow.db``) as one line naming it,
+    or None for any other error (issue 35: a full disk gave 23 tracebacks). SQLAlchemy and MLflow are only
+    consulted where the command imported them."""
+    kinds = [
+        getattr(sys.modules.get(module), name, None)
+        for module, name in (
+            ("sqlalchemy.exc", "SQLAlchemyError"),
+            ("mlflow.exceptions", "MlflowException"),
+        )
+    ]
+    database, mlflow = (kind is not None and isinstance(error, kind) for kind in kinds)
+    if not (database or mlflow):
+        return None
+    from tasks.core.tracking import tracking_uri
+
+    cause = getattr(error, "orig", None) or error
+    first = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
+    hint = " (is the disk full, or the file damaged?)" if database else ""
+    return f"MLflow store {tracking_uri()}: {first}{hint}"
+
+
 def run_as_process(
     command: click.Command, args: list[str] | None = None, prog_name: str | None = None
 ) -> None:
@@ -65,3 +87,9 @@ def run_as_process(
     except click.ClickException as error:
         error.show()
         sys.exit(error.exit_code)
+    except Exception as error:
+        problem = store_problem(error)
+        if problem is None:
+            raise
+        click.echo(f"{ERROR_PREFIX}{problem}", err=True)
+        sys.exit(1)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from flows.group_guard import guarded
-from flows.preflight import INDEX_STAGE, check_dataset
+from flows.preflight import INDEX_STAGE, check_dataset, check_params
 from flows.project_lock import held_lock_fds, project_lock
 from flows.stage_server import stage_server
 from flows.stage_times import StageClock, log_stage_times
@@ -109,6 +109,7 @@ def run_pipeline(
         "privhar.targets": " ".join(targets) or "all",
         "privhar.stage_start": "stage server fork" if warm else "interpreter",
     }
+    check_params(check_project(project))
     with pipeline_session(project, "privhar run", tags) as parent:
         force_flag = ["--force"] if force else []
         clock = StageClock()

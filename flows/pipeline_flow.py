@@ -17,7 +17,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from flows.ast_lock import serialise_ast_parse
 from flows.dag import read_dag
 from flows.pipeline import check_project, pipeline_session, score_models
-from flows.preflight import INDEX_STAGE, check_dataset
+from flows.preflight import INDEX_STAGE, check_dataset, check_params
 from flows.profiles import DEFAULT, apply_profile
 from flows.stage_server import stage_server
 from flows.stage_tasks import StageFailed, run_stage
@@ -47,6 +47,7 @@ def pipeline_flow(
     ):
         if apply_profile(root, profile):
             logger.info(f"profile {profile}: profiles/{profile}.yaml applied to params.yaml")
+        check_params(root)  # every section, before the first stage
         settings = load_section(root / "params.yaml", "orchestrate", OrchestrateParams)
         dag = read_dag(root, stages or settings.stages)
         logger.info(

@@ -77,3 +77,43 @@ def test_serve_stop_and_ui_stop_as_subcommand_words(tmp_path):
         ui.returncode == 0
         and ui.stderr.strip() == "privhar: no MLflow UI of this project was running"
     )
+
+
+def test_a_port_outside_1_to_65535_is_a_usage_error(tmp_path):
+    """`--port 0` silently served on the default port; 70000 failed later, unclearly (issue 35)."""
+    write_params(tmp_path)
+    for command in ("ui", "serve"):
+        for port in ("0", "70000"):
+            result = run(command, "--port", port, cwd=tmp_path)
+            assert (
+                result.returncode == 2
+                and f"{port} is not in the range 1<=x<=65535" in result.stderr
+            )
+
+
+def test_serve_checks_its_schedule_before_it_starts_a_server(tmp_path):
+    params = write_params(tmp_path, {"orchestrate": {"timezone": "Mars/Base"}})
+    (tmp_path / "dvc.yaml").write_text("stages: {}\n")
+    result = run("serve", cwd=tmp_path)
+    assert result.returncode == 1 and result.stderr.strip() == (
+        "privhar: error: params.yaml: orchestrate.timezone = 'Mars/Base' is invalid: expected an IANA time zone "
+        "such as UTC or Europe/Berlin"
+    )
+    assert not (tmp_path / ".prefect").exists()  # no server was started
+    assert params.exists()
+
+
+def test_run_checks_every_params_section_before_the_first_stage(tmp_path):
+    """A typo in the last stages' sections was found by their own command line, after the others ran (issue 35)."""
+    from tests.conftest import REPO
+
+    (tmp_path / "dvc.yaml").write_text((REPO / "dvc.yaml").read_text())
+    for overrides, message in (
+        ({"report": {"seeds": 0}}, "report.seeds = 0 is invalid: input should be greater than 0"),
+        ({"private": {"methods": ["dp_sdg"]}}, "private.methods.0 = 'dp_sdg' is invalid"),
+    ):
+        params = write_params(tmp_path, overrides)
+        result = run("run", cwd=tmp_path)
+        assert result.returncode == 1 and "Running stage" not in result.stdout
+        assert result.stderr.startswith(f"privhar: error: {params}: {message}")
+        assert result.stderr.count("\n") == 1

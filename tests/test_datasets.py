@@ -236,3 +236,22 @@ def test_class_names_with_spaces_stay_whole(tmp_path):
         ("Apply Eye Makeup", 0),
         ("Basketball", 1),
     ]
+
+
+def test_a_list_not_in_utf8_is_one_line_naming_file_line_and_byte(tmp_path):
+    """Issue 35: a latin-1 split list was a UnicodeDecodeError traceback; a UTF-8 byte-order mark is fine."""
+    make_ucf101(tmp_path / "ucf")
+    lists = tmp_path / "ucf" / "ucfTrainTestlist"
+    (lists / "classInd.txt").write_bytes(b"\xef\xbb\xbf1 ApplyEyeMakeup\n2 Basketball\n")
+    assert len(index_dataset("ucf101", str(tmp_path / "ucf"), 1)) == 4
+    (lists / "testlist01.txt").write_bytes(
+        "ApplyEyeMakeup/v_ApplyEyeMakeup_g01_c01.avi\nBasketball/v_Basketball_é.avi\n".encode(
+            "latin-1"
+        )
+    )
+    with pytest.raises(PrivharError) as refused:
+        index_dataset("ucf101", str(tmp_path / "ucf"), 1)
+    assert str(refused.value) == (
+        f"{lists / 'testlist01.txt'}:2: not UTF-8 text (byte 0xe9); save the list as UTF-8, as the file names on "
+        "disk are"
+    )

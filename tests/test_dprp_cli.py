@@ -60,20 +60,68 @@ def test_protects_a_clip_and_reports_its_privacy(tmp_path):
     assert again.exit_code == 0 and np.load(tmp_path / "again.npy").tobytes() == out.tobytes()
 
 
+def damaged_files(folder) -> dict[str, str]:
+    """Files that are not clips, each with the one line it must get (issue 35: tracebacks, or "interrupted")."""
+    import struct
+
+    np.save(folder / "object.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    (folder / "empty.npy").write_bytes(b"")
+    (folder / "corrupt.npy").write_bytes(b"\x93NUMPY garbage")
+    np.save(folder / "whole.npy", np.zeros((4, 8, 8, 3), np.uint8))
+    data = (folder / "whole.npy").read_bytes()
+    (folder / "truncated.npy").write_bytes(data[: len(data) - 100])
+    header = b"{'descr': '|u1', 'fortran_order': False, 'shape': (100000000, 100000, 1000, 3), }"
+    header += b" " * (118 - len(header)) + b"\n"
+    (folder / "huge.npy").write_bytes(
+        b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header
+    )
+    return {
+        "object.npy": "object.npy: holds a (1,) object array; expected a .npy clip (T, H, W, 3) uint8",
+        "empty.npy": "empty.npy: empty file; expected a .npy clip (T, H, W, 3) uint8",
+        "corrupt.npy": "corrupt.npy: not a readable .npy file",
+        "truncated.npy": "truncated.npy: truncated or damaged: its header promises 768 bytes of frames (4, 8, 8, 3)",
+        "huge.npy": "huge.npy: truncated or damaged: its header promises 30000000000000000 bytes",
+    }
+
+
+def test_a_damaged_frames_file_is_one_line_naming_it(tmp_path):
+    """Every stage reads frames through load_frames: its header is checked before any allocation."""
+    import pytest
+
+    from tasks.core.errors import PrivharError
+    from tasks.core.storage import load_frames
+
+    for name, message in damaged_files(tmp_path).items():
+        with pytest.raises(PrivharError) as refused:
+            load_frames(tmp_path / name)
+        assert message in str(refused.value) and "\n" not in str(refused.value)
+    assert load_frames(tmp_path / "whole.npy").shape == (4, 8, 8, 3)
+
+
 def test_bad_input_is_one_line(tmp_path, capsys, monkeypatch):
     np.save(tmp_path / "in.npy", np.zeros((2, 4, 4, 3), np.uint8))
+    damaged = damaged_files(tmp_path)
     for argv, message in (
         ([str(tmp_path / "missing.npy")], "missing.npy: file not found"),
         ([str(tmp_path / "in.npy"), "--k", "100"], "k = 100 is invalid: expected 0 < k <= d = 48"),
         ([str(tmp_path / "in.npy"), "--delta", "2"], "delta = 2.0 is invalid"),
+        (
+            [str(tmp_path / "in.npy"), "--delta", "0.9999", "--k", "4x4x3"],
+            "gives the release a total δ of 1.4",
+        ),
+        ([str(tmp_path / "in.npy"), "--out", str(tmp_path / "in.npy")], "is the input video too"),
+        *(([str(tmp_path / name)], message) for name, message in damaged.items()),
     ):
+        target = str(tmp_path / "out.npy")
+        if "--out" in argv:
+            target, argv = argv[2], argv[:1]
         monkeypatch.setattr(
             "sys.argv",
             [
                 "privhar",
                 "dprp",
                 argv[0],
-                str(tmp_path / "out.npy"),
+                target,
                 "--epsilon",
                 "1",
                 "--delta",
@@ -86,8 +134,22 @@ def test_bad_input_is_one_line(tmp_path, capsys, monkeypatch):
         except SystemExit as stop:
             assert stop.code == 1  # bad input: status 1 (2 is click's, for usage errors)
         error = capsys.readouterr().err
-        assert message in error and error.count("\n") == 1
+        assert message in error and error.count("\n") == 1, error
     assert not (tmp_path / "out.npy").exists()
+    assert np.load(tmp_path / "in.npy").sum() == 0  # never overwritten by its own output
+
+
+def test_an_epsilon_too_large_to_mean_anything_still_gets_its_report(tmp_path):
+    """--epsilon 1e20 was an OverflowError in the Gaussian-DP δ(ε); the report now says what it holds."""
+    np.save(tmp_path / "in.npy", np.zeros((2, 4, 4, 3), np.uint8))
+    result = CliRunner().invoke(
+        main,
+        ["dprp", str(tmp_path / "in.npy"), str(tmp_path / "out.npy"), "--epsilon", "1e20"]
+        + ["--delta", "1e-5", "--k", "4x4x3", "--seed", "1"],
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["paper_epsilon"] == 1e20 and 0 < report["epsilon"] <= 1e20
 
 
 def test_bench_writes_its_record(tmp_path):
@@ -148,3 +210,34 @@ def test_bench_names_the_device_it_ran_on_and_refuses_one_that_is_not_there(tmp_
         assert result.exit_code != 0 and "--device = 'cuda': torch sees no CUDA GPU" in str(
             result.exception
         )
+
+
+def test_a_full_disk_is_one_line_naming_the_output_and_leaves_nothing(tmp_path):
+    """Issue 35: ENOSPC named no path and left .out.npy.tmp.npy behind. The kernel refuses the write here
+    (RLIMIT_FSIZE, with SIGXFSZ ignored: EFBIG, as a full disk's ENOSPC, at the first write past the limit)."""
+    import resource
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    np.save(tmp_path / "in.npy", np.zeros((4, 32, 32, 3), np.uint8))
+
+    def small_files() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "privhar"), "dprp", "in.npy", "out.npy"]
+        + ["--epsilon", "2", "--delta", "1e-5", "--k", "4x4x3"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        preexec_fn=small_files,
+        timeout=300,
+    )
+    assert result.returncode == 1
+    assert result.stderr.startswith("privhar: error: out.npy: cannot be written (")
+    assert result.stderr.endswith("is the disk full?); nothing was written\n")
+    assert result.stderr.count("\n") == 1
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["in.npy"]

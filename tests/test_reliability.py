@@ -356,3 +356,34 @@ def test_stale_staging_folders_are_removed(tmp_path):
     with atomic_directory(tmp_path / "out") as staging:
         (staging / "a").write_text("a")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_a_damaged_mlflow_store_is_one_line_naming_it(tmp_path):
+    """Issue 35: an MLflow store that cannot be read or written (a full disk under `privhar run` gave 23 tracebacks)
+    stops a stage in one line naming the store, before any output."""
+    import subprocess
+    import sys
+
+    store = tmp_path / "mlflow.db"
+    store.write_text("not a database\n")
+    params = write_params(tmp_path)
+    result = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "privhar"),
+            "stage",
+            "synthesize",
+            "--params",
+            str(params),
+        ]
+        + ["--out", str(tmp_path / "out")],
+        env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{store}"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.splitlines()[-1] == (
+        f"privhar: error: MLflow store sqlite:///{store}: file is not a database (is the disk full, or the file "
+        "damaged?)"
+    )
+    assert not (tmp_path / "out").exists()

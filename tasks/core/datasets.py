@@ -157,6 +157,20 @@ def _listed_path(line: str) -> str:
     return fields[0] if len(fields) == 2 and fields[1].isdigit() else line.strip()
 
 
+def list_lines(path: Path) -> list[str]:
+    """The lines of a class or split list, read as UTF-8 (a byte-order mark allowed); a list in another encoding is
+    refused in one line naming the file, line and byte (issue 35: a latin-1 list was a traceback)."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8-sig").splitlines()
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        raise PrivharError(
+            f"{path}:{line}: not UTF-8 text (byte 0x{data[error.start]:02x}); save the list as UTF-8, as the file "
+            "names on disk are"
+        ) from None
+
+
 @DATASETS.register("ucf101")
 def index_ucf101(root: Path, split: int) -> list[dict[str, Any]]:
     folders = (".", "ucfTrainTestlist")
@@ -172,7 +186,7 @@ def index_ucf101(root: Path, split: int) -> list[dict[str, Any]]:
     if class_index is not None:
         classes = [  # "<number> <name>": the name may hold spaces
             line.split(maxsplit=1)[1].strip()
-            for line in class_index.read_text().splitlines()
+            for line in list_lines(class_index)
             if len(line.split(maxsplit=1)) == 2
         ]
     else:
@@ -180,7 +194,7 @@ def index_ucf101(root: Path, split: int) -> list[dict[str, Any]]:
     label_of = {name: index for index, name in enumerate(classes)}
     rows, listed = [], _Listed()
     for split_name, list_file in lists.items():
-        for number, line in enumerate(list_file.read_text().splitlines(), start=1):
+        for number, line in enumerate(list_lines(list_file), start=1):
             if not line.strip():
                 continue
             relative = _listed_path(line)
@@ -208,7 +222,7 @@ def index_hmdb51(root: Path, split: int) -> list[dict[str, Any]]:
             raise PrivharError(
                 f"{root}: {names[0]} not found (looked in {root}, testTrainMulti_7030_splits/ and splits/)"
             )
-        for number, line in enumerate(split_file.read_text().splitlines(), start=1):
+        for number, line in enumerate(list_lines(split_file), start=1):
             fields = line.strip().rsplit(maxsplit=1)
             if not fields:
                 continue

@@ -64,6 +64,15 @@ def check_video_output(path: Path) -> Path:
     return Path(path)
 
 
+def write_failed(error: OSError, target: Path) -> OSError | PrivharError:
+    """An error while writing ``target`` (a full disk, a quota) as one line naming it; an error that names its own
+    file already is kept (issue 35: "No space left on device" named no path)."""
+    if error.filename:
+        return error
+    reason = error.strerror or f"{error}: is the disk full?"  # numpy's short write carries no errno
+    return PrivharError(f"{target}: cannot be written ({reason}); nothing was written")
+
+
 @contextlib.contextmanager
 def atomic_directory(target: Path) -> Iterator[Path]:
     """Yield an empty temporary folder that replaces ``target`` when the block succeeds."""
@@ -79,6 +88,9 @@ def atomic_directory(target: Path) -> Iterator[Path]:
     staging.mkdir()
     try:
         yield staging
+    except OSError as error:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise write_failed(error, target) from None
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -96,8 +108,12 @@ def atomic_write_bytes(path: Path, payload: bytes) -> None:
     for stale in path.parent.glob(f".{path.name}.tmp-*"):  # left by a writer killed mid-way
         stale.unlink(missing_ok=True)
     staging = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
-    staging.write_bytes(payload)
-    os.replace(staging, path)
+    try:
+        staging.write_bytes(payload)
+        os.replace(staging, path)
+    except OSError as error:
+        staging.unlink(missing_ok=True)
+        raise write_failed(error, path) from None
 
 
 def is_clip(frames: np.ndarray) -> bool:
@@ -126,6 +142,41 @@ def save_arrays(path: Path, **arrays: np.ndarray) -> None:
                 np.lib.format.write_array(stream, np.asanyarray(array), allow_pickle=False)
 
 
+def _clip_header(path: Path) -> tuple[tuple[int, ...], np.dtype, int]:
+    """(shape, dtype, bytes of data) a ``.npy`` file's header promises, and where its data starts; one-line errors."""
+    expected = "expected a .npy clip (T, H, W, 3) uint8"
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        raise PrivharError(f"{path}: file not found") from None
+    if size == 0:
+        raise PrivharError(f"{path}: empty file; {expected}")
+    with open(path, "rb") as stream:
+        try:
+            version = np.lib.format.read_magic(stream)
+            if version == (1, 0):
+                shape, _, dtype = np.lib.format.read_array_header_1_0(stream)
+            elif version == (2, 0):
+                shape, _, dtype = np.lib.format.read_array_header_2_0(stream)
+            else:
+                raise ValueError(f"format version {version}")
+        except (ValueError, EOFError, SyntaxError, OSError) as error:
+            raise PrivharError(f"{path}: not a readable .npy file ({error}); {expected}") from None
+        start = stream.tell()
+    if not (dtype == np.uint8 and len(shape) == 4 and shape[-1] == 3):
+        raise PrivharError(f"{path}: holds a {shape} {dtype} array; {expected}")
+    data = int(np.prod(shape, dtype=object))
+    if size - start != data:
+        raise PrivharError(
+            f"{path}: truncated or damaged: its header promises {data} bytes of frames {shape}, the file holds "
+            f"{size - start} (rerun the stage that wrote it)"
+        )
+    return shape, dtype, start
+
+
 def load_frames(path: Path) -> np.ndarray:
-    """Read a clip written by :func:`save_frames`."""
+    """Read a clip written by :func:`save_frames`. Its header is checked first (issue 35): a damaged, truncated,
+    empty or foreign file is a one-line error naming it, never a traceback or an allocation its header invents."""
+    path = Path(path)
+    _clip_header(path)
     return np.load(path, allow_pickle=False)

@@ -17,7 +17,7 @@ import numpy as np
 
 from tasks.core.errors import PrivharError
 from tasks.core.randomness import DpRandomness
-from tasks.core.storage import is_clip
+from tasks.core.storage import load_frames, write_failed
 from tasks.dprp.mechanism import Projection, fits_comfortably, protect_video, rank_of
 from tasks.privacy.dprp_calibration import Calibration, Neighbour, NoiseScales, noise_scales
 
@@ -27,14 +27,9 @@ def read_clip(path: Path) -> tuple[np.ndarray, float]:
     from tasks.core.video_reading import Quarantined, read_video
 
     if path.suffix == ".npy":
-        if not path.is_file():
-            raise PrivharError(f"{path}: file not found")
-        frames = np.load(path, allow_pickle=False)
-        if not is_clip(frames):
-            raise PrivharError(
-                f"{path}: expected a (T, H, W, 3) uint8 clip, got {frames.shape} {frames.dtype}"
-            )
-        return frames, 25.0
+        if path.is_dir():
+            raise PrivharError(f"{path}: is a folder; expected a .npy clip or a video file")
+        return load_frames(path), 25.0
     try:
         return read_video(path)
     except Quarantined as reason:
@@ -65,13 +60,18 @@ def write_clip(target: Path, frames: np.ndarray, fps: float) -> None:
     """``frames`` into ``target``: ``.npy`` exactly, any other suffix as a video file; never a half-written output."""
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = target.with_name(f".{target.name}.tmp{target.suffix}")
-    if target.suffix == ".npy":
-        np.save(staging, frames, allow_pickle=False)
-    else:
-        from tasks.synthetic.encode import write_video
+    try:
+        if target.suffix == ".npy":
+            np.save(staging, frames, allow_pickle=False)
+        else:
+            from tasks.synthetic.encode import write_video
 
-        write_video(staging, frames, fps=fps, quantiser=2, channel_order="rgb")
-    os.replace(staging, target)
+            write_video(staging, frames, fps=fps, quantiser=2, channel_order="rgb")
+        os.replace(staging, target)
+    except OSError as error:
+        raise write_failed(error, target) from None
+    finally:
+        staging.unlink(missing_ok=True)
 
 
 def _protected(
@@ -115,6 +115,10 @@ def protect_file(
     ``seed`` None: R and the noise from OS entropy (secret, R then covered by the χ² bound); a seed makes
     both reproducible, R public, and the report says "not private".
     """
+    if Path(target).resolve() == Path(source).resolve():
+        raise PrivharError(
+            f"{target}: is the input video too; write the protected copy to another file"
+        )
     frames, fps = read_clip(source)
     d = int(np.prod(frames.shape[1:]))
     k_value = parse_k(k)

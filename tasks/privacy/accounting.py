@@ -427,10 +427,10 @@ def mixture_add_log_moments(
 
 
 def gdp_delta(epsilon: float, mu: float) -> float:
-    """δ(ε) of μ-GDP (the second term in log space: e^ε overflows where Φ underflows)."""
-    return float(
-        norm.cdf(-epsilon / mu + mu / 2) - math.exp(epsilon + norm.logcdf(-epsilon / mu - mu / 2))
-    )
+    """δ(ε) of μ-GDP (the second term in log space: e^ε overflows where Φ underflows). That term is at most the
+    first, so its exponent is ≤ 0: at a huge ε float cancellation can push it past, which is clamped."""
+    exponent = min(epsilon + float(norm.logcdf(-epsilon / mu - mu / 2)), 0.0)
+    return max(float(norm.cdf(-epsilon / mu + mu / 2)) - math.exp(exponent), 0.0)
 
 
 def gdp_epsilon(mu: float, delta: float) -> float:

@@ -312,6 +312,12 @@ def noise_scales(
         chosen = _gaussian_calibration(
             epsilon, delta, budget_split, k, d, neighbour, secret_projection
         )
+    if chosen.record_delta >= 1:
+        raise PrivharError(
+            f"dprp: delta = {delta} gives the release a total δ of {chosen.record_delta:.4g} (δ plus the "
+            f"probability that the projection's bound fails, {chosen.label}): expected < 1, and far below "
+            "1 / the number of people; choose a smaller delta"
+        )
     beta = d1 / 2
     factor = row_factor(k, d, beta, secret_projection)
     frame_change = PIXEL_MAX * math.sqrt(d)
