@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 
@@ -97,6 +99,21 @@ PORT = click.IntRange(
     1, 65535
 )  # a TCP port to listen on (0, "any free port", would leave the address unknown)
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def bench_out(name: str, help: str = "Where to write the result (JSON).") -> Callable[[F], F]:
+    """A benchmark's ``--out``: ``reports/bench/NAME`` by default, checked writable before the benchmark runs."""
+    return click.option(
+        "--out",
+        type=click.Path(path_type=Path, dir_okay=False),
+        default=Path("reports/bench") / name,
+        show_default=True,
+        callback=_writable,
+        help=help,
+    )
+
+
 BENCH_DEVICE = click.option(
     "--device",
     default="auto",
@@ -124,13 +141,7 @@ def bench() -> None:
     show_default=True,
     help="Projection dimension: an integer or HxWxC.",
 )
-@click.option(
-    "--out",
-    type=click.Path(path_type=Path),
-    default=Path("reports/bench/dprp.json"),
-    show_default=True,
-    callback=_writable,
-)
+@bench_out("dprp.json")
 @BENCH_DEVICE
 def bench_dprp_command(frames: int, size: tuple[int, int], k: str, out: Path, device: str) -> None:
     """Per-video seconds of Video-DPRP (both projection modes), its GFLOP/s and the device's matmul rate."""
@@ -170,13 +181,7 @@ def bench_dprp_command(frames: int, size: tuple[int, int], k: str, out: Path, de
 )
 @click.option("--width", type=int, default=16, show_default=True, help="Model width (train.width).")
 @click.option("--repeats", type=int, default=5, show_default=True)
-@click.option(
-    "--out",
-    type=click.Path(path_type=Path),
-    default=Path("reports/bench/private.json"),
-    show_default=True,
-    callback=_writable,
-)
+@bench_out("private.json")
 @BENCH_DEVICE
 def bench_private_command(
     batch: int, frames: int, size: tuple[int, int], width: int, repeats: int, out: Path, device: str
@@ -208,14 +213,7 @@ def bench_private_command(
     show_default=True,
     help="profiles/<name>.yaml: the data the stages run on.",
 )
-@click.option(
-    "--out",
-    type=click.Path(path_type=Path, dir_okay=False),
-    default=Path("reports/bench/stages.json"),
-    show_default=True,
-    callback=_writable,
-    help="Where to write the result (JSON; a Markdown table beside it).",
-)
+@bench_out("stages.json", help="Where to write the result (JSON; a Markdown table beside it).")
 def bench_stages_command(profile: str, out: Path) -> None:
     """Each stage's fixed cost (wall time less its work) started cold and forked from the warm stage server."""
     from flows.stage_bench import bench_stages
@@ -234,13 +232,7 @@ def bench_stages_command(profile: str, out: Path) -> None:
     help="A UCF101-shaped folder of real footage (make footage cuts one).",
 )
 @PARAMS
-@click.option(
-    "--out",
-    type=click.Path(path_type=Path),
-    default=Path("reports/bench/anonymize.json"),
-    show_default=True,
-    callback=_writable,
-)
+@bench_out("anonymize.json")
 def bench_anonymize_command(root: Path, params_path: Path, out: Path) -> None:
     """Coverage of the moving pixels and frames/s of each people source (and the ensemble) on real footage."""
     import json
@@ -253,13 +245,7 @@ def bench_anonymize_command(root: Path, params_path: Path, out: Path) -> None:
 @bench.command("maskdp-views")
 @PARAMS
 @click.option("--seeds", type=click.IntRange(2, 100), default=10, show_default=True)
-@click.option(
-    "--out",
-    type=click.Path(path_type=Path),
-    default=Path("reports/bench/maskdp_views.json"),
-    show_default=True,
-    callback=_writable,
-)
+@bench_out("maskdp_views.json")
 def bench_maskdp_views_command(params_path: Path, seeds: int, out: Path) -> None:
     """MaskDP at ε = ∞ against heads trained without noise on its views, unclipped, and on whole clips (after a run:
     reads data/decode, data/anonymize/avatar and data/pretrain/public)."""
