@@ -1,0 +1,120 @@
+"""The field's backbones (tasks/core/backbones.py, issue 34), each at a tiny clip: built, a written checkpoint of
+another label set loaded, made DP-ready, one DP-SGD step under Opacus with per-sample gradients, one evaluation
+pass, an MLflow signature with the clip's shape."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from tasks.core.backbones import BACKBONES, TUNING_PRESETS, backbone, dp_ready, load_weights, tune
+from tasks.core.errors import PrivharError
+
+TINY = {"frames": 4, "size": 32}
+
+
+def published(name: str, classes: int) -> nn.Module:
+    """The backbone as its source builds it, with BatchNorm statistics that are not the initial ones."""
+    entry = BACKBONES[name]
+    model = entry.build(classes, replace(entry.clip, **TINY))
+    model.train()
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for _ in range(2):
+            model(torch.rand(2, 3, TINY["frames"], TINY["size"], TINY["size"], generator=generator))
+    return model.eval()
+
+
+def write_checkpoint(model: nn.Module, name: str, path) -> None:
+    """In the layout of the backbone's source: torchvision a bare state dict, pytorchvideo's zoo ``model_state``."""
+    state = model.state_dict()
+    torch.save(state if name == "r2plus1d_r18" else {"model_state": state}, path)
+
+
+@pytest.mark.parametrize("name", list(BACKBONES))
+def test_a_backbone_loads_a_checkpoint_and_takes_a_dp_sgd_step(name, tmp_path):
+    from opacus import PrivacyEngine
+    from opacus.validators import ModuleValidator
+
+    entry = BACKBONES[name]
+    clip = replace(entry.clip, **TINY)
+    write_checkpoint(published(name, classes=7), name, tmp_path / "weights.pt")
+    model = entry.build(5, clip)
+    dropped = load_weights(model, tmp_path / "weights.pt", entry)
+    assert dropped and all(key.startswith(entry.classifier + ".") for key in dropped)
+    clips = torch.rand(
+        3, 3, clip.frames, clip.size, clip.size, generator=torch.Generator().manual_seed(2)
+    )
+    model.eval()
+    with torch.no_grad():
+        pretrained = model(clips)
+        dp_ready(model, "folded")
+        folded = model(clips)
+    torch.testing.assert_close(folded, pretrained, rtol=1e-3, atol=1e-4)  # folding is exact
+    assert ModuleValidator.validate(model.train(), strict=False) == []
+    head, norms, last = (tune(model, entry, preset) for preset in TUNING_PRESETS[1:])
+    assert head and all(key.startswith(entry.classifier + ".") for key in head)
+    assert set(head) < set(norms) and set(head) < set(last)
+    assert any(key.startswith(entry.last_stage + ".") for key in last)
+    assert len(tune(model, entry, "all")) == len(
+        list(model.parameters())
+    )  # every parameter, under DP-SGD
+    before = {
+        key: value.detach().clone()
+        for key, value in model.named_parameters()
+        if value.requires_grad
+    }
+
+    data = torch.utils.data.TensorDataset(clips[:2], torch.tensor([0, 4]))
+    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
+    private, optimizer, loader = PrivacyEngine().make_private(
+        module=model.train(),
+        optimizer=optimizer,
+        data_loader=torch.utils.data.DataLoader(data, batch_size=2),
+        noise_multiplier=1.0,
+        max_grad_norm=1.0,
+        poisson_sampling=False,
+    )
+    for batch, labels in loader:
+        nn.functional.cross_entropy(private(batch), labels).backward()
+        samples = {p.grad_sample.shape[0] for p in private.parameters() if p.requires_grad}
+        assert samples == {2}  # a gradient per sample for every trained parameter
+        optimizer.step()
+    after = dict(private._module.named_parameters())
+    assert all(not torch.equal(after[key], value) for key, value in before.items())
+
+    private.eval()
+    with torch.no_grad():
+        scores = private(clips)
+    assert scores.shape == (3, 5) and torch.isfinite(scores).all()
+    from mlflow.models import infer_signature
+
+    signature = infer_signature(clips.numpy(), scores.numpy())
+    assert tuple(signature.inputs.to_dict()[0]["tensor-spec"]["shape"]) == (-1, 3, 4, 32, 32)
+
+
+def test_group_norm_keeps_gamma_and_beta_and_passes_the_validator():
+    from opacus.validators import ModuleValidator
+
+    model = dp_ready(published("x3d_xs", classes=3), "group")
+    assert not any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
+    assert ModuleValidator.validate(model.train(), strict=False) == []
+
+
+def test_a_checkpoint_that_does_not_fit_is_one_line(tmp_path):
+    write_checkpoint(published("x3d_xs", classes=3), "x3d_xs", tmp_path / "x3d.pyth")
+    entry = backbone("slow_r50")
+    with pytest.raises(PrivharError) as refused:
+        load_weights(entry.build(3, replace(entry.clip, **TINY)), tmp_path / "x3d.pyth", entry)
+    message = str(refused.value)
+    assert message.startswith(f"{tmp_path / 'x3d.pyth'}: ") and "\n" not in message
+    assert "shapes differ from slow_r50's" in message or "not a slow_r50 checkpoint" in message
+    np.save(tmp_path / "frames.npy", np.zeros(3))
+    with pytest.raises(PrivharError, match="cannot be read as a torch checkpoint"):
+        load_weights(entry.build(3, replace(entry.clip, **TINY)), tmp_path / "frames.npy", entry)
+    with pytest.raises(
+        PrivharError, match="model.backbone = 'resnet9000' is invalid: expected one of x3d_xs"
+    ):
+        backbone("resnet9000")
