@@ -141,6 +141,17 @@ def check_budget(epsilon: float, delta: float, budget_split: float, k: int, d: i
         )
 
 
+def check_total_delta(delta: float, total: float, label: str) -> None:
+    """A release whose total δ (δ plus the probability that the projection's bound fails) reaches 1 guarantees
+    nothing: one line naming the parameter."""
+    if total >= 1:
+        raise PrivharError(
+            f"dprp: delta = {delta} gives the release a total δ of {total:.4g} (δ plus the probability that the "
+            f"projection's bound fails, {label}): expected < 1, and far below 1 / the number of people; choose a "
+            "smaller delta"
+        )
+
+
 def split_budget(
     epsilon: float, delta: float, budget_split: float
 ) -> tuple[float, float, float, float]:
@@ -312,12 +323,7 @@ def noise_scales(
         chosen = _gaussian_calibration(
             epsilon, delta, budget_split, k, d, neighbour, secret_projection
         )
-    if chosen.record_delta >= 1:
-        raise PrivharError(
-            f"dprp: delta = {delta} gives the release a total δ of {chosen.record_delta:.4g} (δ plus the "
-            f"probability that the projection's bound fails, {chosen.label}): expected < 1, and far below "
-            "1 / the number of people; choose a smaller delta"
-        )
+    check_total_delta(delta, chosen.record_delta, chosen.label)
     beta = d1 / 2
     factor = row_factor(k, d, beta, secret_projection)
     frame_change = PIXEL_MAX * math.sqrt(d)
