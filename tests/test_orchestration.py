@@ -128,32 +128,42 @@ def test_flow_runs_every_stage_then_skips_them_all(project):
     }
 
 
-def test_a_failing_stage_fails_its_task_with_its_one_line_error(project):
+def test_a_failing_stage_fails_its_task_with_its_one_line_error(project, tmp_path):
     original = (project / "params.yaml").read_text()
     try:
-        edit_params(project, "train", "epochs", 0)  # train runs through `dvc repro`
-        state = run_flow(project)
+        params = yaml.safe_load(original)
+        params["data"].update(source="ucf101", root=str(tmp_path / "no-such-dataset"), split=1)
+        (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+        state = run_flow(project)  # valid params; the first stage (scan) finds no dataset there
         assert state.is_failed()
         message = str(state.result(raise_on_failure=False))
-        assert (
-            message.startswith("stage train failed: params.yaml: train.epochs = 0 is invalid")
-            and "\n" not in message
+        assert message.startswith(
+            f"stage scan failed: params.yaml: data.root = '{tmp_path / 'no-such-dataset'}' is not a folder"
         )
-        assert message.endswith("not run: evaluate, private-table, report, register")
+        assert "\n" not in message and message.endswith(
+            "report, register"
+        )  # the stages not run, named
         ran = task_runs(state)
-        assert (
-            ran["train"] == "Failed"
-            and ran["decode"] == "Skipped"
-            and ran["evaluate"] != "Completed"
-        )
-        edit_params(
-            project, "decode", "fps", 0
-        )  # decode runs in shards in the flow's process (decode-public would fail too)
-        message = str(run_flow(project, stages=["decode"]).result(raise_on_failure=False))
-        assert (
-            message.startswith("stage decode failed: params.yaml: decode.fps = 0 is invalid")
-            and "\n" not in message
-        )
+        assert ran["scan"] == "Failed" and ran.get("train") != "Completed"
+    finally:
+        (project / "params.yaml").write_text(original)
+
+
+def test_invalid_params_stop_the_flow_before_any_stage(project):
+    """Issue 35: every params section is checked before the first stage, so a typo in the last stage's section is not
+    found by that stage after the others ran."""
+    original = (project / "params.yaml").read_text()
+    try:
+        for section, key, value in (("train", "epochs", 0), ("report", "seeds", 0)):
+            edit_params(project, section, key, value)
+            state = run_flow(project)
+            assert state.is_failed()
+            message = str(state.result(raise_on_failure=False))
+            assert message == (
+                f"{project / 'params.yaml'}: {section}.{key} = 0 is invalid: input should be greater than 0"
+            )
+            assert task_runs(state) == {}  # no stage ran
+            (project / "params.yaml").write_text(original)
     finally:
         (project / "params.yaml").write_text(original)
 
