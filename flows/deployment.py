@@ -56,6 +56,9 @@ def serve(project: Path, host: str | None = None, port: int | None = None) -> No
     project = Path(project).resolve()
     settings = load_section(project / "params.yaml", "orchestrate", OrchestrateParams)
     host, port = host or settings.host, settings.prefect_port if port is None else port
+    # before anything imports prefect: it reads its settings once, at import, and without this project's API URL
+    # its client would start a temporary server of its own (which os._exit below would leave running)
+    os.environ.update(prefect_environment(project, host, port))
     schedule = deployment_schedule(
         settings
     )  # a bad cron or time zone stops here, before any server starts
@@ -76,7 +79,6 @@ def serve(project: Path, host: str | None = None, port: int | None = None) -> No
     try:
         started_at = time.monotonic()
         started = server.start()
-        os.environ.update(prefect_environment(project, host, port))
         # Prefect's runner shuts down cleanly on SIGTERM, while SIGINT cancels it mid-shutdown and
         # can hang; so Ctrl-C is turned into SIGTERM.
         signal.signal(signal.SIGINT, lambda signum, frame: os.kill(os.getpid(), signal.SIGTERM))

@@ -6,7 +6,7 @@ stage it starts. Their owner may be killed outright (SIGKILL, a closed terminal)
 guard leads the group, starts the command in it, and ends the whole group when the owner is gone (the kernel's
 ``PR_SET_PDEATHSIG`` tells it at once; a poll of the owner's pid covers a platform without it) or when the guard
 itself is terminated. Ending means SIGTERM to the group (a stage unwinds: its staging folder goes, its MLflow run
-ends), up to ``GRACE_SECONDS`` for the command to end, then SIGKILL. Descriptors passed to the guard stay
+ends), up to ``GRACE_SECONDS`` for every member to leave, then SIGKILL. Descriptors passed to the guard stay
 open in it until then: the project's run lock (:mod:`flows.project_lock`) is held until the last stage is gone.
 """
 
@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 POLL_SECONDS = 0.5
@@ -60,14 +61,16 @@ def group_members() -> list[int]:
 
 
 def _end_group(child: subprocess.Popen) -> None:
-    """TERM the group (the guard ignores it), wait for the command to end, then KILL what is left, the guard
+    """TERM the group (the guard ignores it), wait for its members to leave, then KILL what is left, the guard
     included."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     os.killpg(0, signal.SIGTERM)
-    try:
-        child.wait(GRACE_SECONDS)
-    except subprocess.TimeoutExpired:
-        pass
+    deadline = time.monotonic() + GRACE_SECONDS
+    while time.monotonic() < deadline:
+        child.poll()
+        if not group_members():
+            break
+        time.sleep(0.05)
     os.killpg(0, signal.SIGKILL)
 
 

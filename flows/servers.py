@@ -13,13 +13,13 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from flows.group_guard import guarded
 from tasks.core.errors import PrivharError
 
 
@@ -115,13 +115,7 @@ class LocalServer:
         self.pid_file.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_file, "ab") as log:
             process = subprocess.Popen(
-                [
-                    sys.executable,
-                    str(Path(__file__).with_name("server_guard.py")),
-                    str(os.getpid()),
-                    "--",
-                    *self.command,
-                ],
+                guarded(self.command),
                 env=self.env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
