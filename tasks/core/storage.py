@@ -142,8 +142,9 @@ def save_arrays(path: Path, **arrays: np.ndarray) -> None:
                 np.lib.format.write_array(stream, np.asanyarray(array), allow_pickle=False)
 
 
-def _clip_header(path: Path) -> tuple[tuple[int, ...], np.dtype, int]:
-    """(shape, dtype, bytes of data) a ``.npy`` file's header promises, and where its data starts; one-line errors."""
+def _check_clip_file(path: Path) -> None:
+    """Whether ``path``'s ``.npy`` header promises a clip, and the file holds all of it, without reading the data;
+    a one-line error naming the file otherwise."""
     expected = "expected a .npy clip (T, H, W, 3) uint8"
     try:
         size = path.stat().st_size
@@ -171,12 +172,11 @@ def _clip_header(path: Path) -> tuple[tuple[int, ...], np.dtype, int]:
             f"{path}: truncated or damaged: its header promises {data} bytes of frames {shape}, the file holds "
             f"{size - start} (rerun the stage that wrote it)"
         )
-    return shape, dtype, start
 
 
 def load_frames(path: Path) -> np.ndarray:
     """Read a clip written by :func:`save_frames`. Its header is checked first (issue 35): a damaged, truncated,
     empty or foreign file is a one-line error naming it, never a traceback or an allocation its header invents."""
     path = Path(path)
-    _clip_header(path)
+    _check_clip_file(path)
     return np.load(path, allow_pickle=False)
