@@ -95,9 +95,8 @@ def dprp_command(
     click.echo(json.dumps(report, indent=2))
 
 
-PORT = click.IntRange(
-    1, 65535
-)  # a TCP port to listen on (0, "any free port", would leave the address unknown)
+# a TCP port to listen on (0, "any free port", would leave the address unknown)
+PORT = click.IntRange(1, 65535)
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -59,9 +59,8 @@ def serve(project: Path, host: str | None = None, port: int | None = None) -> No
     # before anything imports prefect: it reads its settings once, at import, and without this project's API URL
     # its client would start a temporary server of its own (which os._exit below would leave running)
     os.environ.update(prefect_environment(project, host, port))
-    schedule = deployment_schedule(
-        settings
-    )  # a bad cron or time zone stops here, before any server starts
+    # a bad cron or time zone stops here, before any server starts
+    schedule = deployment_schedule(settings)
     running = serving(project)
     if running is not None:
         raise PrivharError(

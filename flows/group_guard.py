@@ -12,6 +12,8 @@ open in it until then: the project's run lock (:mod:`flows.project_lock`) is hel
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
 import signal
 import subprocess
@@ -21,6 +23,7 @@ from pathlib import Path
 
 POLL_SECONDS = 0.5
 GRACE_SECONDS = 10.0
+PR_SET_PDEATHSIG = 1
 
 
 def guarded(command: list[str] | tuple[str, ...], owner: int | None = None) -> list[str]:
@@ -35,7 +38,15 @@ def guarded(command: list[str] | tuple[str, ...], owner: int | None = None) -> l
     ]
 
 
-def _alive(pid: int) -> bool:
+def end_with_parent() -> None:
+    """SIGTERM this process when the thread that started it ends (Linux's ``PR_SET_PDEATHSIG``; elsewhere nothing).
+    The guard asks it of its owner; the stage server of its ``privhar run``, and each stage of the server."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (a zombie counts: it is gone once its parent reaps it)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -74,13 +85,6 @@ def _end_group(child: subprocess.Popen) -> None:
     os.killpg(0, signal.SIGKILL)
 
 
-def _end_with_owner() -> None:
-    """SIGTERM this guard when the thread that started it ends (Linux's ``PR_SET_PDEATHSIG``)."""
-    from flows.lifetime import end_with_parent
-
-    end_with_parent()
-
-
 def main(argv: list[str]) -> int:
     if len(argv) < 3 or argv[1] != "--" or not argv[0].isdigit():
         print("usage: group_guard.py OWNER_PID -- COMMAND...", file=sys.stderr)
@@ -94,12 +98,11 @@ def main(argv: list[str]) -> int:
         _end_group(started[0])
 
     signal.signal(signal.SIGTERM, terminated)
-    signal.signal(
-        signal.SIGINT, signal.SIG_IGN
-    )  # an interrupt reaches the group's members; the guard waits
+    # an interrupt reaches the group's members; the guard waits for them
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if os.getppid() == owner:
-        _end_with_owner()
-    if not _alive(owner):
+        end_with_parent()
+    if not alive(owner):
         return 1
     started.append(subprocess.Popen(command))
     child = started[0]
@@ -107,12 +110,11 @@ def main(argv: list[str]) -> int:
         try:
             code = child.wait(timeout=POLL_SECONDS)
         except subprocess.TimeoutExpired:
-            if not _alive(owner):
+            if not alive(owner):
                 _end_group(child)
             continue
         return code if code >= 0 else 128 - code
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     sys.exit(main(sys.argv[1:]))

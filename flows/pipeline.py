@@ -69,7 +69,6 @@ def running_dvc(command: list[str], **popen: Any) -> Iterator[subprocess.Popen]:
     )
     try:
         yield process
-        process.wait()
     finally:
         if process.poll() is None:
             process.terminate()  # the guard: SIGTERM to dvc and its stages, SIGKILL after its grace

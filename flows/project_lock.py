@@ -18,6 +18,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from flows.group_guard import alive
 from tasks.core.errors import PrivharError
 
 LOCK_NAME = Path(".privhar") / "run.lock"
@@ -43,7 +44,7 @@ def holder_named(holder: Path) -> str:
     except OSError:
         return "another process"
     _, _, pid = named.rpartition("pid ")
-    if pid.isdigit() and not Path(f"/proc/{pid}").exists() and Path("/proc/self").exists():
+    if pid.isdigit() and not alive(int(pid)):
         return f"{named}, which has ended: its dvc and stages are stopping"
     return named or "another process"
 

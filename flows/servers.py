@@ -19,7 +19,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from flows.group_guard import guarded
+from flows.group_guard import alive, guarded
 from tasks.core.errors import PrivharError
 
 
@@ -53,13 +53,7 @@ def port_in_use(host: str, port: int) -> bool:
 def pid_alive(pid: int) -> bool:
     """Whether a process ``pid`` exists (a zombie child of ours is reaped first)."""
     _reap(pid)
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return alive(pid)
 
 
 def answers(url: str, timeout: float = 2.0) -> bool:

@@ -40,7 +40,7 @@ import time
 import traceback
 from collections.abc import Iterator
 
-from flows.lifetime import end_with_parent
+from flows.group_guard import end_with_parent
 from flows.stage_protocol import MESSAGE_LIMIT, SERVER_ENV
 from tasks.core.environ import exported
 from tasks.core.tracking import FORKED_ENV
