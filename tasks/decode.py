@@ -34,7 +34,7 @@ from tasks.core.manifest import (
     write_table,
 )
 from tasks.core.parallel import map_ordered, worker_count
-from tasks.core.params import BaseParams, DecodeParams, load_section
+from tasks.core.params import BaseParams, DecodeParams, load_decode, load_section
 from tasks.core.storage import atomic_directory, save_arrays, save_frames
 from tasks.core.tracking import stage_run, stage_work
 from tasks.core.video_reading import Geometry, Quarantined, read_video, resample_indices
@@ -117,7 +117,7 @@ def decode(
 ) -> list[dict[str, Any]]:
     """Run the stage on the manifest in folder ``source``; return the decoded rows (logged as MLflow run ``run_name``)."""
     base = load_section(params_path, "base", BaseParams)
-    params = load_section(params_path, "decode", DecodeParams)
+    params = load_decode(params_path)
     rows = read_manifest(source / MANIFEST_NAME)
     with (
         stage_run(run_name, {"base": base, "decode": params}) as run,

@@ -27,13 +27,13 @@ import polars as pl
 import torch
 from sklearn import metrics
 
+from tasks.core.checkpoints import load_checkpoint
 from tasks.core.clips import labels_of, load_clips, predict
 from tasks.core.device import resolve_device
 from tasks.core.errors import PrivharError
 from tasks.core.figures import plt, png_bytes
 from tasks.core.head_features import clip_features, frozen_digest, head_of, splits_at_head
 from tasks.core.manifest import MANIFEST_NAME, read_manifest
-from tasks.core.models import load_checkpoint
 from tasks.core.params import BaseParams, EvaluateParams, load_section
 from tasks.core.registry import checkpoint_digest
 from tasks.core.seeds import base_key, checkpoint_key, interval, seed_scores

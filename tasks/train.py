@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tasks.core.checkpoints import architecture_config, build_from_config, transfer_weights
 from tasks.core.clips import (
     augment,
     class_names,
@@ -45,8 +46,16 @@ from tasks.core.device import mixed_precision, resolve_device, to_device
 from tasks.core.errors import PrivharError
 from tasks.core.head_features import STATISTICS_KEY, feature_statistics, pooled_features
 from tasks.core.manifest import MANIFEST_NAME, read_manifest
-from tasks.core.models import create_video_classifier, group_norm, has_batch_norm, transfer_weights
-from tasks.core.params import BaseParams, ReportParams, TrainParams, family_seeds, load_section
+from tasks.core.models import has_batch_norm
+from tasks.core.params import (
+    BaseParams,
+    ModelParams,
+    ReportParams,
+    TrainParams,
+    family_seeds,
+    load_section,
+    load_train,
+)
 from tasks.core.plugins import Registry
 from tasks.core.privacy import NON_PRIVATE, data_guarantee, strongest
 from tasks.core.progress import progress
@@ -187,8 +196,10 @@ def _train_seed(
     key: str,
     frames: Path,
     run: StageRun,
+    weights: Path | None = None,
 ) -> tuple[nn.Module, list[dict[str, float]], float]:
-    """One training seed: a fresh model (fine-tuned from ``init``), its history and seconds.
+    """One training seed: a fresh model (fine-tuned from ``init``, else starting from ``weights``: model.weights),
+    its history and seconds.
 
     Seeded by method, not by key: on raw or protected clips the same initialisation and batch
     order, so two models of one seed differ only in the data they learnt from. Seed 0 keeps the
@@ -199,14 +210,7 @@ def _train_seed(
     generator = torch.Generator().manual_seed(
         derive_seed(base_seed, "train", params.method, "batches", *keys)
     )
-    model = create_video_classifier(
-        num_classes=len(data.classes),
-        width=params.width,
-        norm=group_norm(params.norm_groups),
-        dropout=params.dropout,
-        input_view=params.input,
-        head_pool=params.head_pool,
-    )
+    model = build_from_config(config, weights if init is None else None)
     if init is not None:
         transfer_weights(model, config, init / "model.pt")
     if has_batch_norm(model):
@@ -275,9 +279,8 @@ def train(
     if epochs is not None and epochs < 1:
         raise PrivharError(f"train: --epochs = {epochs} is invalid: expected an integer >= 1")
     # --epochs replaces train.epochs before it is checked: pretrain does not depend on train.epochs
-    params = load_section(
-        params_path, "train", TrainParams, overrides=None if epochs is None else {"epochs": epochs}
-    )
+    params = load_train(params_path, overrides=None if epochs is None else {"epochs": epochs})
+    model_params = load_section(params_path, "model", ModelParams)
     key, family = out.name, family or params.method
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", family):
         raise PrivharError(
@@ -301,12 +304,7 @@ def train(
     classes = class_names(rows)
     config = {
         "num_classes": len(classes),
-        "width": params.width,
-        "norm_groups": params.norm_groups,
-        "input": params.input,
-        "head_pool": params.head_pool,
-        "dropout": params.dropout,
-        "input_size": list(params.input_size),
+        **architecture_config(model_params, params),
         "clip_frames": int(train_rows[0]["n_frames"]),
         "classes": classes,
         "method": params.method,
@@ -317,7 +315,7 @@ def train(
     }
     run_name = "train" if key == params.method else f"train@{key}"
     privacy = strongest(METHOD_PRIVACY[params.method], data_guarantee(train_rows))
-    with stage_run(run_name, {"base": base, "train": params}) as run:
+    with stage_run(run_name, {"base": base, "train": params, "model": model_params}) as run:
         with atomic_directory(out) as staging:
             test_rows = split_rows(rows, "test")
             held_out = (
@@ -343,6 +341,7 @@ def train(
                     key,
                     frames,
                     run.prefixed(f"seed{seed}.") if seed else run,
+                    None if model_params.weights is None else Path(model_params.weights),
                 )
                 folder = seed_folder(staging, seed)
                 folder.mkdir(exist_ok=True)

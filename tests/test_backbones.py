@@ -1,24 +1,28 @@
 """The field's backbones (tasks/core/backbones.py, issue 34), each at a tiny clip: built, a written checkpoint of
-another label set loaded, made DP-ready, one DP-SGD step under Opacus with per-sample gradients, one evaluation
-pass, an MLflow signature with the clip's shape."""
-
-from dataclasses import replace
+another label set loaded, made DP-ready (exactly: the folded model computes what the published one did), put in
+privhar's block layout (the same logits; the head-feature cache and the tuning presets apply), one DP-SGD step under
+Opacus with per-sample gradients, one evaluation pass, an MLflow signature with the clip's shape, rebuilt from the
+config a stage saves."""
 
 import numpy as np
 import pytest
 import torch
 from torch import nn
 
-from tasks.core.backbones import BACKBONES, TUNING_PRESETS, backbone, dp_ready, load_weights, tune
+from tasks.core.backbones import BACKBONES, backbone, build_backbone, dp_ready, load_weights
+from tasks.core.checkpoints import build_from_config
+from tasks.core.clip_shapes import zoo_clip
 from tasks.core.errors import PrivharError
+from tasks.core.head_features import head_of, pooled_features, splits_at_head
+from tasks.core.models import head_name
+from tasks.core.selective import NAMED, select_trainable
 
 TINY = {"frames": 4, "size": 32}
 
 
 def published(name: str, classes: int) -> nn.Module:
     """The backbone as its source builds it, with BatchNorm statistics that are not the initial ones."""
-    entry = BACKBONES[name]
-    model = entry.build(classes, replace(entry.clip, **TINY))
+    model = BACKBONES[name].build(classes, zoo_clip(name, **TINY))
     model.train()
     generator = torch.Generator().manual_seed(1)
     with torch.no_grad():
@@ -38,9 +42,9 @@ def test_a_backbone_loads_a_checkpoint_and_takes_a_dp_sgd_step(name, tmp_path):
     from opacus import PrivacyEngine
     from opacus.validators import ModuleValidator
 
-    entry = BACKBONES[name]
-    clip = replace(entry.clip, **TINY)
-    write_checkpoint(published(name, classes=7), name, tmp_path / "weights.pt")
+    entry, clip = BACKBONES[name], zoo_clip(name, **TINY)
+    source = published(name, classes=7)
+    write_checkpoint(source, name, tmp_path / "weights.pt")
     model = entry.build(5, clip)
     dropped = load_weights(model, tmp_path / "weights.pt", entry)
     assert dropped and all(key.startswith(entry.classifier + ".") for key in dropped)
@@ -53,14 +57,27 @@ def test_a_backbone_loads_a_checkpoint_and_takes_a_dp_sgd_step(name, tmp_path):
         dp_ready(model, "folded")
         folded = model(clips)
     torch.testing.assert_close(folded, pretrained, rtol=1e-3, atol=1e-4)  # folding is exact
+    # in privhar's block layout, behind the clip adapter: the same logits for privhar's normalisation of a 4:3 clip
+    # whose centre square is the clip above
+    wrapped = build_backbone(name, 5, clip, weights=tmp_path / "weights.pt").eval()
+    head_of(wrapped).load_state_dict(model.get_submodule(entry.classifier).state_dict())
+    mean, std = (torch.tensor(value).view(1, 3, 1, 1, 1) for value in (clip.mean, clip.std))
+    wide = torch.zeros(3, 3, clip.frames, clip.size, clip.size * 4 // 3)
+    left = (wide.shape[-1] - clip.size) // 2
+    wide[..., left : left + clip.size] = (clips * std + mean - 0.45) / 0.225
+    with torch.no_grad():
+        logits = wrapped(wide)
+        cached = head_of(wrapped)(pooled_features(wrapped, wide))
+    torch.testing.assert_close(logits, folded, rtol=1e-3, atol=1e-4)
+    assert splits_at_head(wrapped)  # the head-feature cache applies: logits = head(pooled features)
+    torch.testing.assert_close(cached, logits)
+    model = wrapped
     assert ModuleValidator.validate(model.train(), strict=False) == []
-    head, norms, last = (tune(model, entry, preset) for preset in TUNING_PRESETS[1:])
-    assert head and all(key.startswith(entry.classifier + ".") for key in head)
+    head, norms, last = (select_trainable(model, preset) for preset in NAMED[1:])
+    assert head == [head_name(model) + ".weight", head_name(model) + ".bias"]
     assert set(head) < set(norms) and set(head) < set(last)
-    assert any(key.startswith(entry.last_stage + ".") for key in last)
-    assert len(tune(model, entry, "all")) == len(
-        list(model.parameters())
-    )  # every parameter, under DP-SGD
+    assert any(key.startswith(entry.last_stage) for key in last)
+    assert len(select_trainable(model, "all")) == len(list(model.parameters()))
     before = {
         key: value.detach().clone()
         for key, value in model.named_parameters()
@@ -93,6 +110,19 @@ def test_a_backbone_loads_a_checkpoint_and_takes_a_dp_sgd_step(name, tmp_path):
 
     signature = infer_signature(clips.numpy(), scores.numpy())
     assert tuple(signature.inputs.to_dict()[0]["tensor-spec"]["shape"]) == (-1, 3, 4, 32, 32)
+    # what a stage saves, the next rebuilds from the checkpoint's config alone
+    rebuilt = build_from_config(
+        {
+            "backbone": name,
+            "backbone_norm": "folded",
+            "backbone_frames": TINY["frames"],
+            "backbone_size": TINY["size"],
+            "num_classes": 5,
+        }
+    )
+    rebuilt.load_state_dict(private._module.state_dict())
+    with torch.no_grad():
+        torch.testing.assert_close(rebuilt.eval()(clips), scores)
 
 
 def test_group_norm_keeps_gamma_and_beta_and_passes_the_validator():
@@ -107,13 +137,13 @@ def test_a_checkpoint_that_does_not_fit_is_one_line(tmp_path):
     write_checkpoint(published("x3d_xs", classes=3), "x3d_xs", tmp_path / "x3d.pyth")
     entry = backbone("slow_r50")
     with pytest.raises(PrivharError) as refused:
-        load_weights(entry.build(3, replace(entry.clip, **TINY)), tmp_path / "x3d.pyth", entry)
+        load_weights(entry.build(3, zoo_clip("slow_r50", **TINY)), tmp_path / "x3d.pyth", entry)
     message = str(refused.value)
     assert message.startswith(f"{tmp_path / 'x3d.pyth'}: ") and "\n" not in message
     assert "shapes differ from slow_r50's" in message or "not a slow_r50 checkpoint" in message
     np.save(tmp_path / "frames.npy", np.zeros(3))
     with pytest.raises(PrivharError, match="cannot be read as a torch checkpoint"):
-        load_weights(entry.build(3, replace(entry.clip, **TINY)), tmp_path / "frames.npy", entry)
+        load_weights(entry.build(3, zoo_clip("slow_r50", **TINY)), tmp_path / "frames.npy", entry)
     with pytest.raises(
         PrivharError, match="model.backbone = 'resnet9000' is invalid: expected one of x3d_xs"
     ):

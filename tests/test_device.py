@@ -129,7 +129,7 @@ def test_dprp_on_the_gpu_matches_the_cpu_on_the_same_r():
 @pytest.mark.gpu
 @needs_gpu
 def test_train_on_the_gpu_saves_a_checkpoint_that_loads_on_the_cpu(tiny_decoded, tmp_path):
-    from tasks.core.models import load_checkpoint
+    from tasks.core.checkpoints import load_checkpoint
     from tasks.train import train
 
     params = tmp_path / "params.yaml"

@@ -157,10 +157,10 @@ def test_every_method_trains_each_epsilon_and_infinity(project, method):
 
 def test_the_public_model_holds_its_training_clips_feature_statistics(project):
     """The pretrain stage saves the public clips' pooled-feature mean and std; the private heads train on them."""
+    from tasks.core.checkpoints import load_checkpoint
     from tasks.core.clips import load_clips, normalise, split_rows
     from tasks.core.head_features import feature_statistics, stored_statistics
     from tasks.core.manifest import MANIFEST_NAME, read_manifest
-    from tasks.core.models import load_checkpoint
 
     folder, _, decoded = project
     path = folder / "data/pretrain/public/model.pt"

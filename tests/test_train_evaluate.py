@@ -14,8 +14,8 @@ import pytest
 import torch
 from scipy import stats
 
+from tasks.core.checkpoints import load_checkpoint
 from tasks.core.errors import PrivharError
-from tasks.core.models import load_checkpoint
 from tasks.core.registry import checkpoint_digest, newest_version, record_scores
 from tasks.evaluate import confusion_matrix, evaluate, top_k_accuracy
 from tasks.train import train
@@ -195,7 +195,8 @@ def test_top_k_and_confusion():
 
 
 def test_fine_tuning_takes_the_public_backbone_and_a_fresh_classifier(trained, tmp_path):
-    from tasks.core.models import CLASSIFIER, build_from_config, transfer_weights
+    from tasks.core.checkpoints import build_from_config, transfer_weights
+    from tasks.core.models import CLASSIFIER
     from tests.conftest import write_params
 
     folder, _ = trained

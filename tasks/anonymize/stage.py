@@ -43,7 +43,14 @@ from tasks.core.manifest import (
     write_table,
 )
 from tasks.core.parallel import map_ordered, worker_count
-from tasks.core.params import AnonymizeParams, BaseParams, DataParams, DecodeParams, load_section
+from tasks.core.params import (
+    AnonymizeParams,
+    BaseParams,
+    DataParams,
+    DecodeParams,
+    load_decode,
+    load_section,
+)
 from tasks.core.speed import write_speed
 from tasks.core.storage import atomic_directory, load_frames, save_arrays, save_frames
 from tasks.core.tracking import stage_run, stage_work
@@ -147,7 +154,7 @@ def anonymize(
     """Protect every clip of the decoded manifest in ``frames`` with ``method``; its measured frames/s to ``speed_path``."""
     base = load_section(params_path, "base", BaseParams)
     params = load_section(params_path, "anonymize", AnonymizeParams)
-    decode = load_section(params_path, "decode", DecodeParams)
+    decode = load_decode(params_path)
     source_kind = resolve_source(params, load_section(params_path, "data", DataParams).source)
     if method not in params.methods:
         raise PrivharError(

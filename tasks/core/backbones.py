@@ -1,13 +1,12 @@
 """The field's video backbones (issue 34): pytorchvideo's and torchvision's builders, made DP-ready.
 
 The seed papers fine-tune Kinetics-pretrained R(2+1)D / I3D / MViT-class models on UCF101 / HMDB51. Each entry
-of :data:`BACKBONES` builds one of them for a label set, with the clip shape its weights were trained on (frames,
-frame rate, crop, normalisation: the model zoo's own settings), the name of its classifier (the one layer tied
-to the label set: a checkpoint's classifier is dropped when the label sets differ) and of its last stage (for the
-``last_stage_and_head`` tuning preset).
+of :data:`BACKBONES` builds one of them for a label set at a clip shape (:mod:`tasks.core.clip_shapes`: the model
+zoo's frames, frame rate, crop and normalisation), with the name of its classifier (the one layer tied to the label
+set: a checkpoint's classifier is dropped when the label sets differ).
 
 DP-SGD (Opacus) cannot train BatchNorm: it mixes the samples of a batch, so no per-sample gradient exists.
-:func:`dp_ready` replaces every BatchNorm after the weights are loaded, in one of two ways:
+:func:`dp_ready` replaces every BatchNorm after the weights are loaded, in one of two ways (``model.norm``):
 
 - ``folded``: the layer's running statistics folded into a per-channel scale and shift (a depthwise 1×1×1
   convolution, which Opacus trains): exact — the converted model computes what the pretrained one computed in
@@ -15,6 +14,14 @@ DP-SGD (Opacus) cannot train BatchNorm: it mixes the samples of a batch, so no p
 - ``group``: GroupNorm over the same channels with the layer's γ and β; the running statistics are lost (GroupNorm
   normalises each sample by its own group statistics), so the pretrained activations shift until fine-tuning
   has adapted to it.
+
+:func:`build_backbone` then gives every backbone the shape of privhar's own classifier (a pytorchvideo ``Net``
+whose last block is a ``ResNetBasicHead`` of global pool ─ dropout ─ linear), so every stage — the head-feature
+cache, selective tuning, the federated tail, evaluation — treats them alike:
+
+    blocks.0  ClipAdapter: privhar's normalised clip → the backbone's normalisation, centre square crop
+    blocks.1… the backbone's own layers (their parameters as published, under new prefixes)
+    blocks.L  ResNetBasicHead: global pool ─ dropout ─ proj (the classifier)
 
 Weights come from a local file (:func:`load_weights`): a pytorchvideo model-zoo ``.pyth`` (``model_state``), a
 torchvision ``.pth`` (a bare state dict) or a privhar ``model.pt`` (``state_dict``); nothing is downloaded.
@@ -28,50 +35,97 @@ from pathlib import Path
 from typing import Literal
 
 import torch
+from pytorchvideo.models.head import ResNetBasicHead
 from torch import nn
+from torchvision.models.video.resnet import BasicBlock
 
+from tasks.core.clip_shapes import ClipShape
+from tasks.core.clips import MEAN, STD
 from tasks.core.errors import PrivharError
+from tasks.core.models import FoldedNorm, VideoClassifier
 
 Norm = Literal["folded", "group"]
-TUNING_PRESETS = ("all", "head", "norms_and_head", "last_stage_and_head")
-KINETICS_MEAN, KINETICS_STD = (0.45, 0.45, 0.45), (0.225, 0.225, 0.225)
-SOURCE_FPS = 30.0  # the model zoo's sampling rates count frames of a 30 fps video
-
-
-@dataclass(frozen=True)
-class ClipShape:
-    """The clips a backbone's weights were trained on: ``frames`` sampled every ``sampling_rate`` frames of a 30 fps
-    video, centre-cropped to ``size`` × ``size``, normalised by ``mean`` / ``std`` (on 0..1 values)."""
-
-    frames: int
-    size: int
-    sampling_rate: int
-    mean: tuple[float, float, float] = KINETICS_MEAN
-    std: tuple[float, float, float] = KINETICS_STD
-
-    @property
-    def fps(self) -> float:
-        """The frame rate a decoder samples at to give these clips."""
-        return SOURCE_FPS / self.sampling_rate
 
 
 @dataclass(frozen=True)
 class Backbone:
-    """One catalogue entry: ``build(num_classes, clip)`` gives the model (BatchNorm as published) for ``clip``."""
+    """One catalogue entry: ``build(num_classes, clip)`` gives the model (BatchNorm as published) for ``clip``;
+    ``blocks(model)`` its layers as privhar's blocks (the last a ``ResNetBasicHead``); ``last_stage`` the
+    parameter-name prefixes, in those blocks, of what ``last_stage_and_head`` trains besides the head."""
 
     name: str
-    clip: ClipShape
     build: Callable[[int, ClipShape], nn.Module]
+    blocks: Callable[[nn.Module], list[nn.Module]]
     classifier: str
-    last_stage: str
+    last_stage: tuple[str, ...]
+
+
+def _head(*, proj: nn.Linear, dropout: nn.Module | None) -> ResNetBasicHead:
+    """Global average pool ─ dropout ─ ``proj``: what the head-feature cache and the federated tail expect."""
+    return ResNetBasicHead(
+        pool=nn.AdaptiveAvgPool3d(1),
+        dropout=dropout,
+        proj=proj,
+        output_pool=nn.AdaptiveAvgPool3d(1),
+    )
+
+
+class ClipAdapter(nn.Module):
+    """privhar's normalised clip (:func:`tasks.core.clips.normalise`) → the backbone's: its own mean and std, the
+    centre square of the frame (decode keeps 4:3 frames of short side ``size``). No parameters: part of the model, so
+    training, evaluation and the registry's pyfunc feed every backbone the same clips."""
+
+    def __init__(self, clip: ClipShape) -> None:
+        super().__init__()
+        scale = torch.tensor(STD) / torch.tensor(clip.std)
+        shift = (torch.tensor(MEAN) - torch.tensor(clip.mean)) / torch.tensor(clip.std)
+        self.register_buffer("scale", scale.view(1, 3, 1, 1, 1))
+        self.register_buffer("shift", shift.view(1, 3, 1, 1, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        height, width = x.shape[-2:]
+        side = min(height, width)
+        top, left = (height - side) // 2, (width - side) // 2
+        return x[..., top : top + side, left : left + side] * self.scale + self.shift
+
+
+class OutOfPlaceBlock(BasicBlock):
+    """torchvision's R(2+1)-D block with its residual added out of place (``out += residual`` modifies the output of
+    a layer Opacus hooks, which autograd forbids); the same parameters and state-dict keys."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        residual = x if self.downsample is None else self.downsample(x)
+        return self.relu(self.conv2(self.conv1(x)) + residual)
+
+
+class TokenPool(nn.Module):
+    """MViT's class-token pool as a trunk's last layer: (N, tokens, C) → (N, C, 1, 1, 1), the head's input shape."""
+
+    def __init__(self, sequence_pool: nn.Module) -> None:
+        super().__init__()
+        self.sequence_pool = sequence_pool
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.sequence_pool(x)[:, :, None, None, None]
 
 
 def _x3d(num_classes: int, clip: ClipShape) -> nn.Module:
     from pytorchvideo.models.x3d import create_x3d
 
-    return create_x3d(
-        input_clip_length=clip.frames, input_crop_size=clip.size, model_num_class=num_classes
+    return (
+        create_x3d(  # logits, not the zoo's softmax: the losses take logits (no parameter differs)
+            input_clip_length=clip.frames,
+            input_crop_size=clip.size,
+            model_num_class=num_classes,
+            head_activation=None,
+        )
     )
+
+
+def _x3d_blocks(model: nn.Module) -> list[nn.Module]:
+    """X3D's stem and stages, its projected pool (conv ─ norm ─ pool ─ conv) as a block of its own, the head."""
+    head = model.blocks[-1]
+    return [*model.blocks[:-1], head.pool, _head(proj=head.proj, dropout=head.dropout)]
 
 
 def _slow_r50(num_classes: int, clip: ClipShape) -> nn.Module:
@@ -85,23 +139,30 @@ def _slow_r50(num_classes: int, clip: ClipShape) -> nn.Module:
     )
 
 
+def _net_blocks(model: nn.Module) -> list[nn.Module]:
+    head = model.blocks[-1]
+    return [*model.blocks[:-1], _head(proj=head.proj, dropout=head.dropout)]
+
+
 def _r2plus1d_r18(num_classes: int, clip: ClipShape) -> nn.Module:
     from torchvision.models.video import r2plus1d_18
-    from torchvision.models.video.resnet import BasicBlock
-
-    class OutOfPlaceBlock(BasicBlock):
-        """torchvision's block with its residual added out of place (``out += residual`` modifies the output of a
-        layer Opacus hooks, which autograd forbids); the same parameters and state-dict keys."""
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            residual = x if self.downsample is None else self.downsample(x)
-            return self.relu(self.conv2(self.conv1(x)) + residual)
 
     model = r2plus1d_18(weights=None, num_classes=num_classes)
     for module in model.modules():
         if type(module) is BasicBlock:
             module.__class__ = OutOfPlaceBlock
     return model
+
+
+def _torchvision_blocks(model: nn.Module) -> list[nn.Module]:
+    return [
+        model.stem,
+        model.layer1,
+        model.layer2,
+        model.layer3,
+        model.layer4,
+        _head(proj=model.fc, dropout=None),
+    ]
 
 
 def _mvit_base_16x4(num_classes: int, clip: ClipShape) -> nn.Module:
@@ -120,21 +181,26 @@ def _mvit_base_16x4(num_classes: int, clip: ClipShape) -> nn.Module:
     )
 
 
+def _mvit_blocks(model: nn.Module) -> list[nn.Module]:
+    """The transformer up to its class token as one block (its blocks pass token-grid shapes along), the head."""
+    head = model.head
+    model.head = TokenPool(head.sequence_pool)
+    return [model, _head(proj=head.proj, dropout=head.dropout)]
+
+
 BACKBONES: dict[str, Backbone] = {
     entry.name: entry
     for entry in (
-        Backbone("x3d_xs", ClipShape(4, 160, 12), _x3d, "blocks.5.proj", "blocks.4"),
-        Backbone("x3d_s", ClipShape(13, 160, 6), _x3d, "blocks.5.proj", "blocks.4"),
+        Backbone("x3d_xs", _x3d, _x3d_blocks, "blocks.5.proj", ("blocks.5.", "blocks.6.")),
+        Backbone("x3d_s", _x3d, _x3d_blocks, "blocks.5.proj", ("blocks.5.", "blocks.6.")),
+        Backbone("r2plus1d_r18", _r2plus1d_r18, _torchvision_blocks, "fc", ("blocks.5.",)),
+        Backbone("slow_r50", _slow_r50, _net_blocks, "blocks.5.proj", ("blocks.5.",)),
         Backbone(
-            "r2plus1d_r18",
-            ClipShape(16, 112, 2, (0.43216, 0.394666, 0.37645), (0.22803, 0.22145, 0.216989)),
-            _r2plus1d_r18,
-            "fc",
-            "layer4",
-        ),
-        Backbone("slow_r50", ClipShape(8, 224, 8), _slow_r50, "blocks.5.proj", "blocks.4"),
-        Backbone(
-            "mvit_base_16x4", ClipShape(16, 224, 4), _mvit_base_16x4, "head.proj", "blocks.15"
+            "mvit_base_16x4",
+            _mvit_base_16x4,
+            _mvit_blocks,
+            "head.proj",
+            ("blocks.1.blocks.15.", "blocks.1.norm_embed."),
         ),
     )
 }
@@ -203,29 +269,6 @@ def load_weights(model: nn.Module, path: Path, entry: Backbone) -> list[str]:
     return kept
 
 
-class FoldedNorm(nn.Conv3d):
-    """A BatchNorm's eval-mode transform, ``γ (x − μ) / √(σ² + ε) + β``, as a trainable depthwise 1×1×1 convolution
-    (a per-channel scale and shift, no statistics across samples). Inputs of 2 to 5 dimensions, as BatchNorm1-3d."""
-
-    def __init__(self, norm: nn.modules.batchnorm._BatchNorm) -> None:
-        channels = norm.num_features
-        super().__init__(channels, channels, kernel_size=1, groups=channels, bias=True)
-        with torch.no_grad():
-            mean = norm.running_mean if norm.running_mean is not None else torch.zeros(channels)
-            var = norm.running_var if norm.running_var is not None else torch.ones(channels)
-            scale = 1.0 / torch.sqrt(var + norm.eps)
-            gamma = norm.weight if norm.weight is not None else torch.ones(channels)
-            beta = norm.bias if norm.bias is not None else torch.zeros(channels)
-            self.weight.copy_((gamma * scale).view(channels, 1, 1, 1, 1))
-            self.bias.copy_(beta - mean * gamma * scale)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dim() == 5:
-            return super().forward(x)
-        shaped = x.reshape(*x.shape, *([1] * (5 - x.dim())))
-        return super().forward(shaped).reshape(x.shape)
-
-
 def _groups(channels: int, most: int = 32) -> int:
     return max(d for d in range(1, min(most, channels) + 1) if channels % d == 0)
 
@@ -254,33 +297,24 @@ def dp_ready(model: nn.Module, norm: Norm = "folded") -> nn.Module:
     return model
 
 
-NORM_LAYERS = (nn.GroupNorm, nn.LayerNorm, FoldedNorm)
-
-
-def tune(model: nn.Module, entry: Backbone, preset: str) -> list[str]:
-    """Make only ``preset``'s parameters trainable (selective tuning, paper 003); return their names.
-
-    ``head``: the classifier; ``norms_and_head``: every normalisation layer too; ``last_stage_and_head``: the last
-    stage too; ``all``: everything."""
-    if preset not in TUNING_PRESETS:
-        raise PrivharError(
-            f"tuning preset {preset!r} is invalid: expected one of {', '.join(TUNING_PRESETS)}"
-        )
-    norms = {
-        f"{name}.{parameter}"
-        for name, module in model.named_modules()
-        if isinstance(module, NORM_LAYERS)
-        for parameter, _ in module.named_parameters(recurse=False)
-    }
-    trained = []
-    for name, parameter in model.named_parameters():
-        wanted = (
-            preset == "all"
-            or name.startswith(entry.classifier + ".")
-            or (preset == "norms_and_head" and name in norms)
-            or (preset == "last_stage_and_head" and name.startswith(entry.last_stage + "."))
-        )
-        parameter.requires_grad_(wanted)
-        if wanted:
-            trained.append(name)
-    return trained
+def build_backbone(
+    name: str,
+    num_classes: int,
+    clip: ClipShape,
+    *,
+    weights: Path | None = None,
+    norm: Norm = "folded",
+) -> VideoClassifier:
+    """``name`` for ``num_classes`` at ``clip``: ``weights`` loaded (its classifier kept only for the same label
+    set), BatchNorm replaced by ``norm``, in privhar's block layout (module docstring); ``last_stage`` set on it."""
+    entry = backbone(name)
+    model = entry.build(num_classes, clip)
+    if weights is not None:
+        load_weights(model, weights, entry)
+    dp_ready(model, norm)
+    blocks = nn.ModuleList([ClipAdapter(clip), *entry.blocks(model)])
+    state = {name: tensor.clone() for name, tensor in blocks.state_dict().items()}
+    classifier = VideoClassifier(blocks=blocks)  # pytorchvideo's Net initialises every layer again ...
+    classifier.blocks.load_state_dict(state)  # ... so the loaded and folded weights go back in
+    classifier.last_stage = entry.last_stage
+    return classifier

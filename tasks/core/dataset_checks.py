@@ -37,7 +37,9 @@ from tasks.core.params import (
     PrivateParams,
     SynthesizeParams,
     TrainParams,
+    load_decode,
     load_section,
+    load_train,
 )
 from tasks.core.partition import partition
 from tasks.core.privacy import check_delta
@@ -154,8 +156,8 @@ def _check_sizes(params_path: Path, rows: list[dict[str, Any]], where: str) -> N
     """The clip shape and memory checks, when the sections they read are valid: an invalid one is the error of the
     stage that reads it (its own one line, from its task), not a problem of the dataset."""
     try:
-        decode = load_section(params_path, "decode", DecodeParams)
-        train = load_section(params_path, "train", TrainParams)
+        decode = load_decode(params_path)
+        train = load_train(params_path)
         ldp = load_section(params_path, "ldp", LdpParams)
     except PrivharError:
         return

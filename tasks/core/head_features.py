@@ -28,7 +28,7 @@ from torch import nn
 
 from tasks.core.clips import normalise
 from tasks.core.device import mixed_precision, to_device
-from tasks.core.models import CLASSIFIER as HEAD
+from tasks.core.models import head_name
 
 LOG = logging.getLogger(__name__)
 STATISTICS_KEY = "head_features"  # where a checkpoint keeps the public feature statistics
@@ -36,7 +36,7 @@ MIN_STD = 1e-3  # a feature that never varies on the public clips is centred, no
 
 
 def head_of(model: nn.Module) -> nn.Linear:
-    return model.get_submodule(HEAD)
+    return model.get_submodule(head_name(model))
 
 
 @torch.no_grad()
@@ -70,8 +70,9 @@ def splits_at_head(model: nn.Module) -> bool:
 def frozen_digest(model: nn.Module) -> str:
     """SHA-256 of everything but the classifier: the layers' structure and every other tensor's bytes."""
     digest = hashlib.sha256(repr(model.blocks[:-1]).encode() + repr(model.blocks[-1].pool).encode())
+    head = head_name(model) + "."
     for name, tensor in sorted(model.state_dict().items()):
-        if not name.startswith(HEAD + "."):
+        if not name.startswith(head):
             digest.update(
                 name.encode() + str(tensor.dtype).encode() + str(tuple(tensor.shape)).encode()
             )

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from pathlib import Path
 
 import torch
 from pytorchvideo.models.head import ResNetBasicHead
@@ -32,7 +31,6 @@ from pytorchvideo.models.stem import ResNetBasicStem, create_res_basic_stem
 from torch import nn
 
 import tasks.torchvision_compat  # noqa: F401  (before pytorchvideo imports torchvision)
-from tasks.core.errors import PrivharError
 from tasks.core.plugins import Registry
 
 
@@ -45,6 +43,29 @@ class GroupNorm3d(nn.GroupNorm):
         super().__init__(
             num_groups=_divisor_at_most(groups, num_features), num_channels=num_features, eps=eps
         )
+
+
+class FoldedNorm(nn.Conv3d):
+    """A BatchNorm's eval-mode transform, ``γ (x − μ) / √(σ² + ε) + β``, as a trainable depthwise 1×1×1 convolution
+    (a per-channel scale and shift, no statistics across samples). Inputs of 2 to 5 dimensions, as BatchNorm1-3d."""
+
+    def __init__(self, norm: nn.modules.batchnorm._BatchNorm) -> None:
+        channels = norm.num_features
+        super().__init__(channels, channels, kernel_size=1, groups=channels, bias=True)
+        with torch.no_grad():
+            mean = norm.running_mean if norm.running_mean is not None else torch.zeros(channels)
+            var = norm.running_var if norm.running_var is not None else torch.ones(channels)
+            scale = 1.0 / torch.sqrt(var + norm.eps)
+            gamma = norm.weight if norm.weight is not None else torch.ones(channels)
+            beta = norm.bias if norm.bias is not None else torch.zeros(channels)
+            self.weight.copy_((gamma * scale).view(channels, 1, 1, 1, 1))
+            self.bias.copy_(beta - mean * gamma * scale)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() == 5:
+            return super().forward(x)
+        shaped = x.reshape(*x.shape, *([1] * (5 - x.dim())))
+        return super().forward(shaped).reshape(x.shape)
 
 
 class VideoClassifier(Net):
@@ -200,67 +221,9 @@ def has_batch_norm(model: nn.Module) -> bool:
     return any(isinstance(module, nn.modules.batchnorm._BatchNorm) for module in model.modules())
 
 
-CLASSIFIER = "blocks.4.proj"  # the final linear layer: the one part tied to the label set
+CLASSIFIER = "blocks.4.proj"  # the final linear layer of privhar's classifier: the one part tied to the label set
 
 
-def transfer_weights(model: nn.Module, config: dict, checkpoint: Path) -> None:
-    """Load a pretrained model's weights into ``model`` (built from ``config``), all but its classifier.
-
-    The classifier stays as ``model`` initialised it: the pretrained one belongs to the public
-    data's label set (as Kinetics-400's head is not UCF101's), so every fine-tuning learns its
-    own from the data it is given — for a private method, under its privacy guarantee.
-    """
-    if not checkpoint.is_file():
-        raise PrivharError(
-            f"{checkpoint}: not found; expected a trained model (run the pretrain stage)"
-        )
-    stored = torch.load(checkpoint, map_location="cpu", weights_only=True)
-    for name in ("width", "norm_groups", "input_size", "input", "head_pool"):
-        if _architecture(stored["config"], name) != _architecture(config, name):
-            raise PrivharError(
-                f"{checkpoint}: its {name} {_architecture(stored['config'], name)} differs from this "
-                f"model's {_architecture(config, name)}; pretrain with the same train params"
-            )
-    backbone = {
-        name: value
-        for name, value in stored["state_dict"].items()
-        if not name.startswith(CLASSIFIER + ".")
-    }
-    missing, unexpected = model.load_state_dict(backbone, strict=False)
-    if unexpected or any(not name.startswith(CLASSIFIER + ".") for name in missing):
-        raise PrivharError(
-            f"{checkpoint}: its layers do not match this model's (missing {missing}, unexpected {unexpected})"
-        )
-
-
-# what a checkpoint saved before the input view and head pool were params was built with
-ARCHITECTURE_DEFAULTS = {"input": "rgb", "head_pool": "avg"}
-
-
-def _architecture(config: dict, name: str) -> object:
-    return config.get(name, ARCHITECTURE_DEFAULTS.get(name))
-
-
-def build_from_config(config: dict) -> nn.Module:
-    """Rebuild a classifier from the ``config`` saved in its checkpoint."""
-    return create_video_classifier(
-        num_classes=config["num_classes"],
-        width=config["width"],
-        norm=group_norm(config["norm_groups"]),
-        dropout=config["dropout"],
-        input_view=str(_architecture(config, "input")),
-        head_pool=str(_architecture(config, "head_pool")),
-    )
-
-
-def checkpoint_config(path: Path) -> dict:
-    """The config saved in a checkpoint, without building its model."""
-    return torch.load(path, map_location="cpu", weights_only=True)["config"]
-
-
-def load_checkpoint(path: str) -> tuple[nn.Module, dict]:
-    """A trained classifier in eval mode, and its config."""
-    checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    model = build_from_config(checkpoint["config"])
-    model.load_state_dict(checkpoint["state_dict"])
-    return model.eval(), checkpoint["config"]
+def head_name(model: nn.Module) -> str:
+    """The classifier of a model in privhar's block layout (its own and every backbone's): the last block's ``proj``."""
+    return f"blocks.{len(model.blocks) - 1}.proj"

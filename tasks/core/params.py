@@ -17,6 +17,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
 from tasks.core.anonymize_catalogue import ANONYMIZE_PATTERN
+from tasks.core.clip_shapes import BACKBONE_NAMES, zoo_clip
 from tasks.core.errors import PrivharError
 from tasks.core.private_catalogue import PRIVATE_METHODS
 
@@ -102,6 +103,20 @@ class TrainParams(Section):
     head_pool: str = "max"  # tasks.core.models.HEAD_POOLS: avg | max
     dropout: Annotated[float, Field(ge=0.0, lt=1.0)]
     threads: Annotated[int, Field(ge=0, le=256)]  # 0: torch's default
+
+
+class ModelParams(Section):
+    """The network every classifier trains (issue 34): privhar's small 3-D ResNet or a model-zoo backbone."""
+
+    backbone: Literal[BACKBONE_NAMES]  # type: ignore[valid-type]  # tasks.core.clip_shapes
+    weights: str | None = (
+        None  # a local checkpoint the pretrain stage starts from (.pyth, .pth, model.pt)
+    )
+    norm: Literal["folded", "group"] = (
+        "folded"  # what replaces BatchNorm (tasks.core.backbones.dp_ready)
+    )
+    frames: PositiveInt | None = None  # the backbone's clip length instead of its own
+    size: Annotated[int, Field(ge=16, le=1024)] | None = None  # its crop instead of its own
 
 
 class EvaluateParams(Section):
@@ -455,6 +470,7 @@ SECTIONS: dict[str, type[Section]] = {
     "synthesize": SynthesizeParams,
     "decode": DecodeParams,
     "train": TrainParams,
+    "model": ModelParams,
     "evaluate": EvaluateParams,
     "dprp": DprpParams,
     "anonymize": AnonymizeParams,
@@ -538,3 +554,24 @@ def load_section(
     parsed = parse_section(raw, section, path=Path(path))
     assert isinstance(parsed, model)
     return parsed
+
+
+def load_decode(path: Path) -> DecodeParams:
+    """The decode section with a model-zoo backbone's clip in place of its frames, fps and frame size
+    (:mod:`tasks.core.clip_shapes`): every stage that samples videos samples them alike."""
+    decode = load_section(path, "decode", DecodeParams)
+    model = load_section(path, "model", ModelParams)
+    clip = zoo_clip(model.backbone, model.frames, model.size)
+    if clip is None:
+        return decode
+    return decode.model_copy(
+        update={"frames": clip.frames, "fps": clip.fps, "frame_size": clip.frame_size}
+    )
+
+
+def load_train(path: Path, overrides: dict[str, Any] | None = None) -> TrainParams:
+    """The train section (``overrides`` first) with a model-zoo backbone's decoded frame size as its input size."""
+    train = load_section(path, "train", TrainParams, overrides=overrides)
+    model = load_section(path, "model", ModelParams)
+    clip = zoo_clip(model.backbone, model.frames, model.size)
+    return train if clip is None else train.model_copy(update={"input_size": clip.frame_size})

@@ -1,11 +1,12 @@
 """Selective tuning (paper 003 §3, eq. 8-10): train a named subset θ_t of the parameters, freeze the rest.
 
-``private.trainable`` names the subset of the classifier of :mod:`tasks.core.models`:
+``private.trainable`` names the subset of the classifier of :mod:`tasks.core.models` or a backbone of
+:mod:`tasks.core.backbones` (both: blocks whose last is the head):
 
     all                   every parameter
-    head                  the final linear layer (blocks.4.proj)
-    norms_and_head        every GroupNorm weight and bias, and the head (003's choice for CNNs)
-    last_stage_and_head   the last residual stage (blocks.3) and the head
+    head                  the final linear layer (blocks.<last>.proj: blocks.4.proj of privhar's model)
+    norms_and_head        every normalisation layer's weight and bias, and the head (003's choice for CNNs)
+    last_stage_and_head   the last stage (blocks.3 of privhar's model; a backbone names its own) and the head
     <regex>               parameters whose name matches (re.search)
 
 Frozen parameters get ``requires_grad = False``: Opacus then computes no per-sample gradient
@@ -22,20 +23,44 @@ import re
 from torch import nn
 
 from tasks.core.errors import PrivharError
-from tasks.core.models import has_batch_norm
+from tasks.core.models import FoldedNorm, has_batch_norm
 
-NAMED = {
-    "all": r".",
-    "head": r"^blocks\.4\.",
-    "norms_and_head": r"(norm[^.]*\.(weight|bias)$)|(^blocks\.4\.)",
-    "last_stage_and_head": r"^blocks\.(3|4)\.",
-}
+NAMED = ("all", "head", "norms_and_head", "last_stage_and_head")
+
+
+def _head_block(model: nn.Module) -> str:
+    return f"blocks.{len(model.blocks) - 1}."
+
+
+def _norm_names(model: nn.Module) -> set[str]:
+    """Parameters of the normalisation layers: GroupNorm / LayerNorm, and a BatchNorm folded into a scale and shift."""
+    return {
+        f"{name}.{parameter}"
+        for name, module in model.named_modules()
+        if isinstance(module, (nn.GroupNorm, nn.LayerNorm, FoldedNorm))
+        for parameter, _ in module.named_parameters(recurse=False)
+    }
+
+
+def _named_preset(model: nn.Module, choice: str) -> set[str]:
+    """The parameter names of a named preset, for privhar's classifier and every backbone alike: the head is the
+    last block's ``proj``, the last stage the prefixes the model names (``last_stage``) or the block before the head."""
+    head = _head_block(model) + "proj."
+    last = getattr(model, "last_stage", (f"blocks.{len(model.blocks) - 2}.",))
+    names = [name for name, _ in model.named_parameters()]
+    if choice == "all":
+        return set(names)
+    if choice == "head":
+        return {name for name in names if name.startswith(head)}
+    if choice == "norms_and_head":
+        return _norm_names(model) | {name for name in names if name.startswith(head)}
+    return {name for name in names if name.startswith((head, *last))}
 
 
 def trainable_pattern(choice: str) -> re.Pattern[str]:
-    """The regular expression a ``private.trainable`` value stands for."""
+    """The regular expression a ``private.trainable`` value other than a named preset stands for."""
     try:
-        return re.compile(NAMED.get(choice, choice))
+        return re.compile(choice)
     except re.error as error:
         raise PrivharError(
             f"private.trainable = {choice!r} is invalid: not a name ({', '.join(NAMED)}) "
@@ -45,10 +70,16 @@ def trainable_pattern(choice: str) -> re.Pattern[str]:
 
 def select_trainable(model: nn.Module, choice: str) -> list[str]:
     """Freeze every parameter outside ``choice``; return the trainable names (one line if none match)."""
-    pattern = trainable_pattern(choice)
+    chosen = (
+        _named_preset(model, choice)
+        if choice in NAMED
+        else {
+            name for name, _ in model.named_parameters() if trainable_pattern(choice).search(name)
+        }
+    )
     names = []
     for name, parameter in model.named_parameters():
-        parameter.requires_grad_(bool(pattern.search(name)))
+        parameter.requires_grad_(name in chosen)
         if parameter.requires_grad:
             names.append(name)
     if not names:

@@ -44,7 +44,6 @@ from tasks.core.clips import augment, labels_of, load_clips, normalise, split_ro
 from tasks.core.device import resolve_device
 from tasks.core.errors import PrivharError
 from tasks.core.head_features import (
-    HEAD,
     fold_standardisation,
     head_of,
     pooled_features,
@@ -52,6 +51,7 @@ from tasks.core.head_features import (
     standardise,
 )
 from tasks.core.manifest import MANIFEST_NAME, quarantined, read_manifest, resolve_path
+from tasks.core.models import head_name
 from tasks.core.params import (
     BaseParams,
     PrivacyParams,
@@ -330,7 +330,7 @@ def prepare_inputs(
     data, no_public_view = _training_views(method, rows, frames, masks, size, params, base.seed)
     data.owners = owners  # None: every video is its own unit
     trainable_names = select_trainable(pretrained, params.trainable)
-    head_only = all(name.startswith(HEAD + ".") for name in trainable_names)
+    head_only = all(name.startswith(head_name(pretrained) + ".") for name in trainable_names)
     pretrained.to(device)
     data = data.to(device)  # per-sample gradients and clipping run there in float32 (no autocast)
     statistics = public_statistics(init) if head_only else None
