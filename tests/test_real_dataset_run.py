@@ -110,6 +110,22 @@ LAYOUTS = {
     "ucf101": (real_ucf101, "v_Waving_g10_c01"),
     "hmdb51": (real_hmdb51, "Yard_10_wave_u_cm_np1_fr_bad_3"),
 }
+# issue 34: each folder trains a model-zoo backbone from a checkpoint in its source's layout, at a tiny clip of its own
+BACKBONE_OF = {"ucf101": "x3d_xs", "hmdb51": "r2plus1d_r18"}
+TINY_CLIP = {"frames": 4, "size": 32}
+
+
+def zoo_checkpoint(name: str, path: Path) -> None:
+    """A checkpoint of backbone ``name`` for 7 classes (not the folder's): pytorchvideo's zoo keeps ``model_state``,
+    torchvision a bare state dict."""
+    import torch
+
+    from tasks.core.backbones import BACKBONES
+    from tasks.core.clip_shapes import zoo_clip
+
+    torch.manual_seed(3)
+    state = BACKBONES[name].build(7, zoo_clip(name, **TINY_CLIP)).state_dict()
+    torch.save(state if name == "r2plus1d_r18" else {"model_state": state}, path)
 
 
 @pytest.fixture(scope="module", params=sorted(LAYOUTS))
@@ -117,6 +133,8 @@ def project(request, tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp(request.param)
     build, _ = LAYOUTS[request.param]
     build(folder / "videos")
+    backbone = BACKBONE_OF[request.param]
+    zoo_checkpoint(backbone, folder / "weights.pt")
     ensemble = (
         ["mediapipe", "hog", "motion", "faces"] if HAS_MEDIAPIPE else ["hog", "motion", "faces"]
     )
@@ -134,6 +152,7 @@ def project(request, tmp_path_factory) -> Path:
                 "min_coverage": 0.0,
             },
             "report": {"seeds": 1},
+            "model": {"backbone": backbone, "weights": str(folder / "weights.pt"), **TINY_CLIP},
         },
     )
 
@@ -151,9 +170,8 @@ def test_a_real_folder_runs_to_the_report_and_the_registry(project):
         row["video_id"]: row["reason"]
         for row in _parquet(project / "data/decode/quarantine.parquet")
     }
-    assert list(quarantined) == [
-        LAYOUTS[yaml.safe_load((project / "params.yaml").read_text())["data"]["source"]][1]
-    ]
+    source = yaml.safe_load((project / "params.yaml").read_text())["data"]["source"]
+    assert list(quarantined) == [LAYOUTS[source][1]]
     subjects = {
         row["video_id"]: row["subject"]
         for row in _parquet(project / "data/synthesize/manifest.parquet")
@@ -177,6 +195,21 @@ def test_a_real_folder_runs_to_the_report_and_the_registry(project):
         }
     metrics = json.loads((project / "reports/evaluate/metrics.json").read_text())
     assert 0.0 <= metrics["baseline"]["top1"] <= 1.0
+    # the backbone's clip, from the model zoo's sampling (x3d_xs: every 12th frame of 30 fps; R(2+1)-D: every 2nd)
+    decoded = _parquet(project / "data/decode/manifest.parquet")
+    assert {(row["n_frames"], row["height"], row["width"]) for row in decoded} == {(4, 32, 42)}
+    backbone = BACKBONE_OF[source]
+    assert {row["fps"] for row in decoded} == {30.0 / (12 if backbone == "x3d_xs" else 2)}
+    import torch
+
+    for folder in ("pretrain/public", "train/baseline", "private/dp_sgd/dp_sgd-eps2.0"):
+        config = torch.load(project / "data" / folder / "model.pt", weights_only=True)["config"]
+        assert config["backbone"] == backbone and config["input_size"] == [32, 42], folder
+    trained = {key for key in metrics}  # every stage that trains, scored
+    assert {"baseline", "dp_sgd-eps2.0", "anonymize-avatar"} <= trained, sorted(trained)
+    assert any(key.startswith("maskdp") for key in trained) and any(
+        "fedavg" in key for key in trained
+    ), sorted(trained)
 
 
 def _parquet(path: Path) -> list[dict]:
