@@ -10,6 +10,7 @@ import click
 
 from flows.entry import log_stages_to_stderr, run_as_process
 from flows.stage_commands import PARAMS, _writable, stage
+from tasks.core.clip_shapes import BACKBONE_NAMES, OWN
 from tasks.core.errors import PrivharError
 
 
@@ -166,24 +167,41 @@ def bench_dprp_command(frames: int, size: tuple[int, int], k: str, out: Path, de
 
 @bench.command("private")
 @click.option(
+    "--backbone",
+    type=click.Choice(BACKBONE_NAMES),
+    default=OWN,
+    show_default=True,
+    help="The network (model.backbone): privhar's classifier, or a model-zoo backbone, DP-ready, at its own clip.",
+)
+@click.option(
     "--batch", type=int, default=16, show_default=True, help="Logical batch (train.batch_size)."
 )
 @click.option(
-    "--frames", type=int, default=8, show_default=True, help="Frames per clip (decode.frames)."
+    "--frames", type=int, default=None, help="Frames per clip [privhar: 8; a backbone: its own]."
 )
 @click.option(
     "--size",
     type=(int, int),
-    default=(96, 128),
-    show_default=True,
-    help="Frame height and width (train.input_size).",
+    default=None,
+    help="Frame height and width [privhar: 96 128; a backbone: its own crop, 4:3 frames; its crop is the height].",
 )
 @click.option("--width", type=int, default=16, show_default=True, help="Model width (train.width).")
 @click.option("--repeats", type=int, default=5, show_default=True)
-@bench_out("private.json")
+@click.option("--warmup", type=int, default=2, show_default=True)
+@bench_out(
+    "private.json", help="Where to write the result (JSON) [a backbone: private-<backbone>.json]."
+)
 @BENCH_DEVICE
 def bench_private_command(
-    batch: int, frames: int, size: tuple[int, int], width: int, repeats: int, out: Path, device: str
+    backbone: str,
+    batch: int,
+    frames: int | None,
+    size: tuple[int, int] | None,
+    width: int,
+    repeats: int,
+    warmup: int,
+    out: Path,
+    device: str,
 ) -> None:
     """Seconds per logical batch: non-private SGD, DP-SGD (each Opacus per-sample gradient mode), selective DP-SGD."""
     import json
@@ -191,16 +209,21 @@ def bench_private_command(
     from tasks.core.device import resolve_device
     from tasks.private.bench import run_bench
 
+    own = backbone == OWN
+    if not own and out == Path("reports/bench/private.json"):
+        out = out.with_name(f"private-{backbone}.json")
+    height, frame_width = size or ((96, 128) if own else (0, 0))
     record = run_bench(
         batch=batch,
-        frames=frames,
-        height=size[0],
-        width=size[1],
+        frames=frames or (8 if own else 0),
+        height=height,
+        width=frame_width,
         model_width=width,
-        warmup=2,
+        warmup=warmup,
         repeats=repeats,
         out=out,
         device=resolve_device(device, "--device"),
+        backbone=backbone,
     )
     click.echo(json.dumps(record, indent=2))
 

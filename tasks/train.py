@@ -197,9 +197,10 @@ def _train_seed(
     frames: Path,
     run: StageRun,
     weights: Path | None = None,
+    as_loaded: bool = False,
 ) -> tuple[nn.Module, list[dict[str, float]], float]:
     """One training seed: a fresh model (fine-tuned from ``init``, else starting from ``weights``: model.weights),
-    its history and seconds.
+    its history and seconds; ``as_loaded``: not trained at all (the checkpoint, a classifier of its seed).
 
     Seeded by method, not by key: on raw or protected clips the same initialisation and batch
     order, so two models of one seed differ only in the data they learnt from. Seed 0 keeps the
@@ -227,7 +228,11 @@ def _train_seed(
         trainable,
     )
     started = time.perf_counter()
-    history = TRAINING_METHODS[params.method](model, data, params, generator, run)
+    history = (
+        [{"epoch": 0}]
+        if as_loaded
+        else TRAINING_METHODS[params.method](model, data, params, generator, run)
+    )
     model.eval().cpu()  # saved and registered from the CPU: the checkpoint loads anywhere
     return model, history, time.perf_counter() - started
 
@@ -276,11 +281,19 @@ def train(
     if seeds < 1:
         raise PrivharError(f"train: --seeds = {seeds} is invalid: expected an integer >= 1")
     base = load_section(params_path, "base", BaseParams)
-    if epochs is not None and epochs < 1:
-        raise PrivharError(f"train: --epochs = {epochs} is invalid: expected an integer >= 1")
-    # --epochs replaces train.epochs before it is checked: pretrain does not depend on train.epochs
-    params = load_train(params_path, overrides=None if epochs is None else {"epochs": epochs})
+    if epochs is not None and epochs < 0:
+        raise PrivharError(f"train: --epochs = {epochs} is invalid: expected an integer >= 0")
     model_params = load_section(params_path, "model", ModelParams)
+    as_loaded = epochs == 0  # public.epochs 0: a model-zoo checkpoint is the public model as it is
+    if as_loaded and (model_params.weights is None or init is not None):
+        raise PrivharError(
+            "train: --epochs = 0 keeps the model.weights checkpoint as it is; "
+            + ("model.weights is not set" if init is None else "it cannot fine-tune --init")
+        )
+    # --epochs replaces train.epochs before it is checked: pretrain does not depend on train.epochs
+    params = load_train(
+        params_path, overrides=None if epochs is None or as_loaded else {"epochs": epochs}
+    )
     key, family = out.name, family or params.method
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", family):
         raise PrivharError(
@@ -342,6 +355,7 @@ def train(
                     frames,
                     run.prefixed(f"seed{seed}.") if seed else run,
                     None if model_params.weights is None else Path(model_params.weights),
+                    as_loaded,
                 )
                 folder = seed_folder(staging, seed)
                 folder.mkdir(exist_ok=True)

@@ -39,6 +39,22 @@ def test_smoke_profile_overlays_only_its_keys_and_keeps_comments(project):
 def test_unknown_profile_is_one_line(project):
     with pytest.raises(
         PrivharError,
-        match=r"profile 'nope': .*profiles/nope.yaml not found \(profiles: default, smoke\)",
+        match=r"profile 'nope': .*profiles/nope.yaml not found \(profiles: default, hmdb51, smoke, ucf101\)",
     ):
         apply_profile(project, "nope")
+
+
+@pytest.mark.parametrize("name", ["ucf101", "hmdb51", "smoke"])
+def test_every_profile_gives_params_each_section_accepts(project, name):
+    """A profile is checked as its run would check it: every section of the overlaid params.yaml (issue 34)."""
+    from flows.preflight import check_params
+    from tasks.core.params import ModelParams, load_decode, load_section, load_train
+
+    apply_profile(project, name)
+    check_params(project)
+    params = project / "params.yaml"
+    model = load_section(params, "model", ModelParams)
+    if name != "smoke":  # a backbone's own clip reaches decode and train
+        decode, train = load_decode(params), load_train(params)
+        assert model.backbone != "privhar" and model.weights
+        assert train.input_size == decode.frame_size and decode.frame_size[0] in (112, 160, 224)

@@ -153,6 +153,9 @@ def project(request, tmp_path_factory) -> Path:
             },
             "report": {"seeds": 1},
             "model": {"backbone": backbone, "weights": str(folder / "weights.pt"), **TINY_CLIP},
+            # HMDB51: the checkpoint is the public model as it is (public.epochs 0, as profiles/hmdb51.yaml);
+            # UCF101: pretrained on the public set from the checkpoint
+            "public": {"epochs": 0 if request.param == "hmdb51" else 1},
         },
     )
 
@@ -205,6 +208,17 @@ def test_a_real_folder_runs_to_the_report_and_the_registry(project):
     for folder in ("pretrain/public", "train/baseline", "private/dp_sgd/dp_sgd-eps2.0"):
         config = torch.load(project / "data" / folder / "model.pt", weights_only=True)["config"]
         assert config["backbone"] == backbone and config["input_size"] == [32, 42], folder
+    public = torch.load(project / "data/pretrain/public/model.pt", weights_only=True)["state_dict"]
+    weights = torch.load(project.parent / "weights.pt", weights_only=True)
+    stem = (
+        torch.equal(public["blocks.1.0.weight"], weights["stem.0.weight"])
+        if backbone == "r2plus1d_r18"
+        else torch.equal(
+            public["blocks.1.conv.conv_t.weight"],
+            weights["model_state"]["blocks.0.conv.conv_t.weight"],
+        )
+    )
+    assert stem is (backbone == "r2plus1d_r18")  # public.epochs 0 keeps the checkpoint; an epoch changes it
     trained = {key for key in metrics}  # every stage that trains, scored
     assert {"baseline", "dp_sgd-eps2.0", "anonymize-avatar"} <= trained, sorted(trained)
     assert any(key.startswith("maskdp") for key in trained) and any(

@@ -314,7 +314,9 @@ def build_backbone(
     dp_ready(model, norm)
     blocks = nn.ModuleList([ClipAdapter(clip), *entry.blocks(model)])
     state = {name: tensor.clone() for name, tensor in blocks.state_dict().items()}
-    classifier = VideoClassifier(blocks=blocks)  # pytorchvideo's Net initialises every layer again ...
+    classifier = VideoClassifier(
+        blocks=blocks
+    )  # pytorchvideo's Net initialises every layer again ...
     classifier.blocks.load_state_dict(state)  # ... so the loaded and folded weights go back in
     classifier.last_stage = entry.last_stage
     return classifier

@@ -201,7 +201,9 @@ class PublicParams(Section):
     seed: int  # the synthesize seed of the public set; differs from base.seed, so identities and scenes differ
     identities: Annotated[int, Field(ge=2, le=100_000)]  # drawn procedurally: any count
     videos_per_action: Annotated[int, Field(ge=2)]
-    epochs: PositiveInt  # of the pretrain stage, from scratch
+    epochs: Annotated[
+        int, Field(ge=0)
+    ]  # of the pretrain stage (0: model.weights as they are, no training)
 
 
 class PrivateParams(Section):

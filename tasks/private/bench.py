@@ -1,6 +1,8 @@
 """``privhar bench private``: seconds per logical batch of non-private SGD, DP-SGD and selective DP-SGD.
 
-One run, one model architecture, one batch of clips: (i) non-private SGD on every parameter,
+One run, one model architecture (privhar's classifier, or ``--backbone``: a model-zoo backbone of
+:mod:`tasks.core.backbones`, DP-ready, at its own clip unless ``--frames`` / ``--size`` say otherwise), one batch of
+clips: (i) non-private SGD on every parameter,
 (ii) DP-SGD on every parameter (per-sample gradients, clipping, noise) with each of Opacus's
 per-sample gradient modes (``ew``: PyTorch's ExpandedWeights, the pipeline's default; ``hooks``;
 ``functorch``), (iii) DP-SGD (``ew``) on each selective-tuning subset of
@@ -24,6 +26,8 @@ import torch.nn.functional as F
 from opacus import PrivacyEngine
 from torch.utils.data import DataLoader, TensorDataset
 
+from tasks.core.backbones import build_backbone
+from tasks.core.clip_shapes import OWN, zoo_clip
 from tasks.core.device import stamp, synchronise
 from tasks.core.models import create_video_classifier, group_norm
 from tasks.core.selective import select_trainable, trainable_count
@@ -80,6 +84,39 @@ def _private_step(
     return step, private
 
 
+def _mode_seconds(
+    base: torch.nn.Module,
+    clips: torch.Tensor,
+    labels: torch.Tensor,
+    warmup: int,
+    repeats: int,
+    device: torch.device,
+) -> dict[str, float | str]:
+    """Median seconds of a full DP-SGD step per Opacus per-sample gradient mode; a mode that cannot take the model
+    (a layer it has no per-sample rule for) is recorded with Opacus's reason instead of a time."""
+    full: dict[str, float | str] = {}
+    for mode in MODES:
+        try:
+            step, private = _private_step(copy.deepcopy(base), clips, labels, mode)
+            full[mode] = _median_seconds(step, warmup, repeats, device)
+            private.remove_hooks()
+        except (NotImplementedError, RuntimeError, ValueError) as error:
+            full[mode] = f"not supported: {str(error).splitlines()[0][:160]}"
+    return full
+
+
+def _bench_model(
+    backbone: str, frames: int, height: int, width: int, model_width: int
+) -> tuple[torch.nn.Module, tuple[int, int, int]]:
+    """The model a run times, and the clip (frames, height, width) it takes: a backbone's own unless overridden."""
+    if backbone == OWN:
+        return create_video_classifier(
+            num_classes=10, width=model_width, norm=group_norm(16), dropout=0.0
+        ), (frames, height, width)
+    clip = zoo_clip(backbone, frames or None, height or None)
+    return build_backbone(backbone, 10, clip), (clip.frames, *clip.frame_size)
+
+
 def _selective_seconds(
     base: torch.nn.Module,
     clips: torch.Tensor,
@@ -112,6 +149,7 @@ def run_bench(
     repeats: int,
     out: Path,
     device: torch.device = torch.device("cpu"),
+    backbone: str = OWN,
 ) -> dict[str, Any]:
     """Time the three kinds of step on ``device``; write and return the record (stamped with the device).
 
@@ -119,16 +157,16 @@ def run_bench(
     step is worth in GEMM flops, comparable across machines.
     """
     torch.manual_seed(0)
+    base, (frames, height, width) = _bench_model(backbone, frames, height, width, model_width)
+    base = base.to(device)
     clips = torch.randn(batch, 3, frames, height, width, device=device)
     labels = torch.randint(0, 10, (batch,), device=device)
-    base = create_video_classifier(
-        num_classes=10, width=model_width, norm=group_norm(16), dropout=0.0
-    ).to(device)
     machine = stamp(device)
     record: dict[str, Any] = {
+        "backbone": backbone,
         "batch": batch,
         "clip": [3, frames, height, width],
-        "model_width": model_width,
+        "model_width": model_width if backbone == OWN else None,
         "machine": machine,
         "warmup": warmup,
         "repeats": repeats,
@@ -138,23 +176,21 @@ def run_bench(
         _plain_step(plain, clips, labels), warmup, repeats, device
     )
     record["parameters"] = trainable_count(plain)
-    full = {}
-    for mode in MODES:
-        step, private = _private_step(copy.deepcopy(base), clips, labels, mode)
-        full[mode] = _median_seconds(step, warmup, repeats, device)
-        private.remove_hooks()
+    full = _mode_seconds(base, clips, labels, warmup, repeats, device)
     seconds = _selective_seconds(base, clips, labels, warmup, repeats, device, record)
     record["dp_sgd_all_trainable_parameters"] = record["parameters"]
     record["dp_sgd_seconds"] = full
     record["dp_sgd_selective_seconds"] = seconds
+    timed = {mode: value for mode, value in full.items() if isinstance(value, float)}
     record["dp_over_non_private"] = {
-        mode: full[mode] / record["non_private_seconds"] for mode in MODES
+        mode: value / record["non_private_seconds"] for mode, value in timed.items()
     }
-    record["full_dp_over_selective_dp"] = {
-        choice: full[MODES[0]] / seconds[choice] for choice in SELECTIVE
-    }
+    if MODES[0] in timed:
+        record["full_dp_over_selective_dp"] = {
+            choice: timed[MODES[0]] / seconds[choice] for choice in SELECTIVE
+        }
     rate = float(machine["matmul_gflops_float32"])  # type: ignore[arg-type]
     record["non_private_matmul_gflop"] = round(record["non_private_seconds"] * rate, 2)
-    record["dp_sgd_matmul_gflop"] = {mode: round(value * rate, 2) for mode, value in full.items()}
+    record["dp_sgd_matmul_gflop"] = {mode: round(value * rate, 2) for mode, value in timed.items()}
     atomic_write_bytes(out, (json.dumps(record, indent=2) + "\n").encode())
     return record
