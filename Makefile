@@ -12,18 +12,29 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.privhar-installed
 DETECTOR_VENV ?= .venv-detector
 DETECTOR_STAMP := $(DETECTOR_VENV)/.privhar-installed
+VEGA_STAMP := build/vega/.installed
 # The registry connection sometimes drops mid-download (a CI run lost jaxlib at 49 of 80 MB):
 # pip resumes within a run, and the whole install is retried three times before giving up.
 # (--resume-retries needs the upgraded pip, not the venv's first one.)
 comma := ,
 PIP_INSTALL := -m pip install --quiet --retries 10 --resume-retries 10
 retry = for attempt in 1 2 3; do $(1) && break; \
-	if [ $$attempt = 3 ]; then echo "pip install failed 3 times: $(1)" >&2; exit 1; fi; \
-	echo "pip install failed (attempt $$attempt of 3); retrying in 15 s" >&2; sleep 15; done
+	if [ $$attempt = 3 ]; then echo "install failed 3 times: $(1)" >&2; exit 1; fi; \
+	echo "install failed (attempt $$attempt of 3); retrying in 15 s" >&2; sleep 15; done
 
 .PHONY: run test lint detector-test docs bench footage install clean
 
-install: $(STAMP)
+install: $(STAMP) $(VEGA_STAMP)
+
+# vega, vega-lite and vega-embed for `privhar plots` (DVC's plots page, inlined: it renders offline). Without npm the
+# rest works, and `privhar plots` says in one line what is missing.
+VEGA_PACKAGES := vega@5.33.1 vega-lite@5.23.0 vega-embed@6.29.0
+$(VEGA_STAMP):
+	@if ! command -v npm >/dev/null; then \
+		echo "npm not found: privhar plots cannot inline vega (install Node.js, then make install)" >&2; \
+	else for attempt in 1 2 3; do \
+		npm install --prefix build/vega --no-audit --no-fund --silent $(VEGA_PACKAGES) && touch $(VEGA_STAMP) && break; \
+		echo "npm install failed (attempt $$attempt of 3)" >&2; sleep 5; done; fi
 
 # torch first, pinned: pip then takes this machine's local CPU wheel instead of a CUDA build.
 $(STAMP): pyproject.toml
@@ -40,10 +51,10 @@ $(DETECTOR_STAMP): pyproject.toml
 	$(call retry,$(DETECTOR_VENV)/bin/python $(PIP_INSTALL) -e '.[test$(comma)detector]')
 	touch $(DETECTOR_STAMP)
 
-run: $(STAMP)
+run: $(STAMP) $(VEGA_STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/privhar run
 
-test: $(STAMP) detector-test
+test: $(STAMP) $(VEGA_STAMP) detector-test
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -q
 
 # ruff: pyflakes, pycodestyle, bugbear, import order and complexity (pyproject.toml [tool.ruff]), and the format.

@@ -430,6 +430,22 @@ def ui_command(host: str | None, port: int | None, stop: bool, action: str | Non
     run_ui(Path.cwd(), host or settings.host, settings.mlflow_port if port is None else port)
 
 
+@main.command("plots")
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    default=Path("build/plots"),
+    show_default=True,
+    help="Folder of the page (index.html).",
+)
+def plots_command(out: Path) -> None:
+    """DVC's plots (Top-1 against ε, learning curves, confusion matrices, federated rounds) as one page that renders
+    offline, grouped by stage: vega inlined from build/vega (make install), `dvc plots show` with that template."""
+    from flows.plots_page import show_plots
+
+    click.echo(show_plots(Path.cwd(), out))
+
+
 @main.command("models")
 def models_command() -> None:
     """Registered models: every version with its aliases, privacy guarantee and Top-1."""

@@ -142,13 +142,15 @@ def _repro(command: list[str], served: dict[str, str], clock: StageClock) -> Non
 
 
 def score_models(project: Path) -> dict[str, dict[str, float]]:
-    """Log each model's metrics to the parent run; return them. The registry itself is scored by the ``register``
+    """Every model's metrics as one artifact of the parent run (``metrics.json``); return them. Not as metrics: a
+    flat key per model and score (``anonymize-avatar-seed1.top1_protocol2``) gave the run hundreds of one-bar
+    charts; each model's scores are metrics of its own leaf run. The registry itself is scored by the ``register``
     stage (tasks/register.py), so a plain ``dvc repro`` scores it too."""
     import mlflow
 
     metrics = method_metrics()
-    for method, values in metrics.items():
-        mlflow.log_metrics({f"{method}.{key}": float(value) for key, value in values.items()})
+    mlflow.log_dict(metrics, "metrics.json")
+    mlflow.log_metric("models_scored", len(metrics))
     return metrics
 
 

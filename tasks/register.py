@@ -98,16 +98,10 @@ def register(
                 key, values, provenance, registry.champion_max_epsilon, digests.get(key)
             )
             registered[key] = {"version": version, "checkpoint_sha256": digests.get(key)}
-        run.log_metrics(
-            {
-                f"{key}.{name}": float(value)
-                for key, values in scores.items()
-                for name, value in values.items()
-                if isinstance(value, (int, float))
-            }
-        )
+        # the scores as one artifact, not a metric per model and score (hundreds of one-bar charts)
+        run.log_dict(scores, "scores.json")
         described = sum(entry["version"] is not None for entry in registered.values())
-        run.log_metrics({"versions_described": described})
+        run.log_metrics({"versions_described": described, "models_scored": len(scores)})
         atomic_write_bytes(out, (json.dumps(registered, indent=2, sort_keys=True) + "\n").encode())
     LOG.info(
         "register: %d of %d models' newest versions described and scored (champion within ε ≤ %g)",

@@ -148,3 +148,22 @@ def test_a_checkpoint_that_does_not_fit_is_one_line(tmp_path):
         PrivharError, match="model.backbone = 'resnet9000' is invalid: expected one of x3d_xs"
     ):
         backbone("resnet9000")
+
+
+def test_a_backbone_clip_replaces_decode_and_train_sizes_and_a_bad_name_is_one_line(tmp_path):
+    from tasks.core.params import ModelParams, load_decode, load_section, load_train
+    from tests.conftest import write_params
+
+    own = write_params(tmp_path)  # privhar's model: decode's and train's own values
+    assert load_decode(own).frames == 4 and load_section(own, "model", ModelParams).weights is None
+    zoo = write_params(tmp_path, {"model": {"backbone": "x3d_s"}})
+    decode, train = load_decode(zoo), load_train(zoo)
+    assert (decode.frames, decode.fps, decode.frame_size) == (13, 5.0, [160, 214])
+    assert train.input_size == [160, 214]
+    small = write_params(tmp_path, {"model": {"backbone": "slow_r50", "frames": 4, "size": 64}})
+    assert load_decode(small).frame_size == [64, 86] and load_decode(small).fps == 3.75
+    bad = write_params(tmp_path, {"model": {"backbone": "resnet9000"}})
+    with pytest.raises(PrivharError) as refused:
+        load_decode(bad)
+    assert "model.backbone = 'resnet9000' is invalid" in str(refused.value)
+    assert "\n" not in str(refused.value)

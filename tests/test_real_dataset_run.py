@@ -218,7 +218,9 @@ def test_a_real_folder_runs_to_the_report_and_the_registry(project):
             weights["model_state"]["blocks.0.conv.conv_t.weight"],
         )
     )
-    assert stem is (backbone == "r2plus1d_r18")  # public.epochs 0 keeps the checkpoint; an epoch changes it
+    assert stem is (
+        backbone == "r2plus1d_r18"
+    )  # public.epochs 0 keeps the checkpoint; an epoch changes it
     trained = {key for key in metrics}  # every stage that trains, scored
     assert {"baseline", "dp_sgd-eps2.0", "anonymize-avatar"} <= trained, sorted(trained)
     assert any(key.startswith("maskdp") for key in trained) and any(

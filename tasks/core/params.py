@@ -108,7 +108,7 @@ class TrainParams(Section):
 class ModelParams(Section):
     """The network every classifier trains (issue 34): privhar's small 3-D ResNet or a model-zoo backbone."""
 
-    backbone: Literal[BACKBONE_NAMES]  # type: ignore[valid-type]  # tasks.core.clip_shapes
+    backbone: Literal[BACKBONE_NAMES] = "privhar"  # type: ignore[valid-type]  # tasks.core.clip_shapes
     weights: str | None = (
         None  # a local checkpoint the pretrain stage starts from (.pyth, .pth, model.pt)
     )
@@ -487,6 +487,7 @@ SECTIONS: dict[str, type[Section]] = {
     "registry": RegistryParams,
 }
 S = TypeVar("S", bound=Section)
+OPTIONAL_SECTIONS = ("model",)  # every key has a default: absent means the defaults
 
 
 @functools.lru_cache(maxsize=16)
@@ -538,6 +539,10 @@ def parse_section(
     """Check one section of an already-read params mapping."""
     model = SECTIONS[section]
     values = raw.get(section)
+    if (
+        values is None and section in OPTIONAL_SECTIONS
+    ):  # a params.yaml from before the section existed
+        return model()
     if not isinstance(values, dict):
         raise PrivharError(f"{path}: section '{section}' is missing or not a mapping")
     try:

@@ -6,8 +6,9 @@ privacy-utility choice. Each version is tagged with its model key (the folder un
 ``data/train``, e.g. ``dprp-eps2.0``; the evaluate stage's metrics are keyed by it), the
 method, its privacy guarantee (ε, δ, accountant) and dataset. After evaluation the newest
 version of each key is described with its scores and tagged with the ``dvc.lock`` hash and
-git commit that reproduce it, and the ``champion`` alias moves to the best Top-1 (protocol 1:
-the raw test videos, the same for every model) whose ε meets ``registry.champion_max_epsilon``.
+git commit that reproduce it, and the ``champion`` alias moves to the best mean Top-1 over the
+model's training seeds (protocol 1: the raw test videos, the same for every model) whose ε meets
+``registry.champion_max_epsilon`` (a family without a finite-ε version has no budget to meet).
 
 Scores reach a version only from an evaluate output that scored *that* model file: each version is
 tagged with the SHA-256 of its checkpoint (``checkpoint_sha256``), evaluate writes the digest of every
@@ -61,25 +62,34 @@ def _requirements() -> list[str]:
     ]
 
 
-def clip_signature(classes: int) -> Any:
-    """Clips ``(N, 3, T, H, W)`` float32 (normalised frames; T, H and W free: any length and size the model takes)
-    in, ``(N, classes)`` logits out."""
+def fixed_clip(config: Mapping[str, Any]) -> tuple[int, int, int] | None:
+    """(T, H, W) a model-zoo backbone's checkpoint takes (its clip: MViT's positional embedding and X3D's head pool
+    are sized for it); None for privhar's classifier, which pools globally and takes clips of any length and size."""
+    if config.get("backbone", "privhar") == "privhar":
+        return None
+    height, width = config["input_size"]
+    return int(config["clip_frames"]), int(height), int(width)
+
+
+def clip_signature(classes: int, clip: tuple[int, int, int] | None = None) -> Any:
+    """Clips ``(N, 3, T, H, W)`` float32 (normalised frames; T, H and W free unless ``clip`` fixes them) in,
+    ``(N, classes)`` logits out."""
     import numpy as np
     from mlflow.models import ModelSignature
     from mlflow.types import Schema, TensorSpec
 
     return ModelSignature(
-        inputs=Schema([TensorSpec(np.dtype(np.float32), (-1, 3, -1, -1, -1))]),
+        inputs=Schema([TensorSpec(np.dtype(np.float32), (-1, 3, *(clip or (-1, -1, -1))))]),
         outputs=Schema([TensorSpec(np.dtype(np.float32), (-1, classes))]),
     )
 
 
-def example_clip() -> Any:
-    """A small input example (one 4-frame 32×40 clip of zeros) for the registry's schema view and serving checks;
-    the model pools globally, so the size of the example does not limit the input."""
+def example_clip(clip: tuple[int, int, int] | None = None) -> Any:
+    """An input example for the registry's schema view and serving checks: one clip of zeros, 4 frames of 32×40
+    where any size is valid (privhar's classifier pools globally), else the backbone's own ``clip``."""
     import numpy as np
 
-    return np.zeros((1, 3, 4, 32, 40), dtype=np.float32)
+    return np.zeros((1, 3, *(clip or (4, 32, 40))), dtype=np.float32)
 
 
 def register_model(
@@ -90,10 +100,10 @@ def register_model(
     run: StageRun,
     config: Mapping[str, Any],
     tags: Mapping[str, Any],
-    artifact: str = "model",
+    artifact: str | None = None,
 ) -> str:
-    """Log ``model`` to ``run`` (as ``artifact``: a stage logging several names each) and register it as a new version
-    of ``family``; return the version. ``run`` is the active stage run, or a finished model run, resumed for this."""
+    """Log ``model`` to ``run`` (as ``artifact``, by default its key: the logged models of a run are told apart by
+    name) and register it as a new version of ``family``; return the version. ``run`` is the active stage run, or a finished model run, resumed for this."""
     import mlflow
     from mlflow import MlflowClient
 
@@ -106,14 +116,16 @@ def register_model(
         # code_paths: the model's classes travel with it, so a fresh environment with torch loads it without privhar.
         info = mlflow.pytorch.log_model(
             model,
-            name=artifact,
+            name=artifact or key.replace(".", "_"),
             registered_model_name=name,
             serialization_format="pickle",
             pip_requirements=_requirements(),
             metadata={"privhar_config": dict(config)},
             code_paths=[str(Path(__file__).resolve().parents[1])],
-            signature=clip_signature(int(config["num_classes"])) if clip_model else None,
-            input_example=example_clip() if clip_model else None,
+            signature=clip_signature(int(config["num_classes"]), fixed_clip(config))
+            if clip_model
+            else None,
+            input_example=example_clip(fixed_clip(config)) if clip_model else None,
         )
         client = MlflowClient()
         version = str(info.registered_model_version)
@@ -194,22 +206,29 @@ def record_scores(
     return str(version.version)
 
 
+def _mean_top1(version: Any) -> float:
+    """The version's Top-1 over its training seeds (``top1_mean``), its own Top-1 where it was trained once."""
+    return float(version.tags.get("top1_mean", version.tags["top1"]))
+
+
 def update_champion(family: str, max_epsilon: float) -> str | None:
-    """Point ``champion`` at the family's best-scoring version within the ε target (newest wins ties)."""
+    """Point ``champion`` at the family's version of best mean Top-1 over seeds within the ε target (newest wins
+    ties). A family with no finite-ε version (the non-private baseline, a protected copy's classifier) has no target
+    to meet: its best version is its champion; a DP family's ε = ∞ reference rows never are, under a finite target."""
     from mlflow import MlflowClient
 
     client = MlflowClient()
     name = model_name(family)
+    scored = [v for v in client.search_model_versions(f"name = '{name}'") if "top1" in v.tags]
+    dp_family = any(math.isfinite(PrivacyGuarantee.from_tags(v.tags).epsilon) for v in scored)
     eligible = [
-        v
-        for v in client.search_model_versions(f"name = '{name}'")
-        if "top1" in v.tags and PrivacyGuarantee.from_tags(v.tags).within(max_epsilon)
+        v for v in scored if not dp_family or PrivacyGuarantee.from_tags(v.tags).within(max_epsilon)
     ]
     if not eligible:
         if CHAMPION in _aliases(client, name):
             client.delete_registered_model_alias(name, CHAMPION)
         return None
-    best = max(eligible, key=lambda v: (float(v.tags["top1"]), int(v.version)))
+    best = max(eligible, key=lambda v: (_mean_top1(v), int(v.version)))
     client.set_registered_model_alias(name, CHAMPION, best.version)
     return str(best.version)
 

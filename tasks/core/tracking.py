@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import math
 import os
 import socket
 import time
@@ -42,18 +43,35 @@ def tracking_uri(project: Path | None = None) -> str:
     return f"sqlite:///{folder / 'mlflow.db'}"
 
 
+# MLflow 3 opens an experiment without this tag on its GenAI overview ("0 traces"); with it, on the runs list
+EXPERIMENT_TAGS = {
+    "mlflow.experimentKind": "custom_model_development",
+    "mlflow.note.content": (
+        "privhar: privacy-preserving video action recognition. A run per pipeline (privhar run, the Prefect flow), "
+        "a nested run per DVC stage, a leaf run per model with its Top-1 and its ε, δ, unit and relation. "
+        "Trained models are in the registry as privhar-<method>; docs/operations.md says how to browse them."
+    ),
+}
+
+
 def configure(project: Path | None = None) -> str:
-    """Point MLflow at the store and select the experiment; return the experiment id."""
+    """Point MLflow at the store and select the experiment (a model-training experiment with its description);
+    return the experiment id."""
     import mlflow
 
     mlflow.set_tracking_uri(tracking_uri(project))
     name = os.environ.get(EXPERIMENT_ENV, DEFAULT_EXPERIMENT)
     experiment = mlflow.get_experiment_by_name(name)
-    if experiment is not None:
-        mlflow.set_experiment(name)
-        return experiment.experiment_id
-    artifacts = (Path(project or Path.cwd()).resolve() / "mlartifacts").as_uri()
-    experiment_id = mlflow.create_experiment(name, artifact_location=artifacts)
+    if experiment is None:
+        artifacts = (Path(project or Path.cwd()).resolve() / "mlartifacts").as_uri()
+        experiment_id = mlflow.create_experiment(
+            name, artifact_location=artifacts, tags=EXPERIMENT_TAGS
+        )
+    else:
+        experiment_id = experiment.experiment_id
+        for key, value in EXPERIMENT_TAGS.items():  # an experiment made before the tags were set
+            if experiment.tags.get(key) != value:
+                mlflow.MlflowClient().set_experiment_tag(experiment_id, key, value)
     mlflow.set_experiment(name)
     return experiment_id
 
@@ -66,6 +84,20 @@ def flatten(sections: Mapping[str, Any]) -> dict[str, str]:
         for key, value in items.items():
             flat[f"{section}.{key}"] = str(value)
     return flat
+
+
+def readable(metrics: Mapping[str, Any]) -> tuple[dict[str, float], dict[str, str]]:
+    """Metrics as people read them, and tags for what MLflow cannot show: a float to 12 significant digits (δ
+    0.00014, not 0.00014000000000000001); an infinite or undefined value (ε = ∞ of a non-private model, which MLflow
+    would show as 1.79769e308) is not logged but tagged (``privhar.epsilon: inf``)."""
+    shown, tags = {}, {}
+    for key, value in metrics.items():
+        number = float(value)
+        if math.isfinite(number):
+            shown[key] = float(f"{number:.12g}")
+        else:
+            tags[f"privhar.{key}"] = str(number)
+    return shown, tags
 
 
 class StageRun:
@@ -82,9 +114,10 @@ class StageRun:
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
         import mlflow
 
-        mlflow.log_metrics(
-            {self.prefix + key: float(value) for key, value in metrics.items()}, step=step
-        )
+        shown, tags = readable({self.prefix + key: value for key, value in metrics.items()})
+        mlflow.log_metrics(shown, step=step)
+        if tags:
+            mlflow.set_tags(tags)
 
     def log_history(self, history: Sequence[tuple[int | None, Mapping[str, float]]]) -> None:
         """Metrics at many steps (``(step, {name: value})``; None: step 0) in one store transaction, where one
@@ -94,12 +127,37 @@ class StageRun:
 
         now = int(time.time() * 1000)
         metrics = [
-            Metric(self.prefix + key, float(value), now, step or 0)
+            Metric(key, value, now, step or 0)
             for step, values in history
-            for key, value in values.items()
+            for key, value in readable({self.prefix + k: v for k, v in values.items()})[0].items()
         ]
         for start in range(0, len(metrics), 1000):  # MLflow's batch limit
             MlflowClient().log_batch(self.run_id, metrics=metrics[start : start + 1000])
+
+    def log_mechanism(self, parameters: Mapping[str, Any], guarantee: Any) -> None:
+        """A DP model's mechanism parameters (σ, C, q, steps, ...) and its guarantee (ε, δ, accountant, unit, relation,
+        randomness) as this run's params, and ε, δ as its metrics: the same fields for every DP method, whether or
+        not the run is still active (a federated model's run has ended when its guarantee is known)."""
+        from mlflow import MlflowClient
+        from mlflow.entities import Metric, Param
+
+        values = {**{key: str(value) for key, value in parameters.items()}, **guarantee.as_tags()}
+        shown, unshown = readable({"epsilon": guarantee.epsilon, "delta": guarantee.delta})
+        now = int(time.time() * 1000)
+        client = MlflowClient()
+        client.log_batch(
+            self.run_id,
+            params=[Param(key, value) for key, value in values.items()],
+            metrics=[Metric(key, value, now, 0) for key, value in shown.items()],
+        )
+        for key, value in unshown.items():
+            client.set_tag(self.run_id, key, value)
+
+    def log_dict(self, content: Mapping[str, Any], name: str) -> None:
+        """A JSON artifact of this run (a summary too wide for metrics)."""
+        import mlflow
+
+        mlflow.log_dict(dict(content), name)
 
     def log_artifact(self, path: Path, folder: str | None = None) -> None:
         import mlflow
@@ -181,7 +239,10 @@ class StageRun:
             nested=True,
             tags={**_owner_tags(), **{key: str(value) for key, value in tags.items()}},
         ) as run:
-            mlflow.log_metrics({key: float(value) for key, value in metrics.items()})
+            shown, unshown = readable(metrics)
+            mlflow.log_metrics(shown)
+            if unshown:
+                mlflow.set_tags(unshown)
             return run.info.run_id
 
 

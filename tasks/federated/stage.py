@@ -230,6 +230,19 @@ class _FederatedRun:
             for record in result.history:
                 _log_round(model_run, record)
         guarantee = _guarantee(result, sigma, self.recipe, self.randomness)
+        model_run.log_mechanism(
+            {
+                "noise_multiplier": sigma,
+                "max_grad_norm": self.recipe.max_grad_norm,
+                "batch_size": self.recipe.batch_size,
+                "local_epochs": self.recipe.local_epochs,
+                "rounds": self.recipe.rounds,
+                "clients": self.recipe.clients,
+                "aggregation": aggregation,
+                "trainable": trainable,
+            },
+            guarantee,
+        )
         worst = self.person_epsilons(key, sigma, result)
         self.trained.rows.append(
             {

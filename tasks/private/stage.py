@@ -404,6 +404,17 @@ class _PrivateRun:
         ):  # the head learnt on standardised features: same logits on raw ones
             fold_standardisation(head_of(model), inputs.statistics)
         guarantee = self.guarantee(epsilon, outcome)
+        if seed == 0:  # one run holds every seed of this ε: the mechanism is the same for each
+            model_run.log_mechanism(
+                {
+                    "noise_multiplier": outcome.privacy.noise_multiplier,
+                    "sample_rate": outcome.privacy.sample_rate,
+                    "steps": outcome.privacy.steps,
+                    "max_grad_norm": inputs.recipe.max_grad_norm,
+                    "seeds": inputs.seeds[epsilon],
+                },
+                guarantee,
+            )
         by_person = _person_epsilons(guarantee, outcome.privacy, inputs.units_per_person)
         self.trained.persons += [
             {
