@@ -2,7 +2,7 @@
 
 The deployment is triggered through the Prefect API and runs the tiny pipeline on the served
 runner; then the Prefect UI must list the deployment with its schedule and show the run's
-stage tasks, and the MLflow UI must show the runs with `epsilon` and `top1` columns and the
+stage tasks, and the MLflow UI must show the runs with `delta` and `top1` columns (no ε = ∞ as 1.8e308) and the
 registered model with its `champion` alias. Screenshots land in the test's tmp folder.
 
 The tests find what a person sees — a role, a label, a text — never a CSS class of MLflow's or Prefect's UI,
@@ -313,7 +313,7 @@ def expand_until(grid, target):
     return target.first
 
 
-def test_mlflow_ui_shows_runs_with_epsilon_and_top1(served, flow_run, page, tmp_path):
+def test_mlflow_ui_shows_runs_with_delta_and_top1_and_no_infinite_epsilon(served, flow_run, page, tmp_path):
     from mlflow import MlflowClient
 
     experiment = MlflowClient().get_experiment_by_name(os.environ["PRIVHAR_EXPERIMENT"])
@@ -330,7 +330,7 @@ def test_mlflow_ui_shows_runs_with_epsilon_and_top1(served, flow_run, page, tmp_
         picker = page.get_by_role("dialog").filter(
             has=page.get_by_role("textbox", name="Search columns")
         )
-        for metric in ("epsilon", "top1"):
+        for metric in ("delta", "top1"):
             picker.get_by_role("textbox", name="Search columns").fill(metric)
             tree_node(picker, metric).click()
         page.keyboard.press("Escape")
@@ -339,7 +339,7 @@ def test_mlflow_ui_shows_runs_with_epsilon_and_top1(served, flow_run, page, tmp_
         )  # MLflow's assistant panel hides the right-hand columns
         if assistant.count():
             assistant.first.click()
-        for metric in ("epsilon", "top1"):
+        for metric in ("delta", "top1"):
             grid.get_by_role("columnheader", name=metric, exact=True).first.wait_for()
         return expand_until(
             grid,
@@ -349,8 +349,10 @@ def test_mlflow_ui_shows_runs_with_epsilon_and_top1(served, flow_run, page, tmp_
     train_row = retried(page, show_epsilon_and_top1)
     page.screenshot(path=str(tmp_path / "mlflow-runs.png"))
     cells = train_row.inner_text()
-    assert "1.79769" in cells  # epsilon = inf, which MLflow stores as the largest double
+    assert "1.79769" not in cells  # no ε = ∞ shown as MLflow's largest double: the run is tagged instead
     version = re.search(r"\bv(\d+)\b", cells).group(1)
+    run = MlflowClient().get_run(MlflowClient().get_model_version("privhar-baseline", version).run_id)
+    assert run.data.tags["privhar.epsilon"] == "inf" and "epsilon" not in run.data.metrics
     top1 = MlflowClient().get_model_version("privhar-baseline", version).tags["top1"]
     assert f"{float(top1):g}" in cells
 
