@@ -313,7 +313,9 @@ def expand_until(grid, target):
     return target.first
 
 
-def test_mlflow_ui_shows_runs_with_delta_and_top1_and_no_infinite_epsilon(served, flow_run, page, tmp_path):
+def test_mlflow_ui_shows_runs_with_delta_and_top1_and_no_infinite_epsilon(
+    served, flow_run, page, tmp_path
+):
     from mlflow import MlflowClient
 
     experiment = MlflowClient().get_experiment_by_name(os.environ["PRIVHAR_EXPERIMENT"])
@@ -349,9 +351,13 @@ def test_mlflow_ui_shows_runs_with_delta_and_top1_and_no_infinite_epsilon(served
     train_row = retried(page, show_epsilon_and_top1)
     page.screenshot(path=str(tmp_path / "mlflow-runs.png"))
     cells = train_row.inner_text()
-    assert "1.79769" not in cells  # no ε = ∞ shown as MLflow's largest double: the run is tagged instead
+    assert (
+        "1.79769" not in cells
+    )  # no ε = ∞ shown as MLflow's largest double: the run is tagged instead
     version = re.search(r"\bv(\d+)\b", cells).group(1)
-    run = MlflowClient().get_run(MlflowClient().get_model_version("privhar-baseline", version).run_id)
+    run = MlflowClient().get_run(
+        MlflowClient().get_model_version("privhar-baseline", version).run_id
+    )
     assert run.data.tags["privhar.epsilon"] == "inf" and "epsilon" not in run.data.metrics
     top1 = MlflowClient().get_model_version("privhar-baseline", version).tags["top1"]
     assert f"{float(top1):g}" in cells
