@@ -196,7 +196,7 @@ def _train_seed(
     key: str,
     frames: Path,
     run: StageRun,
-    weights: Path | None = None,
+    weights: str | None = None,
     as_loaded: bool = False,
 ) -> tuple[nn.Module, list[dict[str, float]], float]:
     """One training seed: a fresh model (fine-tuned from ``init``, else starting from ``weights``: model.weights),
@@ -354,7 +354,7 @@ def train(
                     key,
                     frames,
                     run.prefixed(f"seed{seed}.") if seed else run,
-                    None if model_params.weights is None else Path(model_params.weights),
+                    model_params.weights,
                     as_loaded,
                 )
                 folder = seed_folder(staging, seed)

@@ -167,3 +167,34 @@ def test_a_backbone_clip_replaces_decode_and_train_sizes_and_a_bad_name_is_one_l
         load_decode(bad)
     assert "model.backbone = 'resnet9000' is invalid" in str(refused.value)
     assert "\n" not in str(refused.value)
+
+
+def test_zoo_weights_come_from_the_sources_table_and_a_failed_download_is_one_line(
+    tmp_path, monkeypatch
+):
+    """``model.weights: zoo``: the URL is the source library's own; without a network (the download refused here,
+    so nothing is fetched) one line names the URL and what to do instead."""
+    import urllib.error
+
+    from tasks.core.backbones import published_url, weights_file
+
+    assert published_url("x3d_s").endswith("/kinetics/X3D_S.pyth")
+    assert published_url("r2plus1d_r18").startswith(
+        "https://download.pytorch.org/models/r2plus1d_18"
+    )
+    monkeypatch.setattr(torch.hub, "get_dir", lambda: str(tmp_path / "hub"))
+
+    def refused(url, destination, progress=True):
+        raise urllib.error.URLError("no network")
+
+    monkeypatch.setattr(torch.hub, "download_url_to_file", refused)
+    with pytest.raises(PrivharError) as failed:
+        weights_file("zoo", "slow_r50")
+    message = str(failed.value)
+    assert message.startswith("model.weights = zoo: https://") and "SLOW_8x8_R50.pyth" in message
+    assert "set model.weights to the file" in message and "\n" not in message
+    cached = tmp_path / "hub" / "checkpoints" / "SLOW_8x8_R50.pyth"
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    cached.write_bytes(b"")
+    assert weights_file("zoo", "slow_r50") == cached  # downloaded once: the cached file is used
+    assert weights_file(str(tmp_path / "mine.pyth"), "slow_r50") == tmp_path / "mine.pyth"

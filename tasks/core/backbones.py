@@ -24,7 +24,8 @@ cache, selective tuning, the federated tail, evaluation — treats them alike:
     blocks.L  ResNetBasicHead: global pool ─ dropout ─ proj (the classifier)
 
 Weights come from a local file (:func:`load_weights`): a pytorchvideo model-zoo ``.pyth`` (``model_state``), a
-torchvision ``.pth`` (a bare state dict) or a privhar ``model.pt`` (``state_dict``); nothing is downloaded.
+torchvision ``.pth`` (a bare state dict) or a privhar ``model.pt`` (``state_dict``); ``model.weights: zoo`` downloads
+the source's published Kinetics-400 checkpoint once, where the network reaches (nothing is downloaded in the tests).
 """
 
 from __future__ import annotations
@@ -297,12 +298,51 @@ def dp_ready(model: nn.Module, norm: Norm = "folded") -> nn.Module:
     return model
 
 
+ZOO_WEIGHTS = (
+    "zoo"  # model.weights: the backbone's published Kinetics-400 checkpoint, downloaded once
+)
+
+
+def published_url(name: str) -> str:
+    """Where the source library publishes ``name``'s Kinetics-400 weights (its own table of them)."""
+    if name == "r2plus1d_r18":
+        from torchvision.models.video import R2Plus1D_18_Weights
+
+        return R2Plus1D_18_Weights.KINETICS400_V1.url
+    from pytorchvideo.models.hub import resnet, vision_transformers, x3d
+
+    return {
+        **x3d.checkpoint_paths,
+        **resnet.checkpoint_paths,
+        **vision_transformers.checkpoint_paths,
+    }[name]
+
+
+def weights_file(weights: str | Path, name: str) -> Path:
+    """The checkpoint ``model.weights`` names: a local file, or (``zoo``) the published one, downloaded into torch's hub
+    cache where the network reaches (never in the tests); one line naming the URL where it does not."""
+    if str(weights) != ZOO_WEIGHTS:
+        return Path(weights)
+    url = published_url(name)
+    path = Path(torch.hub.get_dir()) / "checkpoints" / url.rsplit("/", 1)[-1]
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            torch.hub.download_url_to_file(url, str(path), progress=True)
+        except Exception as error:  # noqa: BLE001 — URL, socket and HTTP errors alike: one line naming the URL
+            raise PrivharError(
+                f"model.weights = zoo: {url} could not be downloaded ({type(error).__name__}: {error}); "
+                "download it where the network reaches and set model.weights to the file"
+            ) from None
+    return path
+
+
 def build_backbone(
     name: str,
     num_classes: int,
     clip: ClipShape,
     *,
-    weights: Path | None = None,
+    weights: str | Path | None = None,
     norm: Norm = "folded",
 ) -> VideoClassifier:
     """``name`` for ``num_classes`` at ``clip``: ``weights`` loaded (its classifier kept only for the same label
@@ -310,7 +350,7 @@ def build_backbone(
     entry = backbone(name)
     model = entry.build(num_classes, clip)
     if weights is not None:
-        load_weights(model, weights, entry)
+        load_weights(model, weights_file(weights, name), entry)
     dp_ready(model, norm)
     blocks = nn.ModuleList([ClipAdapter(clip), *entry.blocks(model)])
     state = {name: tensor.clone() for name, tensor in blocks.state_dict().items()}

@@ -53,7 +53,7 @@ def architecture_config(model: Any, train: Any) -> dict[str, Any]:
     }
 
 
-def build_from_config(config: dict, weights: Path | None = None) -> nn.Module:
+def build_from_config(config: dict, weights: str | Path | None = None) -> nn.Module:
     """Rebuild a classifier from the ``config`` saved in its checkpoint; a backbone with ``weights`` loaded (a new
     model: the pretrain stage's start)."""
     backbone = str(_architecture(config, "backbone"))
@@ -75,7 +75,7 @@ def build_from_config(config: dict, weights: Path | None = None) -> nn.Module:
         head_pool=str(_architecture(config, "head_pool")),
     )
     if weights is not None:
-        transfer_weights(model, config, weights)
+        transfer_weights(model, config, Path(weights))
     return model
 
 
