@@ -36,7 +36,15 @@ def failure_message(state: State, fallback: str) -> str:
 def pipeline_flow(
     project: str = ".", profile: str = DEFAULT, stages: list[str] | None = None, force: bool = False
 ) -> dict[str, dict[str, float]]:
-    """Bring ``stages`` (all if empty) of the DVC project up to date; return Top-1 etc. per method."""
+    """Bring ``stages`` (all if empty) of the DVC project up to date; return Top-1 etc. per method.
+
+    Args:
+        project: The DVC project folder (holding dvc.yaml and params.yaml), relative to where the worker runs.
+        profile: A params profile (profiles/<name>.yaml) overlaid on params.yaml first; "default" leaves it as it is.
+        stages: DVC stage names to bring up to date, each with what it depends on (train, evaluate,
+            train-private@dp_sgd, ...); empty: every stage.
+        force: Rerun the chosen stages even if DVC finds them up to date.
+    """
     root = check_project(Path(project))
     logger = get_run_logger()
     serialise_ast_parse()  # stages and shards run on threads from here on

@@ -225,3 +225,18 @@ def test_a_killed_stage_leaves_no_partial_output_and_the_next_run_redoes_it(proj
         ran["decode"] == "Completed" and ran["train"] == "Skipped"
     )  # same bytes again: nothing downstream
     assert not list(data.glob(".decode.tmp-*"))
+
+
+def test_every_flow_parameter_has_a_type_and_a_description_in_the_prefect_ui():
+    """The deployment's run form shows each parameter's type and what it means (issue 36: `stages` had neither)."""
+    from prefect.utilities.callables import parameter_schema
+
+    from flows.pipeline_flow import pipeline_flow
+
+    properties = parameter_schema(pipeline_flow.fn).model_dump()["properties"]
+    assert set(properties) == {"project", "profile", "stages", "force"}
+    for name, schema in properties.items():
+        assert schema.get("description"), name
+        assert "type" in schema or "anyOf" in schema, name
+    stages = properties["stages"]["anyOf"]
+    assert {"type": "array", "items": {"type": "string"}} in stages
