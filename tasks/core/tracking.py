@@ -134,15 +134,19 @@ class StageRun:
         for start in range(0, len(metrics), 1000):  # MLflow's batch limit
             MlflowClient().log_batch(self.run_id, metrics=metrics[start : start + 1000])
 
-    def log_mechanism(self, parameters: Mapping[str, Any], guarantee: Any) -> None:
+    def log_mechanism(
+        self, parameters: Mapping[str, Any], guarantee: Any, metrics: Sequence[str] = ()
+    ) -> None:
         """A DP model's mechanism parameters (σ, C, q, steps, ...) and its guarantee (ε, δ, accountant, unit, relation,
-        randomness) as this run's params, and ε, δ as its metrics: the same fields for every DP method, whether or
-        not the run is still active (a federated model's run has ended when its guarantee is known)."""
+        randomness) as this run's params, the same fields for every DP method, whether or not the run is still active
+        (a federated model's run has ended when its guarantee is known); ``metrics`` (``epsilon``, ``delta``) those
+        of the guarantee its training did not log as curves. An infinite ε is tagged (``privhar.epsilon: inf``)."""
         from mlflow import MlflowClient
         from mlflow.entities import Metric, Param
 
         values = {**{key: str(value) for key, value in parameters.items()}, **guarantee.as_tags()}
         shown, unshown = readable({"epsilon": guarantee.epsilon, "delta": guarantee.delta})
+        shown = {key: value for key, value in shown.items() if key in metrics}
         now = int(time.time() * 1000)
         client = MlflowClient()
         client.log_batch(

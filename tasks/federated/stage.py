@@ -230,19 +230,7 @@ class _FederatedRun:
             for record in result.history:
                 _log_round(model_run, record)
         guarantee = _guarantee(result, sigma, self.recipe, self.randomness)
-        model_run.log_mechanism(
-            {
-                "noise_multiplier": sigma,
-                "max_grad_norm": self.recipe.max_grad_norm,
-                "batch_size": self.recipe.batch_size,
-                "local_epochs": self.recipe.local_epochs,
-                "rounds": self.recipe.rounds,
-                "clients": self.recipe.clients,
-                "aggregation": aggregation,
-                "trainable": trainable,
-            },
-            guarantee,
-        )
+        _log_mechanism(model_run, sigma, self.recipe, aggregation, trainable, guarantee)
         worst = self.person_epsilons(key, sigma, result)
         self.trained.rows.append(
             {
@@ -490,6 +478,31 @@ def _federate(
         split.test,
         split.full_model_bytes,
         on_round,
+    )
+
+
+def _log_mechanism(
+    run: StageRun,
+    sigma: float,
+    recipe: FederatedParams,
+    aggregation: str,
+    trainable: str,
+    guarantee: PrivacyGuarantee,
+) -> None:
+    """The mechanism's parameters and the guarantee as the model run's params, and its δ (ε is its per-round curve)."""
+    run.log_mechanism(
+        {
+            "noise_multiplier": sigma,
+            "max_grad_norm": recipe.max_grad_norm,
+            "batch_size": recipe.batch_size,
+            "local_epochs": recipe.local_epochs,
+            "rounds": recipe.rounds,
+            "clients": recipe.clients,
+            "aggregation": aggregation,
+            "trainable": trainable,
+        },
+        guarantee,
+        metrics=("delta",),
     )
 
 

@@ -405,16 +405,7 @@ class _PrivateRun:
             fold_standardisation(head_of(model), inputs.statistics)
         guarantee = self.guarantee(epsilon, outcome)
         if seed == 0:  # one run holds every seed of this ε: the mechanism is the same for each
-            model_run.log_mechanism(
-                {
-                    "noise_multiplier": outcome.privacy.noise_multiplier,
-                    "sample_rate": outcome.privacy.sample_rate,
-                    "steps": outcome.privacy.steps,
-                    "max_grad_norm": inputs.recipe.max_grad_norm,
-                    "seeds": inputs.seeds[epsilon],
-                },
-                guarantee,
-            )
+            _log_mechanism(model_run, outcome, inputs.recipe, inputs.seeds[epsilon], guarantee)
         by_person = _person_epsilons(guarantee, outcome.privacy, inputs.units_per_person)
         self.trained.persons += [
             {
@@ -656,6 +647,22 @@ def _record(
         "trainable_parameters": trainable,
         "final_loss": round(outcome.history[-1]["loss"], 6),
     }
+
+
+def _log_mechanism(
+    run: StageRun, outcome: Outcome, recipe: Recipe, seeds: int, guarantee: PrivacyGuarantee
+) -> None:
+    """The DP-SGD parameters and the guarantee as the model run's params (its ε and δ are its curves already)."""
+    run.log_mechanism(
+        {
+            "noise_multiplier": outcome.privacy.noise_multiplier,
+            "sample_rate": outcome.privacy.sample_rate,
+            "steps": outcome.privacy.steps,
+            "max_grad_norm": recipe.max_grad_norm,
+            "seeds": seeds,
+        },
+        guarantee,
+    )
 
 
 def _log(run: StageRun, outcome: Outcome, recipe: Recipe, target: float) -> None:
