@@ -265,7 +265,9 @@ def train_command(
         seeds=seeds,
     )
     click.echo(
-        f"train: final loss {final['loss']:.4f}, train accuracy {final['train_accuracy']:.4f}",
+        f"train: final loss {final['loss']:.4f}, train accuracy {final['train_accuracy']:.4f}"
+        if "loss" in final
+        else "train: --epochs 0: the model.weights checkpoint kept as it is",
         err=True,
     )
 

@@ -160,7 +160,7 @@ def test_a_backbone_clip_replaces_decode_and_train_sizes_and_a_bad_name_is_one_l
     decode, train = load_decode(zoo), load_train(zoo)
     assert (decode.frames, decode.fps, decode.frame_size) == (13, 5.0, [160, 214])
     assert train.input_size == [160, 214]
-    small = write_params(tmp_path, {"model": {"backbone": "slow_r50", "frames": 4, "size": 64}})
+    small = write_params(tmp_path, {"model": {"backbone": "slow_r50", "frames": 4, "crop": 64}})
     assert load_decode(small).frame_size == [64, 86] and load_decode(small).fps == 3.75
     bad = write_params(tmp_path, {"model": {"backbone": "resnet9000"}})
     with pytest.raises(PrivharError) as refused:

@@ -112,7 +112,7 @@ LAYOUTS = {
 }
 # issue 34: each folder trains a model-zoo backbone from a checkpoint in its source's layout, at a tiny clip of its own
 BACKBONE_OF = {"ucf101": "x3d_xs", "hmdb51": "r2plus1d_r18"}
-TINY_CLIP = {"frames": 4, "size": 32}
+TINY_CLIP = {"frames": 4, "crop": 32}
 
 
 def zoo_checkpoint(name: str, path: Path) -> None:
@@ -124,7 +124,11 @@ def zoo_checkpoint(name: str, path: Path) -> None:
     from tasks.core.clip_shapes import zoo_clip
 
     torch.manual_seed(3)
-    state = BACKBONES[name].build(7, zoo_clip(name, **TINY_CLIP)).state_dict()
+    state = (
+        BACKBONES[name]
+        .build(7, zoo_clip(name, TINY_CLIP["frames"], TINY_CLIP["crop"]))
+        .state_dict()
+    )
     torch.save(state if name == "r2plus1d_r18" else {"model_state": state}, path)
 
 

@@ -43,7 +43,7 @@ def architecture_config(model: Any, train: Any) -> dict[str, Any]:
         "backbone": model.backbone,
         "backbone_norm": model.norm if zoo else None,
         "backbone_frames": model.frames if zoo else None,
-        "backbone_size": model.size if zoo else None,
+        "backbone_size": model.crop if zoo else None,
         "width": train.width,
         "norm_groups": train.norm_groups,
         "input": train.input,

@@ -5,7 +5,7 @@ a ``size`` × ``size`` centre crop, normalised by its own mean and std. With ``m
 decode stage samples ``frames`` frames at ``fps`` and keeps them at ``size`` × ``4/3 size`` (UCF101's and HMDB51's
 4:3 frames, short side ``size``), train keeps that size, and the model's first block crops the centre square and
 re-normalises (:mod:`tasks.core.backbones`): decode.frames / fps / frame_size and train.input_size are then unused.
-``model.frames`` / ``model.size`` override the backbone's (a smaller GPU, or the tests' tiny clips).
+``model.frames`` / ``model.crop`` override the backbone's (a smaller GPU, or the tests' tiny clips).
 """
 
 from __future__ import annotations

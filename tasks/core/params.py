@@ -116,7 +116,9 @@ class ModelParams(Section):
         "folded"  # what replaces BatchNorm (tasks.core.backbones.dp_ready)
     )
     frames: PositiveInt | None = None  # the backbone's clip length instead of its own
-    size: Annotated[int, Field(ge=16, le=1024)] | None = None  # its crop instead of its own
+    crop: Annotated[int, Field(ge=16, le=1024)] | None = (
+        None  # its crop instead of its own (not "size": DVC hides such keys, iterative/dvc#10296)
+    )
 
 
 class EvaluateParams(Section):
@@ -568,7 +570,7 @@ def load_decode(path: Path) -> DecodeParams:
     (:mod:`tasks.core.clip_shapes`): every stage that samples videos samples them alike."""
     decode = load_section(path, "decode", DecodeParams)
     model = load_section(path, "model", ModelParams)
-    clip = zoo_clip(model.backbone, model.frames, model.size)
+    clip = zoo_clip(model.backbone, model.frames, model.crop)
     if clip is None:
         return decode
     return decode.model_copy(
@@ -580,5 +582,5 @@ def load_train(path: Path, overrides: dict[str, Any] | None = None) -> TrainPara
     """The train section (``overrides`` first) with a model-zoo backbone's decoded frame size as its input size."""
     train = load_section(path, "train", TrainParams, overrides=overrides)
     model = load_section(path, "model", ModelParams)
-    clip = zoo_clip(model.backbone, model.frames, model.size)
+    clip = zoo_clip(model.backbone, model.frames, model.crop)
     return train if clip is None else train.model_copy(update={"input_size": clip.frame_size})
