@@ -109,7 +109,16 @@ def test_protocol_two_only_for_models_trained_on_protected_clips(dprp_trained, t
 
 def test_bad_epochs_and_family_are_one_line(dprp_trained, tiny_decoded, tmp_path):
     _, params, _ = dprp_trained
-    with pytest.raises(PrivharError, match=r"--epochs = 0 is invalid"):
+    with pytest.raises(PrivharError, match=r"--epochs = -1 is invalid: expected an integer >= 0"):
+        train(
+            params_path=params,
+            frames=tiny_decoded / "data/decode",
+            out=tmp_path / "m",
+            report=tmp_path,
+            epochs=-1,
+        )
+    # 0 epochs keeps a model.weights checkpoint as it is (public.epochs: 0): without one it is refused
+    with pytest.raises(PrivharError, match=r"--epochs = 0 keeps .*; model.weights is not set"):
         train(
             params_path=params,
             frames=tiny_decoded / "data/decode",
