@@ -100,6 +100,16 @@ def readable(metrics: Mapping[str, Any]) -> tuple[dict[str, float], dict[str, st
     return shown, tags
 
 
+def _log_readable(metrics: Mapping[str, Any], step: int | None = None) -> None:
+    """:func:`readable` metrics to the active run, what they cannot show as its tags."""
+    import mlflow
+
+    shown, tags = readable(metrics)
+    mlflow.log_metrics(shown, step=step)
+    if tags:
+        mlflow.set_tags(tags)
+
+
 class StageRun:
     """What a stage may log to its run."""
 
@@ -112,12 +122,7 @@ class StageRun:
         return StageRun(self.run_id, self.prefix + prefix)
 
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
-        import mlflow
-
-        shown, tags = readable({self.prefix + key: value for key, value in metrics.items()})
-        mlflow.log_metrics(shown, step=step)
-        if tags:
-            mlflow.set_tags(tags)
+        _log_readable({self.prefix + key: value for key, value in metrics.items()}, step)
 
     def log_history(self, history: Sequence[tuple[int | None, Mapping[str, float]]]) -> None:
         """Metrics at many steps (``(step, {name: value})``; None: step 0) in one store transaction, where one
@@ -243,10 +248,7 @@ class StageRun:
             nested=True,
             tags={**_owner_tags(), **{key: str(value) for key, value in tags.items()}},
         ) as run:
-            shown, unshown = readable(metrics)
-            mlflow.log_metrics(shown)
-            if unshown:
-                mlflow.set_tags(unshown)
+            _log_readable(metrics)
             return run.info.run_id
 
 

@@ -84,6 +84,22 @@ def _private_step(
     return step, private
 
 
+def _private_seconds(
+    model: torch.nn.Module,
+    clips: torch.Tensor,
+    labels: torch.Tensor,
+    mode: str,
+    warmup: int,
+    repeats: int,
+    device: torch.device,
+) -> float:
+    """Median seconds of a DP-SGD step of ``model`` under ``mode``; Opacus's hooks removed afterwards."""
+    step, private = _private_step(model, clips, labels, mode)
+    seconds = _median_seconds(step, warmup, repeats, device)
+    private.remove_hooks()
+    return seconds
+
+
 def _mode_seconds(
     base: torch.nn.Module,
     clips: torch.Tensor,
@@ -97,9 +113,9 @@ def _mode_seconds(
     full: dict[str, float | str] = {}
     for mode in MODES:
         try:
-            step, private = _private_step(copy.deepcopy(base), clips, labels, mode)
-            full[mode] = _median_seconds(step, warmup, repeats, device)
-            private.remove_hooks()
+            full[mode] = _private_seconds(
+                copy.deepcopy(base), clips, labels, mode, warmup, repeats, device
+            )
         except (NotImplementedError, RuntimeError, ValueError) as error:
             full[mode] = f"not supported: {str(error).splitlines()[0][:160]}"
     return full
@@ -131,9 +147,7 @@ def _selective_seconds(
     for choice in SELECTIVE:
         model = copy.deepcopy(base)
         select_trainable(model, choice)
-        step, private = _private_step(model, clips, labels, MODES[0])
-        seconds[choice] = _median_seconds(step, warmup, repeats, device)
-        private.remove_hooks()
+        seconds[choice] = _private_seconds(model, clips, labels, MODES[0], warmup, repeats, device)
         record[f"dp_sgd_{choice}_trainable_parameters"] = trainable_count(model)
     return seconds
 
