@@ -1,5 +1,6 @@
 # Two commands set everything up on a fresh machine:
-#   make run   - create .venv if missing, install, run the pipeline (dvc repro) on the embedded dataset
+#   make run   - create .venv if missing, install, run the pipeline on the embedded dataset: a Prefect flow run of the
+#                DVC DAG (privhar flow; `privhar serve` shows it in the Prefect UI)
 #   make test  - create .venv (and .venv-detector) if missing, install, run the test suite in each
 #   make docs  - build the documentation into build/site (CI runs it after make test)
 #   make lint  - ruff check and ruff format --check (CI runs it before make test)
@@ -52,7 +53,7 @@ $(DETECTOR_STAMP): pyproject.toml
 	touch $(DETECTOR_STAMP)
 
 run: $(STAMP) $(VEGA_STAMP)
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/privhar run
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/privhar flow
 
 test: $(STAMP) $(VEGA_STAMP) detector-test
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -q

@@ -346,28 +346,42 @@ def run_command(force: bool, cold: bool, targets: tuple[str, ...]) -> None:
 @click.option("--force", is_flag=True, help="Rerun every stage even if it is up to date.")
 @click.argument("stages", nargs=-1)
 def flow_command(profile: str, force: bool, stages: tuple[str, ...]) -> None:
-    """Run the pipeline once as the Prefect flow (on the project's Prefect server if it is up)."""
+    """Run the pipeline once as a run of the Prefect deployment (`make run` does): on the runner of `privhar serve`
+    if it is up, else here, on the project's Prefect database either way, so the Prefect UI shows the run."""
     from flows.prefect_server import use_project_server
     from flows.project_lock import check_unlocked
 
     check_unlocked(Path.cwd())  # before a temporary Prefect server is started for nothing
     use_project_server(Path.cwd())
+    from flows.flow_launch import run_as_deployment
     from flows.flow_logging import tracebacks_to_file
-    from flows.pipeline_flow import failure_message, pipeline_flow
+    from flows.pipeline_flow import failure_message
 
     log = tracebacks_to_file(Path.cwd())
-    state = pipeline_flow(
-        project=str(Path.cwd()),
-        profile=profile,
-        stages=list(stages),
-        force=force,
-        return_state=True,
-    )
+    parameters = {
+        "project": str(Path.cwd()),
+        "profile": profile,
+        "stages": list(stages),
+        "force": force,
+    }
+    state = run_as_deployment(Path.cwd(), parameters)
     if not state.is_completed():
         raise PrivharError(
             f"{failure_message(state, str(state.message))} (Prefect's log and tracebacks: {log})"
         )
-    _print_scores(state.result())
+    _print_scores(_flow_scores(state, stages))
+
+
+def _flow_scores(state: Any, stages: tuple[str, ...]) -> dict:
+    """The flow's scores: its result where it ran here, else (the served runner keeps it) read again from DVC."""
+    try:
+        return state.result()
+    except Exception:  # noqa: BLE001 - Prefect's MissingResult: the run's result stayed with the runner
+        from flows.dag import SCORING_STAGE, read_dag
+        from flows.pipeline import method_metrics
+
+        names = {stage.name for stage in read_dag(Path.cwd(), stages)}
+        return method_metrics() if SCORING_STAGE in names else {}
 
 
 @main.command("serve")
@@ -444,6 +458,23 @@ def plots_command(out: Path) -> None:
     from flows.plots_page import show_plots
 
     click.echo(show_plots(Path.cwd(), out))
+
+
+@main.command("screenshots")
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=Path("build/screenshots"),
+    show_default=True,
+    help="Folder of the PNG files.",
+)
+def screenshots_command(out: Path) -> None:
+    """After make run: the MLflow runs, Top-1 against ε, the champion, the Prefect runs and DVC's plots (offline),
+    each page saved as a PNG by headless Chromium (the servers are started and stopped for it)."""
+    from flows.screenshots import take_screenshots
+
+    for path in take_screenshots(Path.cwd(), out):
+        click.echo(path)
 
 
 @main.command("models")

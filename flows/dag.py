@@ -12,6 +12,10 @@ from pathlib import Path
 
 from tasks.core.errors import PrivharError
 
+SCORING_STAGE = (
+    "evaluate"  # the stage that scores every model: a run without it has no scores to show
+)
+
 
 @dataclass(frozen=True)
 class DagStage:

@@ -22,6 +22,9 @@ from tasks.core.errors import ERROR_PREFIX, PrivharError
 from tasks.core.params import OrchestrateParams, load_section
 
 DEPLOYMENT_NAME = "scheduled"
+DEPLOYMENT_DESCRIPTION = (
+    "The privhar DAG from dvc.yaml; each stage a task, up-to-date stages skipped."
+)
 
 
 def deployment_schedule(settings: OrchestrateParams) -> Any:
@@ -101,8 +104,9 @@ def serve(project: Path, host: str | None = None, port: int | None = None) -> No
                 "profile": settings.profile,
                 "stages": settings.stages,
             },
-            description="The privhar DAG from dvc.yaml; each stage a task, up-to-date stages skipped.",
+            description=DEPLOYMENT_DESCRIPTION,
             tags=["privhar"],
+            paused=False,  # a manual `privhar flow` without a server registers it paused (flows/flow_launch.py)
             print_starting_message=False,
         )
     except (KeyboardInterrupt, SystemExit):

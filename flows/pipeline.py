@@ -17,10 +17,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from flows.dag import SCORING_STAGE, read_dag
 from flows.group_guard import guarded
 from flows.preflight import INDEX_STAGE, check_dataset, check_params
 from flows.project_lock import held_lock_fds, project_lock
-from flows.stage_server import stage_server
+from flows.stage_server import stage_server, with_server_settings
 from flows.stage_times import StageClock, log_stage_times
 from tasks.core.errors import ERROR_PREFIX, PrivharError
 from tasks.core.tracking import pipeline_run
@@ -42,8 +43,9 @@ def error_line(text: str) -> str:
 
 
 def tool_environment() -> dict[str, str]:
-    """The environment for DVC and the stages: this interpreter's bin folder first on PATH."""
-    env = dict(os.environ)
+    """The environment for DVC and the stages: this interpreter's bin folder first on PATH, the startup settings
+    of an exported stage server (:func:`flows.stage_server.with_server_settings`)."""
+    env = with_server_settings(dict(os.environ))
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     env.setdefault("DVC_NO_ANALYTICS", "1")
     return env
@@ -85,14 +87,16 @@ def check_project(project: Path) -> Path:
 
 
 @contextlib.contextmanager
-def pipeline_session(project: Path, what: str, tags: dict[str, str]) -> Iterator[str]:
-    """Lock the project, work inside it, and open the MLflow parent run; yield its id."""
+def pipeline_session(
+    project: Path, what: str, tags: dict[str, str], name: str = "pipeline"
+) -> Iterator[str]:
+    """Lock the project, work inside it, and open the MLflow parent run ``name``; yield its id."""
     project = check_project(project)
     with project_lock(project, what):
         previous = Path.cwd()
         os.chdir(project)
         try:
-            with pipeline_run("pipeline", tags={"privhar.orchestrator": what, **tags}) as parent:
+            with pipeline_run(name, tags={"privhar.orchestrator": what, **tags}) as parent:
                 print(f"privhar: MLflow parent run {parent}", file=sys.stderr)
                 yield parent
         finally:
@@ -109,7 +113,7 @@ def run_pipeline(
         "privhar.stage_start": "stage server fork" if warm else "interpreter",
     }
     check_params(check_project(project))
-    with pipeline_session(project, "privhar run", tags) as parent:
+    with pipeline_session(project, "privhar run", tags, " ".join(["pipeline", *targets])) as parent:
         force_flag = ["--force"] if force else []
         clock = StageClock()
         server = stage_server() if warm else contextlib.nullcontext({})
@@ -125,7 +129,10 @@ def run_pipeline(
             f"privhar: where the time went (wall seconds per stage, DVC's overhead included)\n{table}",
             file=sys.stderr,
         )
-        return score_models(Path.cwd())
+        scored = not targets or SCORING_STAGE in {
+            stage.name for stage in read_dag(project, targets)
+        }
+        return score_models(Path.cwd()) if scored else {}
 
 
 def _repro(command: list[str], served: dict[str, str], clock: StageClock) -> None:

@@ -1,42 +1,64 @@
 """The Prefect flow: the DAG of ``dvc.yaml`` as Prefect tasks, under one MLflow parent run.
 
 Each stage is a task submitted with ``wait_for`` its upstream stages, so stages that do not
-depend on each other run at once on the flow's thread pool. A failed stage fails its task
+depend on each other may run at once: ``orchestrate.stage_workers`` of them (1 by default: each stage trains on
+every core, and on 2 cores four at once made the smoke profile 83 % slower). A failed stage fails its task
 with its one-line error; the stages after it do not start, and the flow fails naming it.
 Retries come from ``orchestrate.retries`` / ``retry_delay_seconds``.
 """
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
+from typing import Any
 
 from prefect import flow, get_run_logger
 from prefect.states import State
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows.ast_lock import serialise_ast_parse
-from flows.dag import read_dag
+from flows.dag import SCORING_STAGE, read_dag
 from flows.pipeline import check_project, pipeline_session, score_models
 from flows.preflight import INDEX_STAGE, check_dataset, check_params
 from flows.profiles import DEFAULT, apply_profile
 from flows.stage_server import stage_server
-from flows.stage_tasks import StageFailed, run_stage
+from flows.stage_tasks import STAGE_WALLS, StageFailed, run_stage
+from flows.stage_times import log_stage_times
 from tasks.core.params import OrchestrateParams, load_section
 
 FLOW_NAME = "privhar-pipeline"
 
 
 def failure_message(state: State, fallback: str) -> str:
-    """The exception a failed flow or task run raised, as its one line; ``fallback`` if there is none."""
-    error = state.result(raise_on_failure=False)
+    """The exception a failed flow or task run raised, as its one line; ``fallback`` if there is none (or it ran in
+    another process, the served runner, and only its state's message came back)."""
+    try:
+        error = state.result(raise_on_failure=False)
+    except Exception:  # noqa: BLE001 - Prefect's MissingResult: a result kept by another process
+        return state.message or fallback
     return str(error) if isinstance(error, BaseException) else fallback
 
 
-@flow(name=FLOW_NAME, task_runner=ThreadPoolTaskRunner(max_workers=4), log_prints=True)
+def stage_outcomes(futures: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """Once every stage task has ended: the failed ones' one-line errors, and the stages that never ran."""
+    failed, not_run = [], []
+    for name, future in futures.items():
+        future.wait()
+        state = future.state
+        if state.is_failed() or state.is_crashed():
+            failed.append(failure_message(state, f"{name}: {state.message}"))
+        elif not state.is_completed():
+            not_run.append(name)
+    return failed, not_run
+
+
+@flow(name=FLOW_NAME, log_prints=True)
 def pipeline_flow(
     project: str = ".", profile: str = DEFAULT, stages: list[str] | None = None, force: bool = False
 ) -> dict[str, dict[str, float]]:
-    """Bring ``stages`` (all if empty) of the DVC project up to date; return Top-1 etc. per method.
+    """Bring ``stages`` (all if empty) of the DVC project up to date; return Top-1 etc. per method (nothing when the
+    chosen stages do not include ``evaluate``: no model was scored).
 
     Args:
         project: The DVC project folder (holding dvc.yaml and params.yaml), relative to where the worker runs.
@@ -49,10 +71,18 @@ def pipeline_flow(
     logger = get_run_logger()
     serialise_ast_parse()  # stages and shards run on threads from here on
     # the stages DVC starts for each task fork from one warm server (its address in os.environ, for tool_environment)
+    targets = list(stages or [])
     with (
-        pipeline_session(root, "prefect flow", {"privhar.profile": profile}),
+        pipeline_session(
+            root,
+            "prefect flow",
+            {"privhar.profile": profile, "privhar.targets": " ".join(targets) or "all"},
+            name=" ".join(["pipeline", *targets]),
+        ) as parent,
         stage_server(export=True),
     ):
+        started = time.monotonic()
+        STAGE_WALLS.clear()
         if apply_profile(root, profile):
             logger.info(f"profile {profile}: profiles/{profile}.yaml applied to params.yaml")
         check_params(root)  # every section, before the first stage
@@ -67,24 +97,27 @@ def pipeline_flow(
         )
         futures = {}
         whole = not (stages or settings.stages)
-        for stage in dag:
-            upstream = [futures[name] for name in stage.upstream if name in futures]
-            futures[stage.name] = stage_task.submit(stage, force, settings, wait_for=upstream)
-            if (
-                whole and stage.name == INDEX_STAGE
-            ):  # the params against the dataset, before the rest starts
-                futures[stage.name].wait()
-                if futures[stage.name].state.is_completed():
-                    check_dataset(root)
-        failed, not_run = [], []
-        for name, future in futures.items():
-            future.wait()
-            state = future.state
-            if state.is_failed() or state.is_crashed():
-                failed.append(failure_message(state, f"{name}: {state.message}"))
-            elif not state.is_completed():
-                not_run.append(name)
+        with ThreadPoolTaskRunner(max_workers=settings.stage_workers) as runner:
+            for stage in dag:
+                upstream = [futures[name] for name in stage.upstream if name in futures]
+                futures[stage.name] = runner.submit(
+                    stage_task,
+                    {"stage": stage, "force": force, "settings": settings},
+                    wait_for=upstream,
+                )
+                if (
+                    whole and stage.name == INDEX_STAGE
+                ):  # the params against the dataset, before the rest starts
+                    futures[stage.name].wait()
+                    if futures[stage.name].state.is_completed():
+                        check_dataset(root)
+            failed, not_run = stage_outcomes(futures)
+        if STAGE_WALLS:  # a stage ran
+            table = log_stage_times(parent, dict(STAGE_WALLS), time.monotonic() - started)
+            logger.info(
+                f"where the time went (wall seconds per stage task, DVC's included)\n{table}"
+            )
         if failed:
             after = f"; not run: {', '.join(not_run)}" if not_run else ""
             raise StageFailed(f"{failed[0]}{after}")
-        return score_models(root)
+        return score_models(root) if SCORING_STAGE in futures else {}

@@ -15,6 +15,8 @@ from flows.servers import LocalServer, answers, pid_alive
 
 HOME = ".prefect"
 SERVE_PID = "serve.pid"  # privhar serve's pid, host and port (flows/deployment.py)
+# where a server listens: a temporary server picks its own port, so only these are left to it
+SERVER_ADDRESS = ("PREFECT_SERVER_API_HOST", "PREFECT_SERVER_API_PORT", "PREFECT_API_URL")
 
 
 def prefect_environment(project: Path, host: str, port: int) -> dict[str, str]:
@@ -79,8 +81,9 @@ def serving(project: Path) -> tuple[int, str, int] | None:
 def use_project_server(project: Path) -> str | None:
     """Point this process at the project's Prefect server if it is up; return its API URL.
 
-    With no server up (and no ``PREFECT_API_URL`` of the user's), Prefect starts a
-    temporary one for the run.
+    With no server up (and no ``PREFECT_API_URL`` of the user's), Prefect starts a temporary one for the run, on the
+    project's own database: the flow run, its task graph and its logs are there when ``privhar serve`` later opens
+    the dashboard (a temporary server on Prefect's default home would take them away with it).
     """
     if os.environ.get("PREFECT_API_URL"):
         return os.environ["PREFECT_API_URL"]
@@ -91,7 +94,9 @@ def use_project_server(project: Path) -> str | None:
     host, port = (running[1], running[2]) if running else (settings.host, settings.prefect_port)
     env = prefect_environment(project, host, port)
     if not answers(f"{env['PREFECT_API_URL']}/health"):
-        os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+        temporary = {key: value for key, value in env.items() if key not in SERVER_ADDRESS}
+        (Path(project).resolve() / HOME).mkdir(exist_ok=True)
+        os.environ.update(temporary)
         return None
     os.environ.update(env)
     return env["PREFECT_API_URL"]

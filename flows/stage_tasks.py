@@ -22,6 +22,7 @@ import logging
 import shlex
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -185,10 +186,15 @@ def run_sharded(
         raise StageFailed(f"dvc commit {stage.name} failed: {error_line(committed.stderr)}")
 
 
+# wall seconds of each stage a task of this process ran (not the skipped ones), for the flow's time table
+STAGE_WALLS: dict[str, float] = {}
+
+
 @task(name="stage", task_run_name="{stage.name}", cache_policy=NO_CACHE)
 def run_stage(stage: DagStage, force: bool, settings: OrchestrateParams) -> State:
     """Bring one stage up to date; ``Skipped`` if DVC says it already is."""
     logger = get_run_logger()
+    started = time.monotonic()
     if not force and stage_is_up_to_date(stage.name):
         logger.info(f"stage {stage.name} is up to date (dvc status): skipped")
         return Completed(name="Skipped", message=f"{stage.name} is up to date")
@@ -201,4 +207,5 @@ def run_stage(stage: DagStage, force: bool, settings: OrchestrateParams) -> Stat
         run_sharded(stage, settings, logger)
     else:
         run_through_dvc(stage.name, force, logger)
+    STAGE_WALLS[stage.name] = time.monotonic() - started
     return Completed(message=f"{stage.name} ran")

@@ -210,6 +210,7 @@ def log_model_runs(
     for model, values in rows.items():
         with run.model_run(
             model,
+            "test",
             {
                 "privhar.checkpoint": str(paths.get(model, "")),
                 "privhar.seeds": metrics.get(model, {}).get("seeds", seeds[model]),

@@ -373,6 +373,24 @@ def test_mlflow_ui_shows_the_champion_alias(served, flow_run, page, tmp_path):
     page.screenshot(path=str(tmp_path / "mlflow-model.png"))
 
 
+def test_privhar_flow_with_serve_up_runs_on_the_served_deployment(served, flow_run):
+    """A manual run while `privhar serve` is up is created on its deployment and executed by its runner."""
+    done = subprocess.run(
+        [str(BIN / "privhar"), "flow", "decode"],
+        cwd=served["project"],
+        env=served["env"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "created on the served deployment privhar-pipeline/scheduled" in done.stderr
+    newest = api(served["api"], "/flow_runs/filter", {"sort": "START_TIME_DESC", "limit": 1})[0]
+    assert newest["deployment_id"] == flow_run["deployment"]["id"] and "manual" in newest["tags"]
+    assert newest["state"]["type"] == "COMPLETED" and newest["parameters"]["stages"] == ["decode"]
+    assert "decode" in done.stdout  # the served run's log, followed here
+
+
 def test_stopping_leaves_no_process_behind(served, flow_run):
     servers = served["servers"]
     stopped = subprocess.run(

@@ -128,6 +128,43 @@ def test_flow_runs_every_stage_then_skips_them_all(project):
     }
 
 
+def test_privhar_flow_is_a_run_of_the_deployment_named_for_its_stages(project):
+    """``privhar flow`` (make run) with nothing serving: a run of ``privhar-pipeline/scheduled``, registered with its
+    schedule paused; a run of one stage is named for it in MLflow and prints no table of scores it did not make."""
+    import mlflow
+    from prefect import get_client
+    from prefect.client.schemas.sorting import FlowRunSort
+
+    assert run_flow(project).is_completed()  # up to date first: the command below only checks
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run(
+        [str(BIN / "privhar"), "flow", "decode"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == ""  # decode scores nothing
+    with get_client(sync_client=True) as client:
+        deployment = client.read_deployment_by_name("privhar-pipeline/scheduled")
+        newest = client.read_flow_runs(sort=FlowRunSort.START_TIME_DESC, limit=1)[0]
+    assert newest.deployment_id == deployment.id and deployment.paused
+    assert newest.parameters["stages"] == ["decode"] and "manual" in newest.tags
+    assert newest.state.is_completed()
+    mlflow.set_tracking_uri(os.environ["MLFLOW_TRACKING_URI"])
+    parent = mlflow.search_runs(
+        search_all_experiments=True,
+        filter_string="tags.`privhar.pipeline` = 'true'",
+        order_by=["attributes.start_time DESC"],
+        max_results=1,
+        output_format="list",
+    )[0]
+    assert parent.info.run_name == "pipeline decode"
+    assert parent.data.tags["privhar.targets"] == "decode"
+
+
 def test_a_failing_stage_fails_its_task_with_its_one_line_error(project, tmp_path):
     original = (project / "params.yaml").read_text()
     try:

@@ -143,7 +143,7 @@ def test_every_method_trains_each_epsilon_and_infinity(project, method):
     model_run = client.get_run(newest_version(f"{method}-eps2.0").run_id)
     assert (
         model_run.data.tags["privhar.model"] == f"{method}-eps2.0"
-        and model_run.info.run_name == f"{method}-eps2.0"
+        and model_run.info.run_name == f"fit {method} ε=2"
     )
     stage = client.get_run(model_run.data.tags["mlflow.parentRunId"])
     assert stage.data.tags["privhar.stage"] == f"train-private@{method}"

@@ -331,7 +331,7 @@ def test_runs_of_a_killed_stage_end_as_killed():
 
     code = (
         "import os, signal; from tasks.core.tracking import stage_run\n"
-        "with stage_run('killtest', {}) as run, run.model_run('killtest-model'):\n"
+        "with stage_run('killtest', {}) as run, run.model_run('killtest-model', 'fit'):\n"
         "    os.kill(os.getpid(), signal.SIGKILL)\n"
     )
     subprocess.run([sys.executable, "-c", code], cwd=REPO, env=dict(os.environ), timeout=300)
@@ -339,9 +339,9 @@ def test_runs_of_a_killed_stage_end_as_killed():
     experiment = configure()
     orphans = client.search_runs(
         [experiment],
-        "attributes.run_name LIKE 'killtest%' and attributes.status = 'RUNNING'",
+        "attributes.run_name LIKE '%killtest%' and attributes.status = 'RUNNING'",
     )
-    assert sorted(run.info.run_name for run in orphans) == ["killtest", "killtest-model"]
+    assert sorted(run.info.run_name for run in orphans) == ["fit killtest-model", "killtest"]
     with stage_run("another stage", {}):  # any stage's next run ends them
         pass
     assert {client.get_run(run.info.run_id).info.status for run in orphans} == {"KILLED"}

@@ -456,8 +456,8 @@ def test_report_logs_one_nested_mlflow_run_per_method(tiny_decoded: Path, tmp_pa
     by_name = {row["tags.mlflow.runName"]: row for _, row in children.iterrows()}
     assert set(by_name) == {
         "baseline",
-        "dprp-eps8.0",
-        "dp_sgd-eps2.0",
+        "dprp ε=8",
+        "dp_sgd ε=2",
     }  # methods with scores; "not run" ones log nothing
     from tasks.core.manifest import MANIFEST_NAME, read_manifest
     from tasks.core.params import DprpParams, PrivacyParams, load_section
@@ -470,13 +470,13 @@ def test_report_logs_one_nested_mlflow_run_per_method(tiny_decoded: Path, tmp_pa
         int(first["height"]) * int(first["width"]) * 3,
         load_section(params, "privacy", PrivacyParams).randomness == "secure",
     ).epsilon
-    assert by_name["dprp-eps8.0"]["metrics.cmap"] == 0.3
+    assert by_name["dprp ε=8"]["metrics.cmap"] == 0.3
     assert (
-        by_name["dprp-eps8.0"]["metrics.epsilon"] == pytest.approx(holds) and holds > 8.0
+        by_name["dprp ε=8"]["metrics.epsilon"] == pytest.approx(holds) and holds > 8.0
     )  # public R: not the paper's 8
     assert (
-        by_name["dprp-eps8.0"]["metrics.e_track"] == 0.5
-        and by_name["dp_sgd-eps2.0"]["metrics.top1"] == 0.4
+        by_name["dprp ε=8"]["metrics.e_track"] == 0.5
+        and by_name["dp_sgd ε=2"]["metrics.top1"] == 0.4
     )
 
 

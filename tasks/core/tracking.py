@@ -209,13 +209,17 @@ class StageRun:
         return digest
 
     @contextlib.contextmanager
-    def model_run(self, key: str, tags: Mapping[str, Any] | None = None) -> Iterator[StageRun]:
+    def model_run(
+        self, key: str, role: str, tags: Mapping[str, Any] | None = None
+    ) -> Iterator[StageRun]:
         """A run nested under this stage's for one trained model (``key``): its curves and scores under plain names,
-        so MLflow's runs table and compare view line models up; the model is registered from it (:meth:`resumed`)."""
+        so MLflow's runs table and compare view line models up; the model is registered from it (:meth:`resumed`).
+        Named ``role`` + :func:`run_label` (``fit dp_sgd ε=2``), so a model's training run, test run and summary
+        run are told apart in MLflow's charts and tree."""
         import mlflow
 
         with mlflow.start_run(
-            run_name=key,
+            run_name=f"{role} {run_label(key)}",
             nested=True,
             parent_run_id=self.run_id,
             tags={
@@ -244,12 +248,38 @@ class StageRun:
         import mlflow
 
         with mlflow.start_run(
-            run_name=name,
+            run_name=run_label(name),
             nested=True,
             tags={**_owner_tags(), **{key: str(value) for key, value in tags.items()}},
         ) as run:
             _log_readable(metrics)
             return run.info.run_id
+
+
+def run_label(key: str) -> str:
+    """A model key as a short MLflow run name: ``dp_sgd-eps2.0`` → ``dp_sgd ε=2``, ``-epsinf`` → ``ε=∞``, seeds kept.
+
+    >>> run_label("fedavg-selective-epsinf-seed39"), run_label("anonymize-low_res_32x24")
+    ('fedavg-selective ε=∞ seed39', 'anonymize-low_res_32x24')
+    """
+    words, rest = [], []
+    for part in key.split("-"):
+        value = part.removeprefix("eps")
+        if part.startswith("eps") and (value == "inf" or _is_number(value)):
+            words.append("ε=∞" if value == "inf" else f"ε={float(value):g}")
+        elif part.startswith("seed") and part[4:].isdigit():
+            words.append(part)
+        else:
+            rest.append(part)
+    return " ".join(["-".join(rest), *words])
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 FORKED_ENV = (

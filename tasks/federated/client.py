@@ -131,7 +131,7 @@ def client_round(
                 loss = F.cross_entropy(private(inputs), labels)
                 loss.backward()
                 optimiser.step()
-                loss_sum, seen = loss_sum + float(loss) * len(labels), seen + len(labels)
+                loss_sum, seen = loss_sum + loss.detach().item() * len(labels), seen + len(labels)
     finally:
         private.remove_hooks()
     trained = {name: tensor.cpu() for name, tensor in trainable_state(local).items()}

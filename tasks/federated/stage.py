@@ -221,7 +221,7 @@ class _FederatedRun:
         name = federated_model(aggregation, tuning, epsilon, self.params.epsilon)
         key = name + seed_suffix(seed)
         tags = {"privhar.aggregation": aggregation, "privhar.tuning": tuning, "privhar.seed": seed}
-        with self.run.model_run(key, tags) as model_run:
+        with self.run.model_run(key, "fit", tags) as model_run:
             result, run_seconds, trained_as = self.federate(
                 split, aggregation, epsilon, seed, key, without_noise
             )

@@ -380,7 +380,7 @@ class _PrivateRun:
         name = f"{self.method}-eps{epsilon}"
         seeds = self.inputs.seeds[epsilon]
         tags = {"privhar.method": self.method, "privhar.seeds": seeds}
-        with run.model_run(name, tags) as model_run:
+        with run.model_run(name, "fit", tags) as model_run:
             for seed in range(seeds):
                 self.seed(model_run, name, epsilon, seed)
 
