@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from flows.servers import LocalServer, interrupt_on_signals, stop_process_group
-from tasks.core.tracking import tracking_uri
+from tasks.core.tracking import configure, tracking_uri
 
 HOME = ".mlflow-ui"
 
@@ -48,6 +48,13 @@ def mlflow_ui(project: Path, host: str, port: int) -> LocalServer:
     )
 
 
+def experiment_url(base: str, experiment: str) -> str:
+    """The experiment's runs in MLflow's model-training view. MLflow 3.17's UI opens every experiment in its GenAI
+    view ("0 traces") unless the address, or the browser's earlier choice of its GenAI / Model training switch,
+    asks for ``workflowType=machine_learning``: the experiment's ``mlflow.experimentKind`` tag does not decide it."""
+    return f"{base}/#/experiments/{experiment}/runs?workflowType=machine_learning"
+
+
 def stop_uis(project: Path, port: int | None = None) -> list[int]:
     """Stop the project's MLflow UI on ``port`` (every one if None); return the ports stopped."""
     home = Path(project).resolve() / HOME
@@ -61,9 +68,10 @@ def run_ui(project: Path, host: str, port: int) -> None:
     server = mlflow_ui(project, host, port)
     started_at = time.monotonic()
     started = server.start()
+    runs = experiment_url(f"http://{host}:{port}", configure(Path(project).resolve()))
     print(
         f"privhar: MLflow UI {'started' if started else 'already up'} in {time.monotonic() - started_at:.1f} s at "
-        f"http://{host}:{port} (store {tracking_uri(Path(project).resolve())}); Ctrl-C ends it",
+        f"{runs} (store {tracking_uri(Path(project).resolve())}); Ctrl-C ends it",
         file=sys.stderr,
     )
     if not started:

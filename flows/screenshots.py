@@ -5,7 +5,7 @@ is written by :mod:`flows.plots_page`, and each page is saved as a PNG in the ou
 
 - ``mlflow-runs.png``: the experiment as MLflow opens it (the runs list, not the GenAI overview);
 - ``mlflow-top1-vs-epsilon.png``: the report stage's leaf runs (a run per model and ε) compared, Top-1 against ε;
-- ``mlflow-champion.png``: ``privhar-dp_sgd`` in the registry, its ``champion`` alias and description;
+- ``mlflow-champion.png``: the version of ``privhar-dp_sgd`` its ``champion`` alias names: ε, δ, Top-1, description;
 - ``prefect-runs.png`` and ``prefect-flow-run.png``: the flow runs, then the newest one's task graph and logs;
 - ``plots.png``: DVC's plots page with the network off (learning curves, Top-1 against ε).
 
@@ -18,12 +18,13 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from flows.mlflow_ui import mlflow_ui
+from flows.mlflow_ui import experiment_url, mlflow_ui
 from flows.plots_page import show_plots
 from flows.prefect_server import prefect_server
 from flows.servers import free_port
@@ -38,7 +39,7 @@ CHROMIUM_ARGS = [
     "--disable-background-networking",
 ]
 HOST = "127.0.0.1"
-WAIT_MS = 90_000
+WAIT_MS = int(os.environ.get("PRIVHAR_SCREENSHOT_WAIT_S", "90")) * 1000
 CHAMPION_MODEL = "privhar-dp_sgd"
 
 
@@ -58,6 +59,21 @@ def project_servers(project: Path) -> Iterator[dict[str, str]]:
     finally:
         for server in started:
             server.stop()
+
+
+@contextlib.contextmanager
+def shown(page: Any, name: str, out: Path) -> Iterator[None]:
+    """A page step: a wait that times out is one line naming the page, with a picture of what it showed instead."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        yield
+    except PlaywrightTimeout as error:
+        failed = out / f"{name}-failed.png"
+        page.screenshot(path=str(failed))
+        raise PrivharError(
+            f"screenshots: {name}: {page.url}: {str(error).splitlines()[0]} (the page as it was: {failed})"
+        ) from None
 
 
 def take_screenshots(project: Path, out: Path) -> list[Path]:
@@ -91,6 +107,13 @@ def new_page(browser: Any, offline: bool = False) -> Any:
     return page
 
 
+def close_assistant(page: Any) -> None:
+    """MLflow 3.17's assistant panel takes a third of the width: closed where it is open."""
+    panel = page.get_by_role("button", name="Close", exact=True)
+    if panel.count():
+        panel.first.click()
+
+
 def saved(page: Any, path: Path) -> Path:
     page.wait_for_timeout(1500)  # charts animate in
     page.screenshot(path=str(path))
@@ -107,13 +130,20 @@ def mlflow_pages(browser: Any, base: str, project: Path, out: Path) -> list[Path
 
     experiment = configure(project)
     page = new_page(browser)
-    page.goto(f"{base}/#/experiments/{experiment}")
-    page.get_by_role("grid").first.get_by_role("link").first.wait_for()
+    with shown(page, "mlflow-runs", out):
+        page.goto(experiment_url(base, experiment))
+        page.get_by_role("grid").first.get_by_role("link").first.wait_for()
+        close_assistant(page)
     shots = [saved(page, out / "mlflow-runs.png")]
     shots.append(top1_against_epsilon(browser, base, experiment, MlflowClient(), out))
+    champion = MlflowClient().get_model_version_by_alias(CHAMPION_MODEL, "champion").version
     page = new_page(browser)
-    page.goto(f"{base}/#/models/{CHAMPION_MODEL}")
-    page.get_by_text("champion").first.wait_for()
+    with shown(page, "mlflow-champion", out):
+        page.goto(
+            f"{base}/#/models/{CHAMPION_MODEL}/versions/{champion}?workflowType=machine_learning"
+        )
+        page.get_by_text("champion").first.wait_for()
+        close_assistant(page)
     shots.append(saved(page, out / "mlflow-champion.png"))
     return shots
 
@@ -135,28 +165,35 @@ def top1_against_epsilon(browser: Any, base: str, experiment: str, client: Any, 
     )
     ids = [run.info.run_id for run in leaves if "epsilon" in run.data.metrics]
     query = urllib.parse.urlencode(
-        {"runs": json.dumps(ids), "experiments": json.dumps([experiment])}
+        {
+            "runs": json.dumps(ids),
+            "experiments": json.dumps([experiment]),
+            "workflowType": "machine_learning",
+        }
     )
     page = new_page(browser)
-    page.goto(f"{base}/#/compare-runs?{query}")
-    page.get_by_text("Scatter Plot").first.wait_for()
-    for axis, metric in (("X-axis", "epsilon"), ("Y-axis", "top1")):
-        page.get_by_label(axis).first.click()
-        page.get_by_role("option", name=metric, exact=True).first.click()
-    page.get_by_text("Scatter Plot").first.scroll_into_view_if_needed()
+    with shown(page, "mlflow-top1-vs-epsilon", out):
+        page.goto(f"{base}/#/compare-runs?{query}")
+        page.get_by_role("tab", name="Scatter Plot").click()
+        for axis, metric in (("X-axis:", "epsilon"), ("Y-axis:", "top1")):
+            page.get_by_role("combobox", name=axis).click()
+            page.get_by_role("option", name=metric, exact=True).first.click()
+        close_assistant(page)
     return saved(page, out / "mlflow-top1-vs-epsilon.png")
 
 
 def prefect_pages(browser: Any, base: str, out: Path) -> list[Path]:
     """The flow runs list, then the newest flow run (its task graph and logs)."""
     page = new_page(browser)
-    page.goto(f"{base}/runs")
-    page.get_by_text("privhar-pipeline").first.wait_for()
+    with shown(page, "prefect-runs", out):
+        page.goto(f"{base}/runs")
+        page.get_by_text("privhar-pipeline").first.wait_for()
     shots = [saved(page, out / "prefect-runs.png")]
     newest = prefect_flow_runs(base)[0]
     page = new_page(browser)
-    page.goto(f"{base}/runs/flow-run/{newest['id']}")
-    page.get_by_text(newest["name"]).first.wait_for()
+    with shown(page, "prefect-flow-run", out):
+        page.goto(f"{base}/runs/flow-run/{newest['id']}")
+        page.get_by_text(newest["name"]).first.wait_for()
     shots.append(saved(page, out / "prefect-flow-run.png"))
     return shots
 
@@ -180,6 +217,7 @@ def prefect_flow_runs(base: str) -> list[dict[str, Any]]:
 def offline_plots(browser: Any, page_file: Path, out: Path) -> Path:
     """DVC's plots page from disk with the network off: the vega it inlines must draw every plot."""
     page = new_page(browser, offline=True)
-    page.goto(page_file.resolve().as_uri())
-    page.locator("svg, canvas").first.wait_for()
+    with shown(page, "plots", out):
+        page.goto(page_file.resolve().as_uri())
+        page.locator("svg, canvas").first.wait_for()
     return saved(page, out / "plots.png")

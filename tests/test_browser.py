@@ -385,8 +385,9 @@ def test_privhar_flow_with_serve_up_runs_on_the_served_deployment(served, flow_r
     )
     assert done.returncode == 0, done.stderr
     assert "created on the served deployment privhar-pipeline/scheduled" in done.stderr
-    newest = api(served["api"], "/flow_runs/filter", {"sort": "START_TIME_DESC", "limit": 1})[0]
-    assert newest["deployment_id"] == flow_run["deployment"]["id"] and "manual" in newest["tags"]
+    manual = {"flow_runs": {"tags": {"all_": ["manual"]}}, "sort": "START_TIME_DESC", "limit": 1}
+    newest = api(served["api"], "/flow_runs/filter", manual)[0]
+    assert newest["deployment_id"] == flow_run["deployment"]["id"]
     assert newest["state"]["type"] == "COMPLETED" and newest["parameters"]["stages"] == ["decode"]
     assert "decode" in done.stdout  # the served run's log, followed here
 
