@@ -113,10 +113,14 @@ def pipeline_flow(
                         check_dataset(root)
             failed, not_run = stage_outcomes(futures)
         if STAGE_WALLS:  # a stage ran
-            table = log_stage_times(parent, dict(STAGE_WALLS), time.monotonic() - started)
-            logger.info(
-                f"where the time went (wall seconds per stage task, DVC's included)\n{table}"
+            table = log_stage_times(
+                parent, dict(STAGE_WALLS), time.monotonic() - started, "Prefect flow"
             )
+            logger.info("where the time went (wall seconds per stage task, DVC's included):")
+            for line in (
+                table.splitlines()
+            ):  # a record per line: the console keeps a record's first line only
+                logger.info(line)
         if failed:
             after = f"; not run: {', '.join(not_run)}" if not_run else ""
             raise StageFailed(f"{failed[0]}{after}")

@@ -56,6 +56,16 @@ def stage_is_up_to_date(name: str) -> bool:
     return not json.loads(shown.stdout or "{}")
 
 
+# what `dvc repro` prints after every stage about git and remotes: the flow's job, not the stage's log
+DVC_GIT_HINTS = (
+    "To track the changes with git",
+    "git add dvc.lock",
+    "To enable auto staging",
+    "dvc config core.autostage",
+    "Use `dvc push`",
+)
+
+
 def run_through_dvc(name: str, force: bool, logger: logging.LoggerAdapter) -> None:
     """``dvc repro --single-item NAME``, its output streamed line by line into the task log."""
     command = dvc_command("repro", "--single-item", *(["--force"] if force else []), name)
@@ -66,7 +76,7 @@ def run_through_dvc(name: str, force: bool, logger: logging.LoggerAdapter) -> No
         assert process.stdout is not None
         for line in process.stdout:
             line = line.rstrip()
-            if line:
+            if line and not line.strip().startswith(DVC_GIT_HINTS):
                 lines.append(line)
                 logger.info(line)
     if process.wait() != 0:

@@ -77,7 +77,11 @@ def stage_rows(
 
 
 def summary(
-    walls: dict[str, float], total: float, work: float, works: dict[str, float] | None = None
+    walls: dict[str, float],
+    total: float,
+    work: float,
+    works: dict[str, float] | None = None,
+    runner: str = "dvc repro",
 ) -> str:
     """A Markdown table of :func:`stage_rows`, then the run's totals.
 
@@ -96,7 +100,7 @@ def summary(
     spent = sum(walls.values())
     lines += [
         ["all stages (wall)", f"{spent:.1f}", f"{work:.1f}", f"{spent - work:.1f}"],
-        ["the run (dvc repro)", f"{total:.1f}", "", ""],
+        [f"the run ({runner})", f"{total:.1f}", "", ""],
     ]
     return markdown_of(["stage", "wall (s)", "work (s)", "fixed cost (s)"], lines)
 
@@ -120,7 +124,9 @@ def stage_works(parent_run_id: str) -> dict[str, float]:
     return works
 
 
-def log_stage_times(parent_run_id: str, walls: dict[str, float], total: float) -> str:
+def log_stage_times(
+    parent_run_id: str, walls: dict[str, float], total: float, runner: str = "dvc repro"
+) -> str:
     """Log each stage's wall time (``wall_seconds.<stage>``), the table (``stage_times.md``) and its rows
     (``stage_times.json``, what ``privhar bench stages`` reads) to the parent run; return the table."""
     import mlflow
@@ -131,7 +137,7 @@ def log_stage_times(parent_run_id: str, walls: dict[str, float], total: float) -
         {f"wall_seconds.{name.replace('@', '.')}": seconds for name, seconds in walls.items()}
     )
     mlflow.log_metrics({"pipeline_wall_seconds": total, "stages_work_seconds": work})
-    table = summary(walls, total, work, works)
+    table = summary(walls, total, work, works, runner)
     mlflow.log_text(table + "\n", "stage_times.md")
     mlflow.log_dict({"stages": stage_rows(walls, works), "run_s": total}, "stage_times.json")
     return table
