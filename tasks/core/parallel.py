@@ -49,7 +49,19 @@ def map_ordered(
     mapper = _installed.get()
     if mapper is not None:
         return mapper(function, items, desc)
-    bar = progress(len(items), desc, "video")
+    return map_on_processes(function, items, workers=workers, desc=desc)
+
+
+def map_on_processes(
+    function: Callable[[T], R],
+    items: Sequence[T],
+    *,
+    workers: int,
+    desc: str,
+    unit: str = "video",
+) -> list[R]:
+    """:func:`map_ordered` on a local process pool, never on an installed mapper (work that is not per video)."""
+    bar = progress(len(items), desc, unit)
     try:
         if workers <= 1 or len(items) <= 1:
             results: Iterable[R] = map(function, items)

@@ -29,6 +29,7 @@ not been made yet (reserved, so the plan's order decides who gets the budget, wh
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
@@ -37,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from tasks.core.errors import PrivharError
+from tasks.core.parallel import map_on_processes
 from tasks.core.params import (
     DprpParams,
     FederatedParams,
@@ -251,17 +253,34 @@ Entry = tuple[str, dict[int, float]]  # a planned release and each person's ε u
 
 
 def _entries(
-    params_path: Path, rows: list[dict[str, Any]], only: Collection[str] | None = None
+    params_path: Path,
+    rows: list[dict[str, Any]],
+    only: Collection[str] | None = None,
+    computed: dict[int, dict[int, float]] | None = None,
 ) -> Iterator[Entry]:
     """The plan's releases in order (those named in ``only``, if given), each with its persons' ε (computed once per
-    mechanism: the seeds of a model request the same ε), lazily: a check stops at its release."""
-    computed: dict[int, dict[int, float]] = {}
-    for planned in planned_releases(params_path):
+    mechanism: the seeds of a model request the same ε), lazily: a check stops at its release. ``computed``: the
+    persons' ε already known, by the mechanism's index in :func:`distinct_mechanisms`."""
+    plan = planned_releases(params_path)
+    index_of = {
+        id(planned.person_epsilons): k for k, planned in enumerate(distinct_mechanisms(plan))
+    }
+    computed = dict(computed or {})
+    for planned in plan:
         if only is not None and planned.name not in only:
             continue
-        if id(planned.person_epsilons) not in computed:
-            computed[id(planned.person_epsilons)] = _persons(planned, rows)
-        yield planned.name, computed[id(planned.person_epsilons)]
+        index = index_of[id(planned.person_epsilons)]
+        if index not in computed:
+            computed[index] = _persons(planned, rows)
+        yield planned.name, computed[index]
+
+
+def distinct_mechanisms(plan: Sequence[PlannedRelease]) -> list[PlannedRelease]:
+    """The first release of each mechanism of the plan (the seeds of one model share their persons' ε), in plan order."""
+    first: dict[int, PlannedRelease] = {}
+    for planned in plan:
+        first.setdefault(id(planned.person_epsilons), planned)
+    return list(first.values())
 
 
 def _persons(planned: PlannedRelease, rows: list[dict[str, Any]]) -> dict[int, float]:
@@ -270,7 +289,33 @@ def _persons(planned: PlannedRelease, rows: list[dict[str, Any]]) -> dict[int, f
     return planned.person_epsilons(holding) if holding else {}
 
 
-def plan_files(params_path: Path, rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+def mechanism_persons(
+    params_path: Path, rows: list[dict[str, Any]], index: int
+) -> dict[int, float]:
+    """:func:`_persons` of the plan's ``index``-th distinct mechanism: a worker process reads the plan again (its
+    releases hold closures, which do not pickle) and gets the same one (the plan is a function of the params)."""
+    return _persons(distinct_mechanisms(planned_releases(params_path))[index], rows)
+
+
+def all_persons(
+    params_path: Path, rows: list[dict[str, Any]], workers: int
+) -> dict[int, dict[int, float]]:
+    """Every mechanism's persons' ε, the mechanisms spread over ``workers`` processes: the accountants (PRV σ
+    calibration, per-person PLD mixtures) are single-threaded Python, 55 s of one core for the default plan."""
+    count = len(distinct_mechanisms(planned_releases(params_path)))
+    found = map_on_processes(
+        functools.partial(mechanism_persons, params_path, rows),
+        list(range(count)),
+        workers=workers,
+        desc="budget: each person's ε per mechanism",
+        unit="mechanism",
+    )
+    return dict(enumerate(found))
+
+
+def plan_files(
+    params_path: Path, rows: list[dict[str, Any]], workers: int = 1
+) -> dict[str, list[dict[str, Any]]]:
     """What the budget stage writes, per DP stage: every planned release up to the stage's last, in plan order, with each
     person's ε. A stage's file changes when, and only when, something its verdicts depend on changes: with no cap
     (``privacy.max_epsilon: .inf``) that is its own releases alone (what its ledger records), so a Video-DPRP ablation
@@ -281,7 +326,9 @@ def plan_files(params_path: Path, rows: list[dict[str, Any]]) -> dict[str, list[
             "release": name,
             "persons": {str(person): epsilon for person, epsilon in sorted(persons.items())},
         }
-        for name, persons in _entries(params_path, rows)
+        for name, persons in _entries(
+            params_path, rows, computed=all_persons(params_path, rows, workers)
+        )
     ]
     if math.isinf(load_section(params_path, "privacy", PrivacyParams).max_epsilon):
         return {
