@@ -377,11 +377,11 @@ def _flow_scores(state: Any, stages: tuple[str, ...]) -> dict:
     try:
         return state.result()
     except Exception:  # noqa: BLE001 - Prefect's MissingResult: the run's result stayed with the runner
-        from flows.dag import SCORING_STAGE, read_dag
+        from flows.dag import read_dag, runs_scoring
         from flows.pipeline import method_metrics
 
-        names = {stage.name for stage in read_dag(Path.cwd(), stages)}
-        return method_metrics() if SCORING_STAGE in names else {}
+        scored = runs_scoring(stage.name for stage in read_dag(Path.cwd(), stages))
+        return method_metrics() if scored else {}
 
 
 @main.command("serve")

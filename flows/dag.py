@@ -6,15 +6,18 @@ so a stage added to ``dvc.yaml`` is orchestrated without touching ``flows/``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from tasks.core.errors import PrivharError
 
-SCORING_STAGE = (
-    "evaluate"  # the stage that scores every model: a run without it has no scores to show
-)
+SCORING_STAGE = "evaluate"  # the stage that scores every model
+
+
+def runs_scoring(stage_names: Iterable[str]) -> bool:
+    """True when a run of these stages scores the models: a run without the scoring stage has no scores to show."""
+    return SCORING_STAGE in set(stage_names)
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,21 @@ def deployment_schedule(settings: OrchestrateParams) -> Any:
         ) from None
 
 
+def deployment_options(
+    project: str, settings: OrchestrateParams, *, paused: bool
+) -> dict[str, Any]:
+    """The deployment as Prefect's ``Flow.serve`` and ``Flow.to_deployment`` take it (name, cron schedule, default
+    parameters, description, tags): one description for ``privhar serve`` and for ``privhar flow`` registering it."""
+    return {
+        "name": DEPLOYMENT_NAME,
+        "schedules": [deployment_schedule(settings)],
+        "parameters": {"project": project, "profile": settings.profile, "stages": settings.stages},
+        "description": DEPLOYMENT_DESCRIPTION,
+        "tags": ["privhar"],
+        "paused": paused,
+    }
+
+
 def serve(project: Path, host: str | None = None, port: int | None = None) -> None:
     """Start or reuse the project's Prefect server, register the deployment, serve it; clean up on exit.
 
@@ -63,7 +78,7 @@ def serve(project: Path, host: str | None = None, port: int | None = None) -> No
     # its client would start a temporary server of its own (which os._exit below would leave running)
     os.environ.update(prefect_environment(project, host, port))
     # a bad cron or time zone stops here, before any server starts
-    schedule = deployment_schedule(settings)
+    deployment_schedule(settings)
     running = serving(project)
     if running is not None:
         raise PrivharError(
@@ -96,18 +111,9 @@ def serve(project: Path, host: str | None = None, port: int | None = None) -> No
             f"profile {settings.profile}; Ctrl-C or 'privhar serve --stop' ends it",
             file=sys.stderr,
         )
+        # served, its schedule runs; a manual `privhar flow` without a server registers it paused (flows/flow_launch.py)
         pipeline_flow.serve(
-            name=DEPLOYMENT_NAME,
-            schedules=[schedule],
-            parameters={
-                "project": str(project),
-                "profile": settings.profile,
-                "stages": settings.stages,
-            },
-            description=DEPLOYMENT_DESCRIPTION,
-            tags=["privhar"],
-            paused=False,  # a manual `privhar flow` without a server registers it paused (flows/flow_launch.py)
-            print_starting_message=False,
+            **deployment_options(str(project), settings, paused=False), print_starting_message=False
         )
     except (KeyboardInterrupt, SystemExit):
         print("privhar: serve interrupted", file=sys.stderr)

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from flows.deployment import DEPLOYMENT_DESCRIPTION, DEPLOYMENT_NAME, deployment_schedule
+from flows.deployment import DEPLOYMENT_NAME, deployment_options
 from flows.pipeline_flow import FLOW_NAME, pipeline_flow
 from flows.prefect_server import serving
 from tasks.core.params import OrchestrateParams, load_section
@@ -32,12 +32,7 @@ def run_as_deployment(project: Path, parameters: dict[str, Any]) -> Any:
         return run_on_served_runner(parameters)
     settings = load_section(Path(project) / "params.yaml", "orchestrate", OrchestrateParams)
     deployment = pipeline_flow.to_deployment(
-        name=DEPLOYMENT_NAME,
-        schedules=[deployment_schedule(settings)],
-        paused=True,
-        parameters={"project": parameters["project"], "profile": settings.profile},
-        description=DEPLOYMENT_DESCRIPTION,
-        tags=["privhar"],
+        **deployment_options(parameters["project"], settings, paused=True)
     )
     deployment_id = deployment.apply()
     from prefect import get_client

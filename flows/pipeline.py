@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from flows.dag import SCORING_STAGE, read_dag
+from flows.dag import read_dag, runs_scoring
 from flows.group_guard import guarded
 from flows.preflight import INDEX_STAGE, check_dataset, check_params
 from flows.project_lock import held_lock_fds, project_lock
@@ -129,9 +129,7 @@ def run_pipeline(
             f"privhar: where the time went (wall seconds per stage, DVC's overhead included)\n{table}",
             file=sys.stderr,
         )
-        scored = not targets or SCORING_STAGE in {
-            stage.name for stage in read_dag(project, targets)
-        }
+        scored = not targets or runs_scoring(stage.name for stage in read_dag(project, targets))
         return score_models(Path.cwd()) if scored else {}
 
 

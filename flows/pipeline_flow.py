@@ -18,7 +18,7 @@ from prefect.states import State
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows.ast_lock import serialise_ast_parse
-from flows.dag import SCORING_STAGE, read_dag
+from flows.dag import read_dag, runs_scoring
 from flows.pipeline import check_project, pipeline_session, score_models
 from flows.preflight import INDEX_STAGE, check_dataset, check_params
 from flows.profiles import DEFAULT, apply_profile
@@ -124,4 +124,4 @@ def pipeline_flow(
         if failed:
             after = f"; not run: {', '.join(not_run)}" if not_run else ""
             raise StageFailed(f"{failed[0]}{after}")
-        return score_models(root) if SCORING_STAGE in futures else {}
+        return score_models(root) if runs_scoring(futures) else {}

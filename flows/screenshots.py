@@ -135,8 +135,9 @@ def mlflow_pages(browser: Any, base: str, project: Path, out: Path) -> list[Path
         page.get_by_role("grid").first.get_by_role("link").first.wait_for()
         close_assistant(page)
     shots = [saved(page, out / "mlflow-runs.png")]
-    shots.append(top1_against_epsilon(browser, base, experiment, MlflowClient(), out))
-    champion = MlflowClient().get_model_version_by_alias(CHAMPION_MODEL, "champion").version
+    client = MlflowClient()
+    shots.append(top1_against_epsilon(browser, base, experiment, client, out))
+    champion = client.get_model_version_by_alias(CHAMPION_MODEL, "champion").version
     page = new_page(browser)
     with shown(page, "mlflow-champion", out):
         page.goto(

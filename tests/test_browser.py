@@ -373,16 +373,21 @@ def test_mlflow_ui_shows_the_champion_alias(served, flow_run, page, tmp_path):
     page.screenshot(path=str(tmp_path / "mlflow-model.png"))
 
 
-def test_privhar_flow_with_serve_up_runs_on_the_served_deployment(served, flow_run):
-    """A manual run while `privhar serve` is up is created on its deployment and executed by its runner."""
-    done = subprocess.run(
-        [str(BIN / "privhar"), "flow", "decode"],
+def privhar_in(served: dict, *arguments: str, timeout: float) -> subprocess.CompletedProcess:
+    """``privhar ARGUMENTS`` in the served project, with its servers' environment."""
+    return subprocess.run(
+        [str(BIN / "privhar"), *arguments],
         cwd=served["project"],
         env=served["env"],
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=timeout,
     )
+
+
+def test_privhar_flow_with_serve_up_runs_on_the_served_deployment(served, flow_run):
+    """A manual run while `privhar serve` is up is created on its deployment and executed by its runner."""
+    done = privhar_in(served, "flow", "decode", timeout=600)
     assert done.returncode == 0, done.stderr
     assert "created on the served deployment privhar-pipeline/scheduled" in done.stderr
     manual = {"flow_runs": {"tags": {"all_": ["manual"]}}, "sort": "START_TIME_DESC", "limit": 1}
@@ -394,14 +399,7 @@ def test_privhar_flow_with_serve_up_runs_on_the_served_deployment(served, flow_r
 
 def test_stopping_leaves_no_process_behind(served, flow_run):
     servers = served["servers"]
-    stopped = subprocess.run(
-        [str(BIN / "privhar"), "serve", "--stop"],
-        cwd=served["project"],
-        env=served["env"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    stopped = privhar_in(served, "serve", "--stop", timeout=120)
     assert stopped.returncode == 0 and "stopped privhar serve" in stopped.stderr
     servers["ui"].send_signal(signal.SIGINT)
     for name in ("serve", "ui"):

@@ -64,13 +64,19 @@ def predict(
     batch_size: int,
     device: torch.device = torch.device("cpu"),
 ) -> torch.Tensor:
-    """Logits (float32, on the CPU) of ``model`` for uint8 ``clips``, a batch at a time on ``device`` (bf16 on a GPU)."""
+    """Logits (float32, on the CPU) of ``model`` for uint8 ``clips`` (or float ones already through :func:`normalise`),
+    a batch at a time on ``device`` (bf16 on a GPU)."""
     model.to(device)
     outputs = []
     for batch in clips.split(batch_size):
         with mixed_precision(device):
-            outputs.append(model(normalise(to_device(batch, device))).float().cpu())
+            outputs.append(model(model_input(to_device(batch, device))).float().cpu())
     return torch.cat(outputs)
+
+
+def model_input(clips: torch.Tensor) -> torch.Tensor:
+    """uint8 clips normalised; float clips as they are (normalised once by a caller that scores many models on them)."""
+    return clips if clips.is_floating_point() else normalise(clips)
 
 
 def augment(clips: torch.Tensor, generator: torch.Generator, shift: int = 4) -> torch.Tensor:

@@ -26,7 +26,7 @@ import torch
 from pytorchvideo.models.head import ResNetBasicHead
 from torch import nn
 
-from tasks.core.clips import normalise
+from tasks.core.clips import model_input
 from tasks.core.device import mixed_precision, to_device
 from tasks.core.models import head_name
 
@@ -89,13 +89,13 @@ def clip_features(
     batch_size: int,
     device: torch.device = torch.device("cpu"),
 ) -> torch.Tensor:
-    """(N, C) float32 pooled features (on the CPU) of uint8 clips, a batch at a time on ``device`` as
-    :func:`tasks.core.clips.predict` runs the whole model (bf16 on a GPU)."""
+    """(N, C) float32 pooled features (on the CPU) of uint8 clips (or normalised float ones), a batch at a time on
+    ``device`` as :func:`tasks.core.clips.predict` runs the whole model (bf16 on a GPU)."""
     model.to(device).eval()
     outputs = []
     for batch in clips.split(batch_size):
         with mixed_precision(device):
-            features = pooled_features(model, normalise(to_device(batch, device)), batch_size)
+            features = pooled_features(model, model_input(to_device(batch, device)), batch_size)
             outputs.append(features.float().cpu())
     return torch.cat(outputs)
 
