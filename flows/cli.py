@@ -506,7 +506,8 @@ def models_command() -> None:
     help="Rewrite dvc.yaml's code deps instead of listing the stages that differ.",
 )
 def deps_command(write: bool) -> None:
-    """dvc.yaml's code deps against each stage's imports (flows/code_deps.py): list what differs, or --write them."""
+    """dvc.yaml's code deps: each stage its command's fingerprint (data/code/<command>.sha256, flows/code_deps.py) and
+    no source file by hand; list the stages that differ, or --write them."""
     from flows.code_deps import differences, write_code_deps
 
     if write:
@@ -520,15 +521,13 @@ def deps_command(write: bool) -> None:
         return
     found = differences(Path.cwd())
     for name, (missing, extra) in found.items():
-        click.echo(
-            f"{name}: missing {', '.join(missing) or '-'}; not imported {', '.join(extra) or '-'}"
-        )
+        click.echo(f"{name}: missing {', '.join(missing) or '-'}; extra {', '.join(extra) or '-'}")
     if found:
         raise PrivharError(
-            f"dvc.yaml: the code deps of {len(found)} stage(s) differ from their imports "
+            f"dvc.yaml: the code deps of {len(found)} stage(s) are not their command's fingerprint "
             "(privhar deps --write)"
         )
-    click.echo("privhar: code deps match the stages' imports", err=True)
+    click.echo("privhar: each stage depends on its command's code fingerprint", err=True)
 
 
 def _print_scores(metrics: dict) -> None:

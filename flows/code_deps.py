@@ -1,16 +1,23 @@
-"""dvc.yaml's code deps, generated: each stage depends on exactly the project files its command imports.
+"""Each stage's code, as DVC sees it: one fingerprint file per ``privhar stage`` command, the SHA-256 of every project
+file that command imports.
 
 A stage's command is ``privhar stage <name>``; its click function in flows/stage_commands.py imports the stage's module, and
 from there every ``import`` of a ``tasks`` module — at any depth, lazy imports inside functions included — is
-followed (package ``__init__`` files and flows/ decide no result and are left out). Listing by hand went stale both
-ways (issue 33: 28 deps of modules no longer imported, so an edit to the LDP code reran every training stage);
-``privhar deps`` says which stages differ and ``privhar deps --write`` rewrites their ``tasks/`` deps, keeping every
-other dep (data, reports) and the rest of dvc.yaml as it is (ruamel round-trip, as DVC itself edits it).
+followed (package ``__init__`` files and flows/ decide no result and are left out). Listing those files as deps in dvc.yaml
+by hand went stale both ways (issue 33: 28 deps of modules no longer imported, so an edit to the LDP code reran every
+training stage); listed there by a generator, they were 1 200 of dvc.lock's 1 400 paths, and DVC re-reads and rewrites
+dvc.lock (ruamel round-trip) after every stage it runs: 1.3 s of each stage's fixed cost (issue 31). So the ``code``
+stage (``always_changed``, like ``scan``) writes ``data/code/<command>.sha256`` (``sha256sum`` format) from the import
+closure as it is at run time, and each stage depends on its command's file alone: it reruns exactly when a file it
+runs has changed, and an import added or removed needs no edit to dvc.yaml. ``privhar deps`` checks that every stage
+names its command's file and no code file by hand; ``privhar deps --write`` mends dvc.yaml (ruamel round-trip, as DVC
+itself edits it).
 """
 
 from __future__ import annotations
 
 import ast
+import hashlib
 import io
 from pathlib import Path
 from typing import Any
@@ -19,6 +26,15 @@ from tasks.core.errors import PrivharError
 
 REPO = Path(__file__).resolve().parents[1]
 CODE_ROOT = "tasks"
+CODE_STAGE = (
+    "code"  # the stage that writes the fingerprints: always run, it depends on no fingerprint
+)
+FINGERPRINTS = "data/code"  # its output folder, relative to the project
+
+
+def fingerprint_dep(command: str) -> str:
+    """The dvc.yaml dep of every stage that runs ``privhar stage <command>``."""
+    return f"{FINGERPRINTS}/{command}.sha256"
 
 
 def module_file(name: str, root: Path = REPO) -> Path | None:
@@ -51,8 +67,12 @@ def imported_modules(tree: ast.AST, package: str = "", root: Path = REPO) -> set
     }
 
 
-def closure(start: set[str], root: Path = REPO) -> set[Path]:
-    """Every project file reached by following imports from ``start`` (package __init__ files left out), relative."""
+def closure(
+    start: set[str], root: Path = REPO, parsed: dict[str, set[str]] | None = None
+) -> set[Path]:
+    """Every project file reached by following imports from ``start`` (package __init__ files left out), relative;
+    ``parsed`` keeps each module's imports for the next call (one parse per file for all the commands)."""
+    parsed = {} if parsed is None else parsed
     seen: set[str] = set()
     todo = list(start)
     while todo:
@@ -63,8 +83,10 @@ def closure(start: set[str], root: Path = REPO) -> set[Path]:
         path = module_file(name, root)
         if path is None:
             continue
-        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        todo.extend(imported_modules(ast.parse(path.read_text()), package, root) - seen)
+        if name not in parsed:
+            package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+            parsed[name] = imported_modules(ast.parse(path.read_text()), package, root)
+        todo.extend(parsed[name] - seen)
     files = {module_file(name, root) for name in seen}
     return {
         path.relative_to(root) for path in files if path is not None and path.name != "__init__.py"
@@ -105,7 +127,41 @@ def stage_command(cmd: str) -> str:
 
 
 def is_code(dep: Any) -> bool:
-    return str(dep) == CODE_ROOT or str(dep).startswith(f"{CODE_ROOT}/")
+    """A dep that stands for code: a project source file (listed by hand) or a command's fingerprint."""
+    return any(
+        str(dep) == root or str(dep).startswith(f"{root}/") for root in (CODE_ROOT, FINGERPRINTS)
+    )
+
+
+def fingerprints(root: Path = REPO) -> dict[str, str]:
+    """``privhar stage <command>`` -> its fingerprint: ``<sha256>  <file>`` per file of its import closure, sorted."""
+    parsed: dict[str, set[str]] = {}
+    digests: dict[str, str] = {}
+
+    def line(path: str) -> str:
+        if path not in digests:
+            digests[path] = hashlib.sha256((root / path).read_bytes()).hexdigest()
+        return f"{digests[path]}  {path}\n"
+
+    return {
+        command: "".join(
+            line(path) for path in sorted(str(path) for path in closure(modules, root, parsed))
+        )
+        for command, modules in stage_commands(root).items()
+        if command != CODE_STAGE
+    }
+
+
+def write_fingerprints(out: Path, root: Path = REPO) -> int:
+    """The ``code`` stage: every command's fingerprint into ``out`` (replaced whole); return how many. ``root``: where
+    the code is, by default the files this privhar runs (paths relative to it)."""
+    from tasks.core.storage import atomic_directory
+
+    found = fingerprints(root)
+    with atomic_directory(out) as staging:
+        for command, text in found.items():
+            (staging / f"{command}.sha256").write_text(text)
+    return len(found)
 
 
 def dvc_stages(root: Path = REPO) -> Any:
@@ -116,11 +172,9 @@ def dvc_stages(root: Path = REPO) -> Any:
 
 
 def wanted_deps(root: Path = REPO, stages: Any = None) -> dict[str, list[str]]:
-    """dvc.yaml stage -> the code files its command imports, sorted (``stages``: dvc.yaml's, already read)."""
-    commands = stage_commands(root)
-    files: dict[
-        str, list[str]
-    ] = {}  # per command: several stages run one (train, decode, synthesize)
+    """dvc.yaml stage -> its code deps: its command's fingerprint (none for the ``code`` stage itself); ``stages``:
+    dvc.yaml's, already read."""
+    commands = stage_command_functions(root)
     wanted = {}
     for name, stage in (dvc_stages(root) if stages is None else stages).items():
         command = stage_command(stage.get("do", stage)["cmd"])
@@ -128,14 +182,13 @@ def wanted_deps(root: Path = REPO, stages: Any = None) -> dict[str, list[str]]:
             raise PrivharError(
                 f"dvc.yaml stage {name}: no `privhar stage {command}` in flows/stage_commands.py"
             )
-        if command not in files:
-            files[command] = sorted(str(path) for path in closure(commands[command], root))
-        wanted[name] = files[command]
+        wanted[name] = [] if command == CODE_STAGE else [fingerprint_dep(command)]
     return wanted
 
 
 def differences(root: Path = REPO) -> dict[str, tuple[list[str], list[str]]]:
-    """dvc.yaml stage -> (code deps missing, code deps extra), for the stages whose code deps differ."""
+    """dvc.yaml stage -> (code deps missing, code deps extra: a source file listed by hand, another command's
+    fingerprint), for the stages whose code deps differ."""
     stages = dvc_stages(root)
     wanted = wanted_deps(root, stages)
     found = {}
@@ -148,7 +201,7 @@ def differences(root: Path = REPO) -> dict[str, tuple[list[str], list[str]]]:
 
 
 def write_code_deps(root: Path = REPO) -> list[str]:
-    """Rewrite each stage's code deps in ``root``/dvc.yaml to its import closure; return the stages changed."""
+    """Rewrite each stage's code deps in ``root``/dvc.yaml to its command's fingerprint; return the stages changed."""
     from ruamel.yaml import YAML
     from ruamel.yaml.comments import CommentedSeq
 
@@ -168,7 +221,10 @@ def write_code_deps(root: Path = REPO) -> list[str]:
         for position, index in enumerate(kept):  # a data dep keeps its end-of-line comment
             if index in deps.ca.items:
                 fresh.ca.items[position] = deps.ca.items[index]
-        body["deps"] = fresh
+        if fresh:
+            body["deps"] = fresh
+        else:
+            body.pop("deps", None)
         changed.append(name)
     if changed:
         buffer = io.StringIO()

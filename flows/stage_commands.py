@@ -2,7 +2,7 @@
 
 Their own group, below the command line (flows/cli.py adds it as ``privhar stage``): the Prefect tasks run a sharded
 stage through it in-process (flows/stage_tasks.py), the warm stage server preloads what its commands import
-(flows/stage_server.py), and dvc.yaml's code deps are read from those imports (flows/code_deps.py) — none of them
+(flows/stage_server.py), and each stage's code fingerprint follows those imports (flows/code_deps.py) — none of them
 imports the command line, so no import circle runs through it.
 """
 
@@ -67,6 +67,17 @@ def scan_command(params_path: Path, out: Path) -> None:
     from tasks.scan import scan
 
     scan(params_path=params_path, out=out)
+
+
+@stage.command("code")
+@_dir("--out", "Where to write one fingerprint per stage command.")
+def code_command(out: Path) -> None:
+    """Fingerprint each stage command's code (SHA-256 of every project file it imports): what a stage reruns on.
+    The code is the one that runs, where privhar is installed, which need not be the DVC project's folder."""
+    from flows.code_deps import write_fingerprints
+
+    count = write_fingerprints(out)
+    click.echo(f"code: {count} stage commands fingerprinted in {out}", err=True)
 
 
 @stage.command("synthesize")

@@ -1,17 +1,31 @@
-"""Issues 20 and 33: a stage's code deps in dvc.yaml are exactly the project modules its command imports — none
-missing (`dvc repro` would serve results of code that has changed since), none extra (an edit would rerun stages
-that never run it). flows/code_deps.py derives them (`privhar deps --write`); these tests hold dvc.yaml to it.
+"""Issues 20, 31 and 33: a stage reruns exactly when a project module its command imports has changed — not for a
+module it never runs (an edit would rerun stages for nothing), never missing one (`dvc repro` would serve results of
+code that has changed since). flows/code_deps.py derives each command's import closure; the `code` stage writes its
+fingerprint, data/code/<command>.sha256, and each stage depends on its command's file alone (`privhar deps --write`);
+these tests hold dvc.yaml and the fingerprints to it.
 """
 
 from __future__ import annotations
 
 import ast
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
-from flows.code_deps import differences, imported_modules, is_code, wanted_deps, write_code_deps
+from flows.code_deps import (
+    closure,
+    differences,
+    fingerprints,
+    imported_modules,
+    is_code,
+    stage_commands,
+    wanted_deps,
+    write_code_deps,
+    write_fingerprints,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -23,37 +37,71 @@ STAGES = {
 WANTED = wanted_deps()
 
 
-@pytest.mark.parametrize("stage", sorted(STAGES))
-def test_a_stages_code_deps_are_exactly_what_it_imports(stage):
-    """Missing deps serve results of code that has changed; extra ones rerun stages for code they never run."""
-    wanted = WANTED[stage]
-    listed = sorted(str(dep) for dep in STAGES[stage].get("deps", []) if is_code(dep))
-    assert listed == wanted, (
-        f"dvc.yaml stage {stage!r}: missing {sorted(set(wanted) - set(listed))}, not imported "
-        f"{sorted(set(listed) - set(wanted))} (privhar deps --write)"
-    )
-
-
-def test_the_check_sees_a_removed_and_an_added_dep(tmp_path):
-    """The check itself: synthesize without tasks/core/seeding.py (it decides the split and actors) is caught, and so is
-    synthesize listing the LDP code it never imports; --write mends both and leaves the rest of dvc.yaml alone."""
-    import shutil
-
+def copy_code(root: Path) -> None:
     for folder in ("tasks", "flows"):
-        shutil.copytree(
-            REPO / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__")
-        )
+        shutil.copytree(REPO / folder, root / folder, ignore=shutil.ignore_patterns("__pycache__"))
+
+
+@pytest.mark.parametrize("stage", sorted(STAGES))
+def test_a_stages_code_dep_is_its_commands_fingerprint(stage):
+    """A source file listed by hand goes stale; the fingerprint of the command the stage runs does not."""
+    listed = sorted(str(dep) for dep in STAGES[stage].get("deps", []) if is_code(dep))
+    assert listed == WANTED[stage], (
+        f"dvc.yaml stage {stage!r}: code deps {listed}, expected {WANTED[stage]} (privhar deps --write)"
+    )
+    command = STAGES[stage]["cmd"].split()[2]
+    assert listed == ([] if command == "code" else [f"data/code/{command}.sha256"])
+
+
+def test_the_check_sees_a_source_file_listed_by_hand(tmp_path):
+    """synthesize listing the LDP code it never imports instead of its fingerprint is caught; --write mends it and
+    leaves the rest of dvc.yaml alone."""
+    copy_code(tmp_path)
     text = (REPO / "dvc.yaml").read_text()
-    assert "      - tasks/core/seeding.py\n" in text
-    broken = text.replace("      - tasks/core/seeding.py\n", "      - tasks/ldp/dcaconv.py\n", 1)
+    assert "      - data/code/synthesize.sha256\n" in text
+    broken = text.replace(
+        "      - data/code/synthesize.sha256\n", "      - tasks/ldp/dcaconv.py\n", 1
+    )
     (tmp_path / "dvc.yaml").write_text(broken)
     found = differences(tmp_path)
     assert list(found) == ["synthesize"] and found["synthesize"] == (
-        ["tasks/core/seeding.py"],
+        ["data/code/synthesize.sha256"],
         ["tasks/ldp/dcaconv.py"],
     )
     assert write_code_deps(tmp_path) == ["synthesize"] and not differences(tmp_path)
     assert (tmp_path / "dvc.yaml").read_text() == text
+
+
+def test_a_fingerprint_is_sha256sum_of_the_commands_import_closure(tmp_path):
+    """One file per stage command, in `sha256sum` format: the files it names are its import closure, and
+    `sha256sum --check` (coreutils, not privhar) agrees with every digest."""
+    written = write_fingerprints(tmp_path / "code", REPO)
+    files = sorted(path.stem for path in (tmp_path / "code").glob("*.sha256"))
+    assert written == len(files) and files == sorted(set(stage_commands()) - {"code"})
+    synthesize = (tmp_path / "code/synthesize.sha256").read_text()
+    named = [line.split("  ", 1)[1] for line in synthesize.splitlines()]
+    assert named == sorted(str(path) for path in closure(stage_commands()["synthesize"]))
+    assert "tasks/core/seeding.py" in named and "tasks/ldp/dcaconv.py" not in named
+    for path in (tmp_path / "code").glob("*.sha256"):
+        checked = subprocess.run(
+            ["sha256sum", "--check", "--strict", str(path)],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+        )
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_an_edit_changes_the_fingerprints_of_the_commands_that_run_it_only(tmp_path):
+    """An edit to the LDP code changes ldp's fingerprint (its stage reruns) and no training stage's."""
+    copy_code(tmp_path)
+    before = fingerprints(tmp_path)
+    with (tmp_path / "tasks/ldp/dcaconv.py").open("a") as handle:
+        handle.write("\n# an edit\n")
+    after = fingerprints(tmp_path)
+    changed = sorted(command for command in before if before[command] != after[command])
+    assert "ldp" in changed and not {"train", "synthesize", "evaluate"} & set(changed)
+    assert all("tasks/ldp/dcaconv.py" in before[command] for command in changed)
 
 
 def test_shared_helpers_never_import_a_stage():

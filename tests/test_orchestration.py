@@ -64,7 +64,11 @@ def test_the_dag_comes_from_dvc_yaml():
     dag = read_dag(REPO)
     assert STAGES.index("evaluate") < STAGES.index("private-table") < STAGES.index("report")
     assert STAGES.index("assess") < STAGES.index("report")
-    upstream = {stage.name: stage.upstream for stage in dag}
+    # every stage needs its code's fingerprint first (flows/code_deps.py); the edges below are those between stages
+    assert all("code" in stage.upstream for stage in dag if stage.name != "code")
+    upstream = {
+        stage.name: tuple(name for name in stage.upstream if name != "code") for stage in dag
+    }
     dprp = [f"dprp@{epsilon}" for epsilon in ("2.0", "8.0")]
     assert upstream["pretrain"] == ("decode-public",) and upstream["train"] == (
         "decode",
@@ -93,10 +97,16 @@ def test_the_dag_comes_from_dvc_yaml():
         sorted(["decode", "train", "train-federated", *dprp, *anonymize, *trained, *private])
     )
     assert "train-federated" in upstream["report"]
-    assert [stage.name for stage in read_dag(REPO, ["decode"])] == ["scan", "synthesize", "decode"]
+    assert [stage.name for stage in read_dag(REPO, ["decode"])] == [
+        "code",
+        "scan",
+        "synthesize",
+        "decode",
+    ]
     assert upstream["synthesize"] == (
         "scan",
-    )  # the real dataset's file listing (always re-made, see tasks/scan.py)
+    )  # the real dataset's file listing (re-made every run, as the code's fingerprints are)
+    assert upstream["code"] == ()
     with pytest.raises(PrivharError, match="no stage 'nope' in dvc.yaml"):
         read_dag(REPO, ["nope"])
 
@@ -119,12 +129,13 @@ def test_flow_runs_every_stage_then_skips_them_all(project):
     ]  # 12 videos, shards of 8
     status = json.loads(sh("dvc", "status", "--json", cwd=project).stdout)
     assert status == {
-        "scan": ["always changed"]
-    }  # the sharded stage was committed; scan runs every time
+        "code": ["always changed"],
+        "scan": ["always changed"],
+    }  # the sharded stage was committed; code and scan run every time
     again = run_flow(project)
     assert again.is_completed()
     assert task_runs(again) == {
-        name: "Completed" if name == "scan" else "Skipped" for name in stages
+        name: "Completed" if name in ("code", "scan") else "Skipped" for name in stages
     }
 
 

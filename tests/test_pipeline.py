@@ -27,7 +27,7 @@ def test_pipeline_runs_end_to_end_then_is_up_to_date(project):
         for line in result.stderr.splitlines()
         if line.startswith("|") and "—" in line
     ]
-    assert set(unmeasured) <= {"scan", "budget"}, (
+    assert set(unmeasured) <= {"code", "scan", "budget"}, (
         unmeasured
     )  # every stage with an MLflow run has its work apart (issue 31)
     metrics = json.loads((project / "reports/evaluate/metrics.json").read_text())
@@ -81,9 +81,9 @@ def test_pipeline_runs_end_to_end_then_is_up_to_date(project):
     assert (project / "reports/report/signature/anonymize-avatar.png").stat().st_size > 0
     again = sh("dvc", "repro", cwd=project)
     ran = [line for line in again.stdout.splitlines() if line.startswith("Running stage")]
-    assert ran == ["Running stage 'scan':"], (
+    assert ran == ["Running stage 'code':", "Running stage 'scan':"], (
         ran
-    )  # the dataset listing, remade every time: the same, so nothing after it
+    )  # the code's fingerprints and the dataset listing, remade every time: the same, so nothing after them
     assert "didn't change, skipping" in again.stdout
 
 
@@ -185,6 +185,7 @@ def test_dprp_ablation_reruns_only_what_depends_on_it(project):
     # the budget plan reruns (dprp is one of its params) and changes only the copy's own plan file: no cap, so the private
     # models' verdicts do not depend on it and they are not retrained
     assert ran == {
+        "code",
         "scan",
         "budget",
         "dprp@8.0",
