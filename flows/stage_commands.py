@@ -14,6 +14,7 @@ import click
 
 from flows.entry import log_stages_to_stderr
 from tasks.core.anonymize_catalogue import ANONYMIZE_METHODS
+from tasks.core.parallel import use_stage_cores
 from tasks.core.private_catalogue import PRIVATE_METHODS
 
 PARAMS = click.option(
@@ -51,6 +52,7 @@ def _dir(name: str, help_text: str, exists: bool = False) -> click.Option:
 def stage() -> None:
     """Run one stage of the pipeline (the commands dvc.yaml calls)."""
     log_stages_to_stderr()  # as privhar's own group does: the stage server runs this group alone
+    use_stage_cores()  # its share of the cores where the flow runs stages at once (orchestrate.stage_workers)
 
 
 @stage.command("scan")

@@ -34,9 +34,44 @@ def installed_mapper(mapper: Mapper) -> Iterator[None]:
         _installed.reset(token)
 
 
+# The cores one stage may use when the flow runs several at once (orchestrate.stage_workers): its processes and
+# threads, torch's and BLAS's included. Unset: every core of the machine.
+STAGE_CORES_ENV = "PRIVHAR_STAGE_CORES"
+
+
+def stage_cores() -> int:
+    """The cores this stage may use: its share (``PRIVHAR_STAGE_CORES``) where the flow set one, else all."""
+    share = os.environ.get(STAGE_CORES_ENV, "")
+    return max(1, int(share)) if share.isdigit() else (os.cpu_count() or 1)
+
+
+def core_share(stages_at_once: int) -> int:
+    """Each of ``stages_at_once`` stages' cores: two stages of one thread each train 1.3x faster than one stage after
+    another on two threads (torch's small 3-D convolutions scale 1.4x from one thread to two).
+
+    >>> core_share(1) == (os.cpu_count() or 1), core_share(10**6)
+    (True, 1)
+    """
+    return max(1, (os.cpu_count() or 1) // stages_at_once)
+
+
+def use_stage_cores() -> None:
+    """Cap torch's intra-op threads (and, before torch loads, OpenMP's and BLAS's) at the stage's share of cores."""
+    if not os.environ.get(STAGE_CORES_ENV, "").isdigit():
+        return
+    cores = str(stage_cores())
+    if "torch" in sys.modules:
+        import torch
+
+        torch.set_num_threads(int(cores))
+    else:  # read when the libraries load: the stage imports them after this
+        for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ.setdefault(name, cores)
+
+
 def worker_count(requested: int) -> int:
-    """``base.workers``: 0 means one per CPU core."""
-    return requested if requested > 0 else (os.cpu_count() or 1)
+    """``base.workers``: 0 means one per core the stage may use (:func:`stage_cores`)."""
+    return requested if requested > 0 else stage_cores()
 
 
 def map_ordered(
