@@ -31,6 +31,9 @@ def prefect_environment(project: Path, host: str, port: int) -> dict[str, str]:
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",  # no network here; and no telemetry unasked
         "PREFECT_UI_ENABLED": "true",
         "PREFECT_LOGGING_EXTRA_LOGGERS": "tasks",  # the stages' logging (progress, privacy lines) in the run's log
+        # a temporary server's first start on a fresh clone (a new database to migrate, nothing byte-compiled yet) took
+        # over Prefect's 20 s on 2 cores on 2026-11-27, and `make run` failed before its first stage
+        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "180",
     }
 
 
