@@ -2,8 +2,9 @@
 
 Each stage is a task submitted once its upstream stages have completed (:mod:`flows.stage_scheduler`; ``wait_for``
 them, so the Prefect UI draws the DAG), so stages that do not depend on each other run at once:
-``orchestrate.stage_workers`` of them, each with its share of the cores (two on two cores, one thread each: two
-stages train this way 1.3x faster than one after the other on both cores). A failed stage fails its task
+``orchestrate.stage_workers`` of them (1 by default), each with its share of the cores (two on two cores: one thread
+each; two of the train stage's trainings ran 1.2-1.3x faster so than one after the other, but a whole run slower:
+docs/operations.md). A failed stage fails its task
 with its one-line error; the stages after it do not start, and the flow fails naming it.
 Retries come from ``orchestrate.retries`` / ``retry_delay_seconds``.
 """

@@ -459,7 +459,7 @@ class OrchestrateParams(Section):
     task_runner: Literal["local", "dask"]
     local_workers: Annotated[int, Field(ge=0, le=256)]  # 0: one per CPU core
     stage_workers: Annotated[int, Field(ge=1, le=64)] = (
-        2  # stage tasks at once, each on its share of the cores
+        1  # stage tasks at once, each on its share of the cores
     )
     dask_address: str | None = None
     host: str
