@@ -55,7 +55,9 @@ class Recorder:
     def submit(self, stage: DagStage) -> StageFuture:
         def work() -> None:
             started = time.monotonic()
-            time.sleep(0.05)
+            time.sleep(
+                0.3
+            )  # long beside a thread's start on a loaded machine: a and b must overlap
             with self.lock:
                 self.spans[stage.name] = (started, time.monotonic())
             if stage.name in self.failing:

@@ -46,8 +46,8 @@ def stage_cores() -> int:
 
 
 def core_share(stages_at_once: int) -> int:
-    """Each of ``stages_at_once`` stages' cores: two stages of one thread each train 1.3x faster than one stage after
-    another on two threads (torch's small 3-D convolutions scale 1.4x from one thread to two).
+    """Each of ``stages_at_once`` stages' cores (two trainings of one thread each ran 1.2-1.3x faster than one after
+    the other on two threads, but a whole run with two stages at once was slower: docs/operations.md).
 
     >>> core_share(1) == (os.cpu_count() or 1), core_share(10**6)
     (True, 1)
