@@ -8,9 +8,12 @@ the audit then fails: a test that cannot fail proves nothing. The randomness is 
 
 from __future__ import annotations
 
+import logging
 import math
 import multiprocessing
 import os
+import sys
+import time
 from collections.abc import Callable
 from functools import partial
 
@@ -21,6 +24,7 @@ from scipy.stats import beta
 from torch import nn
 
 import tasks.private.methods as methods
+from tasks.core.parallel import one_thread_per_worker, worker_count
 from tasks.core.randomness import DpStream
 from tasks.federated.client import LocalRecipe, Shard, client_round, trainable_state
 from tasks.ldp.randomized_response import perturb
@@ -38,6 +42,10 @@ DELTA = 1e-3
 # The runs of an audit go to CHUNKS forked processes (at most one per CPU), each run seeded by its own index: the
 # scores are the same on any machine, and a 2-core CI runner audits twice as fast.
 CHUNKS = 4
+# A fork of a process whose other threads hold a lock can wait on it forever (tasks/core/parallel.py: pool_context);
+# the chunks are forks all the same (monkeypatched bugs and closures reach them only that way), so a pool that has not
+# answered in this long is ended and the runs are scored here, serially: the same scores, only slower.
+CHUNK_TIMEOUT_S = 900
 Scores = Callable[[int, int], np.ndarray]  # (runs, first run's index) -> one score per run
 _chunk_scores: Scores | None = (
     None  # what a forked chunk runs (inherited, never pickled: it may be a closure)
@@ -45,7 +53,6 @@ _chunk_scores: Scores | None = (
 
 
 def _score_chunk(bounds: tuple[int, int]) -> np.ndarray:
-    torch.set_num_threads(1)
     assert _chunk_scores is not None
     return _chunk_scores(bounds[1] - bounds[0], bounds[0])
 
@@ -55,14 +62,43 @@ def in_chunks(scores: Scores, runs: int, offset: int) -> np.ndarray:
     of this one, so monkeypatched bugs reach them), concatenated in order: equal to the serial call."""
     global _chunk_scores
     edges = np.linspace(offset, offset + runs, CHUNKS + 1).round().astype(int).tolist()
-    processes = max(1, min(CHUNKS, len(os.sched_getaffinity(0))))
+    bounds = list(zip(edges[:-1], edges[1:], strict=True))
     _chunk_scores = scores
     try:
-        with multiprocessing.get_context("fork").Pool(processes, maxtasksperchild=1) as pool:
-            parts = pool.map(_score_chunk, list(zip(edges[:-1], edges[1:], strict=True)), 1)
+        with multiprocessing.get_context("fork").Pool(
+            min(CHUNKS, worker_count(0)), initializer=one_thread_per_worker, maxtasksperchild=1
+        ) as pool:
+            pending = pool.map_async(_score_chunk, bounds, 1)
+            try:
+                parts = pending.get(CHUNK_TIMEOUT_S)
+            except multiprocessing.TimeoutError:
+                logging.getLogger(__name__).warning(
+                    "audit chunks gave no answer in %d s: scoring the runs serially",
+                    CHUNK_TIMEOUT_S,
+                )
+                pool.terminate()
+                parts = [_score_chunk(chunk) for chunk in bounds]
     finally:
         _chunk_scores = None
     return np.concatenate(parts)
+
+
+def test_chunks_equal_the_serial_scores_and_a_pool_that_hangs_is_scored_serially(monkeypatch):
+    parent = os.getpid()
+
+    def scores(runs: int, first: int) -> np.ndarray:
+        return np.arange(first, first + runs, dtype=float) * 0.5
+
+    def hangs_in_a_fork(runs: int, first: int) -> np.ndarray:
+        if os.getpid() != parent:
+            time.sleep(120)  # a forked chunk stuck on a lock
+        return scores(runs, first)
+
+    assert np.array_equal(in_chunks(scores, 10, 5), scores(10, 5))
+    monkeypatch.setattr(sys.modules[__name__], "CHUNK_TIMEOUT_S", 1)
+    started = time.monotonic()
+    assert np.array_equal(in_chunks(hangs_in_a_fork, 10, 5), scores(10, 5))
+    assert time.monotonic() - started < 60
 
 
 def epsilon_lower_bound(
