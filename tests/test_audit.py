@@ -24,7 +24,7 @@ from scipy.stats import beta
 from torch import nn
 
 import tasks.private.methods as methods
-from tasks.core.parallel import one_thread_per_worker, worker_count
+from tasks.core.parallel import worker_count
 from tasks.core.randomness import DpStream
 from tasks.federated.client import LocalRecipe, Shard, client_round, trainable_state
 from tasks.ldp.randomized_response import perturb
@@ -55,6 +55,12 @@ _chunk_scores: Scores | None = (
 )
 
 
+def _one_torch_thread() -> None:
+    """Not tasks.core.parallel's one_thread_per_worker: cv2.setNumThreads in a fork of a process whose OpenCV pool has
+    run waits for threads the fork does not have (it hung every audit pool of a CI run, 2026-11-28)."""
+    torch.set_num_threads(1)
+
+
 def _score_chunk(bounds: tuple[int, int]) -> np.ndarray:
     assert _chunk_scores is not None
     return _chunk_scores(bounds[1] - bounds[0], bounds[0])
@@ -71,7 +77,7 @@ def in_chunks(scores: Scores, runs: int, offset: int) -> np.ndarray:
     _chunk_scores = scores
     try:
         with multiprocessing.get_context("fork").Pool(
-            min(CHUNKS, worker_count(0)), initializer=one_thread_per_worker, maxtasksperchild=1
+            min(CHUNKS, worker_count(0)), initializer=_one_torch_thread, maxtasksperchild=1
         ) as pool:
             pending = pool.map_async(_score_chunk, bounds, 1)
             try:
