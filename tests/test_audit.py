@@ -45,10 +45,9 @@ CHUNKS = 4
 # A fork of a process whose other threads hold a lock can wait on it forever (tasks/core/parallel.py: pool_context);
 # the chunks are forks all the same (monkeypatched bugs and closures reach them only that way), so a pool that has not
 # answered in this long is ended and the runs are scored here, serially: the same scores, only slower; and no later
-# audit of the session forks. Under pytest-xdist (pytest -n) the chunks are scored serially from the start: its
-# workers already fill the cores, and a chunk forked from an xdist worker hung there (2026-11-27, all 900 s).
+# audit of the session forks.
 CHUNK_TIMEOUT_S = 900
-_forks_hung = bool(os.environ.get("PYTEST_XDIST_WORKER"))
+_forks_hung = False
 Scores = Callable[[int, int], np.ndarray]  # (runs, first run's index) -> one score per run
 _chunk_scores: Scores | None = (
     None  # what a forked chunk runs (inherited, never pickled: it may be a closure)
@@ -66,6 +65,10 @@ def _score_chunk(bounds: tuple[int, int]) -> np.ndarray:
     return _chunk_scores(bounds[1] - bounds[0], bounds[0])
 
 
+def _serially(scores: Scores, bounds: list[tuple[int, int]]) -> list[np.ndarray]:
+    return [scores(last - first, first) for first, last in bounds]
+
+
 def in_chunks(scores: Scores, runs: int, offset: int) -> np.ndarray:
     """``scores(runs, offset)`` computed as CHUNKS contiguous slices of the runs in forked processes (each a fresh fork
     of this one, so monkeypatched bugs reach them), concatenated in order: equal to the serial call."""
@@ -73,7 +76,7 @@ def in_chunks(scores: Scores, runs: int, offset: int) -> np.ndarray:
     edges = np.linspace(offset, offset + runs, CHUNKS + 1).round().astype(int).tolist()
     bounds = list(zip(edges[:-1], edges[1:], strict=True))
     if _forks_hung:
-        return np.concatenate([scores(last - first, first) for first, last in bounds])
+        return np.concatenate(_serially(scores, bounds))
     _chunk_scores = scores
     try:
         with multiprocessing.get_context("fork").Pool(
@@ -89,7 +92,7 @@ def in_chunks(scores: Scores, runs: int, offset: int) -> np.ndarray:
                 )
                 pool.terminate()
                 _forks_hung = True
-                parts = [_score_chunk(chunk) for chunk in bounds]
+                parts = _serially(scores, bounds)
     finally:
         _chunk_scores = None
     return np.concatenate(parts)

@@ -103,7 +103,7 @@ def map_on_processes(
             return [_tick(bar, result) for result in results]
         context = pool_context(function)
         with context.Pool(
-            processes=min(workers, len(items)), initializer=one_thread_per_worker
+            processes=min(workers, len(items)), initializer=_one_thread_per_worker
         ) as pool:
             return [_tick(bar, result) for result in pool.imap(function, items, chunksize=1)]
     finally:
@@ -133,7 +133,7 @@ def pool_context(function: Callable) -> multiprocessing.context.BaseContext:
     return context
 
 
-def one_thread_per_worker() -> None:
+def _one_thread_per_worker() -> None:
     """Workers already fill the cores; nested thread pools would only contend."""
     import cv2
     import torch
