@@ -47,3 +47,30 @@ def test_workers_that_read_tables_after_polars_ran_here_do_not_hang(tmp_path):
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip() == "300"
+
+
+def test_workers_forked_after_opencv_ran_here_do_not_hang(tmp_path):
+    """cv2.setNumThreads in a fork of a process whose OpenCV pool has run waits forever (it hung an audit pool in CI)."""
+    script = (
+        "import cv2, numpy as np\n"
+        "from tasks.core.parallel import map_ordered, pool_context\n"
+        "frame = np.random.default_rng(0).integers(0, 255, (720, 1280, 3), dtype=np.uint8)\n"
+        "def blur_threads(size):\n"
+        "    cv2.GaussianBlur(frame, (size, size), 5)\n"
+        "    return cv2.getNumThreads()\n"
+        "if __name__ == '__main__':\n"
+        "    for _ in range(5):\n"
+        "        cv2.GaussianBlur(frame, (21, 21), 5)  # OpenCV's thread pool has run\n"
+        "    before = cv2.getNumThreads()\n"
+        "    assert pool_context(blur_threads).get_start_method() == 'fork'\n"
+        "    print(map_ordered(blur_threads, [9, 15, 21, 27], workers=2, desc='test'), cv2.getNumThreads() == before)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "[1, 1, 1, 1] True"

@@ -102,9 +102,15 @@ def map_on_processes(
             results: Iterable[R] = map(function, items)
             return [_tick(bar, result) for result in results]
         context = pool_context(function)
-        with context.Pool(
-            processes=min(workers, len(items)), initializer=_one_thread_per_worker
-        ) as pool:
+        forked = context.get_start_method() == "fork"
+        with (
+            _opencv_threads_for_forks(1) if forked else contextlib.nullcontext(),
+            context.Pool(
+                processes=min(workers, len(items)),
+                initializer=_one_thread_per_worker,
+                initargs=(not forked,),
+            ) as pool,
+        ):
             return [_tick(bar, result) for result in pool.imap(function, items, chunksize=1)]
     finally:
         bar.close()
@@ -133,12 +139,39 @@ def pool_context(function: Callable) -> multiprocessing.context.BaseContext:
     return context
 
 
-def _one_thread_per_worker() -> None:
-    """Workers already fill the cores; nested thread pools would only contend."""
+@contextlib.contextmanager
+def _opencv_threads_for_forks(threads: int) -> Iterator[None]:
+    """OpenCV's thread count for workers forked in the block, set here in the parent and restored after.
+
+    A fork inherits OpenCV's pool state but not its threads: once the parent's pool has run,
+    ``cv2.setNumThreads`` in the child waits forever on threads it does not have (reproduced:
+    ``tests/test_parallel.py``), while the parent may set it safely before forking.
+    """
+    if "cv2" not in sys.modules:  # a worker that imports cv2 itself starts with a fresh pool
+        yield
+        return
     import cv2
+
+    before = cv2.getNumThreads()
+    cv2.setNumThreads(threads)
+    try:
+        yield
+    finally:
+        cv2.setNumThreads(before)
+
+
+def _one_thread_per_worker(set_opencv: bool) -> None:
+    """Workers already fill the cores; nested thread pools would only contend.
+
+    ``set_opencv`` is false in forked workers, whose OpenCV threads the parent set
+    (:func:`_opencv_threads_for_forks`).
+    """
     import torch
 
-    cv2.setNumThreads(1)
+    if set_opencv or "cv2" not in sys.modules:
+        import cv2
+
+        cv2.setNumThreads(1)
     torch.set_num_threads(1)
 
 
