@@ -8,6 +8,19 @@ from pathlib import Path
 from tasks.core.parallel import map_ordered, pool_context
 
 
+def _run_in_project(script: str, *args: str, timeout: float) -> str:
+    """``script`` in a fresh interpreter at the project's root: its stdout, once it exited 0 (a hang fails at timeout)."""
+    result = subprocess.run(
+        [sys.executable, "-c", script, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout.strip()
+
+
 def test_results_in_input_order_with_a_thread_running():
     stop = threading.Event()
     helper = threading.Thread(
@@ -38,15 +51,7 @@ def test_workers_that_read_tables_after_polars_ran_here_do_not_hang(tmp_path):
         "    assert pool_context(read_manifest).get_start_method() == 'forkserver'\n"
         "    print(sum(map(len, map_ordered(read_manifest, [path] * 6, workers=2, desc='test'))))\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", script, str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        cwd=Path(__file__).resolve().parents[1],
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.strip() == "300"
+    assert _run_in_project(script, str(tmp_path), timeout=180) == "300"
 
 
 def test_workers_forked_after_opencv_ran_here_do_not_hang(tmp_path):
@@ -65,12 +70,4 @@ def test_workers_forked_after_opencv_ran_here_do_not_hang(tmp_path):
         "    assert pool_context(blur_threads).get_start_method() == 'fork'\n"
         "    print(map_ordered(blur_threads, [9, 15, 21, 27], workers=2, desc='test'), cv2.getNumThreads() == before)\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=Path(__file__).resolve().parents[1],
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.strip() == "[1, 1, 1, 1] True"
+    assert _run_in_project(script, timeout=120) == "[1, 1, 1, 1] True"

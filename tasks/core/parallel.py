@@ -104,11 +104,11 @@ def map_on_processes(
         context = pool_context(function)
         forked = context.get_start_method() == "fork"
         with (
-            _opencv_threads_for_forks(1) if forked else contextlib.nullcontext(),
+            _opencv_threads_for_forks(1) if forked else contextlib.nullcontext(False) as set_here,
             context.Pool(
                 processes=min(workers, len(items)),
                 initializer=_one_thread_per_worker,
-                initargs=(not forked,),
+                initargs=(not set_here,),
             ) as pool,
         ):
             return [_tick(bar, result) for result in pool.imap(function, items, chunksize=1)]
@@ -140,22 +140,23 @@ def pool_context(function: Callable) -> multiprocessing.context.BaseContext:
 
 
 @contextlib.contextmanager
-def _opencv_threads_for_forks(threads: int) -> Iterator[None]:
-    """OpenCV's thread count for workers forked in the block, set here in the parent and restored after.
+def _opencv_threads_for_forks(threads: int) -> Iterator[bool]:
+    """OpenCV's thread count for workers forked in the block, set here in the parent and restored after;
+    yields whether it was (not where cv2 is not loaded: a worker that imports it starts with a fresh pool).
 
     A fork inherits OpenCV's pool state but not its threads: once the parent's pool has run,
     ``cv2.setNumThreads`` in the child waits forever on threads it does not have (reproduced:
     ``tests/test_parallel.py``), while the parent may set it safely before forking.
     """
-    if "cv2" not in sys.modules:  # a worker that imports cv2 itself starts with a fresh pool
-        yield
+    if "cv2" not in sys.modules:
+        yield False
         return
     import cv2
 
     before = cv2.getNumThreads()
     cv2.setNumThreads(threads)
     try:
-        yield
+        yield True
     finally:
         cv2.setNumThreads(before)
 
@@ -163,12 +164,12 @@ def _opencv_threads_for_forks(threads: int) -> Iterator[None]:
 def _one_thread_per_worker(set_opencv: bool) -> None:
     """Workers already fill the cores; nested thread pools would only contend.
 
-    ``set_opencv`` is false in forked workers, whose OpenCV threads the parent set
+    ``set_opencv`` is false where the parent already set OpenCV's threads for its forks
     (:func:`_opencv_threads_for_forks`).
     """
     import torch
 
-    if set_opencv or "cv2" not in sys.modules:
+    if set_opencv:
         import cv2
 
         cv2.setNumThreads(1)
