@@ -14,11 +14,17 @@ STAMP := $(VENV)/.privhar-installed
 DETECTOR_VENV ?= .venv-detector
 DETECTOR_STAMP := $(DETECTOR_VENV)/.privhar-installed
 VEGA_STAMP := build/vega/.installed
-# The registry connection sometimes drops mid-download (a CI run lost jaxlib at 49 of 80 MB):
-# pip resumes within a run, and the whole install is retried three times before giving up.
-# (--resume-retries needs the upgraded pip, not the venv's first one.)
+# uv installs the environments (about 30 s here, pip about 4 minutes: 2026-11-28), run by install/uv_pip.py with
+# pip's own configuration (indexes, wheel folders, constraints), so it finds this machine's CPU build of torch.
+# uv lives in its own small venv (build/uv): the project's venv pins its own uv (flwr), which must not replace it.
+# uv installs without compiling bytecode (compiling every installed module took 97 s); Python compiles what is
+# imported on first import instead, so make's own commands must be allowed to write it.
+# The registry connection sometimes drops mid-download: the whole install is retried three times before giving up.
+unexport PYTHONDONTWRITEBYTECODE
+UV_VENV := build/uv
+UV := $(UV_VENV)/bin/uv
+UV_PIP := $(UV_VENV)/bin/python install/uv_pip.py $(abspath $(UV))
 comma := ,
-PIP_INSTALL := -m pip install --quiet --retries 10 --resume-retries 10
 retry = for attempt in 1 2 3; do $(1) && break; \
 	if [ $$attempt = 3 ]; then echo "install failed 3 times: $(1)" >&2; exit 1; fi; \
 	echo "install failed (attempt $$attempt of 3); retrying in 15 s" >&2; sleep 15; done
@@ -37,19 +43,19 @@ $(VEGA_STAMP):
 		npm install --prefix build/vega --no-audit --no-fund --silent $(VEGA_PACKAGES) && touch $(VEGA_STAMP) && break; \
 		echo "npm install failed (attempt $$attempt of 3)" >&2; sleep 5; done; fi
 
-# torch first, pinned: pip then takes this machine's local CPU wheel instead of a CUDA build.
-$(STAMP): pyproject.toml
+$(UV):
+	test -x $(UV_VENV)/bin/python || $(PYTHON) -m venv $(UV_VENV)
+	$(call retry,$(UV_VENV)/bin/python -m pip install --quiet --retries 10 'uv>=0.13$(comma)<0.14')
+
+# torch pinned in the same resolution: the local CPU wheel (pip's find-links) instead of a CUDA build.
+$(STAMP): pyproject.toml install/uv_pip.py | $(UV)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(call retry,$(BIN)/python -m pip install --quiet --retries 10 --upgrade pip)
-	$(call retry,$(BIN)/python $(PIP_INSTALL) torch==2.13.0)
-	$(call retry,$(BIN)/python $(PIP_INSTALL) -e '.[test$(comma)federated$(comma)docs]')
+	$(call retry,$(UV_PIP) $(BIN)/python torch==2.13.0 -e '.[test$(comma)federated$(comma)docs]')
 	touch $(STAMP)
 
-$(DETECTOR_STAMP): pyproject.toml
+$(DETECTOR_STAMP): pyproject.toml install/uv_pip.py | $(UV)
 	test -x $(DETECTOR_VENV)/bin/python || $(PYTHON) -m venv $(DETECTOR_VENV)
-	$(call retry,$(DETECTOR_VENV)/bin/python -m pip install --quiet --retries 10 --upgrade pip)
-	$(call retry,$(DETECTOR_VENV)/bin/python $(PIP_INSTALL) torch==2.13.0)
-	$(call retry,$(DETECTOR_VENV)/bin/python $(PIP_INSTALL) -e '.[test$(comma)detector]')
+	$(call retry,$(UV_PIP) $(DETECTOR_VENV)/bin/python torch==2.13.0 -e '.[test$(comma)detector]')
 	touch $(DETECTOR_STAMP)
 
 run: $(STAMP) $(VEGA_STAMP)
@@ -60,8 +66,8 @@ test: $(STAMP) $(VEGA_STAMP) detector-test
 
 # ruff: pyflakes, pycodestyle, bugbear, import order and complexity (pyproject.toml [tool.ruff]), and the format.
 lint: $(STAMP)
-	$(BIN)/ruff check tasks flows tests
-	$(BIN)/ruff format --check tasks flows tests
+	$(BIN)/ruff check tasks flows tests install
+	$(BIN)/ruff format --check tasks flows tests install
 
 # The documentation (mkdocs, Material): docs/*.md, and the pipeline's reports/ as the result pages (docs/results is a
 # link to ../reports, so a plain `mkdocs build --strict` or `mkdocs serve` shows them too).
