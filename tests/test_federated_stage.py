@@ -289,15 +289,30 @@ def test_a_tuning_can_take_more_seeds_and_the_plan_counts_each(project, tmp_path
     assert recorded(f"test-{tmp_path.name}")[0] == set(planned)
 
 
-def test_fednova_without_noise_is_fedavgs_model_when_every_client_takes_the_same_steps(
+def _states(out, aggregations, suffix):
+    return [
+        torch.load(out / f"{name}-full{suffix}/model.pt", weights_only=False)["state_dict"]
+        for name in aggregations
+    ]
+
+
+def _same(first, second) -> bool:
+    return all(torch.equal(first[name], second[name]) for name in first)
+
+
+def test_fednova_is_fedavgs_model_at_every_epsilon_when_every_client_takes_the_same_steps(
     project, tmp_path
 ):
-    """FedNova's normalisation is the identity when every τ_k is equal (tasks/federated/aggregation.py): its ε = ∞
-    reference is FedAvg's, trained once and tagged so; with unequal steps each aggregation trains its own."""
-    from tasks.core.params import FederatedParams, load_section
+    """FedNova's normalisation is the identity when every τ_k is equal (tasks/federated/aggregation.py): its models,
+    with noise and without, are FedAvg's, trained once, marked in the rows and the table; with unequal steps each
+    aggregation trains its own models and draws its own noise."""
+    from tasks.core.params import BaseParams, FederatedParams, load_section
+    from tasks.core.public_model import public_config
+    from tasks.federated.inputs import load_federated_clips
     from tasks.federated.stage import fednova_is_fedavg
 
-    params = load_section(project[1], "federated", FederatedParams)
+    folder, params_path, decoded = project
+    params = load_section(params_path, "federated", FederatedParams)
     assert fednova_is_fedavg(
         params.model_copy(update={"batch_size": 4}), [[0, 1, 2, 3], [4, 5, 6]]
     )  # one step each
@@ -309,28 +324,45 @@ def test_fednova_without_noise_is_fedavgs_model_when_every_client_takes_the_same
     )  # 2 and 1
 
     out = tmp_path / "out"
-    rows = {
-        row["model"]: row
-        for row in run(
-            project,
-            params_path=write_params(tmp_path, {"federated": {"batch_size": 200}}),
-            out=out,
-            report=tmp_path / "report",
-        )
-    }
-    fedavg, fednova = (
-        torch.load(out / f"{name}-full-epsinf/model.pt", weights_only=False)["state_dict"]
-        for name in ("fedavg", "fednova")
+    every = run(
+        project,
+        params_path=write_params(tmp_path, {"federated": {"batch_size": 200}}),
+        out=out,
+        report=tmp_path / "report",
     )
-    assert all(torch.equal(fedavg[name], fednova[name]) for name in fedavg)
-    assert rows["fedavg-full-epsinf"]["accuracy"] == rows["fednova-full-epsinf"]["accuracy"]
-    noisy = (
-        torch.load(out / f"{name}-full/model.pt", weights_only=False)["state_dict"]
-        for name in ("fedavg", "fednova")
+    rows = {row["model"]: row for row in every}
+    for suffix in ("", "-epsinf"):
+        assert _same(*_states(out, ("fedavg", "fednova"), suffix))
+        assert rows[f"fedavg-full{suffix}"]["accuracy"] == rows[f"fednova-full{suffix}"]["accuracy"]
+    assert {row["trained_as"] for row in every} == {"fedavg"}
+    assert (
+        "FedNova's normalisation is the identity" in (tmp_path / "report/federated.md").read_text()
     )
-    assert not all(
-        torch.equal(a, b) for a, b in zip(*(state.values() for state in noisy))
-    )  # DP rows: their own noise
+
+    config = public_config(folder / "data/pretrain/public", decoded)
+    shards = load_federated_clips(
+        decoded,
+        tuple(config["input_size"]),
+        load_section(params_path, "base", BaseParams),
+        params,
+    ).shards
+    unequal = params.model_copy(update={"batch_size": 1})  # τ_k = N_k
+    if fednova_is_fedavg(unequal, shards):
+        pytest.skip(f"the tiny clients hold equally many videos ({[len(s) for s in shards]})")
+    out = tmp_path / "unequal"
+    (tmp_path / "unequal-params").mkdir()
+    every = run(
+        project,
+        params_path=write_params(tmp_path / "unequal-params", {"federated": {"batch_size": 1}}),
+        out=out,
+        report=tmp_path / "report-unequal",
+    )
+    assert not _same(*_states(out, ("fedavg", "fednova"), ""))  # their own noise and scales
+    assert {row["aggregation"] for row in every} == {row["trained_as"] for row in every}
+    assert (
+        "normalisation is the identity"
+        not in (tmp_path / "report-unequal/federated.md").read_text()
+    )
 
 
 def test_a_tunings_own_recipe_sets_its_local_epochs_and_its_sigma(project, tmp_path):

@@ -110,7 +110,7 @@ def federated_model(aggregation: str, tuning: str, epsilon: float, private_epsil
 
 def fednova_is_fedavg(params: FederatedParams, shards: list[list[int]]) -> bool:
     """True when every client takes the same local steps τ_k = E·⌈N_k / B⌉: FedNova's normalisation is then the identity
-    (tasks/federated/aggregation.py), so without noise its model is FedAvg's and is trained once (here: one step each)."""
+    (tasks/federated/aggregation.py), so its model at each ε is FedAvg's and is trained once (here: one step each)."""
     return (
         len({math.ceil(len(shard) / min(params.batch_size, len(shard))) for shard in shards}) == 1
     )
@@ -188,9 +188,9 @@ class _FederatedRun:
             prefix_seconds = (
                 time.perf_counter() - started
             )  # the frozen prefix (seed 0) or a fresh head
-            without_noise: dict[
+            trained: dict[
                 float, tuple[FederationResult, float, str]
-            ] = {}  # this seed's ε = ∞ run
+            ] = {}  # this seed's models by ε, with their seconds and aggregation
             for aggregation, epsilon in itertools.product(self.params.aggregations, self.sigmas):
                 if not self.sigmas[epsilon] and seed >= references:
                     continue  # federated.reference_seeds: this tuning's references are done
@@ -201,7 +201,7 @@ class _FederatedRun:
                     aggregation,
                     epsilon,
                     seed,
-                    without_noise,
+                    trained,
                     prefix_seconds,
                 )
 
@@ -213,17 +213,18 @@ class _FederatedRun:
         aggregation: str,
         epsilon: float,
         seed: int,
-        without_noise: dict[float, tuple[FederationResult, float, str]],
+        trained: dict[float, tuple[FederationResult, float, str]],
         prefix_seconds: float,
     ) -> None:
-        """One model: trained (or FedAvg's when FedNova is FedAvg without noise), its row, its files."""
+        """One model: trained (or FedAvg's when FedNova is FedAvg: every client takes the same steps), its row, its
+        files."""
         sigma = self.sigmas[epsilon]
         name = federated_model(aggregation, tuning, epsilon, self.params.epsilon)
         key = name + seed_suffix(seed)
         tags = {"privhar.aggregation": aggregation, "privhar.tuning": tuning, "privhar.seed": seed}
         with self.run.model_run(key, "fit", tags) as model_run:
             result, run_seconds, trained_as = self.federate(
-                split, aggregation, epsilon, seed, key, without_noise
+                split, aggregation, epsilon, seed, key, trained
             )
             if trained_as:
                 model_run.set_tags({"privhar.same_model_as": trained_as})
@@ -250,6 +251,7 @@ class _FederatedRun:
                 "epsilon_person_max": round(worst, 6),
                 "randomness": guarantee.randomness,
                 "seed": seed,
+                "trained_as": trained_as or aggregation,
             }
         )
         self.trained.rounds.extend({"model": key, **record} for record in result.history)
@@ -264,13 +266,15 @@ class _FederatedRun:
         epsilon: float,
         seed: int,
         key: str,
-        without_noise: dict[float, tuple[FederationResult, float, str]],
+        trained: dict[float, tuple[FederationResult, float, str]],
     ) -> tuple[FederationResult, float, str | None]:
-        """Algorithm 1's result, its seconds, and the aggregation that trained it when not this one: FedNova is FedAvg
-        when every client takes the same steps and there is no noise, so its ε = ∞ model is this seed's FedAvg's."""
+        """Algorithm 1's result, its seconds, and the aggregation that trained it when not this one. FedNova is FedAvg
+        when every client takes the same steps (its scales τ_eff·p_k/‖a_k‖₁ are then FedAvg's p_k), with or without
+        noise: its model at an ε is this seed's FedAvg's, the same release (its guarantee is that model's; training it
+        again would only draw other noise for the same mechanism)."""
+        if self.equal_steps and epsilon in trained:
+            return trained[epsilon]
         sigma = self.sigmas[epsilon]
-        if not sigma and self.equal_steps and epsilon in without_noise:
-            return without_noise[epsilon]
         started = time.perf_counter()
         result = _federate(
             self.params.transport,
@@ -280,7 +284,7 @@ class _FederatedRun:
             functools.partial(_print_round, key),
         )
         seconds = time.perf_counter() - started
-        without_noise[epsilon] = (result, seconds, aggregation)
+        trained[epsilon] = (result, seconds, aggregation)
         return result, seconds, None
 
     def person_epsilons(self, key: str, sigma: float, result: FederationResult) -> float:
@@ -439,7 +443,9 @@ def train_federated(
         atomic_write_bytes(report / "federated_persons.csv", csv_bytes(trained.persons))
         for register in trained.registrations:
             register()
-        if math.isfinite(params.epsilon):  # the models are complete: each is a release made
+        # the models are complete: each is a release made. FedNova's are entered even where they are FedAvg's models
+        # (equal local steps): the ledger then counts that model twice, an upper bound on what was released
+        if math.isfinite(params.epsilon):
             made = [
                 federated_release(aggregation, tuning) + seed_suffix(seed)
                 for tuning in params.tunings

@@ -78,9 +78,30 @@ def _intro(params: FederatedParams, rows: list[dict[str, Any]]) -> list[str]:
             "no noise (no DP guarantee): a row's gap to its reference is what the noise costs, the reference's gap to "
             "the non-private model is the recipe's own (too few local steps for a model to converge without noise: "
             "docs/pipeline.md measures the references reaching the non-private models with more local epochs)."
+            + _shared_models(rows)
         ),
         "",
     ]
+
+
+def _shared_models(rows: list[dict[str, Any]]) -> str:
+    """The sentence saying which aggregations' models another one trained (FedNova's are FedAvg's under equal
+    local steps), or nothing."""
+    shared = sorted(
+        {
+            (row["aggregation"], row["trained_as"])
+            for row in rows
+            if row.get("trained_as", row["aggregation"]) != row["aggregation"]
+        }
+    )
+    if not shared:
+        return ""
+    named = ", ".join(f"{mine}'s models are {theirs}'s" for mine, theirs in shared)
+    return (
+        " Every client takes the same local steps here (E·⌈N_k / B⌉), so FedNova's normalisation is the identity "
+        f"and {named}, trained once at each ε and seed (column `trained_as` of federated.csv): those rows repeat "
+        "the other's."
+    )
 
 
 def _table_rows(rows: list[dict[str, Any]], spread: dict[str, Any]) -> list[list[str]]:
