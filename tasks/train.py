@@ -203,13 +203,17 @@ def _train_seed(
     its history and seconds; ``as_loaded``: not trained at all (the checkpoint, a classifier of its seed).
 
     Seeded by method, not by key: on raw or protected clips the same initialisation and batch
-    order, so two models of one seed differ only in the data they learnt from. Seed 0 keeps the
-    keys it had before seeds existed. Only seed 0 scores the test split after each epoch: its history is the
-    learning curve the report plots; no one read the other seeds' curves, and they cost 0.75 s of a 7 s seed.
+    order, so two models of one seed differ only in the data they learnt from. A fine-tuning's keys add
+    ``fine-tune``: without it, seed 0 drew the public model's own pretraining draws (its classifier's initial
+    weights, its dropout), so seed 0 was not one more sample of the seeds; in the make run of 2026-11-27 it was
+    the best seed of the raw, avatar and face-blur classifiers (5 seeds each) and of both Video-DPRP copies
+    (30 seeds each, 18 and 22 points above their mean). Only seed 0 scores the test split after each epoch: its
+    history is the learning curve the report plots; no one read the other seeds' curves, and they cost 0.75 s of
+    a 7 s seed.
     """
     if seed:
         data = replace(data, held_out=None)
-    keys = seed_keys(seed)
+    keys = (*(("fine-tune",) if init is not None else ()), *seed_keys(seed))
     torch.manual_seed(derive_seed(base_seed, "train", params.method, "init", *keys))
     generator = torch.Generator().manual_seed(
         derive_seed(base_seed, "train", params.method, "batches", *keys)

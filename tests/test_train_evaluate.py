@@ -232,6 +232,30 @@ def test_fine_tuning_takes_the_public_backbone_and_a_fresh_classifier(trained, t
         )
 
 
+def test_a_fine_tunings_seed_0_does_not_start_from_its_public_models_own_draws(trained):
+    """Seed 0 of a fine-tuning once drew the classifier its public model started from (both seeded by method and
+    seed alone); the make run of 2026-11-27 had it above every other seed of both Video-DPRP copies."""
+    from tasks.core.models import CLASSIFIER
+    from tasks.core.params import load_train
+    from tasks.train import TrainingData, _train_seed
+
+    folder, _ = trained
+    public = folder / "data/train/baseline"
+    config = torch.load(public / "model.pt", weights_only=True)["config"]
+    params = load_train(folder / "params.yaml")
+    data = TrainingData(torch.zeros(1, 3, 4, 32, 40, dtype=torch.uint8), torch.zeros(1), [])
+
+    def starting_classifier(init: Path | None) -> torch.Tensor:
+        model, _, _ = _train_seed(
+            params, 2026, 0, data, init, config, "k", folder, None, as_loaded=True
+        )
+        return model.state_dict()[CLASSIFIER + ".weight"]
+
+    pretraining, fine_tuning = starting_classifier(None), starting_classifier(public)
+    assert not torch.equal(pretraining, fine_tuning)
+    assert torch.equal(fine_tuning, starting_classifier(public))  # copies of one seed: one draw
+
+
 def test_seeds_train_fresh_models_and_evaluate_reports_their_interval(trained, tmp_path):
     """Issue 19: every trained row over report.seeds seeds; seed 0 is the model one seed gives, the others differ."""
     folder, final = trained
