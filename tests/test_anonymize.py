@@ -6,7 +6,7 @@ import pytest
 
 from tasks.anonymize.avatars import CATALOGUE, avatar_for, render
 from tasks.anonymize.inpaint import background_plate
-from tasks.anonymize.methods import PROTECT, replace_with_avatars
+from tasks.anonymize.methods import PROTECT, avatars_at, replace_with_avatars
 from tasks.anonymize.obfuscate import dilate, low_res_size
 from tasks.anonymize.stage import anonymize
 from tasks.core.anonymize_catalogue import CATALOGUE as ANONYMIZE_CATALOGUE
@@ -228,10 +228,32 @@ def test_no_pixel_of_the_person_survives(tiny_decoded):
         public, public_again
     )  # the output never reads them
     plate, _ = background_plate(frames, dilate(truth["person_mask"], 2))
-    hidden = person & (
-        public == 0
-    )  # person pixels the avatar does not cover: background plate there
+    coverage = np.stack(
+        [render(frame, avatars_at(truth, 7, t))[1] for t, frame in enumerate(frames)]
+    )
+    hidden = person & (coverage == 0)  # person pixels no avatar touches: background plate there
     assert np.array_equal(out[hidden], np.broadcast_to(plate, frames.shape)[hidden])
+
+
+def test_the_public_mask_is_the_fully_covered_pixels_and_holds_nothing_of_the_real_clip(
+    tiny_decoded,
+):
+    """Issue 58: an avatar's anti-aliased edge blends the real background in, so only pixels of full coverage are
+    public. The same copy made from the clip with every real pixel changed (+40 grey levels) keeps its public mask
+    and its public pixels byte for byte; at ``coverage > 0`` (the old mask) the public pixels moved."""
+    frames, truth = first_annotations(tiny_decoded)
+    out, public = replace_with_avatars(frames, truth, dilation=2, seed=7)
+    brighter = ((frames.astype(np.int64) + 40) % 256).astype(np.uint8)
+    again, public_again = replace_with_avatars(brighter, truth, dilation=2, seed=7)
+    inside = public.astype(bool)
+    assert inside.mean() > 0.01 and np.array_equal(public, public_again)
+    assert np.array_equal(out[inside], again[inside])
+    coverage = np.stack(
+        [render(frame, avatars_at(truth, 7, t))[1] for t, frame in enumerate(frames)]
+    )
+    assert np.array_equal(inside, coverage == 255)
+    touched = coverage > 0  # the old public mask: its partly covered pixels move with the real clip
+    assert touched.sum() > inside.sum() and not np.array_equal(out[touched], again[touched])
 
 
 def test_edge_cases_render(tiny_decoded):

@@ -5,8 +5,10 @@ a patterned torso, capsule limbs, neck and head, each part coloured from the ava
 palette — nothing is taken from the real person's appearance. Parts of every person in the
 frame are sorted by depth (larger is nearer) and composited far to near, so a near arm
 covers the torso behind it. Coverage is anti-aliased (OpenCV ``LINE_AA`` at 1/16 pixel) and
-quantised to 0..255 before compositing; the public mask is exactly the pixels of non-zero
-coverage, and every other pixel is the background byte for byte.
+quantised to 0..255 before compositing: a pixel of coverage 255 (:data:`FULL_COVERAGE`) is
+the avatars' colour alone, one of partial coverage mixes in the background, and every pixel of
+coverage 0 is the background byte for byte. Only fully covered pixels carry nothing of the
+recorded video: they are the public mask (:func:`tasks.anonymize.methods.replace_with_avatars`).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ HEAD_COLOURS = (
     (120, 200, 120),
 )
 AVATAR_COUNT = 48
+FULL_COVERAGE = 255  # coverage of a pixel the avatars alone colour: no background weight in it
 
 
 @dataclass(frozen=True)

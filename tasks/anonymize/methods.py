@@ -10,7 +10,7 @@ from typing import Callable
 
 import numpy as np
 
-from tasks.anonymize.avatars import avatar_for, render
+from tasks.anonymize.avatars import FULL_COVERAGE, Avatar, avatar_for, render
 from tasks.anonymize.inpaint import remove_people
 from tasks.anonymize.obfuscate import (
     black_out,
@@ -31,22 +31,28 @@ def replace_with_avatars(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Paper 001 §5.2: remove every person (dilated mask), render avatars in their poses.
 
-    The public mask is the avatars' coverage (:func:`tasks.anonymize.avatars.render`); a
-    person whose skeleton is not finite in a frame is not drawn there.
+    The public mask is the pixels the avatars cover fully (coverage 255 in
+    :func:`tasks.anonymize.avatars.render`): an edge pixel of partial coverage blends the
+    people-removed real background into the avatar's colour, so it is real content and stays
+    private (issue 58: at ``coverage > 0``, 36 % of MaskDP's public input pixels moved with the
+    real clip). A person whose skeleton is not finite in a frame is not drawn there.
     """
     clean = remove_people(frames, dilate(truth["person_mask"], dilation))
-    avatars = [avatar_for(seed, identity) for identity in truth["identity"]]
     out, public = np.empty_like(frames), np.empty(frames.shape[:3], np.uint8)
     for t in range(len(frames)):
-        people = [
-            (truth["skeleton"][t, p], truth["joint_depth"][t, p], avatar)
-            for p, avatar in enumerate(avatars)
-            if np.isfinite(truth["skeleton"][t, p]).all()
-            and np.isfinite(truth["joint_depth"][t, p]).all()
-        ]
-        out[t], coverage = render(clean[t], people)
-        public[t] = coverage > 0
+        out[t], coverage = render(clean[t], avatars_at(truth, seed, t))
+        public[t] = coverage == FULL_COVERAGE
     return out, public
+
+
+def avatars_at(truth: People, seed: int, t: int) -> list[tuple[np.ndarray, np.ndarray, Avatar]]:
+    """(points, depth, avatar) of every person drawn in frame ``t``: those with a finite skeleton there."""
+    return [
+        (truth["skeleton"][t, p], truth["joint_depth"][t, p], avatar_for(seed, identity))
+        for p, identity in enumerate(truth["identity"])
+        if np.isfinite(truth["skeleton"][t, p]).all()
+        and np.isfinite(truth["joint_depth"][t, p]).all()
+    ]
 
 
 PROTECT: dict[str, Protect] = {
