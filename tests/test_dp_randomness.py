@@ -203,3 +203,156 @@ def test_stream_draws_are_what_they_claim():
     a, b = DpStream.seeded(5), DpStream.seeded(5)
     assert torch.equal(a.normal(1.0, torch.zeros(4)), b.normal(1.0, torch.zeros(4)))
     assert math.isclose(len(DpStream.seeded(5).poisson_sample(100_000, 0.5)), 50_000, abs_tol=1_000)
+
+
+# Issue 58: tests that check the generator a DP path actually draws from, not the label or the seed sequence it keeps.
+# OS entropy is made deterministic (a hash counter) and one bit of every os.urandom answer flipped: a key cut to fewer
+# bits than the path claims leaves the release unchanged at the bits it dropped.
+FLIPPED_BITS = (0, 31, 63, 64, 127, "top")
+
+
+def deterministic_urandom(flip: int | str | None):
+    """An os.urandom stand-in: the n-th call's bytes from SHA-256 of n, with bit ``flip`` of each answer flipped
+    (``top``: its highest bit; little-endian, as the paths read their keys)."""
+    import hashlib
+    import itertools
+
+    calls = itertools.count()
+
+    def urandom(size: int) -> bytes:
+        index = next(calls)
+        stream = b"".join(
+            hashlib.sha256(f"{index}:{block}".encode()).digest() for block in range(size // 32 + 1)
+        )
+        value = int.from_bytes(stream[:size], "little")
+        if flip is not None:
+            bit = 8 * size - 1 if flip == "top" else flip
+            value ^= (1 << bit) if bit < 8 * size else 0
+        return value.to_bytes(size, "little")
+
+    return urandom
+
+
+def _federated_release() -> torch.Tensor:
+    """Two clients, one round of the federated loop as the stage builds it under ``secure`` randomness."""
+    from tasks.core.params import BaseParams, FederatedParams, load_section
+    from tasks.federated.client import Shard
+    from tasks.federated.rounds import in_process, run_rounds
+    from tasks.federated.stage import federation_of
+    from tests.conftest import REPO
+
+    params = load_section(REPO / "params.yaml", "federated", FederatedParams).model_copy(
+        update={"clients": 2, "rounds": 1, "client_fraction": 1.0, "batch_size": 4}
+    )
+    federation = federation_of(
+        BaseParams(seed=0, workers=1, device="cpu"),
+        params,
+        1.0,
+        "fedavg",
+        DpRandomness("secure", 0),
+    )
+    generator = torch.Generator().manual_seed(0)
+    shards = [Shard(torch.randn(8, 6, generator=generator), torch.arange(8) % 3) for _ in range(2)]
+    torch.manual_seed(1)
+    module = nn.Linear(6, 3)
+    result = run_rounds(
+        module, federation, [8, 8], in_process(module, shards, federation.recipe), shards[0], 1
+    )
+    return torch.cat([tensor.flatten() for tensor in result.state.values()])
+
+
+def _training_release(method: str, make) -> torch.Tensor:
+    torch.manual_seed(1)
+    module = nn.Linear(6, 3)
+    train_one(method, module, make(), RECIPE, 2.0, DpRandomness("secure", 0))
+    return torch.cat([parameter.detach().flatten() for parameter in module.parameters()])
+
+
+def _dprp_release() -> torch.Tensor:
+    """``privhar dprp``'s mechanism on a 4-frame clip: a secret R and secret noise, each a 128-bit Philox key."""
+    import numpy as np
+
+    from tasks.dprp.single_video import _protected
+    from tasks.privacy.dprp_calibration import noise_scales
+
+    frames = np.random.default_rng(0).integers(0, 256, (4, 8, 8, 3), dtype=np.uint8)
+    scales = noise_scales(
+        epsilon=8.0,
+        delta=1e-4,
+        budget_split=0.8,
+        k=16,
+        d=8 * 8 * 3,
+        calibration="paper",
+        neighbour="frame",
+        secret_projection=True,
+        full_rank=True,
+    )
+    return torch.from_numpy(
+        _protected(frames, "clip.avi", DpRandomness("secure", 0), scales, 16, 16)
+    )
+
+
+def _ldp_release() -> torch.Tensor:
+    """Randomized response of three owners' codes, each with its own secret generator."""
+    import numpy as np
+
+    from tasks.ldp.video import release
+
+    codes = np.arange(3 * 64).reshape(3, 64) % 5
+    rows = [{"video_id": f"v{i}"} for i in range(3)]
+    return torch.from_numpy(release(codes, rows, 5, 0.5, DpRandomness("secure", 0)))
+
+
+RELEASES = {
+    **{
+        case: (lambda method=method, make=make: _training_release(method, make))
+        for case, (method, make) in CASES.items()
+    },
+    "federated clients": _federated_release,
+    "video-dprp": _dprp_release,
+    "ldp": _ldp_release,
+}
+
+
+@pytest.mark.parametrize("path", RELEASES)
+def test_every_bit_of_os_entropy_reaches_the_release(path, monkeypatch):
+    """Each DP path run with OS entropy made deterministic gives the same release twice, and a different one when
+    one bit of the entropy is flipped at 0, 31, 63, 64, 127 or the key's top bit."""
+    import os
+
+    def released(flip):
+        monkeypatch.setattr(os, "urandom", deterministic_urandom(flip))
+        return RELEASES[path]()
+
+    reference = released(None)
+    assert torch.equal(reference, released(None))  # deterministic entropy: the release repeats
+    unmoved = [flip for flip in FLIPPED_BITS if torch.equal(reference, released(flip))]
+    assert not unmoved, f"{path}: flipping OS-entropy bit(s) {unmoved} left the release unchanged"
+
+
+def full_key_state(stream: DpStream) -> dict:
+    """The state of a PCG64DXSM built from the stream's whole key: its entropy and spawn path."""
+    import numpy as np
+
+    sequence = np.random.SeedSequence(stream.sequence.entropy, spawn_key=stream.sequence.spawn_key)
+    return np.random.PCG64DXSM(sequence).state
+
+
+@pytest.mark.parametrize("path", ["opacus dp_sgd", "maskdp", "federated clients"])
+def test_every_streams_generator_is_the_one_its_full_key_builds(path):
+    """A stream could keep its 256-bit SeedSequence and still draw from a generator built from 32 bits of it; the
+    generator's state when the stream is made must equal one built from the full key (the federated clients'
+    own streams included), and each stream must be secret."""
+    created: list[tuple[DpStream, dict]] = []
+    original = DpStream.__init__
+
+    def recording(stream: DpStream, *args, **kwargs) -> None:
+        original(stream, *args, **kwargs)
+        created.append((stream, stream._rng.bit_generator.state))
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(DpStream, "__init__", recording)
+        RELEASES[path]()
+    assert_secret([stream for stream, _ in created])
+    for stream, state in created:
+        assert state == full_key_state(stream)
