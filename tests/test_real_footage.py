@@ -126,10 +126,43 @@ def test_a_clip_below_min_coverage_is_quarantined_or_blacked_out(decoded):
 def test_when_every_clip_falls_short_the_stage_stops_and_writes_nothing(decoded):
     with pytest.raises(
         PrivharError,
-        match=r"anonymize: avatar: every one of the 3 videos is below anonymize.min_coverage",
+        match=r"anonymize: avatar: every one of the 3 videos is held back \(anonymize.min_coverage = 1.0; first: .*coverage 0\.",
     ):
         released(decoded, "avatar", ensemble=["hog"], min_coverage=1.0)
     assert not (decoded / "avatar-ensemble=['hog']-min_coverage=1.0").exists()
+
+
+def test_face_blur_blurs_the_heads_no_face_detector_found_and_holds_back_a_face_it_released(
+    decoded, tmp_path
+):
+    """Issue 58, with the face detectors made to miss every face (none in the ensemble). Before, face_blur's coverage
+    was measured against the face detectors' own boxes, so each clip was released byte for byte at coverage 1.000.
+    Now the heads of the people the ensemble finds are blurred and coverage is measured on them; and a real face
+    (scikit-image's astronaut) pasted, still, into every decoded frame of one clip, where no detector looks (they
+    search the source frames), is found again by the Haar judge in the released frames: that clip is held back."""
+    import shutil
+
+    from skimage import data as skimage_data
+
+    face = np.ascontiguousarray(skimage_data.astronaut()[0:240:6, 150:330:6])  # 40 x 30: the face
+    copy = tmp_path / "decode"
+    shutil.copytree(decoded / "decode", copy)
+    target = read_manifest(copy / "manifest.parquet")[0]
+    path = resolve_path(target["path"], copy)
+    frames = np.load(path)
+    frames[:, 4:44, 4:34] = face
+    np.save(path, frames)
+    params = params_for(tmp_path, methods=["face_blur"], ensemble=["hog", "motion"])
+    rows = anonymize_stage(params, copy, "face_blur", tmp_path / "face_blur")
+    held = pq.read_table(tmp_path / "face_blur" / "quarantine.parquet").to_pylist()
+    assert [entry["video_id"] for entry in held] == [target["video_id"]]
+    assert held[0]["reason"].startswith("a face found again after face_blur, mostly unchanged")
+    assert len(rows) == 2
+    for row in rows:
+        raw = np.load(resolve_path(row["path"], copy))
+        protected = np.load(tmp_path / "face_blur" / row["path"])
+        assert not np.array_equal(raw, protected), row["video_id"]
+        assert not row["unchanged_with_people"] and row["coverage"] >= 0.95
 
 
 def test_people_are_searched_on_the_source_frames_decode_kept(decoded):

@@ -91,7 +91,7 @@ SIGNATURE = (
 )
 ATTRIBUTE_SCORES = ("cmap_raw_attacker", "f1_raw_attacker", "cmap_adaptive", "f1_adaptive")
 # what is left of people: the anonymize check, clips where no avatar was drawn (no person found), detectors re-run
-LEFT = ("coverage", "quarantined", "no_avatar", *RESIDUALS)
+LEFT = ("coverage", "quarantined", "no_avatar", "public_pixels", "unchanged", *RESIDUALS)
 TRUTH_SCORES = SIGNATURE[:10]  # e_id, e_det, e_track: scored against annotated faces and bodies
 log = logging.getLogger(__name__)
 
@@ -269,6 +269,27 @@ def no_avatar(folder: Path) -> int | None:
     )
 
 
+def public_pixels(folder: Path) -> float | None:
+    """Mean share of public pixels (MaskDP's public mask: pixels the avatars cover fully, or blacked-out people) over
+    the released clips of a copy that writes masks, clips released black left out; None for a copy without masks."""
+    rows = [row for row in read_manifest(folder / MANIFEST_NAME) if not row.get("blacked_out")]
+    if not any(row.get("mask") for row in rows):
+        return None
+    return float(np.mean([float(row["public_fraction"]) for row in rows]))
+
+
+def unchanged_clips(folder: Path) -> int | None:
+    """Released clips of a copy that claims to remove people or faces which it left unchanged byte for byte although
+    people were found in them (the anonymize stage names them in its log); None for a copy that claims nothing."""
+    rows = read_manifest(folder / MANIFEST_NAME)
+    gated = [
+        row for row in rows if row.get("coverage") is not None and np.isfinite(row["coverage"])
+    ]
+    if not gated:
+        return None
+    return sum(1 for row in gated if row.get("unchanged_with_people"))
+
+
 def assess_copy(
     item: tuple[str, Path],
     *,
@@ -302,6 +323,8 @@ def assess_copy(
     scores["coverage"] = float(np.mean(covered)) if covered else None
     scores["quarantined"] = held_test + held_train
     scores["no_avatar"] = no_avatar(folder)
+    scores["public_pixels"] = public_pixels(folder)
+    scores["unchanged"] = unchanged_clips(folder)
 
     clock = _lap(scores, "load", clock)
     if attackers.names:

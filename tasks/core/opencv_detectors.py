@@ -65,3 +65,52 @@ def fill_boxes(shape: tuple[int, int], boxes: list[Box]) -> np.ndarray:
         left, top = max(0, int(np.floor(x0))), max(0, int(np.floor(y0)))
         mask[top : int(np.ceil(y1)), left : int(np.ceil(x1))] = True
     return mask
+
+
+JUDGE_UPSCALE = (
+    4.0  # decoded frames are small (a synthetic face is ~10 rows at 96): Haar's window is 24×24
+)
+JUDGE_MARGIN = 0.5  # a region searched is grown by this share of its size on every side
+
+
+def _judged(frame: np.ndarray, region: Box | None) -> list[Box]:
+    """Haar faces in ``frame`` (frame pixels), inside ``region`` grown by :data:`JUDGE_MARGIN` when one is given."""
+    if region is None:
+        return face_boxes(frame, JUDGE_UPSCALE)
+    x0, y0, x1, y1 = region
+    grow_x, grow_y = JUDGE_MARGIN * (x1 - x0), JUDGE_MARGIN * (y1 - y0)
+    left, top = max(0, int(np.floor(x0 - grow_x))), max(0, int(np.floor(y0 - grow_y)))
+    right = min(frame.shape[1], int(np.ceil(x1 + grow_x)))
+    bottom = min(frame.shape[0], int(np.ceil(y1 + grow_y)))
+    if right - left < 2 or bottom - top < 2:
+        return []
+    found = face_boxes(np.ascontiguousarray(frame[top:bottom, left:right]), JUDGE_UPSCALE)
+    return [(a + left, b + top, c + left, d + top) for a, b, c, d in found]
+
+
+def faces_found_again(
+    raw: np.ndarray, protected: np.ndarray, regions: list[list[Box]] | None = None
+) -> list[tuple[int, Box]]:
+    """(frame, box) of each frame of a protected clip (T, H, W, 3) where the Haar judge finds a face it also finds in
+    the raw frame at the same place (Dice > 0.5, paper 004's match); the first such face of the frame.
+
+    ``regions`` (per frame: the annotated visible faces, where a dataset has them) restricts the search to them, as
+    Haar also fires on background texture; without them the whole frame is searched. The protected frame is searched
+    first and the raw one only where a face is found in it, so a protected clip costs one pass.
+    """
+    from tasks.core.scores import matches
+
+    found = []
+    for t, (before, after) in enumerate(zip(raw, protected)):
+        areas = [None] if regions is None else regions[t]
+        for region in areas:
+            kept = _judged(after, region)
+            again = [
+                new
+                for new in kept
+                if kept and any(matches(old, new) for old in _judged(before, region))
+            ]
+            if again:
+                found.append((t, again[0]))
+                break
+    return found
