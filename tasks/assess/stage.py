@@ -256,10 +256,10 @@ def _owners(
     return owners
 
 
-def no_avatar(folder: Path) -> int | None:
+def no_avatar(rows: list[dict[str, Any]]) -> int | None:
     """Released clips of a copy that has public masks (avatar) where no public pixel was drawn: no person was found, so
-    nothing of the person was replaced and MaskDP has no public view of them; None for a copy without masks."""
-    rows = read_manifest(folder / MANIFEST_NAME)
+    nothing of the person was replaced and MaskDP has no public view of them; None for a copy without masks (``rows``:
+    its manifest)."""
     if not any(row.get("mask") for row in rows):
         return None
     return sum(
@@ -269,19 +269,18 @@ def no_avatar(folder: Path) -> int | None:
     )
 
 
-def public_pixels(folder: Path) -> float | None:
+def public_pixels(rows: list[dict[str, Any]]) -> float | None:
     """Mean share of public pixels (MaskDP's public mask: pixels the avatars cover fully, or blacked-out people) over
     the released clips of a copy that writes masks, clips released black left out; None for a copy without masks."""
-    rows = [row for row in read_manifest(folder / MANIFEST_NAME) if not row.get("blacked_out")]
+    rows = [row for row in rows if not row.get("blacked_out")]
     if not any(row.get("mask") for row in rows):
         return None
     return float(np.mean([float(row["public_fraction"]) for row in rows]))
 
 
-def unchanged_clips(folder: Path) -> int | None:
+def unchanged_clips(rows: list[dict[str, Any]]) -> int | None:
     """Released clips of a copy that claims to remove people or faces which it left unchanged byte for byte although
     people were found in them (the anonymize stage names them in its log); None for a copy that claims nothing."""
-    rows = read_manifest(folder / MANIFEST_NAME)
     gated = [
         row for row in rows if row.get("coverage") is not None and np.isfinite(row["coverage"])
     ]
@@ -322,9 +321,10 @@ def assess_copy(
     ]
     scores["coverage"] = float(np.mean(covered)) if covered else None
     scores["quarantined"] = held_test + held_train
-    scores["no_avatar"] = no_avatar(folder)
-    scores["public_pixels"] = public_pixels(folder)
-    scores["unchanged"] = unchanged_clips(folder)
+    manifest = read_manifest(folder / MANIFEST_NAME)
+    scores["no_avatar"] = no_avatar(manifest)
+    scores["public_pixels"] = public_pixels(manifest)
+    scores["unchanged"] = unchanged_clips(manifest)
 
     clock = _lap(scores, "load", clock)
     if attackers.names:
