@@ -324,7 +324,8 @@ def test_every_bit_of_os_entropy_reaches_the_release(path, monkeypatch):
         monkeypatch.setattr(os, "urandom", deterministic_urandom(flip))
         return RELEASES[path]()
 
-    RELEASES[path]()  # first-run work (lazy imports that read os.urandom) before the entropy is counted
+    # first-run work (lazy imports that read os.urandom) before the entropy is counted
+    RELEASES[path]()
     reference = released(None)
     assert torch.equal(reference, released(None))  # deterministic entropy: the release repeats
     unmoved = [flip for flip in FLIPPED_BITS if torch.equal(reference, released(flip))]
