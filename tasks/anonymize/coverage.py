@@ -11,8 +11,9 @@ byte for byte between frames, so a removed box can equal the original there and 
 missed when nothing of a person is left. A person who never moves is in no reference: the
 assess stage's residual detections measure that. For ``face_blur`` the reference is the heads
 of the people found: the face detected in each, or the head region its body implies
-(:func:`tasks.anonymize.people.implied_heads`), never the face detectors' finds alone. With the dataset's ground truth, the reference is the true person mask: a synthetic
-camera jitters, and its textured scenes would count as moving.
+(:func:`tasks.anonymize.people.implied_heads`), never the face detectors' finds alone. With
+the dataset's ground truth, the reference is the true person mask: a synthetic camera jitters,
+and its textured scenes would count as moving.
 """
 
 from __future__ import annotations

@@ -105,11 +105,8 @@ def faces_found_again(
         areas = [None] if regions is None else regions[t]
         for region in areas:
             kept = _judged(after, region)
-            again = [
-                new
-                for new in kept
-                if kept and any(matches(old, new) for old in _judged(before, region))
-            ]
+            earlier = _judged(before, region) if kept else []
+            again = [new for new in kept if any(matches(old, new) for old in earlier)]
             if again:
                 found.append((t, again[0]))
                 break
