@@ -29,7 +29,12 @@ retry = for attempt in 1 2 3; do $(1) && break; \
 	if [ $$attempt = 3 ]; then echo "install failed 3 times: $(1)" >&2; exit 1; fi; \
 	echo "install failed (attempt $$attempt of 3); retrying in 15 s" >&2; sleep 15; done
 
-.PHONY: run test lint detector-test docs bench footage install clean
+.PHONY: run test lint detector-test coverage docs bench footage install clean
+
+# Each environment runs its own tests once: .venv-detector the files marked `detector`, .venv the rest (docs/operations.md).
+# --durations names the slowest tests; --timeout ends a hung test (and names it) instead of CI's whole budget.
+PYTEST_OPTIONS ?= -q --durations=25 --timeout=1500
+DETECTOR_TESTS := tests/test_detector.py tests/test_anonymize.py tests/test_real_footage.py
 
 install: $(STAMP) $(VEGA_STAMP)
 
@@ -62,7 +67,14 @@ run: $(STAMP) $(VEGA_STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/privhar flow
 
 test: $(STAMP) $(VEGA_STAMP) detector-test
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -q
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest $(PYTEST_OPTIONS) -m 'not slow and not detector'
+
+# make test with line coverage of tasks/ and flows/ (pyproject.toml [tool.coverage.run]), both environments combined
+coverage:
+	rm -rf build/coverage && mkdir -p build/coverage
+	$(MAKE) test PYTEST_OPTIONS="$(PYTEST_OPTIONS) --cov --cov-append --cov-report="
+	$(BIN)/coverage report --precision=1 --skip-covered --sort=cover > build/coverage/report.txt
+	@echo "line coverage of tasks/ and flows/: $$($(BIN)/coverage report --precision=1 --format=total) % (per file: build/coverage/report.txt)"
 
 # ruff: pyflakes, pycodestyle, bugbear, import order and complexity (pyproject.toml [tool.ruff]), and the format.
 lint: $(STAMP)
@@ -76,7 +88,7 @@ docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir build/site
 
 detector-test: $(DETECTOR_STAMP)
-	PATH="$(abspath $(DETECTOR_VENV)/bin):$$PATH" $(DETECTOR_VENV)/bin/python -m pytest -q tests/test_detector.py tests/test_anonymize.py tests/test_real_footage.py
+	PATH="$(abspath $(DETECTOR_VENV)/bin):$$PATH" $(DETECTOR_VENV)/bin/python -m pytest $(PYTEST_OPTIONS) -m 'detector and not slow' $(DETECTOR_TESTS)
 
 # Timings on this machine (not tests): reports/bench/*.json
 bench: $(STAMP) $(DETECTOR_STAMP) footage

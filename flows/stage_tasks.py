@@ -36,6 +36,7 @@ from flows.pipeline import dvc_command, error_line, running_dvc, tool_environmen
 from tasks.core.errors import PrivharError
 from tasks.core.parallel import installed_mapper, worker_count
 from tasks.core.params import OrchestrateParams
+from tasks.core.tracking import running_dvc_stage
 
 
 class StageFailed(Exception):
@@ -191,7 +192,11 @@ def run_sharded(
     # (flows/prefect_server.py) puts those lines in this task run's log
     logging.getLogger("tasks").setLevel(logging.INFO)
     try:
-        with _IN_PROCESS, installed_mapper(shard_mapper(stage.name, settings, logger)):
+        with (
+            _IN_PROCESS,
+            installed_mapper(shard_mapper(stage.name, settings, logger)),
+            running_dvc_stage(stage.name),  # the time table joins the stage's run on it
+        ):
             stage_group(words[2:], standalone_mode=False)
     except PrivharError as error:
         raise StageFailed(f"stage {stage.name} failed: {error}") from None

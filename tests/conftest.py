@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import copy
+import functools
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -121,6 +126,14 @@ def write_params(folder: Path, overrides: dict[str, Any] | None = None) -> Path:
     return path
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark ``pipeline`` every test that reads the session's whole-pipeline run, so that ``-m 'not pipeline'`` runs
+    the rest of the suite without it (docs/operations.md: the layers of the suite)."""
+    for item in items:
+        if "pipeline_run" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.pipeline)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def mlflow_store(tmp_path_factory: pytest.TempPathFactory) -> str:
     """Every test logs to one throw-away SQLite MLflow store, never the project's."""
@@ -189,33 +202,42 @@ def sh(*args: str, cwd: Path, timeout: float = 900) -> subprocess.CompletedProce
     return result
 
 
+@functools.cache
+def _empty_project() -> Path:
+    """An empty git + DVC repository, made once per session (``dvc init`` takes seconds) and copied by make_project."""
+    folder = Path(tempfile.mkdtemp(prefix="privhar-empty-project-"))
+    atexit.register(shutil.rmtree, folder, True)
+    sh("git", "init", "-q", cwd=folder)
+    sh("git", "config", "user.email", "ci@privhar.invalid", cwd=folder)
+    sh("git", "config", "user.name", "privhar ci", cwd=folder)
+    sh("dvc", "init", "-q", cwd=folder)
+    return folder
+
+
 def make_project(folder: Path, overrides: dict[str, Any] | None = None) -> Path:
     """A fresh git + DVC project holding this repository's pipeline with tiny params."""
+    shutil.copytree(_empty_project(), folder, dirs_exist_ok=True)
     shutil.copy(REPO / "dvc.yaml", folder / "dvc.yaml")
     shutil.copytree(REPO / "tasks", folder / "tasks", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(REPO / "profiles", folder / "profiles")
     write_params(folder, {**DAG, **(overrides or {})})
     (folder / ".gitignore").write_text(".prefect/\n.privhar/\n.mlflow-ui/\n")
-    sh("git", "init", "-q", cwd=folder)
-    sh("git", "config", "user.email", "ci@privhar.invalid", cwd=folder)
-    sh("git", "config", "user.name", "privhar ci", cwd=folder)
-    sh("dvc", "init", "-q", cwd=folder)
     sh("git", "add", "-A", cwd=folder)
     sh("git", "commit", "-qm", "tiny project", cwd=folder)
     return folder
 
 
-@pytest.fixture(scope="session")
-def prefect_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """One real Prefect server on a free loopback port for the session (as ``privhar serve`` starts it)."""
+@contextlib.contextmanager
+def prefect_api_on(project: Path) -> Iterator[str]:
+    """A real Prefect server on ``project``'s database (``.prefect/``), on a free loopback port, as ``privhar serve``
+    starts it: this process and the commands it starts (stages, Dask workers) talk to it until the block ends."""
     from flows.prefect_server import prefect_environment, prefect_server
     from flows.servers import free_port
 
-    home = tmp_path_factory.mktemp("prefect")
     port = free_port()
-    server = prefect_server(home, "127.0.0.1", port)
+    server = prefect_server(project, "127.0.0.1", port)
     server.start()
-    env = prefect_environment(home, "127.0.0.1", port)
+    env = prefect_environment(project, "127.0.0.1", port)
     saved = {key: os.environ.get(key) for key in env}
     os.environ.update(env)  # for stage subprocesses and Dask workers
     from prefect.settings import (
@@ -236,3 +258,65 @@ def prefect_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+@pytest.fixture(scope="session")
+def prefect_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One Prefect server of the session, on a database of its own (the stage-level flow tests)."""
+    with prefect_api_on(tmp_path_factory.mktemp("prefect")) as url:
+        yield url
+
+
+@dataclass(frozen=True)
+class PipelineRun:
+    """The suite's one whole-pipeline run: its project (DVC outputs, ``.prefect/`` database), its MLflow store and
+    what ``privhar flow`` printed."""
+
+    project: Path
+    mlflow_uri: str
+    stdout: str
+    stderr: str
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The environment its commands ran in: this environment's tools, its MLflow store, no Prefect server of the
+        session's (``privhar flow`` uses the project's own database)."""
+        env = {key: value for key, value in os.environ.items() if not key.startswith("PREFECT_")}
+        return {
+            **env,
+            "MLFLOW_TRACKING_URI": self.mlflow_uri,
+            "PATH": f"{BIN}{os.pathsep}{env['PATH']}",
+        }
+
+
+@pytest.fixture(scope="session")
+def pipeline_run(tmp_path_factory: pytest.TempPathFactory) -> PipelineRun:
+    """``privhar flow`` (the command ``make run`` runs) once over the tiny 23-stage project (``DAG``): every end-to-end,
+    registry, orchestration and browser assertion reads this run; error paths use ``small_project``.
+
+    Its MLflow store is its own, so that no other test's model becomes a champion it reports."""
+    project = make_project(tmp_path_factory.mktemp("pipeline"))
+    uri = f"sqlite:///{project / 'mlflow.db'}"
+    run = PipelineRun(project, uri, "", "")
+    result = subprocess.run(
+        [str(BIN / "privhar"), "flow"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        env=run.env,
+        timeout=1800,
+    )
+    assert result.returncode == 0, (
+        f"privhar flow failed:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
+    )
+    return PipelineRun(project, uri, result.stdout, result.stderr)
+
+
+# The error paths' project: the stages up to train (code, scan, synthesize, decode, the public set, pretrain, train)
+SMALL_DAG = {"orchestrate": {"stages": ["train"]}}
+
+
+@pytest.fixture
+def small_project(tmp_path: Path) -> Path:
+    """A fresh tiny project whose runs stop at train: 8 stages, not 23 (killed stages, refused runs, bad params)."""
+    return make_project(tmp_path, SMALL_DAG)

@@ -15,6 +15,8 @@ from tasks.core.errors import PrivharError
 from tasks.core.manifest import read_manifest, resolve_path
 from tests.conftest import write_params
 
+pytestmark = pytest.mark.detector  # make detector-test runs this file, in .venv-detector only
+
 METHODS = ["avatar", "face_blur", "low_res_16x12", "blackout", "none"]
 
 

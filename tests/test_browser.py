@@ -1,9 +1,9 @@
 """Both UIs in a real browser: `privhar serve` and `privhar ui` as a user starts them, driven by headless Chromium.
 
-The deployment is triggered through the Prefect API and runs the tiny pipeline on the served
-runner; then the Prefect UI must list the deployment with its schedule and show the run's
-stage tasks, and the MLflow UI must show the runs with `delta` and `top1` columns (no ε = ∞ as 1.8e308) and the
-registered model with its `champion` alias. Screenshots land in the test's tmp folder.
+Both serve the session's one pipeline run (tests/conftest.py: pipeline_run, a `privhar flow` run of the deployment):
+the Prefect UI must list the deployment with its schedule and show the run's stage tasks, and the MLflow UI must show
+the runs with `delta` and `top1` columns (no ε = ∞ as 1.8e308) and the registered model with its `champion` alias.
+A `privhar flow` while `privhar serve` is up runs on the served runner. Screenshots land in the test's tmp folder.
 
 The tests find what a person sees — a role, a label, a text — never a CSS class of MLflow's or Prefect's UI,
 and every page is tried again from the start (``retried``) when a step times out under load. Without a
@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from flows.servers import answers, free_port
-from tests.conftest import BIN, make_project
+from tests.conftest import BIN
 
 CHROMIUM = Path("/usr/bin/chromium")
 # As root and with no network: no sandbox, and none of Chromium's background connections.
@@ -108,13 +108,12 @@ def groups_alive(*pgids: int) -> list[int]:
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory, chromium):
-    """A tiny project with `privhar serve` and `privhar ui` running on free loopback ports."""
-    project = make_project(tmp_path_factory.mktemp("served"))
+def served(tmp_path_factory, chromium, pipeline_run):
+    """The shared run's project with `privhar serve` and `privhar ui` running on free loopback ports."""
+    project = pipeline_run.project
     logs = tmp_path_factory.mktemp("served-logs")
     prefect_port, mlflow_port = free_port(), free_port()
-    env = {key: value for key, value in os.environ.items() if not key.startswith("PREFECT_")}
-    env["PATH"] = f"{BIN}{os.pathsep}{env['PATH']}"
+    env = pipeline_run.env
     serve = subprocess.Popen(
         [str(BIN / "privhar"), "serve", "--port", str(prefect_port)],
         cwd=project,
@@ -170,20 +169,14 @@ def served(tmp_path_factory, chromium):
 
 @pytest.fixture(scope="module")
 def flow_run(served) -> dict:
-    """Trigger the deployment and wait for the served runner to finish the pipeline."""
+    """The shared run's flow run (the first on the project's database) and its deployment, read through the API."""
     deployment = api(served["api"], "/deployments/name/privhar-pipeline/scheduled")
-    created = api(served["api"], f"/deployments/{deployment['id']}/create_flow_run", {})
-    final = wait_for(
-        lambda: (
-            (run := api(served["api"], f"/flow_runs/{created['id']}"))["state"]["type"]
-            in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")
-            and run
-        ),
-        600,
-        "the triggered flow run",
-    )
-    assert final["state"]["type"] == "COMPLETED", final["state"]
-    return {"deployment": deployment, "run": final}
+    completed = {"flow_runs": {"state": {"type": {"any_": ["COMPLETED"]}}}}
+    first = api(
+        served["api"], "/flow_runs/filter", {**completed, "sort": "START_TIME_ASC", "limit": 1}
+    )[0]
+    assert first["deployment_id"] == deployment["id"] and "manual" in first["tags"]
+    return {"deployment": deployment, "run": first}
 
 
 @pytest.fixture(scope="module")
@@ -229,7 +222,7 @@ def retried(page, steps):
             )
 
 
-def test_triggered_deployment_runs_every_stage(served, flow_run):
+def test_the_deployment_run_ran_every_stage(served, flow_run):
     assert flow_run["deployment"]["schedules"][0]["schedule"]["cron"] == "0 2 * * *"
     tasks = api(
         served["api"], "/task_runs/filter", {"flow_runs": {"id": {"any_": [flow_run["run"]["id"]]}}}
@@ -318,7 +311,8 @@ def test_mlflow_ui_shows_runs_with_delta_and_top1_and_no_infinite_epsilon(
 ):
     from mlflow import MlflowClient
 
-    experiment = MlflowClient().get_experiment_by_name(os.environ["PRIVHAR_EXPERIMENT"])
+    client = MlflowClient(served["env"]["MLFLOW_TRACKING_URI"])  # the shared run's store
+    experiment = client.get_experiment_by_name(os.environ["PRIVHAR_EXPERIMENT"])
     runs = (
         f"{served['mlflow']}/#/experiments/{experiment.experiment_id}/runs"
         "?searchFilter=tags.%60privhar.method%60%20%3D%20%27baseline%27"
@@ -355,11 +349,9 @@ def test_mlflow_ui_shows_runs_with_delta_and_top1_and_no_infinite_epsilon(
         "1.79769" not in cells
     )  # no ε = ∞ shown as MLflow's largest double: the run is tagged instead
     version = re.search(r"\bv(\d+)\b", cells).group(1)
-    run = MlflowClient().get_run(
-        MlflowClient().get_model_version("privhar-baseline", version).run_id
-    )
+    run = client.get_run(client.get_model_version("privhar-baseline", version).run_id)
     assert run.data.tags["privhar.epsilon"] == "inf" and "epsilon" not in run.data.metrics
-    top1 = MlflowClient().get_model_version("privhar-baseline", version).tags["top1"]
+    top1 = client.get_model_version("privhar-baseline", version).tags["top1"]
     assert f"{float(top1):g}" in cells
 
 

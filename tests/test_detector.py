@@ -21,9 +21,16 @@ from tasks.core.params import AnonymizeParams, DecodeParams, load_section
 from tests.conftest import REPO, write_params
 
 HAS_MEDIAPIPE = importlib.util.find_spec("mediapipe") is not None
-needs_mediapipe = pytest.mark.skipif(
-    not HAS_MEDIAPIPE, reason="mediapipe lives in the detector environment"
-)
+
+
+def needs_mediapipe(test):
+    """Marked ``detector``: run by ``make detector-test`` in .venv-detector only (skipped anywhere without mediapipe)."""
+    skipped = pytest.mark.skipif(
+        not HAS_MEDIAPIPE, reason="mediapipe lives in the detector environment"
+    )
+    return pytest.mark.detector(skipped(test))
+
+
 FACE = (
     174,
     68,

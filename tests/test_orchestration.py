@@ -1,4 +1,7 @@
-"""The Prefect flow over the DVC DAG, on a real Prefect server: stages as tasks, skips, failures, the run lock."""
+"""The Prefect flow over the DVC DAG, on a real Prefect server: stages as tasks, skips, failures, the run lock.
+
+The whole DAG is the session's one ``privhar flow`` run (tests/conftest.py: pipeline_run), read here from its own
+Prefect database; failures, refusals and kills run on ``small_project`` (the stages up to train)."""
 
 import json
 import os
@@ -14,7 +17,7 @@ from flows.dag import read_dag
 from flows.project_lock import check_unlocked, project_lock
 from tasks.core.errors import PrivharError
 from tasks.core.params import PrivateParams, load_section
-from tests.conftest import BIN, REPO, make_project, sh
+from tests.conftest import BIN, REPO, prefect_api_on, sh
 
 STAGES = [
     stage.name for stage in read_dag(REPO)
@@ -22,8 +25,26 @@ STAGES = [
 
 
 @pytest.fixture(scope="module")
-def project(tmp_path_factory, prefect_api) -> Path:
-    return make_project(tmp_path_factory.mktemp("flow-project"))
+def shared_api(pipeline_run, prefect_api) -> Path:
+    """The Prefect server on the shared run's database, while this module reads it (set up after the session's
+    server, so that the two settings blocks end in order)."""
+    with prefect_api_on(pipeline_run.project) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def project(pipeline_run, shared_api) -> Path:
+    """The shared run's project, with its MLflow store (this module's own runs of it only skip or check)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MLFLOW_TRACKING_URI", pipeline_run.mlflow_uri)
+        yield pipeline_run.project
+
+
+@pytest.fixture
+def small(small_project, prefect_api, mlflow_store, monkeypatch) -> Path:
+    """A small project whose runs log to the session's MLflow store, not to the shared run's."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_store)
+    return small_project
 
 
 def run_flow(project: Path, **parameters):
@@ -33,15 +54,18 @@ def run_flow(project: Path, **parameters):
 
 
 def task_runs(state) -> dict[str, str]:
-    """Task run name -> state name, for one flow run, read back from the Prefect server."""
+    """Task run name -> state name, for one flow run's final state, read back from the Prefect server."""
+    return task_states(state.state_details.flow_run_id)
+
+
+def task_states(flow_run_id) -> dict[str, str]:
+    """Task run name -> state name, for the flow run ``flow_run_id``."""
     from prefect import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 
     with get_client(sync_client=True) as client:
         runs = client.read_task_runs(
-            flow_run_filter=FlowRunFilter(
-                id=FlowRunFilterId(any_=[state.state_details.flow_run_id])
-            )
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id]))
         )
     return {run.name: run.state.name for run in runs}
 
@@ -111,11 +135,27 @@ def test_the_dag_comes_from_dvc_yaml():
         read_dag(REPO, ["nope"])
 
 
+def shared_flow_run():
+    """The shared run's flow run: the first to end on its database, created by ``privhar flow`` on the deployment."""
+    from prefect import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterState
+    from prefect.client.schemas.sorting import FlowRunSort
+
+    ended = FlowRunFilter(state=FlowRunFilterState(type={"any_": ["COMPLETED", "FAILED"]}))
+    with get_client(sync_client=True) as client:
+        first = client.read_flow_runs(
+            flow_run_filter=ended, sort=FlowRunSort.START_TIME_ASC, limit=1
+        )[0]
+        return first, client.read_deployment(first.deployment_id)
+
+
 def test_flow_runs_every_stage_then_skips_them_all(project):
-    state = run_flow(project)
-    assert state.is_completed(), state.message
-    assert 0.0 <= state.result()["baseline"]["top1"] <= 1.0
-    ran = task_runs(state)
+    flow_run, deployment = shared_flow_run()
+    assert flow_run.state.is_completed(), flow_run.state.message
+    # privhar flow with nothing serving: a run of the deployment, registered with its schedule paused
+    assert deployment.name == "scheduled" and flow_run.deployment_id == deployment.id
+    assert "manual" in flow_run.tags and flow_run.parameters["stages"] == []
+    ran = task_states(flow_run.id)
     stages = [
         stage.name.rsplit(":", 1)[-1] for stage in read_dag(project)
     ]  # addressed from outside the project
@@ -134,6 +174,7 @@ def test_flow_runs_every_stage_then_skips_them_all(project):
     }  # the sharded stage was committed; code and scan run every time
     again = run_flow(project)
     assert again.is_completed()
+    assert 0.0 <= again.result()["baseline"]["top1"] <= 1.0  # scored from the run's outputs
     assert task_runs(again) == {
         name: "Completed" if name in ("code", "scan") else "Skipped" for name in stages
     }
@@ -142,11 +183,10 @@ def test_flow_runs_every_stage_then_skips_them_all(project):
 def test_privhar_flow_is_a_run_of_the_deployment_named_for_its_stages(project):
     """``privhar flow`` (make run) with nothing serving: a run of ``privhar-pipeline/scheduled``, registered with its
     schedule paused; a run of one stage is named for it in MLflow and prints no table of scores it did not make."""
-    import mlflow
+    from mlflow import MlflowClient
     from prefect import get_client
     from prefect.client.schemas.sorting import FlowRunSort
 
-    assert run_flow(project).is_completed()  # up to date first: the command below only checks
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
     done = subprocess.run(
         [str(BIN / "privhar"), "flow", "decode"],
@@ -164,67 +204,68 @@ def test_privhar_flow_is_a_run_of_the_deployment_named_for_its_stages(project):
     assert newest.deployment_id == deployment.id and deployment.paused
     assert newest.parameters["stages"] == ["decode"] and "manual" in newest.tags
     assert newest.state.is_completed()
-    mlflow.set_tracking_uri(os.environ["MLFLOW_TRACKING_URI"])
-    parent = mlflow.search_runs(
-        search_all_experiments=True,
-        filter_string="tags.`privhar.pipeline` = 'true'",
+    client = MlflowClient(
+        os.environ["MLFLOW_TRACKING_URI"]
+    )  # the shared run's store (fixture project)
+    parent = client.search_runs(
+        [experiment.experiment_id for experiment in client.search_experiments()],
+        "tags.`privhar.pipeline` = 'true'",
         order_by=["attributes.start_time DESC"],
         max_results=1,
-        output_format="list",
     )[0]
     assert parent.info.run_name == "pipeline decode"
     assert parent.data.tags["privhar.targets"] == "decode"
 
 
-def test_a_failing_stage_fails_its_task_with_its_one_line_error(project, tmp_path):
-    original = (project / "params.yaml").read_text()
+def test_a_failing_stage_fails_its_task_with_its_one_line_error(small, tmp_path):
+    original = (small / "params.yaml").read_text()
     try:
         params = yaml.safe_load(original)
         params["data"].update(source="ucf101", root=str(tmp_path / "no-such-dataset"), split=1)
-        (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-        state = run_flow(project)  # valid params; the first stage (scan) finds no dataset there
+        (small / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+        state = run_flow(small)  # valid params; the first stage (scan) finds no dataset there
         assert state.is_failed()
         message = str(state.result(raise_on_failure=False))
         assert message.startswith(
             f"stage scan failed: params.yaml: data.root = '{tmp_path / 'no-such-dataset'}' is not a folder"
         )
         assert "\n" not in message and message.endswith(
-            "report, register"
-        )  # the stages not run, named
+            "not run: synthesize, decode, train"
+        )  # the stages not run (the public set's need no dataset), named
         ran = task_runs(state)
         assert ran["scan"] == "Failed" and ran.get("train") != "Completed"
     finally:
-        (project / "params.yaml").write_text(original)
+        (small / "params.yaml").write_text(original)
 
 
-def test_invalid_params_stop_the_flow_before_any_stage(project):
+def test_invalid_params_stop_the_flow_before_any_stage(small):
     """Issue 35: every params section is checked before the first stage, so a typo in the last stage's section is not
     found by that stage after the others ran."""
-    original = (project / "params.yaml").read_text()
+    original = (small / "params.yaml").read_text()
     try:
         for section, key, value in (("train", "epochs", 0), ("report", "seeds", 0)):
-            edit_params(project, section, key, value)
-            state = run_flow(project)
+            edit_params(small, section, key, value)
+            state = run_flow(small)
             assert state.is_failed()
             message = str(state.result(raise_on_failure=False))
             assert message == (
-                f"{project / 'params.yaml'}: {section}.{key} = 0 is invalid: input should be greater than 0"
+                f"{small / 'params.yaml'}: {section}.{key} = 0 is invalid: input should be greater than 0"
             )
             assert task_runs(state) == {}  # no stage ran
-            (project / "params.yaml").write_text(original)
+            (small / "params.yaml").write_text(original)
     finally:
-        (project / "params.yaml").write_text(original)
+        (small / "params.yaml").write_text(original)
 
 
-def test_a_second_run_is_refused_while_one_holds_the_project(project):
-    with project_lock(project, "a test run"):
-        state = run_flow(project)
+def test_a_second_run_is_refused_while_one_holds_the_project(small):
+    with project_lock(small, "a test run"):
+        state = run_flow(small)
         assert state.is_failed()
         assert "a pipeline run is already in progress (a test run, pid" in str(
             state.result(raise_on_failure=False)
         )
         refused = subprocess.run(
-            [str(BIN / "privhar"), "run"], cwd=project, capture_output=True, text=True, timeout=120
+            [str(BIN / "privhar"), "run"], cwd=small, capture_output=True, text=True, timeout=120
         )
         assert (
             refused.returncode == 1
@@ -233,20 +274,20 @@ def test_a_second_run_is_refused_while_one_holds_the_project(project):
         )
 
 
-def test_a_killed_stage_leaves_no_partial_output_and_the_next_run_redoes_it(project):
+def test_a_killed_stage_leaves_no_partial_output_and_the_next_run_redoes_it(small):
     assert run_flow(
-        project
+        small
     ).is_completed()  # everything up to date first (a failed stage's outputs are gone)
-    data = project / "data"
+    data = small / "data"
     before = (data / "decode" / "manifest.parquet").read_bytes()
     edit_params(
-        project, "decode", "short_videos", "pad"
+        small, "decode", "short_videos", "pad"
     )  # decode is stale; its output bytes will not change
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
     # decode alone (decode-public is stale too, and its dvc process must not outlive the kill)
     process = subprocess.Popen(
         [str(BIN / "privhar"), "flow", "decode"],
-        cwd=project,
+        cwd=small,
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -260,13 +301,13 @@ def test_a_killed_stage_leaves_no_partial_output_and_the_next_run_redoes_it(proj
     deadline = (
         time.monotonic() + 30
     )  # the lock is held until the killed run's dvc and stage have ended
-    while time.monotonic() < deadline and lock_held(project):
+    while time.monotonic() < deadline and lock_held(small):
         time.sleep(0.1)
     assert time.monotonic() < deadline, "decode never started"
     if (data / "decode").exists():  # the old, complete output: never a partial one
         assert (data / "decode" / "manifest.parquet").read_bytes() == before
-    assert "decode" in sh("dvc", "status", cwd=project).stdout  # DVC still sees decode as not done
-    state = run_flow(project)  # the run lock died with its holder and its work
+    assert "decode" in sh("dvc", "status", cwd=small).stdout  # DVC still sees decode as not done
+    state = run_flow(small)  # the run lock died with its holder and its work
     assert state.is_completed(), state.message
     ran = task_runs(state)
     assert (

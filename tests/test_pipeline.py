@@ -1,31 +1,45 @@
-"""End to end on a tiny config: `privhar run` (dvc repro) from a fresh project, then nothing to redo."""
+"""End to end on a tiny config: the session's `privhar flow` run (tests/conftest.py: pipeline_run) from a fresh project,
+then nothing to redo; DVC experiments on a copy of it."""
 
 import csv
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
 
 from tasks.core.tables import compact
-from tests.conftest import make_project, sh
+from tests.conftest import sh
 
 
 @pytest.fixture(scope="module")
-def project(tmp_path_factory) -> Path:
-    return make_project(tmp_path_factory.mktemp("project"))
+def project(pipeline_run) -> Path:
+    """The shared run's project, read with its MLflow store."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MLFLOW_TRACKING_URI", pipeline_run.mlflow_uri)
+        yield pipeline_run.project
 
 
-def test_pipeline_runs_end_to_end_then_is_up_to_date(project):
-    result = sh("privhar", "run", cwd=project)
-    assert "baseline  Top-1" in result.stdout
-    assert "where the time went" in result.stderr and "| train " in compact(
-        result.stderr
-    )  # issue 21: stage wall times
+@pytest.fixture(scope="module")
+def experiments(project, tmp_path_factory) -> Path:
+    """A copy of the shared run's project (outputs, DVC cache, git history) for `dvc exp run`: the run stays as it
+    ran for the other modules."""
+    copy = tmp_path_factory.mktemp("experiments") / "project"
+    shutil.copytree(project, copy, symlinks=True, ignore=shutil.ignore_patterns(".prefect"))
+    sh("git", "add", "-A", cwd=copy)
+    sh("git", "commit", "-qm", "pipeline ran", cwd=copy)
+    return copy
+
+
+def test_pipeline_runs_end_to_end_then_is_up_to_date(project, pipeline_run):
+    assert "baseline  Top-1" in pipeline_run.stdout
+    logged = [line.rsplit(" - ", 1)[-1] for line in pipeline_run.stderr.splitlines()]
+    assert "where the time went" in pipeline_run.stderr and "| train " in compact(
+        "\n".join(logged)
+    )  # issue 21: stage wall times, in the flow run's log
     unmeasured = [
-        line.split("|")[1].strip()
-        for line in result.stderr.splitlines()
-        if line.startswith("|") and "—" in line
+        line.split("|")[1].strip() for line in logged if line.startswith("|") and "—" in line
     ]
     assert set(unmeasured) <= {"code", "scan", "budget"}, (
         unmeasured
@@ -87,13 +101,17 @@ def test_pipeline_runs_end_to_end_then_is_up_to_date(project):
     assert "didn't change, skipping" in again.stdout
 
 
-def test_parent_and_nested_runs_are_logged(project):
+def test_parent_and_nested_runs_are_logged(pipeline_run):
     from mlflow import MlflowClient
 
-    client = MlflowClient()
+    client = MlflowClient(pipeline_run.mlflow_uri)  # explicit: an earlier test may have set another
     experiment = client.get_experiment_by_name("privhar-tests")
-    parents = client.search_runs([experiment.experiment_id], "tags.`privhar.pipeline` = 'true'")
-    assert parents
+    parents = client.search_runs(  # the shared run's first: later ones (other modules') only check
+        [experiment.experiment_id],
+        "tags.`privhar.pipeline` = 'true'",
+        order_by=["attributes.start_time ASC"],
+    )
+    assert parents and parents[0].data.tags["privhar.orchestrator"] == "prefect flow"
     children = client.search_runs(
         [experiment.experiment_id], f"tags.mlflow.parentRunId = '{parents[0].info.run_id}'"
     )
@@ -114,40 +132,38 @@ def test_parent_and_nested_runs_are_logged(project):
         | report
     )
     assert all("stage_seconds" in run.data.metrics for run in children)
-    # each forked from privhar run's warm stage server (flows/stage_server.py), tagged with the DVC stage that ran it
+    # each forked from privhar flow's warm stage server (flows/stage_server.py), tagged with the DVC stage that ran it
     assert {run.data.tags["privhar.process_start"] for run in children} == {"stage server fork"}
     assert {"train", "dprp@8.0", "train-dprp@8.0", "anonymize@avatar"} <= {
         run.data.tags["privhar.dvc_stage"] for run in children
     }
-    walls = parents[0].data.metrics  # privhar run's wall time per stage, as dvc repro ran it
+    walls = parents[0].data.metrics  # privhar flow's wall time per stage task, DVC's included
     assert (
         walls["pipeline_wall_seconds"] >= walls["wall_seconds.train"] > 0
         and "wall_seconds.train-private.dp_sgd" in walls
     )
 
 
-def test_experiment_with_a_changed_param(project):
-    sh("git", "add", "-A", cwd=project)
-    sh("git", "commit", "-qm", "pipeline ran", cwd=project)
-    result = sh("dvc", "exp", "run", "-S", "train.epochs=2", cwd=project)
+def test_experiment_with_a_changed_param(experiments, pipeline_run):
+    result = sh("dvc", "exp", "run", "-S", "train.epochs=2", cwd=experiments)
     assert "Running stage 'train'" in result.stdout
     assert "Running stage 'decode'" not in result.stdout
     # the registry is scored by the DAG's register stage, not by privhar run: a plain dvc exp run scores it too
     assert "Running stage 'register'" in result.stdout
     from mlflow import MlflowClient
 
-    registered = json.loads((project / "reports/register/registered.json").read_text())
+    registered = json.loads((experiments / "reports/register/registered.json").read_text())
     newest = max(
-        MlflowClient().search_model_versions("name = 'privhar-baseline'"),
+        MlflowClient(pipeline_run.mlflow_uri).search_model_versions("name = 'privhar-baseline'"),
         key=lambda v: int(v.version),
     )
     assert registered["baseline"]["version"] == str(newest.version) and "top1" in newest.tags
     assert newest.tags["checkpoint_sha256"] == registered["baseline"]["checkpoint_sha256"]
 
 
-def test_dvc_plots_diff_draws_confusion_matrices_and_the_epsilon_curves(project):
+def test_dvc_plots_diff_draws_confusion_matrices_and_the_epsilon_curves(experiments):
     """dvc.yaml's top-level plots: the committed run (HEAD) beside the workspace (the experiment above retrained train)."""
-    shown = json.loads(sh("dvc", "plots", "diff", "HEAD", "--json", cwd=project).stdout)
+    shown = json.loads(sh("dvc", "plots", "diff", "HEAD", "--json", cwd=experiments).stdout)
     assert not shown.get("errors"), shown.get("errors")
     confusion = shown["data"]["reports/evaluate/predictions/baseline.csv"][0]
     assert confusion["revisions"] == ["workspace", "HEAD"]
@@ -168,14 +184,21 @@ def test_dvc_plots_diff_draws_confusion_matrices_and_the_epsilon_curves(project)
         "maskdp",
     } <= set(curves[0])
     assert not (
-        project / "reports/evaluate/predictions/baseline-seed1.csv"
+        experiments / "reports/evaluate/predictions/baseline-seed1.csv"
     ).exists()  # registered models only
 
 
-def test_dprp_ablation_reruns_only_what_depends_on_it(project):
+def test_dprp_ablation_reruns_only_what_depends_on_it(experiments):
     """Table 4 of paper 000 as README documents it: `dvc exp run -S dprp.budget_split=… -S dprp.epsilons=[8.0]`."""
     result = sh(
-        "dvc", "exp", "run", "-S", "dprp.budget_split=0.5", "-S", "dprp.epsilons=[8.0]", cwd=project
+        "dvc",
+        "exp",
+        "run",
+        "-S",
+        "dprp.budget_split=0.5",
+        "-S",
+        "dprp.epsilons=[8.0]",
+        cwd=experiments,
     )
     ran = {
         line.split("'")[1]
@@ -197,5 +220,5 @@ def test_dprp_ablation_reruns_only_what_depends_on_it(project):
         "report",
         "register",
     }
-    shown = json.loads(sh("dvc", "exp", "show", "--json", cwd=project).stdout)
+    shown = json.loads(sh("dvc", "exp", "show", "--json", cwd=experiments).stdout)
     assert "dprp-eps8.0" in json.dumps(shown) and "top1_protocol2" in json.dumps(shown)

@@ -1,4 +1,6 @@
-"""Issue 32: `privhar run` on a UCF101- and an HMDB51-shaped folder of real clips reaches the report and the registry.
+"""Issue 32: `privhar run` on a UCF101-shaped folder of real clips reaches the report and the registry; an HMDB51-shaped
+one is indexed, decoded and trains its model-zoo checkpoint (stage level: `dvc repro train`; the DAG after train is the
+same for every layout).
 
 Each folder is built here from the real footage the project ships (tests/data/vtest: OpenCV's vtest.avi, pedestrians
 on a static camera) and from clips this test encodes the way real datasets differ from the synthetic one: mixed frame
@@ -15,7 +17,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
 
 from tasks.synthetic.encode import write_video
 from tests.conftest import REPO, make_project, sh
@@ -132,12 +133,12 @@ def zoo_checkpoint(name: str, path: Path) -> None:
     torch.save(state if name == "r2plus1d_r18" else {"model_state": state}, path)
 
 
-@pytest.fixture(scope="module", params=sorted(LAYOUTS))
-def project(request, tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp(request.param)
-    build, _ = LAYOUTS[request.param]
+def real_project(folder: Path, layout: str) -> Path:
+    """A tiny project over a ``layout``-shaped folder of real clips, training its layout's backbone from a checkpoint,
+    logging to an MLflow store of its own (its 2-class models must not become the session store's champions)."""
+    build, _ = LAYOUTS[layout]
     build(folder / "videos")
-    backbone = BACKBONE_OF[request.param]
+    backbone = BACKBONE_OF[layout]
     zoo_checkpoint(backbone, folder / "weights.pt")
     ensemble = (
         ["mediapipe", "hog", "motion", "faces"] if HAS_MEDIAPIPE else ["hog", "motion", "faces"]
@@ -146,7 +147,7 @@ def project(request, tmp_path_factory) -> Path:
     return make_project(
         folder / "project",
         {
-            "data": {"source": request.param, "root": str(folder / "videos"), "split": 1},
+            "data": {"source": layout, "root": str(folder / "videos"), "split": 1},
             "decode": {
                 "max_failed_fraction": 0.3
             },  # the one bad file of seven is quarantined, not fatal
@@ -159,25 +160,47 @@ def project(request, tmp_path_factory) -> Path:
             "model": {"backbone": backbone, "weights": str(folder / "weights.pt"), **TINY_CLIP},
             # HMDB51: the checkpoint is the public model as it is (public.epochs 0, as profiles/hmdb51.yaml);
             # UCF101: pretrained on the public set from the checkpoint
-            "public": {"epochs": 0 if request.param == "hmdb51" else 1},
+            "public": {"epochs": 0 if layout == "hmdb51" else 1},
         },
     )
 
 
-def test_a_real_folder_runs_to_the_report_and_the_registry(project):
-    with (
-        pytest.MonkeyPatch.context() as patch
-    ):  # its own MLflow store: its 2-class models must not become the
-        patch.setenv(
-            "MLFLOW_TRACKING_URI", f"sqlite:///{project / 'mlflow.db'}"
-        )  # session store's champions
-        result = sh("privhar", "run", cwd=project)
-    assert "Running stage 'report'" in result.stdout and "Running stage 'register'" in result.stdout
+def own_store(project: Path) -> pytest.MonkeyPatch:
+    patch = pytest.MonkeyPatch()
+    patch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{project / 'mlflow.db'}")
+    return patch
+
+
+@pytest.fixture(scope="module")
+def ucf101(tmp_path_factory) -> tuple[Path, str]:
+    """The suite's one end-to-end run on real clips: ``privhar run`` (dvc repro) over the whole DAG."""
+    project = real_project(tmp_path_factory.mktemp("ucf101"), "ucf101")
+    patch = own_store(project)
+    try:
+        return project, sh("privhar", "run", cwd=project).stdout
+    finally:
+        patch.undo()
+
+
+@pytest.fixture(scope="module")
+def hmdb51(tmp_path_factory) -> Path:
+    """An HMDB51-shaped folder through the stages that read it: the index, decode, the public model from the
+    checkpoint, one baseline trained from it."""
+    project = real_project(tmp_path_factory.mktemp("hmdb51"), "hmdb51")
+    patch = own_store(project)
+    try:
+        sh("dvc", "repro", "train", cwd=project)
+    finally:
+        patch.undo()
+    return project
+
+
+def check_index_and_decode(project: Path, source: str) -> None:
+    """The bad file quarantined, subjects from the file names, split 0 left out, the backbone's clip decoded."""
     quarantined = {
         row["video_id"]: row["reason"]
         for row in _parquet(project / "data/decode/quarantine.parquet")
     }
-    source = yaml.safe_load((project / "params.yaml").read_text())["data"]["source"]
     assert list(quarantined) == [LAYOUTS[source][1]]
     subjects = {
         row["video_id"]: row["subject"]
@@ -189,6 +212,39 @@ def test_a_real_folder_runs_to_the_report_and_the_registry(project):
     assert subjects.get("v_Walking_g08_c01", "Walking_g08") == "Walking_g08"
     assert subjects.get("Street_08_walk_f_nm_np3_fr_med_0", "Street_08") == "Street_08"
     assert "Yard_11_wave_u_cm_np1_fr_med_4" not in subjects  # split 0: in neither split
+    # the backbone's clip, from the model zoo's sampling (x3d_xs: every 12th frame of 30 fps; R(2+1)-D: every 2nd)
+    decoded = _parquet(project / "data/decode/manifest.parquet")
+    assert {(row["n_frames"], row["height"], row["width"]) for row in decoded} == {(4, 32, 42)}
+    backbone = BACKBONE_OF[source]
+    assert {row["fps"] for row in decoded} == {30.0 / (12 if backbone == "x3d_xs" else 2)}
+
+
+def check_backbone(project: Path, source: str, models: tuple[str, ...]) -> None:
+    """Every model is the layout's backbone at the decoded clip; public.epochs 0 keeps the checkpoint, an epoch
+    changes it."""
+    import torch
+
+    backbone = BACKBONE_OF[source]
+    for folder in models:
+        config = torch.load(project / "data" / folder / "model.pt", weights_only=True)["config"]
+        assert config["backbone"] == backbone and config["input_size"] == [32, 42], folder
+    public = torch.load(project / "data/pretrain/public/model.pt", weights_only=True)["state_dict"]
+    weights = torch.load(project.parent / "weights.pt", weights_only=True)
+    stem = (
+        torch.equal(public["blocks.1.0.weight"], weights["stem.0.weight"])
+        if backbone == "r2plus1d_r18"
+        else torch.equal(
+            public["blocks.1.conv.conv_t.weight"],
+            weights["model_state"]["blocks.0.conv.conv_t.weight"],
+        )
+    )
+    assert stem is (backbone == "r2plus1d_r18")
+
+
+def test_a_real_folder_runs_to_the_report_and_the_registry(ucf101):
+    project, printed = ucf101
+    assert "Running stage 'report'" in printed and "Running stage 'register'" in printed
+    check_index_and_decode(project, "ucf101")
     results = (project / "reports/results.md").read_text()
     assert "| none (raw clips)" in results and "not run" not in results
     signature = json.loads((project / "reports/assess/signature.json").read_text())
@@ -202,34 +258,19 @@ def test_a_real_folder_runs_to_the_report_and_the_registry(project):
         }
     metrics = json.loads((project / "reports/evaluate/metrics.json").read_text())
     assert 0.0 <= metrics["baseline"]["top1"] <= 1.0
-    # the backbone's clip, from the model zoo's sampling (x3d_xs: every 12th frame of 30 fps; R(2+1)-D: every 2nd)
-    decoded = _parquet(project / "data/decode/manifest.parquet")
-    assert {(row["n_frames"], row["height"], row["width"]) for row in decoded} == {(4, 32, 42)}
-    backbone = BACKBONE_OF[source]
-    assert {row["fps"] for row in decoded} == {30.0 / (12 if backbone == "x3d_xs" else 2)}
-    import torch
-
-    for folder in ("pretrain/public", "train/baseline", "private/dp_sgd/dp_sgd-eps2.0"):
-        config = torch.load(project / "data" / folder / "model.pt", weights_only=True)["config"]
-        assert config["backbone"] == backbone and config["input_size"] == [32, 42], folder
-    public = torch.load(project / "data/pretrain/public/model.pt", weights_only=True)["state_dict"]
-    weights = torch.load(project.parent / "weights.pt", weights_only=True)
-    stem = (
-        torch.equal(public["blocks.1.0.weight"], weights["stem.0.weight"])
-        if backbone == "r2plus1d_r18"
-        else torch.equal(
-            public["blocks.1.conv.conv_t.weight"],
-            weights["model_state"]["blocks.0.conv.conv_t.weight"],
-        )
+    check_backbone(
+        project, "ucf101", ("pretrain/public", "train/baseline", "private/dp_sgd/dp_sgd-eps2.0")
     )
-    assert stem is (
-        backbone == "r2plus1d_r18"
-    )  # public.epochs 0 keeps the checkpoint; an epoch changes it
     trained = {key for key in metrics}  # every stage that trains, scored
     assert {"baseline", "dp_sgd-eps2.0", "anonymize-avatar"} <= trained, sorted(trained)
     assert any(key.startswith("maskdp") for key in trained) and any(
         "fedavg" in key for key in trained
     ), sorted(trained)
+
+
+def test_an_hmdb51_folder_is_indexed_decoded_and_trains_from_its_checkpoint(hmdb51):
+    check_index_and_decode(hmdb51, "hmdb51")
+    check_backbone(hmdb51, "hmdb51", ("pretrain/public", "train/baseline"))
 
 
 def _parquet(path: Path) -> list[dict]:

@@ -24,6 +24,8 @@ from tasks.core.manifest import read_manifest, resolve_path
 from tasks.core.params import AnonymizeParams, DecodeParams, load_section
 from tests.conftest import REPO, write_params
 
+pytestmark = pytest.mark.detector  # make detector-test runs this file, in .venv-detector only
+
 FOOTAGE = REPO / "tests" / "data" / "vtest"
 HAS_MEDIAPIPE = importlib.util.find_spec("mediapipe") is not None
 ENSEMBLE = ["mediapipe", "hog", "motion", "faces"] if HAS_MEDIAPIPE else ["hog", "motion", "faces"]

@@ -14,6 +14,7 @@ by the command line, so a terminated stage ends its own run as FAILED.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import logging
 import math
@@ -31,6 +32,21 @@ PARENT_ENV = "PRIVHAR_PARENT_RUN_ID"
 EXPERIMENT_ENV = "PRIVHAR_EXPERIMENT"
 DEFAULT_EXPERIMENT = "privhar"
 DVC_STAGE_TAG = "privhar.dvc_stage"
+# the DVC stage a stage function runs for when no ``dvc repro`` started it (the flow's sharded stages run in-process,
+# on the task's thread, where DVC_STAGE is not set and os.environ is shared with the other stage tasks)
+_dvc_stage: contextvars.ContextVar[str | None] = contextvars.ContextVar("dvc_stage", default=None)
+
+
+@contextlib.contextmanager
+def running_dvc_stage(name: str) -> Iterator[None]:
+    """Tag the stage runs opened in this block (on this thread) with DVC stage ``name``, as DVC_STAGE would."""
+    token = _dvc_stage.set(name)
+    try:
+        yield
+    finally:
+        _dvc_stage.reset(token)
+
+
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -373,7 +389,8 @@ def stage_run(stage: str, sections: Mapping[str, Any]) -> Iterator[StageRun]:
     configure()
     end_orphaned_runs(THIS_HOST)
     parent = os.environ.get(PARENT_ENV)
-    dvc_stage = {DVC_STAGE_TAG: os.environ["DVC_STAGE"]} if os.environ.get("DVC_STAGE") else {}
+    named = os.environ.get("DVC_STAGE") or _dvc_stage.get()
+    dvc_stage = {DVC_STAGE_TAG: named} if named else {}
     with mlflow.start_run(
         run_name=stage,
         parent_run_id=parent or None,
