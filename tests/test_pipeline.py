@@ -144,28 +144,69 @@ def test_parent_and_nested_runs_are_logged(pipeline_run):
     )
 
 
-def test_experiment_with_a_changed_param(experiments, pipeline_run):
-    result = sh("dvc", "exp", "run", "-S", "train.epochs=2", cwd=experiments)
-    assert "Running stage 'train'" in result.stdout
-    assert "Running stage 'decode'" not in result.stdout
-    # the registry is scored by the DAG's register stage, not by privhar run: a plain dvc exp run scores it too
-    assert "Running stage 'register'" in result.stdout
+@pytest.fixture(scope="module")
+def ablation(experiments) -> str:
+    """Table 4 of paper 000 as README documents it, on the copy: `dvc exp run -S dprp.budget_split=… -S
+    dprp.epsilons=[8.0]`; what dvc printed."""
+    return sh(
+        "dvc",
+        "exp",
+        "run",
+        "-S",
+        "dprp.budget_split=0.5",
+        "-S",
+        "dprp.epsilons=[8.0]",
+        cwd=experiments,
+    ).stdout
+
+
+def test_dprp_ablation_reruns_only_what_depends_on_it(experiments, ablation):
+    ran = {
+        line.split("'")[1] for line in ablation.splitlines() if line.startswith("Running stage '")
+    }
+    # the budget plan reruns (dprp is one of its params) and changes only the copy's own plan file: no cap, so the private
+    # models' verdicts do not depend on it and they are not retrained; nothing upstream (decode) reruns
+    assert ran == {
+        "code",
+        "scan",
+        "budget",
+        "dprp@8.0",
+        "train-dprp@8.0",
+        "evaluate",
+        "preview",
+        "private-table",
+        "assess",
+        "report",
+        "register",
+    }
+    shown = json.loads(sh("dvc", "exp", "show", "--json", cwd=experiments).stdout)
+    assert "dprp-eps8.0" in json.dumps(shown) and "top1_protocol2" in json.dumps(shown)
+
+
+def test_an_experiment_scores_the_registry_through_its_register_stage(
+    experiments, ablation, pipeline_run
+):
+    """The registry is scored by the DAG's register stage, not by privhar run or flow: a plain dvc exp run scores it
+    too. The retrained model is a new version; the others keep theirs."""
     from mlflow import MlflowClient
 
     registered = json.loads((experiments / "reports/register/registered.json").read_text())
+    before = json.loads((pipeline_run.project / "reports/register/registered.json").read_text())
     newest = max(
-        MlflowClient(pipeline_run.mlflow_uri).search_model_versions("name = 'privhar-baseline'"),
+        MlflowClient(pipeline_run.mlflow_uri).search_model_versions("name = 'privhar-dprp'"),
         key=lambda v: int(v.version),
     )
-    assert registered["baseline"]["version"] == str(newest.version) and "top1" in newest.tags
-    assert newest.tags["checkpoint_sha256"] == registered["baseline"]["checkpoint_sha256"]
+    assert int(newest.version) == int(before["dprp-eps8.0"]["version"]) + 1
+    assert registered["dprp-eps8.0"]["version"] == str(newest.version) and "top1" in newest.tags
+    assert newest.tags["checkpoint_sha256"] == registered["dprp-eps8.0"]["checkpoint_sha256"]
+    assert registered["baseline"] == before["baseline"]
 
 
-def test_dvc_plots_diff_draws_confusion_matrices_and_the_epsilon_curves(experiments):
-    """dvc.yaml's top-level plots: the committed run (HEAD) beside the workspace (the experiment above retrained train)."""
+def test_dvc_plots_diff_draws_confusion_matrices_and_the_epsilon_curves(experiments, ablation):
+    """dvc.yaml's top-level plots: the committed run (HEAD) beside the workspace (the ablation retrained dprp)."""
     shown = json.loads(sh("dvc", "plots", "diff", "HEAD", "--json", cwd=experiments).stdout)
     assert not shown.get("errors"), shown.get("errors")
-    confusion = shown["data"]["reports/evaluate/predictions/baseline.csv"][0]
+    confusion = shown["data"]["reports/evaluate/predictions/dprp-eps8.0.csv"][0]
     assert confusion["revisions"] == ["workspace", "HEAD"]
     encoding = confusion["content"]["spec"]["encoding"]
     assert (
@@ -186,39 +227,3 @@ def test_dvc_plots_diff_draws_confusion_matrices_and_the_epsilon_curves(experime
     assert not (
         experiments / "reports/evaluate/predictions/baseline-seed1.csv"
     ).exists()  # registered models only
-
-
-def test_dprp_ablation_reruns_only_what_depends_on_it(experiments):
-    """Table 4 of paper 000 as README documents it: `dvc exp run -S dprp.budget_split=… -S dprp.epsilons=[8.0]`."""
-    result = sh(
-        "dvc",
-        "exp",
-        "run",
-        "-S",
-        "dprp.budget_split=0.5",
-        "-S",
-        "dprp.epsilons=[8.0]",
-        cwd=experiments,
-    )
-    ran = {
-        line.split("'")[1]
-        for line in result.stdout.splitlines()
-        if line.startswith("Running stage '")
-    }
-    # the budget plan reruns (dprp is one of its params) and changes only the copy's own plan file: no cap, so the private
-    # models' verdicts do not depend on it and they are not retrained
-    assert ran == {
-        "code",
-        "scan",
-        "budget",
-        "dprp@8.0",
-        "train-dprp@8.0",
-        "evaluate",
-        "preview",
-        "private-table",
-        "assess",
-        "report",
-        "register",
-    }
-    shown = json.loads(sh("dvc", "exp", "show", "--json", cwd=experiments).stdout)
-    assert "dprp-eps8.0" in json.dumps(shown) and "top1_protocol2" in json.dumps(shown)
