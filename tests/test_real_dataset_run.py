@@ -261,6 +261,17 @@ def test_a_real_folder_runs_to_the_report_and_the_registry(ucf101):
     check_backbone(
         project, "ucf101", ("pretrain/public", "train/baseline", "private/dp_sgd/dp_sgd-eps2.0")
     )
+    from mlflow import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("privhar-tests")
+    parent = client.search_runs([experiment.experiment_id], "tags.`privhar.pipeline` = 'true'")[0]
+    children = client.search_runs(
+        [experiment.experiment_id], f"tags.mlflow.parentRunId = '{parent.info.run_id}'"
+    )
+    assert parent.data.tags["privhar.orchestrator"] == "privhar run" and children
+    # privhar run (dvc repro): every stage forked from its warm stage server (flows/stage_server.py)
+    assert {run.data.tags["privhar.process_start"] for run in children} == {"stage server fork"}
     trained = {key for key in metrics}  # every stage that trains, scored
     assert {"baseline", "dp_sgd-eps2.0", "anonymize-avatar"} <= trained, sorted(trained)
     assert any(key.startswith("maskdp") for key in trained) and any(
