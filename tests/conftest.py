@@ -132,6 +132,8 @@ def write_params(folder: Path, overrides: dict[str, Any] | None = None) -> Path:
     return path
 
 
+# tryfirst: before xdist's own hook, which reads the group marks to make the groups
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark ``pipeline`` every test that reads the session's whole-pipeline run, so that ``-m 'not pipeline'`` runs
     the rest of the suite without it (docs/operations.md: the layers of the suite); under pytest-xdist's
