@@ -33,9 +33,8 @@ retry = for attempt in 1 2 3; do $(1) && break; \
 
 # Each environment runs its own tests once: .venv-detector the files marked `detector`, .venv the rest (docs/operations.md).
 # --durations names the slowest tests; --timeout ends a hung test (and names it) instead of CI's whole budget.
-# The main run goes to TEST_WORKERS pytest-xdist workers; --dist loadgroup is meant to keep the tests that read the
-# one whole-pipeline run on one worker (measured: both workers still make it; issue 59). 2 workers: 1971 s against
-# 2269 s on 1 here, 2026-11-29.
+# The main run goes to TEST_WORKERS pytest-xdist workers; --dist loadgroup keeps the tests that read the one
+# whole-pipeline run on one worker (it needs pytest<9.2: pyproject.toml). docs/operations.md has the timings.
 PYTEST_OPTIONS ?= -q --durations=25 --timeout=1500
 TEST_WORKERS ?= 2
 DETECTOR_TESTS := tests/test_detector.py tests/test_anonymize.py tests/test_real_footage.py

@@ -132,13 +132,12 @@ def write_params(folder: Path, overrides: dict[str, Any] | None = None) -> Path:
     return path
 
 
-# tryfirst: before xdist's own hook, which reads the group marks. The group still does not form: pytest 9.2 ignores
-# xdist's nodeid suffix (pytest-dev/pytest-xdist#1386; reproduced here with a static mark too)
+# tryfirst: before xdist's own hook, which reads the group marks (the group needs pytest<9.2: pyproject.toml)
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark ``pipeline`` every test that reads the session's whole-pipeline run, so that ``-m 'not pipeline'`` runs
     the rest of the suite without it (docs/operations.md: the layers of the suite); under pytest-xdist's
-    ``--dist loadgroup`` they are meant to go to one worker (measured: they do not yet; issue 59)."""
+    ``--dist loadgroup`` they go to one worker, which makes the run once."""
     for item in items:
         if "pipeline_run" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.pipeline)
