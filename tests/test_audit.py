@@ -39,6 +39,15 @@ CONFIDENCE = 0.999  # of each one-sided Clopper-Pearson bound, Bonferroni over t
 # The audit checks the accountant's whole (ε, δ) curve at one point: a few thousand runs see rates near
 # 1e-3, so ε is claimed and audited at δ = 1e-3 (the same accountant, the same σ, q, steps).
 DELTA = 1e-3
+THRESHOLDS = [
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    3.0,
+]  # the attack's thresholds on z (units of C): Bonferroni over these
+# A planted noise bug is checked on this many runs of each world; its audit then reads the as-built runs (noise_divided)
+HEAD_RUNS = 16
 # The runs of an audit go to CHUNKS forked processes (at most one per CPU), each run seeded by its own index: the
 # scores are the same on any machine, and a 2-core CI runner audits twice as fast.
 CHUNKS = 4
@@ -255,7 +264,7 @@ def null_world(
     )
 
 
-def audit_grouped(
+def grouped_worlds(
     *,
     units: int,
     batch: int,
@@ -264,14 +273,13 @@ def audit_grouped(
     runs: int = RUNS,
     canary_videos: int = 1,
     without: np.ndarray | None = None,
-) -> tuple[float, float]:
-    """(ε̂, ε claimed) of one step of the grouped loop: the canary's input +100 against 0 (add/remove) or −100
-    (replace-one, MaskDP's masked adjacency: the private tokens swapped, the public view the same); with
+) -> tuple[np.ndarray, np.ndarray]:
+    """The scores of one step of the grouped loop with the canary and without: its input +100 against 0 (add/remove)
+    or −100 (replace-one, MaskDP's masked adjacency: the private tokens swapped, the public view the same); with
     ``canary_videos`` > 1, user-level mode: the canary is a person in that many videos, each +100 against 0.
     ``without``: the add/remove world without the canary, computed once (:func:`null_world`)."""
     public = relation == REPLACE_ONE
     recipe = recipe_for(units, batch)
-    rate = 1.0 / math.ceil(units / batch)
     canary = canary_data(units, 100.0, public, canary_videos)
     with_canary = in_chunks(
         lambda count, first: private_scores(canary, recipe, sigma, count, first, public), runs, 0
@@ -287,20 +295,47 @@ def audit_grouped(
         without = null_world(
             units=units, batch=batch, sigma=sigma, runs=runs, canary_videos=canary_videos
         )
-    claimed = sampled_gaussian_epsilon(sigma, rate, 1, DELTA, accountant="pld", relation=relation)
-    return best_bound(with_canary, without, [1.0, 1.5, 2.0, 2.5, 3.0]), claimed
+    return with_canary, without
+
+
+def grouped_claim(*, units: int, batch: int, sigma: float, relation: str, **_: object) -> float:
+    """The ε the accountant claims for one step of the grouped loop at q = 1 / ⌈units / batch⌉ (PLD)."""
+    rate = 1.0 / math.ceil(units / batch)
+    return sampled_gaussian_epsilon(sigma, rate, 1, DELTA, accountant="pld", relation=relation)
+
+
+def audit_grouped(**world: object) -> tuple[float, float]:
+    """(ε̂, ε claimed) of one step of the grouped loop (:func:`grouped_worlds`)."""
+    return best_bound(*grouped_worlds(**world), THRESHOLDS), grouped_claim(**world)
+
+
+def noise_divided(built: np.ndarray, head: np.ndarray, divisor: float) -> np.ndarray:
+    """A world's scores under a plant that divides the std of every Gaussian draw by ``divisor``, from its scores as
+    built. Each run draws the same standard normals either way (its own seeds), so a run that scores s + n as built
+    scores s + n / divisor planted, s being the run's noise-free score. ``head``, the world's first runs under the
+    plant, must show exactly that, with one s for every run (the canary is in every batch at q = 1): a plant that
+    does not take, or scales the noise otherwise, fails here. Then the world is not run again: the same runs and the
+    same power as a planted world of its own, at no cost."""
+    signal = (divisor * head - built[: len(head)]) / (divisor - 1)
+    assert np.allclose(signal, signal[0], atol=1e-4), (
+        f"not one signal plus noise / {divisor}: {signal}"
+    )
+    return signal[0] + (built - signal[0]) / divisor
 
 
 def test_dp_sgd_noise_holds_and_halved_noise_is_caught(monkeypatch):
-    found, claimed = audit_grouped(units=1, batch=1, sigma=1.0, relation=ADD_REMOVE)
-    assert found <= claimed
+    world = {"units": 1, "batch": 1, "sigma": 1.0, "relation": ADD_REMOVE}
+    built, claimed = grouped_worlds(**world), grouped_claim(**world)
+    assert best_bound(*built, THRESHOLDS) <= claimed
     original = methods.add_noise
     monkeypatch.setattr(
         methods,
         "add_noise",
         lambda summed, sigma, clip, stream: original(summed, sigma / 2, clip, stream),
     )
-    broken, claimed = audit_grouped(units=1, batch=1, sigma=1.0, relation=ADD_REMOVE)
+    head = grouped_worlds(**world, runs=HEAD_RUNS)
+    planted = [noise_divided(scores, first, 2.0) for scores, first in zip(built, head)]
+    broken = best_bound(*planted, THRESHOLDS)
     assert broken > claimed, (broken, claimed)
 
 
@@ -391,32 +426,45 @@ def opacus_steps(
     return np.array(scores), sizes
 
 
-def audit_opacus(runs: int = RUNS // 2) -> tuple[float, float]:
-    """(ε̂, ε claimed) of one Opacus DP-SGD step, q = 1, σ = 1: the canary's input +100 against 0."""
-    with_canary = in_chunks(lambda n, first: opacus_steps(1, 100.0, 1.0, n, first)[0], runs, 0)
-    without = in_chunks(lambda n, first: opacus_steps(1, 0.0, 1.0, n, first)[0], runs, 10**6)
-    claimed = sampled_gaussian_epsilon(1.0, 1.0, 1, DELTA, accountant="pld", relation=ADD_REMOVE)
-    return best_bound(with_canary, without, [1.0, 1.5, 2.0, 2.5, 3.0]), claimed
+# The world with the canary and the world without, each scored from its first run's index (0 and 10**6)
+WORLD_OFFSETS = (0, 10**6)
+
+
+def opacus_worlds() -> tuple[Scores, Scores]:
+    """One Opacus DP-SGD step, q = 1, σ = 1: the canary's input +100 against 0 (a chunk is one run of that many
+    steps, seeded by its first index)."""
+    return (
+        lambda n, first: opacus_steps(1, 100.0, 1.0, n, first)[0],
+        lambda n, first: opacus_steps(1, 0.0, 1.0, n, first)[0],
+    )
 
 
 def assert_it_holds_and_halved_noise_is_caught(
-    monkeypatch: pytest.MonkeyPatch, audit: Callable[[], tuple[float, float]]
+    monkeypatch: pytest.MonkeyPatch,
+    worlds: tuple[Scores, Scores],
+    claimed: float,
+    runs: int = RUNS // 2,
 ) -> None:
-    """``audit()`` gives (ε̂, ε claimed): ε̂ within the claim as built, above it once every Gaussian draw of
-    :class:`DpStream` (Opacus's noise, through tasks/core/opacus_randomness.py) has half its standard deviation."""
-    found, claimed = audit()
+    """ε̂ of ``worlds`` within ``claimed`` as built, above it once every Gaussian draw of :class:`DpStream` (Opacus's
+    noise, through tasks/core/opacus_randomness.py) has half its standard deviation (:func:`noise_divided`)."""
+    built = [in_chunks(scores, runs, offset) for scores, offset in zip(worlds, WORLD_OFFSETS)]
+    found = best_bound(*built, THRESHOLDS)
     assert found <= claimed, (found, claimed)
     original = DpStream.normal
     monkeypatch.setattr(
         DpStream, "normal", lambda stream, std, like: original(stream, std / 2, like)
     )
-    broken, claimed = audit()
+    # the first runs under the plant, as the first chunk ran them (serially: an Opacus chunk seeds from its first index)
+    head = [scores(HEAD_RUNS, offset) for scores, offset in zip(worlds, WORLD_OFFSETS)]
+    planted = [noise_divided(scores, first, 2.0) for scores, first in zip(built, head)]
+    broken = best_bound(*planted, THRESHOLDS)
     assert broken > claimed, (broken, claimed)
 
 
 def test_opacus_noise_holds_and_halved_noise_is_caught(monkeypatch):
     """The headline method: its noise comes from :mod:`tasks.core.opacus_randomness`, not from the grouped loop."""
-    assert_it_holds_and_halved_noise_is_caught(monkeypatch, audit_opacus)
+    claimed = sampled_gaussian_epsilon(1.0, 1.0, 1, DELTA, accountant="pld", relation=ADD_REMOVE)
+    assert_it_holds_and_halved_noise_is_caught(monkeypatch, opacus_worlds(), claimed)
 
 
 def test_opacus_batches_are_poisson_and_fixed_batches_are_caught(monkeypatch):
@@ -468,17 +516,16 @@ def federated_client_scores(canary: float, runs: int, offset: int) -> np.ndarray
     return (np.array(scores) + 1.0) / 2.0
 
 
-def audit_federated_client(runs: int = RUNS // 2) -> tuple[float, float]:
-    """(ε̂, ε claimed by tasks.privacy.federated_accounting) of one client's round at σ = 2 (μ = 2/σ = 1)."""
-    with_canary = in_chunks(partial(federated_client_scores, 100.0), runs, 0)
-    other = in_chunks(partial(federated_client_scores, -100.0), runs, 10**6)
-    claimed = federated_epsilon(2.0, 1, DELTA)
-    return best_bound(with_canary, other, [1.0, 1.5, 2.0, 2.5, 3.0]), claimed
+def federated_client_worlds() -> tuple[Scores, Scores]:
+    """One client's round at σ = 2 (μ = 2/σ = 1): the canary's input +100 against −100."""
+    return partial(federated_client_scores, 100.0), partial(federated_client_scores, -100.0)
 
 
 def test_federated_client_noise_holds_and_halved_noise_is_caught(monkeypatch):
-    """The federated clients (paper 003) claim replace-one μ-GDP with sensitivity 2C: audited on a client's round."""
-    assert_it_holds_and_halved_noise_is_caught(monkeypatch, audit_federated_client)
+    """The federated clients (paper 003) claim replace-one μ-GDP with sensitivity 2C (ε from
+    tasks.privacy.federated_accounting): audited on a client's round."""
+    claimed = federated_epsilon(2.0, 1, DELTA)
+    assert_it_holds_and_halved_noise_is_caught(monkeypatch, federated_client_worlds(), claimed)
 
 
 def test_batches_are_poisson_not_fixed_size(monkeypatch):
