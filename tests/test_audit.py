@@ -39,15 +39,12 @@ CONFIDENCE = 0.999  # of each one-sided Clopper-Pearson bound, Bonferroni over t
 # The audit checks the accountant's whole (ε, δ) curve at one point: a few thousand runs see rates near
 # 1e-3, so ε is claimed and audited at δ = 1e-3 (the same accountant, the same σ, q, steps).
 DELTA = 1e-3
-THRESHOLDS = [
-    1.0,
-    1.5,
-    2.0,
-    2.5,
-    3.0,
-]  # the attack's thresholds on z (units of C): Bonferroni over these
+# The attack's thresholds on z (units of C) in the Gaussian audits: Bonferroni over these
+THRESHOLDS = [1.0, 1.5, 2.0, 2.5, 3.0]
 # A planted noise bug is checked on this many runs of each world; its audit then reads the as-built runs (noise_divided)
 HEAD_RUNS = 16
+# The world with the canary and the world without, each scored from its first run's index (0 and 10**6)
+WORLD_OFFSETS = (0, 10**6)
 # The runs of an audit go to CHUNKS forked processes (at most one per CPU), each run seeded by its own index: the
 # scores are the same on any machine, and a 2-core CI runner audits twice as fast.
 CHUNKS = 4
@@ -324,19 +321,21 @@ def noise_divided(built: np.ndarray, head: np.ndarray, divisor: float) -> np.nda
 
 
 def test_dp_sgd_noise_holds_and_halved_noise_is_caught(monkeypatch):
-    world = {"units": 1, "batch": 1, "sigma": 1.0, "relation": ADD_REMOVE}
-    built, claimed = grouped_worlds(**world), grouped_claim(**world)
-    assert best_bound(*built, THRESHOLDS) <= claimed
-    original = methods.add_noise
-    monkeypatch.setattr(
-        methods,
-        "add_noise",
-        lambda summed, sigma, clip, stream: original(summed, sigma / 2, clip, stream),
+    recipe = recipe_for(1, 1)
+    worlds = tuple(
+        partial(private_scores, canary_data(1, canary), recipe, 1.0) for canary in (100.0, 0.0)
     )
-    head = grouped_worlds(**world, runs=HEAD_RUNS)
-    planted = [noise_divided(scores, first, 2.0) for scores, first in zip(built, head)]
-    broken = best_bound(*planted, THRESHOLDS)
-    assert broken > claimed, (broken, claimed)
+    claimed = grouped_claim(units=1, batch=1, sigma=1.0, relation=ADD_REMOVE)
+    original = methods.add_noise
+
+    def halve_the_noise() -> None:
+        monkeypatch.setattr(
+            methods,
+            "add_noise",
+            lambda summed, sigma, clip, stream: original(summed, sigma / 2, clip, stream),
+        )
+
+    assert_it_holds_and_halved_noise_is_caught(worlds, claimed, halve_the_noise, runs=RUNS)
 
 
 def fixed_draw(stream: DpStream, std: float, like: torch.Tensor) -> torch.Tensor:
@@ -426,10 +425,6 @@ def opacus_steps(
     return np.array(scores), sizes
 
 
-# The world with the canary and the world without, each scored from its first run's index (0 and 10**6)
-WORLD_OFFSETS = (0, 10**6)
-
-
 def opacus_worlds() -> tuple[Scores, Scores]:
     """One Opacus DP-SGD step, q = 1, σ = 1: the canary's input +100 against 0 (a chunk is one run of that many
     steps, seeded by its first index)."""
@@ -439,21 +434,27 @@ def opacus_worlds() -> tuple[Scores, Scores]:
     )
 
 
+def halve_every_stream_draw(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
+    """The plant: every Gaussian draw of :class:`DpStream` (Opacus's noise, through tasks/core/opacus_randomness.py)
+    at half its standard deviation."""
+    original = DpStream.normal
+    return lambda: monkeypatch.setattr(
+        DpStream, "normal", lambda stream, std, like: original(stream, std / 2, like)
+    )
+
+
 def assert_it_holds_and_halved_noise_is_caught(
-    monkeypatch: pytest.MonkeyPatch,
     worlds: tuple[Scores, Scores],
     claimed: float,
+    halve_the_noise: Callable[[], None],
     runs: int = RUNS // 2,
 ) -> None:
-    """ε̂ of ``worlds`` within ``claimed`` as built, above it once every Gaussian draw of :class:`DpStream` (Opacus's
-    noise, through tasks/core/opacus_randomness.py) has half its standard deviation (:func:`noise_divided`)."""
+    """ε̂ of ``worlds`` within ``claimed`` as built, above it once ``halve_the_noise()`` has planted noise of half the
+    standard deviation (:func:`noise_divided`)."""
     built = [in_chunks(scores, runs, offset) for scores, offset in zip(worlds, WORLD_OFFSETS)]
     found = best_bound(*built, THRESHOLDS)
     assert found <= claimed, (found, claimed)
-    original = DpStream.normal
-    monkeypatch.setattr(
-        DpStream, "normal", lambda stream, std, like: original(stream, std / 2, like)
-    )
+    halve_the_noise()
     # the first runs under the plant, as the first chunk ran them (serially: an Opacus chunk seeds from its first index)
     head = [scores(HEAD_RUNS, offset) for scores, offset in zip(worlds, WORLD_OFFSETS)]
     planted = [noise_divided(scores, first, 2.0) for scores, first in zip(built, head)]
@@ -464,7 +465,9 @@ def assert_it_holds_and_halved_noise_is_caught(
 def test_opacus_noise_holds_and_halved_noise_is_caught(monkeypatch):
     """The headline method: its noise comes from :mod:`tasks.core.opacus_randomness`, not from the grouped loop."""
     claimed = sampled_gaussian_epsilon(1.0, 1.0, 1, DELTA, accountant="pld", relation=ADD_REMOVE)
-    assert_it_holds_and_halved_noise_is_caught(monkeypatch, opacus_worlds(), claimed)
+    assert_it_holds_and_halved_noise_is_caught(
+        opacus_worlds(), claimed, halve_every_stream_draw(monkeypatch)
+    )
 
 
 def test_opacus_batches_are_poisson_and_fixed_batches_are_caught(monkeypatch):
@@ -525,7 +528,9 @@ def test_federated_client_noise_holds_and_halved_noise_is_caught(monkeypatch):
     """The federated clients (paper 003) claim replace-one μ-GDP with sensitivity 2C (ε from
     tasks.privacy.federated_accounting): audited on a client's round."""
     claimed = federated_epsilon(2.0, 1, DELTA)
-    assert_it_holds_and_halved_noise_is_caught(monkeypatch, federated_client_worlds(), claimed)
+    assert_it_holds_and_halved_noise_is_caught(
+        federated_client_worlds(), claimed, halve_every_stream_draw(monkeypatch)
+    )
 
 
 def test_batches_are_poisson_not_fixed_size(monkeypatch):
