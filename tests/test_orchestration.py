@@ -325,9 +325,10 @@ def test_a_killed_stage_leaves_no_partial_output_and_the_next_run_redoes_it(smal
     assert "decode" in sh("dvc", "status", cwd=small).stdout  # DVC still sees decode as not done
     state = run_flow(small, stages=["decode"])  # the run lock died with its holder and its work
     assert state.is_completed(), state.message
-    assert task_runs(state, ("decode",))["decode"] == "Completed"
-    assert (data / "decode" / "manifest.parquet").read_bytes() == before  # pad: the same clips
+    # decode redone, read from DVC rather than from the Prefect server's task runs: those come from events, and under
+    # load a whole task's events were lost (EventsWorker failed to process an item; CI of stop 68)
     assert "decode" not in sh("dvc", "status", "decode", cwd=small).stdout
+    assert (data / "decode" / "manifest.parquet").read_bytes() == before  # pad: the same clips
     assert not list(data.glob(".decode.tmp-*"))
 
 
