@@ -13,7 +13,8 @@ declare the two operator schemas with :mod:`torch.library` and give them a real 
 else of torchvision's compiled ops is replaced; ops this project does not use (roi_align,
 deform_conv2d ...) stay unavailable, as they are on any build without the extension.
 
-Import this module before anything that imports torchvision; ``tasks/__init__.py`` does.
+Import this module before anything that imports torchvision: each module of ``tasks/core`` that imports torchvision
+or pytorchvideo does, first (``tasks/__init__.py`` does not, so that a command that needs no torch starts without it).
 """
 
 from __future__ import annotations

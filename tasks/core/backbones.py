@@ -35,6 +35,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+import tasks.torchvision_compat  # noqa: F401  (first: declares the operators torchvision needs here)
+
+# isort: split
 import torch
 from pytorchvideo.models.head import ResNetBasicHead
 from torch import nn

@@ -22,6 +22,9 @@ import hashlib
 import logging
 from pathlib import Path
 
+import tasks.torchvision_compat  # noqa: F401  (first: declares the operators torchvision needs here)
+
+# isort: split
 import torch
 from pytorchvideo.models.head import ResNetBasicHead
 from torch import nn

@@ -23,6 +23,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import partial
 
+import tasks.torchvision_compat  # noqa: F401  (first: declares the operators torchvision needs here)
+
+# isort: split
 import torch
 from pytorchvideo.models.head import ResNetBasicHead
 from pytorchvideo.models.net import Net
@@ -30,7 +33,6 @@ from pytorchvideo.models.resnet import create_bottleneck_block, create_res_stage
 from pytorchvideo.models.stem import ResNetBasicStem, create_res_basic_stem
 from torch import nn
 
-import tasks.torchvision_compat  # noqa: F401  (before pytorchvideo imports torchvision)
 from tasks.core.plugins import Registry
 
 

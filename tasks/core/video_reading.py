@@ -11,6 +11,9 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+import tasks.torchvision_compat  # noqa: F401  (first: declares the operators torchvision needs here)
+
+# isort: split
 import av
 import numpy as np
 import torch
