@@ -43,6 +43,10 @@ DELTA = 1e-3
 THRESHOLDS = [1.0, 1.5, 2.0, 2.5, 3.0]
 # A planted noise bug is checked on this many runs of each world; its audit then reads the as-built runs (noise_divided)
 HEAD_RUNS = 16
+# A planted sampling bug puts the canary in (nearly) every batch: a quarter of the runs of its world catch it by a wide
+# margin (expected ε̂ 1.70 at 3 000 runs, 1.84 at 12 000, against 0.65 claimed at q = 0.1), so the planted world runs
+# that many; the world as built keeps RUNS, which is what bounds how small a real leak the audit sees
+PLANTED_RUNS = RUNS // 4
 # The world with the canary and the world without, each scored from its first run's index (0 and 10**6)
 WORLD_OFFSETS = (0, 10**6)
 # The runs of an audit go to CHUNKS forked processes (at most one per CPU), each run seeded by its own index: the
@@ -125,13 +129,21 @@ def test_chunks_equal_the_serial_scores_and_a_pool_that_hangs_is_scored_serially
 
 
 def epsilon_lower_bound(
-    hits_canary: int, hits_without: int, runs: int, thresholds: int = 1
+    hits_canary: int,
+    hits_without: int,
+    runs: int,
+    thresholds: int = 1,
+    runs_without: int | None = None,
 ) -> float:
-    """ε̂ = ln((TPR_low − δ) / FPR_high), Clopper-Pearson at CONFIDENCE (Bonferroni over ``thresholds``)."""
+    """ε̂ = ln((TPR_low − δ) / FPR_high), Clopper-Pearson at CONFIDENCE (Bonferroni over ``thresholds``); the world
+    without the canary ran ``runs_without`` times (``runs`` unless given)."""
     alpha = (1 - CONFIDENCE) / thresholds
+    runs_without = runs if runs_without is None else runs_without
     tpr_low = beta.ppf(alpha, hits_canary, runs - hits_canary + 1) if hits_canary else 0.0
     fpr_high = (
-        beta.ppf(1 - alpha, hits_without + 1, runs - hits_without) if hits_without < runs else 1.0
+        beta.ppf(1 - alpha, hits_without + 1, runs_without - hits_without)
+        if hits_without < runs_without
+        else 1.0
     )
     return math.log((tpr_low - DELTA) / fpr_high) if tpr_low > DELTA else 0.0
 
@@ -145,6 +157,7 @@ def best_bound(
             int((scores_without > t).sum()),
             len(scores_canary),
             len(thresholds),
+            len(scores_without),
         )
         for t in thresholds
     )
@@ -359,7 +372,9 @@ def test_poisson_sampling_holds_and_a_canary_in_every_batch_is_caught(monkeypatc
     assert found <= claimed
     monkeypatch.setattr(DpStream, "poisson_sample", lambda stream, count, rate: torch.arange(count))
     assert np.array_equal(fixed_noise_null_world(**world), fixed)  # the null world may be shared
-    broken, claimed = audit_grouped(**world, relation=ADD_REMOVE, without=without)
+    broken, claimed = audit_grouped(
+        **world, relation=ADD_REMOVE, without=without, runs=PLANTED_RUNS
+    )
     assert broken > claimed, (broken, claimed)
 
 
@@ -377,7 +392,9 @@ def test_person_sampling_holds_below_q_1_and_per_video_sampling_is_caught(monkey
 
     monkeypatch.setattr(PrivateData, "videos_of", per_video)
     assert np.array_equal(fixed_noise_null_world(**world), fixed)  # the null world may be shared
-    broken, claimed = audit_grouped(**world, relation=ADD_REMOVE, without=without)
+    broken, claimed = audit_grouped(
+        **world, relation=ADD_REMOVE, without=without, runs=PLANTED_RUNS
+    )
     assert broken > claimed, (broken, claimed)
 
 
@@ -587,7 +604,9 @@ def test_maskdp_holds_and_a_public_gradient_on_the_private_batch_is_caught(monke
         return last["private"]
 
     monkeypatch.setattr(DpStream, "poisson_sample", same_batch)
-    broken, claimed = audit_grouped(units=10, batch=1, sigma=1.0, relation=REPLACE_ONE)
+    broken, claimed = audit_grouped(
+        units=10, batch=1, sigma=1.0, relation=REPLACE_ONE, runs=PLANTED_RUNS
+    )
     assert broken > claimed, (broken, claimed)
 
 
