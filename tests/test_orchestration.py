@@ -75,8 +75,12 @@ def task_states(
             )
             states = {run.name: run.state.name for run in runs}
             settled = states == last and set(expected) <= set(states)
-            if settled or time.monotonic() > deadline:
+            if settled:
                 return states
+            assert time.monotonic() < deadline, (
+                f"task runs of flow run {flow_run_id} not settled on the Prefect server after {settle_s:.0f} s "
+                f"(missing: {sorted(set(expected) - set(states))}; read: {states}): their events were lost"
+            )
             last = states
             time.sleep(1.0)
 
