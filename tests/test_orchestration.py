@@ -249,8 +249,11 @@ def test_a_failing_stage_fails_its_task_with_its_one_line_error(small, tmp_path)
         assert "\n" not in message and message.endswith(
             "not run: synthesize, decode"
         )  # the stages not run, named
-        ran = task_runs(state, ("scan", "decode-public"))
-        assert ran["scan"] == "Failed" and ran["decode-public"] == "Completed"
+        # decode-public ran to the end, read from DVC: the Prefect server's task runs come from this process's events,
+        # and under CI load all of this flow's were lost (twice in three CI runs of 2026-11-29); scan's failure is the
+        # flow's own message above
+        assert "decode-public" not in sh("dvc", "status", "decode-public", cwd=small).stdout
+        assert (small / "data/public/decode/manifest.parquet").exists()
     finally:
         (small / "params.yaml").write_text(original)
 
