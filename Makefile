@@ -100,7 +100,6 @@ bench: $(STAMP) $(DETECTOR_STAMP) footage
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/privhar bench private
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/privhar bench anonymize
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/privhar bench anonymize --root data/footage/megamind --out reports/bench/anonymize-faces.json
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/privhar bench stages
 	PATH="$(abspath $(DETECTOR_VENV)/bin):$$PATH" $(DETECTOR_VENV)/bin/privhar bench anonymize --out reports/bench/anonymize-mediapipe.json
 	PATH="$(abspath $(DETECTOR_VENV)/bin):$$PATH" $(DETECTOR_VENV)/bin/privhar bench anonymize --root data/footage/megamind --out reports/bench/anonymize-faces-mediapipe.json
 

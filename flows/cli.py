@@ -228,23 +228,6 @@ def bench_private_command(
     click.echo(json.dumps(record, indent=2))
 
 
-@bench.command("stages")
-@click.option(
-    "--profile",
-    default="smoke",
-    show_default=True,
-    help="profiles/<name>.yaml: the data the stages run on.",
-)
-@bench_out("stages.json", help="Where to write the result (JSON; a Markdown table beside it).")
-def bench_stages_command(profile: str, out: Path) -> None:
-    """Each stage's fixed cost (wall time less its work) started cold and forked from the warm stage server."""
-    from flows.stage_bench import bench_stages
-
-    result = bench_stages(Path.cwd(), profile, out)
-    click.echo(out.with_suffix(".md").read_text().split("\n\n")[1], err=True)
-    click.echo(f"privhar: {len(result['stages'])} stages measured, written to {out}", err=True)
-
-
 @bench.command("anonymize")
 @click.option(
     "--root",
@@ -322,18 +305,12 @@ def footage_command(
 
 @main.command("run")
 @click.option("--force", is_flag=True, help="Rerun every stage even if it is up to date.")
-@click.option(
-    "--cold",
-    is_flag=True,
-    help="Start each stage in its own interpreter instead of forking it from the warm "
-    "stage server (slower by seconds per stage; for comparison and debugging).",
-)
 @click.argument("targets", nargs=-1)
-def run_command(force: bool, cold: bool, targets: tuple[str, ...]) -> None:
+def run_command(force: bool, targets: tuple[str, ...]) -> None:
     """Run the pipeline (dvc repro) under one MLflow parent run and print Top-1."""
     from flows.pipeline import run_pipeline
 
-    _print_scores(run_pipeline(Path.cwd(), force=force, targets=targets, warm=not cold))
+    _print_scores(run_pipeline(Path.cwd(), force=force, targets=targets))
 
 
 @main.command("flow")
@@ -554,5 +531,5 @@ def _print_scores(metrics: dict) -> None:
 
 
 def entry_point() -> None:
-    """Console script (through flows/launch.py): ``privhar`` with one-line errors (flows/entry.py)."""
+    """Console script: ``privhar`` with one-line errors (flows/entry.py)."""
     run_as_process(main)

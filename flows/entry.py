@@ -1,8 +1,6 @@
 """How a ``privhar`` click command runs as a process: one-line errors, SIGTERM as an error, the stages' log on stderr.
 
-Below every command group (flows/cli.py's ``privhar``, flows/stage_commands.py's ``privhar stage``) so that the warm
-stage server can run a stage command in a forked child exactly as the console script would, without importing the
-whole command line (which imports the runners that import the server: a circle).
+Below every command group (flows/cli.py's ``privhar``, flows/stage_commands.py's ``privhar stage``), which both use it.
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ def guarded(command: list[str] | tuple[str, ...], owner: int | None = None) -> l
 
 def end_with_parent() -> None:
     """SIGTERM this process when the thread that started it ends (Linux's ``PR_SET_PDEATHSIG``; elsewhere nothing).
-    The guard asks it of its owner; the stage server of its ``privhar run``, and each stage of the server."""
+    The guard asks it of its owner."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 

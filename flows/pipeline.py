@@ -21,7 +21,6 @@ from flows.dag import read_dag, runs_scoring
 from flows.group_guard import guarded
 from flows.preflight import INDEX_STAGE, check_dataset, check_params
 from flows.project_lock import held_lock_fds, project_lock
-from flows.stage_server import stage_server, with_server_settings
 from flows.stage_times import StageClock, log_stage_times
 from tasks.core.errors import ERROR_PREFIX, PrivharError
 from tasks.core.tracking import pipeline_run
@@ -43,9 +42,8 @@ def error_line(text: str) -> str:
 
 
 def tool_environment() -> dict[str, str]:
-    """The environment for DVC and the stages: this interpreter's bin folder first on PATH, the startup settings
-    of an exported stage server (:func:`flows.stage_server.with_server_settings`)."""
-    env = with_server_settings(dict(os.environ))
+    """The environment for DVC and the stages: this interpreter's bin folder first on PATH."""
+    env = dict(os.environ)
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     env.setdefault("DVC_NO_ANALYTICS", "1")
     return env
@@ -103,27 +101,19 @@ def pipeline_session(
             os.chdir(previous)
 
 
-def run_pipeline(
-    project: Path, *, force: bool = False, targets: tuple[str, ...] = (), warm: bool = True
-) -> dict:
-    """``dvc repro`` in ``project``, its stages forked from a warm stage server unless ``warm`` is false; return the
-    evaluation metrics it produced."""
-    tags = {
-        "privhar.targets": " ".join(targets) or "all",
-        "privhar.stage_start": "stage server fork" if warm else "interpreter",
-    }
+def run_pipeline(project: Path, *, force: bool = False, targets: tuple[str, ...] = ()) -> dict:
+    """``dvc repro`` in ``project``; return the evaluation metrics it produced."""
+    tags = {"privhar.targets": " ".join(targets) or "all"}
     check_params(check_project(project))
     with pipeline_session(project, "privhar run", tags, " ".join(["pipeline", *targets])) as parent:
         force_flag = ["--force"] if force else []
         clock = StageClock()
-        server = stage_server() if warm else contextlib.nullcontext({})
-        with server as served:
-            if (
-                not targets
-            ):  # the index first, and the params checked against the dataset before any other stage
-                _repro(dvc_command("repro", *force_flag, INDEX_STAGE), served, clock)
-                check_dataset(project)
-            _repro(dvc_command("repro", *force_flag, *targets), served, clock)
+        if (
+            not targets
+        ):  # the index first, and the params checked against the dataset before any other stage
+            _repro(dvc_command("repro", *force_flag, INDEX_STAGE), clock)
+            check_dataset(project)
+        _repro(dvc_command("repro", *force_flag, *targets), clock)
         table = log_stage_times(parent, clock.walls(), clock.ended - clock.started)
         print(
             f"privhar: where the time went (wall seconds per stage, DVC's overhead included)\n{table}",
@@ -133,9 +123,9 @@ def run_pipeline(
         return score_models(Path.cwd()) if scored else {}
 
 
-def _repro(command: list[str], served: dict[str, str], clock: StageClock) -> None:
+def _repro(command: list[str], clock: StageClock) -> None:
     """One ``dvc repro``, its lines printed as DVC prints them, each stage's start marked on ``clock``."""
-    with running_dvc(command, env=served, stdout=subprocess.PIPE, text=True, bufsize=1) as process:
+    with running_dvc(command, stdout=subprocess.PIPE, text=True, bufsize=1) as process:
         assert process.stdout is not None
         for line in clock.watch(process.stdout):
             sys.stdout.write(line)

@@ -25,7 +25,6 @@ from flows.pipeline import check_project, pipeline_session, score_models
 from flows.preflight import INDEX_STAGE, check_dataset, check_params
 from flows.profiles import DEFAULT, apply_profile
 from flows.stage_scheduler import run_when_ready, stage_outcomes
-from flows.stage_server import stage_server
 from flows.stage_tasks import STAGE_WALLS, StageFailed, run_stage
 from flows.stage_times import log_stage_times
 from tasks.core.environ import exported
@@ -62,17 +61,13 @@ def pipeline_flow(
     root = check_project(Path(project))
     logger = get_run_logger()
     serialise_ast_parse()  # stages and shards run on threads from here on
-    # the stages DVC starts for each task fork from one warm server (its address in os.environ, for tool_environment)
     targets = list(stages or [])
-    with (
-        pipeline_session(
-            root,
-            "prefect flow",
-            {"privhar.profile": profile, "privhar.targets": " ".join(targets) or "all"},
-            name=" ".join(["pipeline", *targets]),
-        ) as parent,
-        stage_server(export=True),
-    ):
+    with pipeline_session(
+        root,
+        "prefect flow",
+        {"privhar.profile": profile, "privhar.targets": " ".join(targets) or "all"},
+        name=" ".join(["pipeline", *targets]),
+    ) as parent:
         started = time.monotonic()
         STAGE_WALLS.clear()
         if apply_profile(root, profile):

@@ -1,9 +1,8 @@
 """``privhar stage <name>``: the commands dvc.yaml calls, one per stage, each importing its stage's module lazily.
 
 Their own group, below the command line (flows/cli.py adds it as ``privhar stage``): the Prefect tasks run a sharded
-stage through it in-process (flows/stage_tasks.py), the warm stage server preloads what its commands import
-(flows/stage_server.py), and each stage's code fingerprint follows those imports (flows/code_deps.py) — none of them
-imports the command line, so no import circle runs through it.
+stage through it in-process (flows/stage_tasks.py) and each stage's code fingerprint follows its commands' imports
+(flows/code_deps.py) — neither imports the command line, so no import circle runs through it.
 """
 
 from __future__ import annotations
@@ -51,7 +50,7 @@ def _dir(name: str, help_text: str, exists: bool = False) -> click.Option:
 @click.group("stage")
 def stage() -> None:
     """Run one stage of the pipeline (the commands dvc.yaml calls)."""
-    log_stages_to_stderr()  # as privhar's own group does: the stage server runs this group alone
+    log_stages_to_stderr()  # as privhar's own group does: the flow runs this group alone (sharded stages)
     use_stage_cores()  # its share of the cores where the flow runs stages at once (orchestrate.stage_workers)
 
 

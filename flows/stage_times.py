@@ -1,8 +1,8 @@
 """Where a run's time goes: each stage's wall time as ``dvc repro`` ran it, printed and logged to the parent run.
 
 The wall time of a stage is from DVC's ``Running stage 'name':`` line to the next stage's (or the end):
-the command's own work, its process start (a fork of the warm stage server, flows/stage_server.py, or a cold
-interpreter importing torch and MLflow), and DVC's hashing and caching of its outputs. The stages' MLflow runs
+the command's own work, its process start (an interpreter importing torch and
+MLflow), and DVC's hashing and caching of its outputs. The stages' MLflow runs
 measure the work alone (``stage_seconds``, from the stage function's call: tasks.core.tracking.stage_work);
 the difference is the fixed cost per stage that issues 21 and 31 ask to find and bound. scan and budget open
 no MLflow run: their work is not measured apart.
@@ -128,7 +128,7 @@ def log_stage_times(
     parent_run_id: str, walls: dict[str, float], total: float, runner: str = "dvc repro"
 ) -> str:
     """Log each stage's wall time (``wall_seconds.<stage>``), the table (``stage_times.md``) and its rows
-    (``stage_times.json``, what ``privhar bench stages`` reads) to the parent run; return the table."""
+    (``stage_times.json``) to the parent run; return the table."""
     import mlflow
 
     works = stage_works(parent_run_id)

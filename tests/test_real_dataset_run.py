@@ -270,8 +270,8 @@ def test_a_real_folder_runs_to_the_report_and_the_registry(ucf101):
         [experiment.experiment_id], f"tags.mlflow.parentRunId = '{parent.info.run_id}'"
     )
     assert parent.data.tags["privhar.orchestrator"] == "privhar run" and children
-    # privhar run (dvc repro): every stage forked from its warm stage server (flows/stage_server.py)
-    assert {run.data.tags["privhar.process_start"] for run in children} == {"stage server fork"}
+    # privhar run (dvc repro): every stage in a process of its own
+    assert parent.data.tags["privhar.pid"] not in {run.data.tags["privhar.pid"] for run in children}
     trained = {key for key in metrics}  # every stage that trains, scored
     assert {"baseline", "dp_sgd-eps2.0", "anonymize-avatar"} <= trained, sorted(trained)
     assert any(key.startswith("maskdp") for key in trained) and any(

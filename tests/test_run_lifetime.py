@@ -16,13 +16,17 @@ from flows.project_lock import check_unlocked, held_lock_fds, project_lock
 from tasks.core.errors import PrivharError
 from tests.conftest import BIN, make_project
 
+PF_EXITING = 0x4  # the kernel's flag for a process inside exit(): its descriptors (the lock's) close before it is a zombie
+
 
 def alive(pid: int) -> bool:
+    """Running, and not already on its way out (a zombie, or exiting)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    fields = stat.rsplit(")", 1)[1].split()  # state is /proc's field 3, flags field 9
+    return fields[0] not in ("Z", "X") and not int(fields[6]) & PF_EXITING
 
 
 def wait_until(condition, seconds: float) -> bool:
@@ -35,7 +39,7 @@ def wait_until(condition, seconds: float) -> bool:
 
 
 def processes_in(folder: Path) -> list[int]:
-    """Live processes whose working folder is ``folder``: a run's dvc, stages and stage server."""
+    """Live processes whose working folder is ``folder``: a run's guard, dvc and stages."""
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -117,9 +121,7 @@ def start_run(project: Path) -> tuple[subprocess.Popen, dict[str, str]]:
         if line.startswith("Running stage 'synthesize'"):
             break
     time.sleep(1.0)  # the stage at work
-    assert (
-        len(processes_in(project)) >= 3
-    )  # the runner, the guard, dvc (and the stage, the stage server)
+    assert len(processes_in(project)) >= 3  # the runner, the guard, dvc (and the stage)
     return process, env
 
 

@@ -298,18 +298,8 @@ def _is_number(text: str) -> bool:
     return True
 
 
-FORKED_ENV = (
-    "PRIVHAR_FORKED_FROM"  # set by the stage server in each stage it forks (flows/stage_server.py)
-)
-
-
 def _owner_tags() -> dict[str, str]:
-    started = "stage server fork" if os.environ.get(FORKED_ENV) else "interpreter"
-    return {
-        "privhar.host": socket.gethostname(),
-        "privhar.pid": str(os.getpid()),
-        "privhar.process_start": started,
-    }
+    return {"privhar.host": socket.gethostname(), "privhar.pid": str(os.getpid())}
 
 
 def _alive(pid: int) -> bool:
