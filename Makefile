@@ -82,8 +82,8 @@ coverage:
 
 # ruff: pyflakes, pycodestyle, bugbear, import order and complexity (pyproject.toml [tool.ruff]), and the format.
 lint: $(STAMP)
-	$(BIN)/ruff check tasks flows tests install
-	$(BIN)/ruff format --check tasks flows tests install
+	$(BIN)/ruff check tasks flows benchmarks tests install
+	$(BIN)/ruff format --check tasks flows benchmarks tests install
 
 # The documentation (mkdocs, Material): docs/*.md, and the pipeline's reports/ as the result pages (docs/results is a
 # link to ../reports, so a plain `mkdocs build --strict` or `mkdocs serve` shows them too).

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
-from flows.entry import log_stages_to_stderr, run_as_process
+from flows.entry import Terminated, log_stages_to_stderr, run_as_process
 from flows.stage_commands import PARAMS, _writable, stage
 from tasks.core.clip_shapes import BACKBONE_NAMES, OWN
 from tasks.core.errors import PrivharError
@@ -147,8 +148,8 @@ def bench_dprp_command(frames: int, size: tuple[int, int], k: str, out: Path, de
     """Per-video seconds of Video-DPRP (both projection modes), its GFLOP/s and the device's matmul rate."""
     import json
 
+    from benchmarks.dprp import run_bench
     from tasks.core.device import resolve_device
-    from tasks.dprp.bench import run_bench
     from tasks.dprp.single_video import parse_k
 
     record = run_bench(
@@ -206,8 +207,8 @@ def bench_private_command(
     """Seconds per logical batch: non-private SGD, DP-SGD (each Opacus per-sample gradient mode), selective DP-SGD."""
     import json
 
+    from benchmarks.private import run_bench
     from tasks.core.device import resolve_device
-    from tasks.private.bench import run_bench
 
     own = backbone == OWN
     if not own and out == Path("reports/bench/private.json"):
@@ -242,7 +243,7 @@ def bench_anonymize_command(root: Path, params_path: Path, out: Path) -> None:
     """Coverage of the moving pixels and frames/s of each people source (and the ensemble) on real footage."""
     import json
 
-    from flows.anonymize_bench import run_bench
+    from benchmarks.anonymize import run_bench
 
     click.echo(json.dumps(run_bench(root=root, params_path=params_path, out=out), indent=2))
 
@@ -256,7 +257,7 @@ def bench_maskdp_views_command(params_path: Path, seeds: int, out: Path) -> None
     reads data/decode, data/anonymize/avatar and data/pretrain/public)."""
     import json
 
-    from tasks.private.views_bench import run_bench
+    from benchmarks.maskdp_views import run_bench
 
     record = run_bench(
         params_path,
@@ -303,16 +304,6 @@ def footage_command(
     click.echo(f"footage: {len(clips)} clips of {seconds:g} s in {out}", err=True)
 
 
-@main.command("run")
-@click.option("--force", is_flag=True, help="Rerun every stage even if it is up to date.")
-@click.argument("targets", nargs=-1)
-def run_command(force: bool, targets: tuple[str, ...]) -> None:
-    """Run the pipeline (dvc repro) under one MLflow parent run and print Top-1."""
-    from flows.pipeline import run_pipeline
-
-    _print_scores(run_pipeline(Path.cwd(), force=force, targets=targets))
-
-
 @main.command("flow")
 @click.option(
     "--profile",
@@ -325,28 +316,47 @@ def run_command(force: bool, targets: tuple[str, ...]) -> None:
 def flow_command(profile: str, force: bool, stages: tuple[str, ...]) -> None:
     """Run the pipeline once as a run of the Prefect deployment (`make run` does): on the runner of `privhar serve`
     if it is up, else here, on the project's Prefect database either way, so the Prefect UI shows the run."""
-    from flows.prefect_server import use_project_server
-    from flows.project_lock import check_unlocked
+    from flows.prefect_server import project_server
+    from flows.preflight import check_params
+    from flows.profiles import DEFAULT
+    from flows.project_lock import check_project, check_unlocked
 
-    check_unlocked(Path.cwd())  # before a temporary Prefect server is started for nothing
-    use_project_server(Path.cwd())
-    from flows.flow_launch import run_as_deployment
-    from flows.flow_logging import tracebacks_to_file
-    from flows.pipeline_flow import failure_message
-
-    log = tracebacks_to_file(Path.cwd())
+    # before a temporary Prefect server is started for nothing (a profile's params are checked once applied)
+    check_unlocked(check_project(Path.cwd()))
+    if profile == DEFAULT:
+        check_params(Path.cwd())
     parameters = {
         "project": str(Path.cwd()),
         "profile": profile,
         "stages": list(stages),
         "force": force,
     }
-    state = run_as_deployment(Path.cwd(), parameters)
-    if not state.is_completed():
-        raise PrivharError(
-            f"{failure_message(state, str(state.message))} (Prefect's log and tracebacks: {log})"
-        )
-    _print_scores(_flow_scores(state, stages))
+    with project_server(Path.cwd()):
+        from prefect.events.worker import EventsWorker
+        from prefect.exceptions import TerminationSignal
+        from prefect.logging.handlers import APILogWorker
+
+        from flows.flow_launch import run_as_deployment
+        from flows.flow_logging import tracebacks_to_file
+        from flows.pipeline_flow import failure_message
+
+        log = tracebacks_to_file(Path.cwd())
+        try:
+            state = run_as_deployment(Path.cwd(), parameters)
+        except (
+            TerminationSignal
+        ):  # Prefect's SIGTERM handler in the flow run (the run is marked crashed)
+            raise Terminated(128 + signal.SIGTERM) from None
+        finally:
+            # the run's last logs and events reach the server before a temporary one stops: sent at exit instead,
+            # they found it gone and retried for a minute
+            APILogWorker.drain_all(timeout=15)
+            EventsWorker.drain_all(timeout=15)
+        if not state.is_completed():
+            raise PrivharError(
+                f"{failure_message(state, str(state.message))} (Prefect's log and tracebacks: {log})"
+            )
+        _print_scores(_flow_scores(state, stages))
 
 
 def _flow_scores(state: Any, stages: tuple[str, ...]) -> dict:

@@ -1,7 +1,7 @@
 """``python flows/group_guard.py OWNER_PID -- COMMAND...``: run a command whose process group cannot outlive its owner.
 
 Two kinds of work run this way (issue 35). A local server (``privhar ui`` / ``serve``) runs in its own process
-group so that stopping it ends its workers too; and the ``dvc repro`` of a ``privhar run`` or flow, with every
+group so that stopping it ends its workers too; and each ``dvc repro`` of the flow, with every
 stage it starts. Their owner may be killed outright (SIGKILL, a closed terminal) and then runs no cleanup: this
 guard leads the group, starts the command in it, and ends the whole group when the owner is gone (the kernel's
 ``PR_SET_PDEATHSIG`` tells it at once; a poll of the owner's pid covers a platform without it) or when the guard

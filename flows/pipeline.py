@@ -1,4 +1,4 @@
-"""What every pipeline run shares, and ``privhar run``: the whole DAG by ``dvc repro``.
+"""What the flow's run shares with its stage tasks: DVC commands under the run's guard, its session, its scores.
 
 A run holds the project lock, opens one MLflow parent run (the stages, separate
 processes, log nested runs under it) and ends by logging every model's scores to it. The
@@ -17,11 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from flows.dag import read_dag, runs_scoring
 from flows.group_guard import guarded
-from flows.preflight import INDEX_STAGE, check_dataset, check_params
-from flows.project_lock import held_lock_fds, project_lock
-from flows.stage_times import StageClock, log_stage_times
+from flows.project_lock import check_project, held_lock_fds, project_lock
 from tasks.core.errors import ERROR_PREFIX, PrivharError
 from tasks.core.tracking import pipeline_run
 from tasks.register import merge_scores
@@ -54,6 +51,17 @@ def dvc_command(*args: str) -> list[str]:
     return [str(Path(sys.executable).parent / "dvc"), "--wait-for-lock", *args]
 
 
+_RUNNING: set[subprocess.Popen] = set()  # this process's dvc commands at work, on any thread
+
+
+def end_running_dvc() -> None:
+    """SIGTERM to every dvc command of this process still at work (its guard ends dvc and its stage): what the
+    thread that waits on it cannot do when the run is interrupted or terminated in another thread."""
+    for process in list(_RUNNING):
+        if process.poll() is None:
+            process.terminate()
+
+
 @contextlib.contextmanager
 def running_dvc(command: list[str], **popen: Any) -> Iterator[subprocess.Popen]:
     """``dvc`` started as this run's work (issue 35): under :mod:`flows.group_guard`, so it and every stage it
@@ -67,21 +75,16 @@ def running_dvc(command: list[str], **popen: Any) -> Iterator[subprocess.Popen]:
         start_new_session=True,
         **popen,
     )
+    _RUNNING.add(process)
     try:
         yield process
     finally:
+        _RUNNING.discard(process)
         if process.poll() is None:
             process.terminate()  # the guard: SIGTERM to dvc and its stages, SIGKILL after its grace
         process.wait()
         if process.stdout is not None:
             process.stdout.close()
-
-
-def check_project(project: Path) -> Path:
-    project = Path(project).resolve()
-    if not (project / "dvc.yaml").is_file():
-        raise PrivharError(f"{project}: no dvc.yaml here (run privhar from the project folder)")
-    return project
 
 
 @contextlib.contextmanager
@@ -99,41 +102,6 @@ def pipeline_session(
                 yield parent
         finally:
             os.chdir(previous)
-
-
-def run_pipeline(project: Path, *, force: bool = False, targets: tuple[str, ...] = ()) -> dict:
-    """``dvc repro`` in ``project``; return the evaluation metrics it produced."""
-    tags = {"privhar.targets": " ".join(targets) or "all"}
-    check_params(check_project(project))
-    with pipeline_session(project, "privhar run", tags, " ".join(["pipeline", *targets])) as parent:
-        force_flag = ["--force"] if force else []
-        clock = StageClock()
-        if (
-            not targets
-        ):  # the index first, and the params checked against the dataset before any other stage
-            _repro(dvc_command("repro", *force_flag, INDEX_STAGE), clock)
-            check_dataset(project)
-        _repro(dvc_command("repro", *force_flag, *targets), clock)
-        table = log_stage_times(parent, clock.walls(), clock.ended - clock.started)
-        print(
-            f"privhar: where the time went (wall seconds per stage, DVC's overhead included)\n{table}",
-            file=sys.stderr,
-        )
-        scored = not targets or runs_scoring(stage.name for stage in read_dag(project, targets))
-        return score_models(Path.cwd()) if scored else {}
-
-
-def _repro(command: list[str], clock: StageClock) -> None:
-    """One ``dvc repro``, its lines printed as DVC prints them, each stage's start marked on ``clock``."""
-    with running_dvc(command, stdout=subprocess.PIPE, text=True, bufsize=1) as process:
-        assert process.stdout is not None
-        for line in clock.watch(process.stdout):
-            sys.stdout.write(line)
-            sys.stdout.flush()
-    if process.returncode != 0:
-        raise PrivharError(
-            f"dvc repro failed (exit {process.returncode}); the failing stage's message is above"
-        )
 
 
 def score_models(project: Path) -> dict[str, dict[str, float]]:

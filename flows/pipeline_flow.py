@@ -1,11 +1,11 @@
 """The Prefect flow: the DAG of ``dvc.yaml`` as Prefect tasks, under one MLflow parent run.
 
-Each stage is a task submitted once its upstream stages have completed (:mod:`flows.stage_scheduler`; ``wait_for``
-them, so the Prefect UI draws the DAG), so stages that do not depend on each other run at once:
-``orchestrate.stage_workers`` of them (1 by default), each with its share of the cores (two on two cores: one thread
-each; two of the train stage's trainings ran 1.2-1.3x faster so than one after the other, but a whole run slower:
-docs/operations.md). A failed stage fails its task
-with its one-line error; the stages after it do not start, and the flow fails naming it.
+Each stage is a task submitted in the DAG's order with ``wait_for`` its upstream stages (so the Prefect UI draws the
+DAG): a stage whose upstream failed never runs (Prefect leaves it ``NotReady``). ``orchestrate.stage_workers`` tasks
+run at once (1 by default), each stage with its share of the cores (two on two cores: one thread each; two of the
+train stage's trainings ran 1.2-1.3x faster so than one after the other, but a whole run slower: docs/operations.md);
+a task waiting for its upstream holds its worker meanwhile. A failed stage fails its task with its one-line error,
+and the flow fails naming it and the stages not run.
 Retries come from ``orchestrate.retries`` / ``retry_delay_seconds``.
 """
 
@@ -21,11 +21,10 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows.ast_lock import serialise_ast_parse
 from flows.dag import DagStage, read_dag, runs_scoring
-from flows.pipeline import check_project, pipeline_session, score_models
+from flows.pipeline import check_project, end_running_dvc, pipeline_session, score_models
 from flows.preflight import INDEX_STAGE, check_dataset, check_params
 from flows.profiles import DEFAULT, apply_profile
-from flows.stage_scheduler import run_when_ready, stage_outcomes
-from flows.stage_tasks import STAGE_WALLS, StageFailed, run_stage
+from flows.stage_tasks import STAGE_WALLS, STOPPING, StageFailed, run_stage
 from flows.stage_times import log_stage_times
 from tasks.core.environ import exported
 from tasks.core.parallel import STAGE_CORES_ENV, core_share
@@ -42,6 +41,28 @@ def failure_message(state: State, fallback: str) -> str:
     except Exception:  # noqa: BLE001 - Prefect's MissingResult: a result kept by another process
         return state.message or fallback
     return str(error) if isinstance(error, BaseException) else fallback
+
+
+def wait(future: Any) -> State:
+    """The final state of a stage task (or ``NotReady``: its upstream did not complete).
+
+    Waited for in half-second steps: Python runs a signal's handler in the main thread only once that thread runs
+    again, and a lock wait without a timeout is not always woken by it (a Ctrl-C stopped the run only once the
+    stage it waited for had ended)."""
+    while not future.wrapped_future.done():
+        future.wait(timeout=0.5)
+    future.wait()
+    return future.state
+
+
+def stage_outcomes(dag: list[DagStage], futures: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """Once every stage has ended: the failed stages, and the stages that did not run."""
+    states = {stage.name: wait(futures[stage.name]) for stage in dag}
+    failed = [name for name, state in states.items() if state.is_failed() or state.is_crashed()]
+    not_run = [
+        name for name, state in states.items() if name not in failed and not state.is_completed()
+    ]
+    return failed, not_run
 
 
 @flow(name=FLOW_NAME, log_prints=True)
@@ -70,6 +91,7 @@ def pipeline_flow(
     ) as parent:
         started = time.monotonic()
         STAGE_WALLS.clear()
+        STOPPING.clear()
         if apply_profile(root, profile):
             logger.info(f"profile {profile}: profiles/{profile}.yaml applied to params.yaml")
         check_params(root)  # every section, before the first stage
@@ -92,20 +114,30 @@ def pipeline_flow(
                 wait_for=upstream,
             )
 
-        def checked(stage: DagStage, future: Any) -> None:
-            if (
-                whole and stage.name == INDEX_STAGE
-            ):  # the params against the dataset, before the rest starts
-                check_dataset(root)
-
+        # the index first where the whole DAG runs: the params are checked against the dataset before the rest starts
+        order = [stage.name for stage in dag]
+        gate = order.index(INDEX_STAGE) + 1 if whole and INDEX_STAGE in order else 0
         # each stage's share of the cores (its torch threads, its worker pools): two at once on two cores, one each
         with (
             exported(STAGE_CORES_ENV, str(core_share(settings.stage_workers))),
             ThreadPoolTaskRunner(max_workers=settings.stage_workers) as runner,
         ):
             futures: dict[str, Any] = {}
-            run_when_ready(dag, submit, futures, checked, gate=INDEX_STAGE if whole else None)
-            failed_stages, not_run = stage_outcomes(dag, futures)
+            try:
+                for stage in dag[:gate]:
+                    futures[stage.name] = submit(stage)
+                if gate and wait(futures[INDEX_STAGE]).is_completed():
+                    check_dataset(root)
+                for stage in dag[gate:]:
+                    futures[stage.name] = submit(stage)
+                failed_stages, not_run = stage_outcomes(dag, futures)
+            except (
+                BaseException
+            ):  # Ctrl-C, SIGTERM (Prefect's TerminationSignal), the dataset refused
+                # the stages at work end now (the runner cancels the queued ones): their threads only wait on them
+                STOPPING.set()
+                end_running_dvc()
+                raise
         failed = [
             failure_message(futures[name].state, f"{name}: {futures[name].state.message}")
             for name in failed_stages

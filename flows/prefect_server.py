@@ -7,16 +7,16 @@ Prefect lazily for that reason.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
-from flows.servers import LocalServer, answers, pid_alive
+from flows.servers import LocalServer, answers, free_port, pid_alive
 
 HOME = ".prefect"
 SERVE_PID = "serve.pid"  # privhar serve's pid, host and port (flows/deployment.py)
-# where a server listens: a temporary server picks its own port, so only these are left to it
-SERVER_ADDRESS = ("PREFECT_SERVER_API_HOST", "PREFECT_SERVER_API_PORT", "PREFECT_API_URL")
 
 
 def prefect_environment(project: Path, host: str, port: int) -> dict[str, str]:
@@ -31,9 +31,6 @@ def prefect_environment(project: Path, host: str, port: int) -> dict[str, str]:
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",  # no network here; and no telemetry unasked
         "PREFECT_UI_ENABLED": "true",
         "PREFECT_LOGGING_EXTRA_LOGGERS": "tasks",  # the stages' logging (progress, privacy lines) in the run's log
-        # a temporary server's first start on a fresh clone (a new database to migrate, nothing byte-compiled yet) took
-        # over Prefect's 20 s on 2 cores on 2026-11-27, and `make run` failed before its first stage
-        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "180",
     }
 
 
@@ -41,7 +38,8 @@ def _client_host(host: str) -> str:
     return "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
 
 
-def prefect_server(project: Path, host: str, port: int) -> LocalServer:
+def prefect_server(project: Path, host: str, port: int, files: str = "server") -> LocalServer:
+    """The project's Prefect server on ``host``:``port``; its pid and log in ``.prefect/<files>.pid`` / ``.log``."""
     env = {**os.environ, **prefect_environment(project, host, port)}
     home = Path(env["PREFECT_HOME"])
     command = (
@@ -59,10 +57,11 @@ def prefect_server(project: Path, host: str, port: int) -> LocalServer:
         command,
         env,
         f"{env['PREFECT_API_URL']}/health",
-        home / "server.pid",
-        home / "server.log",
+        home / f"{files}.pid",
+        home / f"{files}.log",
         host,
         port,
+        cwd=home,
     )
 
 
@@ -82,12 +81,7 @@ def serving(project: Path) -> tuple[int, str, int] | None:
 
 
 def use_project_server(project: Path) -> str | None:
-    """Point this process at the project's Prefect server if it is up; return its API URL.
-
-    With no server up (and no ``PREFECT_API_URL`` of the user's), Prefect starts a temporary one for the run, on the
-    project's own database: the flow run, its task graph and its logs are there when ``privhar serve`` later opens
-    the dashboard (a temporary server on Prefect's default home would take them away with it).
-    """
+    """Point this process at the project's Prefect server if it is up; return its API URL (None: none is up)."""
     if os.environ.get("PREFECT_API_URL"):
         return os.environ["PREFECT_API_URL"]
     from tasks.core.params import OrchestrateParams, load_section
@@ -97,9 +91,32 @@ def use_project_server(project: Path) -> str | None:
     host, port = (running[1], running[2]) if running else (settings.host, settings.prefect_port)
     env = prefect_environment(project, host, port)
     if not answers(f"{env['PREFECT_API_URL']}/health"):
-        temporary = {key: value for key, value in env.items() if key not in SERVER_ADDRESS}
-        (Path(project).resolve() / HOME).mkdir(exist_ok=True)
-        os.environ.update(temporary)
         return None
     os.environ.update(env)
     return env["PREFECT_API_URL"]
+
+
+@contextlib.contextmanager
+def project_server(project: Path) -> Iterator[str]:
+    """The project's Prefect server for one command; yield its API URL.
+
+    The one that is up (``privhar serve``'s, or the user's ``PREFECT_API_URL``); else a temporary one on the project's
+    own database and a free loopback port, stopped when the block ends: the flow run, its task graph and its logs
+    are there when ``privhar serve`` later opens the dashboard. Not Prefect's own temporary server: that one runs in
+    the terminal's process group (one Ctrl-C ended it under the flow, which then hung on ``ConnectError``: issue 61)
+    and outlives a run killed outright; this one runs in its own session under :mod:`flows.group_guard`, which ends it
+    with this process.
+    """
+    url = use_project_server(project)
+    if url is not None:
+        yield url
+        return
+    port = free_port()
+    server = prefect_server(project, "127.0.0.1", port, files="flow-server")
+    server.start()
+    try:
+        env = prefect_environment(project, "127.0.0.1", port)
+        os.environ.update(env)
+        yield env["PREFECT_API_URL"]
+    finally:
+        server.stop()

@@ -2,8 +2,8 @@
 
 A real dataset's shape (its people, actions and splits) is known once the index stage (``synthesize``) has read it;
 params it cannot serve — more federated clients than people, a δ ≥ 1/N, more DCA filters than public actions —
-would otherwise be refused by their own stage after minutes of others' work (issue 32). ``privhar run`` and
-``privhar flow`` check every params section first (:func:`check_params`), bring the index up to date and refuse the run in one line here
+would otherwise be refused by their own stage after minutes of others' work (issue 32). ``privhar flow``
+checks every params section first (:func:`check_params`), bring the index up to date and refuse the run in one line here
 (:func:`tasks.core.dataset_checks.check_against_dataset`); ``dvc repro <stage>`` alone gets the index stage's warnings.
 """
 

@@ -2,7 +2,7 @@
 
 Two runs on one workspace would race on the same outputs and on ``dvc.lock``. The lock is an advisory
 ``flock`` on ``.privhar/run.lock``: the kernel drops it when the last descriptor of its open file closes, so a
-killed run never leaves a stale lock. ``privhar run`` hands that descriptor to its ``dvc repro``
+killed run never leaves a stale lock. The flow hands that descriptor to each ``dvc repro``
 (:func:`held_lock_fds`): a runner killed outright (SIGKILL) leaves the lock held until its ``dvc`` has ended too,
 and a second run cannot start beside work still running (issue 35). ``filelock`` is not used for this: its
 release unlocks (``LOCK_UN``) the open file for every process that shares it, children included; here the
@@ -24,6 +24,14 @@ from tasks.core.errors import PrivharError
 LOCK_NAME = Path(".privhar") / "run.lock"
 HOLDER_NAME = Path(".privhar") / "run.holder"
 _HELD: set[int] = set()
+
+
+def check_project(project: Path) -> Path:
+    """The project folder, resolved; one line if it holds no ``dvc.yaml``."""
+    project = Path(project).resolve()
+    if not (project / "dvc.yaml").is_file():
+        raise PrivharError(f"{project}: no dvc.yaml here (run privhar from the project folder)")
+    return project
 
 
 def check_unlocked(project: Path) -> None:

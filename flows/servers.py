@@ -77,6 +77,7 @@ class LocalServer:
     log_file: Path
     host: str
     port: int
+    cwd: Path | None = None  # where it runs (a server is no work of a run in the project's folder)
 
     def is_up(self) -> bool:
         return answers(self.health_url)
@@ -115,6 +116,7 @@ class LocalServer:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
+                cwd=self.cwd,
             )
         self.pid_file.write_text(str(process.pid))
         deadline = time.monotonic() + timeout

@@ -94,6 +94,10 @@ def run_through_dvc(name: str, force: bool, logger: logging.LoggerAdapter) -> bo
     return not unchanged
 
 
+# set when the run is interrupted or terminated: the shards still queued or at work stop at their next video
+STOPPING = threading.Event()
+
+
 @task(name="shard", task_run_name="{stage}[{index}]", cache_policy=NO_CACHE)
 def process_shard(
     function: Callable[[Any], Any], items: list[Any], stage: str, index: int
@@ -105,6 +109,8 @@ def process_shard(
     """
     results = []
     for item in items:
+        if STOPPING.is_set():
+            raise PrivharError(f"{stage} shard {index}: the run was stopped")
         try:
             results.append(function(item))
         except Exception as error:  # noqa: BLE001 — re-raised as one line naming the videos

@@ -1,59 +1,15 @@
-"""Where a run's time goes: each stage's wall time as ``dvc repro`` ran it, printed and logged to the parent run.
+"""Where a run's time goes: each stage task's wall time, printed and logged to the flow's parent run.
 
-The wall time of a stage is from DVC's ``Running stage 'name':`` line to the next stage's (or the end):
-the command's own work, its process start (an interpreter importing torch and
-MLflow), and DVC's hashing and caching of its outputs. The stages' MLflow runs
-measure the work alone (``stage_seconds``, from the stage function's call: tasks.core.tracking.stage_work);
+The wall time of a stage is its task's, from start to end: the command's own work, its process start (an
+interpreter importing torch and MLflow), and DVC's hashing and caching of its outputs. The stages' MLflow runs measure the work alone (``stage_seconds``, from the stage function's call: tasks.core.tracking.stage_work);
 the difference is the fixed cost per stage that issues 21 and 31 ask to find and bound. scan and budget open
 no MLflow run: their work is not measured apart.
 """
 
 from __future__ import annotations
 
-import re
-import time
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
-
 from tasks.core.tables import markdown_of
 from tasks.core.tracking import DVC_STAGE_TAG
-
-RUNNING = re.compile(r"^Running stage '([^']+)':")
-
-
-@dataclass
-class StageClock:
-    """Marks the time each stage starts in DVC's output; ``walls`` gives each stage's seconds."""
-
-    clock: Callable[[], float] = time.monotonic
-    marks: list[tuple[str, float]] = field(default_factory=list)
-    started: float = 0.0
-    ended: float = 0.0
-
-    def watch(self, lines: Iterable[str]) -> Iterator[str]:
-        """Pass ``lines`` through, marking each stage start (over several ``dvc repro`` runs: the clock starts at the
-        first one that ran a stage)."""
-        if not self.marks:
-            self.started = self.clock()
-        for line in lines:
-            found = RUNNING.match(line)
-            if found:
-                self.marks.append((found.group(1), self.clock()))
-            yield line
-        self.ended = self.clock()
-
-    def walls(self) -> dict[str, float]:
-        """``{stage: seconds}`` in the order DVC ran them.
-
-        >>> ticks = iter([0.0, 1.0, 4.0, 10.0])
-        >>> clock = StageClock(clock=lambda: next(ticks))
-        >>> list(clock.watch(["Running stage 'scan':", "Running stage 'train':", "done"]))[-1]
-        'done'
-        >>> clock.walls()
-        {'scan': 3.0, 'train': 6.0}
-        """
-        ends = [moment for _, moment in self.marks[1:]] + [self.ended]
-        return {name: end - start for (name, start), end in zip(self.marks, ends)}
 
 
 def stage_rows(
@@ -81,7 +37,7 @@ def summary(
     total: float,
     work: float,
     works: dict[str, float] | None = None,
-    runner: str = "dvc repro",
+    runner: str = "Prefect flow",
 ) -> str:
     """A Markdown table of :func:`stage_rows`, then the run's totals.
 
@@ -125,7 +81,7 @@ def stage_works(parent_run_id: str) -> dict[str, float]:
 
 
 def log_stage_times(
-    parent_run_id: str, walls: dict[str, float], total: float, runner: str = "dvc repro"
+    parent_run_id: str, walls: dict[str, float], total: float, runner: str = "Prefect flow"
 ) -> str:
     """Log each stage's wall time (``wall_seconds.<stage>``), the table (``stage_times.md``) and its rows
     (``stage_times.json``) to the parent run; return the table."""

@@ -5,7 +5,7 @@
     reports/evaluate/scored.json ──┘   provenance (git commit, dvc.lock); the family's ``champion`` alias
                                        out: registered.json {model key: {version, checkpoint_sha256}}
 
-A stage (not a step of ``privhar run``), so a plain ``dvc repro`` or ``dvc exp run`` scores the registry too.
+A stage (not a step of the flow), so a plain ``dvc repro`` or ``dvc exp run`` scores the registry too.
 Only the model files evaluate scored are described (``scored.json`` holds each file's SHA-256): a version
 trained after that evaluate is left unscored and moves no alias (tasks/core/registry.py).
 """

@@ -287,7 +287,7 @@ def synthesize(
             )
         if (
             not public
-        ):  # what a later stage will refuse, said now (privhar run refuses the run on it)
+        ):  # what a later stage will refuse, said now (privhar flow refuses the run on it)
             for problem in dataset_problems(
                 params_path, rows, data.root or "synthesize", base.seed
             ):

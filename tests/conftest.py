@@ -137,11 +137,24 @@ def write_params(folder: Path, overrides: dict[str, Any] | None = None) -> Path:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark ``pipeline`` every test that reads the session's whole-pipeline run, so that ``-m 'not pipeline'`` runs
     the rest of the suite without it (docs/operations.md: the layers of the suite); under pytest-xdist's
-    ``--dist loadgroup`` they go to one worker, which makes the run once."""
+    ``--dist loadgroup`` they go to one worker, which makes the run once. The tests that share a module fixture go
+    to one worker too: spread over both, each worker built the fixture (a project, a trained model) for itself, and
+    a test that read what another test left in it failed on the other worker."""
     for item in items:
         if "pipeline_run" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.pipeline)
             item.add_marker(pytest.mark.xdist_group("pipeline"))
+        elif item.get_closest_marker("xdist_group") is None and uses_a_module_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+
+
+def uses_a_module_fixture(item: pytest.Item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    return info is not None and any(
+        definition.scope == "module"
+        for definitions in info.name2fixturedefs.values()
+        for definition in definitions
+    )
 
 
 @pytest.fixture(scope="session", autouse=True)

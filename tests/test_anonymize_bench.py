@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import yaml
 
-from flows.anonymize_bench import face_leakage_rows, sources
+from benchmarks.anonymize import face_leakage_rows, sources
 from tasks.decode import decode
 from tests.conftest import write_params
 

@@ -19,7 +19,7 @@ def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
 def test_help_lists_commands():
     result = run("--help")
     assert result.returncode == 0
-    for command in ("run", "stage"):
+    for command in ("flow", "stage"):
         assert command in result.stdout
     stages = run("stage", "--help").stdout
     for name in ("synthesize", "decode", "train", "evaluate"):
@@ -47,8 +47,8 @@ def test_bad_param_is_one_line_without_traceback(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def test_run_outside_a_project_is_one_line(tmp_path):
-    result = run("run", cwd=tmp_path)
+def test_flow_outside_a_project_is_one_line(tmp_path):
+    result = run("flow", cwd=tmp_path)
     assert result.returncode == 1
     assert (
         result.stderr.strip()
@@ -107,7 +107,7 @@ def test_serve_checks_its_schedule_before_it_starts_a_server(tmp_path):
     assert params.exists()
 
 
-def test_run_checks_every_params_section_before_the_first_stage(tmp_path):
+def test_flow_checks_every_params_section_before_the_first_stage(tmp_path):
     """A typo in the last stages' sections was found by their own command line, after the others ran (issue 35)."""
     from tests.conftest import REPO
 
@@ -117,7 +117,7 @@ def test_run_checks_every_params_section_before_the_first_stage(tmp_path):
         ({"private": {"methods": ["dp_sdg"]}}, "private.methods.0 = 'dp_sdg' is invalid"),
     ):
         params = write_params(tmp_path, overrides)
-        result = run("run", cwd=tmp_path)
+        result = run("flow", cwd=tmp_path)
         assert result.returncode == 1 and "Running stage" not in result.stdout
         assert result.stderr.startswith(f"privhar: error: {params}: {message}")
         assert result.stderr.count("\n") == 1

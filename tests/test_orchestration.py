@@ -285,7 +285,7 @@ def test_a_second_run_is_refused_while_one_holds_the_project(small):
             state.result(raise_on_failure=False)
         )
         refused = subprocess.run(
-            [str(BIN / "privhar"), "run"], cwd=small, capture_output=True, text=True, timeout=120
+            [str(BIN / "privhar"), "flow"], cwd=small, capture_output=True, text=True, timeout=120
         )
         assert (
             refused.returncode == 1

@@ -189,7 +189,7 @@ def test_dprp_ablation_reruns_only_what_depends_on_it(experiments, ablation):
 def test_an_experiment_scores_the_registry_through_its_register_stage(
     experiments, ablation, pipeline_run
 ):
-    """The registry is scored by the DAG's register stage, not by privhar run or flow: a plain dvc exp run scores it
+    """The registry is scored by the DAG's register stage, not by the flow: a plain dvc exp run scores it
     too. The retrained model is a new version; the others keep theirs."""
     from mlflow import MlflowClient
 

@@ -578,7 +578,7 @@ def test_an_epsilon_can_take_more_seeds_than_the_others_and_the_plan_and_ledger_
 
 
 def test_bench_maskdp_views_scores_every_variant_on_both_protocols(project, tmp_path):
-    from tasks.private.views_bench import run_bench
+    from benchmarks.maskdp_views import run_bench
 
     folder, params, decoded = project
     out = tmp_path / "maskdp_views.json"

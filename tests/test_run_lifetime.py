@@ -1,5 +1,6 @@
-"""A run's work ends with the run (issue 35): ``dvc repro`` and its stages under flows/group_guard.py, the project
-lock held until the last of them is gone, even when ``privhar run`` itself is killed outright."""
+"""A run's work ends with the run (issue 35): each ``dvc repro`` and its stage under flows/group_guard.py, the project
+lock held until the last of them is gone, even when ``privhar flow`` itself is killed outright; its temporary Prefect
+server goes too."""
 
 import os
 import signal
@@ -101,36 +102,52 @@ def project(tmp_path_factory) -> Path:
 
 
 def start_run(project: Path) -> tuple[subprocess.Popen, dict[str, str]]:
-    """`privhar run` in ``project``, returned once its first stage is at work."""
-    env = {
-        **os.environ,
+    """`privhar flow` in ``project`` (no Prefect server up: it starts its own), returned once its first stage is at
+    work."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("PREFECT_")}
+    env |= {
         "MLFLOW_TRACKING_URI": f"sqlite:///{project / 'mlflow.db'}",
         "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
     }
     process = subprocess.Popen(
-        [str(BIN / "privhar"), "run"],
+        [str(BIN / "privhar"), "flow"],
         cwd=project,
         env=env,
-        stdout=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
     )
-    assert process.stdout is not None
-    for line in process.stdout:
-        if line.startswith("Running stage 'synthesize'"):
+    assert process.stderr is not None
+    for line in process.stderr:
+        if "Running stage 'synthesize'" in line:
             break
     time.sleep(1.0)  # the stage at work
     assert len(processes_in(project)) >= 3  # the runner, the guard, dvc (and the stage)
     return process, env
 
 
+def server_left(project: Path) -> bool:
+    """The run's temporary Prefect server (its group's leader in .prefect/flow-server.pid) is still there."""
+    try:
+        leader = int((project / ".prefect" / "flow-server.pid").read_text())
+    except (OSError, ValueError):
+        return False
+    try:
+        os.killpg(leader, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 def nothing_left(project: Path, env: dict[str, str]) -> None:
-    """Within seconds nothing of the run is left; then the project is free and DVC not left locked."""
+    """Within seconds nothing of the run is left, its Prefect server included; then the project is free and DVC not
+    left locked."""
     try:
         assert wait_until(lambda: not processes_in(project), 20), (
             f"left running: {processes_in(project)}"
         )
+        assert wait_until(lambda: not server_left(project), 30), "its Prefect server outlived it"
     finally:
         for pid in processes_in(project):
             os.kill(pid, signal.SIGKILL)
@@ -146,8 +163,8 @@ def nothing_left(project: Path, env: dict[str, str]) -> None:
     assert status.returncode == 0 and "synthesize" in status.stdout, status.stderr
 
 
-def test_a_killed_privhar_run_takes_its_dvc_and_stages_down(project):
-    """SIGKILL to `privhar run` mid-stage: its dvc went on before, and the lock was free beside it."""
+def test_a_killed_privhar_flow_takes_its_dvc_stages_and_server_down(project):
+    """SIGKILL to `privhar flow` mid-stage: its dvc, its stage and its Prefect server end, the lock free only after."""
     process, env = start_run(project)
     os.kill(process.pid, signal.SIGKILL)
     process.wait()
@@ -160,12 +177,25 @@ def test_a_killed_privhar_run_takes_its_dvc_and_stages_down(project):
     nothing_left(project, env)
 
 
-def test_a_terminated_privhar_run_ends_its_work_and_says_so(project):
-    """SIGTERM to `privhar run` mid-stage: its stage ended too (it ran on, silently, before), one line, status 143."""
+def test_a_terminated_privhar_flow_ends_its_work_and_says_so(project):
+    """SIGTERM to `privhar flow` mid-stage: its stage ends too, no later stage starts, one line, status 143 within
+    seconds; the flow run is marked crashed on its server before that server stops."""
     process, env = start_run(project)
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=60)
-    assert process.returncode == 143
+    assert process.returncode == 143, stderr[-3000:]
     assert stderr.rstrip().splitlines()[-1] == "privhar: terminated (SIGTERM)"
-    assert "Traceback" not in stderr
+    assert "Traceback" not in stderr and "Running stage 'decode'" not in stderr
+    nothing_left(project, env)
+
+
+def test_an_interrupted_privhar_flow_ends_its_work_and_says_so(project):
+    """Ctrl-C as a terminal sends it (SIGINT to the whole process group) mid-stage: the same, status 130 (issue 61:
+    the next stage started, Prefect's temporary server died under the flow, and the flow hung for minutes)."""
+    process, env = start_run(project)
+    os.killpg(process.pid, signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr[-3000:]
+    assert stderr.rstrip().splitlines()[-1] == "privhar: interrupted"
+    assert "Traceback" not in stderr and "Running stage 'decode'" not in stderr
     nothing_left(project, env)

@@ -17,7 +17,7 @@ Each check repeats a condition a later stage applies to the same rows (the stage
   largest array each stage holds, from the params and the dataset's counts, against this machine's memory.
 
 The index stage (synthesize) logs each problem as a warning — ``dvc repro anonymize@avatar`` needs no federated
-client — and ``privhar run`` / ``privhar flow`` refuse the whole run in one line once the index is built, before any
+client — and ``privhar flow`` refuses the whole run in one line once the index is built, before any
 other stage (flows/preflight.py). The index does not depend on these params in dvc.yaml: a changed param reruns the
 stage that uses it, and the runner checks again.
 """

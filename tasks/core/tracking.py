@@ -1,7 +1,7 @@
 """MLflow tracking: one parent run per pipeline execution, one nested run per stage.
 
 The store defaults to SQLite inside the project (``mlflow.db``, artifacts in
-``mlartifacts/``); ``MLFLOW_TRACKING_URI`` overrides it. ``privhar run`` opens the parent
+``mlartifacts/``); ``MLFLOW_TRACKING_URI`` overrides it. The flow opens the parent
 run and passes its id to the stages (run by DVC as separate processes) through
 ``PRIVHAR_PARENT_RUN_ID``; a stage run on its own opens a top-level run.
 
@@ -63,7 +63,7 @@ def tracking_uri(project: Path | None = None) -> str:
 EXPERIMENT_TAGS = {
     "mlflow.experimentKind": "custom_model_development",
     "mlflow.note.content": (
-        "privhar: privacy-preserving video action recognition. A run per pipeline (privhar run, the Prefect flow), "
+        "privhar: privacy-preserving video action recognition. A run per pipeline (the Prefect flow), "
         "a nested run per DVC stage, a leaf run per model with its Top-1 and its ε, δ, unit and relation. "
         "Trained models are in the registry as privhar-<method>; docs/operations.md says how to browse them."
     ),
