@@ -24,7 +24,7 @@ from flows.dag import DagStage, read_dag, runs_scoring
 from flows.pipeline import check_project, end_running_dvc, pipeline_session, score_models
 from flows.preflight import INDEX_STAGE, check_dataset, check_params
 from flows.profiles import DEFAULT, apply_profile
-from flows.stage_tasks import STAGE_WALLS, STOPPING, StageFailed, run_stage
+from flows.stage_tasks import STAGE_WALLS, StageFailed, run_stage, stop_shards
 from flows.stage_times import log_stage_times
 from tasks.core.environ import exported
 from tasks.core.parallel import STAGE_CORES_ENV, core_share
@@ -91,7 +91,7 @@ def pipeline_flow(
     ) as parent:
         started = time.monotonic()
         STAGE_WALLS.clear()
-        STOPPING.clear()
+        stop_shards(False)
         if apply_profile(root, profile):
             logger.info(f"profile {profile}: profiles/{profile}.yaml applied to params.yaml")
         check_params(root)  # every section, before the first stage
@@ -135,7 +135,7 @@ def pipeline_flow(
                 BaseException
             ):  # Ctrl-C, SIGTERM (Prefect's TerminationSignal), the dataset refused
                 # the stages at work end now (the runner cancels the queued ones): their threads only wait on them
-                STOPPING.set()
+                stop_shards()
                 end_running_dvc()
                 raise
         failed = [

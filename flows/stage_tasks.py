@@ -98,6 +98,15 @@ def run_through_dvc(name: str, force: bool, logger: logging.LoggerAdapter) -> bo
 STOPPING = threading.Event()
 
 
+def stop_shards(stop: bool = True) -> None:
+    """Stop (or, for a new run, let run) the shards of this process. A function, not the event, is what the flow
+    calls: Prefect's served runner pickles the flow's function with the globals it names, and an event holds a lock."""
+    if stop:
+        STOPPING.set()
+    else:
+        STOPPING.clear()
+
+
 @task(name="shard", task_run_name="{stage}[{index}]", cache_policy=NO_CACHE)
 def process_shard(
     function: Callable[[Any], Any], items: list[Any], stage: str, index: int
