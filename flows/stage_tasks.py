@@ -99,12 +99,17 @@ STOPPING = threading.Event()
 
 
 def stop_shards(stop: bool = True) -> None:
-    """Stop (or, for a new run, let run) the shards of this process. A function, not the event, is what the flow
-    calls: Prefect's served runner pickles the flow's function with the globals it names, and an event holds a lock."""
+    """Stop (or, for a new run, let run) the shards of this process. Functions, not the event, are what the flow and
+    the shards name: Prefect pickles a flow's or a task's function with the globals it names (the served runner, a
+    Dask worker), and an event holds a lock. A Dask worker's shards run to their end."""
     if stop:
         STOPPING.set()
     else:
         STOPPING.clear()
+
+
+def shards_stopped() -> bool:
+    return STOPPING.is_set()
 
 
 @task(name="shard", task_run_name="{stage}[{index}]", cache_policy=NO_CACHE)
@@ -118,7 +123,7 @@ def process_shard(
     """
     results = []
     for item in items:
-        if STOPPING.is_set():
+        if shards_stopped():
             raise PrivharError(f"{stage} shard {index}: the run was stopped")
         try:
             results.append(function(item))
