@@ -343,9 +343,8 @@ def flow_command(profile: str, force: bool, stages: tuple[str, ...]) -> None:
         log = tracebacks_to_file(Path.cwd())
         try:
             state = run_as_deployment(Path.cwd(), parameters)
-        except (
-            TerminationSignal
-        ):  # Prefect's SIGTERM handler in the flow run (the run is marked crashed)
+        # Prefect's own SIGTERM handler in the flow run (which it marks crashed)
+        except TerminationSignal:
             raise Terminated(128 + signal.SIGTERM) from None
         finally:
             # the run's last logs and events reach the server before a temporary one stops: sent at exit instead,

@@ -131,10 +131,9 @@ def pipeline_flow(
                 for stage in dag[gate:]:
                     futures[stage.name] = submit(stage)
                 failed_stages, not_run = stage_outcomes(dag, futures)
-            except (
-                BaseException
-            ):  # Ctrl-C, SIGTERM (Prefect's TerminationSignal), the dataset refused
-                # the stages at work end now (the runner cancels the queued ones): their threads only wait on them
+            # Ctrl-C, SIGTERM (Prefect's TerminationSignal), the dataset refused: the stages at work end now (the
+            # runner cancels the queued ones), since their threads only wait on them
+            except BaseException:
                 stop_shards()
                 end_running_dvc()
                 raise
