@@ -196,29 +196,26 @@ def log_model_runs(
     run: StageRun, metrics: dict[str, dict[str, float]], checkpoints: list[Path]
 ) -> None:
     """One run nested under the stage's per registered model (MLflow's compare view lines them up): its scores and
-    their mean and interval over its seeds under plain names, each other seed's under ``seed<i>.``, in one write."""
-    rows: dict[str, dict[str, float]] = {}
-    seeds: dict[
-        str, int
-    ] = {}  # seeds scored per model (its seed-0 row carries the row's count where it exists)
+    their mean and interval over its seeds; each other seed's scores, under the same names, in a run nested under it."""
+    rows: dict[str, dict[int, dict[str, float]]] = {}
     for key, scores in metrics.items():
         model, seed = base_key(key)
-        seeds[model] = seeds.get(model, 0) + 1
-        prefix = f"seed{seed}." if seed else ""
-        rows.setdefault(model, {}).update(
-            {prefix + name: value for name, value in scores.items() if name != "test_videos"}
-        )
+        rows.setdefault(model, {})[seed] = {
+            name: value for name, value in scores.items() if name != "test_videos"
+        }
     paths = {checkpoint_key(checkpoint): checkpoint for checkpoint in checkpoints}
-    for model, values in rows.items():
+    for model, by_seed in rows.items():
         with run.model_run(
             model,
             "test",
             {
                 "privhar.checkpoint": str(paths.get(model, "")),
-                "privhar.seeds": metrics.get(model, {}).get("seeds", seeds[model]),
+                "privhar.seeds": metrics.get(model, {}).get("seeds", len(by_seed)),
             },
         ) as model_run:
-            model_run.log_history([(None, values)])
+            for seed, values in sorted(by_seed.items()):
+                with model_run.seed_run(seed) as seed_run:
+                    seed_run.log_history([(None, values)])
 
 
 def write_confusion_data(predictions: pl.DataFrame, folder: Path) -> None:

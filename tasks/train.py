@@ -351,19 +351,20 @@ def train(
                 held_out,
             )
             for seed in range(seeds):
-                model, history, seconds = _train_seed(
-                    params,
-                    base.seed,
-                    seed,
-                    data,
-                    init,
-                    config,
-                    key,
-                    frames,
-                    run.prefixed(f"seed{seed}.") if seed else run,
-                    model_params.weights,
-                    as_loaded,
-                )
+                with run.seed_run(seed) as seed_run:
+                    model, history, seconds = _train_seed(
+                        params,
+                        base.seed,
+                        seed,
+                        data,
+                        init,
+                        config,
+                        key,
+                        frames,
+                        seed_run,
+                        model_params.weights,
+                        as_loaded,
+                    )
                 folder = seed_folder(staging, seed)
                 folder.mkdir(exist_ok=True)
                 checkpoint = {"state_dict": model.state_dict(), "config": {**config, "seed": seed}}

@@ -29,8 +29,10 @@ def verdict(params: Path, release: str, plan: Path | None) -> str:
 
 
 def test_each_dp_stage_gets_a_plan_file_whose_verdicts_are_the_ones_it_computes_itself(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    import tasks.privacy.budget as budget
+
     first = max(
         next(
             r for r in planned_releases(write_params(tmp_path, SETTINGS)) if r.name == "dprp-eps2.0"
@@ -85,6 +87,12 @@ def test_each_dp_stage_gets_a_plan_file_whose_verdicts_are_the_ones_it_computes_
     } == {
         stage: {release for release, owner in stages.items() if owner == stage} for stage in files
     }
+    # with its plan file a stage checks against that file alone: no plan derived again from the params (issue 60)
+    monkeypatch.setattr(budget, "planned_releases", None)
+    assert verdict(params, "dprp-eps2.0", tmp_path / "budget/dprp-eps2.0.json") == "within the cap"
+    assert verdict(params, "dprp-eps2.0", tmp_path / "open/ldp.json").endswith(
+        "ldp.json: dprp-eps2.0 is not in this budget plan; expected the plan of the stage that makes it"
+    )
 
 
 def test_the_budget_stage_declares_every_params_section_the_plan_reads(

@@ -102,6 +102,7 @@ def test_pipeline_runs_end_to_end_then_is_up_to_date(project, pipeline_run):
 
 
 def test_parent_and_nested_runs_are_logged(pipeline_run):
+    import mlflow
     from mlflow import MlflowClient
 
     client = MlflowClient(pipeline_run.mlflow_uri)  # explicit: an earlier test may have set another
@@ -140,10 +141,49 @@ def test_parent_and_nested_runs_are_logged(pipeline_run):
     sharded = {"decode", "dprp@8.0", "anonymize@avatar", "anonymize@blackout"}
     flow_pid = parents[0].data.tags["privhar.pid"]
     assert {stage for stage, pid in pids.items() if pid == flow_pid} == sharded
-    walls = parents[0].data.metrics  # privhar flow's wall time per stage task, DVC's included
+    # privhar flow's wall time per stage task, DVC's included: a table on the parent run, not a metric key per stage
+    times = mlflow.artifacts.load_dict(f"{parents[0].info.artifact_uri}/stage_times.json")
+    walls = {row["stage"]: row["wall_s"] for row in times["stages"]}
     assert (
-        walls["pipeline_wall_seconds"] >= walls["wall_seconds.train"] > 0
-        and "wall_seconds.train-private.dp_sgd" in walls
+        parents[0].data.metrics["pipeline_wall_seconds"] >= walls["train"] > 0
+        and "train-private@dp_sgd" in walls
+    )
+
+
+def test_the_experiment_names_quantities_not_seeds_or_people(pipeline_run):
+    """Issue 60: a metric key names a quantity (``loss``, ``top1``); another training seed logs the same keys in a
+    run nested under its model's, and each person's ε is a table on the release ledger's run, not a key per person."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(pipeline_run.mlflow_uri)
+    main = client.get_experiment_by_name("privhar-tests").experiment_id
+    runs = client.search_runs([main], max_results=50000)
+    parent_of = {run.info.run_id: run.data.tags.get("mlflow.parentRunId") for run in runs}
+    pipeline = client.search_runs(
+        [main], "tags.`privhar.pipeline` = 'true'", order_by=["attributes.start_time ASC"]
+    )[0].info.run_id
+
+    def in_the_run(run_id: str | None) -> bool:
+        while run_id is not None and run_id != pipeline:
+            run_id = parent_of.get(run_id)
+        return run_id == pipeline
+
+    ours = [run for run in runs if in_the_run(run.info.run_id)]
+    keys = {key for run in ours for key in run.data.metrics}
+    assert len(keys) <= 40 and not any(key.startswith("seed") for key in keys), sorted(keys)
+    releases = client.search_runs(
+        [client.get_experiment_by_name("privhar-tests-releases").experiment_id], max_results=5000
+    )
+    assert releases and not any(
+        key.startswith("person.") for run in releases for key in run.data.metrics
+    )
+    seeds = [run for run in ours if run.data.tags.get("privhar.seed") == "1"]
+    fitted = [run for run in seeds if run.info.run_name.startswith("fit dp_sgd")]
+    assert fitted and all("loss" in run.data.metrics for run in fitted), [
+        r.info.run_name for r in seeds
+    ]
+    assert any(
+        run.info.run_name.startswith("test ") and "top1" in run.data.metrics for run in seeds
     )
 
 

@@ -736,6 +736,45 @@ def test_releases_entered_together_count_as_they_would_one_by_one(
     )
 
 
+def test_the_ledger_reads_each_persons_epsilon_from_its_table_and_from_older_runs_metrics(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each person's ε is a table on the release's run (issue 60: no metric key per person); runs recorded before it
+    kept ``person.<id>`` metrics and still count; a run whose table cannot be read stops the count in one line (fail
+    closed: its release's ε is unknown, not zero)."""
+    from mlflow import MlflowClient
+    from mlflow.entities import Metric
+
+    from tasks.core.errors import PrivharError
+    from tasks.privacy import release_ledger
+
+    monkeypatch.setenv(
+        "PRIVHAR_EXPERIMENT", f"ledger-{tmp_path.name}"
+    )  # its own: older keys stay out of the shared one
+    budget = f"table-{tmp_path.name}"
+    release_ledger.record_release(budget, "new", {1: 0.5, 7: 1.25}, "secure")
+    client = MlflowClient()
+    older = client.create_run(
+        release_ledger._experiment_id(),
+        tags={release_ledger.RELEASE_TAG: "older", release_ledger.BUDGET_TAG: budget},
+    )
+    client.log_batch(older.info.run_id, metrics=[Metric("person.7", 2.0, 0, 0)])
+    assert release_ledger.recorded(budget) == ({"new", "older"}, {1: 0.5, 7: 3.25})
+    (run,) = client.search_runs(
+        [release_ledger._experiment_id()], f"tags.`{release_ledger.RELEASE_TAG}` = 'new'"
+    )
+    assert not run.data.metrics and [
+        item.path for item in client.list_artifacts(run.info.run_id)
+    ] == [release_ledger.PERSONS_FILE]
+    client.create_run(
+        release_ledger._experiment_id(),
+        run_name="stopped",
+        tags={release_ledger.RELEASE_TAG: "stopped", release_ledger.BUDGET_TAG: budget},
+    )
+    with pytest.raises(PrivharError, match=r"run \w+ \(stopped\) has no readable persons.parquet"):
+        release_ledger.recorded(budget)
+
+
 def test_a_rows_spread_splits_into_the_test_sets_part_and_the_models_part() -> None:
     """Issue 31: "more test videos or more seeds". Seeds right on as many videos, but different ones, spread by the
     test set alone (no model part); seeds all right or all wrong spread by the model alone (a bigger test set would

@@ -75,6 +75,8 @@ def configure(project: Path | None = None) -> str:
     return the experiment id."""
     import mlflow
 
+    # the release ledger reads a small table per release: no progress bar per file on the stage's stderr
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     mlflow.set_tracking_uri(tracking_uri(project))
     name = os.environ.get(EXPERIMENT_ENV, DEFAULT_EXPERIMENT)
     experiment = mlflow.get_experiment_by_name(name)
@@ -127,18 +129,48 @@ def _log_readable(metrics: Mapping[str, Any], step: int | None = None) -> None:
 
 
 class StageRun:
-    """What a stage may log to its run."""
+    """What a stage may log to its run (by id, through the client: a seed's run is not the active one)."""
 
-    def __init__(self, run_id: str, prefix: str = "") -> None:
+    def __init__(self, run_id: str) -> None:
         self.run_id = run_id
-        self.prefix = prefix
 
-    def prefixed(self, prefix: str) -> StageRun:
-        """The same run, its metric names under ``prefix`` (``seed1.loss``): another training seed's curves."""
-        return StageRun(self.run_id, self.prefix + prefix)
+    @contextlib.contextmanager
+    def seed_run(self, seed: int) -> Iterator[StageRun]:
+        """Where training seed ``seed`` of this run's model logs: seed 0 (the registered model) here, every other seed
+        in a run nested under this one (``fit dp_sgd ε=2 seed 3``, tag ``privhar.seed``) under the same metric names,
+        so the experiment keeps one key per quantity however many seeds a row trains (MLflow's tree folds them)."""
+        if seed == 0:
+            yield self
+            return
+        from mlflow import MlflowClient
+        from mlflow.entities import RunStatus
+
+        client = MlflowClient()
+        parent = client.get_run(self.run_id)
+        run = client.create_run(
+            parent.info.experiment_id,
+            run_name=f"{parent.info.run_name} seed {seed}",
+            tags={
+                "mlflow.parentRunId": self.run_id,
+                "privhar.seed": str(seed),
+                **_owner_tags(),
+                **{key: value for key, value in parent.data.tags.items() if key == "privhar.model"},
+            },
+        )
+        status = RunStatus.FAILED
+        try:
+            yield StageRun(run.info.run_id)
+            status = RunStatus.FINISHED
+        finally:
+            client.set_terminated(run.info.run_id, RunStatus.to_string(status))
 
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
-        _log_readable({self.prefix + key: value for key, value in metrics.items()}, step)
+        """Metrics at one step (None: step 0); what MLflow cannot show (an infinite ε) as tags."""
+        from mlflow import MlflowClient
+
+        self.log_history([(step, metrics)])
+        for key, value in readable(metrics)[1].items():
+            MlflowClient().set_tag(self.run_id, key, value)
 
     def log_history(self, history: Sequence[tuple[int | None, Mapping[str, float]]]) -> None:
         """Metrics at many steps (``(step, {name: value})``; None: step 0) in one store transaction, where one
@@ -150,7 +182,7 @@ class StageRun:
         metrics = [
             Metric(key, value, now, step or 0)
             for step, values in history
-            for key, value in readable({self.prefix + k: v for k, v in values.items()})[0].items()
+            for key, value in readable(values)[0].items()
         ]
         for start in range(0, len(metrics), 1000):  # MLflow's batch limit
             MlflowClient().log_batch(self.run_id, metrics=metrics[start : start + 1000])

@@ -362,10 +362,17 @@ def check_budget(
     """Refuse ``release`` (one line) if it would take a person past ``privacy.max_epsilon``, or if the cap is finite and
     its randomness is seeded (not private). ``plan``: the budget stage's file for the release's stage."""
     privacy = load_section(params_path, "privacy", PrivacyParams)
-    names = [planned.name for planned in planned_releases(params_path)]
+    # the budget stage's plan file names the releases (a stage run on its own derives them from the params)
+    names = (
+        [planned.name for planned in planned_releases(params_path)]
+        if plan is None
+        else [name for name, _ in _plan(params_path, rows, plan)]
+    )
     if release not in names:
         raise PrivharError(
             f"privacy budget: {release!r} is not a planned DP release ({', '.join(names)})"
+            if plan is None
+            else f"{plan}: {release} is not in this budget plan; expected the plan of the stage that makes it"
         )
     if math.isinf(privacy.max_epsilon):
         return
@@ -390,9 +397,6 @@ def check_budget(
             return
         for person, epsilon in requested.items():
             spent[person] = spent.get(person, 0.0) + epsilon
-    raise PrivharError(
-        f"{plan}: {release} is not in this budget plan; expected the plan of the stage that makes it"
-    )
 
 
 def record_made(

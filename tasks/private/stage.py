@@ -376,7 +376,7 @@ class _PrivateRun:
     trained: _Trained = field(default_factory=_Trained)
 
     def epsilon(self, run: StageRun, epsilon: float) -> None:
-        """Every seed at ``epsilon``, in one MLflow run: seed 0's curves under plain names, seed i's under seed<i>."""
+        """Every seed at ``epsilon`` under one MLflow run: seed 0's curves in it, seed i's in a run nested under it."""
         name = f"{self.method}-eps{epsilon}"
         seeds = self.inputs.seeds[epsilon]
         tags = {"privhar.method": self.method, "privhar.seeds": seeds}
@@ -390,15 +390,11 @@ class _PrivateRun:
         model = copy.deepcopy(inputs.pretrained) if seed == 0 else self.fresh_classifier(seed)
         select_trainable(model, self.params.trainable)
         module = head_of(model) if inputs.head_only else model
-        outcome = train_one(
-            self.method, module, inputs.data, inputs.recipe, epsilon, self.randomness, seed
-        )
-        _log(
-            model_run.prefixed(f"seed{seed}.") if seed else model_run,
-            outcome,
-            inputs.recipe,
-            epsilon,
-        )
+        with model_run.seed_run(seed) as seed_run:  # the run's times are the seed's training
+            outcome = train_one(
+                self.method, module, inputs.data, inputs.recipe, epsilon, self.randomness, seed
+            )
+            _log(seed_run, outcome, inputs.recipe, epsilon)
         if (
             inputs.statistics is not None
         ):  # the head learnt on standardised features: same logits on raw ones
