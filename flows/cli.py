@@ -317,14 +317,12 @@ def flow_command(profile: str, force: bool, stages: tuple[str, ...]) -> None:
     """Run the pipeline once as a run of the Prefect deployment (`make run` does): on the runner of `privhar serve`
     if it is up, else here, on the project's Prefect database either way, so the Prefect UI shows the run."""
     from flows.prefect_server import project_server
-    from flows.preflight import check_params
-    from flows.profiles import DEFAULT
+    from flows.profiles import check_profile
     from flows.project_lock import check_project, check_unlocked
 
-    # before a temporary Prefect server is started for nothing (a profile's params are checked once applied)
+    # before a temporary Prefect server is started for nothing: params.yaml with the profile overlaid (in memory)
     check_unlocked(check_project(Path.cwd()))
-    if profile == DEFAULT:
-        check_params(Path.cwd())
+    check_profile(Path.cwd(), profile)
     parameters = {
         "project": str(Path.cwd()),
         "profile": profile,

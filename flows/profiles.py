@@ -4,6 +4,10 @@
 in the workspace the way ``dvc exp run -S`` does, so DVC sees the changed params, reruns
 what they feed, and ``git diff params.yaml`` shows what the run used. The profile
 ``default`` leaves ``params.yaml`` as it is.
+
+The overlaid params are checked, every section, before anything is written: a profile DVC or a
+stage would refuse leaves ``params.yaml`` exactly as it was, and its error names the profile
+(issue 61: a typo in a profile was written into params.yaml and broke every later run).
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tasks.core.errors import PrivharError
-from tasks.core.params import read_params_file
+from tasks.core.params import SECTIONS, parse_section, read_params_file, read_params_text
 from tasks.core.storage import atomic_write_bytes
 
 DEFAULT = "default"
@@ -34,27 +38,54 @@ def overlay_in_place(document: dict[str, Any], changes: dict[str, Any]) -> None:
             document[key] = value
 
 
-def apply_profile(project: Path, name: str) -> bool:
-    """Overlay ``profiles/<name>.yaml`` on the project's params.yaml; return whether it changed."""
+def _check_sections(raw: dict[str, Any], path: Path) -> None:
+    for section in SECTIONS:
+        parse_section(raw, section, path=path)
+
+
+def overlaid(project: Path, name: str) -> str | None:
+    """The text of ``params.yaml`` with ``profiles/<name>.yaml`` overlaid, every section checked; None when the
+    profile changes nothing. Nothing is written. An error in params.yaml itself names params.yaml; one the overlay
+    brings in names the profile."""
+    params_path = Path(project) / "params.yaml"
+    current = read_params_file(params_path)
+    _check_sections(current, params_path)
     if name == DEFAULT:
-        return False
+        return None
     path = Path(project) / "profiles" / f"{name}.yaml"
     if not path.is_file():
         available = sorted(p.stem for p in (Path(project) / "profiles").glob("*.yaml"))
         raise PrivharError(
             f"profile '{name}': {path} not found (profiles: {', '.join([DEFAULT, *available])})"
         )
-    changes = read_params_file(path)
-    params_path = Path(project) / "params.yaml"
-    current = read_params_file(params_path)
-    # Round-trip YAML (ruamel, which DVC itself uses) keeps params.yaml's comments and layout.
+    read_params_file(path)  # the profile's own YAML and section names, its errors naming it
+    # Round-trip YAML (ruamel, which DVC itself uses) keeps params.yaml's comments, layout, quotes and nulls, and
+    # the profile's flow-style lists as the profile writes them: `git diff params.yaml` shows the profile's keys
     from ruamel.yaml import YAML
 
-    document = YAML().load(params_path.read_text())
-    overlay_in_place(document, changes)
-    if document == current:
-        return False
+    yaml = YAML()
+    yaml.preserve_quotes = True
+    yaml.representer.add_representer(
+        type(None), lambda dumper, _: dumper.represent_scalar("tag:yaml.org,2002:null", "null")
+    )
+    document = yaml.load(params_path.read_text())
+    overlay_in_place(document, yaml.load(path.read_text()))
     buffer = io.StringIO()
-    YAML().dump(document, buffer)
-    atomic_write_bytes(params_path, buffer.getvalue().encode())
+    yaml.dump(document, buffer)
+    merged = read_params_text(buffer.getvalue(), path)
+    _check_sections(merged, path)
+    return None if merged == current else buffer.getvalue()
+
+
+def check_profile(project: Path, name: str) -> None:
+    """Refuse (one line) a missing profile or params the profile would make invalid, before any work."""
+    overlaid(project, name)
+
+
+def apply_profile(project: Path, name: str) -> bool:
+    """Overlay ``profiles/<name>.yaml`` on the project's params.yaml once it is checked; return whether it changed."""
+    text = overlaid(project, name)
+    if text is None:
+        return False
+    atomic_write_bytes(Path(project) / "params.yaml", text.encode())
     return True

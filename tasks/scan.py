@@ -26,12 +26,32 @@ LOG = logging.getLogger(__name__)
 COLUMNS = ["path", "size", "mtime_ns"]
 
 
+BROKEN_LINK = (
+    -1
+)  # the size listed for a symbolic link to nothing: once it points at a file, the listing changes
+
+
+def printable(name: str) -> str:
+    """A file name as the listing writes it: UTF-8, a byte that is not (a name from another system's encoding, as
+    real UCF101 / HMDB51 mirrors carry) as a backslash escape, so the CSV can hold it and it still names one file."""
+    return os.fsencode(name).decode("utf-8", "backslashreplace")
+
+
 def _entry(path: Path, shown: str) -> dict[str, object]:
     try:
         status = path.stat()
+    except FileNotFoundError:
+        if not path.is_symlink():
+            raise PrivharError(f"{printable(str(path))}: cannot be read (not found)") from None
+        LOG.warning(
+            "scan: %s is a broken symbolic link (to %s): listed, not read",
+            printable(str(path)),
+            printable(os.readlink(path)),
+        )
+        return {"path": printable(shown), "size": BROKEN_LINK, "mtime_ns": path.lstat().st_mtime_ns}
     except OSError as error:
-        raise PrivharError(f"{path}: cannot be read ({error.strerror})") from None
-    return {"path": shown, "size": status.st_size, "mtime_ns": status.st_mtime_ns}
+        raise PrivharError(f"{printable(str(path))}: cannot be read ({error.strerror})") from None
+    return {"path": printable(shown), "size": status.st_size, "mtime_ns": status.st_mtime_ns}
 
 
 def _refuse_loop(folder: Path, seen: dict[tuple[int, int], Path]) -> None:

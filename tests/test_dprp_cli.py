@@ -250,3 +250,21 @@ def test_a_full_disk_is_one_line_naming_the_output_and_leaves_nothing(tmp_path):
     assert result.stderr.endswith("is the disk full?); nothing was written\n")
     assert result.stderr.count("\n") == 1
     assert sorted(path.name for path in tmp_path.iterdir()) == ["in.npy"]
+
+
+def test_the_largest_epsilon_a_double_holds_gets_a_report_not_a_traceback(tmp_path):
+    """Issue 61: --epsilon 1e308 was a 45-line traceback (the Gaussian-DP ε of a μ no double could bound: the search
+    for an upper end overflowed to ∞). No finite ε bounds that release: the report says ∞."""
+    import math
+
+    np.save(tmp_path / "in.npy", np.zeros((2, 4, 4, 3), np.uint8))
+    result = CliRunner().invoke(
+        main,
+        ["dprp", str(tmp_path / "in.npy"), str(tmp_path / "out.npy"), "--epsilon", "1e308"]
+        + ["--delta", "1e-4", "--k", "4x4x3", "--seed", "1"],
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["paper_epsilon"] == 1e308 and (
+        math.isinf(report["epsilon"]) or report["epsilon"] <= 1e308
+    )

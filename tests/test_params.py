@@ -6,7 +6,13 @@ import pytest
 import yaml
 
 from tasks.core.errors import PrivharError
-from tasks.core.params import DecodeParams, PrivateParams, SynthesizeParams, load_section
+from tasks.core.params import (
+    DecodeParams,
+    DprpParams,
+    PrivateParams,
+    SynthesizeParams,
+    load_section,
+)
 from tests.conftest import write_params
 
 
@@ -51,13 +57,18 @@ def test_repository_params_are_valid():
             {"private": {"seeds_at_epsilon": {0.5: 0}}},
             "private.seeds_at_epsilon.0.5 = 0 is invalid",
         ),
+        # issue 61: finite, as private.epsilons (∞ would be a raw copy under a DP method's name)
+        ("dprp", {"dprp": {"epsilons": [2.0, float("inf")]}}, "dprp.epsilons.1 = inf is invalid"),
     ],
 )
 def test_bad_values_name_key_value_and_rule(tmp_path, section, overrides, expected):
     path = write_params(tmp_path, overrides)
-    model = {"decode": DecodeParams, "synthesize": SynthesizeParams, "private": PrivateParams}[
-        section
-    ]
+    model = {
+        "decode": DecodeParams,
+        "synthesize": SynthesizeParams,
+        "private": PrivateParams,
+        "dprp": DprpParams,
+    }[section]
     with pytest.raises(PrivharError) as caught:
         load_section(path, section, model)
     message = str(caught.value)

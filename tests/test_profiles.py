@@ -5,7 +5,7 @@ import shutil
 import pytest
 import yaml
 
-from flows.profiles import apply_profile
+from flows.profiles import apply_profile, check_profile
 from tasks.core.errors import PrivharError
 from tests.conftest import REPO
 
@@ -58,3 +58,51 @@ def test_every_profile_gives_params_each_section_accepts(project, name):
         decode, train = load_decode(params), load_train(params)
         assert model.backbone != "privhar" and model.weights
         assert train.input_size == decode.frame_size and decode.frame_size[0] in (112, 160, 224)
+
+
+def test_a_profile_the_params_would_refuse_names_itself_and_leaves_params_yaml_as_it_was(project):
+    """Issue 61: `privhar flow --profile typo` wrote the typo into params.yaml before checking it (every later run
+    then failed on params.yaml), and re-quoted an unrelated line. Now it is checked first, in memory."""
+    (project / "profiles" / "typo.yaml").write_text("model:\n  backbon: x3d_s\n")
+    before = (project / "params.yaml").read_bytes()
+    with pytest.raises(
+        PrivharError, match=r"profiles/typo.yaml: model.backbon is not a known key of 'model'"
+    ):
+        apply_profile(project, "typo")
+    assert (project / "params.yaml").read_bytes() == before
+    (project / "profiles" / "bad.yaml").write_text("train:\n  epochs: 0\n")
+    with pytest.raises(PrivharError, match=r"profiles/bad.yaml: train.epochs = 0 is invalid"):
+        check_profile(project, "bad")
+    assert (project / "params.yaml").read_bytes() == before
+
+
+def test_an_applied_profile_changes_only_its_own_lines(project):
+    """ruamel keeps params.yaml's quotes as well as its comments: `git diff params.yaml` shows the profile's keys."""
+    import difflib
+
+    before = (project / "params.yaml").read_text().splitlines()
+    assert apply_profile(project, "smoke") is True
+    after = (project / "params.yaml").read_text().splitlines()
+    changed = [
+        line[1:].split(":")[0].strip()
+        for line in difflib.unified_diff(before, after, lineterm="", n=0)
+        if line[:1] in "+-" and not line.startswith(("+++", "---"))
+    ]
+    smoke = yaml.safe_load((project / "profiles" / "smoke.yaml").read_text())
+    keys = {key for values in smoke.values() if isinstance(values, dict) for key in values}
+    assert changed and set(changed) <= keys | set(smoke), sorted(set(changed) - keys - set(smoke))
+
+
+def test_privhar_flow_refuses_a_missing_profile_at_once_in_one_line(project, monkeypatch):
+    """Issue 61: `privhar flow --profile nonexistent` took 78 s (a temporary Prefect server, a failed flow run, an
+    MLflow parent run) and printed its error three times. It is now checked before anything starts."""
+    from click.testing import CliRunner
+
+    from flows.cli import main
+
+    shutil.copy(REPO / "dvc.yaml", project / "dvc.yaml")
+    monkeypatch.chdir(project)
+    result = CliRunner().invoke(main, ["flow", "--profile", "nonexistent"])
+    assert result.exit_code != 0 and isinstance(result.exception, PrivharError)
+    assert str(result.exception).startswith("profile 'nonexistent': ")
+    assert not (project / ".prefect").exists() and not (project / "mlflow.db").exists()

@@ -40,3 +40,28 @@ def test_a_link_loop_is_one_line(tmp_path):
         PrivharError, match=r"^data.root: .*again is .*dataset again \(a symbolic link loop\)"
     ):
         dataset_files(data_params(tmp_path, root))
+
+
+def test_a_name_that_is_not_utf8_and_a_broken_link_are_listed_not_fatal(tmp_path, caplog):
+    """Issue 61: one file named in another encoding (Latin-1 é) anywhere under data.root stopped scan, so every
+    run, with a traceback; a dangling link stopped it with "No such file or directory". The first is listed with
+    its byte escaped, the second as a broken link (size -1, a warning naming it), until it points at a file."""
+    from tasks.scan import scan
+
+    root = tmp_path / "dataset"
+    (root / "Walking").mkdir(parents=True)
+    (root / "Walking" / "v_Walking_g01_c01.avi").write_bytes(b"video")
+    (root / os.fsdecode(b"Walking/caf\xe9.avi")).write_bytes(b"latin-1 named")
+    os.symlink(root / "gone.avi", root / "Walking" / "dangling.avi")
+    path = write_params(tmp_path, {"data": {"source": "ucf101", "root": str(root)}})
+    with caplog.at_level("WARNING", logger="tasks.scan"):
+        rows = scan(params_path=path, out=tmp_path / "files.csv")
+    assert [(row["path"], row["size"]) for row in rows] == [
+        ("Walking/caf\\xe9.avi", 13),
+        ("Walking/dangling.avi", -1),
+        ("Walking/v_Walking_g01_c01.avi", 5),
+    ]
+    assert "Walking/caf\\xe9.avi" in (tmp_path / "files.csv").read_text(encoding="utf-8")
+    assert "dangling.avi is a broken symbolic link" in caplog.text
+    (root / "gone.avi").write_bytes(b"here now")
+    assert dataset_files(data_params(tmp_path, root))[1]["size"] == 8

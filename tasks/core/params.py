@@ -128,7 +128,10 @@ class EvaluateParams(Section):
 class DprpParams(Section):
     """Video-DPRP (paper 000): one protected copy of the decoded clips per ε."""
 
-    epsilons: Annotated[list[Annotated[float, Field(gt=0.0)]], Field(min_length=1)]
+    # finite, as private.epsilons: ε = ∞ would be no noise, a raw copy under a privacy method's name
+    epsilons: Annotated[
+        list[Annotated[float, Field(gt=0.0, allow_inf_nan=False)]], Field(min_length=1)
+    ]
     delta: Annotated[float, Field(gt=0.0, lt=1.0)]
     k: int | Annotated[list[PositiveInt], Field(min_length=1, max_length=3)]  # 3072 or [32, 32, 3]
     budget_split: Annotated[float, Field(gt=0.0, lt=1.0)]
@@ -511,13 +514,21 @@ def read_params_file(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise PrivharError(f"{path}: params file not found")
     try:
-        content = copy.deepcopy(_parse_yaml(path.read_text()))  # a caller may change its copy
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as error:
+        reason = error.strerror if isinstance(error, OSError) else "not UTF-8 text"
+        raise PrivharError(f"{path}: cannot be read ({reason})") from None
+    return read_params_text(text, path)
+
+
+def read_params_text(text: str, path: Path) -> dict[str, Any]:
+    """:func:`read_params_file` of text already read (a profile overlaid in memory); ``path`` names it in errors."""
+    try:
+        content = copy.deepcopy(_parse_yaml(text))  # a caller may change its copy
     except YAMLError as error:
         mark = error.problem_mark if isinstance(error, MarkedYAMLError) else None
         where = f" at line {mark.line + 1}" if mark else ""
         raise PrivharError(f"{path}: not valid YAML{where}") from None
-    except OSError as error:
-        raise PrivharError(f"{path}: cannot be read ({error.strerror})") from None
     if not isinstance(content, dict):
         raise PrivharError(f"{path}: expected a mapping of sections, got {type(content).__name__}")
     unknown = sorted(str(key) for key in content if key not in SECTIONS)

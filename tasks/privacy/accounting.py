@@ -444,6 +444,10 @@ def gdp_epsilon(mu: float, delta: float) -> float:
     high = 1.0
     while gdp_delta(high, mu) > delta:
         high *= 2
+        if math.isinf(
+            high
+        ):  # μ so large (ε = 1e308 asked of DPRP) that no double bounds ε: none is claimed
+            return math.inf
     return float(
         brentq(
             lambda epsilon: gdp_delta(epsilon, mu) - delta, 0.0, high, xtol=1e-10 * max(1.0, high)
