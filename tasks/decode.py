@@ -152,7 +152,7 @@ def decode(
             "source_frames_per_second": source_frames / seconds,
             "videos_per_second": len(results) / seconds,
         }
-        run.log_metrics(speed)
+        run.log_summary(speed)
         LOG.info(
             f"decode: {len(decoded)} videos, {len(failed)} quarantined, {speed['source_frames_per_second']:.0f} source frames/s"
         )

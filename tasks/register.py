@@ -101,7 +101,7 @@ def register(
         # the scores as one artifact, not a metric per model and score (hundreds of one-bar charts)
         run.log_dict(scores, "scores.json")
         described = sum(entry["version"] is not None for entry in registered.values())
-        run.log_metrics({"versions_described": described, "models_scored": len(scores)})
+        run.log_summary({"versions_described": described, "models_scored": len(scores)})
         atomic_write_bytes(out, (json.dumps(registered, indent=2, sort_keys=True) + "\n").encode())
     LOG.info(
         "register: %d of %d models' newest versions described and scored (champion within ε ≤ %g)",

@@ -301,7 +301,7 @@ def synthesize(
                 raise PrivharError(f"{report / 'preview.png'}: OpenCV could not encode the preview")
             atomic_write_bytes(report / "preview.png", png.tobytes())
         seconds = time.perf_counter() - started
-        run.log_metrics(
+        run.log_summary(
             {"videos": len(rows), "seconds": seconds, "videos_per_second": len(rows) / seconds}
         )
     return rows

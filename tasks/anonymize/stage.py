@@ -268,7 +268,7 @@ def anonymize(
             if row["mask"] and not row["blacked_out"] and row["public_fraction"] == 0
         ]
         unchanged = [row["video_id"] for row in protected if row["unchanged_with_people"]]
-        run.log_metrics(
+        run.log_summary(
             {
                 "unchanged_with_people": len(unchanged),
                 "frames_per_second": speed,

@@ -556,14 +556,6 @@ def assess(
         )
         items = [(RAW, frames)] + [(copy_name(folder), folder) for folder in found]
         results = map_ordered(work, items, workers=worker_count(base.workers), desc="assess copies")
-        for result in results:
-            run.log_metrics(
-                {
-                    f"{result['copy']}.{key}": value
-                    for key, value in result.items()
-                    if key in SIGNATURE + ATTRIBUTE_SCORES + LEFT and value is not None
-                }
-            )
         columns = [
             "copy",
             *ATTRIBUTE_SCORES,
@@ -575,6 +567,9 @@ def assess(
         ]
         table = [{key: _rounded(result.get(key)) for key in columns} for result in results]
         atomic_write_bytes(out / "signature.csv", csv_bytes(table, columns))
+        # every copy's scores as one table on the run, not a metric key per copy and score: the report's run has a
+        # run per row with its attack scores under plain names
+        run.log_artifact(out / "signature.csv")
         metrics = {
             row["copy"]: {key: row[key] for key in (*ATTRIBUTE_SCORES, *SIGNATURE, *LEFT)}
             for row in table

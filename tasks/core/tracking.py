@@ -210,6 +210,20 @@ class StageRun:
         for key, value in unshown.items():
             client.set_tag(self.run_id, key, value)
 
+    def log_summary(self, values: Mapping[str, Any]) -> None:
+        """A stage's counts and speeds (videos, quarantined, frames per second, ...) as its ``summary.json``: read per
+        run, not compared across models, so not metric keys (the experiment keeps one key per compared quantity)."""
+        from mlflow import MlflowClient
+
+        MlflowClient().log_dict(
+            self.run_id,
+            {
+                key: (float(value) if isinstance(value, float) else value)
+                for key, value in values.items()
+            },
+            "summary.json",
+        )
+
     def log_dict(self, content: Mapping[str, Any], name: str) -> None:
         """A JSON artifact of this run (a summary too wide for metrics)."""
         import mlflow
@@ -291,8 +305,15 @@ class StageRun:
         with mlflow.start_run(run_id=self.run_id, nested=True):
             yield self
 
-    def child(self, name: str, metrics: Mapping[str, float], tags: Mapping[str, Any]) -> str:
-        """A run nested under this one (one per method, so the MLflow UI compares them in one table); its id."""
+    def child(
+        self,
+        name: str,
+        metrics: Mapping[str, float],
+        tags: Mapping[str, Any],
+        details: Mapping[str, Any] | None = None,
+    ) -> str:
+        """A run nested under this one (one per method, so the MLflow UI compares them in one table); its id.
+        ``details``: what the row holds beyond its compared metrics, as the run's ``details.json``."""
         import mlflow
 
         with mlflow.start_run(
@@ -301,6 +322,8 @@ class StageRun:
             tags={**_owner_tags(), **{key: str(value) for key, value in tags.items()}},
         ) as run:
             _log_readable(metrics)
+            if details:
+                mlflow.log_dict(dict(details), "details.json")
             return run.info.run_id
 
 

@@ -167,15 +167,19 @@ def ledger_rows(
 
 def _log_run(run: Any, scales: NoiseScales, videos: int, seconds: float) -> None:
     """The calibration into the stage's MLflow run."""
-    run.log_metrics(
+    run.log_metrics(  # ε beside the paper's number (its formula's, labelled)
         {
             "epsilon": scales.epsilon,
             "delta": scales.delta,
+            **({} if scales.paper_epsilon is None else {"paper_epsilon": scales.paper_epsilon}),
+        }
+    )
+    run.log_summary(
+        {
             "sigma1": scales.sigma1,
             "sigma2": scales.sigma2,
             "videos": videos,
             "seconds_per_video": seconds / videos,
-            **({} if scales.paper_epsilon is None else {"paper_epsilon": scales.paper_epsilon}),
         }
     )
     run.set_tags({"privhar.calibration": scales.calibration, "privhar.neighbour": scales.neighbour})

@@ -261,7 +261,7 @@ def ldp_digits(*, params_path: Path, out: Path) -> list[dict[str, Any]]:
         atomic_write_bytes(out / "digits.csv", csv_bytes(rows))
         atomic_write_bytes(out / "digits.png", plot(rows, params))
         atomic_write_bytes(out / "digits.md", markdown(rows, params).encode())
-        run.log_metrics(
+        run.log_summary(  # per domain, learner and ε: a table
             {
                 f"d{row['d']}.{row['learner']}.eps{row['epsilon']:g}": row["mean"]
                 for row in rows

@@ -467,7 +467,7 @@ def ldp_video(
             f"{r['features']}.{r['learner']}.eps{r['epsilon_per_feature']:g}": r["top1"]
             for r in results
         }
-        run.log_metrics({**logged, **speed})
+        run.log_summary({**logged, **speed})  # per feature set, learner and ε: a table
         _log_results(results, features, domain)
     # the codes are out: each finite ε's release is made, in the budget's ledger
     record_made(

@@ -407,6 +407,7 @@ def _mlflow_children(run: Any, table: list[dict[str, Any]], signature: dict[str,
         metrics = {
             key: row[key] for key in ("top1", "top1_protocol2") if not isinstance(row[key], str)
         }
+        details: dict[str, Any] = {}
         if row["copy"] in signature:
             attack = signature[row["copy"]]
             found = {
@@ -414,9 +415,10 @@ def _mlflow_children(run: Any, table: list[dict[str, Any]], signature: dict[str,
                 "f1": attack["f1_raw_attacker"],
                 "cmap_adaptive": attack["cmap_adaptive"],
                 "f1_adaptive": attack["f1_adaptive"],
-                **{key: attack.get(key) for key in SIGNATURE_COLUMNS + LEFT_COLUMNS},
             }
             metrics.update({key: value for key, value in found.items() if value is not None})
+            # paper 004's evaluators and what protection left: the row's details, not metric keys of their own
+            details = {key: attack.get(key) for key in SIGNATURE_COLUMNS + LEFT_COLUMNS}
         if math.isfinite(row["epsilon"]):
             metrics["epsilon"] = row["epsilon"]
         if metrics:
@@ -428,6 +430,7 @@ def _mlflow_children(run: Any, table: list[dict[str, Any]], signature: dict[str,
                     "privhar.copy": row["copy"],
                     "privhar.epsilon": cell(row["epsilon"]),
                 },
+                details,
             )
 
 
