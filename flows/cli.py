@@ -317,12 +317,14 @@ def flow_command(profile: str, force: bool, stages: tuple[str, ...]) -> None:
     """Run the pipeline once as a run of the Prefect deployment (`make run` does): on the runner of `privhar serve`
     if it is up, else here, on the project's Prefect database either way, so the Prefect UI shows the run."""
     from flows.prefect_server import project_server
+    from flows.preflight import check_named_files
     from flows.profiles import check_profile
     from flows.project_lock import check_project, check_unlocked
 
-    # before a temporary Prefect server is started for nothing: params.yaml with the profile overlaid (in memory)
+    # before a temporary Prefect server is started for nothing: params.yaml with the profile overlaid (in memory),
+    # and the files it names
     check_unlocked(check_project(Path.cwd()))
-    check_profile(Path.cwd(), profile)
+    check_named_files(Path.cwd(), check_profile(Path.cwd(), profile))
     parameters = {
         "project": str(Path.cwd()),
         "profile": profile,

@@ -60,12 +60,18 @@ def read_dag(project: Path, targets: Sequence[str] = ()) -> list[DagStage]:
     position = {name: index for index, name in enumerate(names.values())}
     wanted = set(position)
     if targets:
-        unknown = [name for name in targets if name not in position]
+        # a foreach group by its name (``anonymize``: every ``anonymize@…``), as ``dvc repro`` takes it
+        chosen = [
+            [name for name in position if name == target or name.split("@")[0] == target]
+            for target in targets
+        ]
+        unknown = [target for target, names in zip(targets, chosen, strict=True) if not names]
         if unknown:
             raise PrivharError(
                 f"orchestrate.stages: no stage '{unknown[0]}' in dvc.yaml (stages: {', '.join(position)})"
             )
-        wanted = set(targets).union(*(nx.descendants(graph, name) for name in targets))
+        named = {name for names in chosen for name in names}
+        wanted = named.union(*(nx.descendants(graph, name) for name in named))
     order = nx.lexicographical_topological_sort(graph.reverse(copy=False), key=position.__getitem__)
     return [described[name] for name in order if name in wanted]
 

@@ -43,15 +43,15 @@ def _check_sections(raw: dict[str, Any], path: Path) -> None:
         parse_section(raw, section, path=path)
 
 
-def overlaid(project: Path, name: str) -> str | None:
-    """The text of ``params.yaml`` with ``profiles/<name>.yaml`` overlaid, every section checked; None when the
-    profile changes nothing. Nothing is written. An error in params.yaml itself names params.yaml; one the overlay
-    brings in names the profile."""
+def overlaid(project: Path, name: str) -> tuple[str | None, dict[str, Any]]:
+    """The text of ``params.yaml`` with ``profiles/<name>.yaml`` overlaid (None when the profile changes nothing) and
+    its mapping, every section checked. Nothing is written. An error in params.yaml itself names params.yaml; one the
+    overlay brings in names the profile."""
     params_path = Path(project) / "params.yaml"
     current = read_params_file(params_path)
     _check_sections(current, params_path)
     if name == DEFAULT:
-        return None
+        return None, current
     path = Path(project) / "profiles" / f"{name}.yaml"
     if not path.is_file():
         available = sorted(p.stem for p in (Path(project) / "profiles").glob("*.yaml"))
@@ -74,17 +74,18 @@ def overlaid(project: Path, name: str) -> str | None:
     yaml.dump(document, buffer)
     merged = read_params_text(buffer.getvalue(), path)
     _check_sections(merged, path)
-    return None if merged == current else buffer.getvalue()
+    return (None if merged == current else buffer.getvalue()), merged
 
 
-def check_profile(project: Path, name: str) -> None:
-    """Refuse (one line) a missing profile or params the profile would make invalid, before any work."""
-    overlaid(project, name)
+def check_profile(project: Path, name: str) -> dict[str, Any]:
+    """Refuse (one line) a missing profile or params the profile would make invalid, before any work; the params the
+    run would read."""
+    return overlaid(project, name)[1]
 
 
 def apply_profile(project: Path, name: str) -> bool:
     """Overlay ``profiles/<name>.yaml`` on the project's params.yaml once it is checked; return whether it changed."""
-    text = overlaid(project, name)
+    text, _ = overlaid(project, name)
     if text is None:
         return False
     atomic_write_bytes(Path(project) / "params.yaml", text.encode())

@@ -148,6 +148,10 @@ def test_the_dag_comes_from_dvc_yaml():
     assert upstream["code"] == ()
     with pytest.raises(PrivharError, match="no stage 'nope' in dvc.yaml"):
         read_dag(REPO, ["nope"])
+    # a foreach group by its name, as `dvc repro anonymize` takes it (issue 61: the runner refused it after the work)
+    grouped = [stage.name for stage in read_dag(REPO, ["anonymize"])]
+    assert sorted(name for name in grouped if name.startswith("anonymize@")) == anonymize
+    assert "train" not in grouped and grouped[-1].startswith("anonymize@")
 
 
 def shared_flow_run():

@@ -47,11 +47,11 @@ def test_unknown_profile_is_one_line(project):
 @pytest.mark.parametrize("name", ["ucf101", "hmdb51", "smoke"])
 def test_every_profile_gives_params_each_section_accepts(project, name):
     """A profile is checked as its run would check it: every section of the overlaid params.yaml (issue 34)."""
-    from flows.preflight import check_params
     from tasks.core.params import ModelParams, load_decode, load_section, load_train
 
-    apply_profile(project, name)
-    check_params(project)
+    apply_profile(
+        project, name
+    )  # every section of the overlaid params checked (its files are placeholders)
     params = project / "params.yaml"
     model = load_section(params, "model", ModelParams)
     if name != "smoke":  # a backbone's own clip reaches decode and train
@@ -105,4 +105,31 @@ def test_privhar_flow_refuses_a_missing_profile_at_once_in_one_line(project, mon
     result = CliRunner().invoke(main, ["flow", "--profile", "nonexistent"])
     assert result.exit_code != 0 and isinstance(result.exception, PrivharError)
     assert str(result.exception).startswith("profile 'nonexistent': ")
+    assert not (project / ".prefect").exists() and not (project / "mlflow.db").exists()
+
+
+def test_privhar_flow_refuses_a_missing_dataset_folder_or_checkpoint_before_any_stage(
+    project, monkeypatch
+):
+    """Issue 61: `privhar flow --profile ucf101` with its placeholder paths ran three stages before pretrain found
+    the checkpoint missing. The folders and files params name are checked first, with the profile overlaid."""
+    from click.testing import CliRunner
+
+    from flows.cli import main
+
+    shutil.copy(REPO / "dvc.yaml", project / "dvc.yaml")
+    monkeypatch.chdir(project)
+    result = CliRunner().invoke(main, ["flow", "--profile", "ucf101"])
+    assert isinstance(result.exception, PrivharError)
+    assert str(result.exception).startswith("data.root = ") and "is not a folder" in str(
+        result.exception
+    )
+    (project / "videos").mkdir()
+    (project / "profiles" / "mine.yaml").write_text(
+        "data:\n  source: ucf101\n  root: videos\nmodel:\n  backbone: x3d_xs\n  weights: videos\n"
+    )
+    result = CliRunner().invoke(main, ["flow", "--profile", "mine"])
+    assert str(result.exception) == (
+        "model.weights = 'videos': a folder (expected a checkpoint file, or zoo)"
+    )
     assert not (project / ".prefect").exists() and not (project / "mlflow.db").exists()
