@@ -467,8 +467,13 @@ def screenshots_command(out: Path) -> None:
 def models_command() -> None:
     """Registered models: every version with its aliases, privacy guarantee and Top-1."""
     from tasks.core.registry import format_epsilon, list_versions
-    from tasks.core.tracking import configure
+    from tasks.core.tracking import configure, tracking_uri
 
+    store = tracking_uri()
+    if store.startswith("sqlite:///") and not Path(store.removeprefix("sqlite:///")).is_file():
+        # read, never create: a store made only to say it is empty (issue 61: 954 KB) would be mistaken for a run's
+        click.echo(f"privhar: no registered models yet (no MLflow store at {store})", err=True)
+        return
     configure()
     rows = list_versions()
     if not rows:

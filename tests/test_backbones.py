@@ -4,6 +4,8 @@ privhar's block layout (the same logits; the head-feature cache and the tuning p
 Opacus with per-sample gradients, one evaluation pass, an MLflow signature with the clip's shape, rebuilt from the
 config a stage saves."""
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -144,6 +146,19 @@ def test_a_checkpoint_that_does_not_fit_is_one_line(tmp_path):
     np.save(tmp_path / "frames.npy", np.zeros(3))
     with pytest.raises(PrivharError, match="cannot be read as a torch checkpoint"):
         load_weights(entry.build(3, zoo_clip("slow_r50", **TINY)), tmp_path / "frames.npy", entry)
+    # issue 61: "cannot be read as a torch checkpoint ()" for an empty file, "(101)" for a text one, "not found" for
+    # a folder; now each says what the file is
+    (tmp_path / "empty.pyth").write_bytes(b"")
+    (tmp_path / "saved.pyth").write_text(
+        "https://dl.fbaipublicfiles.com/pytorchvideo/model_zoo/X3D_S.pyth\n"
+    )
+    for named, said in (
+        ("empty.pyth", "model.weights is an empty file; expected a checkpoint"),
+        ("saved.pyth", "not a checkpoint (a text file)"),
+        ("", "model.weights is a folder; expected a checkpoint file"),
+    ):
+        with pytest.raises(PrivharError, match=re.escape(said)):
+            load_weights(entry.build(3, zoo_clip("slow_r50", **TINY)), tmp_path / named, entry)
     with pytest.raises(
         PrivharError, match="model.backbone = 'resnet9000' is invalid: expected one of x3d_xs"
     ):

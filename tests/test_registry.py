@@ -110,3 +110,15 @@ def test_privhar_models_lists_every_version(versions):
 def test_guarantee_tags_round_trip():
     for guarantee in (PrivacyGuarantee(math.inf, 0.0, "none"), PrivacyGuarantee(0.5, 1e-6, "PRV")):
         assert PrivacyGuarantee.from_tags(guarantee.as_tags()) == guarantee
+
+
+def test_models_without_a_store_says_so_and_creates_none(tmp_path, monkeypatch):
+    """Issue 61: `privhar models` in a project that never ran created a 954 KB MLflow store to say it was empty."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    result = CliRunner().invoke(main, ["models"])
+    assert (
+        result.exit_code == 0
+        and "no registered models yet (no MLflow store at sqlite:///" in result.output
+    )
+    assert list(tmp_path.iterdir()) == []

@@ -237,18 +237,34 @@ def _listed(names: list[str]) -> str:
     return ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
 
 
+def _unreadable(path: Path, error: Exception) -> str:
+    """Why a file is no checkpoint, as a user would say it: text (a README, a URL saved by hand) or the loader's
+    own reason (torch's is a bare byte value for a text file: ``(101)``)."""
+    with path.open("rb") as handle:
+        head = handle.read(512)
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError:
+        return f"cannot be read as a torch checkpoint ({type(error).__name__}: {error})"
+    return "not a checkpoint (a text file); expected a torch or pytorchvideo checkpoint"
+
+
 def load_weights(model: nn.Module, path: Path, entry: Backbone) -> list[str]:
     """Load the checkpoint at ``path`` into ``model`` (before :func:`dp_ready`: BatchNorm statistics included).
 
     A classifier of another label set is left as ``model`` initialised it; return its keys. Any other missing or
     unexpected key, or a shape that differs, is one line naming them."""
     path = Path(path)
+    if path.is_dir():
+        raise PrivharError(f"{path}: model.weights is a folder; expected a checkpoint file")
     if not path.is_file():
         raise PrivharError(f"{path}: model.weights not found")
+    if path.stat().st_size == 0:
+        raise PrivharError(f"{path}: model.weights is an empty file; expected a checkpoint")
     try:
         stored = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # noqa: BLE001 — pickle, zip and torch errors alike: one line naming the file
-        raise PrivharError(f"{path}: cannot be read as a torch checkpoint ({error})") from None
+        raise PrivharError(f"{path}: {_unreadable(path, error)}") from None
     weights = _state_dict(stored, path)
     own = model.state_dict()
     mismatched = [
