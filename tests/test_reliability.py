@@ -358,6 +358,42 @@ def test_stale_staging_folders_are_removed(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 
+def test_an_output_another_process_is_writing_names_it_and_a_dead_writers_is_removed(tmp_path):
+    """Issue 61: a second stage writing the same output removed the first one's staging folder as stale, and the
+    first then failed with "cannot be written (No such file or directory)". A live writer is named instead; a
+    dead one's folder (its process gone, or its pid given to a process started later) is still removed."""
+    import subprocess
+    import sys
+
+    from tasks.core.storage import atomic_directory, atomic_write_bytes
+
+    writer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (tmp_path / f".out.tmp-{writer.pid}-0123abcd").mkdir()
+        (tmp_path / f".table.csv.tmp-{writer.pid}-0123abcd").write_text("half")
+        with pytest.raises(PrivharError, match=rf"out: process {writer.pid} is writing it now"):
+            with atomic_directory(tmp_path / "out"):
+                pass
+        with pytest.raises(
+            PrivharError, match=rf"table.csv: process {writer.pid} is writing it now"
+        ):
+            atomic_write_bytes(tmp_path / "table.csv", b"rows")
+        assert (tmp_path / f".out.tmp-{writer.pid}-0123abcd").is_dir()  # its work untouched
+        later = tmp_path / f".out.tmp-{writer.pid}-4567ef01"
+        later.mkdir()
+        os.utime(
+            later, (0, 0)
+        )  # made (by the name's time) before the process started: not its writer
+        (tmp_path / f".out.tmp-{writer.pid}-0123abcd").rmdir()
+        with atomic_directory(tmp_path / "out") as staging:
+            (staging / "a").write_text("a")
+    finally:
+        writer.kill()
+        writer.wait()
+    atomic_write_bytes(tmp_path / "table.csv", b"rows")  # its writer gone: the half file is removed
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "table.csv"]
+
+
 def test_a_damaged_mlflow_store_is_one_line_naming_it(tmp_path):
     """Issue 35: an MLflow store that cannot be read or written (a full disk under `privhar run` gave 23 tracebacks)
     stops a stage in one line naming the store, before any output."""

@@ -73,18 +73,56 @@ def write_failed(error: OSError, target: Path) -> OSError | PrivharError:
     return PrivharError(f"{target}: cannot be written ({reason}); nothing was written")
 
 
+def _staging_name(target: Path, kind: str) -> Path:
+    """``.NAME.tmp-PID-RANDOM``: the writer's process id in the name, so another writer can tell its work from
+    what a killed one left."""
+    return target.parent / f".{target.name}.{kind}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+def _writer(staged: Path) -> int | None:
+    """The process id a staging name holds; None for a name without one (written before 2026-11-29)."""
+    parts = staged.name.rsplit("-", 2)
+    return int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else None
+
+
+def _still_writing(pid: int, staged: Path) -> bool:
+    """Whether process ``pid`` lives and is the one that made ``staged``: it started before the name's last change
+    (a pid the system gave to a later process is not the writer)."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).create_time() <= staged.lstat().st_mtime + 1.0
+    except psutil.AccessDenied:  # another user's process
+        return True
+    except (psutil.Error, FileNotFoundError):  # gone, or the name already removed
+        return False
+
+
+def _clear_stale(target: Path, patterns: tuple[str, ...]) -> None:
+    """Remove what writers killed mid-way (SIGKILL, power) left beside ``target``; refuse in one line, naming it,
+    while another process still writes it (issue 61: two stages writing one output at once broke the first with
+    "No such file or directory", its staging folder removed under it as stale)."""
+    for pattern in patterns:
+        for stale in target.parent.glob(pattern):
+            pid = _writer(stale)
+            if pid is not None and pid != os.getpid() and _still_writing(pid, stale):
+                raise PrivharError(
+                    f"{target}: process {pid} is writing it now (another privhar stage or dvc repro?); "
+                    "wait for it to end, or stop it, then run again"
+                )
+            if stale.is_dir():
+                shutil.rmtree(stale, ignore_errors=True)
+            else:
+                stale.unlink(missing_ok=True)
+
+
 @contextlib.contextmanager
 def atomic_directory(target: Path) -> Iterator[Path]:
     """Yield an empty temporary folder that replaces ``target`` when the block succeeds."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    for pattern in (
-        f".{target.name}.tmp-*",
-        f".{target.name}.old-*",
-    ):  # left by a run killed mid-way (SIGKILL, power)
-        for stale in target.parent.glob(pattern):
-            shutil.rmtree(stale, ignore_errors=True)
-    staging = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex[:8]}"
+    _clear_stale(target, (f".{target.name}.tmp-*", f".{target.name}.old-*"))
+    staging = _staging_name(target, "tmp")
     staging.mkdir()
     try:
         yield staging
@@ -94,7 +132,7 @@ def atomic_directory(target: Path) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    trash = target.parent / f".{target.name}.old-{uuid.uuid4().hex[:8]}"
+    trash = _staging_name(target, "old")
     if target.exists():
         os.replace(target, trash)
     os.replace(staging, target)
@@ -105,9 +143,8 @@ def atomic_write_bytes(path: Path, payload: bytes) -> None:
     """Write a file so that readers see either the old or the complete new content."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    for stale in path.parent.glob(f".{path.name}.tmp-*"):  # left by a writer killed mid-way
-        stale.unlink(missing_ok=True)
-    staging = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
+    _clear_stale(path, (f".{path.name}.tmp-*",))
+    staging = _staging_name(path, "tmp")
     try:
         staging.write_bytes(payload)
         os.replace(staging, path)
