@@ -85,10 +85,18 @@ def test_pipeline_runs_end_to_end_then_is_up_to_date(project, pipeline_run):
     assert [claim["claim"] for claim in claims] == [
         "selective tuning beats full fine-tuning under federated DP (fedavg)"
     ]
-    assert claims[0]["seeds"] == "2" and claims[0]["verdict"].split()[0] in (
-        "holds",
-        "reversed",
-        "undecided",
+    # the tiny project's few test videos: no comparison on them can mean anything at 95 %, and the verdict says so
+    # instead of a p-value (issue 61); results.md names the data it was computed from
+    videos = metrics["baseline"]["test_videos"]
+    assert claims[0]["seeds"] == "2" and (
+        claims[0]["verdict"]
+        == f"too few test videos to tell ({videos}: no difference on them is significant at 95 %)"
+        if videos <= 5
+        else claims[0]["verdict"].split()[0] in ("holds", "reversed", "undecided")
+    )
+    assert (
+        "**Data:** the embedded synthetic dataset: " in results
+        and f" and {videos} test videos" in results
     )
     signature = json.loads((project / "reports/assess/signature.json").read_text())
     assert set(signature) == {"raw", "anonymize-avatar", "anonymize-blackout", "dprp-eps8.0"}

@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from tasks.core.seeds import compare, gap_interval, interval, seed_scores
+from tasks.core.seeds import CONFIDENCE, compare, gap_interval, interval, seed_scores
 from tasks.privacy.dprp_calibration import NoiseScales
 from tasks.report.tables import Method, dprp_key
 
@@ -154,6 +154,27 @@ def paper_claims(
     return claims
 
 
+def too_few_test_videos(metrics: dict[str, dict[str, float]], *models: str) -> str | None:
+    """The verdict when the test split is too small for any verdict, whatever the seeds say; None otherwise.
+
+    Every seed of a row is scored on the same test videos, so a seed-level test decides these models on these
+    videos only. On n videos even the largest difference (one model right on all, the other on none) gives an exact
+    sign test p = 2^(1-n) at best: above 0.05 for n ≤ 5, so no comparison there means anything at 95 % (issue 61: a
+    real folder's 3 test videos printed "holds (p = 0.018)").
+
+    >>> too_few_test_videos({"a": {"test_videos": 3}, "b": {"test_videos": 3}}, "a", "b")
+    'too few test videos to tell (3: no difference on them is significant at 95 %)'
+    >>> too_few_test_videos({"a": {"test_videos": 100}}, "a") is None
+    True
+    """
+    counts = [
+        metrics[model]["test_videos"] for model in models if "test_videos" in metrics.get(model, {})
+    ]
+    if not counts or 2.0 ** (1 - min(counts)) <= 1 - CONFIDENCE:
+        return None
+    return f"too few test videos to tell ({int(min(counts))}: no difference on them is significant at 95 %)"
+
+
 def decide(claims: list[Claim], metrics: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
     """One row per claim: both rows' Top-1 over their seeds (mean ± 95 %), the paper's own gap, and the verdict; "not
     run" without scores. An *undecided* verdict whose interval lies wholly below the paper's gap says so: the gap the
@@ -189,7 +210,7 @@ def decide(claims: list[Claim], metrics: dict[str, dict[str, float]]) -> list[di
             continue
         first, second = interval(higher), interval(lower)
         low, high = gap_interval(first, second)
-        verdict = compare(first, second)
+        verdict = too_few_test_videos(metrics, claim.higher, claim.lower) or compare(first, second)
         if (
             verdict.startswith("undecided")
             and claim.paper_gap
@@ -240,7 +261,9 @@ def against_raw(rows: list[Method], metrics: dict[str, dict[str, float]]) -> lis
             )
             continue
         protected = interval(scores)
-        verdict = compare(reference, protected)
+        verdict = too_few_test_videos(metrics, RAW_MODEL, method.model) or compare(
+            reference, protected
+        )
         found.append(
             {
                 "method": method.label,

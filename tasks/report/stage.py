@@ -23,6 +23,7 @@ from tasks.core.errors import PrivharError
 from tasks.core.manifest import MANIFEST_NAME, read_manifest, write_table
 from tasks.core.params import (
     AnonymizeParams,
+    DataParams,
     DprpParams,
     FederatedParams,
     PrivacyParams,
@@ -184,10 +185,26 @@ TABLE_ONE = (
     "Top-1: action recognition, protocol 1 (trained on the method's output, tested on raw test videos) and "
     "protocol 2 (tested on the method's own test split), as mean ± half-width of the 95 % Student-t interval over "
     "the row's training seeds (`report.seeds`; a private row's `private.seeds_at_epsilon` or `private.seeds`: "
-    "the `seeds` column of report/table1.csv). cMAP / F1: a privacy-attribute classifier trained on raw "
+    "the `seeds` column of report/table1.csv), every seed scored on the same test videos: the interval is the "
+    "training's spread on this test split, not the test set's. cMAP / F1: a privacy-attribute classifier trained on raw "
     "frames (and, *adaptive*, retrained on the protected training frames) predicting the subjects' attributes on "
-    "the protected test frames — lower is more private; n/a for DP training, which protects the model, not the frames."
+    "the protected test frames — lower is more private; n/a for DP training, which protects the model, not the frames; "
+    "n/m: not measured (real footage without attribute annotations)."
 )
+
+
+def data_line(data: DataParams, decoded: list[dict[str, Any]]) -> str:
+    """What the numbers were computed from: the dataset, its folder and split, its training and test videos (issue
+    61: a real folder's results.md did not say)."""
+    counts = {split: sum(row["split"] == split for row in decoded) for split in ("train", "test")}
+    source = (
+        "the embedded synthetic dataset"
+        if data.source == "synthetic"
+        else f"a {data.source.upper()}-shaped folder, `{data.root}`, split {data.split}"
+    )
+    return f"**Data:** {source}: {counts['train']} training and {counts['test']} test videos (after decode)."
+
+
 SIGNATURE = (
     "id: 1 − face re-identification rate (LBPH / Eigen / Fisher trained on raw faces; ind eq. 16, aggr eq. 17, "
     "fused eq. 18); det: detection hit rate, Dice > 0.5 (HOG + linear SVM trained on raw frames; eq. 20-22); "
@@ -355,6 +372,7 @@ def results_markdown(
     view: str = "motion",
     person_level: list[dict[str, Any]] | None = None,
     spread: list[dict[str, Any]] | None = None,
+    data: str = "",
 ) -> str:
     cap_text = "none" if math.isinf(cap) else f"ε ≤ {cap:g} per person"
     links = " ".join(f"[{row['copy']}](report/signature/{row['copy']}.png)" for row in signature)
@@ -363,6 +381,7 @@ def results_markdown(
             [
                 "# privhar results",
                 READ_FIRST,
+                *([data] if data else []),
                 "## Utility and privacy attributes per method (paper 000 Table 1)",
                 TABLE_ONE,
                 table_one_markdown(table),
@@ -537,6 +556,7 @@ def report(
             train.input,
             people,
             spread,
+            data_line(load_section(params_path, "data", DataParams), decoded),
         ).encode(),
     }
     parquet_rows = [
