@@ -240,16 +240,20 @@ def test_a_failing_stage_fails_its_task_with_its_one_line_error(small, tmp_path)
     original = (small / "params.yaml").read_text()
     try:
         params = yaml.safe_load(original)
-        params["data"].update(source="ucf101", root=str(tmp_path / "no-such-dataset"), split=1)
+        root = tmp_path / "dataset"
+        (root / "Walking").mkdir(parents=True)
+        os.symlink(root, root / "Walking" / "again", target_is_directory=True)
+        params["data"].update(source="ucf101", root=str(root), split=1)
         (small / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-        # valid params; the first stage (scan) finds no dataset there. The public set's stages need none and run on
-        # (up to decode-public: pretrain's training has nothing to show here)
+        # valid params naming a folder (a missing one is refused before any stage); the first stage (scan) finds a
+        # link loop in it. The public set's stages need no dataset and run on (up to decode-public: pretrain's
+        # training has nothing to show here)
         state = run_flow(small, stages=["decode", "decode-public"])
         assert state.is_failed()
         message = str(state.result(raise_on_failure=False))
         assert message.startswith(
-            f"stage scan failed: params.yaml: data.root = '{tmp_path / 'no-such-dataset'}' is not a folder"
-        )
+            f"stage scan failed: data.root: {root / 'Walking' / 'again'} is {root} again (a symbolic link loop)"
+        ), message
         assert "\n" not in message and message.endswith(
             "not run: synthesize, decode"
         )  # the stages not run, named
