@@ -626,10 +626,16 @@ def test_randomized_response_holds_and_twice_its_epsilon_is_caught(domain):
     assert bound(2 * epsilon) > epsilon
 
 
-def dprp_scores(sigma1: float, runs: int, offset: int, canary: bool) -> np.ndarray:
+def dprp_scores(
+    sigma1: float, runs: int, offset: int, canary: bool, divisors: tuple[float, ...] = (1.0,)
+) -> np.ndarray:
     """Video-DPRP on a 4 × 4 colour frame (d = 48), k = 24, R secret and fresh per run (per_video under secure randomness):
-    the noisy projection P̃ along the canary's ΔP = Δx R, in units of σ1. The canary is one pixel value 0 → 255, fixed
-    before R is drawn (the χ² bound's setting); the auditor then sees R (white box)."""
+    the noisy projection P̃ along the canary's ΔP = Δx R, in units of σ1; one column per divisor of σ1. The canary is one
+    pixel value 0 → 255, fixed before R is drawn (the χ² bound's setting); the auditor then sees R (white box).
+
+    P̃ = XR + σ1·M with M the run's own standard normals (its noise seed), so the run at σ1 / d scores s + n / d where
+    it scores s + n at σ1 (s: the canary's ΔP along itself, n: the noise along it): every divisor reads the same runs.
+    :func:`dprp_divides_its_noise` checks that against the mechanism run at σ1 / d."""
     from tasks.dprp.mechanism import Projection, project, protect_video
 
     frame = np.zeros((1, 4, 4, 3), dtype=np.uint8)
@@ -651,16 +657,16 @@ def dprp_scores(sigma1: float, runs: int, offset: int, canary: bool) -> np.ndarr
             noise_seed=10**7 + offset + run,
         )
         direction = moved / moved.norm()
-        scores.append(float(((out.projected - clean) * direction).sum()) / sigma1)
+        signal = float((moved * direction).sum()) / sigma1 if canary else 0.0
+        noise = float(((out.projected - clean) * direction).sum()) / sigma1 - signal
+        scores.append([signal + noise / divisor for divisor in divisors])
     return np.array(scores)
 
 
-def audit_dprp(noise_divisor: float = 1.0, runs: int = 4_000) -> tuple[float, float]:
-    """(ε̂, ε claimed at δ = DELTA) of Video-DPRP's P̃, gaussian calibration, pixel neighbours, secret R.
-
-    The claim is the Gaussian mechanism's exact curve at the calibrated sensitivity Δ1 (χ² bound, failing with
-    probability β, which joins δ): μ = Δ1/σ1.
-    """
+def dprp_scales() -> tuple[float, float]:
+    """(σ1, ε claimed at δ = DELTA) of Video-DPRP's P̃: ε = 6, δ = 1e-5, k = 24, d = 48, gaussian calibration, pixel
+    neighbours, secret R. The claim is the Gaussian mechanism's exact curve at the calibrated sensitivity Δ1 (χ² bound,
+    failing with probability β, which joins δ): μ = Δ1/σ1."""
     from tasks.privacy.accounting import gdp_epsilon
     from tasks.privacy.dprp_calibration import chi_square_bound, noise_scales
 
@@ -675,23 +681,50 @@ def audit_dprp(noise_divisor: float = 1.0, runs: int = 4_000) -> tuple[float, fl
         secret_projection=True,
     )
     beta = scales.delta1 / 2
-    claimed = gdp_epsilon(
+    return scales.sigma1, gdp_epsilon(
         255 * math.sqrt(chi_square_bound(24, beta) / 24) / scales.sigma1, DELTA - beta
     )
-    sigma = scales.sigma1 / noise_divisor
-    with_canary = in_chunks(lambda n, first: dprp_scores(sigma, n, first, True), runs, 0)
-    without = in_chunks(lambda n, first: dprp_scores(sigma, n, first, False), runs, 10**6)
-    with_canary, without = with_canary * sigma / scales.sigma1, without * sigma / scales.sigma1
-    return best_bound(with_canary, without, [0.5, 1.0, 1.5, 2.0, 2.5]), claimed
+
+
+def dprp_world(
+    sigma1: float, canary: bool, divisors: tuple[float, ...], runs: int, offset: int
+) -> np.ndarray:
+    return dprp_scores(sigma1, runs, offset, canary, divisors)
+
+
+def audit_dprp(
+    divisors: tuple[float, ...] = (1.0,), runs: int = 4_000
+) -> tuple[list[float], float]:
+    """(ε̂ at σ1 / d for each divisor d, the ε claimed at δ = DELTA) of Video-DPRP's P̃ (:func:`dprp_scales`)."""
+    sigma1, claimed = dprp_scales()
+    worlds = [
+        in_chunks(partial(dprp_world, sigma1, canary, divisors), runs, offset)
+        for canary, offset in ((True, 0), (False, 10**6))
+    ]
+    return [
+        best_bound(worlds[0][:, k], worlds[1][:, k], [0.5, 1.0, 1.5, 2.0, 2.5])
+        for k in range(len(divisors))
+    ], claimed
+
+
+def dprp_divides_its_noise(divisor: float) -> None:
+    """The mechanism run at σ1 / ``divisor`` scores what :func:`dprp_scores` derives for it from the runs at σ1, in
+    both worlds (its first HEAD_RUNS runs): a P̃ whose noise did not scale with σ1 fails here."""
+    sigma1, _ = dprp_scales()
+    for canary, offset in ((True, 0), (False, 10**6)):
+        derived = dprp_scores(sigma1, HEAD_RUNS, offset, canary, (divisor,))[:, 0]
+        planted = dprp_scores(sigma1 / divisor, HEAD_RUNS, offset, canary)[:, 0] / divisor
+        assert np.allclose(planted, derived, atol=1e-4), (canary, planted, derived)
 
 
 def test_video_dprp_noise_holds_and_an_eighth_of_it_is_caught():
     """For one pixel value with a secret R the calibration is conservative by ~1.9× in μ (the χ² bound at β = δ1/2 over a
     typical row norm of R, k = 24), so σ1 halved still meets this claim (measured: ε̂ 1.25 against 2.96 at 3 000 runs):
-    the planted bug this audit is shown to catch is σ1 / 8 (μ ≈ 4 against the claimed 0.95)."""
-    found, claimed = audit_dprp()
+    the planted bug this audit is shown to catch is σ1 / 8 (μ ≈ 4 against the claimed 0.95), scored from the same runs
+    (:func:`dprp_scores`; 8 000 runs, not 16 000)."""
+    dprp_divides_its_noise(8.0)
+    (found, broken), claimed = audit_dprp(divisors=(1.0, 8.0))
     assert found <= claimed
-    broken, claimed = audit_dprp(noise_divisor=8.0)
     assert broken > claimed, (broken, claimed)
 
 
@@ -792,5 +825,5 @@ def test_the_heavy_audit_still_passes_as_built_and_catches_halved_noise(monkeypa
         units=1, batch=1, sigma=1.0, relation=ADD_REMOVE, runs=10 * RUNS
     )
     assert broken > claimed
-    found, claimed = audit_dprp(runs=40_000)
+    (found,), claimed = audit_dprp(runs=40_000)
     assert found <= claimed
