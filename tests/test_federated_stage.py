@@ -46,6 +46,15 @@ def run(project, **overrides):
     return train_federated(**{**arguments, **overrides})
 
 
+def one_tuning(folder, overrides: dict, tuning: str, trainable: str):
+    """params.yaml with ``overrides`` and ``tuning`` as the only tuning (the overlay merges mappings: it cannot drop one)."""
+    params = write_params(folder, overrides)
+    document = yaml.safe_load(params.read_text())
+    document["federated"]["tunings"] = {tuning: trainable}
+    params.write_text(yaml.safe_dump(document, sort_keys=False))
+    return params
+
+
 def test_every_aggregation_and_tuning_is_trained_reported_and_registered(project):
     folder, params, _ = project
     every = run(project)
@@ -145,18 +154,15 @@ def test_the_stage_on_flower_gives_the_in_process_table(project, tmp_path):
     rows = {}
     for transport in ("in_process", "flower"):
         (tmp_path / transport).mkdir()
-        params = write_params(
+        params = one_tuning(
             tmp_path / transport,
             {
                 "federated": {"aggregations": ["fednova"], "transport": transport},
                 "privacy": {"randomness": "seeded"},
-            },
-        )  # the same trajectory
-        document = yaml.safe_load(params.read_text())
-        document["federated"]["tunings"] = {
-            "selective": "head"
-        }  # one run: the overlay merges mappings
-        params.write_text(yaml.safe_dump(document, sort_keys=False))
+            },  # the same trajectory
+            "selective",
+            "head",
+        )
         rows[transport] = run(
             project,
             params_path=params,
@@ -305,7 +311,8 @@ def test_fednova_is_fedavgs_model_at_every_epsilon_when_every_client_takes_the_s
 ):
     """FedNova's normalisation is the identity when every τ_k is equal (tasks/federated/aggregation.py): its models,
     with noise and without, are FedAvg's, trained once, marked in the rows and the table; with unequal steps each
-    aggregation trains its own models and draws its own noise."""
+    aggregation trains its own models and draws its own noise. One tuning (full) shows it: the normalisation depends on
+    the clients' steps, not on which parameters train."""
     from tasks.core.params import BaseParams, FederatedParams, load_section
     from tasks.core.public_model import public_config
     from tasks.federated.inputs import load_federated_clips
@@ -326,7 +333,7 @@ def test_fednova_is_fedavgs_model_at_every_epsilon_when_every_client_takes_the_s
     out = tmp_path / "out"
     every = run(
         project,
-        params_path=write_params(tmp_path, {"federated": {"batch_size": 200}}),
+        params_path=one_tuning(tmp_path, {"federated": {"batch_size": 200}}, "full", "all"),
         out=out,
         report=tmp_path / "report",
     )
@@ -353,7 +360,9 @@ def test_fednova_is_fedavgs_model_at_every_epsilon_when_every_client_takes_the_s
     (tmp_path / "unequal-params").mkdir()
     every = run(
         project,
-        params_path=write_params(tmp_path / "unequal-params", {"federated": {"batch_size": 1}}),
+        params_path=one_tuning(
+            tmp_path / "unequal-params", {"federated": {"batch_size": 1}}, "full", "all"
+        ),
         out=out,
         report=tmp_path / "report-unequal",
     )
