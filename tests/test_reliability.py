@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -59,13 +60,19 @@ def test_the_checker_finds_a_hidden_key():
     assert _hashed_keys(["decode"], {"decode": {"size": [1, 2]}})[-1] == "decode.size"
 
 
-def test_changing_the_frame_size_gives_new_frames(tmp_path):
+def test_changing_the_frame_size_makes_dvc_decode_again(tmp_path):
+    """The decoded frames are at decode.frame_size, and DVC finds them stale once it changes (that decode then decodes
+    at the new size is tests/test_decode.py's: the clips have the configured shape)."""
     project = make_project(tmp_path)
     sh("dvc", "repro", "decode", cwd=project)
     first = np.load(next((project / "data/decode/frames").glob("*.npy")))
-    sh("dvc", "exp", "run", "decode", "-S", "decode.frame_size=[24,32]", cwd=project)
-    frames = np.load(next((project / "data/decode/frames").glob("*.npy")))
-    assert first.shape[1:3] == (32, 40) and frames.shape[1:3] == (24, 32)
+    assert first.shape[1:3] == (32, 40)
+    params = project / "params.yaml"
+    document = yaml.safe_load(params.read_text())
+    document["decode"]["frame_size"] = [24, 32]
+    params.write_text(yaml.safe_dump(document, sort_keys=False))
+    stale = json.loads(sh("dvc", "status", "--json", "decode", cwd=project).stdout)
+    assert stale == {"decode": [{"changed deps": {"params.yaml": {"decode": "modified"}}}]}, stale
 
 
 def test_replacing_a_dataset_file_reruns_the_index(tmp_path):
