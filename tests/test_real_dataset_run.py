@@ -174,9 +174,10 @@ def own_store(project: Path) -> pytest.MonkeyPatch:
 
 
 @pytest.fixture(scope="module")
-def ucf101(tmp_path_factory) -> tuple[Path, str]:
+def ucf101(tmp_path_factory, prefect_api) -> tuple[Path, str]:
     """The suite's one end-to-end run on real clips: ``privhar flow`` (what ``make run`` runs) over the whole DAG; what
-    it printed (its scores) and logged (each stage's DVC output)."""
+    it printed (its scores) and logged (each stage's DVC output). It runs on the session's Prefect server: the shared
+    pipeline run is the one that starts its project's own."""
     project = real_project(tmp_path_factory.mktemp("ucf101"), "ucf101")
     patch = own_store(project)
     try:
@@ -307,9 +308,10 @@ def _parquet(path: Path) -> list[dict]:
     return pq.read_table(path).to_pylist()
 
 
-def test_params_the_dataset_cannot_serve_stop_the_run_after_the_index(tmp_path):
+def test_params_the_dataset_cannot_serve_stop_the_run_after_the_index(tmp_path, prefect_api):
     """More federated clients than the folder has training videos: `privhar flow` refuses in one line once the index is built,
-    before decode or any stage that learns (issue 32: such params were refused minutes later, by their own stage)."""
+    before decode or any stage that learns (issue 32: such params were refused minutes later, by their own stage). The
+    flow runs on the session's Prefect server (PREFECT_API_URL), as on a `privhar serve` that is up."""
     import os
     import subprocess
 
