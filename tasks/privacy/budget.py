@@ -362,11 +362,12 @@ def check_budget(
     """Refuse ``release`` (one line) if it would take a person past ``privacy.max_epsilon``, or if the cap is finite and
     its randomness is seeded (not private). ``plan``: the budget stage's file for the release's stage."""
     privacy = load_section(params_path, "privacy", PrivacyParams)
-    # the budget stage's plan file names the releases (a stage run on its own derives them from the params)
+    # the budget stage's plan file names the releases, read once (a stage run on its own derives them from the params)
+    entries = None if plan is None else list(_plan(params_path, rows, plan))
     names = (
         [planned.name for planned in planned_releases(params_path)]
-        if plan is None
-        else [name for name, _ in _plan(params_path, rows, plan)]
+        if entries is None
+        else [name for name, _ in entries]
     )
     if release not in names:
         raise PrivharError(
@@ -381,7 +382,7 @@ def check_budget(
     made, spent = recorded(
         privacy.budget
     )  # every release made in this budget, by earlier runs included
-    for name, requested in _plan(params_path, rows, plan):
+    for name, requested in _plan(params_path, rows, None) if entries is None else entries:
         if name != release and name in made:
             continue  # made already (by this plan's stage or an earlier run): counted in ``spent``
         if name == release:
