@@ -336,7 +336,7 @@ def flow_command(profile: str, force: bool, stages: tuple[str, ...]) -> None:
         from prefect.exceptions import TerminationSignal
         from prefect.logging.handlers import APILogWorker
 
-        from flows.flow_launch import run_as_deployment
+        from flows.deployment import run_as_deployment
         from flows.flow_logging import tracebacks_to_file
         from flows.pipeline_flow import failure_message
 

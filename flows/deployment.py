@@ -1,10 +1,23 @@
-"""``privhar serve``: the scheduled deployment of the pipeline flow, served until interrupted.
+"""The scheduled deployment of the pipeline flow: ``privhar serve`` serves it until interrupted, and every
+``privhar flow`` (so ``make run``) is one run of it.
 
 The deployment is declared here and only here, with ``flow.serve``, not in a
 ``prefect.yaml``: serving needs no work pool, no worker and no copy of the project for a
 worker to pull, so one command on a laptop gives a real schedule; its cron, time zone,
 profile and stages come from ``params.yaml: orchestrate``. (On a cluster, the same flow
 can be deployed to a work pool instead: README, "Running on a cluster".)
+
+A run of ``privhar flow``:
+
+- ``privhar serve`` is up: the run is created from its deployment and executed by the served runner, as Prefect's
+  own "Run" button or ``prefect deployment run`` would; this process follows the run's logs until it ends.
+- Nothing serves the deployment: it is registered with its schedule paused (nobody would execute the cron's runs),
+  a run is created from it and executed here, in this process (Prefect's ``run_flow`` with that run, which is what
+  a worker does), so the terminal shows the stages as they run.
+
+Either way the flow run sits under ``privhar-pipeline/scheduled`` in the Prefect UI, on the project's database
+(``flows/prefect_server.py``), beside the scheduled ones. The flow itself is imported where it is used: prefect
+reads its settings once, at import, after ``serve`` has set this project's.
 """
 
 from __future__ import annotations
@@ -22,6 +35,8 @@ from tasks.core.errors import ERROR_PREFIX, PrivharError
 from tasks.core.params import OrchestrateParams, load_section
 
 DEPLOYMENT_NAME = "scheduled"
+FINAL = ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")  # a flow run's states that end it
+POLL_SECONDS = 2.0
 DEPLOYMENT_DESCRIPTION = (
     "The privhar DAG from dvc.yaml; each stage a task, up-to-date stages skipped."
 )
@@ -111,7 +126,7 @@ def serve(project: Path, host: str | None = None, port: int | None = None) -> No
             f"profile {settings.profile}; Ctrl-C or 'privhar serve --stop' ends it",
             file=sys.stderr,
         )
-        # served, its schedule runs; a manual `privhar flow` without a server registers it paused (flows/flow_launch.py)
+        # served, its schedule runs; a manual `privhar flow` without a server registers it paused (run_as_deployment)
         pipeline_flow.serve(
             **deployment_options(str(project), settings, paused=False), print_starting_message=False
         )
@@ -154,3 +169,58 @@ def stop_serving(project: Path) -> list[str]:
     if stop_process_group(home / "server.pid"):
         stopped.append("Prefect server")
     return stopped
+
+
+def run_as_deployment(project: Path, parameters: dict[str, Any]) -> Any:
+    """One flow run of the deployment with ``parameters``; its final state."""
+    if serving(project) is not None:
+        return run_on_served_runner(parameters)
+    from prefect import get_client
+    from prefect.flow_engine import run_flow
+
+    from flows.pipeline_flow import pipeline_flow
+
+    settings = load_section(Path(project) / "params.yaml", "orchestrate", OrchestrateParams)
+    deployment = pipeline_flow.to_deployment(
+        **deployment_options(parameters["project"], settings, paused=True)
+    )
+    deployment_id = deployment.apply()
+    with get_client(sync_client=True) as client:
+        flow_run = client.create_flow_run_from_deployment(
+            deployment_id, parameters=parameters, tags=["manual"]
+        )
+    return run_flow(pipeline_flow, flow_run=flow_run, parameters=parameters, return_type="state")
+
+
+def run_on_served_runner(parameters: dict[str, Any]) -> Any:
+    """Create the run on the served deployment and print its log lines until it reaches a final state."""
+    from prefect import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+    from prefect.client.schemas.sorting import LogSort
+    from prefect.deployments import run_deployment
+
+    from flows.pipeline_flow import FLOW_NAME
+
+    flow_run = run_deployment(
+        f"{FLOW_NAME}/{DEPLOYMENT_NAME}", parameters=parameters, timeout=0, tags=["manual"]
+    )
+    print(
+        f"privhar: flow run {flow_run.name} created on the served deployment "
+        f"{FLOW_NAME}/{DEPLOYMENT_NAME}; its log follows",
+        file=sys.stderr,
+    )
+    shown = 0
+    with get_client(sync_client=True) as client:
+        while True:
+            flow_run = client.read_flow_run(flow_run.id)
+            logs = client.read_logs(
+                log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run.id])),
+                sort=LogSort.TIMESTAMP_ASC,
+                offset=shown,
+            )
+            for log in logs:
+                print(log.message, flush=True)
+            shown += len(logs)
+            if flow_run.state is not None and flow_run.state.type.value in FINAL and not logs:
+                return flow_run.state
+            time.sleep(POLL_SECONDS)

@@ -21,6 +21,8 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
+
 POLL_SECONDS = 0.5
 GRACE_SECONDS = 10.0
 PR_SET_PDEATHSIG = 1
@@ -43,17 +45,6 @@ def end_with_parent() -> None:
     The guard asks it of its owner."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
-def alive(pid: int) -> bool:
-    """Whether process ``pid`` exists (a zombie counts: it is gone once its parent reaps it)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def group_members() -> list[int]:
@@ -102,7 +93,7 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if os.getppid() == owner:
         end_with_parent()
-    if not alive(owner):
+    if not psutil.pid_exists(owner):
         return 1
     started.append(subprocess.Popen(command))
     child = started[0]
@@ -110,7 +101,7 @@ def main(argv: list[str]) -> int:
         try:
             code = child.wait(timeout=POLL_SECONDS)
         except subprocess.TimeoutExpired:
-            if not alive(owner):
+            if not psutil.pid_exists(owner):
                 _end_group(child)
             continue
         return code if code >= 0 else 128 - code

@@ -18,7 +18,8 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from flows.group_guard import alive
+import psutil
+
 from tasks.core.errors import PrivharError
 
 LOCK_NAME = Path(".privhar") / "run.lock"
@@ -52,7 +53,7 @@ def holder_named(holder: Path) -> str:
     except OSError:
         return "another process"
     _, _, pid = named.rpartition("pid ")
-    if pid.isdigit() and not alive(int(pid)):
+    if pid.isdigit() and not psutil.pid_exists(int(pid)):
         return f"{named}, which has ended: its dvc and stages are stopping"
     return named or "another process"
 

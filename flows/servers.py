@@ -19,7 +19,9 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from flows.group_guard import alive, guarded
+import psutil
+
+from flows.group_guard import guarded
 from tasks.core.errors import PrivharError
 
 
@@ -53,7 +55,7 @@ def port_in_use(host: str, port: int) -> bool:
 def pid_alive(pid: int) -> bool:
     """Whether a process ``pid`` exists (a zombie child of ours is reaped first)."""
     _reap(pid)
-    return alive(pid)
+    return psutil.pid_exists(pid)
 
 
 def answers(url: str, timeout: float = 2.0) -> bool:

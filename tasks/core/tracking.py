@@ -357,22 +357,13 @@ def _owner_tags() -> dict[str, str]:
     return {"privhar.host": socket.gethostname(), "privhar.pid": str(os.getpid())}
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
-
-
 THIS_HOST = f"tags.`privhar.host` = '{socket.gethostname()}'"
 
 
 def end_orphaned_runs(filter_string: str = THIS_HOST) -> list[str]:
     """End as KILLED the RUNNING runs matching ``filter_string`` whose owning process on this host is gone: a
     stage's run and the model runs nested under it alike (each is tagged with the process that opened it)."""
+    import psutil
     from mlflow import MlflowClient
     from mlflow.entities import RunStatus
 
@@ -389,7 +380,7 @@ def end_orphaned_runs(filter_string: str = THIS_HOST) -> list[str]:
             tags.get("privhar.host") == host
             and pid.isdigit()
             and int(pid) != os.getpid()
-            and not _alive(int(pid))
+            and not psutil.pid_exists(int(pid))
         ):
             client.set_terminated(run.info.run_id, RunStatus.to_string(RunStatus.KILLED))
             ended.append(run.info.run_id)
