@@ -96,11 +96,14 @@ def test_two_gloo_processes_make_the_single_process_noised_update(monkeypatch):
     for (name, a), b in zip(single.named_parameters(), distributed.parameters()):
         assert torch.allclose(a, b, atol=1e-6), name
     assert record["history"][0]["sampled"] == 8  # both ranks' halves, all of them at q = 1
-    other_noise = _model()
-    _two_processes(other_noise, batch_size=RATE_ONE, epochs=1, noise_seed=12)
+    # another noise seed, another update: the match above is the stream's, not an update without noise (the one-process
+    # run of seed 12 stands for the two-process one: they were just shown to be one update)
+    other_noise, _ = _single_process(
+        _model(), batch_size=RATE_ONE, epochs=1, noise_seed=12, monkeypatch=monkeypatch
+    )
     assert not all(
         torch.allclose(a, b, atol=1e-6)
-        for a, b in zip(single.parameters(), other_noise.parameters())
+        for a, b in zip(distributed.parameters(), other_noise.parameters())
     )
 
 
