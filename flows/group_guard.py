@@ -48,17 +48,14 @@ def end_with_parent() -> None:
 
 
 def group_members() -> list[int]:
-    """The other live processes of this guard's group (read from ``/proc``; empty where there is none)."""
+    """The other live processes of this guard's group (a zombie has left it)."""
     group, members = os.getpgid(0), []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+    for process in psutil.process_iter(["status"]):
+        if process.pid == os.getpid() or process.info["status"] == psutil.STATUS_ZOMBIE:
             continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if fields[0] != "Z" and int(fields[2]) == group:
-            members.append(int(entry.name))
+        with contextlib.suppress(ProcessLookupError):
+            if os.getpgid(process.pid) == group:
+                members.append(process.pid)
     return members
 
 
