@@ -31,11 +31,12 @@ import torch
 from tasks.core.clips import labels_of, load_clips, normalise, split_rows
 from tasks.core.head_features import head_of, pooled_features, standardise
 from tasks.core.manifest import MANIFEST_NAME, read_manifest
-from tasks.core.params import BaseParams, PrivateParams, load_section
+from tasks.core.params import BaseParams, PrivateParams, load_plan, load_section
 from tasks.core.public_model import classifier_seed, public_model
 from tasks.core.randomness import DpRandomness
 from tasks.core.seeds import interval
 from tasks.core.storage import atomic_write_bytes
+from tasks.privacy.budget import derived_plan
 from tasks.private.methods import PrivateData, Recipe, train_grouped
 from tasks.private.stage import PreparedInputs, prepare_inputs
 
@@ -108,10 +109,12 @@ def run_bench(
         update={"epsilons": []}  # ε = ∞ only: no release, so no budget to check
     )
     whole_clip = params.model_copy(update={"maskdp_private_input": "whole_clip"})
-    arguments = (frames, init, avatar, None)
-    masked = prepare_inputs(params_path, base, params, "maskdp", *arguments)
-    whole = prepare_inputs(params_path, base, whole_clip, "maskdp", *arguments)
-    on_avatar = prepare_inputs(params_path, base, params, "dp_sgd_avatar", *arguments)
+    plan = load_plan(params_path)  # no finite ε: nothing is checked against it
+    shared = (plan.report, plan.privacy, derived_plan(plan))
+    arguments = (frames, init, avatar)
+    masked = prepare_inputs(base, params, *shared, "maskdp", *arguments)
+    whole = prepare_inputs(base, whole_clip, *shared, "maskdp", *arguments)
+    on_avatar = prepare_inputs(base, params, *shared, "dp_sgd_avatar", *arguments)
     tests = {"P1": _test_features(masked, frames), "P2": _test_features(masked, avatar)}
 
     def fresh_head(seed: int) -> torch.nn.Module:

@@ -8,6 +8,7 @@ stage through it in-process (flows/stage_tasks.py) and each stage's code fingerp
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -44,6 +45,89 @@ def _dir(name: str, help_text: str, exists: bool = False) -> click.Option:
         type=click.Path(path_type=Path, file_okay=False, exists=exists),
         help=help_text,
         callback=None if exists else _writable,
+    )
+
+
+def section(params_path: Path, name: str, **overrides: Any) -> Any:
+    """One typed, checked section of the params file (``overrides``: command-line values in place first): the command
+    layer reads params, the stages take sections."""
+    from tasks.core.params import SECTIONS, load_section
+
+    return load_section(params_path, name, SECTIONS[name], overrides=overrides or None)
+
+
+def show_raw(params_path: Path) -> bool:
+    """Whether raw frames may appear in a stage's pictures (report.show_raw, data.source)."""
+    from tasks.core.params import raw_frames_allowed
+
+    return raw_frames_allowed(section(params_path, "report"), section(params_path, "data"))
+
+
+def plan_for(params_path: Path, budget: Path | None) -> Any:
+    """A DP stage's budget plan: the budget stage's file ``budget``, or (a stage run on its own) derived from the
+    params."""
+    from tasks.core.params import load_plan
+    from tasks.privacy.budget import derived_plan, read_plan
+
+    return read_plan(budget) if budget is not None else derived_plan(load_plan(params_path))
+
+
+def dprp_from(params_path: Path, budget: Path | None = None, **arguments: Any) -> Any:
+    """:func:`tasks.dprp.stage.dprp` with its sections from ``params_path`` (``privhar stage dprp``)."""
+    from tasks.dprp.stage import dprp
+
+    return dprp(
+        base=section(params_path, "base"),
+        params=section(params_path, "dprp"),
+        privacy=section(params_path, "privacy"),
+        budget=plan_for(params_path, budget),
+        show_raw=show_raw(params_path),
+        **arguments,
+    )
+
+
+def train_private_from(
+    params_path: Path, nproc: int | None = None, budget: Path | None = None, **arguments: Any
+) -> Any:
+    """:func:`tasks.private.stage.train_private` with its sections from ``params_path`` (``privhar stage
+    train-private``); ``nproc`` replaces private.nproc."""
+    from tasks.private.stage import train_private
+
+    return train_private(
+        base=section(params_path, "base"),
+        params=section(params_path, "private", **({} if nproc is None else {"nproc": nproc})),
+        seeds_from=section(params_path, "report"),
+        privacy=section(params_path, "privacy"),
+        budget=plan_for(params_path, budget),
+        **arguments,
+    )
+
+
+def train_federated_from(params_path: Path, budget: Path | None = None, **arguments: Any) -> Any:
+    """:func:`tasks.federated.stage.train_federated` with its sections from ``params_path`` (``privhar stage
+    train-federated``)."""
+    from tasks.federated.stage import train_federated
+
+    return train_federated(
+        base=section(params_path, "base"),
+        params=section(params_path, "federated"),
+        seeds_from=section(params_path, "report"),
+        privacy=section(params_path, "privacy"),
+        budget=plan_for(params_path, budget),
+        **arguments,
+    )
+
+
+def ldp_video_from(params_path: Path, budget: Path | None = None, **arguments: Any) -> Any:
+    """:func:`tasks.ldp.video.ldp_video` with its sections from ``params_path`` (``privhar stage ldp``)."""
+    from tasks.ldp.video import ldp_video
+
+    return ldp_video(
+        base=section(params_path, "base"),
+        params=section(params_path, "ldp"),
+        privacy=section(params_path, "privacy"),
+        budget=plan_for(params_path, budget),
+        **arguments,
     )
 
 
@@ -153,8 +237,11 @@ BUDGET = click.option(
 def budget_command(params_path: Path, frames: Path, out: Path) -> None:
     """Plan every DP release: each person's ε, per DP stage (what privacy.max_epsilon is checked against)."""
     from tasks.budget_plan import budget_plan
+    from tasks.core.parallel import worker_count
+    from tasks.core.params import load_plan
 
-    budget_plan(params_path=params_path, frames=frames, out=out)
+    workers = worker_count(section(params_path, "base").workers)
+    budget_plan(params=load_plan(params_path), workers=workers, frames=frames, out=out)
 
 
 @stage.command("dprp")
@@ -181,10 +268,8 @@ def dprp_stage_command(
     budget: Path | None,
 ) -> None:
     """Video-DPRP on every decoded clip (both splits) at one ε."""
-    from tasks.dprp.stage import dprp
-
-    dprp(
-        params_path=params_path,
+    dprp_from(
+        params_path,
         frames=frames,
         epsilon=epsilon,
         out=out,
@@ -220,10 +305,14 @@ def preview_command(params_path: Path, frames: Path, copies: tuple[Path, ...], o
     """The same test frames under every protection, as one PNG grid."""
     from tasks.preview import preview
 
-    click.echo(
-        f"preview: {preview(params_path=params_path, frames=frames, copies=list(copies), out=out)}",
-        err=True,
+    written = preview(
+        report=section(params_path, "report"),
+        show_raw=show_raw(params_path),
+        frames=frames,
+        copies=list(copies),
+        out=out,
     )
+    click.echo(f"preview: {written}", err=True)
 
 
 @stage.command("train")
@@ -320,17 +409,15 @@ def private_command(
     budget: Path | None,
 ) -> None:
     """Fine-tune the public model privately at every ε of private.epsilons (and ∞)."""
-    from tasks.private.stage import train_private
-
-    rows = train_private(
-        params_path=params_path,
+    rows = train_private_from(
+        params_path,
+        nproc=nproc,
         method=method,
         frames=frames,
         init=init,
         out=out,
         report=report,
         avatar=avatar,
-        nproc=nproc,
         budget=budget,
     )
     click.echo(f"train-private: {method}: {len(rows)} models in {out}", err=True)
@@ -352,10 +439,8 @@ def federated_command(
     params_path: Path, frames: Path, init: Path, out: Path, report: Path, budget: Path | None
 ) -> None:
     """Federated DP training (paper 003): every federated.aggregations × federated.tunings at federated.epsilon."""
-    from tasks.federated.stage import train_federated
-
-    rows = train_federated(
-        params_path=params_path, frames=frames, init=init, out=out, report=report, budget=budget
+    rows = train_federated_from(
+        params_path, frames=frames, init=init, out=out, report=report, budget=budget
     )
     click.echo(
         f"train-federated: {len(rows)} models in {out}; table in {report / 'federated.md'}",
@@ -544,10 +629,8 @@ def ldp_command(
     params_path: Path, frames: Path, public: Path, out: Path, report: Path, budget: Path | None
 ) -> None:
     """Local DP for video: randomized DCAConv codes of each clip's person-centred motion image, learners per ε."""
-    from tasks.ldp.video import ldp_video
-
-    rows = ldp_video(
-        params_path=params_path, frames=frames, public=public, out=out, report=report, budget=budget
+    rows = ldp_video_from(
+        params_path, frames=frames, public=public, out=out, report=report, budget=budget
     )
     click.echo(f"ldp: {len(rows)} results in {report / 'video.csv'}", err=True)
 

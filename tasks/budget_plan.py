@@ -17,21 +17,19 @@ from pathlib import Path
 from typing import Any
 
 from tasks.core.manifest import MANIFEST_NAME, read_manifest
-from tasks.core.parallel import worker_count
-from tasks.core.params import BaseParams, load_section
+from tasks.core.params import PlanParams
 from tasks.core.storage import atomic_directory
 from tasks.privacy.budget import plan_files
 
 LOG = logging.getLogger(__name__)
 
 
-def budget_plan(*, params_path: Path, frames: Path, out: Path) -> dict[str, list[dict[str, Any]]]:
+def budget_plan(
+    *, params: PlanParams, workers: int, frames: Path, out: Path
+) -> dict[str, list[dict[str, Any]]]:
     """Write ``out/<stage>.json`` for every DP stage of the plan; return them. The mechanisms are accounted on
-    ``base.workers`` processes."""
-    base = load_section(params_path, "base", BaseParams)
-    files = plan_files(
-        params_path, read_manifest(frames / MANIFEST_NAME), worker_count(base.workers)
-    )
+    ``workers`` processes."""
+    files = plan_files(params, read_manifest(frames / MANIFEST_NAME), workers)
     with atomic_directory(out) as staging:
         for stage, entries in files.items():
             (staging / f"{stage}.json").write_text(

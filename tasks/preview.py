@@ -27,7 +27,7 @@ from tasks.core.manifest import (
     resolve_path,
     scan_manifest,
 )
-from tasks.core.params import ReportParams, load_section, raw_frames_allowed
+from tasks.core.params import ReportParams
 from tasks.core.storage import atomic_write_bytes
 from tasks.core.tracking import stage_run, stage_work
 
@@ -91,17 +91,19 @@ def protections_grid(raw: Path, copies: list[Path], *, show_raw: bool, videos: i
 
 
 @stage_work
-def preview(*, params_path: Path, frames: Path, copies: list[Path], out: Path) -> Path:
-    """Write ``out/protections.png`` and log it to the stage's MLflow run; return its path."""
+def preview(
+    *, report: ReportParams, show_raw: bool, frames: Path, copies: list[Path], out: Path
+) -> Path:
+    """Write ``out/protections.png`` (raw frames beside the copies if ``show_raw``) and log it to the stage's MLflow run;
+    return its path."""
     found = copies_under(copies)
     if not found:
         raise PrivharError(
             f"preview: no protected copy (a folder with {MANIFEST_NAME}) under {', '.join(map(str, copies))}"
         )
-    show_raw = raw_frames_allowed(params_path)
     png = protections_grid(frames, found, show_raw=show_raw)
     target = out / "protections.png"
-    with stage_run("preview", {"report": load_section(params_path, "report", ReportParams)}) as run:
+    with stage_run("preview", {"report": report}) as run:
         atomic_write_bytes(target, png)
         run.log_artifact(target)
         run.set_tags({"privhar.show_raw": str(show_raw)})

@@ -34,6 +34,7 @@ from tasks.core.params import (
     BaseParams,
     DataParams,
     PublicParams,
+    ReportParams,
     SynthesizeParams,
     load_section,
     raw_frames_allowed,
@@ -295,7 +296,13 @@ def synthesize(
         write_manifest(rows, staging / MANIFEST_NAME)
         if report is not None:
             encoded, png = cv2.imencode(
-                ".png", preview(rows, staging, show_raw=public or raw_frames_allowed(params_path))
+                ".png",
+                preview(
+                    rows,
+                    staging,
+                    show_raw=public
+                    or raw_frames_allowed(load_section(params_path, "report", ReportParams), data),
+                ),
             )
             if not encoded:
                 raise PrivharError(f"{report / 'preview.png'}: OpenCV could not encode the preview")

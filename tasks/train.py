@@ -50,6 +50,7 @@ from tasks.core.models import has_batch_norm
 from tasks.core.params import (
     BaseParams,
     ModelParams,
+    PrivacyParams,
     ReportParams,
     TrainParams,
     family_seeds,
@@ -320,7 +321,10 @@ def train(
     if family != "public" and not math.isfinite(
         data_guarantee(train_rows).epsilon
     ):  # the public set holds no subject
-        check_unprotected(params_path, f"the non-private model {key} (trained on {frames})")
+        check_unprotected(
+            load_section(params_path, "privacy", PrivacyParams),
+            f"the non-private model {key} (trained on {frames})",
+        )
     classes = class_names(rows)
     config = {
         "num_classes": len(classes),

@@ -118,6 +118,15 @@ DAG = {
 }
 
 
+def check_budget_at(params_path: Path, release: str, rows: list[dict[str, Any]]) -> None:
+    """check_budget as a DP stage run on its own calls it: against the plan derived from ``params_path``."""
+    from tasks.core.params import load_plan
+    from tasks.privacy.budget import check_budget, derived_plan
+
+    params = load_plan(params_path)
+    check_budget(params.privacy, release, rows, derived_plan(params))
+
+
 def write_params(folder: Path, overrides: dict[str, Any] | None = None) -> Path:
     """The repository's params.yaml shrunk to TINY, with ``overrides`` on top."""
     params = yaml.safe_load((REPO / "params.yaml").read_text())

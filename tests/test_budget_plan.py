@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 import yaml
 
+from flows.stage_commands import plan_for
 from tasks.budget_plan import budget_plan
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import MANIFEST_NAME, write_manifest
-from tasks.privacy.budget import check_budget, planned_releases
+from tasks.core.params import PlanParams, load_plan
+from tasks.privacy.budget import check_budget, planned_releases, read_plan
 from tests.conftest import REPO, write_params
 from tests.test_report import ROWS
 
@@ -22,7 +25,7 @@ SETTINGS = {
 
 def verdict(params: Path, release: str, plan: Path | None) -> str:
     try:
-        check_budget(params, release, ROWS, plan)
+        check_budget(load_plan(params).privacy, release, ROWS, plan_for(params, plan))
     except PrivharError as refusal:
         return str(refusal)
     return "within the cap"
@@ -35,7 +38,9 @@ def test_each_dp_stage_gets_a_plan_file_whose_verdicts_are_the_ones_it_computes_
 
     first = max(
         next(
-            r for r in planned_releases(write_params(tmp_path, SETTINGS)) if r.name == "dprp-eps2.0"
+            r
+            for r in planned_releases(load_plan(write_params(tmp_path, SETTINGS)))
+            if r.name == "dprp-eps2.0"
         )
         .person_epsilons(ROWS)
         .values()
@@ -56,8 +61,10 @@ def test_each_dp_stage_gets_a_plan_file_whose_verdicts_are_the_ones_it_computes_
         ],
         tmp_path / "decode" / MANIFEST_NAME,
     )
-    files = budget_plan(params_path=params, frames=tmp_path / "decode", out=tmp_path / "budget")
-    stages = {release.name: release.stage for release in planned_releases(params)}
+    files = budget_plan(
+        params=load_plan(params), workers=1, frames=tmp_path / "decode", out=tmp_path / "budget"
+    )
+    stages = {release.name: release.stage for release in planned_releases(load_plan(params))}
     assert (
         set(files)
         == set(stages.values())
@@ -78,7 +85,8 @@ def test_each_dp_stage_gets_a_plan_file_whose_verdicts_are_the_ones_it_computes_
     )
     # no cap: a stage's file holds its own releases only (a Video-DPRP ablation does not retrain the private models)
     unlimited = budget_plan(
-        params_path=write_params(tmp_path, SETTINGS),
+        params=load_plan(write_params(tmp_path, SETTINGS)),
+        workers=1,
         frames=tmp_path / "decode",
         out=tmp_path / "open",
     )
@@ -95,20 +103,10 @@ def test_each_dp_stage_gets_a_plan_file_whose_verdicts_are_the_ones_it_computes_
     )
 
 
-def test_the_budget_stage_declares_every_params_section_the_plan_reads(
-    tmp_path: Path, monkeypatch
-) -> None:
-    import tasks.privacy.budget as budget
-
-    read: set[str] = set()
-    original = budget.load_section
-
-    def spy(path, section, model, **kwargs):
-        read.add(section)
-        return original(path, section, model, **kwargs)
-
-    monkeypatch.setattr(budget, "load_section", spy)
-    budget.plan_files(write_params(tmp_path, {**SETTINGS, "privacy": {"max_epsilon": 1e9}}), ROWS)
+def test_the_budget_stage_declares_every_params_section_the_plan_reads() -> None:
+    read = {
+        field.name for field in dataclasses.fields(PlanParams)
+    }  # the plan takes these sections, nothing else
     declared = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]["budget"]["params"]
     assert read and all(
         any(key == section or key.startswith(f"{section}.") for key in declared) for section in read
@@ -116,12 +114,13 @@ def test_the_budget_stage_declares_every_params_section_the_plan_reads(
 
 
 def test_a_plan_that_is_not_one_is_a_one_line_error(tmp_path: Path) -> None:
-    params = write_params(tmp_path, {**SETTINGS, "privacy": {"max_epsilon": 10.0}})
-    (tmp_path / "broken.json").write_text("{not json")
-    with pytest.raises(
-        PrivharError, match=r"broken.json: not a budget plan .*; expected the budget stage's output"
-    ):
-        check_budget(params, "dprp-eps2.0", ROWS, tmp_path / "broken.json")
+    for text in ("{not json", "[1, 2]", '[{"release": "dprp-eps2.0"}]'):
+        (tmp_path / "broken.json").write_text(text)
+        with pytest.raises(
+            PrivharError,
+            match=r"broken.json: not a budget plan .*; expected the budget stage's output",
+        ):
+            read_plan(tmp_path / "broken.json")
 
 
 def test_private_seeds_set_how_many_releases_each_private_row_makes(tmp_path: Path) -> None:
@@ -134,7 +133,7 @@ def test_private_seeds_set_how_many_releases_each_private_row_makes(tmp_path: Pa
             "report": {"seeds": 2},
         },
     )
-    names = [release.name for release in planned_releases(params)]
+    names = [release.name for release in planned_releases(load_plan(params))]
     private = [name for name in names if name.startswith("dp_sgd-eps")]
     assert (
         len(private) == 3 * len(set(name.split("-seed")[0] for name in private))

@@ -167,7 +167,7 @@ def test_the_stage_trains_dp_sgd_in_two_processes_with_the_single_process_epsilo
     import polars as pl
     from conftest import write_params
 
-    from tasks.private.stage import train_private
+    from flows.stage_commands import train_private_from as train_private
     from tasks.train import train
 
     params = write_params(

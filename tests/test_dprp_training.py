@@ -5,9 +5,9 @@ import math
 
 import pytest
 
+from flows.stage_commands import dprp_from as dprp
 from tasks.core.errors import PrivharError
 from tasks.core.registry import newest_version
-from tasks.dprp.stage import dprp
 from tasks.evaluate import evaluate
 from tasks.privacy.dprp_calibration import noise_scales
 from tasks.train import train

@@ -9,9 +9,10 @@ import pytest
 import torch
 import yaml
 
+from flows.stage_commands import train_federated_from as train_federated
 from tasks.core.errors import PrivharError
+from tasks.core.params import load_plan
 from tasks.core.registry import newest_version
-from tasks.federated.stage import train_federated
 from tasks.privacy.accounting import gdp_epsilon
 from tasks.privacy.budget import planned_releases
 from tasks.privacy.federated_accounting import epsilon_of
@@ -103,7 +104,9 @@ def test_every_aggregation_and_tuning_is_trained_reported_and_registered(project
         float(version.tags["epsilon"]) == pytest.approx(1.33)
         and "replace-one" in version.tags["accountant"]
     )
-    assert "federated-fednova-selective" in [release.name for release in planned_releases(params)]
+    assert "federated-fednova-selective" in [
+        release.name for release in planned_releases(load_plan(params))
+    ]
     assert version.tags["unit"] == "video" and version.tags["relation"] == "replace-one"
     assert version.tags["randomness"].startswith("secret")
     with open(folder / "reports/federated/federated_persons.csv") as handle:
@@ -284,7 +287,9 @@ def test_a_tuning_can_take_more_seeds_and_the_plan_counts_each(project, tmp_path
         "fedavg-selective-seed2",
     ]
     planned = [
-        release.name for release in planned_releases(params) if release.stage == "train-federated"
+        release.name
+        for release in planned_releases(load_plan(params))
+        if release.stage == "train-federated"
     ]
     assert planned == [
         "federated-fedavg-full",
@@ -409,7 +414,7 @@ def test_a_tunings_own_recipe_sets_its_local_epochs_and_its_sigma(project, tmp_p
             (person["model"], int(person["subject"])): float(person["epsilon_person"])
             for person in csv.DictReader(handle)
         }
-    plan = {release.name: release for release in planned_releases(params)}
+    plan = {release.name: release for release in planned_releases(load_plan(params))}
     train_rows = split_rows(read_manifest(project[2] / MANIFEST_NAME), "train")
     for model in ("fedavg-full", "fedavg-selective"):
         planned = plan[f"federated-{model}"].person_epsilons(train_rows)

@@ -9,6 +9,7 @@ import pytest
 
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import read_manifest
+from tasks.core.params import load_plan
 from tasks.core.randomness import NOT_PRIVATE
 from tasks.ldp.dca import fit_dca
 from tasks.ldp.dcaconv import fit_dcaconv
@@ -174,7 +175,7 @@ def test_the_video_stage_releases_seeded_codes_and_records_both_epsilons(
 ) -> None:
     import csv
 
-    from tasks.ldp.video import ldp_video
+    from flows.stage_commands import ldp_video_from as ldp_video
     from tasks.privacy.budget import ldp_release
     from tests.conftest import write_params
 
@@ -236,7 +237,7 @@ def test_the_video_stage_releases_seeded_codes_and_records_both_epsilons(
     )
     from tasks.privacy.budget import planned_releases
 
-    planned = {release.name: release.epsilon for release in planned_releases(params)}
+    planned = {release.name: release.epsilon for release in planned_releases(load_plan(params))}
     for row in (
         ledger
     ):  # the budget plans each finite release with the ε the stage released; ∞ is no DP release
@@ -246,7 +247,7 @@ def test_the_video_stage_releases_seeded_codes_and_records_both_epsilons(
 def test_the_video_stage_refuses_a_release_over_the_cap_before_any_work(
     tiny_decoded, tiny_public, tmp_path
 ) -> None:
-    from tasks.ldp.video import ldp_video
+    from flows.stage_commands import ldp_video_from as ldp_video
     from tests.conftest import write_params
 
     params = write_params(
@@ -263,7 +264,7 @@ def test_the_video_stage_refuses_a_release_over_the_cap_before_any_work(
     import tasks.privacy.budget as budget
 
     spent = {}
-    for planned in budget.planned_releases(params)[:-1]:
+    for planned in budget.planned_releases(load_plan(params))[:-1]:
         rows = [
             row
             for row in read_manifest(tiny_decoded / "data/decode/manifest.parquet")
@@ -298,7 +299,7 @@ def test_the_video_stage_refuses_a_release_over_the_cap_before_any_work(
 def test_the_video_stage_refuses_more_filters_than_actions(
     tiny_decoded, tiny_public, tmp_path
 ) -> None:
-    from tasks.ldp.video import ldp_video
+    from flows.stage_commands import ldp_video_from as ldp_video
     from tests.conftest import write_params
 
     params = write_params(tmp_path, {"ldp": {"video_first_filters": 5}})
@@ -317,7 +318,7 @@ def test_the_video_stage_refuses_more_filters_than_actions(
 
 def test_the_filters_never_see_private_videos(tiny_decoded, tiny_public, tmp_path) -> None:
     """Issue 17: the DCAConv filters are a function of the public set alone — change every private video and they stay."""
-    from tasks.ldp.video import ldp_video
+    from flows.stage_commands import ldp_video_from as ldp_video
     from tests.conftest import write_params
 
     params = write_params(tmp_path, {"ldp": {"video_epsilons": [float("inf")]}})
@@ -342,7 +343,7 @@ def test_the_filters_never_see_private_videos(tiny_decoded, tiny_public, tmp_pat
 def test_secure_coins_differ_from_run_to_run_and_from_the_seeded_ones(
     tiny_decoded, tiny_public, tmp_path
 ) -> None:
-    from tasks.ldp.video import ldp_video
+    from flows.stage_commands import ldp_video_from as ldp_video
     from tests.conftest import write_params
 
     released = {}
@@ -388,8 +389,8 @@ def test_real_footage_without_person_boxes_is_encoded_whole_frame(
     scene) instead of the stage failing, and the attribute attacker says nan (no attributes to attack)."""
     import shutil
 
+    from flows.stage_commands import ldp_video_from as ldp_video
     from tasks.core.manifest import write_manifest
-    from tasks.ldp.video import ldp_video
     from tests.conftest import write_params
 
     real = tmp_path / "real"

@@ -5,10 +5,10 @@ import io
 import pytest
 from PIL import Image
 
+from flows.stage_commands import section, show_raw
 from tasks.anonymize.stage import anonymize
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import copies_under
-from tasks.core.params import raw_frames_allowed
 from tasks.preview import preview
 from tests.conftest import write_params
 
@@ -46,7 +46,10 @@ def test_grid_has_a_column_per_copy_and_mask_and_raw_only_when_allowed(
     widths = {}
     for show in (True, False):
         png = preview(
-            params_path=params_with(tmp_path / str(show), {"report": {"show_raw": show}}),
+            report=section(
+                params_with(tmp_path / str(show), {"report": {"show_raw": show}}), "report"
+            ),
+            show_raw=show,
             frames=tiny_decoded / "data/decode",
             copies=[copies / "anonymize"],
             out=tmp_path / f"out{show}",
@@ -57,10 +60,10 @@ def test_grid_has_a_column_per_copy_and_mask_and_raw_only_when_allowed(
 
 
 def test_auto_shows_raw_frames_of_the_synthetic_dataset_only(tmp_path):
-    assert raw_frames_allowed(write_params(tmp_path, {"report": {"show_raw": "auto"}}))
+    assert show_raw(write_params(tmp_path, {"report": {"show_raw": "auto"}}))
     real = tmp_path / "real"
     real.mkdir()
-    assert not raw_frames_allowed(
+    assert not show_raw(
         write_params(real, {"report": {"show_raw": "auto"}, "data": {"source": "ucf101"}})
     )
 
@@ -68,7 +71,8 @@ def test_auto_shows_raw_frames_of_the_synthetic_dataset_only(tmp_path):
 def test_nothing_to_show_is_one_line(tiny_decoded, tmp_path):
     with pytest.raises(PrivharError, match="no protected copy"):
         preview(
-            params_path=write_params(tmp_path),
+            report=section(write_params(tmp_path), "report"),
+            show_raw=True,
             frames=tiny_decoded / "data/decode",
             copies=[tmp_path],
             out=tmp_path / "o",

@@ -15,17 +15,17 @@ import pyarrow as pa
 import pytest
 import torch
 
+from flows.stage_commands import train_private_from as train_private
 from tasks.anonymize.stage import anonymize
 from tasks.core.errors import PrivharError
 from tasks.core.head_features import head_of, pooled_features
 from tasks.core.models import create_video_classifier
-from tasks.core.params import PrivateParams, load_section
+from tasks.core.params import PrivateParams, load_plan, load_section
 from tasks.core.registry import newest_version
 from tasks.core.selective import select_trainable
 from tasks.private.gradients import per_unit_gradients
-from tasks.private.stage import train_private
 from tasks.train import train
-from tests.conftest import write_params
+from tests.conftest import check_budget_at, write_params
 
 PRIVATE = {
     "epsilons": [2.0],
@@ -456,7 +456,9 @@ def test_person_level_method_samples_people_under_video_units_and_the_plan_agree
             for row in csv.DictReader(handle)
             if row["model"] == "dp_sgd_person-eps2.0"
         }
-    plan = {release.name: release for release in planned_releases(params)}["dp_sgd_person-eps2.0"]
+    plan = {release.name: release for release in planned_releases(load_plan(params))}[
+        "dp_sgd_person-eps2.0"
+    ]
     planned = plan.person_epsilons(train_rows)
     assert planned.keys() == claimed.keys()
     assert all(planned[person] == pytest.approx(claimed[person], rel=0.02) for person in claimed)
@@ -497,14 +499,15 @@ def test_each_seed_is_a_fresh_model_and_a_dp_release_of_its_own(project, tmp_pat
     assert newest_version("dp_sgd-eps2.0-seed1") is None  # seed 0 is the registered model
     names = [release.name for release in private_releases(tmp_path / "report", ["dp_sgd"])]
     assert names == ["dp_sgd-eps2.0", "dp_sgd-eps2.0-seed1", "dp_sgd-epsinf", "dp_sgd-epsinf-seed1"]
-    assert "maskdp-eps2.0-seed1" in [planned.name for planned in planned_releases(params)]
+    assert "maskdp-eps2.0-seed1" in [
+        planned.name for planned in planned_releases(load_plan(params))
+    ]
     # a cap that seed 0 fits under and seed 1 does not: the stage refuses before any work
     from tasks.core.manifest import read_manifest
-    from tasks.privacy.budget import check_budget
 
     manifest = read_manifest(decoded / "manifest.parquet")
     spent: dict[int, float] = {}
-    for planned in planned_releases(params):
+    for planned in planned_releases(load_plan(params)):
         requested = planned.person_epsilons([r for r in manifest if r["split"] in planned.splits])
         if planned.name == "dp_sgd-eps2.0-seed1":
             break
@@ -521,7 +524,7 @@ def test_each_seed_is_a_fresh_model_and_a_dp_release_of_its_own(project, tmp_pat
             "privacy": {"max_epsilon": spent[most] + requested[most] / 2},
         },
     )
-    check_budget(capped, "dp_sgd-eps2.0", manifest)
+    check_budget_at(capped, "dp_sgd-eps2.0", manifest)
     with pytest.raises(PrivharError, match="before dp_sgd-eps2.0-seed1"):
         run(
             project,
@@ -566,7 +569,7 @@ def test_an_epsilon_can_take_more_seeds_than_the_others_and_the_plan_and_ledger_
     ]
     planned = [
         release.name
-        for release in planned_releases(params)
+        for release in planned_releases(load_plan(params))
         if release.stage == "train-private-dp_sgd"
     ]
     assert planned == [name for name in trained if "inf" not in name]

@@ -13,7 +13,13 @@ import yaml
 
 from tasks.core.datasets import hmdb51_subject, index_dataset, ucf101_subject
 from tasks.core.errors import PrivharError
-from tasks.core.params import AnonymizeParams, PrivateParams, load_section, read_params_file
+from tasks.core.params import (
+    AnonymizeParams,
+    PrivateParams,
+    load_plan,
+    load_section,
+    read_params_file,
+)
 from tasks.core.subjects import subjects_statement
 from tests.conftest import REPO, make_project, sh, write_params
 from tests.test_datasets import make_hmdb51, make_ucf101
@@ -199,7 +205,7 @@ def test_the_cap_holds_for_a_ucf101_group(tmp_path):
         tmp_path,
         {"private": {"methods": ["dp_sgd"], "epsilons": [1.0], "batch_size": 1, "epochs": 1}},
     )
-    release = next(r for r in planned_releases(params) if r.name == "dp_sgd-eps1.0")
+    release = next(r for r in planned_releases(load_plan(params)) if r.name == "dp_sgd-eps1.0")
     person = release.person_epsilons([row for row in rows if row["split"] == "train"])
     identity = {row["subject"]: row["identity"] for row in rows}
     assert (

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tasks.core.errors import PrivharError
+from tasks.core.params import load_plan
 from tasks.core.randomness import NOT_PRIVATE
 from tasks.core.tables import compact
 from tasks.privacy.accounting import (
@@ -19,7 +20,7 @@ from tasks.privacy.accounting import (
     group_epsilon,
     sampled_gaussian_epsilon,
 )
-from tasks.privacy.budget import check_budget, planned_releases
+from tasks.privacy.budget import planned_releases
 from tasks.privacy.dprp_calibration import noise_scales
 from tasks.report.ledger import Release, subject_totals
 from tasks.report.tables import (
@@ -30,7 +31,7 @@ from tasks.report.tables import (
     table_one,
     table_one_markdown,
 )
-from tests.conftest import write_params
+from tests.conftest import check_budget_at, write_params
 
 ROWS = [
     {
@@ -167,7 +168,7 @@ def test_planned_person_epsilon_is_group_privacy_over_the_persons_videos(tmp_pat
     params = write_params(
         tmp_path, {"private": {"methods": ["dp_sgd", "maskdp"], "epsilons": [1.0], "batch_size": 2}}
     )
-    plan = {release.name: release for release in planned_releases(params)}
+    plan = {release.name: release for release in planned_releases(load_plan(params))}
     rows = [row for row in ROWS if row["split"] == "train"] + [
         {
             "video_id": "d",
@@ -220,7 +221,7 @@ def test_the_cap_refuses_the_release_that_would_exceed_it_naming_person_spent_an
         for tuning in ("full", "selective")
         for aggregation in ("fedavg", "fednova")
     ]
-    assert [r.name for r in planned_releases(params)] == [
+    assert [r.name for r in planned_releases(load_plan(params))] == [
         "dprp-eps2.0",
         "dprp-eps5.0",
         "dp_sgd-eps1.0",
@@ -236,7 +237,7 @@ def test_the_cap_refuses_the_release_that_would_exceed_it_naming_person_spent_an
         match=r"privacy.max_epsilon = 8: person \d has spent ε = 0 before dprp-eps2.0, which "
         r"requests ε = [\d.e+]+ more for them \(group privacy",
     ):
-        check_budget(params, "dprp-eps2.0", ROWS)
+        check_budget_at(params, "dprp-eps2.0", ROWS)
 
 
 def test_the_cap_counts_releases_recorded_by_earlier_runs_and_a_new_budget_starts_fresh(
@@ -245,24 +246,27 @@ def test_the_cap_counts_releases_recorded_by_earlier_runs_and_a_new_budget_start
     """Issue 30: each run with secret randomness releases the same people again. A release fits the cap once; recorded
     (as its stage does when its output is complete), the same release planned again by the next run is refused; under
     another privacy.budget (new data) it fits again. The plan's other releases, not made yet, stay reserved."""
-    from tasks.privacy.budget import record_made
+    from tasks.privacy.budget import derived_plan, record_made
 
     settings = {
         "dprp": {"epsilons": [2.0], "calibration": "gaussian", "neighbour": "pixel"},
         "private": {"methods": ["dp_sgd"], "epsilons": [1.0]},
     }
-    plan = {release.name: release for release in planned_releases(write_params(tmp_path, settings))}
+    plan = {
+        release.name: release
+        for release in planned_releases(load_plan(write_params(tmp_path, settings)))
+    }
     first = max(plan["dprp-eps2.0"].person_epsilons(ROWS).values())
     params = write_params(tmp_path, {**settings, "privacy": {"max_epsilon": 1.5 * first}})
-    check_budget(params, "dprp-eps2.0", ROWS)
-    record_made(params, "dprp-eps2.0", ROWS)
+    check_budget_at(params, "dprp-eps2.0", ROWS)
+    record_made(load_plan(params).privacy, "dprp-eps2.0", ROWS, derived_plan(load_plan(params)))
     with pytest.raises(
         PrivharError,
         match=rf"person \d has spent ε = {re.escape(f'{first:.4g}')} before dprp-eps2.0, .* the releases "
         rf"recorded in budget 'test-{tmp_path.name}'",
     ):
-        check_budget(params, "dprp-eps2.0", ROWS)
-    check_budget(
+        check_budget_at(params, "dprp-eps2.0", ROWS)
+    check_budget_at(
         write_params(
             tmp_path, {**settings, "privacy": {"max_epsilon": 1.5 * first, "budget": "new-data"}}
         ),
@@ -295,7 +299,7 @@ def test_a_finite_cap_refuses_unprotected_and_seeded_releases_unless_allowed(
                 method="blackout",
                 out=tmp_path / name / "o",
             )
-            check_budget(params, "ldp-eps1", ROWS_WITH_FRAMES)
+            check_budget_at(params, "ldp-eps1", ROWS_WITH_FRAMES)
             continue
         with pytest.raises(
             PrivharError,
@@ -314,13 +318,13 @@ def test_a_finite_cap_refuses_unprotected_and_seeded_releases_unless_allowed(
                 PrivharError,
                 match=r"ldp-eps1 \(privacy.randomness: seeded, so not private\) has no DP",
             ):
-                check_budget(params, "ldp-eps1", ROWS_WITH_FRAMES)
+                check_budget_at(params, "ldp-eps1", ROWS_WITH_FRAMES)
 
 
 def test_the_dprp_stage_refuses_over_the_cap_before_writing_anything(
     tiny_decoded: Path, tmp_path: Path
 ) -> None:
-    from tasks.dprp.stage import dprp
+    from flows.stage_commands import dprp_from as dprp
 
     params = write_params(
         tmp_path, {"dprp": {"epsilons": [5.0, 8.0]}, "privacy": {"max_epsilon": 10.0}}

@@ -94,7 +94,7 @@ def test_dprp_on_a_dask_cluster_agrees_with_the_local_run(
     tiny_decoded, dask_settings, prefect_api, tmp_path, monkeypatch, projection
 ):
     """Both projection modes: the shared R travels to the workers whole, a per-video R is regenerated there."""
-    from tasks.dprp.stage import dprp
+    from flows.stage_commands import dprp_from as dprp
 
     monkeypatch.chdir(tiny_decoded)
     params = write_params(
@@ -148,8 +148,8 @@ def test_anonymize_on_a_dask_cluster_is_byte_identical_to_the_local_run(
 def test_a_failing_shard_names_its_videos_and_leaves_no_output(
     tiny_decoded, dask_settings, prefect_api, tmp_path, monkeypatch
 ):
+    from flows.stage_commands import dprp_from as dprp
     from tasks.core.errors import PrivharError
-    from tasks.dprp.stage import dprp
 
     monkeypatch.chdir(tiny_decoded)
     staged = tmp_path / "frames"

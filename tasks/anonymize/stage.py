@@ -55,6 +55,7 @@ from tasks.core.params import (
     BaseParams,
     DataParams,
     DecodeParams,
+    PrivacyParams,
     load_decode,
     load_section,
 )
@@ -206,7 +207,8 @@ def anonymize(
             f"anonymize: method {method!r} is not one of anonymize.methods = {params.methods}"
         )
     check_unprotected(
-        params_path, f"the anonymized copy anonymize@{method}"
+        load_section(params_path, "privacy", PrivacyParams),
+        f"the anonymized copy anonymize@{method}",
     )  # obfuscation: no DP guarantee
     rows = read_manifest(frames / MANIFEST_NAME)
     if (

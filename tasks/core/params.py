@@ -7,6 +7,7 @@ it) before any work, with one line naming the key, the value and what is allowed
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import math
 from pathlib import Path
@@ -345,15 +346,10 @@ def family_seeds(report: ReportParams, family: str, default: int) -> int:
     return report.seeds_per_family.get(family) or default
 
 
-def raw_frames_allowed(params_path: Path) -> bool:
+def raw_frames_allowed(report: ReportParams, data: DataParams) -> bool:
     """``report.show_raw``: true, false, or auto (only the synthetic dataset's frames: real people's faces never reach a
     picture that git tracks unless a person says so)."""
-    show = load_section(params_path, "report", ReportParams).show_raw
-    return (
-        load_section(params_path, "data", DataParams).source == "synthetic"
-        if show == "auto"
-        else bool(show)
-    )
+    return data.source == "synthetic" if report.show_raw == "auto" else bool(report.show_raw)
 
 
 def federated_seeds(federated: FederatedParams, report: ReportParams, tuning: str) -> int:
@@ -577,6 +573,28 @@ def load_section(
     parsed = parse_section(raw, section, path=Path(path))
     assert isinstance(parsed, model)
     return parsed
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanParams:
+    """The sections the privacy budget's plan reads (:mod:`tasks.privacy.budget`): the cap and every DP release."""
+
+    privacy: PrivacyParams
+    report: ReportParams
+    dprp: DprpParams
+    private: PrivateParams
+    federated: FederatedParams
+    ldp: LdpParams
+
+
+def load_plan(path: Path) -> PlanParams:
+    """:class:`PlanParams` of the params file at ``path``."""
+    return PlanParams(
+        **{
+            field.name: load_section(path, field.name, SECTIONS[field.name])
+            for field in dataclasses.fields(PlanParams)
+        }
+    )
 
 
 def load_decode(path: Path) -> DecodeParams:

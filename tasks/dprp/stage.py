@@ -33,13 +33,7 @@ from tasks.core.manifest import (
     write_table,
 )
 from tasks.core.parallel import map_ordered
-from tasks.core.params import (
-    BaseParams,
-    DprpParams,
-    PrivacyParams,
-    load_section,
-    raw_frames_allowed,
-)
+from tasks.core.params import BaseParams, DprpParams, PrivacyParams
 from tasks.core.randomness import DpRandomness
 from tasks.core.seeding import derive_seed
 from tasks.core.speed import write_speed
@@ -48,7 +42,7 @@ from tasks.core.subjects import named_people
 from tasks.core.tracking import stage_run, stage_work
 from tasks.dprp.mechanism import Projection, fits_comfortably, generator_for, protect_video
 from tasks.dprp.preview import preview_png
-from tasks.privacy.budget import check_budget, record_made
+from tasks.privacy.budget import BudgetPlan, check_budget, record_made
 from tasks.privacy.dprp_calibration import NoiseScales, dataset_scales
 
 LOG = logging.getLogger(__name__)
@@ -188,7 +182,7 @@ def _log_run(run: Any, scales: NoiseScales, videos: int, seconds: float) -> None
 def _preview(
     report: Path,
     epsilon: float,
-    params_path: Path,
+    show_raw: bool,
     params: DprpParams,
     scales: NoiseScales,
     rows: list[dict[str, Any]],
@@ -202,7 +196,6 @@ def _preview(
         f"{scales.label}, δ = {scales.delta:.3g}, k = {params.k_value}, b = {params.budget_split:g}: "
         f"σ1 = {scales.sigma1:.3g}, σ2 = {scales.sigma2:.3g}\n{scales.accountant}"
     )
-    show_raw = raw_frames_allowed(params_path)
     atomic_write_bytes(
         report / f"eps{epsilon}.png",
         preview_png(test, frames, protected, staging, title, show_raw=show_raw),
@@ -231,37 +224,31 @@ def _log_summary(
     )
 
 
-def _sections(params_path: Path, epsilon: float) -> tuple[BaseParams, DprpParams, DpRandomness]:
-    """base, dprp and the secret (or seeded) randomness; ``epsilon`` must be one of dprp.epsilons."""
-    base = load_section(params_path, "base", BaseParams)
-    params = load_section(params_path, "dprp", DprpParams)
-    randomness = DpRandomness(
-        load_section(params_path, "privacy", PrivacyParams).randomness, base.seed
-    )
-    if epsilon not in params.epsilons:
-        raise PrivharError(
-            f"dprp: epsilon {epsilon} is not one of dprp.epsilons = {params.epsilons}"
-        )
-    return base, params, randomness
-
-
 @stage_work
 def dprp(
     *,
-    params_path: Path,
+    base: BaseParams,
+    params: DprpParams,
+    privacy: PrivacyParams,
+    budget: BudgetPlan,
     frames: Path,
     epsilon: float,
     out: Path,
     report: Path | None = None,
+    show_raw: bool = False,
     speed_path: Path | None = None,
-    budget: Path | None = None,
 ) -> list[dict[str, Any]]:
-    """Protect every clip of the decoded manifest in ``frames`` at total ``epsilon``; preview into ``report``,
-    measured frames/s into ``speed_path``; ``budget``: the budget stage's plan for this copy (default: planned here)."""
-    base, params, randomness = _sections(params_path, epsilon)
+    """Protect every clip of the decoded manifest in ``frames`` at total ``epsilon`` (one of dprp.epsilons), checked
+    against ``budget``; preview into ``report`` (raw frames beside the copies if ``show_raw``), measured frames/s into
+    ``speed_path``."""
+    if epsilon not in params.epsilons:
+        raise PrivharError(
+            f"dprp: epsilon {epsilon} is not one of dprp.epsilons = {params.epsilons}"
+        )
+    randomness = DpRandomness(privacy.randomness, base.seed)
     rows = read_manifest(frames / MANIFEST_NAME)
     # privacy.max_epsilon, before any work
-    check_budget(params_path, f"dprp-eps{epsilon}", rows, budget)
+    check_budget(privacy, f"dprp-eps{epsilon}", rows, budget)
     d = int(rows[0]["height"]) * int(rows[0]["width"]) * 3
     scales = dataset_scales(params, epsilon, d, randomness.private)
     device = resolve_device(base.device)
@@ -300,8 +287,8 @@ def dprp(
         write_table(ledger_rows(rows, scales, randomness, params, d), staging / "ledger.parquet")
         _log_run(run, scales, len(protected), seconds)
         if report is not None:
-            _preview(report, epsilon, params_path, params, scales, rows, frames, protected, staging)
+            _preview(report, epsilon, show_raw, params, scales, rows, frames, protected, staging)
         _log_summary(scales, len(protected), seconds, randomness)
     # the copy is complete: a release made, in the budget's ledger
-    record_made(params_path, f"dprp-eps{epsilon}", rows, budget)
+    record_made(privacy, f"dprp-eps{epsilon}", rows, budget)
     return protected

@@ -41,7 +41,6 @@ from tasks.core.params import (
     ReportParams,
     federated_reference_seeds,
     federated_seeds,
-    load_section,
     tuned,
 )
 from tasks.core.privacy import NON_PRIVATE, PrivacyGuarantee, check_delta
@@ -59,7 +58,13 @@ from tasks.federated.inputs import Clips, Split, load_federated_clips, split_for
 from tasks.federated.rounds import Federation, FederationResult, in_process, run_rounds
 from tasks.federated.table import federated_table
 from tasks.privacy.accounting import REPLACE_ONE
-from tasks.privacy.budget import check_budget, check_unprotected, federated_release, record_made
+from tasks.privacy.budget import (
+    BudgetPlan,
+    check_budget,
+    check_unprotected,
+    federated_release,
+    record_made,
+)
 from tasks.privacy.federated_accounting import ACCOUNTANT, calibrate, person_epsilon
 
 LOG = logging.getLogger(__name__)
@@ -380,11 +385,11 @@ class _FederatedRun:
 
 
 def _check_releases(
-    params_path: Path,
+    privacy: PrivacyParams,
     params: FederatedParams,
     seeds: dict[str, int],
     every_row: list[dict[str, Any]],
-    budget: Path | None,
+    budget: BudgetPlan,
 ) -> None:
     """privacy.max_epsilon: every seed of every DP row is a release of the clients' videos (both splits: the earlier
     Video-DPRP releases hold a person's test videos too); the ε = ∞ references carry no guarantee."""
@@ -392,34 +397,34 @@ def _check_releases(
         for aggregation in params.aggregations:
             for seed in range(seeds[tuning]):
                 name = federated_release(aggregation, tuning) + seed_suffix(seed)
-                check_budget(params_path, name, every_row, budget)
+                check_budget(privacy, name, every_row, budget)
     if math.isfinite(params.epsilon):
         check_unprotected(
-            params_path, "the federated reference models at ε = ∞ (the same recipe without noise)"
+            privacy, "the federated reference models at ε = ∞ (the same recipe without noise)"
         )
 
 
 @stage_work
 def train_federated(
     *,
-    params_path: Path,
+    base: BaseParams,
+    params: FederatedParams,
+    seeds_from: ReportParams,
+    privacy: PrivacyParams,
+    budget: BudgetPlan,
     frames: Path,
     init: Path,
     out: Path,
     report: Path,
-    budget: Path | None = None,
 ) -> list[dict[str, Any]]:
-    """Run the stage; return the table rows. ``budget``: the budget stage's plan for it (default: planned here)."""
-    base = load_section(params_path, "base", BaseParams)
-    params = load_section(params_path, "federated", FederatedParams)
-    privacy = load_section(params_path, "privacy", PrivacyParams)
-    report_params = load_section(params_path, "report", ReportParams)
+    """Run the stage; return the table rows. ``seeds_from``: the report section (report.seeds); ``budget``: the plan
+    every DP row's seeds are checked against."""
     config = public_config(init, frames)
     clips = load_federated_clips(frames, tuple(config["input_size"]), base, params)
     check_inputs(params, clips.shards)
-    seeds = {tuning: federated_seeds(params, report_params, tuning) for tuning in params.tunings}
+    seeds = {tuning: federated_seeds(params, seeds_from, tuning) for tuning in params.tunings}
     every_row = read_manifest(frames / MANIFEST_NAME)
-    _check_releases(params_path, params, seeds, every_row, budget)
+    _check_releases(privacy, params, seeds, every_row, budget)
     torch.use_deterministic_algorithms(True)
     with stage_run("train-federated", {"base": base, "federated": params}) as run:
         run.log_dataset(frames, "train", "training")
@@ -436,7 +441,7 @@ def train_federated(
                 staging,
             )
             for tuning, trainable in params.tunings.items():
-                references = federated_reference_seeds(params, report_params, tuning)
+                references = federated_reference_seeds(params, seeds_from, tuning)
                 job.tuning(tuning, trainable, seeds[tuning], references)
         trained = job.trained
         federated_table(trained.rows, trained.rounds, report, params)
@@ -452,7 +457,7 @@ def train_federated(
                 for aggregation in params.aggregations
                 for seed in range(seeds[tuning])
             ]
-            record_made(params_path, made, every_row, budget)
+            record_made(privacy, made, every_row, budget)
     return trained.rows
 
 

@@ -41,7 +41,7 @@ from tasks.core.annotations import body_boxes
 from tasks.core.clips import labels_of, split_rows
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import MANIFEST_NAME, attribute_names, read_manifest, resolve_path
-from tasks.core.params import BaseParams, LdpParams, PrivacyParams, load_section
+from tasks.core.params import BaseParams, LdpParams, PrivacyParams
 from tasks.core.randomness import DpRandomness
 from tasks.core.regions import expanded, warp_region
 from tasks.core.scores import class_wise_f1, class_wise_map
@@ -53,7 +53,13 @@ from tasks.ldp.baselines import hog_bovw_codes, raw_pixel_codes
 from tasks.ldp.dcaconv import fit_dcaconv
 from tasks.ldp.learners import NaiveBayes, NearestCentroid, knn_predict
 from tasks.ldp.randomized_response import check_domain, perturb
-from tasks.privacy.budget import check_budget, check_unprotected, ldp_release, record_made
+from tasks.privacy.budget import (
+    BudgetPlan,
+    check_budget,
+    check_unprotected,
+    ldp_release,
+    record_made,
+)
 
 LOG = logging.getLogger(__name__)
 
@@ -252,14 +258,17 @@ class _Inputs:
     classes: int
 
 
-def _checked_inputs(params_path: Path, frames: Path, public: Path, budget: Path | None) -> _Inputs:
-    """Read the params and manifests and refuse, before any work, filters the public labels cannot fit, a domain
-    randomized response cannot use and releases over privacy.max_epsilon."""
-    base = load_section(params_path, "base", BaseParams)
-    params = load_section(params_path, "ldp", LdpParams)
-    randomness = DpRandomness(
-        load_section(params_path, "privacy", PrivacyParams).randomness, base.seed
-    )
+def _checked_inputs(
+    base: BaseParams,
+    params: LdpParams,
+    privacy: PrivacyParams,
+    budget: BudgetPlan,
+    frames: Path,
+    public: Path,
+) -> _Inputs:
+    """Read the manifests and refuse, before any work, filters the public labels cannot fit, a domain randomized
+    response cannot use and releases over privacy.max_epsilon."""
+    randomness = DpRandomness(privacy.randomness, base.seed)
     rows = read_manifest(frames / MANIFEST_NAME)
     public_rows = read_manifest(public / MANIFEST_NAME)
     train_rows, test_rows = split_rows(rows, "train"), split_rows(rows, "test")
@@ -278,10 +287,10 @@ def _checked_inputs(params_path: Path, frames: Path, public: Path, budget: Path 
         check_domain(2**params.video_second_filters, epsilon)
         for name in CODES:
             if math.isfinite(epsilon):  # privacy.max_epsilon, before any work
-                check_budget(params_path, ldp_release(epsilon, name), rows, budget)
+                check_budget(privacy, ldp_release(epsilon, name), rows, budget)
             else:
                 check_unprotected(
-                    params_path, f"{ldp_release(epsilon, name)} (codes without randomized response)"
+                    privacy, f"{ldp_release(epsilon, name)} (codes without randomized response)"
                 )
     classes = int(max(row["label"] for row in rows)) + 1
     return _Inputs(base, params, randomness, rows, public_rows, train_rows, test_rows, classes)
@@ -425,16 +434,18 @@ def _speed(inputs: _Inputs, encoded: _Encoded, perturb_seconds: float) -> dict[s
 @stage_work
 def ldp_video(
     *,
-    params_path: Path,
+    base: BaseParams,
+    params: LdpParams,
+    privacy: PrivacyParams,
+    budget: BudgetPlan,
     frames: Path,
     public: Path,
     out: Path,
     report: Path,
-    budget: Path | None = None,
 ) -> list[dict[str, Any]]:
     """Fit the filters on ``public``, release the private training split's codes at every ε, score learners;
-    ``budget``: the budget stage's plan for it (default: planned here)."""
-    inputs = _checked_inputs(params_path, frames, public, budget)
+    ``budget``: the plan every finite ε's codes are checked against."""
+    inputs = _checked_inputs(base, params, privacy, budget, frames, public)
     params = inputs.params
     with stage_run("ldp", {"ldp": params}) as run, atomic_directory(out) as staging:
         encoded = _encode(inputs, frames, public)
@@ -471,7 +482,7 @@ def ldp_video(
         _log_results(results, features, domain)
     # the codes are out: each finite ε's release is made, in the budget's ledger
     record_made(
-        params_path,
+        privacy,
         [entry["release"] for entry in ledger if math.isfinite(entry["epsilon_per_feature"])],
         inputs.rows,
         budget,

@@ -42,12 +42,10 @@ from tasks.core.parallel import map_on_processes
 from tasks.core.params import (
     DprpParams,
     FederatedParams,
-    LdpParams,
+    PlanParams,
     PrivacyParams,
     PrivateParams,
-    ReportParams,
     federated_seeds,
-    load_section,
     private_seeds,
     tuned,
 )
@@ -138,27 +136,25 @@ def _ldp(per_video: float) -> PersonEpsilons:
     return person_epsilons
 
 
-def _dprp_releases(params_path: Path) -> list[PlannedRelease]:
+def _dprp_releases(params: PlanParams) -> list[PlannedRelease]:
     """One DPRP copy of both splits per dprp.epsilons."""
-    dprp = load_section(params_path, "dprp", DprpParams)
-    secret = load_section(params_path, "privacy", PrivacyParams).randomness == "secure"
+    secret = params.privacy.randomness == "secure"
     return [
         PlannedRelease(
             f"dprp-eps{epsilon}",
             epsilon,
             ("train", "test"),
-            _dprp(dprp, epsilon, secret),
+            _dprp(params.dprp, epsilon, secret),
             f"dprp-eps{epsilon}",
         )
-        for epsilon in dprp.epsilons
+        for epsilon in params.dprp.epsilons
     ]
 
 
-def _private_releases(params_path: Path) -> list[PlannedRelease]:
+def _private_releases(params: PlanParams) -> list[PlannedRelease]:
     """One model per private method, ε and seed; the seeds of one model share its mechanism (check_budget
     computes it once)."""
-    private = load_section(params_path, "private", PrivateParams)
-    report = load_section(params_path, "report", ReportParams)
+    private, report = params.private, params.report
     releases = []
     for method in private.methods:
         for epsilon in private.epsilons:
@@ -176,10 +172,9 @@ def _private_releases(params_path: Path) -> list[PlannedRelease]:
     return releases
 
 
-def _federated_releases(params_path: Path) -> list[PlannedRelease]:
+def _federated_releases(params: PlanParams) -> list[PlannedRelease]:
     """One federated model per tuning, aggregation and seed, all at federated.epsilon per client."""
-    federated = load_section(params_path, "federated", FederatedParams)
-    report = load_section(params_path, "report", ReportParams)
+    federated, report = params.federated, params.report
     releases = []
     for (
         tuning
@@ -199,10 +194,10 @@ def _federated_releases(params_path: Path) -> list[PlannedRelease]:
     return releases
 
 
-def _ldp_releases(params_path: Path) -> list[PlannedRelease]:
+def _ldp_releases(params: PlanParams) -> list[PlannedRelease]:
     """The DCAConv codes and paper 002's baselines: each randomized at every finite ε, each feeding published
     scores."""
-    ldp = load_section(params_path, "ldp", LdpParams)
+    ldp = params.ldp
     counts = {
         "dcaconv": feature_count(ldp.video_first_filters, ldp.video_pool, tuple(ldp.video_crop)),
         **baseline_feature_counts(tuple(ldp.video_crop)),
@@ -221,13 +216,13 @@ def _ldp_releases(params_path: Path) -> list[PlannedRelease]:
     ]
 
 
-def planned_releases(params_path: Path) -> list[PlannedRelease]:
+def planned_releases(params: PlanParams) -> list[PlannedRelease]:
     """Every DP release of the pipeline, in plan order."""
     return (
-        _dprp_releases(params_path)
-        + _private_releases(params_path)
-        + _federated_releases(params_path)
-        + _ldp_releases(params_path)
+        _dprp_releases(params)
+        + _private_releases(params)
+        + _federated_releases(params)
+        + _ldp_releases(params)
     )
 
 
@@ -239,9 +234,8 @@ def subjects_by_split(rows: Iterable[dict[str, Any]]) -> dict[str, set[int]]:
     return found
 
 
-def check_unprotected(params_path: Path, what: str) -> None:
+def check_unprotected(privacy: PrivacyParams, what: str) -> None:
     """Refuse a release without a DP guarantee (one line) when the cap is finite and such releases are not allowed."""
-    privacy = load_section(params_path, "privacy", PrivacyParams)
     if math.isfinite(privacy.max_epsilon) and not privacy.allow_unprotected_releases:
         raise PrivharError(
             f"privacy.max_epsilon = {privacy.max_epsilon:g} is finite and {what} has no DP guarantee; "
@@ -253,7 +247,7 @@ Entry = tuple[str, dict[int, float]]  # a planned release and each person's ε u
 
 
 def _entries(
-    params_path: Path,
+    params: PlanParams,
     rows: list[dict[str, Any]],
     only: Collection[str] | None = None,
     computed: dict[int, dict[int, float]] | None = None,
@@ -261,7 +255,7 @@ def _entries(
     """The plan's releases in order (those named in ``only``, if given), each with its persons' ε (computed once per
     mechanism: the seeds of a model request the same ε), lazily: a check stops at its release. ``computed``: the
     persons' ε already known, by the mechanism's index in :func:`distinct_mechanisms`."""
-    plan = planned_releases(params_path)
+    plan = planned_releases(params)
     index_of = {
         id(planned.person_epsilons): k for k, planned in enumerate(distinct_mechanisms(plan))
     }
@@ -290,21 +284,21 @@ def _persons(planned: PlannedRelease, rows: list[dict[str, Any]]) -> dict[int, f
 
 
 def mechanism_persons(
-    params_path: Path, rows: list[dict[str, Any]], index: int
+    params: PlanParams, rows: list[dict[str, Any]], index: int
 ) -> dict[int, float]:
     """:func:`_persons` of the plan's ``index``-th distinct mechanism: a worker process reads the plan again (its
     releases hold closures, which do not pickle) and gets the same one (the plan is a function of the params)."""
-    return _persons(distinct_mechanisms(planned_releases(params_path))[index], rows)
+    return _persons(distinct_mechanisms(planned_releases(params))[index], rows)
 
 
 def all_persons(
-    params_path: Path, rows: list[dict[str, Any]], workers: int
+    params: PlanParams, rows: list[dict[str, Any]], workers: int
 ) -> dict[int, dict[int, float]]:
     """Every mechanism's persons' ε, the mechanisms spread over ``workers`` processes: the accountants (PRV σ
     calibration, per-person PLD mixtures) are single-threaded Python, 55 s of one core for the default plan."""
-    count = len(distinct_mechanisms(planned_releases(params_path)))
+    count = len(distinct_mechanisms(planned_releases(params)))
     found = map_on_processes(
-        functools.partial(mechanism_persons, params_path, rows),
+        functools.partial(mechanism_persons, params, rows),
         list(range(count)),
         workers=workers,
         desc="budget: each person's ε per mechanism",
@@ -314,23 +308,21 @@ def all_persons(
 
 
 def plan_files(
-    params_path: Path, rows: list[dict[str, Any]], workers: int = 1
+    params: PlanParams, rows: list[dict[str, Any]], workers: int = 1
 ) -> dict[str, list[dict[str, Any]]]:
     """What the budget stage writes, per DP stage: every planned release up to the stage's last, in plan order, with each
     person's ε. A stage's file changes when, and only when, something its verdicts depend on changes: with no cap
     (``privacy.max_epsilon: .inf``) that is its own releases alone (what its ledger records), so a Video-DPRP ablation
     does not retrain the private models."""
-    stages = {planned.name: planned.stage for planned in planned_releases(params_path)}
+    stages = {planned.name: planned.stage for planned in planned_releases(params)}
     entries = [
         {
             "release": name,
             "persons": {str(person): epsilon for person, epsilon in sorted(persons.items())},
         }
-        for name, persons in _entries(
-            params_path, rows, computed=all_persons(params_path, rows, workers)
-        )
+        for name, persons in _entries(params, rows, computed=all_persons(params, rows, workers))
     ]
-    if math.isinf(load_section(params_path, "privacy", PrivacyParams).max_epsilon):
+    if math.isinf(params.privacy.max_epsilon):
         return {
             stage: [entry for entry in entries if stages[entry["release"]] == stage]
             for stage in dict.fromkeys(stages.values())
@@ -338,51 +330,68 @@ def plan_files(
     return {stages[entry["release"]]: entries[: index + 1] for index, entry in enumerate(entries)}
 
 
-def _plan(params_path: Path, rows: list[dict[str, Any]], plan: Path | None) -> Iterator[Entry]:
-    """The plan's releases with their persons' ε: from the budget stage's file ``plan``, or computed here."""
-    if plan is None:
-        yield from _entries(params_path, rows)
-        return
+@dataclass(frozen=True)
+class BudgetPlan:
+    """What a DP stage checks its releases against: the plan's release names in order, and each release's persons'
+    ε for the stage's rows. From the budget stage's file (:func:`read_plan`), or derived from the params where a
+    stage runs on its own (:func:`derived_plan`: computed lazily, a check stops at its release)."""
+
+    names: tuple[str, ...]
+    entries: Callable[[list[dict[str, Any]], Collection[str] | None], Iterator[Entry]]
+    source: Path | None  # the plan file; None: derived from the params
+
+    def not_planned(self, release: str) -> str:
+        """The one-line error for a release this plan does not hold."""
+        if self.source is None:
+            return (
+                f"privacy budget: {release!r} is not a planned DP release ({', '.join(self.names)})"
+            )
+        return f"{self.source}: {release} is not in this budget plan; expected the plan of the stage that makes it"
+
+
+def read_plan(path: Path) -> BudgetPlan:
+    """The budget stage's file for one DP stage (``data/budget/<stage>.json``), read once."""
     try:
-        entries = json.loads(plan.read_text())
-    except (OSError, ValueError) as error:
+        loaded = json.loads(path.read_text())
+        entries = [
+            (
+                entry["release"],
+                {int(person): float(eps) for person, eps in entry["persons"].items()},
+            )
+            for entry in loaded
+        ]
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as error:
         raise PrivharError(
-            f"{plan}: not a budget plan ({error}); expected the budget stage's output"
+            f"{path}: not a budget plan ({error}); expected the budget stage's output"
         ) from None
-    for entry in entries:
-        yield (
-            entry["release"],
-            {int(person): float(epsilon) for person, epsilon in entry["persons"].items()},
-        )
+
+    def listed(rows: list[dict[str, Any]], only: Collection[str] | None) -> Iterator[Entry]:
+        return (entry for entry in entries if only is None or entry[0] in only)
+
+    return BudgetPlan(tuple(name for name, _ in entries), listed, path)
+
+
+def derived_plan(params: PlanParams) -> BudgetPlan:
+    """The plan computed from the params (a stage run without the budget stage's file)."""
+    names = tuple(planned.name for planned in planned_releases(params))
+    return BudgetPlan(names, functools.partial(_entries, params), None)
 
 
 def check_budget(
-    params_path: Path, release: str, rows: list[dict[str, Any]], plan: Path | None = None
+    privacy: PrivacyParams, release: str, rows: list[dict[str, Any]], plan: BudgetPlan
 ) -> None:
     """Refuse ``release`` (one line) if it would take a person past ``privacy.max_epsilon``, or if the cap is finite and
-    its randomness is seeded (not private). ``plan``: the budget stage's file for the release's stage."""
-    privacy = load_section(params_path, "privacy", PrivacyParams)
-    # the budget stage's plan file names the releases, read once (a stage run on its own derives them from the params)
-    entries = None if plan is None else list(_plan(params_path, rows, plan))
-    names = (
-        [planned.name for planned in planned_releases(params_path)]
-        if entries is None
-        else [name for name, _ in entries]
-    )
-    if release not in names:
-        raise PrivharError(
-            f"privacy budget: {release!r} is not a planned DP release ({', '.join(names)})"
-            if plan is None
-            else f"{plan}: {release} is not in this budget plan; expected the plan of the stage that makes it"
-        )
+    its randomness is seeded (not private)."""
+    if release not in plan.names:
+        raise PrivharError(plan.not_planned(release))
     if math.isinf(privacy.max_epsilon):
         return
     if privacy.randomness == "seeded":
-        check_unprotected(params_path, f"{release} (privacy.randomness: seeded, so not private)")
+        check_unprotected(privacy, f"{release} (privacy.randomness: seeded, so not private)")
     made, spent = recorded(
         privacy.budget
     )  # every release made in this budget, by earlier runs included
-    for name, requested in _plan(params_path, rows, None) if entries is None else entries:
+    for name, requested in plan.entries(rows, None):
         if name != release and name in made:
             continue  # made already (by this plan's stage or an earlier run): counted in ``spent``
         if name == release:
@@ -401,20 +410,14 @@ def check_budget(
 
 
 def record_made(
-    params_path: Path,
+    privacy: PrivacyParams,
     releases: str | Sequence[str],
     rows: list[dict[str, Any]],
-    plan: Path | None = None,
+    plan: BudgetPlan,
 ) -> None:
     """Enter ``releases`` (planned DP releases whose outputs are now complete) in their budget's persistent ledger."""
-    privacy = load_section(params_path, "privacy", PrivacyParams)
     wanted = [releases] if isinstance(releases, str) else list(releases)
-    if plan is None:  # these releases' persons only
-        found = dict(_entries(params_path, rows, wanted))
-    else:
-        found = {
-            name: persons for name, persons in _plan(params_path, rows, plan) if name in wanted
-        }
+    found = dict(plan.entries(rows, wanted))
     missing = [release for release in wanted if release not in found]
     if missing:
         raise PrivharError(f"privacy budget: {missing[0]!r} is not a planned DP release")

@@ -57,7 +57,6 @@ from tasks.core.params import (
     PrivacyParams,
     PrivateParams,
     ReportParams,
-    load_section,
     private_seeds,
 )
 from tasks.core.privacy import NON_PRIVATE, PrivacyGuarantee, check_delta
@@ -73,7 +72,7 @@ from tasks.core.subjects import privacy_units
 from tasks.core.tables import csv_bytes
 from tasks.core.tracking import StageRun, stage_run, stage_work
 from tasks.privacy.accounting import relation_of
-from tasks.privacy.budget import check_budget, check_unprotected, record_made
+from tasks.privacy.budget import BudgetPlan, check_budget, check_unprotected, record_made
 from tasks.private.accounting import SgdPrivacy
 from tasks.private.methods import (
     Outcome,
@@ -300,21 +299,21 @@ def _training_views(
 
 
 def prepare_inputs(
-    params_path: Path,
     base: BaseParams,
     params: PrivateParams,
+    seeds_from: ReportParams,
+    privacy: PrivacyParams,
+    budget: BudgetPlan,
     method: str,
     frames: Path,
     init: Path,
     avatar: Path | None,
-    budget: Path | None,
 ) -> PreparedInputs:
     """Read and check the inputs, check privacy.max_epsilon for every release before any work, build the views."""
     frames, masks = training_inputs(method, frames, avatar)
     every_row = read_manifest(frames / MANIFEST_NAME)  # the budget counts both splits
     rows = split_rows(every_row, "train")
-    report = load_section(params_path, "report", ReportParams)
-    seeds = {eps: private_seeds(params, report, eps) for eps in [*params.epsilons, math.inf]}
+    seeds = {eps: private_seeds(params, seeds_from, eps) for eps in [*params.epsilons, math.inf]}
     unit = CATALOGUE[method].unit_under(params.unit)
     pretrained, config = public_model(init, frames, classifier_seed(base.seed, 0))
     owners, count, units_per_person = privacy_units(rows, unit)
@@ -322,8 +321,8 @@ def prepare_inputs(
     for epsilon in params.epsilons:  # every seed is a release
         for seed in range(seeds[epsilon]):
             name = f"{method}-eps{epsilon}{seed_suffix(seed)}"
-            check_budget(params_path, name, every_row, budget)
-    check_unprotected(params_path, f"the reference {method}-epsinf (the same recipe without noise)")
+            check_budget(privacy, name, every_row, budget)
+    check_unprotected(privacy, f"the reference {method}-epsinf (the same recipe without noise)")
     size = tuple(config["input_size"])
     device = resolve_device(base.device)
     torch.use_deterministic_algorithms(device.type == "cpu")
@@ -519,15 +518,17 @@ class _PrivateRun:
 @stage_work
 def train_private(
     *,
-    params_path: Path,
+    base: BaseParams,
+    params: PrivateParams,
+    seeds_from: ReportParams,
+    privacy: PrivacyParams,
+    budget: BudgetPlan,
     method: str,
     frames: Path,
     init: Path,
     out: Path,
     report: Path,
     avatar: Path | None = None,
-    nproc: int | None = None,
-    budget: Path | None = None,
 ) -> list[dict[str, Any]]:
     """Run the stage: one model per ε of ``private.epsilons`` (and ∞) and training seed (``private.seeds_at_epsilon``,
     else ``private.seeds``, else ``report.seeds``); return the report rows.
@@ -536,18 +537,14 @@ def train_private(
     a fresh classifier and fresh DP randomness; the frozen backbone's features and the method's views are shared.
     Each seed of a finite ε is its own DP release of the training set (the budget and the ledger count it).
 
-    ``frames`` are the raw clips, ``avatar`` the avatar copy (for the MaskDP methods); ``nproc`` replaces
-    ``private.nproc`` (dp_sgd in that many processes); ``budget`` is the budget stage's plan for it (default: planned here).
+    ``frames`` are the raw clips, ``avatar`` the avatar copy (for the MaskDP methods); ``seeds_from`` the report section
+    (report.seeds); ``budget`` the plan every finite ε's seeds are checked against.
     """
-    base = load_section(params_path, "base", BaseParams)
-    overrides = None if nproc is None else {"nproc": nproc}
-    params = load_section(params_path, "private", PrivateParams, overrides=overrides)
-    privacy = load_section(params_path, "privacy", PrivacyParams)
     if method not in params.methods:
         raise PrivharError(
             f"train-private: method {method!r} is not one of private.methods = {params.methods}"
         )
-    inputs = prepare_inputs(params_path, base, params, method, frames, init, avatar, budget)
+    inputs = prepare_inputs(base, params, seeds_from, privacy, budget, method, frames, init, avatar)
     with stage_run(f"train-private@{method}", {"base": base, "private": params}) as run:
         run.log_dataset(inputs.frames, "train", "training")
         public_view = {"privhar.public_view": "none"} if inputs.no_public_view else {}
@@ -571,7 +568,7 @@ def train_private(
             register()
         # the models are complete: each finite ε's seed is a release made, in the budget's ledger
         made = [result["model"] for result in results if math.isfinite(result["target_epsilon"])]
-        record_made(params_path, made, inputs.every_row, budget)
+        record_made(privacy, made, inputs.every_row, budget)
     return results
 
 
