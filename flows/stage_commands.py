@@ -131,6 +131,49 @@ def ldp_video_from(params_path: Path, budget: Path | None = None, **arguments: A
     )
 
 
+def decode_from(params_path: Path, **arguments: Any) -> Any:
+    """:func:`tasks.decode.decode` with its sections from ``params_path`` (``privhar stage decode``)."""
+    from tasks.core.params import load_decode
+    from tasks.decode import decode
+
+    return decode(base=section(params_path, "base"), params=load_decode(params_path), **arguments)
+
+
+def anonymize_from(params_path: Path, **arguments: Any) -> Any:
+    """:func:`tasks.anonymize.stage.anonymize` with its sections from ``params_path`` (``privhar stage anonymize``)."""
+    from tasks.anonymize.stage import anonymize
+    from tasks.core.params import load_decode
+
+    return anonymize(
+        base=section(params_path, "base"),
+        params=section(params_path, "anonymize"),
+        decode=load_decode(params_path),
+        data=section(params_path, "data"),
+        privacy=section(params_path, "privacy"),
+        **arguments,
+    )
+
+
+def train_from(params_path: Path, epochs: int | None = None, **arguments: Any) -> Any:
+    """:func:`tasks.train.train` with its sections from ``params_path`` (``privhar stage train``). ``epochs`` replaces
+    train.epochs before it is checked (pretrain does not depend on train.epochs); 0 keeps model.weights as it is."""
+    from tasks.core.errors import PrivharError
+    from tasks.core.params import load_train
+    from tasks.train import train
+
+    if epochs is not None and epochs < 0:
+        raise PrivharError(f"train: --epochs = {epochs} is invalid: expected an integer >= 0")
+    return train(
+        base=section(params_path, "base"),
+        model_params=section(params_path, "model"),
+        params=load_train(params_path, overrides=None if not epochs else {"epochs": epochs}),
+        seeds_from=section(params_path, "report"),
+        privacy=section(params_path, "privacy"),
+        as_loaded=epochs == 0,
+        **arguments,
+    )
+
+
 @click.group("stage")
 def stage() -> None:
     """Run one stage of the pipeline (the commands dvc.yaml calls)."""
@@ -151,7 +194,7 @@ def scan_command(params_path: Path, out: Path) -> None:
     """List the files of the real dataset (path, size, time): what the index stage depends on."""
     from tasks.scan import scan
 
-    scan(params_path=params_path, out=out)
+    scan(data=section(params_path, "data"), out=out)
 
 
 @stage.command("code")
@@ -200,9 +243,7 @@ def synthesize_command(params_path: Path, out: Path, report: Path | None, public
 )
 def decode_command(params_path: Path, source: Path, out: Path, run_name: str) -> None:
     """Decode, resample, resize and store clips losslessly."""
-    from tasks.decode import decode
-
-    decode(params_path=params_path, source=source, out=out, run_name=run_name)
+    decode_from(params_path, source=source, out=out, run_name=run_name)
 
 
 COPIES = click.option(
@@ -291,9 +332,7 @@ def anonymize_stage_command(
     params_path: Path, frames: Path, method: str, out: Path, speed: Path | None
 ) -> None:
     """Obfuscate every decoded clip with one method (paper 000 §4.2 baselines)."""
-    from tasks.anonymize.stage import anonymize
-
-    anonymize(params_path=params_path, frames=frames, method=method, out=out, speed_path=speed)
+    anonymize_from(params_path, frames=frames, method=method, out=out, speed_path=speed)
 
 
 @stage.command("preview")
@@ -353,10 +392,8 @@ def train_command(
     seeds: int,
 ) -> None:
     """Train the video classifier with the method train.method names."""
-    from tasks.train import train
-
-    final = train(
-        params_path=params_path,
+    final = train_from(
+        params_path,
         frames=frames,
         out=out,
         report=report,
@@ -496,7 +533,12 @@ def assess_command(
     from tasks.assess.stage import assess
 
     results = assess(
-        params_path=params_path, frames=frames, copies=list(copies), speeds=speeds, out=out
+        base=section(params_path, "base"),
+        params=section(params_path, "assess"),
+        frames=frames,
+        copies=list(copies),
+        speeds=speeds,
+        out=out,
     )
     click.echo(f"assess: {len(results)} copies in {out / 'signature.json'}", err=True)
 
@@ -600,7 +642,13 @@ def register_command(params_path: Path, metrics: tuple[Path, ...], scored: Path,
     """Score the MLflow registry: each model's newest version gets its scores and provenance; champion aliases move."""
     from tasks.register import register
 
-    registered = register(params_path=params_path, metrics=list(metrics), scored=scored, out=out)
+    registered = register(
+        registry=section(params_path, "registry"),
+        project=params_path.resolve().parent,
+        metrics=list(metrics),
+        scored=scored,
+        out=out,
+    )
     click.echo(
         f"register: {sum(v['version'] is not None for v in registered.values())} versions scored in {out}",
         err=True,
@@ -642,7 +690,9 @@ def ldp_digits_command(params_path: Path, out: Path) -> None:
     """Paper 002's check on scikit-learn's digits: NB / KNN / NCC on randomized DCAConv codes against ε, d = 16 and 2."""
     from tasks.ldp.digits import ldp_digits
 
-    rows = ldp_digits(params_path=params_path, out=out)
+    rows = ldp_digits(
+        base=section(params_path, "base"), params=section(params_path, "ldp"), out=out
+    )
     click.echo(f"ldp-digits: {len(rows)} cells in {out / 'digits.md'}", err=True)
 
 
@@ -662,4 +712,10 @@ def evaluate_command(params_path: Path, frames: Path, models: tuple[Path, ...], 
     """Top-1 / Top-5 and a confusion matrix for every trained model."""
     from tasks.evaluate import evaluate
 
-    evaluate(params_path=params_path, frames=frames, models=list(models), out=out)
+    evaluate(
+        base=section(params_path, "base"),
+        params=section(params_path, "evaluate"),
+        frames=frames,
+        models=list(models),
+        out=out,
+    )

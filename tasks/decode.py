@@ -34,7 +34,7 @@ from tasks.core.manifest import (
     write_table,
 )
 from tasks.core.parallel import map_ordered, worker_count
-from tasks.core.params import BaseParams, DecodeParams, load_decode, load_section
+from tasks.core.params import BaseParams, DecodeParams
 from tasks.core.storage import atomic_directory, save_arrays, save_frames
 from tasks.core.tracking import stage_run, stage_work
 from tasks.core.video_reading import Geometry, Quarantined, read_video, resample_indices
@@ -113,11 +113,10 @@ def decode_one(
 
 @stage_work
 def decode(
-    *, params_path: Path, source: Path, out: Path, run_name: str = "decode"
+    *, base: BaseParams, params: DecodeParams, source: Path, out: Path, run_name: str = "decode"
 ) -> list[dict[str, Any]]:
-    """Run the stage on the manifest in folder ``source``; return the decoded rows (logged as MLflow run ``run_name``)."""
-    base = load_section(params_path, "base", BaseParams)
-    params = load_decode(params_path)
+    """Run the stage on the manifest in folder ``source``; return the decoded rows (logged as MLflow run ``run_name``).
+    ``params``: the decode section as :func:`tasks.core.params.load_decode` gives it (a zoo backbone's clip)."""
     rows = read_manifest(source / MANIFEST_NAME)
     with (
         stage_run(run_name, {"base": base, "decode": params}) as run,

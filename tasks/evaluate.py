@@ -34,7 +34,7 @@ from tasks.core.errors import PrivharError
 from tasks.core.figures import plt, png_bytes
 from tasks.core.head_features import clip_features, frozen_digest, head_of, splits_at_head
 from tasks.core.manifest import MANIFEST_NAME, read_manifest
-from tasks.core.params import BaseParams, EvaluateParams, load_section
+from tasks.core.params import BaseParams, EvaluateParams
 from tasks.core.registry import checkpoint_digest
 from tasks.core.seeds import base_key, checkpoint_key, interval, seed_scores
 from tasks.core.storage import atomic_directory, atomic_write_bytes
@@ -236,11 +236,10 @@ def write_confusion_data(predictions: pl.DataFrame, folder: Path) -> None:
 
 @stage_work
 def evaluate(
-    *, params_path: Path, frames: Path, models: list[Path], out: Path
+    *, base: BaseParams, params: EvaluateParams, frames: Path, models: list[Path], out: Path
 ) -> dict[str, dict[str, float]]:
     """Run the stage over every ``<key>/model.pt`` in ``models``; return the metrics written."""
-    params = load_section(params_path, "evaluate", EvaluateParams)
-    device = resolve_device(load_section(params_path, "base", BaseParams).device)
+    device = resolve_device(base.device)
     tests = TestSets()
     logits_of = Logits(params.batch_size, device)
     test_rows = tests.rows(frames)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from tasks.core.errors import PrivharError
-from tasks.core.params import RegistryParams, load_section
+from tasks.core.params import RegistryParams
 from tasks.core.registry import record_scores
 from tasks.core.seeds import base_key
 from tasks.core.storage import atomic_write_bytes
@@ -78,13 +78,13 @@ def git_commit(project: Path) -> str:
 
 @stage_work
 def register(
-    *, params_path: Path, metrics: list[Path], scored: Path, out: Path
+    *, registry: RegistryParams, project: Path, metrics: list[Path], scored: Path, out: Path
 ) -> dict[str, dict[str, Any]]:
-    """Describe every registered model (seed 0) evaluate scored; write and return ``{key: {version, digest}}``."""
-    registry = load_section(params_path, "registry", RegistryParams)
+    """Describe every registered model (seed 0) evaluate scored; write and return ``{key: {version, digest}}``.
+    ``project``: the DVC project's folder (its dvc.lock and git commit are each version's provenance)."""
     scores = model_scores(metrics)
     digests = _json(scored)
-    project = Path(params_path).resolve().parent
+    project = project.resolve()
     provenance = {
         "dvc_lock_sha256": file_sha256(project / "dvc.lock"),
         "git_commit": git_commit(project),

@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 
 from tasks.core.errors import PrivharError
-from tasks.core.params import DataParams, load_section
+from tasks.core.params import DataParams
 from tasks.core.storage import atomic_write_bytes
 from tasks.core.tables import csv_bytes
 
@@ -93,9 +93,8 @@ def dataset_files(data: DataParams) -> list[dict[str, object]]:
     return sorted(rows, key=lambda row: str(row["path"]))
 
 
-def scan(*, params_path: Path, out: Path) -> list[dict[str, object]]:
-    """Write the listing to ``out`` (a CSV); return its rows."""
-    data = load_section(params_path, "data", DataParams)
+def scan(*, data: DataParams, out: Path) -> list[dict[str, object]]:
+    """Write the listing of ``data``'s files to ``out`` (a CSV); return its rows."""
     rows = dataset_files(data)
     atomic_write_bytes(out, csv_bytes(rows, COLUMNS))
     LOG.info(

@@ -54,8 +54,6 @@ from tasks.core.params import (
     ReportParams,
     TrainParams,
     family_seeds,
-    load_section,
-    load_train,
 )
 from tasks.core.plugins import Registry
 from tasks.core.privacy import NON_PRIVATE, data_guarantee, strongest
@@ -269,45 +267,41 @@ def paper_number(rows: list[dict[str, Any]]) -> dict[str, float]:
 @stage_work
 def train(
     *,
-    params_path: Path,
+    base: BaseParams,
+    model_params: ModelParams,
+    params: TrainParams,
+    seeds_from: ReportParams,
+    privacy: PrivacyParams,
     frames: Path,
     out: Path,
     report: Path,
     family: str | None = None,
-    epochs: int | None = None,
+    as_loaded: bool = False,
     init: Path | None = None,
     seeds: int = 1,
 ) -> dict[str, Any]:
     """Run the stage; return the final training record (of seed 0, the registered model).
 
-    ``family`` names the registered model (default: the method); ``epochs`` overrides
-    ``train.epochs`` (the pretrain stage uses ``public.epochs``); ``init`` is a model folder to
+    ``params``: the train section as :func:`tasks.core.params.load_train` gives it, with ``--epochs`` in place (the
+    pretrain stage passes ``public.epochs``); ``as_loaded`` (``--epochs 0``): the model.weights checkpoint kept as it
+    is. ``family`` names the registered model (default: the method); ``init`` is a model folder to
     fine-tune from (the public model: how HAR models are trained, from pretrained weights);
     ``seeds`` training seeds (``report.seeds``; ``report.seeds_per_family[family]`` replaces it): seed i ≥ 1 in
     ``out/seed<i>`` (:mod:`tasks.core.seeds`).
     """
     if seeds < 1:
         raise PrivharError(f"train: --seeds = {seeds} is invalid: expected an integer >= 1")
-    base = load_section(params_path, "base", BaseParams)
-    if epochs is not None and epochs < 0:
-        raise PrivharError(f"train: --epochs = {epochs} is invalid: expected an integer >= 0")
-    model_params = load_section(params_path, "model", ModelParams)
-    as_loaded = epochs == 0  # public.epochs 0: a model-zoo checkpoint is the public model as it is
     if as_loaded and (model_params.weights is None or init is not None):
         raise PrivharError(
             "train: --epochs = 0 keeps the model.weights checkpoint as it is; "
             + ("model.weights is not set" if init is None else "it cannot fine-tune --init")
         )
-    # --epochs replaces train.epochs before it is checked: pretrain does not depend on train.epochs
-    params = load_train(
-        params_path, overrides=None if epochs is None or as_loaded else {"epochs": epochs}
-    )
     key, family = out.name, family or params.method
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", family):
         raise PrivharError(
             f"train: --family = {family!r} is invalid: expected letters, digits, '_', '.' or '-'"
         )
-    seeds = family_seeds(load_section(params_path, "report", ReportParams), family, seeds)
+    seeds = family_seeds(seeds_from, family, seeds)
     rows = read_manifest(frames / MANIFEST_NAME)
     train_rows = split_rows(rows, "train")
     if not train_rows:
@@ -321,10 +315,7 @@ def train(
     if family != "public" and not math.isfinite(
         data_guarantee(train_rows).epsilon
     ):  # the public set holds no subject
-        check_unprotected(
-            load_section(params_path, "privacy", PrivacyParams),
-            f"the non-private model {key} (trained on {frames})",
-        )
+        check_unprotected(privacy, f"the non-private model {key} (trained on {frames})")
     classes = class_names(rows)
     config = {
         "num_classes": len(classes),

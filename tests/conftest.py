@@ -118,6 +118,13 @@ DAG = {
 }
 
 
+def sections(params_path: Path, **names: str) -> dict[str, Any]:
+    """Keyword arguments of a stage: each argument's typed section of ``params_path`` (as the command layer reads it)."""
+    from flows.stage_commands import section
+
+    return {argument: section(params_path, name) for argument, name in names.items()}
+
+
 def check_budget_at(params_path: Path, release: str, rows: list[dict[str, Any]]) -> None:
     """check_budget as a DP stage run on its own calls it: against the plan derived from ``params_path``."""
     from tasks.core.params import load_plan
@@ -194,7 +201,7 @@ def tiny_synthetic(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_decoded(tiny_synthetic: Path) -> Path:
-    from tasks.decode import decode
+    from flows.stage_commands import decode_from as decode
 
     decode(
         params_path=tiny_synthetic / "params.yaml",
@@ -207,7 +214,7 @@ def tiny_decoded(tiny_synthetic: Path) -> Path:
 @pytest.fixture(scope="session")
 def tiny_public(tiny_synthetic: Path) -> Path:
     """The tiny public set (other people, other scenes), decoded: data/public/decode beside the tiny dataset."""
-    from tasks.decode import decode
+    from flows.stage_commands import decode_from as decode
     from tasks.synthesize import synthesize
 
     params = tiny_synthetic / "params.yaml"

@@ -4,11 +4,11 @@ import cv2
 import numpy as np
 import pytest
 
+from flows.stage_commands import anonymize_from as anonymize
 from tasks.anonymize.avatars import CATALOGUE, avatar_for, render
 from tasks.anonymize.inpaint import background_plate
 from tasks.anonymize.methods import PROTECT, avatars_at, replace_with_avatars
 from tasks.anonymize.obfuscate import dilate, low_res_size
-from tasks.anonymize.stage import anonymize
 from tasks.core.anonymize_catalogue import CATALOGUE as ANONYMIZE_CATALOGUE
 from tasks.core.anonymize_catalogue import method_of
 from tasks.core.errors import PrivharError

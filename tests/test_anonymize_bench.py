@@ -5,7 +5,7 @@ from __future__ import annotations
 import yaml
 
 from benchmarks.anonymize import face_leakage_rows, sources
-from tasks.decode import decode
+from flows.stage_commands import decode_from as decode
 from tests.conftest import write_params
 
 

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from tasks.core.errors import PrivharError
-from tests.conftest import write_params
+from tests.conftest import sections, write_params
 
 
 @pytest.fixture(scope="module")
 def blackout(tiny_decoded: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from tasks.anonymize.stage import anonymize
+    from flows.stage_commands import anonymize_from as anonymize
 
     folder = tmp_path_factory.mktemp("assess")
     params = write_params(folder, {"anonymize": {"methods": ["blackout"]}})
@@ -32,7 +32,7 @@ def test_assess_scores_the_raw_reference_and_a_copy(tiny_decoded: Path, blackout
     from tasks.assess.stage import ATTRIBUTE_SCORES, LEFT, SIGNATURE, assess
 
     assess(
-        params_path=blackout / "params.yaml",
+        **sections(blackout / "params.yaml", base="base", params="assess"),
         frames=tiny_decoded / "data" / "decode",
         copies=[blackout / "anonymize"],
         speeds=blackout / "speed",
@@ -80,7 +80,7 @@ def test_a_missing_speed_file_is_one_line_naming_it(
         PrivharError, match=r"anonymize-blackout\.json: not found; the stage that made this copy"
     ):
         assess(
-            params_path=blackout / "params.yaml",
+            **sections(blackout / "params.yaml", base="base", params="assess"),
             frames=tiny_decoded / "data" / "decode",
             copies=[blackout / "anonymize"],
             speeds=tmp_path / "speed",
@@ -125,7 +125,7 @@ def test_footage_without_annotations_gets_what_is_left_and_quarantine_counts(
         pa.table({"video_id": [held["video_id"]]}, schema=schema), copy / "quarantine.parquet"
     )
     assess(
-        params_path=blackout / "params.yaml",
+        **sections(blackout / "params.yaml", base="base", params="assess"),
         frames=frames,
         copies=[copy.parent],
         speeds=blackout / "speed",
@@ -141,7 +141,7 @@ def test_footage_without_annotations_gets_what_is_left_and_quarantine_counts(
         PrivharError, match=r"1 videos of the raw manifest are missing and not quarantined"
     ):
         assess(
-            params_path=blackout / "params.yaml",
+            **sections(blackout / "params.yaml", base="base", params="assess"),
             frames=frames,
             copies=[copy.parent],
             speeds=blackout / "speed",

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from flows.stage_commands import decode_from as decode
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import read_manifest, write_manifest
 from tasks.core.video_reading import Geometry, resample_indices
-from tasks.decode import decode
 from tests.conftest import write_params
 
 

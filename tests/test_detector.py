@@ -12,9 +12,9 @@ import cv2
 import numpy as np
 import pytest
 
+from flows.stage_commands import anonymize_from as anonymize
 from tasks.anonymize.methods import replace_with_avatars
 from tasks.anonymize.people import detect
-from tasks.anonymize.stage import anonymize
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import read_manifest, write_manifest
 from tasks.core.params import AnonymizeParams, DecodeParams, load_section

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from conftest import write_params
+from conftest import sections, write_params
 
 from tasks.core.device import describe, mixed_precision, resolve_device, to_device
 from tasks.core.errors import PrivharError
@@ -83,9 +83,9 @@ def test_train_and_evaluate_run_on_the_device_base_device_names(tiny_decoded, tm
     """base.device: cpu end to end through the training and evaluation stages; the runs carry the device."""
     from mlflow import MlflowClient
 
+    from flows.stage_commands import train_from as train
     from tasks.core.registry import newest_version
     from tasks.evaluate import evaluate
-    from tasks.train import train
 
     params = tmp_path / "params.yaml"
     config = yaml.safe_load((tiny_decoded / "params.yaml").read_text())
@@ -101,7 +101,7 @@ def test_train_and_evaluate_run_on_the_device_base_device_names(tiny_decoded, tm
     version = newest_version("device-cpu")
     assert MlflowClient().get_run(version.run_id).data.tags["privhar.device"] == "cpu"
     metrics = evaluate(
-        params_path=params,
+        **sections(params, base="base", params="evaluate"),
         frames=tiny_decoded / "data/decode",
         models=[tmp_path / "train"],
         out=tmp_path / "evaluate",
@@ -129,8 +129,8 @@ def test_dprp_on_the_gpu_matches_the_cpu_on_the_same_r():
 @pytest.mark.gpu
 @needs_gpu
 def test_train_on_the_gpu_saves_a_checkpoint_that_loads_on_the_cpu(tiny_decoded, tmp_path):
+    from flows.stage_commands import train_from as train
     from tasks.core.checkpoints import load_checkpoint
-    from tasks.train import train
 
     params = tmp_path / "params.yaml"
     config = yaml.safe_load((tiny_decoded / "params.yaml").read_text())

@@ -6,12 +6,12 @@ import math
 import pytest
 
 from flows.stage_commands import dprp_from as dprp
+from flows.stage_commands import train_from as train
 from tasks.core.errors import PrivharError
 from tasks.core.registry import newest_version
 from tasks.evaluate import evaluate
 from tasks.privacy.dprp_calibration import noise_scales
-from tasks.train import train
-from tests.conftest import write_params
+from tests.conftest import sections, write_params
 from tests.test_dprp_stage import DPRP
 
 
@@ -74,7 +74,7 @@ def test_epochs_override_and_report_are_keyed_by_model(dprp_trained):
 def test_protocol_two_only_for_models_trained_on_protected_clips(dprp_trained, tiny_decoded):
     folder, params, _ = dprp_trained
     metrics = evaluate(
-        params_path=params,
+        **sections(params, base="base", params="evaluate"),
         frames=tiny_decoded / "data/decode",
         models=[folder / "data/train"],
         out=folder / "reports/evaluate",

@@ -10,13 +10,13 @@ import torch
 import yaml
 
 from flows.stage_commands import train_federated_from as train_federated
+from flows.stage_commands import train_from as train
 from tasks.core.errors import PrivharError
 from tasks.core.params import load_plan
 from tasks.core.registry import newest_version
 from tasks.privacy.accounting import gdp_epsilon
 from tasks.privacy.budget import planned_releases
 from tasks.privacy.federated_accounting import epsilon_of
-from tasks.train import train
 from tests.conftest import write_params
 
 

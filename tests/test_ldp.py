@@ -147,12 +147,12 @@ def test_learners_on_clean_codes_and_the_paper_claims_are_decided() -> None:
 
 def test_the_digits_stage_writes_both_tables_the_claims_and_a_plot(tmp_path) -> None:
     from tasks.ldp.digits import ldp_digits
-    from tests.conftest import write_params
+    from tests.conftest import sections, write_params
 
     params = write_params(
         tmp_path, {"ldp": {"repetitions": 2, "digits_epsilons": [0.5, 4.0, float("inf")]}}
     )
-    rows = ldp_digits(params_path=params, out=tmp_path / "out")
+    rows = ldp_digits(**sections(params, base="base", params="ldp"), out=tmp_path / "out")
     assert {(row["d"], row["learner"], row["features"]) for row in rows} == {
         (d, learner, features)
         for d in (16, 2)

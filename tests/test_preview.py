@@ -5,8 +5,8 @@ import io
 import pytest
 from PIL import Image
 
+from flows.stage_commands import anonymize_from as anonymize
 from flows.stage_commands import section, show_raw
-from tasks.anonymize.stage import anonymize
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import copies_under
 from tasks.preview import preview

@@ -15,8 +15,9 @@ import pyarrow as pa
 import pytest
 import torch
 
+from flows.stage_commands import anonymize_from as anonymize
+from flows.stage_commands import train_from as train
 from flows.stage_commands import train_private_from as train_private
-from tasks.anonymize.stage import anonymize
 from tasks.core.errors import PrivharError
 from tasks.core.head_features import head_of, pooled_features
 from tasks.core.models import create_video_classifier
@@ -24,7 +25,6 @@ from tasks.core.params import PrivateParams, load_plan, load_section
 from tasks.core.registry import newest_version
 from tasks.core.selective import select_trainable
 from tasks.private.gradients import per_unit_gradients
-from tasks.train import train
 from tests.conftest import check_budget_at, write_params
 
 PRIVATE = {

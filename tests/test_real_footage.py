@@ -15,10 +15,10 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from flows.stage_commands import anonymize_from as anonymize
 from tasks.anonymize.coverage import coverage, moving_pixels
 from tasks.anonymize.people import resolve_source
 from tasks.anonymize.source_clip import source_clip
-from tasks.anonymize.stage import anonymize
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import read_manifest, resolve_path
 from tasks.core.params import AnonymizeParams, DecodeParams, load_section
@@ -42,7 +42,7 @@ def params_for(folder, **anonymize):
 
 @pytest.fixture(scope="module")
 def decoded(tmp_path_factory):
-    from tasks.decode import decode
+    from flows.stage_commands import decode_from as decode
     from tasks.synthesize import synthesize
 
     folder = tmp_path_factory.mktemp("footage")

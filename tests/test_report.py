@@ -278,7 +278,7 @@ def test_the_cap_counts_releases_recorded_by_earlier_runs_and_a_new_budget_start
 def test_a_finite_cap_refuses_unprotected_and_seeded_releases_unless_allowed(
     tiny_decoded: Path, tmp_path: Path
 ) -> None:
-    from tasks.anonymize.stage import anonymize
+    from flows.stage_commands import anonymize_from as anonymize
 
     for name, privacy in (
         ("capped", {"max_epsilon": 1e12}),

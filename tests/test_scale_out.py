@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from conftest import assert_frames_agree, write_params
 
+from flows.stage_commands import decode_from as decode
 from tasks.core.parallel import installed_mapper
 from tasks.core.params import OrchestrateParams, load_section
-from tasks.decode import decode
 
 
 def tree_bytes(folder: Path) -> dict[str, bytes]:
@@ -125,7 +125,7 @@ def test_anonymize_on_a_dask_cluster_is_byte_identical_to_the_local_run(
     tiny_decoded, dask_settings, prefect_api, tmp_path, monkeypatch, source
 ):
     """The dataset's own masks, and the detector path that needs no extra (background subtraction)."""
-    from tasks.anonymize.stage import anonymize
+    from flows.stage_commands import anonymize_from as anonymize
 
     monkeypatch.chdir(tiny_decoded)
     params = write_params(tmp_path, {"anonymize": {"source": source, "min_coverage": 0.0}})

@@ -9,7 +9,7 @@ import pytest
 from tasks.core.errors import PrivharError
 from tasks.core.params import DataParams, load_section
 from tasks.scan import dataset_files
-from tests.conftest import write_params
+from tests.conftest import sections, write_params
 
 
 def data_params(tmp_path, root) -> DataParams:
@@ -55,7 +55,7 @@ def test_a_name_that_is_not_utf8_and_a_broken_link_are_listed_not_fatal(tmp_path
     os.symlink(root / "gone.avi", root / "Walking" / "dangling.avi")
     path = write_params(tmp_path, {"data": {"source": "ucf101", "root": str(root)}})
     with caplog.at_level("WARNING", logger="tasks.scan"):
-        rows = scan(params_path=path, out=tmp_path / "files.csv")
+        rows = scan(**sections(path, data="data"), out=tmp_path / "files.csv")
     assert [(row["path"], row["size"]) for row in rows] == [
         ("Walking/caf\\xe9.avi", 13),
         ("Walking/dangling.avi", -1),

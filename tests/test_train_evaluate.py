@@ -14,12 +14,12 @@ import pytest
 import torch
 from scipy import stats
 
+from flows.stage_commands import train_from as train
 from tasks.core.checkpoints import load_checkpoint
 from tasks.core.errors import PrivharError
 from tasks.core.registry import checkpoint_digest, newest_version, record_scores
 from tasks.evaluate import confusion_matrix, evaluate, top_k_accuracy
-from tasks.train import train
-from tests.conftest import write_params
+from tests.conftest import sections, write_params
 
 
 @pytest.fixture(scope="module")
@@ -134,7 +134,7 @@ def test_registered_model_has_a_signature_and_carries_its_code(trained):
 def test_evaluate_writes_metrics_keyed_by_method(trained):
     folder, _ = trained
     metrics = evaluate(
-        params_path=folder / "params.yaml",
+        **sections(folder / "params.yaml", base="base", params="evaluate"),
         frames=folder / "data/decode",
         models=[folder / "data/train"],
         out=folder / "reports/evaluate",
@@ -163,7 +163,7 @@ def test_evaluate_writes_metrics_keyed_by_method(trained):
 def test_evaluate_without_models_is_one_line(tiny_decoded, tmp_path):
     with pytest.raises(PrivharError, match="no trained models"):
         evaluate(
-            params_path=tiny_decoded / "params.yaml",
+            **sections(tiny_decoded / "params.yaml", base="base", params="evaluate"),
             frames=tiny_decoded / "data/decode",
             models=[tmp_path],
             out=tmp_path / "out",
@@ -280,7 +280,7 @@ def test_seeds_train_fresh_models_and_evaluate_reports_their_interval(trained, t
     assert all(torch.equal(single[name], weights[0][name]) for name in single)
     assert not all(torch.equal(weights[0][name], weights[1][name]) for name in single)
     metrics = evaluate(
-        params_path=folder / "params.yaml",
+        **sections(folder / "params.yaml", base="base", params="evaluate"),
         frames=folder / "data/decode",
         models=[models],
         out=tmp_path / "evaluate",

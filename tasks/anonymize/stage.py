@@ -56,8 +56,6 @@ from tasks.core.params import (
     DataParams,
     DecodeParams,
     PrivacyParams,
-    load_decode,
-    load_section,
 )
 from tasks.core.speed import write_speed
 from tasks.core.storage import atomic_directory, load_frames, save_arrays, save_frames
@@ -195,20 +193,26 @@ def released_faces(
 
 @stage_work
 def anonymize(
-    *, params_path: Path, frames: Path, method: str, out: Path, speed_path: Path | None = None
+    *,
+    base: BaseParams,
+    params: AnonymizeParams,
+    decode: DecodeParams,
+    data: DataParams,
+    privacy: PrivacyParams,
+    frames: Path,
+    method: str,
+    out: Path,
+    speed_path: Path | None = None,
 ) -> list[dict[str, Any]]:
-    """Protect every clip of the decoded manifest in ``frames`` with ``method``; its measured frames/s to ``speed_path``."""
-    base = load_section(params_path, "base", BaseParams)
-    params = load_section(params_path, "anonymize", AnonymizeParams)
-    decode = load_decode(params_path)
-    source_kind = resolve_source(params, load_section(params_path, "data", DataParams).source)
+    """Protect every clip of the decoded manifest in ``frames`` with ``method``; its measured frames/s to ``speed_path``.
+    ``decode``: as :func:`tasks.core.params.load_decode` gives it; ``data``: where the people's boxes come from."""
+    source_kind = resolve_source(params, data.source)
     if method not in params.methods:
         raise PrivharError(
             f"anonymize: method {method!r} is not one of anonymize.methods = {params.methods}"
         )
     check_unprotected(
-        load_section(params_path, "privacy", PrivacyParams),
-        f"the anonymized copy anonymize@{method}",
+        privacy, f"the anonymized copy anonymize@{method}"
     )  # obfuscation: no DP guarantee
     rows = read_manifest(frames / MANIFEST_NAME)
     if (

@@ -64,7 +64,7 @@ from tasks.core.manifest import (
     resolve_path,
 )
 from tasks.core.parallel import map_ordered, worker_count
-from tasks.core.params import AssessParams, BaseParams, load_section
+from tasks.core.params import AssessParams, BaseParams
 from tasks.core.regions import expanded, warp_region
 from tasks.core.scores import frame_hit_rate, speed_score
 from tasks.core.seeding import derive_seed
@@ -504,11 +504,15 @@ def _lap(scores: dict[str, Any], part: str, since: float) -> float:
 
 @stage_work
 def assess(
-    *, params_path: Path, frames: Path, copies: list[Path], speeds: Path, out: Path
+    *,
+    base: BaseParams,
+    params: AssessParams,
+    frames: Path,
+    copies: list[Path],
+    speeds: Path,
+    out: Path,
 ) -> list[dict[str, Any]]:
     """Assess the raw copy and every protected copy under ``copies``; write ``out/signature.json`` and ``.csv``."""
-    base = load_section(params_path, "base", BaseParams)
-    params = load_section(params_path, "assess", AssessParams)
     rows = read_manifest(frames / MANIFEST_NAME)
     train_rows, test_rows = split_rows(rows, "train"), split_rows(rows, "test")
     if not train_rows or not test_rows:

@@ -20,7 +20,7 @@ from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
 from tasks.core.figures import plt, png_bytes
-from tasks.core.params import BaseParams, LdpParams, load_section
+from tasks.core.params import BaseParams, LdpParams
 from tasks.core.seeding import derive_seed
 from tasks.core.storage import atomic_write_bytes
 from tasks.core.tables import csv_bytes
@@ -253,9 +253,7 @@ def plot(rows: list[dict[str, Any]], params: LdpParams) -> bytes:
 
 
 @stage_work
-def ldp_digits(*, params_path: Path, out: Path) -> list[dict[str, Any]]:
-    base = load_section(params_path, "base", BaseParams)
-    params = load_section(params_path, "ldp", LdpParams)
+def ldp_digits(*, base: BaseParams, params: LdpParams, out: Path) -> list[dict[str, Any]]:
     with stage_run("ldp-digits", {"ldp": params}) as run:
         rows = digits_table(params, base.seed)
         atomic_write_bytes(out / "digits.csv", csv_bytes(rows))
