@@ -57,7 +57,7 @@ def run_bench(*, root: Path, params_path: Path, out: Path) -> dict[str, Any]:
     """Decode the footage under ``root``, run every source, write the record to ``out`` (JSON) and return it."""
     from flows.stage_commands import anonymize_from as anonymize
     from flows.stage_commands import decode_from as decode
-    from tasks.synthesize import synthesize
+    from flows.stage_commands import synthesize_from as synthesize
 
     params = read_params_file(params_path)
     threshold = float(params["anonymize"]["min_coverage"])

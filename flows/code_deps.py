@@ -110,10 +110,31 @@ def stage_command_functions(root: Path = REPO) -> dict[str, ast.FunctionDef]:
     return found
 
 
+def _called(
+    function: ast.FunctionDef, helpers: dict[str, ast.FunctionDef]
+) -> list[ast.FunctionDef]:
+    """``function`` and the module's functions it calls by name (a command's ``dprp_from``, ``section``), transitively."""
+    reached = {function.name: function}
+    todo = [function]
+    while todo:
+        for node in ast.walk(todo.pop()):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                helper = helpers.get(node.func.id)
+                if helper is not None and helper.name not in reached:
+                    reached[helper.name] = helper
+                    todo.append(helper)
+    return list(reached.values())
+
+
 def stage_commands(root: Path = REPO) -> dict[str, set[str]]:
-    """``privhar stage <name>`` -> the tasks modules its click function imports."""
+    """``privhar stage <name>`` -> the tasks modules its click function imports, itself or through the functions of
+    flows/stage_commands.py it calls (the command layer's section readers and ``<stage>_from`` calls)."""
+    tree = ast.parse((root / "flows/stage_commands.py").read_text())
+    helpers = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
     return {
-        name: imported_modules(function, root=root)
+        name: set().union(
+            *(imported_modules(called, root=root) for called in _called(function, helpers))
+        )
         for name, function in stage_command_functions(root).items()
     }
 

@@ -20,6 +20,7 @@ from tasks.core.params import (
     BaseParams,
     DataParams,
     ModelParams,
+    load_dataset_sections,
     load_section,
     parse_section,
     read_params_file,
@@ -69,7 +70,7 @@ def check_dataset(project: Path) -> None:
     params = project / "params.yaml"
     data = load_section(params, "data", DataParams)
     check_against_dataset(
-        params,
+        load_dataset_sections(params),
         read_manifest(project / INDEX_MANIFEST),
         data.root or "the embedded dataset",
         load_section(params, "base", BaseParams).seed,

@@ -131,6 +131,23 @@ def ldp_video_from(params_path: Path, budget: Path | None = None, **arguments: A
     )
 
 
+def synthesize_from(params_path: Path, public: bool = False, **arguments: Any) -> Any:
+    """:func:`tasks.synthesize.synthesize` with its sections from ``params_path`` (``privhar stage synthesize``);
+    ``public``: the public pretraining set (section public) instead, without the dataset checks."""
+    from tasks.core.params import load_dataset_sections
+    from tasks.synthesize import synthesize
+
+    return synthesize(
+        base=section(params_path, "base"),
+        data=section(params_path, "data"),
+        params=section(params_path, "synthesize"),
+        show_raw=show_raw(params_path),
+        public=section(params_path, "public") if public else None,
+        checks=None if public else load_dataset_sections(params_path),
+        **arguments,
+    )
+
+
 def decode_from(params_path: Path, **arguments: Any) -> Any:
     """:func:`tasks.decode.decode` with its sections from ``params_path`` (``privhar stage decode``)."""
     from tasks.core.params import load_decode
@@ -225,9 +242,7 @@ def code_command(out: Path) -> None:
 )
 def synthesize_command(params_path: Path, out: Path, report: Path | None, public: bool) -> None:
     """Render the embedded dataset, or index the real one data.source names."""
-    from tasks.synthesize import synthesize
-
-    rows = synthesize(params_path=params_path, out=out, report=report, public=public)
+    rows = synthesize_from(params_path, out=out, report=report, public=public)
     click.echo(f"synthesize: {len(rows)} videos in {out}", err=True)
 
 
@@ -507,7 +522,8 @@ def private_table_command(
     from tasks.private.table import private_table
 
     records = private_table(
-        params_path=params_path,
+        private=section(params_path, "private"),
+        dprp=section(params_path, "dprp"),
         metrics=metrics,
         ledgers=ledgers,
         train_reports=train_reports,
@@ -599,7 +615,13 @@ def report_command(
     from tasks.report.stage import report
 
     table = report(
-        params_path=params_path,
+        anonymize_params=section(params_path, "anonymize"),
+        dprp_params=section(params_path, "dprp"),
+        private=section(params_path, "private"),
+        privacy=section(params_path, "privacy"),
+        federated=section(params_path, "federated"),
+        train=section(params_path, "train"),
+        data=section(params_path, "data"),
         metrics=metrics,
         signature=signature,
         ledgers=ledgers,

@@ -33,11 +33,9 @@ from tasks.core.parallel import map_ordered, worker_count
 from tasks.core.params import (
     BaseParams,
     DataParams,
+    DatasetSections,
     PublicParams,
-    ReportParams,
     SynthesizeParams,
-    load_section,
-    raw_frames_allowed,
 )
 from tasks.core.seeding import derive_seed, rng_for
 from tasks.core.storage import atomic_directory, atomic_write_bytes, save_arrays
@@ -239,19 +237,25 @@ def _withheld_strip(action: str, rows: list[dict[str, Any]], height: int) -> np.
 
 @stage_work
 def synthesize(
-    *, params_path: Path, out: Path, report: Path | None = None, public: bool = False
+    *,
+    base: BaseParams,
+    data: DataParams,
+    params: SynthesizeParams,
+    out: Path,
+    report: Path | None = None,
+    show_raw: bool = False,
+    public: PublicParams | None = None,
+    checks: DatasetSections | None = None,
 ) -> list[dict[str, Any]]:
-    """Run the stage; return the manifest rows written.
+    """Run the stage; return the manifest rows written, their preview in ``report`` (raw frames if ``show_raw``).
 
     ``public``: the public pretraining set instead — always synthetic, rendered from ``public.seed``
-    (other people, other scenes) with ``public.identities`` and ``public.videos_per_action``.
+    (other people, other scenes) with ``public.identities`` and ``public.videos_per_action``. ``checks``: the sections
+    whose problems with the indexed dataset are logged as warnings (:mod:`tasks.core.dataset_checks`).
     """
-    base = load_section(params_path, "base", BaseParams)
-    data = load_section(params_path, "data", DataParams)
-    params = load_section(params_path, "synthesize", SynthesizeParams)
     name = "synthesize"
-    if public:
-        chosen = load_section(params_path, "public", PublicParams)
+    if public is not None:
+        chosen = public
         if chosen.seed == base.seed:
             raise PrivharError(
                 f"public.seed = {chosen.seed} is invalid: expected a seed other than base.seed "
@@ -287,22 +291,15 @@ def synthesize(
                 data.missing_files,
             )
         if (
-            not public
+            checks is not None
         ):  # what a later stage will refuse, said now (privhar flow refuses the run on it)
-            for problem in dataset_problems(
-                params_path, rows, data.root or "synthesize", base.seed
-            ):
+            for problem in dataset_problems(checks, rows, data.root or "synthesize", base.seed):
                 LOG.warning("synthesize: a later stage will refuse this dataset: %s", problem)
         write_manifest(rows, staging / MANIFEST_NAME)
         if report is not None:
             encoded, png = cv2.imencode(
                 ".png",
-                preview(
-                    rows,
-                    staging,
-                    show_raw=public
-                    or raw_frames_allowed(load_section(params_path, "report", ReportParams), data),
-                ),
+                preview(rows, staging, show_raw=public is not None or show_raw),
             )
             if not encoded:
                 raise PrivharError(f"{report / 'preview.png'}: OpenCV could not encode the preview")

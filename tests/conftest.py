@@ -192,7 +192,7 @@ def mlflow_store(tmp_path_factory: pytest.TempPathFactory) -> str:
 @pytest.fixture(scope="session")
 def tiny_synthetic(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny synthesized dataset (session-wide: several test modules read it)."""
-    from tasks.synthesize import synthesize
+    from flows.stage_commands import synthesize_from as synthesize
 
     folder = tmp_path_factory.mktemp("tiny")
     synthesize(params_path=write_params(folder), out=folder / "data" / "synthesize")
@@ -215,7 +215,7 @@ def tiny_decoded(tiny_synthetic: Path) -> Path:
 def tiny_public(tiny_synthetic: Path) -> Path:
     """The tiny public set (other people, other scenes), decoded: data/public/decode beside the tiny dataset."""
     from flows.stage_commands import decode_from as decode
-    from tasks.synthesize import synthesize
+    from flows.stage_commands import synthesize_from as synthesize
 
     params = tiny_synthetic / "params.yaml"
     synthesize(

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tasks.core.dataset_checks import check_against_dataset
 from tasks.core.errors import PrivharError
-from tasks.core.params import load_section
+from tasks.core.params import DatasetSections, load_dataset_sections, load_section
 from tests.conftest import REPO, write_params
+
+
+def write_sections(folder: Path, overrides: dict | None = None) -> DatasetSections:
+    """The dataset checks' sections of the tiny params.yaml with ``overrides``."""
+    return load_dataset_sections(write_params(folder, overrides))
 
 
 def rows(people: int = 6, per_person: int = 4, test: int = 2) -> list[dict]:
@@ -29,7 +36,7 @@ def rows(people: int = 6, per_person: int = 4, test: int = 2) -> list[dict]:
 
 
 def test_params_that_fit_pass(tmp_path):
-    check_against_dataset(write_params(tmp_path), rows(), "index", 0)
+    check_against_dataset(write_sections(tmp_path), rows(), "index", 0)
 
 
 @pytest.mark.parametrize(
@@ -72,14 +79,14 @@ def test_params_that_fit_pass(tmp_path):
 )
 def test_params_the_dataset_cannot_serve_are_one_line_errors(tmp_path, overrides, data, message):
     with pytest.raises(PrivharError, match=message):
-        check_against_dataset(write_params(tmp_path, overrides), data, "index", 0)
+        check_against_dataset(write_sections(tmp_path, overrides), data, "index", 0)
 
 
 def test_one_action_is_a_warning_not_a_refusal(tmp_path, caplog):
     """One action of real footage still runs the protections and their measures (tests/data/vtest)."""
     one = [row for row in rows() if row["label"] == 0 or row["split"] == "test"]
     with caplog.at_level("WARNING"):
-        check_against_dataset(write_params(tmp_path), one, "index", 0)
+        check_against_dataset(write_sections(tmp_path), one, "index", 0)
     assert (
         "the train split holds 1 action: the classifiers will have nothing to tell apart"
         in caplog.text
@@ -112,7 +119,7 @@ def timed(rows: list[dict], seconds: float, size: tuple[int, int] = (240, 320)) 
 )
 def test_clip_shapes_the_dataset_cannot_serve(tmp_path, overrides, data, message):
     with pytest.raises(PrivharError, match=message):
-        check_against_dataset(write_params(tmp_path, overrides), data, "index", 0)
+        check_against_dataset(write_sections(tmp_path, overrides), data, "index", 0)
 
 
 def test_short_and_small_videos_are_warnings(tmp_path, caplog):
@@ -120,7 +127,7 @@ def test_short_and_small_videos_are_warnings(tmp_path, caplog):
     data[0] = {**data[0], "n_frames": 100}  # one 4 s video: the 2 s clip fits it
     with caplog.at_level("WARNING"):
         check_against_dataset(
-            write_params(tmp_path, {"decode": {"frames": 8, "fps": 4.0}}), data, "index", 0
+            write_sections(tmp_path, {"decode": {"frames": 8, "fps": 4.0}}), data, "index", 0
         )
     assert "25 of 26 videos are shorter than the 2 s clip" in caplog.text
     assert "26 videos are smaller than decode.frame_size" in caplog.text
@@ -129,7 +136,7 @@ def test_short_and_small_videos_are_warnings(tmp_path, caplog):
 def test_a_test_action_the_train_split_lacks_is_a_warning(tmp_path, caplog):
     data = [row for row in rows() if row["split"] == "test" or row["label"] != 1]
     with caplog.at_level("WARNING"):
-        check_against_dataset(write_params(tmp_path), data, "index", 0)
+        check_against_dataset(write_sections(tmp_path), data, "index", 0)
     assert "the test split holds actions the train split has no video of: 1 " in caplog.text
 
 
@@ -154,7 +161,7 @@ def test_sizes_this_machine_cannot_hold_are_refused_before_the_work(tmp_path, ov
         people=400, per_person=10
     )  # 4000 training videos: 4000 × 2 filters × 4096² × 8 bytes = 1 TiB
     with pytest.raises(PrivharError, match=message):
-        check_against_dataset(write_params(tmp_path, overrides), many, "index", 0)
+        check_against_dataset(write_sections(tmp_path, overrides), many, "index", 0)
 
 
 def test_the_default_sizes_fit_with_room():

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from flows.stage_commands import decode_from as decode
+from flows.stage_commands import synthesize_from as synthesize
 from tasks.core.datasets import index_dataset
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import read_manifest
-from tasks.synthesize import synthesize
 from tasks.synthetic.encode import write_video
 from tests.conftest import write_params
 

@@ -43,7 +43,7 @@ def params_for(folder, **anonymize):
 @pytest.fixture(scope="module")
 def decoded(tmp_path_factory):
     from flows.stage_commands import decode_from as decode
-    from tasks.synthesize import synthesize
+    from flows.stage_commands import synthesize_from as synthesize
 
     folder = tmp_path_factory.mktemp("footage")
     params = params_for(folder)

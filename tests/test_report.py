@@ -31,7 +31,7 @@ from tasks.report.tables import (
     table_one,
     table_one_markdown,
 )
-from tests.conftest import check_budget_at, write_params
+from tests.conftest import check_budget_at, sections, write_params
 
 ROWS = [
     {
@@ -350,7 +350,16 @@ def test_report_renders_with_missing_stages(tiny_decoded: Path, tmp_path: Path) 
     for name in ("ledgers", "train", "dprp", "anonymize"):
         (tmp_path / name).mkdir()
     table = report(
-        params_path=params,
+        **sections(
+            params,
+            anonymize_params="anonymize",
+            dprp_params="dprp",
+            private="private",
+            privacy="privacy",
+            federated="federated",
+            train="train",
+            data="data",
+        ),
         metrics=tmp_path / "metrics.json",
         signature=tmp_path / "absent.json",
         ledgers=tmp_path / "ledgers",
@@ -385,7 +394,16 @@ def test_a_measure_assess_could_not_take_reads_n_m_and_breaks_nothing(
     for name in ("ledgers", "train", "dprp", "anonymize"):
         (tmp_path / name).mkdir()
     report(
-        params_path=params,
+        **sections(
+            params,
+            anonymize_params="anonymize",
+            dprp_params="dprp",
+            private="private",
+            privacy="privacy",
+            federated="federated",
+            train="train",
+            data="data",
+        ),
         metrics=tmp_path / "metrics.json",
         signature=tmp_path / "signature.json",
         ledgers=tmp_path / "ledgers",
@@ -438,7 +456,16 @@ def test_report_logs_one_nested_mlflow_run_per_method(tiny_decoded: Path, tmp_pa
     for name in ("ledgers", "train", "dprp", "anonymize"):
         (tmp_path / name).mkdir()
     report(
-        params_path=params,
+        **sections(
+            params,
+            anonymize_params="anonymize",
+            dprp_params="dprp",
+            private="private",
+            privacy="privacy",
+            federated="federated",
+            train="train",
+            data="data",
+        ),
         metrics=tmp_path / "metrics.json",
         signature=tmp_path / "signature.json",
         ledgers=tmp_path / "ledgers",

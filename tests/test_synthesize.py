@@ -8,9 +8,10 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from flows.stage_commands import synthesize_from as synthesize
 from tasks.core.manifest import read_manifest
 from tasks.core.params import ACTIONS, SynthesizeParams, load_section
-from tasks.synthesize import plan_videos, synthesize
+from tasks.synthesize import plan_videos
 from tasks.synthetic.actions import ACTIONS as ACTION_REGISTRY
 from tasks.synthetic.actions import MotionStyle
 from tasks.synthetic.body import Build, forward_kinematics

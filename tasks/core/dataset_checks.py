@@ -26,20 +26,16 @@ from __future__ import annotations
 
 import logging
 import os
-from pathlib import Path
 from typing import Any
 
 from tasks.core.errors import PrivharError
 from tasks.core.params import (
+    DatasetSections,
     DecodeParams,
     FederatedParams,
     LdpParams,
     PrivateParams,
-    SynthesizeParams,
     TrainParams,
-    load_decode,
-    load_section,
-    load_train,
 )
 from tasks.core.partition import partition
 from tasks.core.privacy import check_delta
@@ -50,8 +46,15 @@ from tasks.core.subjects import privacy_units
 LOG = logging.getLogger(__name__)
 
 
+def _valid(section: Any) -> Any:
+    """A section as loaded; a section that did not load raises its own one-line error (one problem)."""
+    if isinstance(section, PrivharError):
+        raise section
+    return section
+
+
 def dataset_problems(
-    params_path: Path, rows: list[dict[str, Any]], where: str, base_seed: int
+    sections: DatasetSections, rows: list[dict[str, Any]], where: str, base_seed: int
 ) -> list[str]:
     """One line for each param ``rows`` (the index, ``where``) cannot serve; empty when they all fit."""
     problems = [
@@ -71,15 +74,10 @@ def dataset_problems(
         )
     checks = [
         lambda: _check_classes(train, rows, where),
-        lambda: _check_sizes(params_path, rows, where),
-        lambda: _check_private(load_section(params_path, "private", PrivateParams), train),
-        lambda: _check_federated(
-            load_section(params_path, "federated", FederatedParams), train, base_seed
-        ),
-        lambda: _check_ldp(
-            load_section(params_path, "ldp", LdpParams),
-            len(load_section(params_path, "synthesize", SynthesizeParams).actions),
-        ),
+        lambda: _check_sizes(sections, rows, where),
+        lambda: _check_private(_valid(sections.private), train),
+        lambda: _check_federated(_valid(sections.federated), train, base_seed),
+        lambda: _check_ldp(_valid(sections.ldp), len(_valid(sections.synthesize).actions)),
     ]
     for check in checks if train else []:
         try:
@@ -90,10 +88,10 @@ def dataset_problems(
 
 
 def check_against_dataset(
-    params_path: Path, rows: list[dict[str, Any]], where: str, base_seed: int
+    sections: DatasetSections, rows: list[dict[str, Any]], where: str, base_seed: int
 ) -> None:
     """Refuse in one line (the first problem, and how many more) when the params cannot serve ``rows``."""
-    problems = dataset_problems(params_path, rows, where, base_seed)
+    problems = dataset_problems(sections, rows, where, base_seed)
     if problems:
         more = (
             f" (and {len(problems) - 1} more: {'; '.join(problems[1:])})"
@@ -152,14 +150,11 @@ def _check_classes(train: list[dict[str, Any]], rows: list[dict[str, Any]], wher
         )
 
 
-def _check_sizes(params_path: Path, rows: list[dict[str, Any]], where: str) -> None:
+def _check_sizes(sections: DatasetSections, rows: list[dict[str, Any]], where: str) -> None:
     """The clip shape and memory checks, when the sections they read are valid: an invalid one is the error of the
     stage that reads it (its own one line, from its task), not a problem of the dataset."""
-    try:
-        decode = load_decode(params_path)
-        train = load_train(params_path)
-        ldp = load_section(params_path, "ldp", LdpParams)
-    except PrivharError:
+    decode, train, ldp = sections.decode, sections.train, sections.ldp
+    if any(isinstance(section, PrivharError) for section in (decode, train, ldp)):
         return
     _check_clip_shape(decode, train, rows, where)
     _check_memory(decode, train, ldp, rows, where)

@@ -597,6 +597,38 @@ def load_plan(path: Path) -> PlanParams:
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class DatasetSections:
+    """The sections the index's dataset checks read (:mod:`tasks.core.dataset_checks`), each as loaded or as the
+    one-line error loading it gave: a bad section is one problem among the others, not the end of the check."""
+
+    private: PrivateParams | PrivharError
+    federated: FederatedParams | PrivharError
+    ldp: LdpParams | PrivharError
+    synthesize: SynthesizeParams | PrivharError
+    decode: DecodeParams | PrivharError
+    train: TrainParams | PrivharError
+
+
+def load_dataset_sections(path: Path) -> DatasetSections:
+    """:class:`DatasetSections` of the params file at ``path`` (decode and train as a zoo backbone's clip sets them)."""
+
+    def attempt(load: Any) -> Any:
+        try:
+            return load()
+        except PrivharError as error:
+            return error
+
+    return DatasetSections(
+        private=attempt(lambda: load_section(path, "private", PrivateParams)),
+        federated=attempt(lambda: load_section(path, "federated", FederatedParams)),
+        ldp=attempt(lambda: load_section(path, "ldp", LdpParams)),
+        synthesize=attempt(lambda: load_section(path, "synthesize", SynthesizeParams)),
+        decode=attempt(lambda: load_decode(path)),
+        train=attempt(lambda: load_train(path)),
+    )
+
+
 def load_decode(path: Path) -> DecodeParams:
     """The decode section with a model-zoo backbone's clip in place of its frames, fps and frame size
     (:mod:`tasks.core.clip_shapes`): every stage that samples videos samples them alike."""

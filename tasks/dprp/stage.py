@@ -224,6 +224,26 @@ def _log_summary(
     )
 
 
+def _check_epsilon(params: DprpParams, epsilon: float) -> None:
+    if epsilon not in params.epsilons:
+        raise PrivharError(
+            f"dprp: epsilon {epsilon} is not one of dprp.epsilons = {params.epsilons}"
+        )
+
+
+def _write_speed(
+    speed_path: Path | None, rows: list[dict[str, Any]], seconds: float, epsilon: float
+) -> None:
+    """The measured frames/s, for assess's f_speed."""
+    if speed_path is not None:
+        write_speed(
+            speed_path,
+            frames=sum(int(row["n_frames"]) for row in rows),
+            seconds=seconds,
+            measured=f"dprp ε = {epsilon:g}: projection, noise and reconstruction of every video, one process",
+        )
+
+
 @stage_work
 def dprp(
     *,
@@ -241,10 +261,7 @@ def dprp(
     """Protect every clip of the decoded manifest in ``frames`` at total ``epsilon`` (one of dprp.epsilons), checked
     against ``budget``; preview into ``report`` (raw frames beside the copies if ``show_raw``), measured frames/s into
     ``speed_path``."""
-    if epsilon not in params.epsilons:
-        raise PrivharError(
-            f"dprp: epsilon {epsilon} is not one of dprp.epsilons = {params.epsilons}"
-        )
+    _check_epsilon(params, epsilon)
     randomness = DpRandomness(privacy.randomness, base.seed)
     rows = read_manifest(frames / MANIFEST_NAME)
     # privacy.max_epsilon, before any work
@@ -277,13 +294,7 @@ def dprp(
         protected = map_ordered(work, rows, workers=1, desc=f"dprp ε={epsilon:g}")
         seconds = time.perf_counter() - started
         write_manifest(protected, staging / MANIFEST_NAME)
-        if speed_path is not None:
-            write_speed(
-                speed_path,
-                frames=sum(int(row["n_frames"]) for row in rows),
-                seconds=seconds,
-                measured=f"dprp ε = {epsilon:g}: projection, noise and reconstruction of every video, one process",
-            )
+        _write_speed(speed_path, rows, seconds, epsilon)
         write_table(ledger_rows(rows, scales, randomness, params, d), staging / "ledger.parquet")
         _log_run(run, scales, len(protected), seconds)
         if report is not None:

@@ -28,7 +28,7 @@ import polars as pl
 from tasks.core import tables
 from tasks.core.errors import PrivharError
 from tasks.core.figures import percent_chart_png, plt
-from tasks.core.params import DprpParams, PrivateParams, load_section
+from tasks.core.params import DprpParams, PrivateParams
 from tasks.core.private_catalogue import CATALOGUE
 from tasks.core.storage import atomic_write_bytes
 from tasks.core.tables import csv_bytes, frame_of, markdown_of, read_csv
@@ -404,11 +404,15 @@ def epsilon_curves(records: list[dict[str, Any]], methods: list[str]) -> pl.Data
 
 @stage_work
 def private_table(
-    *, params_path: Path, metrics: Path, ledgers: Path, train_reports: Path, out: Path
+    *,
+    private: PrivateParams,
+    dprp: DprpParams,
+    metrics: Path,
+    ledgers: Path,
+    train_reports: Path,
+    out: Path,
 ) -> list[dict[str, Any]]:
     """Run the stage; return the CSV records written."""
-    private = load_section(params_path, "private", PrivateParams)
-    dprp = load_section(params_path, "dprp", DprpParams)
     records = collect(
         metrics_path=metrics,
         ledgers=ledgers,

@@ -29,7 +29,6 @@ from tasks.core.params import (
     PrivacyParams,
     PrivateParams,
     TrainParams,
-    load_section,
 )
 from tasks.core.storage import atomic_write_bytes
 from tasks.core.subjects import subjects_statement
@@ -456,7 +455,13 @@ def _mlflow_children(run: Any, table: list[dict[str, Any]], signature: dict[str,
 @stage_work
 def report(
     *,
-    params_path: Path,
+    anonymize_params: AnonymizeParams,
+    dprp_params: DprpParams,
+    private: PrivateParams,
+    privacy: PrivacyParams,
+    federated: FederatedParams,
+    train: TrainParams,
+    data: DataParams,
     metrics: Path,
     signature: Path,
     ledgers: Path,
@@ -469,14 +474,9 @@ def report(
     federated_table: Path | None = None,
     predictions: Path | None = None,
 ) -> list[dict[str, Any]]:
-    """Write ``out/results.md`` and ``out/report/*``; return Table 1's rows."""
-    anonymize_params = load_section(params_path, "anonymize", AnonymizeParams)
-    dprp_params = load_section(params_path, "dprp", DprpParams)
-    private = load_section(params_path, "private", PrivateParams)
-    privacy = load_section(params_path, "privacy", PrivacyParams)
+    """Write ``out/results.md`` and ``out/report/*``; return Table 1's rows. ``anonymize`` and ``dprp`` are the
+    copies' folders, ``anonymize_params`` and ``dprp_params`` their sections."""
     cap = privacy.max_epsilon
-    federated = load_section(params_path, "federated", FederatedParams)
-    train = load_section(params_path, "train", TrainParams)
     decoded = read_manifest(frames / MANIFEST_NAME)
     d = int(decoded[0]["height"]) * int(decoded[0]["width"]) * 3
     dprp_scales = [
@@ -556,7 +556,7 @@ def report(
             train.input,
             people,
             spread,
-            data_line(load_section(params_path, "data", DataParams), decoded),
+            data_line(data, decoded),
         ).encode(),
     }
     parquet_rows = [
