@@ -686,19 +686,13 @@ def dprp_scales() -> tuple[float, float]:
     )
 
 
-def dprp_world(
-    sigma1: float, canary: bool, divisors: tuple[float, ...], runs: int, offset: int
-) -> np.ndarray:
-    return dprp_scores(sigma1, runs, offset, canary, divisors)
-
-
 def audit_dprp(
     divisors: tuple[float, ...] = (1.0,), runs: int = 4_000
 ) -> tuple[list[float], float]:
     """(ε̂ at σ1 / d for each divisor d, the ε claimed at δ = DELTA) of Video-DPRP's P̃ (:func:`dprp_scales`)."""
     sigma1, claimed = dprp_scales()
     worlds = [
-        in_chunks(partial(dprp_world, sigma1, canary, divisors), runs, offset)
+        in_chunks(partial(dprp_scores, sigma1, canary=canary, divisors=divisors), runs, offset)
         for canary, offset in ((True, 0), (False, 10**6))
     ]
     return [
