@@ -191,6 +191,22 @@ def train_from(params_path: Path, epochs: int | None = None, **arguments: Any) -
     )
 
 
+def report_from(params_path: Path, **arguments: Any) -> Any:
+    """:func:`tasks.report.stage.report` with its sections from ``params_path`` (``privhar stage report``)."""
+    from tasks.report.stage import report
+
+    return report(
+        anonymize_params=section(params_path, "anonymize"),
+        dprp_params=section(params_path, "dprp"),
+        private=section(params_path, "private"),
+        privacy=section(params_path, "privacy"),
+        federated=section(params_path, "federated"),
+        train=section(params_path, "train"),
+        data=section(params_path, "data"),
+        **arguments,
+    )
+
+
 @click.group("stage")
 def stage() -> None:
     """Run one stage of the pipeline (the commands dvc.yaml calls)."""
@@ -612,16 +628,8 @@ def report_command(
     predictions: Path | None,
 ) -> None:
     """results.md: paper 000 Table 1, paper 004 signatures, plots and the privacy ledger per method and subject."""
-    from tasks.report.stage import report
-
-    table = report(
-        anonymize_params=section(params_path, "anonymize"),
-        dprp_params=section(params_path, "dprp"),
-        private=section(params_path, "private"),
-        privacy=section(params_path, "privacy"),
-        federated=section(params_path, "federated"),
-        train=section(params_path, "train"),
-        data=section(params_path, "data"),
+    table = report_from(
+        params_path,
         metrics=metrics,
         signature=signature,
         ledgers=ledgers,

@@ -31,7 +31,7 @@ from tasks.report.tables import (
     table_one,
     table_one_markdown,
 )
-from tests.conftest import check_budget_at, sections, write_params
+from tests.conftest import check_budget_at, write_params
 
 ROWS = [
     {
@@ -343,23 +343,14 @@ def test_the_dprp_stage_refuses_over_the_cap_before_writing_anything(
 
 
 def test_report_renders_with_missing_stages(tiny_decoded: Path, tmp_path: Path) -> None:
-    from tasks.report.stage import report
+    from flows.stage_commands import report_from as report
 
     params = write_params(tmp_path)
     (tmp_path / "metrics.json").write_text(json.dumps({"baseline": {"top1": 0.5, "top5": 0.9}}))
     for name in ("ledgers", "train", "dprp", "anonymize"):
         (tmp_path / name).mkdir()
     table = report(
-        **sections(
-            params,
-            anonymize_params="anonymize",
-            dprp_params="dprp",
-            private="private",
-            privacy="privacy",
-            federated="federated",
-            train="train",
-            data="data",
-        ),
+        params,
         metrics=tmp_path / "metrics.json",
         signature=tmp_path / "absent.json",
         ledgers=tmp_path / "ledgers",
@@ -379,7 +370,7 @@ def test_a_measure_assess_could_not_take_reads_n_m_and_breaks_nothing(
     tiny_decoded: Path, tmp_path: Path
 ) -> None:
     """Issue 32: on real footage assess has no attributes (None); the report wrote half its files, then crashed."""
-    from tasks.report.stage import report
+    from flows.stage_commands import report_from as report
 
     params = write_params(tmp_path)
     (tmp_path / "metrics.json").write_text(json.dumps({"baseline": {"top1": 0.5, "top5": 0.9}}))
@@ -394,16 +385,7 @@ def test_a_measure_assess_could_not_take_reads_n_m_and_breaks_nothing(
     for name in ("ledgers", "train", "dprp", "anonymize"):
         (tmp_path / name).mkdir()
     report(
-        **sections(
-            params,
-            anonymize_params="anonymize",
-            dprp_params="dprp",
-            private="private",
-            privacy="privacy",
-            federated="federated",
-            train="train",
-            data="data",
-        ),
+        params,
         metrics=tmp_path / "metrics.json",
         signature=tmp_path / "signature.json",
         ledgers=tmp_path / "ledgers",
@@ -424,7 +406,7 @@ def test_a_measure_assess_could_not_take_reads_n_m_and_breaks_nothing(
 def test_report_logs_one_nested_mlflow_run_per_method(tiny_decoded: Path, tmp_path: Path) -> None:
     import mlflow
 
-    from tasks.report.stage import report
+    from flows.stage_commands import report_from as report
 
     params = write_params(
         tmp_path,
@@ -456,16 +438,7 @@ def test_report_logs_one_nested_mlflow_run_per_method(tiny_decoded: Path, tmp_pa
     for name in ("ledgers", "train", "dprp", "anonymize"):
         (tmp_path / name).mkdir()
     report(
-        **sections(
-            params,
-            anonymize_params="anonymize",
-            dprp_params="dprp",
-            private="private",
-            privacy="privacy",
-            federated="federated",
-            train="train",
-            data="data",
-        ),
+        params,
         metrics=tmp_path / "metrics.json",
         signature=tmp_path / "signature.json",
         ledgers=tmp_path / "ledgers",
