@@ -25,7 +25,7 @@ from flows.pipeline import check_project, end_running_dvc, pipeline_session, sco
 from flows.preflight import INDEX_STAGE, check_dataset, check_params
 from flows.profiles import DEFAULT, apply_profile
 from flows.stage_tasks import STAGE_WALLS, StageFailed, run_stage, stop_shards
-from flows.stage_times import log_stage_times
+from flows.stage_times import log_stage_times, previous_walls, progress_line
 from tasks.core.environ import exported
 from tasks.core.parallel import STAGE_CORES_ENV, core_share
 from tasks.core.params import OrchestrateParams, load_section
@@ -106,13 +106,22 @@ def pipeline_flow(
         )
         whole = not (stages or settings.stages)
 
+        previous = previous_walls(parent)
+        finished: set[str] = set()
+
+        def report(name: str) -> None:
+            finished.add(name)
+            logger.info(progress_line(name, STAGE_WALLS.get(name), order, finished, previous))
+
         def submit(stage: DagStage) -> Any:
             upstream = [futures[name] for name in stage.upstream if name in futures]
-            return runner.submit(
+            future = runner.submit(
                 stage_task,
                 {"stage": stage, "force": force, "settings": settings},
                 wait_for=upstream,
             )
+            future.add_done_callback(lambda _: report(stage.name))
+            return future
 
         # the index first where the whole DAG runs: the params are checked against the dataset before the rest starts
         order = [stage.name for stage in dag]

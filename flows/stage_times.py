@@ -80,6 +80,62 @@ def stage_works(parent_run_id: str) -> dict[str, float]:
     return works
 
 
+def previous_walls(parent_run_id: str, runs: int = 20) -> dict[str, float]:
+    """Each stage's wall seconds in the latest of the ``runs`` earlier pipeline runs of this experiment that ran it
+    (their ``stage_times.json``): what the time-left estimate counts on; empty on a project's first run."""
+    import mlflow
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    client = MlflowClient()
+    experiment = client.get_run(parent_run_id).info.experiment_id
+    earlier = client.search_runs(
+        [experiment],
+        "metrics.pipeline_wall_seconds > 0",
+        order_by=["attributes.start_time DESC"],
+        max_results=runs,
+    )
+    walls: dict[str, float] = {}
+    for run in earlier:
+        try:
+            table = mlflow.artifacts.load_dict(f"{run.info.artifact_uri}/stage_times.json")
+        except (MlflowException, OSError, ValueError):
+            continue  # a run without its table (stopped before the end)
+        for row in table["stages"]:
+            walls.setdefault(row["stage"], float(row["wall_s"]))
+    return walls
+
+
+def progress_line(
+    stage: str,
+    seconds: float | None,
+    order: list[str],
+    finished: set[str],
+    previous: dict[str, float],
+) -> str:
+    """One line as a stage ends: which, how many are done and left, and the time left if each stage left takes what
+    it took last time (:func:`previous_walls`).
+
+    >>> print(progress_line("train", 84.0, ["decode", "train", "evaluate"], {"decode", "train"}, {"evaluate": 150.0}))
+    train ran in 84 s: 2 of 3 stages done, 1 left; about 2.5 min left by the earlier runs' times
+    >>> progress_line("decode", None, ["decode", "train"], {"decode"}, {})
+    'decode finished (up to date, or failed): 1 of 2 stages done, 1 left; no earlier run timed them yet'
+    """
+    left = [name for name in order if name not in finished]
+    known = [previous[name] for name in left if name in previous]
+    if not left:
+        estimate = "none left"
+    elif not known:
+        estimate = "no earlier run timed them yet"
+    else:
+        untimed = len(left) - len(known)
+        estimate = f"about {sum(known) / 60:.1f} min left by the earlier runs' times" + (
+            f" ({untimed} never timed)" if untimed else ""
+        )
+    how = "finished (up to date, or failed)" if seconds is None else f"ran in {seconds:.0f} s"
+    return f"{stage} {how}: {len(order) - len(left)} of {len(order)} stages done, {len(left)} left; {estimate}"
+
+
 def log_stage_times(
     parent_run_id: str, walls: dict[str, float], total: float, runner: str = "Prefect flow"
 ) -> str:

@@ -38,6 +38,10 @@ def test_pipeline_runs_end_to_end_then_is_up_to_date(project, pipeline_run):
     assert "where the time went" in pipeline_run.stderr and "| train " in compact(
         "\n".join(logged)
     )  # issue 21: stage wall times, in the flow run's log
+    # issue 62: as each stage ends, how many are done and left (the first run has no earlier times to estimate from)
+    assert "train ran in " in pipeline_run.stderr and re.search(
+        r"stages done, 0 left; none left", pipeline_run.stderr
+    )
     unmeasured = [
         line.split("|")[1].strip() for line in logged if line.startswith("|") and "—" in line
     ]
@@ -156,6 +160,16 @@ def test_parent_and_nested_runs_are_logged(pipeline_run):
         parents[0].data.metrics["pipeline_wall_seconds"] >= walls["train"] > 0
         and "train-private@dp_sgd" in walls
     )
+    # the next run's time left is estimated from each stage's latest wall time (issue 62)
+    from flows.stage_times import previous_walls
+
+    before = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(pipeline_run.mlflow_uri)
+    try:
+        previous = previous_walls(parents[0].info.run_id)
+    finally:
+        mlflow.set_tracking_uri(before)
+    assert set(walls) <= set(previous) and previous["train-private@dp_sgd"] > 0
 
 
 def test_the_experiment_names_quantities_not_seeds_or_people(pipeline_run):
