@@ -223,11 +223,11 @@ def stage() -> None:
     callback=_writable,
     help="Where to write the listing (CSV).",
 )
-def scan_command(params_path: Path, out: Path) -> None:
+def scan_command(params_path: Path, **arguments: Any) -> None:
     """List the files of the real dataset (path, size, time): what the index stage depends on."""
     from tasks.scan import scan
 
-    scan(data=section(params_path, "data"), out=out)
+    scan(data=section(params_path, "data"), **arguments)
 
 
 @stage.command("code")
@@ -256,10 +256,10 @@ def code_command(out: Path) -> None:
     is_flag=True,
     help="Render the public pretraining set (params section public) instead.",
 )
-def synthesize_command(params_path: Path, out: Path, report: Path | None, public: bool) -> None:
+def synthesize_command(params_path: Path, **arguments: Any) -> None:
     """Render the embedded dataset, or index the real one data.source names."""
-    rows = synthesize_from(params_path, out=out, report=report, public=public)
-    click.echo(f"synthesize: {len(rows)} videos in {out}", err=True)
+    rows = synthesize_from(params_path, **arguments)
+    click.echo(f"synthesize: {len(rows)} videos in {arguments['out']}", err=True)
 
 
 @stage.command("decode")
@@ -272,9 +272,9 @@ def synthesize_command(params_path: Path, out: Path, report: Path | None, public
     show_default=True,
     help="The stage's MLflow run name (decode-public for the public set).",
 )
-def decode_command(params_path: Path, source: Path, out: Path, run_name: str) -> None:
+def decode_command(params_path: Path, **arguments: Any) -> None:
     """Decode, resample, resize and store clips losslessly."""
-    decode_from(params_path, source=source, out=out, run_name=run_name)
+    decode_from(params_path, **arguments)
 
 
 COPIES = click.option(
@@ -287,6 +287,7 @@ COPIES = click.option(
 )
 SPEED = click.option(
     "--speed",
+    "speed_path",
     type=click.Path(path_type=Path, dir_okay=False),
     default=None,
     callback=_writable,
@@ -306,14 +307,14 @@ BUDGET = click.option(
 @PARAMS
 @_dir("--frames", "Folder of the decoded clips (who is in which video).", exists=True)
 @_dir("--out", "Where to write one <stage>.json per DP stage.")
-def budget_command(params_path: Path, frames: Path, out: Path) -> None:
+def budget_command(params_path: Path, **arguments: Any) -> None:
     """Plan every DP release: each person's ε, per DP stage (what privacy.max_epsilon is checked against)."""
     from tasks.budget_plan import budget_plan
     from tasks.core.parallel import worker_count
     from tasks.core.params import load_plan
 
     workers = worker_count(section(params_path, "base").workers)
-    budget_plan(params=load_plan(params_path), workers=workers, frames=frames, out=out)
+    budget_plan(params=load_plan(params_path), workers=workers, **arguments)
 
 
 @stage.command("dprp")
@@ -330,25 +331,9 @@ def budget_command(params_path: Path, frames: Path, out: Path) -> None:
 )
 @SPEED
 @BUDGET
-def dprp_stage_command(
-    params_path: Path,
-    frames: Path,
-    epsilon: float,
-    out: Path,
-    report: Path | None,
-    speed: Path | None,
-    budget: Path | None,
-) -> None:
+def dprp_stage_command(params_path: Path, **arguments: Any) -> None:
     """Video-DPRP on every decoded clip (both splits) at one ε."""
-    dprp_from(
-        params_path,
-        frames=frames,
-        epsilon=epsilon,
-        out=out,
-        report=report,
-        speed_path=speed,
-        budget=budget,
-    )
+    dprp_from(params_path, **arguments)
 
 
 @stage.command("anonymize")
@@ -359,11 +344,9 @@ def dprp_stage_command(
 )
 @_dir("--out", "Where to write the protected clips, public masks and manifest.")
 @SPEED
-def anonymize_stage_command(
-    params_path: Path, frames: Path, method: str, out: Path, speed: Path | None
-) -> None:
+def anonymize_stage_command(params_path: Path, **arguments: Any) -> None:
     """Obfuscate every decoded clip with one method (paper 000 §4.2 baselines)."""
-    anonymize_from(params_path, frames=frames, method=method, out=out, speed_path=speed)
+    anonymize_from(params_path, **arguments)
 
 
 @stage.command("preview")
@@ -371,16 +354,12 @@ def anonymize_stage_command(
 @_dir("--frames", "Folder of the decoded (raw) clips.", exists=True)
 @COPIES
 @_dir("--out", "Where to write protections.png.")
-def preview_command(params_path: Path, frames: Path, copies: tuple[Path, ...], out: Path) -> None:
+def preview_command(params_path: Path, **arguments: Any) -> None:
     """The same test frames under every protection, as one PNG grid."""
     from tasks.preview import preview
 
     written = preview(
-        report=section(params_path, "report"),
-        show_raw=show_raw(params_path),
-        frames=frames,
-        copies=list(copies),
-        out=out,
+        report=section(params_path, "report"), show_raw=show_raw(params_path), **arguments
     )
     click.echo(f"preview: {written}", err=True)
 
@@ -412,27 +391,9 @@ def preview_command(params_path: Path, frames: Path, copies: tuple[Path, ...], o
     show_default=True,
     help="Training seeds (the pipeline passes report.seeds): seed i >= 1 is saved in <out>/seed<i>.",
 )
-def train_command(
-    params_path: Path,
-    frames: Path,
-    out: Path,
-    report: Path,
-    family: str | None,
-    epochs: int | None,
-    init: Path | None,
-    seeds: int,
-) -> None:
+def train_command(params_path: Path, **arguments: Any) -> None:
     """Train the video classifier with the method train.method names."""
-    final = train_from(
-        params_path,
-        frames=frames,
-        out=out,
-        report=report,
-        family=family,
-        epochs=epochs,
-        init=init,
-        seeds=seeds,
-    )
+    final = train_from(params_path, **arguments)
     click.echo(
         f"train: final loss {final['loss']:.4f}, train accuracy {final['train_accuracy']:.4f}"
         if "loss" in final
@@ -465,30 +426,12 @@ def train_command(
     help="Processes per dp_sgd model (Opacus DPDDP), instead of private.nproc.",
 )
 @BUDGET
-def private_command(
-    params_path: Path,
-    method: str,
-    frames: Path,
-    avatar: Path | None,
-    init: Path,
-    out: Path,
-    report: Path,
-    nproc: int | None,
-    budget: Path | None,
-) -> None:
+def private_command(params_path: Path, **arguments: Any) -> None:
     """Fine-tune the public model privately at every ε of private.epsilons (and ∞)."""
-    rows = train_private_from(
-        params_path,
-        nproc=nproc,
-        method=method,
-        frames=frames,
-        init=init,
-        out=out,
-        report=report,
-        avatar=avatar,
-        budget=budget,
+    rows = train_private_from(params_path, **arguments)
+    click.echo(
+        f"train-private: {arguments['method']}: {len(rows)} models in {arguments['out']}", err=True
     )
-    click.echo(f"train-private: {method}: {len(rows)} models in {out}", err=True)
 
 
 @stage.command("train-federated")
@@ -503,15 +446,12 @@ def private_command(
     "Where to write federated.md / .csv, rounds.csv, accuracy_by_round.png and metrics.json.",
 )
 @BUDGET
-def federated_command(
-    params_path: Path, frames: Path, init: Path, out: Path, report: Path, budget: Path | None
-) -> None:
+def federated_command(params_path: Path, **arguments: Any) -> None:
     """Federated DP training (paper 003): every federated.aggregations × federated.tunings at federated.epsilon."""
-    rows = train_federated_from(
-        params_path, frames=frames, init=init, out=out, report=report, budget=budget
-    )
+    rows = train_federated_from(params_path, **arguments)
     click.echo(
-        f"train-federated: {len(rows)} models in {out}; table in {report / 'federated.md'}",
+        f"train-federated: {len(rows)} models in {arguments['out']}; table in "
+        f"{arguments['report'] / 'federated.md'}",
         err=True,
     )
 
@@ -531,21 +471,16 @@ def federated_command(
     exists=True,
 )
 @_dir("--out", "Where to write private.md, private.csv and accuracy_vs_epsilon.png.")
-def private_table_command(
-    params_path: Path, metrics: Path, ledgers: Path, train_reports: Path, out: Path
-) -> None:
+def private_table_command(params_path: Path, **arguments: Any) -> None:
     """Top-1 of every private method at every ε: paper 000 / 001 Table 2 as Markdown + CSV, and a plot."""
     from tasks.private.table import private_table
 
     records = private_table(
-        private=section(params_path, "private"),
-        dprp=section(params_path, "dprp"),
-        metrics=metrics,
-        ledgers=ledgers,
-        train_reports=train_reports,
-        out=out,
+        private=section(params_path, "private"), dprp=section(params_path, "dprp"), **arguments
     )
-    click.echo(f"private-table: {len(records)} models in {out / 'private.md'}", err=True)
+    click.echo(
+        f"private-table: {len(records)} models in {arguments['out'] / 'private.md'}", err=True
+    )
 
 
 @stage.command("assess")
@@ -558,21 +493,14 @@ def private_table_command(
 @COPIES
 @_dir("--speeds", "Folder of the protecting stages' <copy>.json (measured frames/s).", exists=True)
 @_dir("--out", "Where to write signature.json and signature.csv.")
-def assess_command(
-    params_path: Path, frames: Path, copies: tuple[Path, ...], speeds: Path, out: Path
-) -> None:
+def assess_command(params_path: Path, **arguments: Any) -> None:
     """Privacy attributes (cMAP, F1) and paper 004's evaluator functions for the raw data and every protected copy."""
     from tasks.assess.stage import assess
 
     results = assess(
-        base=section(params_path, "base"),
-        params=section(params_path, "assess"),
-        frames=frames,
-        copies=list(copies),
-        speeds=speeds,
-        out=out,
+        base=section(params_path, "base"), params=section(params_path, "assess"), **arguments
     )
-    click.echo(f"assess: {len(results)} copies in {out / 'signature.json'}", err=True)
+    click.echo(f"assess: {len(results)} copies in {arguments['out'] / 'signature.json'}", err=True)
 
 
 @stage.command("report")
@@ -613,36 +541,10 @@ def assess_command(
     help="The evaluate stage's predictions.csv: where each row's spread over seeds comes from (missing: not run).",
 )
 @_dir("--out", "Where to write results.md and report/.")
-def report_command(
-    params_path: Path,
-    metrics: Path,
-    signature: Path,
-    ledgers: Path,
-    train_reports: Path,
-    dprp: Path,
-    anonymize: Path,
-    frames: Path,
-    out: Path,
-    ldp_ledger: Path | None,
-    federated_table: Path | None,
-    predictions: Path | None,
-) -> None:
+def report_command(params_path: Path, **arguments: Any) -> None:
     """results.md: paper 000 Table 1, paper 004 signatures, plots and the privacy ledger per method and subject."""
-    table = report_from(
-        params_path,
-        metrics=metrics,
-        signature=signature,
-        ledgers=ledgers,
-        train_reports=train_reports,
-        dprp=dprp,
-        anonymize=anonymize,
-        frames=frames,
-        out=out,
-        ldp_ledger=ldp_ledger,
-        federated_table=federated_table,
-        predictions=predictions,
-    )
-    click.echo(f"report: {len(table)} methods in {out / 'results.md'}", err=True)
+    table = report_from(params_path, **arguments)
+    click.echo(f"report: {len(table)} methods in {arguments['out'] / 'results.md'}", err=True)
 
 
 @stage.command("register")
@@ -668,21 +570,15 @@ def report_command(
     callback=_writable,
     help="Where to write registered.json (model key: version described).",
 )
-def register_command(params_path: Path, metrics: tuple[Path, ...], scored: Path, out: Path) -> None:
+def register_command(params_path: Path, **arguments: Any) -> None:
     """Score the MLflow registry: each model's newest version gets its scores and provenance; champion aliases move."""
     from tasks.register import register
 
     registered = register(
-        registry=section(params_path, "registry"),
-        project=params_path.resolve().parent,
-        metrics=list(metrics),
-        scored=scored,
-        out=out,
+        registry=section(params_path, "registry"), project=params_path.resolve().parent, **arguments
     )
-    click.echo(
-        f"register: {sum(v['version'] is not None for v in registered.values())} versions scored in {out}",
-        err=True,
-    )
+    scored = sum(value["version"] is not None for value in registered.values())
+    click.echo(f"register: {scored} versions scored in {arguments['out']}", err=True)
 
 
 @stage.command("ldp")
@@ -703,27 +599,23 @@ def register_command(params_path: Path, metrics: tuple[Path, ...], scored: Path,
 )
 @_dir("--report", "Where to write video.csv, metrics.json and ledger.csv.")
 @BUDGET
-def ldp_command(
-    params_path: Path, frames: Path, public: Path, out: Path, report: Path, budget: Path | None
-) -> None:
+def ldp_command(params_path: Path, **arguments: Any) -> None:
     """Local DP for video: randomized DCAConv codes of each clip's person-centred motion image, learners per ε."""
-    rows = ldp_video_from(
-        params_path, frames=frames, public=public, out=out, report=report, budget=budget
-    )
-    click.echo(f"ldp: {len(rows)} results in {report / 'video.csv'}", err=True)
+    rows = ldp_video_from(params_path, **arguments)
+    click.echo(f"ldp: {len(rows)} results in {arguments['report'] / 'video.csv'}", err=True)
 
 
 @stage.command("ldp-digits")
 @PARAMS
 @_dir("--out", "Where to write digits.md, digits.csv and digits.png.")
-def ldp_digits_command(params_path: Path, out: Path) -> None:
+def ldp_digits_command(params_path: Path, **arguments: Any) -> None:
     """Paper 002's check on scikit-learn's digits: NB / KNN / NCC on randomized DCAConv codes against ε, d = 16 and 2."""
     from tasks.ldp.digits import ldp_digits
 
     rows = ldp_digits(
-        base=section(params_path, "base"), params=section(params_path, "ldp"), out=out
+        base=section(params_path, "base"), params=section(params_path, "ldp"), **arguments
     )
-    click.echo(f"ldp-digits: {len(rows)} cells in {out / 'digits.md'}", err=True)
+    click.echo(f"ldp-digits: {len(rows)} cells in {arguments['out'] / 'digits.md'}", err=True)
 
 
 @stage.command("evaluate")
@@ -738,14 +630,10 @@ def ldp_digits_command(params_path: Path, out: Path) -> None:
     help="A folder of trained models (<key>/model.pt at any depth); repeat for several.",
 )
 @_dir("--out", "Where to write metrics, predictions and plots.")
-def evaluate_command(params_path: Path, frames: Path, models: tuple[Path, ...], out: Path) -> None:
+def evaluate_command(params_path: Path, **arguments: Any) -> None:
     """Top-1 / Top-5 and a confusion matrix for every trained model."""
     from tasks.evaluate import evaluate
 
     evaluate(
-        base=section(params_path, "base"),
-        params=section(params_path, "evaluate"),
-        frames=frames,
-        models=list(models),
-        out=out,
+        base=section(params_path, "base"), params=section(params_path, "evaluate"), **arguments
     )

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -157,7 +158,7 @@ def protected_folder(config: dict[str, Any], raw: Path) -> Path | None:
     return trained_on
 
 
-def find_checkpoints(folders: list[Path]) -> list[Path]:
+def find_checkpoints(folders: Sequence[Path]) -> list[Path]:
     """Every ``<key>/model.pt`` under ``folders`` (``data/train/baseline``, ``data/private/dp_sgd/dp_sgd-eps2.0``), keys
     unique; a training seed's ``<key>/seed<i>/model.pt`` is the key ``<key>-seed<i>`` (:mod:`tasks.core.seeds`)."""
     checkpoints: dict[str, Path] = {}
@@ -236,7 +237,7 @@ def write_confusion_data(predictions: pl.DataFrame, folder: Path) -> None:
 
 @stage_work
 def evaluate(
-    *, base: BaseParams, params: EvaluateParams, frames: Path, models: list[Path], out: Path
+    *, base: BaseParams, params: EvaluateParams, frames: Path, models: Sequence[Path], out: Path
 ) -> dict[str, dict[str, float]]:
     """Run the stage over every ``<key>/model.pt`` in ``models``; return the metrics written."""
     device = resolve_device(base.device)

@@ -12,6 +12,7 @@ only), so the tracking server never becomes a copy of real people's footage.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -92,7 +93,7 @@ def protections_grid(raw: Path, copies: list[Path], *, show_raw: bool, videos: i
 
 @stage_work
 def preview(
-    *, report: ReportParams, show_raw: bool, frames: Path, copies: list[Path], out: Path
+    *, report: ReportParams, show_raw: bool, frames: Path, copies: Sequence[Path], out: Path
 ) -> Path:
     """Write ``out/protections.png`` (raw frames beside the copies if ``show_raw``) and log it to the stage's MLflow run;
     return its path."""

@@ -16,7 +16,7 @@ import hashlib
 import json
 import logging
 import subprocess
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +50,7 @@ def merge_scores(contents: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, f
     return merged
 
 
-def model_scores(paths: list[Path]) -> dict[str, dict[str, float]]:
+def model_scores(paths: Sequence[Path]) -> dict[str, dict[str, float]]:
     """:func:`merge_scores` of the metrics files at ``paths``."""
     return merge_scores(_json(path) for path in paths)
 
@@ -78,7 +78,7 @@ def git_commit(project: Path) -> str:
 
 @stage_work
 def register(
-    *, registry: RegistryParams, project: Path, metrics: list[Path], scored: Path, out: Path
+    *, registry: RegistryParams, project: Path, metrics: Sequence[Path], scored: Path, out: Path
 ) -> dict[str, dict[str, Any]]:
     """Describe every registered model (seed 0) evaluate scored; write and return ``{key: {version, digest}}``.
     ``project``: the DVC project's folder (its dvc.lock and git commit are each version's provenance)."""

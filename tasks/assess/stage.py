@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -508,7 +509,7 @@ def assess(
     base: BaseParams,
     params: AssessParams,
     frames: Path,
-    copies: list[Path],
+    copies: Sequence[Path],
     speeds: Path,
     out: Path,
 ) -> list[dict[str, Any]]:

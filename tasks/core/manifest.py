@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -127,7 +128,7 @@ def read_manifest(path: Path, split: str | None = None) -> list[dict[str, Any]]:
         raise PrivharError(f"{path}: not a readable Parquet manifest ({error})") from None
 
 
-def copies_under(folders: list[Path]) -> list[Path]:
+def copies_under(folders: Sequence[Path]) -> list[Path]:
     """Every protected copy (a folder with a manifest) directly under ``folders``, in order."""
     return [
         copy
