@@ -63,18 +63,7 @@ main.add_command(stage)
     show_default=True,
     help="Neighbouring videos for --calibration gaussian.",
 )
-def dprp_command(
-    source: Path,
-    target: Path,
-    epsilon: float,
-    delta: float,
-    k: str,
-    budget_split: float,
-    rank: str,
-    seed: int | None,
-    calibration: str,
-    neighbour: str,
-) -> None:
+def dprp_command(source: Path, target: Path, **arguments: Any) -> None:
     """Protect one video with Video-DPRP and print its privacy report as JSON."""
     import json
 
@@ -82,19 +71,7 @@ def dprp_command(
     from tasks.dprp.single_video import protect_file
 
     check_video_output(target)
-    report = protect_file(
-        source,
-        target,
-        epsilon=epsilon,
-        delta=delta,
-        k=k,
-        budget_split=budget_split,
-        rank=rank,
-        seed=seed,
-        calibration=calibration,
-        neighbour=neighbour,
-    )  # type: ignore[arg-type]
-    click.echo(json.dumps(report, indent=2))
+    click.echo(json.dumps(protect_file(source, target, **arguments), indent=2))
 
 
 # a TCP port to listen on (0, "any free port", would leave the address unknown)
@@ -287,21 +264,12 @@ def bench_maskdp_views_command(params_path: Path, seeds: int, out: Path) -> None
     show_default=True,
     help="Every n-th clip goes to the test split.",
 )
-def footage_command(
-    recording: Path,
-    out: Path,
-    action: str,
-    seconds: float,
-    size: tuple[int, int] | None,
-    test_every: int,
-) -> None:
+def footage_command(recording: Path, out: Path, **arguments: Any) -> None:
     """Cut a long camera RECORDING into a UCF101-shaped folder OUT (set data.source: ucf101, data.root: OUT)."""
     from tasks.footage import cut_recording
 
-    clips = cut_recording(
-        recording, out, action=action, seconds=seconds, size=size, test_every=test_every
-    )
-    click.echo(f"footage: {len(clips)} clips of {seconds:g} s in {out}", err=True)
+    clips = cut_recording(recording, out, **arguments)
+    click.echo(f"footage: {len(clips)} clips of {arguments['seconds']:g} s in {out}", err=True)
 
 
 @main.command("flow")
