@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import signal
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
+from benchmarks.commands import bench
 from flows.entry import Terminated, log_stages_to_stderr, run_as_process
-from flows.stage_commands import PARAMS, _writable, stage
-from tasks.core.clip_shapes import BACKBONE_NAMES, OWN
+from flows.stage_commands import _writable, stage
 from tasks.core.errors import PrivharError
 
 
@@ -23,6 +22,7 @@ def main() -> None:
 
 
 main.add_command(stage)
+main.add_command(bench)
 
 
 @main.command("dprp")
@@ -76,175 +76,6 @@ def dprp_command(source: Path, target: Path, **arguments: Any) -> None:
 
 # a TCP port to listen on (0, "any free port", would leave the address unknown)
 PORT = click.IntRange(1, 65535)
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def bench_out(name: str, help: str = "Where to write the result (JSON).") -> Callable[[F], F]:
-    """A benchmark's ``--out``: ``reports/bench/NAME`` by default, checked writable before the benchmark runs."""
-    return click.option(
-        "--out",
-        type=click.Path(path_type=Path, dir_okay=False),
-        default=Path("reports/bench") / name,
-        show_default=True,
-        callback=_writable,
-        help=help,
-    )
-
-
-BENCH_DEVICE = click.option(
-    "--device",
-    default="auto",
-    show_default=True,
-    help="auto | cpu | cuda | cuda:N (as base.device); the JSON names the device and its matmul rate.",
-)
-
-
-@main.group()
-def bench() -> None:
-    """Benchmarks: timings on this machine, written as JSON (never part of the tests)."""
-
-
-@bench.command("dprp")
-@click.option(
-    "--frames", type=int, default=180, show_default=True, help="T (a 7 s UCF101 clip at 25 fps)."
-)
-@click.option(
-    "--size", type=(int, int), default=(240, 320), show_default=True, help="Frame height and width."
-)
-@click.option(
-    "--k",
-    "k",
-    default="32x32x3",
-    show_default=True,
-    help="Projection dimension: an integer or HxWxC.",
-)
-@bench_out("dprp.json")
-@BENCH_DEVICE
-def bench_dprp_command(frames: int, size: tuple[int, int], k: str, out: Path, device: str) -> None:
-    """Per-video seconds of Video-DPRP (both projection modes), its GFLOP/s and the device's matmul rate."""
-    import json
-
-    from benchmarks.dprp import run_bench
-    from tasks.core.device import resolve_device
-    from tasks.dprp.single_video import parse_k
-
-    record = run_bench(
-        frames=frames,
-        height=size[0],
-        width=size[1],
-        k=parse_k(k),
-        epsilon=8.0,
-        delta=1e-4,
-        budget_split=0.8,
-        out=out,
-        device=resolve_device(device, "--device"),
-    )
-    click.echo(json.dumps(record, indent=2))
-
-
-@bench.command("private")
-@click.option(
-    "--backbone",
-    type=click.Choice(BACKBONE_NAMES),
-    default=OWN,
-    show_default=True,
-    help="The network (model.backbone): privhar's classifier, or a model-zoo backbone, DP-ready, at its own clip.",
-)
-@click.option(
-    "--batch", type=int, default=16, show_default=True, help="Logical batch (train.batch_size)."
-)
-@click.option(
-    "--frames", type=int, default=None, help="Frames per clip [privhar: 8; a backbone: its own]."
-)
-@click.option(
-    "--size",
-    type=(int, int),
-    default=None,
-    help="Frame height and width [privhar: 96 128; a backbone: its own crop, 4:3 frames; its crop is the height].",
-)
-@click.option("--width", type=int, default=16, show_default=True, help="Model width (train.width).")
-@click.option("--repeats", type=int, default=5, show_default=True)
-@click.option("--warmup", type=int, default=2, show_default=True)
-@bench_out(
-    "private.json", help="Where to write the result (JSON) [a backbone: private-<backbone>.json]."
-)
-@BENCH_DEVICE
-def bench_private_command(
-    backbone: str,
-    batch: int,
-    frames: int | None,
-    size: tuple[int, int] | None,
-    width: int,
-    repeats: int,
-    warmup: int,
-    out: Path,
-    device: str,
-) -> None:
-    """Seconds per logical batch: non-private SGD, DP-SGD (each Opacus per-sample gradient mode), selective DP-SGD."""
-    import json
-
-    from benchmarks.private import run_bench
-    from tasks.core.device import resolve_device
-
-    own = backbone == OWN
-    if not own and out == Path("reports/bench/private.json"):
-        out = out.with_name(f"private-{backbone}.json")
-    height, frame_width = size or ((96, 128) if own else (0, 0))
-    record = run_bench(
-        batch=batch,
-        frames=frames or (8 if own else 0),
-        height=height,
-        width=frame_width,
-        model_width=width,
-        warmup=warmup,
-        repeats=repeats,
-        out=out,
-        device=resolve_device(device, "--device"),
-        backbone=backbone,
-    )
-    click.echo(json.dumps(record, indent=2))
-
-
-@bench.command("anonymize")
-@click.option(
-    "--root",
-    type=click.Path(path_type=Path, file_okay=False, exists=True),
-    default=Path("data/footage/vtest"),
-    show_default=True,
-    help="A UCF101-shaped folder of real footage (make footage cuts one).",
-)
-@PARAMS
-@bench_out("anonymize.json")
-def bench_anonymize_command(root: Path, params_path: Path, out: Path) -> None:
-    """Coverage of the moving pixels and frames/s of each people source (and the ensemble) on real footage."""
-    import json
-
-    from benchmarks.anonymize import run_bench
-
-    click.echo(json.dumps(run_bench(root=root, params_path=params_path, out=out), indent=2))
-
-
-@bench.command("maskdp-views")
-@PARAMS
-@click.option("--seeds", type=click.IntRange(2, 100), default=10, show_default=True)
-@bench_out("maskdp_views.json")
-def bench_maskdp_views_command(params_path: Path, seeds: int, out: Path) -> None:
-    """MaskDP at ε = ∞ against heads trained without noise on its views, unclipped, and on whole clips (after a run:
-    reads data/decode, data/anonymize/avatar and data/pretrain/public)."""
-    import json
-
-    from benchmarks.maskdp_views import run_bench
-
-    record = run_bench(
-        params_path,
-        Path("data/decode"),
-        Path("data/anonymize/avatar"),
-        Path("data/pretrain/public"),
-        seeds,
-        out,
-    )
-    click.echo(json.dumps(record, indent=2))
 
 
 @main.command("footage")
