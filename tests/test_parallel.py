@@ -1,10 +1,12 @@
 """map_ordered: in order on a process pool, and never a fork of a process running other threads."""
 
+import os
 import subprocess
 import sys
 import threading
 from pathlib import Path
 
+import tasks.core.parallel as parallel
 from tasks.core.parallel import map_ordered, pool_context
 
 
@@ -21,7 +23,13 @@ def _run_in_project(script: str, *args: str, timeout: float) -> str:
     return result.stdout.strip()
 
 
-def test_results_in_input_order_with_a_thread_running():
+def _pid_of(value: int) -> tuple[int, int]:
+    return value, os.getpid()
+
+
+def test_results_in_input_order_with_a_thread_running(monkeypatch):
+    """With another thread running the pool comes from a fork server; work shorter than SERIAL_FIRST_S runs here and
+    never starts one, longer work goes to the pool after it."""
     stop = threading.Event()
     helper = threading.Thread(
         target=stop.wait, daemon=True
@@ -29,9 +37,14 @@ def test_results_in_input_order_with_a_thread_running():
     helper.start()
     try:
         assert pool_context(abs).get_start_method() == "forkserver"
-        assert map_ordered(abs, list(range(-20, 0)), workers=2, desc="test") == list(
-            range(20, 0, -1)
-        )
+        short = map_ordered(_pid_of, list(range(20)), workers=2, desc="test")
+        assert short == [
+            (value, os.getpid()) for value in range(20)
+        ]  # no pool for 20 instant calls
+        monkeypatch.setattr(parallel, "SERIAL_FIRST_S", 0.0)
+        pooled = map_ordered(_pid_of, list(range(20)), workers=2, desc="test")
+        assert [value for value, _ in pooled] == list(range(20))
+        assert os.getpid() not in {pid for _, pid in pooled}  # all in the pool's workers
     finally:
         stop.set()
         helper.join()
@@ -49,6 +62,7 @@ def test_workers_that_read_tables_after_polars_ran_here_do_not_hang(tmp_path):
         "                     'fps': 1.0, 'height': 1, 'width': 1} for i in range(50)], path)\n"
         "    assert len(read_manifest(path)) == 50  # polars' thread pool is running now\n"
         "    assert pool_context(read_manifest).get_start_method() == 'forkserver'\n"
+        "    import tasks.core.parallel; tasks.core.parallel.SERIAL_FIRST_S = 0.0  # the pool, however short the work\n"
         "    print(sum(map(len, map_ordered(read_manifest, [path] * 6, workers=2, desc='test'))))\n"
     )
     assert _run_in_project(script, str(tmp_path), timeout=180) == "300"

@@ -12,6 +12,7 @@ import multiprocessing
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextvars import ContextVar
 from typing import TypeVar
@@ -46,13 +47,14 @@ def stage_cores() -> int:
 
 
 def core_share(stages_at_once: int) -> int:
-    """Each of ``stages_at_once`` stages' cores (two trainings of one thread each ran 1.2-1.3x faster than one after
-    the other on two threads, but a whole run with two stages at once was slower: docs/operations.md).
+    """Each of ``stages_at_once`` stages' cores, out of the cores this process may use (a flow given a share splits
+    that share): two trainings of one thread each ran 1.2-1.3x faster than one after the other on two threads, but a
+    whole run with two stages at once was slower (docs/operations.md).
 
-    >>> core_share(1) == (os.cpu_count() or 1), core_share(10**6)
+    >>> core_share(1) == stage_cores(), core_share(10**6)
     (True, 1)
     """
-    return max(1, (os.cpu_count() or 1) // stages_at_once)
+    return max(1, stage_cores() // stages_at_once)
 
 
 def use_stage_cores() -> None:
@@ -95,7 +97,9 @@ def map_on_processes(
     desc: str,
     unit: str = "video",
 ) -> list[R]:
-    """:func:`map_ordered` on a local process pool, never on an installed mapper (work that is not per video)."""
+    """:func:`map_ordered` on a local process pool, never on an installed mapper (work that is not per video). Where
+    the pool must come from a fork server, the first :data:`SERIAL_FIRST_S` of the work runs here: work that ends in
+    that time never pays for the server."""
     bar = progress(len(items), desc, unit)
     try:
         if workers <= 1 or len(items) <= 1:
@@ -103,17 +107,40 @@ def map_on_processes(
             return [_tick(bar, result) for result in results]
         context = pool_context(function)
         forked = context.get_start_method() == "fork"
+        done = [] if forked else _until(SERIAL_FIRST_S, function, items, bar)
+        rest = items[len(done) :]
+        if not rest:
+            return done
         with (
             _opencv_threads_for_forks(1) if forked else contextlib.nullcontext(False) as set_here,
             context.Pool(
-                processes=min(workers, len(items)),
+                processes=min(workers, len(rest)),
                 initializer=_one_thread_per_worker,
                 initargs=(not set_here,),
             ) as pool,
         ):
-            return [_tick(bar, result) for result in pool.imap(function, items, chunksize=1)]
+            return done + [_tick(bar, result) for result in pool.imap(function, rest, chunksize=1)]
     finally:
         bar.close()
+
+
+# A fork server's pool takes about 4 s to be of use on this 2-core machine (it imports torch and cv2, then each worker
+# the function's module): the budget stage of the tests' tiny project took 7.5 s with it and 3.2 s without, for 0.1 s
+# of work (2026-11-30). So work that needs one runs here first, and a pool starts only for what is left after this long.
+SERIAL_FIRST_S = 3.0
+
+
+def _until(
+    seconds: float, function: Callable[[T], R], items: Sequence[T], bar: Progress
+) -> list[R]:
+    """``function`` on the first items, in this process, until ``seconds`` have passed (the last call may overrun)."""
+    started = time.monotonic()
+    done: list[R] = []
+    for item in items:
+        if time.monotonic() - started >= seconds:
+            break
+        done.append(_tick(bar, function(item)))
+    return done
 
 
 FORK_UNSAFE_MODULES = ("mediapipe", "polars")
