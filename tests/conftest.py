@@ -45,8 +45,11 @@ def share_the_cores() -> None:
     for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", STAGE_CORES_ENV):
         os.environ.setdefault(name, share)
     import torch
+    from threadpoolctl import threadpool_limits
 
-    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    threads = int(os.environ["OMP_NUM_THREADS"])
+    threadpool_limits(threads)  # the BLAS numpy loaded before this conftest (a plugin imports it)
+    torch.set_num_threads(threads)
 
 
 share_the_cores()
