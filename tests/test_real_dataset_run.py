@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from tasks.synthetic.encode import write_video
-from tests.conftest import REPO, make_project, sh
+from tests.conftest import REPO, fresh_mlflow_store, make_project, sh
 from tests.test_video_files import latin1_titled_clip
 
 FOOTAGE = REPO / "tests" / "data" / "vtest"
@@ -169,7 +169,7 @@ def real_project(folder: Path, layout: str) -> Path:
 
 def own_store(project: Path) -> pytest.MonkeyPatch:
     patch = pytest.MonkeyPatch()
-    patch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{project / 'mlflow.db'}")
+    patch.setenv("MLFLOW_TRACKING_URI", fresh_mlflow_store(project))
     return patch
 
 
@@ -328,7 +328,7 @@ def test_params_the_dataset_cannot_serve_stop_the_run_after_the_index(tmp_path, 
     )
     env = {
         **os.environ,
-        "MLFLOW_TRACKING_URI": f"sqlite:///{project / 'mlflow.db'}",
+        "MLFLOW_TRACKING_URI": fresh_mlflow_store(project),
         "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
     }
     result = subprocess.run(

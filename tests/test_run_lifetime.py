@@ -15,7 +15,7 @@ import pytest
 from flows.group_guard import guarded
 from flows.project_lock import check_unlocked, held_lock_fds, project_lock
 from tasks.core.errors import PrivharError
-from tests.conftest import BIN, make_project
+from tests.conftest import BIN, fresh_mlflow_store, make_project
 
 PF_EXITING = 0x4  # the kernel's flag for a process inside exit(): its descriptors (the lock's) close before it is a zombie
 
@@ -98,7 +98,9 @@ def test_the_lock_is_held_until_the_work_it_was_passed_to_ends(tmp_path):
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory) -> Path:
-    return make_project(tmp_path_factory.mktemp("lifetime")).resolve()
+    project = make_project(tmp_path_factory.mktemp("lifetime")).resolve()
+    fresh_mlflow_store(project)  # the store start_run names
+    return project
 
 
 def start_run(project: Path) -> tuple[subprocess.Popen, dict[str, str]]:
