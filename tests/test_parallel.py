@@ -27,6 +27,13 @@ def _pid_of(value: int) -> tuple[int, int]:
     return value, os.getpid()
 
 
+def _threads(_: int) -> tuple[int, int]:
+    import cv2
+    import torch
+
+    return cv2.getNumThreads(), torch.get_num_threads()
+
+
 def test_results_in_input_order_with_a_thread_running(monkeypatch):
     """With another thread running the pool comes from a fork server; work shorter than SERIAL_FIRST_S runs here and
     never starts one, longer work goes to the pool after it."""
@@ -41,6 +48,19 @@ def test_results_in_input_order_with_a_thread_running(monkeypatch):
         assert short == [
             (value, os.getpid()) for value in range(20)
         ]  # no pool for 20 instant calls
+        import cv2
+        import torch
+
+        before = cv2.getNumThreads(), torch.get_num_threads()
+        cv2.setNumThreads(2)
+        torch.set_num_threads(2)
+        try:
+            # here as in a worker: one OpenCV and one torch thread (the people finders' boxes depend on OpenCV's)
+            assert map_ordered(_threads, [0, 1], workers=2, desc="test") == [(1, 1), (1, 1)]
+            assert (cv2.getNumThreads(), torch.get_num_threads()) == (2, 2)  # this process's again
+        finally:
+            cv2.setNumThreads(before[0])
+            torch.set_num_threads(before[1])
         monkeypatch.setattr(parallel, "SERIAL_FIRST_S", 0.0)
         pooled = map_ordered(_pid_of, list(range(20)), workers=2, desc="test")
         assert [value for value, _ in pooled] == list(range(20))

@@ -133,14 +133,33 @@ SERIAL_FIRST_S = 3.0
 def _until(
     seconds: float, function: Callable[[T], R], items: Sequence[T], bar: Progress
 ) -> list[R]:
-    """``function`` on the first items, in this process, until ``seconds`` have passed (the last call may overrun)."""
+    """``function`` on the first items, in this process, until ``seconds`` have passed (the last call may overrun),
+    on one torch and one OpenCV thread as in a worker (:func:`_one_thread_per_worker`): the results must not depend on
+    where an item ran, and OpenCV's people finders found other boxes on two threads than on one (2026-11-30)."""
     started = time.monotonic()
     done: list[R] = []
-    for item in items:
-        if time.monotonic() - started >= seconds:
-            break
-        done.append(_tick(bar, function(item)))
+    with _opencv_threads_for_forks(1), _torch_threads(1):
+        for item in items:
+            if time.monotonic() - started >= seconds:
+                break
+            done.append(_tick(bar, function(item)))
     return done
+
+
+@contextlib.contextmanager
+def _torch_threads(threads: int) -> Iterator[None]:
+    """torch's intra-op threads in the block, where torch is loaded; restored after."""
+    if "torch" not in sys.modules:
+        yield
+        return
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 FORK_UNSAFE_MODULES = ("mediapipe", "polars")
