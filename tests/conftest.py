@@ -39,17 +39,15 @@ def share_the_cores() -> None:
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers <= 1:
         return
-    from tasks.core.parallel import STAGE_CORES_ENV
-
-    share = str(max(1, (os.cpu_count() or 1) // workers))
-    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", STAGE_CORES_ENV):
-        os.environ.setdefault(name, share)
-    import torch
     from threadpoolctl import threadpool_limits
 
-    threads = int(os.environ["OMP_NUM_THREADS"])
-    threadpool_limits(threads)  # the BLAS numpy loaded before this conftest (a plugin imports it)
-    torch.set_num_threads(threads)
+    from tasks.core.parallel import STAGE_CORES_ENV, stage_cores, use_stage_cores
+
+    os.environ.setdefault(STAGE_CORES_ENV, str(max(1, (os.cpu_count() or 1) // workers)))
+    use_stage_cores()  # as a stage does: OMP_NUM_THREADS and the BLAS variables, read when torch loads
+    threadpool_limits(
+        stage_cores()
+    )  # the BLAS numpy loaded before this conftest (a plugin imports it)
 
 
 share_the_cores()
