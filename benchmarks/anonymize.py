@@ -55,9 +55,11 @@ def sources(ensemble: list[str]) -> dict[str, dict[str, Any]]:
 
 def run_bench(*, root: Path, params_path: Path, out: Path) -> dict[str, Any]:
     """Decode the footage under ``root``, run every source, write the record to ``out`` (JSON) and return it."""
-    from flows.stage_commands import anonymize_from as anonymize
-    from flows.stage_commands import decode_from as decode
-    from flows.stage_commands import synthesize_from as synthesize
+    from flows.stage_commands import stage_call
+
+    anonymize = stage_call("anonymize")
+    decode = stage_call("decode")
+    synthesize = stage_call("synthesize")
 
     params = read_params_file(params_path)
     threshold = float(params["anonymize"]["min_coverage"])
@@ -151,7 +153,9 @@ def face_leakage_rows(
 ) -> list[dict[str, Any]]:
     """Per protection of ``methods``: faces found again in the frames (and clips) of every video ``folder / decode``
     holds, and how many frames and clips had a face the raw frame's detector found."""
-    from flows.stage_commands import anonymize_from as anonymize
+    from flows.stage_commands import stage_call
+
+    anonymize = stage_call("anonymize")
     from tasks.assess.residual import UPSCALE, face_leakage
     from tasks.assess.truth import clips_of
     from tasks.core.opencv_detectors import face_boxes

@@ -1,8 +1,8 @@
 """Each stage's code, as DVC sees it: one fingerprint file per ``privhar stage`` command, the SHA-256 of every project
 file that command imports.
 
-A stage's command is ``privhar stage <name>``; its click function in flows/stage_commands.py imports the stage's module, and
-from there every ``import`` of a ``tasks`` module — at any depth, lazy imports inside functions included — is
+A stage's command is ``privhar stage <name>``; its entry in flows/stage_commands.py (``COMMANDS``) names the stage's
+module and the reader of its params, and from there every ``import`` of a ``tasks`` module — at any depth, lazy imports inside functions included — is
 followed (package ``__init__`` files and flows/ decide no result and are left out). Listing those files as deps in dvc.yaml
 by hand went stale both ways (issue 33: 28 deps of modules no longer imported, so an edit to the LDP code reran every
 training stage); listed there by a generator, they were 1 200 of dvc.lock's 1 400 paths, and DVC re-reads and rewrites
@@ -93,9 +93,9 @@ def closure(
     }
 
 
-def stage_command_functions(root: Path = REPO) -> dict[str, ast.FunctionDef]:
-    """``privhar stage <name>`` -> its click function's syntax tree (flows/stage_commands.py, read, not imported)."""
-    tree = ast.parse((root / "flows/stage_commands.py").read_text())
+def _stage_functions(tree: ast.Module) -> dict[str, ast.FunctionDef]:
+    """``privhar stage <name>`` -> the functions of flows/stage_commands.py its command starts from: a click command
+    function (``@stage.command("code")``), or a :data:`COMMANDS` entry's reader."""
     found = {}
     for function in (node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)):
         for decorator in function.decorator_list:
@@ -110,10 +110,26 @@ def stage_command_functions(root: Path = REPO) -> dict[str, ast.FunctionDef]:
     return found
 
 
+def _command_table(tree: ast.Module) -> dict[str, tuple[str, str]]:
+    """:data:`flows.stage_commands.COMMANDS` as written: name -> (its stage's module, the name of its reader)."""
+    for node in tree.body:
+        if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", "") == "COMMANDS":
+            assert isinstance(node.value, ast.Dict)
+            table = {}
+            for key, entry in zip(node.value.keys, node.value.values, strict=True):
+                target, reader = entry.elts[0], entry.elts[1]
+                called = (
+                    reader.func if isinstance(reader, ast.Call) else reader
+                )  # base_and("assess")
+                table[key.value] = (target.value.partition(":")[0], called.id)
+            return table
+    raise PrivharError("flows/stage_commands.py: no COMMANDS table")
+
+
 def _called(
     function: ast.FunctionDef, helpers: dict[str, ast.FunctionDef]
 ) -> list[ast.FunctionDef]:
-    """``function`` and the module's functions it calls by name (a command's ``dprp_from``, ``section``), transitively."""
+    """``function`` and the module's functions it calls by name (a reader's ``section``, ``plan_for``), transitively."""
     reached = {function.name: function}
     todo = [function]
     while todo:
@@ -127,16 +143,20 @@ def _called(
 
 
 def stage_commands(root: Path = REPO) -> dict[str, set[str]]:
-    """``privhar stage <name>`` -> the tasks modules its click function imports, itself or through the functions of
-    flows/stage_commands.py it calls (the command layer's section readers and ``<stage>_from`` calls)."""
+    """``privhar stage <name>`` -> the tasks modules it runs: its stage's module and what its reader imports, itself or
+    through the functions of flows/stage_commands.py it calls (read, not imported)."""
     tree = ast.parse((root / "flows/stage_commands.py").read_text())
     helpers = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
-    return {
-        name: set().union(
+
+    def imports(function: ast.FunctionDef) -> set[str]:
+        return set().union(
             *(imported_modules(called, root=root) for called in _called(function, helpers))
         )
-        for name, function in stage_command_functions(root).items()
-    }
+
+    found = {name: imports(function) for name, function in _stage_functions(tree).items()}
+    for name, (module, reader) in _command_table(tree).items():
+        found[name] = {module} | imports(helpers[reader])
+    return found
 
 
 def stage_command(cmd: str) -> str:
@@ -195,7 +215,7 @@ def dvc_stages(root: Path = REPO) -> Any:
 def wanted_deps(root: Path = REPO, stages: Any = None) -> dict[str, list[str]]:
     """dvc.yaml stage -> its code deps: its command's fingerprint (none for the ``code`` stage itself); ``stages``:
     dvc.yaml's, already read."""
-    commands = stage_command_functions(root)
+    commands = stage_commands(root)
     wanted = {}
     for name, stage in (dvc_stages(root) if stages is None else stages).items():
         command = stage_command(stage.get("do", stage)["cmd"])

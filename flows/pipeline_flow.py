@@ -19,7 +19,6 @@ from prefect import flow, get_run_logger
 from prefect.states import State
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from flows.ast_lock import serialise_ast_parse
 from flows.dag import DagStage, read_dag, runs_scoring
 from flows.pipeline import check_project, end_running_dvc, pipeline_session, score_models
 from flows.preflight import INDEX_STAGE, check_dataset, check_params
@@ -81,7 +80,6 @@ def pipeline_flow(
     """
     root = check_project(Path(project))
     logger = get_run_logger()
-    serialise_ast_parse()  # stages and shards run on threads from here on
     targets = list(stages or [])
     with pipeline_session(
         root,

@@ -6,10 +6,12 @@ state. Otherwise:
 - an ordinary stage runs as ``dvc repro --single-item NAME``: DVC removes its old outputs,
   may restore them from its run cache, runs the command and records ``dvc.lock``. DVC
   releases its repository lock while the command runs, so independent stages overlap.
-- a *sharded* stage (``orchestrate.sharded_stages``, the per-video ones) runs its command
-  from ``dvc.yaml`` in this process, with its videos split into shard tasks on a Prefect
-  task runner (threads, or a Dask cluster); ``dvc commit`` then records its outputs
-  exactly as ``dvc repro`` would have.
+- with ``orchestrate.task_runner: dask``, a *sharded* stage (``orchestrate.sharded_stages``, the per-video ones)
+  runs its command from ``dvc.yaml`` in this process, with its videos split into shard tasks sent to the Dask
+  cluster (prefect-dask); ``dvc commit`` then records its outputs exactly as ``dvc repro`` would have. On one
+  machine (``local``) every stage is ``dvc repro``'s process and spreads its videos over its own worker pool
+  (``base.workers``): no stage's work runs on the flow's threads, whose parses of Python's AST CPython 3.11.7
+  does not keep apart (gh-106905).
 
 Every line a stage prints goes to the task's log, so it shows in the Prefect UI; a failing
 stage fails its task with the stage's own one-line error.
@@ -30,11 +32,10 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.states import Completed, State
 
-from flows.ast_lock import serialise_ast_parse
 from flows.dag import DagStage
 from flows.pipeline import dvc_command, error_line, running_dvc, tool_environment
 from tasks.core.errors import PrivharError
-from tasks.core.parallel import installed_mapper, worker_count
+from tasks.core.parallel import installed_mapper
 from tasks.core.params import OrchestrateParams
 from tasks.core.tracking import running_dvc_stage
 
@@ -94,22 +95,18 @@ def run_through_dvc(name: str, force: bool, logger: logging.LoggerAdapter) -> bo
     return not unchanged
 
 
-# set when the run is interrupted or terminated: the shards still queued or at work stop at their next video
+# set when the run is interrupted or terminated: a sharded stage stops waiting for its shards at the next one back
 STOPPING = threading.Event()
 
 
 def stop_shards(stop: bool = True) -> None:
-    """Stop (or, for a new run, let run) the shards of this process. Functions, not the event, are what the flow and
-    the shards name: Prefect pickles a flow's or a task's function with the globals it names (the served runner, a
-    Dask worker), and an event holds a lock. A Dask worker's shards run to their end."""
+    """Stop (or, for a new run, let run) the sharded stage of this process. Functions, not the event, are what the
+    flow names: Prefect pickles a flow's function with the globals it names (the served runner), and an event holds a
+    lock. The shards already on the Dask cluster run to their end."""
     if stop:
         STOPPING.set()
     else:
         STOPPING.clear()
-
-
-def shards_stopped() -> bool:
-    return STOPPING.is_set()
 
 
 @task(name="shard", task_run_name="{stage}[{index}]", cache_policy=NO_CACHE)
@@ -123,8 +120,6 @@ def process_shard(
     """
     results = []
     for item in items:
-        if shards_stopped():
-            raise PrivharError(f"{stage} shard {index}: the run was stopped")
         try:
             results.append(function(item))
         except Exception as error:  # noqa: BLE001 — re-raised as one line naming the videos
@@ -149,18 +144,14 @@ def video_names(items: Sequence[Any]) -> str:
 
 
 def shard_task_runner(settings: OrchestrateParams) -> Any:
-    """The task runner for shards: Prefect's thread pool, or a Dask cluster (prefect-dask)."""
-    if settings.task_runner == "dask":
-        if not settings.dask_address:
-            raise PrivharError(
-                "params.yaml: orchestrate.dask_address is required when orchestrate.task_runner is dask"
-            )
-        from prefect_dask import DaskTaskRunner
+    """The Dask cluster at ``orchestrate.dask_address`` as a Prefect task runner (prefect-dask)."""
+    if not settings.dask_address:
+        raise PrivharError(
+            "params.yaml: orchestrate.dask_address is required when orchestrate.task_runner is dask"
+        )
+    from prefect_dask import DaskTaskRunner
 
-        return DaskTaskRunner(address=settings.dask_address)
-    from prefect.task_runners import ThreadPoolTaskRunner
-
-    return ThreadPoolTaskRunner(max_workers=worker_count(settings.local_workers))
+    return DaskTaskRunner(address=settings.dask_address)
 
 
 def shard_mapper(
@@ -174,9 +165,6 @@ def shard_mapper(
             for start in range(0, len(items), settings.shard_size)
         ]
         results: list[Any] = []
-        # the shards' numpy.load calls parse .npy headers on threads; the flow sets this too, but the mapper also
-        # runs without it (test_scale_out, a stage task on its own): idempotent
-        serialise_ast_parse()
         with shard_task_runner(settings) as runner:
             futures = [
                 runner.submit(
@@ -185,7 +173,9 @@ def shard_mapper(
                 )
                 for k, shard in enumerate(shards)
             ]
-            for future in futures:
+            for k, future in enumerate(futures):
+                if STOPPING.is_set():
+                    raise PrivharError(f"{stage}: the run was stopped before shard {k}")
                 results.extend(future.result())
                 logger.info(f"{desc}: {len(results)}/{len(items)} videos")
         return results
@@ -241,13 +231,13 @@ def run_stage(stage: DagStage, force: bool, settings: OrchestrateParams) -> Stat
     logger = get_run_logger()
     started = time.monotonic()
     sharded = (
-        stage.name.split("@")[0] in settings.sharded_stages
+        settings.task_runner == "dask" and stage.name.split("@")[0] in settings.sharded_stages
     )  # foreach stages: dprp@2.0, dprp@5.0, ...
     if sharded and not force and stage_is_up_to_date(stage.name):
         ran = False
     elif sharded:
         logger.info(
-            f"stage {stage.name}: shards of {settings.shard_size} videos on the {settings.task_runner} task runner"
+            f"stage {stage.name}: shards of {settings.shard_size} videos on the Dask cluster at {settings.dask_address}"
         )
         run_sharded(stage, settings, logger)
         ran = True

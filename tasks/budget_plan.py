@@ -14,8 +14,9 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
+from tasks.core import stage_options as arg
 from tasks.core.manifest import MANIFEST_NAME, read_manifest
 from tasks.core.params import PlanParams
 from tasks.core.storage import atomic_directory
@@ -25,7 +26,11 @@ LOG = logging.getLogger(__name__)
 
 
 def budget_plan(
-    *, params: PlanParams, workers: int, frames: Path, out: Path
+    *,
+    params: PlanParams,
+    workers: int,
+    frames: Annotated[Path, arg.folder("Folder of the decoded clips (who is in which video).")],
+    out: Annotated[Path, arg.folder("Where to write one <stage>.json per DP stage.", "output")],
 ) -> dict[str, list[dict[str, Any]]]:
     """Write ``out/<stage>.json`` for every DP stage of the plan; return them. The mechanisms are accounted on
     ``workers`` processes."""

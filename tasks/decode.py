@@ -19,11 +19,12 @@ import logging
 import time
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 import pyarrow as pa
 
+from tasks.core import stage_options as arg
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import (
     MANIFEST_NAME,
@@ -113,7 +114,18 @@ def decode_one(
 
 @stage_work
 def decode(
-    *, base: BaseParams, params: DecodeParams, source: Path, out: Path, run_name: str = "decode"
+    *,
+    base: BaseParams,
+    params: DecodeParams,
+    source: Annotated[
+        Path, arg.folder("Folder of the source manifest (the synthesize stage's output).")
+    ],
+    out: Annotated[
+        Path, arg.folder("Where to write the decoded clips and their manifest.", "output")
+    ],
+    run_name: Annotated[
+        str, arg.value("The stage's MLflow run name (decode-public for the public set).")
+    ] = "decode",
 ) -> list[dict[str, Any]]:
     """Run the stage on the manifest in folder ``source``; return the decoded rows (logged as MLflow run ``run_name``).
     ``params``: the decode section as :func:`tasks.core.params.load_decode` gives it (a zoo backbone's clip)."""

@@ -21,13 +21,14 @@ import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 import polars as pl
 import torch
 from sklearn import metrics
 
+from tasks.core import stage_options as arg
 from tasks.core.checkpoints import load_checkpoint
 from tasks.core.clips import labels_of, load_clips, normalise, predict
 from tasks.core.device import resolve_device
@@ -237,7 +238,15 @@ def write_confusion_data(predictions: pl.DataFrame, folder: Path) -> None:
 
 @stage_work
 def evaluate(
-    *, base: BaseParams, params: EvaluateParams, frames: Path, models: Sequence[Path], out: Path
+    *,
+    base: BaseParams,
+    params: EvaluateParams,
+    frames: Annotated[Path, arg.folder("Folder of the decoded clips.")],
+    models: Annotated[
+        Sequence[Path],
+        arg.folder("A folder of trained models (<key>/model.pt at any depth); repeat for several."),
+    ],
+    out: Annotated[Path, arg.folder("Where to write metrics, predictions and plots.", "output")],
 ) -> dict[str, dict[str, float]]:
     """Run the stage over every ``<key>/model.pt`` in ``models``; return the metrics written."""
     device = resolve_device(base.device)

@@ -12,13 +12,13 @@ only), so the tracking server never becomes a copy of real people's footage.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 import polars as pl
 
+from tasks.core import stage_options as arg
 from tasks.core.errors import PrivharError
 from tasks.core.figures import middle_frame, plt, png_bytes
 from tasks.core.manifest import (
@@ -93,7 +93,12 @@ def protections_grid(raw: Path, copies: list[Path], *, show_raw: bool, videos: i
 
 @stage_work
 def preview(
-    *, report: ReportParams, show_raw: bool, frames: Path, copies: Sequence[Path], out: Path
+    *,
+    report: ReportParams,
+    show_raw: bool,
+    frames: arg.RawFrames,
+    copies: arg.Copies,
+    out: Annotated[Path, arg.folder("Where to write protections.png.", "output")],
 ) -> Path:
     """Write ``out/protections.png`` (raw frames beside the copies if ``show_raw``) and log it to the stage's MLflow run;
     return its path."""

@@ -18,8 +18,9 @@ import logging
 import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
+from tasks.core import stage_options as arg
 from tasks.core.errors import PrivharError
 from tasks.core.params import RegistryParams
 from tasks.core.registry import record_scores
@@ -78,7 +79,21 @@ def git_commit(project: Path) -> str:
 
 @stage_work
 def register(
-    *, registry: RegistryParams, project: Path, metrics: Sequence[Path], scored: Path, out: Path
+    *,
+    registry: RegistryParams,
+    project: Path,
+    metrics: Annotated[
+        Sequence[Path],
+        arg.file(
+            "A metrics.json of model scores (evaluate's Top-1, the report's cMAP / F1); repeat for several."
+        ),
+    ],
+    scored: Annotated[
+        Path, arg.file("evaluate's scored.json: the SHA-256 of each model file it scored.")
+    ],
+    out: Annotated[
+        Path, arg.file("Where to write registered.json (model key: version described).", "output")
+    ],
 ) -> dict[str, dict[str, Any]]:
     """Describe every registered model (seed 0) evaluate scored; write and return ``{key: {version, digest}}``.
     ``project``: the DVC project's folder (its dvc.lock and git commit are each version's provenance)."""

@@ -16,7 +16,9 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
+from typing import Annotated
 
+from tasks.core import stage_options as arg
 from tasks.core.errors import PrivharError
 from tasks.core.params import DataParams
 from tasks.core.storage import atomic_write_bytes
@@ -93,7 +95,11 @@ def dataset_files(data: DataParams) -> list[dict[str, object]]:
     return sorted(rows, key=lambda row: str(row["path"]))
 
 
-def scan(*, data: DataParams, out: Path) -> list[dict[str, object]]:
+def scan(
+    *,
+    data: DataParams,
+    out: Annotated[Path, arg.file("Where to write the listing (CSV).", "output")],
+) -> list[dict[str, object]]:
     """Write the listing of ``data``'s files to ``out`` (a CSV); return its rows."""
     rows = dataset_files(data)
     atomic_write_bytes(out, csv_bytes(rows, COLUMNS))

@@ -19,12 +19,13 @@ import time
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import av
 import cv2
 import numpy as np
 
+from tasks.core import stage_options as arg
 from tasks.core.dataset_checks import dataset_problems
 from tasks.core.datasets import index_dataset, read_frames
 from tasks.core.errors import PrivharError
@@ -241,8 +242,10 @@ def synthesize(
     base: BaseParams,
     data: DataParams,
     params: SynthesizeParams,
-    out: Path,
-    report: Path | None = None,
+    out: Annotated[
+        Path, arg.folder("Where to write the source videos and their manifest.", "output")
+    ],
+    report: Annotated[Path | None, arg.folder("Where to write preview.png.", "output")] = None,
     show_raw: bool = False,
     public: PublicParams | None = None,
     checks: DatasetSections | None = None,

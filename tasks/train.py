@@ -26,12 +26,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tasks.core import stage_options as arg
 from tasks.core.checkpoints import architecture_config, build_from_config, transfer_weights
 from tasks.core.clips import (
     augment,
@@ -272,13 +273,41 @@ def train(
     params: TrainParams,
     seeds_from: ReportParams,
     privacy: PrivacyParams,
-    frames: Path,
-    out: Path,
-    report: Path,
-    family: str | None = None,
+    frames: Annotated[
+        Path, arg.folder("Folder of the clips to learn from: decoded (raw) or protected.")
+    ],
+    out: Annotated[
+        Path,
+        arg.folder(
+            "Where to write the trained model; its folder name is the model's key (data/train/<key>).",
+            "output",
+        ),
+    ],
+    report: Annotated[
+        Path,
+        arg.folder(
+            "Where to write the training metrics and history (<key>.json, <key>_history.csv).",
+            "output",
+        ),
+    ],
+    family: Annotated[
+        str | None, arg.value("Registered model privhar-<family> [default: train.method].")
+    ] = None,
     as_loaded: bool = False,
-    init: Path | None = None,
-    seeds: int = 1,
+    init: Annotated[
+        Path | None,
+        arg.folder(
+            "Folder of a model to fine-tune (the pretrain stage's data/pretrain/public) [default: from scratch].",
+            "input",
+        ),
+    ] = None,
+    seeds: Annotated[
+        int,
+        arg.value(
+            "Training seeds (the pipeline passes report.seeds): seed i >= 1 is saved in <out>/seed<i>.",
+            minimum=1,
+        ),
+    ] = 1,
 ) -> dict[str, Any]:
     """Run the stage; return the final training record (of seed 0, the registered model).
 

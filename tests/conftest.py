@@ -103,7 +103,6 @@ TINY = {
         "seeds_per_tuning": {"selective": None, "full": None},
         "reference_seeds": {"full": None},
     },
-    "orchestrate": {"shard_size": 8, "local_workers": 2},
     "report": {
         "seeds": 1,
         "seeds_per_family": {"dprp": None},
@@ -232,7 +231,9 @@ def mlflow_store(tmp_path_factory: pytest.TempPathFactory) -> str:
 @pytest.fixture(scope="session")
 def tiny_synthetic(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny synthesized dataset (session-wide: several test modules read it)."""
-    from flows.stage_commands import synthesize_from as synthesize
+    from flows.stage_commands import stage_call
+
+    synthesize = stage_call("synthesize")
 
     folder = tmp_path_factory.mktemp("tiny")
     synthesize(params_path=write_params(folder), out=folder / "data" / "synthesize")
@@ -241,7 +242,9 @@ def tiny_synthetic(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_decoded(tiny_synthetic: Path) -> Path:
-    from flows.stage_commands import decode_from as decode
+    from flows.stage_commands import stage_call
+
+    decode = stage_call("decode")
 
     decode(
         params_path=tiny_synthetic / "params.yaml",
@@ -254,8 +257,10 @@ def tiny_decoded(tiny_synthetic: Path) -> Path:
 @pytest.fixture(scope="session")
 def tiny_public(tiny_synthetic: Path) -> Path:
     """The tiny public set (other people, other scenes), decoded: data/public/decode beside the tiny dataset."""
-    from flows.stage_commands import decode_from as decode
-    from flows.stage_commands import synthesize_from as synthesize
+    from flows.stage_commands import stage_call
+
+    decode = stage_call("decode")
+    synthesize = stage_call("synthesize")
 
     params = tiny_synthetic / "params.yaml"
     synthesize(

@@ -4,7 +4,7 @@ import cv2
 import numpy as np
 import pytest
 
-from flows.stage_commands import anonymize_from as anonymize
+from flows.stage_commands import stage_call
 from tasks.anonymize.avatars import CATALOGUE, avatar_for, render
 from tasks.anonymize.inpaint import background_plate
 from tasks.anonymize.methods import PROTECT, avatars_at, replace_with_avatars
@@ -14,6 +14,8 @@ from tasks.core.anonymize_catalogue import method_of
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import read_manifest, resolve_path
 from tests.conftest import write_params
+
+anonymize = stage_call("anonymize")
 
 pytestmark = pytest.mark.detector  # make detector-test runs this file, in .venv-detector only
 

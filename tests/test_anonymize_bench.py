@@ -5,8 +5,10 @@ from __future__ import annotations
 import yaml
 
 from benchmarks.anonymize import face_leakage_rows, sources
-from flows.stage_commands import decode_from as decode
+from flows.stage_commands import stage_call
 from tests.conftest import write_params
+
+decode = stage_call("decode")
 
 
 def test_face_leakage_rows_count_raw_faces_and_the_share_kept(tiny_synthetic, tmp_path):

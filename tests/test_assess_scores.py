@@ -269,3 +269,22 @@ def test_a_face_kept_in_one_frame_counts_its_clip_as_leaking(monkeypatch):
     assert residual.face_leakage(raw, protected, {}, ["a"], on_face)[
         "face_leak_frames"
     ] == pytest.approx(1 / 3)
+
+
+def test_the_bundled_detectors_find_the_same_boxes_from_threads_at_once() -> None:
+    """Two threads detecting with one cascade failed make run's face_blur (OpenCV's cascade keeps its scan's scales in
+    the object): each thread has its own detector, and finds what one thread alone finds."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from skimage import data
+
+    from tasks.core.opencv_detectors import face_boxes, people_boxes
+
+    photo = data.astronaut()[::2, ::2].copy()
+    frames = [photo, photo[::-1].copy(), photo[:, ::-1].copy()] * 3
+    alone = [(face_boxes(frame, 2.0), people_boxes(frame, 1.0)) for frame in frames]
+    with ThreadPoolExecutor(4) as pool:
+        together = list(
+            pool.map(lambda frame: (face_boxes(frame, 2.0), people_boxes(frame, 1.0)), frames)
+        )
+    assert together == alone and any(faces for faces, _ in alone)

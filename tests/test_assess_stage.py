@@ -14,7 +14,9 @@ from tests.conftest import sections, write_params
 
 @pytest.fixture(scope="module")
 def blackout(tiny_decoded: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from flows.stage_commands import anonymize_from as anonymize
+    from flows.stage_commands import stage_call
+
+    anonymize = stage_call("anonymize")
 
     folder = tmp_path_factory.mktemp("assess")
     params = write_params(folder, {"anonymize": {"methods": ["blackout"]}})

@@ -26,6 +26,43 @@ def test_help_lists_commands():
         assert name in stages
 
 
+def test_a_stage_commands_options_are_its_functions_arguments():
+    """privhar stage dprp's options: --params and --budget of the command layer, then the stage function's own, built
+    from its signature (tasks/core/stage_options.py); listing the stages or scan's options imports no torch."""
+    from click.testing import CliRunner
+
+    from flows.stage_commands import stage, stage_command
+
+    dprp = stage_command("dprp")
+    assert [option.opts[0] for option in dprp.params] == [
+        "--params",
+        "--budget",
+        "--frames",
+        "--epsilon",
+        "--out",
+        "--report",
+        "--speed",
+    ]
+    assert [option.name for option in dprp.params if option.required] == [
+        "frames",
+        "epsilon",
+        "out",
+    ]
+    assert "Total ε (one of dprp.epsilons)." in CliRunner().invoke(stage, ["dprp", "--help"]).output
+    imported = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from flows.stage_commands import stage, stage_command; "
+            "stage_command('scan'); stage.list_commands(None); print('torch' in sys.modules)",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert imported.stdout.strip() == "False"
+
+
 def test_bad_param_is_one_line_without_traceback(tmp_path):
     params = write_params(tmp_path, {"decode": {"fps": 0.0}})
     (tmp_path / "source").mkdir()

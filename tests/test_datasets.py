@@ -5,13 +5,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from flows.stage_commands import decode_from as decode
-from flows.stage_commands import synthesize_from as synthesize
+from flows.stage_commands import stage_call
 from tasks.core.datasets import index_dataset
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import read_manifest
 from tasks.synthetic.encode import write_video
 from tests.conftest import write_params
+
+decode = stage_call("decode")
+synthesize = stage_call("synthesize")
 
 
 def _video(path: Path, frames: int = 10, seed: int = 0) -> None:

@@ -10,11 +10,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from flows.stage_commands import decode_from as decode
+from flows.stage_commands import stage_call
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import read_manifest, write_manifest
 from tasks.core.video_reading import Geometry, resample_indices
 from tests.conftest import write_params
+
+decode = stage_call("decode")
 
 
 def test_clips_have_the_configured_shape(tiny_decoded):

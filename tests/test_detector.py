@@ -12,13 +12,15 @@ import cv2
 import numpy as np
 import pytest
 
-from flows.stage_commands import anonymize_from as anonymize
+from flows.stage_commands import stage_call
 from tasks.anonymize.methods import replace_with_avatars
 from tasks.anonymize.people import detect
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import read_manifest, write_manifest
 from tasks.core.params import AnonymizeParams, DecodeParams, load_section
 from tests.conftest import REPO, write_params
+
+anonymize = stage_call("anonymize")
 
 HAS_MEDIAPIPE = importlib.util.find_spec("mediapipe") is not None
 

@@ -83,7 +83,9 @@ def test_train_and_evaluate_run_on_the_device_base_device_names(tiny_decoded, tm
     """base.device: cpu end to end through the training and evaluation stages; the runs carry the device."""
     from mlflow import MlflowClient
 
-    from flows.stage_commands import train_from as train
+    from flows.stage_commands import stage_call
+
+    train = stage_call("train")
     from tasks.core.registry import newest_version
     from tasks.evaluate import evaluate
 
@@ -129,7 +131,9 @@ def test_dprp_on_the_gpu_matches_the_cpu_on_the_same_r():
 @pytest.mark.gpu
 @needs_gpu
 def test_train_on_the_gpu_saves_a_checkpoint_that_loads_on_the_cpu(tiny_decoded, tmp_path):
-    from flows.stage_commands import train_from as train
+    from flows.stage_commands import stage_call
+
+    train = stage_call("train")
     from tasks.core.checkpoints import load_checkpoint
 
     params = tmp_path / "params.yaml"

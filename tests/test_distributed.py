@@ -167,8 +167,10 @@ def test_the_stage_trains_dp_sgd_in_two_processes_with_the_single_process_epsilo
     import polars as pl
     from conftest import write_params
 
-    from flows.stage_commands import train_from as train
-    from flows.stage_commands import train_private_from as train_private
+    from flows.stage_commands import stage_call
+
+    train = stage_call("train")
+    train_private = stage_call("train-private")
 
     params = write_params(
         tmp_path, {"private": {"epsilons": [4.0], "methods": ["dp_sgd"]}, "report": {"seeds": 1}}

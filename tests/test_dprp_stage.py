@@ -6,13 +6,15 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from flows.stage_commands import dprp_from as dprp
+from flows.stage_commands import stage_call
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import read_manifest
 from tasks.core.randomness import NOT_PRIVATE, SECURE
 from tasks.core.subjects import named_people
 from tasks.privacy.dprp_calibration import noise_scales
 from tests.conftest import write_params
+
+dprp = stage_call("dprp")
 
 DPRP = {
     "epsilons": [2.0, 8.0],

@@ -5,14 +5,16 @@ import math
 
 import pytest
 
-from flows.stage_commands import dprp_from as dprp
-from flows.stage_commands import train_from as train
+from flows.stage_commands import stage_call
 from tasks.core.errors import PrivharError
 from tasks.core.registry import newest_version
 from tasks.evaluate import evaluate
 from tasks.privacy.dprp_calibration import noise_scales
 from tests.conftest import sections, write_params
 from tests.test_dprp_stage import DPRP
+
+dprp = stage_call("dprp")
+train = stage_call("train")
 
 
 @pytest.fixture(scope="module")

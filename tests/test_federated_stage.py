@@ -9,8 +9,7 @@ import pytest
 import torch
 import yaml
 
-from flows.stage_commands import train_federated_from as train_federated
-from flows.stage_commands import train_from as train
+from flows.stage_commands import stage_call
 from tasks.core.errors import PrivharError
 from tasks.core.params import load_plan
 from tasks.core.registry import newest_version
@@ -18,6 +17,9 @@ from tasks.privacy.accounting import gdp_epsilon
 from tasks.privacy.budget import planned_releases
 from tasks.privacy.federated_accounting import epsilon_of
 from tests.conftest import write_params
+
+train_federated = stage_call("train-federated")
+train = stage_call("train")
 
 
 @pytest.fixture(scope="module")

@@ -175,7 +175,9 @@ def test_the_video_stage_releases_seeded_codes_and_records_both_epsilons(
 ) -> None:
     import csv
 
-    from flows.stage_commands import ldp_video_from as ldp_video
+    from flows.stage_commands import stage_call
+
+    ldp_video = stage_call("ldp")
     from tasks.privacy.budget import ldp_release
     from tests.conftest import write_params
 
@@ -247,7 +249,9 @@ def test_the_video_stage_releases_seeded_codes_and_records_both_epsilons(
 def test_the_video_stage_refuses_a_release_over_the_cap_before_any_work(
     tiny_decoded, tiny_public, tmp_path
 ) -> None:
-    from flows.stage_commands import ldp_video_from as ldp_video
+    from flows.stage_commands import stage_call
+
+    ldp_video = stage_call("ldp")
     from tests.conftest import write_params
 
     params = write_params(
@@ -299,7 +303,9 @@ def test_the_video_stage_refuses_a_release_over_the_cap_before_any_work(
 def test_the_video_stage_refuses_more_filters_than_actions(
     tiny_decoded, tiny_public, tmp_path
 ) -> None:
-    from flows.stage_commands import ldp_video_from as ldp_video
+    from flows.stage_commands import stage_call
+
+    ldp_video = stage_call("ldp")
     from tests.conftest import write_params
 
     params = write_params(tmp_path, {"ldp": {"video_first_filters": 5}})
@@ -318,7 +324,9 @@ def test_the_video_stage_refuses_more_filters_than_actions(
 
 def test_the_filters_never_see_private_videos(tiny_decoded, tiny_public, tmp_path) -> None:
     """Issue 17: the DCAConv filters are a function of the public set alone — change every private video and they stay."""
-    from flows.stage_commands import ldp_video_from as ldp_video
+    from flows.stage_commands import stage_call
+
+    ldp_video = stage_call("ldp")
     from tests.conftest import write_params
 
     params = write_params(tmp_path, {"ldp": {"video_epsilons": [float("inf")]}})
@@ -343,7 +351,9 @@ def test_the_filters_never_see_private_videos(tiny_decoded, tiny_public, tmp_pat
 def test_secure_coins_differ_from_run_to_run_and_from_the_seeded_ones(
     tiny_decoded, tiny_public, tmp_path
 ) -> None:
-    from flows.stage_commands import ldp_video_from as ldp_video
+    from flows.stage_commands import stage_call
+
+    ldp_video = stage_call("ldp")
     from tests.conftest import write_params
 
     released = {}
@@ -389,7 +399,9 @@ def test_real_footage_without_person_boxes_is_encoded_whole_frame(
     scene) instead of the stage failing, and the attribute attacker says nan (no attributes to attack)."""
     import shutil
 
-    from flows.stage_commands import ldp_video_from as ldp_video
+    from flows.stage_commands import stage_call
+
+    ldp_video = stage_call("ldp")
     from tasks.core.manifest import write_manifest
     from tests.conftest import write_params
 

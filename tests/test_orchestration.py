@@ -182,15 +182,14 @@ def test_flow_runs_every_stage_then_skips_them_all(project):
         "train-private@maskdp" in stages and "train-private@multiclip" not in stages
     )  # the project's params
     assert {name: ran[name] for name in stages} == {name: "Completed" for name in stages}
-    assert sorted(name for name in ran if name.startswith("decode[")) == [
-        "decode[0]",
-        "decode[1]",
-    ]  # 12 videos, shards of 8
+    assert not [
+        name for name in ran if "[" in name
+    ]  # one machine: no shard tasks, each stage dvc repro's own
     status = json.loads(sh("dvc", "status", "--json", cwd=project).stdout)
     assert status == {
         "code": ["always changed"],
         "scan": ["always changed"],
-    }  # the sharded stage was committed; code and scan run every time
+    }  # code and scan run every time
     again = run_flow(project)
     assert again.is_completed()
     assert 0.0 <= again.result()["baseline"]["top1"] <= 1.0  # scored from the run's outputs

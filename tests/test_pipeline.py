@@ -145,14 +145,11 @@ def test_parent_and_nested_runs_are_logged(pipeline_run):
         | report
     )
     assert all("stage_seconds" in run.data.metrics for run in children)
-    # tagged with the DVC stage that ran it (the time table joins on it); each its own process, started by DVC, but
-    # the sharded stages, which the flow runs in its own process (their shards on its task runner:
-    # orchestrate.sharded_stages)
+    # tagged with the DVC stage that ran it (the time table joins on it); each its own process, started by DVC: on
+    # one machine no stage runs in the flow's process (orchestrate.sharded_stages go to a Dask cluster only)
     pids = {run.data.tags["privhar.dvc_stage"]: run.data.tags["privhar.pid"] for run in children}
-    assert {"train", "dprp@8.0", "train-dprp@8.0", "anonymize@avatar"} <= set(pids)
-    sharded = {"decode", "dprp@8.0", "anonymize@avatar", "anonymize@blackout"}
-    flow_pid = parents[0].data.tags["privhar.pid"]
-    assert {stage for stage, pid in pids.items() if pid == flow_pid} == sharded
+    assert {"train", "dprp@8.0", "train-dprp@8.0", "anonymize@avatar", "decode"} <= set(pids)
+    assert parents[0].data.tags["privhar.pid"] not in pids.values()
     # privhar flow's wall time per stage task, DVC's included: a table on the parent run, not a metric key per stage
     times = mlflow.artifacts.load_dict(f"{parents[0].info.artifact_uri}/stage_times.json")
     walls = {row["stage"]: row["wall_s"] for row in times["stages"]}

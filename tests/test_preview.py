@@ -5,12 +5,13 @@ import io
 import pytest
 from PIL import Image
 
-from flows.stage_commands import anonymize_from as anonymize
-from flows.stage_commands import section, show_raw
+from flows.stage_commands import section, show_raw, stage_call
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import copies_under
 from tasks.preview import preview
 from tests.conftest import write_params
+
+anonymize = stage_call("anonymize")
 
 
 @pytest.fixture(scope="module")

@@ -15,9 +15,7 @@ import pyarrow as pa
 import pytest
 import torch
 
-from flows.stage_commands import anonymize_from as anonymize
-from flows.stage_commands import train_from as train
-from flows.stage_commands import train_private_from as train_private
+from flows.stage_commands import stage_call
 from tasks.core.errors import PrivharError
 from tasks.core.head_features import head_of, pooled_features
 from tasks.core.models import create_video_classifier
@@ -26,6 +24,10 @@ from tasks.core.registry import newest_version
 from tasks.core.selective import select_trainable
 from tasks.private.gradients import per_unit_gradients
 from tests.conftest import check_budget_at, write_params
+
+anonymize = stage_call("anonymize")
+train = stage_call("train")
+train_private = stage_call("train-private")
 
 PRIVATE = {
     "epsilons": [2.0],

@@ -192,9 +192,11 @@ def hmdb51(tmp_path_factory) -> Path:
     """An HMDB51-shaped folder through the stages that read it, called here (stage level; the UCF101 run is the
     DVC one): the index, decode, and the public model kept from the checkpoint (public.epochs 0) at the decoded clip.
     The public set itself is the same for every layout, so its place is taken by the folder's own decoded clips."""
-    from flows.stage_commands import decode_from as decode
-    from flows.stage_commands import synthesize_from as synthesize
-    from flows.stage_commands import train_from as train
+    from flows.stage_commands import stage_call
+
+    decode = stage_call("decode")
+    synthesize = stage_call("synthesize")
+    train = stage_call("train")
 
     project = real_project(tmp_path_factory.mktemp("hmdb51"), "hmdb51")
     params, data = project / "params.yaml", project / "data"

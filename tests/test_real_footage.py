@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from flows.stage_commands import anonymize_from as anonymize
+from flows.stage_commands import stage_call
 from tasks.anonymize.coverage import coverage, moving_pixels
 from tasks.anonymize.people import resolve_source
 from tasks.anonymize.source_clip import source_clip
@@ -23,6 +23,8 @@ from tasks.core.errors import PrivharError
 from tasks.core.manifest import read_manifest, resolve_path
 from tasks.core.params import AnonymizeParams, DecodeParams, load_section
 from tests.conftest import REPO, write_params
+
+anonymize = stage_call("anonymize")
 
 pytestmark = pytest.mark.detector  # make detector-test runs this file, in .venv-detector only
 
@@ -42,8 +44,10 @@ def params_for(folder, **anonymize):
 
 @pytest.fixture(scope="module")
 def decoded(tmp_path_factory):
-    from flows.stage_commands import decode_from as decode
-    from flows.stage_commands import synthesize_from as synthesize
+    from flows.stage_commands import stage_call
+
+    decode = stage_call("decode")
+    synthesize = stage_call("synthesize")
 
     folder = tmp_path_factory.mktemp("footage")
     params = params_for(folder)

@@ -278,7 +278,9 @@ def test_the_cap_counts_releases_recorded_by_earlier_runs_and_a_new_budget_start
 def test_a_finite_cap_refuses_unprotected_and_seeded_releases_unless_allowed(
     tiny_decoded: Path, tmp_path: Path
 ) -> None:
-    from flows.stage_commands import anonymize_from as anonymize
+    from flows.stage_commands import stage_call
+
+    anonymize = stage_call("anonymize")
 
     for name, privacy in (
         ("capped", {"max_epsilon": 1e12}),
@@ -324,7 +326,9 @@ def test_a_finite_cap_refuses_unprotected_and_seeded_releases_unless_allowed(
 def test_the_dprp_stage_refuses_over_the_cap_before_writing_anything(
     tiny_decoded: Path, tmp_path: Path
 ) -> None:
-    from flows.stage_commands import dprp_from as dprp
+    from flows.stage_commands import stage_call
+
+    dprp = stage_call("dprp")
 
     params = write_params(
         tmp_path, {"dprp": {"epsilons": [5.0, 8.0]}, "privacy": {"max_epsilon": 10.0}}
@@ -343,7 +347,9 @@ def test_the_dprp_stage_refuses_over_the_cap_before_writing_anything(
 
 
 def test_report_renders_with_missing_stages(tiny_decoded: Path, tmp_path: Path) -> None:
-    from flows.stage_commands import report_from as report
+    from flows.stage_commands import stage_call
+
+    report = stage_call("report")
 
     params = write_params(tmp_path)
     (tmp_path / "metrics.json").write_text(json.dumps({"baseline": {"top1": 0.5, "top5": 0.9}}))
@@ -370,7 +376,9 @@ def test_a_measure_assess_could_not_take_reads_n_m_and_breaks_nothing(
     tiny_decoded: Path, tmp_path: Path
 ) -> None:
     """Issue 32: on real footage assess has no attributes (None); the report wrote half its files, then crashed."""
-    from flows.stage_commands import report_from as report
+    from flows.stage_commands import stage_call
+
+    report = stage_call("report")
 
     params = write_params(tmp_path)
     (tmp_path / "metrics.json").write_text(json.dumps({"baseline": {"top1": 0.5, "top5": 0.9}}))
@@ -406,7 +414,9 @@ def test_a_measure_assess_could_not_take_reads_n_m_and_breaks_nothing(
 def test_report_logs_one_nested_mlflow_run_per_method(tiny_decoded: Path, tmp_path: Path) -> None:
     import mlflow
 
-    from flows.stage_commands import report_from as report
+    from flows.stage_commands import stage_call
+
+    report = stage_call("report")
 
     params = write_params(
         tmp_path,

@@ -12,9 +12,11 @@ import numpy as np
 import pytest
 from conftest import assert_frames_agree, write_params
 
-from flows.stage_commands import decode_from as decode
+from flows.stage_commands import stage_call
 from tasks.core.parallel import installed_mapper
 from tasks.core.params import OrchestrateParams, load_section
+
+decode = stage_call("decode")
 
 
 def tree_bytes(folder: Path) -> dict[str, bytes]:
@@ -94,7 +96,9 @@ def test_dprp_on_a_dask_cluster_agrees_with_the_local_run(
     tiny_decoded, dask_settings, prefect_api, tmp_path, monkeypatch, projection
 ):
     """Both projection modes: the shared R travels to the workers whole, a per-video R is regenerated there."""
-    from flows.stage_commands import dprp_from as dprp
+    from flows.stage_commands import stage_call
+
+    dprp = stage_call("dprp")
 
     monkeypatch.chdir(tiny_decoded)
     params = write_params(
@@ -125,7 +129,9 @@ def test_anonymize_on_a_dask_cluster_is_byte_identical_to_the_local_run(
     tiny_decoded, dask_settings, prefect_api, tmp_path, monkeypatch, source
 ):
     """The dataset's own masks, and the detector path that needs no extra (background subtraction)."""
-    from flows.stage_commands import anonymize_from as anonymize
+    from flows.stage_commands import stage_call
+
+    anonymize = stage_call("anonymize")
 
     monkeypatch.chdir(tiny_decoded)
     params = write_params(tmp_path, {"anonymize": {"source": source, "min_coverage": 0.0}})
@@ -148,7 +154,9 @@ def test_anonymize_on_a_dask_cluster_is_byte_identical_to_the_local_run(
 def test_a_failing_shard_names_its_videos_and_leaves_no_output(
     tiny_decoded, dask_settings, prefect_api, tmp_path, monkeypatch
 ):
-    from flows.stage_commands import dprp_from as dprp
+    from flows.stage_commands import stage_call
+
+    dprp = stage_call("dprp")
     from tasks.core.errors import PrivharError
 
     monkeypatch.chdir(tiny_decoded)

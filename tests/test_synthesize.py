@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from flows.stage_commands import synthesize_from as synthesize
+from flows.stage_commands import stage_call
 from tasks.core.manifest import read_manifest
 from tasks.core.params import ACTIONS, SynthesizeParams, load_section
 from tasks.synthesize import plan_videos
@@ -17,6 +17,8 @@ from tasks.synthetic.actions import MotionStyle
 from tasks.synthetic.body import Build, forward_kinematics
 from tasks.synthetic.identities import make_identity
 from tests.conftest import write_params
+
+synthesize = stage_call("synthesize")
 
 
 def digest(folder: Path) -> dict[str, str]:

@@ -14,12 +14,14 @@ import pytest
 import torch
 from scipy import stats
 
-from flows.stage_commands import train_from as train
+from flows.stage_commands import stage_call
 from tasks.core.checkpoints import load_checkpoint
 from tasks.core.errors import PrivharError
 from tasks.core.registry import checkpoint_digest, newest_version, record_scores
 from tasks.evaluate import confusion_matrix, evaluate, top_k_accuracy
 from tests.conftest import sections, write_params
+
+train = stage_call("train")
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ import logging
 import time
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 import pyarrow as pa
@@ -37,7 +37,8 @@ from tasks.anonymize.people import (
     resolve_source,
     video_identity,
 )
-from tasks.core.anonymize_catalogue import method_of
+from tasks.core import stage_options as arg
+from tasks.core.anonymize_catalogue import ANONYMIZE_METHODS, method_of
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import (
     MANIFEST_NAME,
@@ -199,10 +200,14 @@ def anonymize(
     decode: DecodeParams,
     data: DataParams,
     privacy: PrivacyParams,
-    frames: Path,
-    method: str,
-    out: Path,
-    speed_path: Path | None = None,
+    frames: Annotated[
+        Path, arg.folder("Folder of the decoded clips (with their ground-truth annotations).")
+    ],
+    method: Annotated[str, arg.value(f"One of anonymize.methods: {', '.join(ANONYMIZE_METHODS)}.")],
+    out: Annotated[
+        Path, arg.folder("Where to write the protected clips, public masks and manifest.", "output")
+    ],
+    speed_path: arg.Speed = None,
 ) -> list[dict[str, Any]]:
     """Protect every clip of the decoded manifest in ``frames`` with ``method``; its measured frames/s to ``speed_path``.
     ``decode``: as :func:`tasks.core.params.load_decode` gives it; ``data``: where the people's boxes come from."""

@@ -15,11 +15,10 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import cv2
 import numpy as np
@@ -54,6 +53,7 @@ from tasks.assess.residual import RESIDUALS, residual_scores
 from tasks.assess.similarity import mse_similarity, ssim
 from tasks.assess.tracking import track_video
 from tasks.assess.truth import VideoTruth, clips_of, load_truth, released
+from tasks.core import stage_options as arg
 from tasks.core.clips import split_rows
 from tasks.core.device import resolve_device
 from tasks.core.errors import PrivharError
@@ -508,10 +508,15 @@ def assess(
     *,
     base: BaseParams,
     params: AssessParams,
-    frames: Path,
-    copies: Sequence[Path],
-    speeds: Path,
-    out: Path,
+    frames: Annotated[
+        Path,
+        arg.folder("Folder of the decoded (raw) clips with their annotations: the ground truth."),
+    ],
+    copies: arg.Copies,
+    speeds: Annotated[
+        Path, arg.folder("Folder of the protecting stages' <copy>.json (measured frames/s).")
+    ],
+    out: Annotated[Path, arg.folder("Where to write signature.json and signature.csv.", "output")],
 ) -> list[dict[str, Any]]:
     """Assess the raw copy and every protected copy under ``copies``; write ``out/signature.json`` and ``.csv``."""
     rows = read_manifest(frames / MANIFEST_NAME)

@@ -8,6 +8,7 @@ closed: a box is a person's pixels and some background).
 
 from __future__ import annotations
 
+import threading
 from functools import lru_cache
 
 import cv2
@@ -16,15 +17,17 @@ import numpy as np
 Box = tuple[float, float, float, float]
 
 
-@lru_cache(maxsize=1)
-def _people_detector() -> cv2.HOGDescriptor:
+# One detector per thread: OpenCV's cascade keeps its scan's scales in the object, and two threads detecting with
+# one failed make run's face_blur (cascadedetect.hpp: 0 <= scaleIdx && scaleIdx < scaleData->size(), 2026-11-30)
+@lru_cache(maxsize=None)
+def _people_detector(thread: int) -> cv2.HOGDescriptor:
     hog = cv2.HOGDescriptor()
     hog.setSVMDetector(cv2.HOGDescriptor_getDefaultPeopleDetector())
     return hog
 
 
-@lru_cache(maxsize=1)
-def _face_cascade() -> cv2.CascadeClassifier:
+@lru_cache(maxsize=None)
+def _face_cascade(thread: int) -> cv2.CascadeClassifier:
     return cv2.CascadeClassifier(cv2.data.haarcascades + "haarcascade_frontalface_default.xml")
 
 
@@ -44,7 +47,7 @@ def _boxes(rectangles: np.ndarray | tuple, upscale: float) -> list[Box]:
 
 def people_boxes(frame: np.ndarray, upscale: float) -> list[Box]:
     """HOG + linear SVM people detections in an RGB frame."""
-    rectangles, _ = _people_detector().detectMultiScale(
+    rectangles, _ = _people_detector(threading.get_ident()).detectMultiScale(
         _enlarged_grey(frame, upscale), winStride=(8, 8), padding=(8, 8), scale=1.05
     )
     return _boxes(rectangles, upscale)
@@ -52,7 +55,7 @@ def people_boxes(frame: np.ndarray, upscale: float) -> list[Box]:
 
 def face_boxes(frame: np.ndarray, upscale: float) -> list[Box]:
     """Haar cascade frontal faces in an RGB frame."""
-    rectangles = _face_cascade().detectMultiScale(
+    rectangles = _face_cascade(threading.get_ident()).detectMultiScale(
         _enlarged_grey(frame, upscale), scaleFactor=1.1, minNeighbors=5
     )
     return _boxes(rectangles, upscale)

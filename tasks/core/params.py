@@ -456,7 +456,6 @@ class OrchestrateParams(Section):
     sharded_stages: list[str]
     shard_size: PositiveInt
     task_runner: Literal["local", "dask"]
-    local_workers: Annotated[int, Field(ge=0, le=256)]  # 0: one per CPU core
     stage_workers: Annotated[int, Field(ge=1, le=64)] = (
         1  # stage tasks at once, each on its share of the cores
     )

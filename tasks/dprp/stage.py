@@ -18,10 +18,11 @@ import logging
 import time
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import torch
 
+from tasks.core import stage_options as arg
 from tasks.core.device import resolve_device
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import (
@@ -251,12 +252,20 @@ def dprp(
     params: DprpParams,
     privacy: PrivacyParams,
     budget: BudgetPlan,
-    frames: Path,
-    epsilon: float,
-    out: Path,
-    report: Path | None = None,
+    frames: Annotated[Path, arg.folder("Folder of the decoded clips.")],
+    epsilon: Annotated[float, arg.value("Total ε (one of dprp.epsilons).")],
+    out: Annotated[
+        Path,
+        arg.folder(
+            "Where to write the protected clips, their manifest and the privacy ledger.", "output"
+        ),
+    ],
+    report: Annotated[
+        Path | None,
+        arg.folder("Where to write eps<ε>.png (raw and protected test frames).", "output"),
+    ] = None,
     show_raw: bool = False,
-    speed_path: Path | None = None,
+    speed_path: arg.Speed = None,
 ) -> list[dict[str, Any]]:
     """Protect every clip of the decoded manifest in ``frames`` at total ``epsilon`` (one of dprp.epsilons), checked
     against ``budget``; preview into ``report`` (raw frames beside the copies if ``show_raw``), measured frames/s into

@@ -26,10 +26,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import torch
 
+from tasks.core import stage_options as arg
 from tasks.core.device import resolve_device
 from tasks.core.errors import PrivharError
 from tasks.core.head_features import fold_standardisation, head_of
@@ -412,10 +413,18 @@ def train_federated(
     seeds_from: ReportParams,
     privacy: PrivacyParams,
     budget: BudgetPlan,
-    frames: Path,
-    init: Path,
-    out: Path,
-    report: Path,
+    frames: arg.RawFrames,
+    init: arg.PublicModel,
+    out: Annotated[
+        Path, arg.folder("Where to write one <aggregation>-<tuning>/model.pt per run.", "output")
+    ],
+    report: Annotated[
+        Path,
+        arg.folder(
+            "Where to write federated.md / .csv, rounds.csv, accuracy_by_round.png and metrics.json.",
+            "output",
+        ),
+    ],
 ) -> list[dict[str, Any]]:
     """Run the stage; return the table rows. ``seeds_from``: the report section (report.seeds); ``budget``: the plan
     every DP row's seeds are checked against."""

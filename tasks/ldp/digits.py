@@ -13,12 +13,13 @@ from __future__ import annotations
 import logging
 import math
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
+from tasks.core import stage_options as arg
 from tasks.core.figures import plt, png_bytes
 from tasks.core.params import BaseParams, LdpParams
 from tasks.core.seeding import derive_seed
@@ -253,7 +254,14 @@ def plot(rows: list[dict[str, Any]], params: LdpParams) -> bytes:
 
 
 @stage_work
-def ldp_digits(*, base: BaseParams, params: LdpParams, out: Path) -> list[dict[str, Any]]:
+def ldp_digits(
+    *,
+    base: BaseParams,
+    params: LdpParams,
+    out: Annotated[
+        Path, arg.folder("Where to write digits.md, digits.csv and digits.png.", "output")
+    ],
+) -> list[dict[str, Any]]:
     with stage_run("ldp-digits", {"ldp": params}) as run:
         rows = digits_table(params, base.seed)
         atomic_write_bytes(out / "digits.csv", csv_bytes(rows))

@@ -33,10 +33,11 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 
+from tasks.core import stage_options as arg
 from tasks.core.annotations import body_boxes
 from tasks.core.clips import labels_of, split_rows
 from tasks.core.errors import PrivharError
@@ -438,10 +439,25 @@ def ldp_video(
     params: LdpParams,
     privacy: PrivacyParams,
     budget: BudgetPlan,
-    frames: Path,
-    public: Path,
-    out: Path,
-    report: Path,
+    frames: Annotated[
+        Path, arg.folder("Folder of the decoded clips (with their annotations: the person's box).")
+    ],
+    public: Annotated[
+        Path,
+        arg.folder(
+            "Folder of the decoded public clips: the DCAConv filters are fitted on them, never on private videos."
+        ),
+    ],
+    out: Annotated[
+        Path,
+        arg.folder(
+            "Where to write the fitted DCAConv filters and the released (perturbed) training codes.",
+            "output",
+        ),
+    ],
+    report: Annotated[
+        Path, arg.folder("Where to write video.csv, metrics.json and ledger.csv.", "output")
+    ],
 ) -> list[dict[str, Any]]:
     """Fit the filters on ``public``, release the private training split's codes at every ε, score learners;
     ``budget``: the plan every finite ε's codes are checked against."""

@@ -34,12 +34,13 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 import torch
 from torch import nn
 
+from tasks.core import stage_options as arg
 from tasks.core.clips import augment, labels_of, load_clips, normalise, split_rows, untouched_by
 from tasks.core.device import resolve_device
 from tasks.core.errors import PrivharError
@@ -60,7 +61,7 @@ from tasks.core.params import (
     private_seeds,
 )
 from tasks.core.privacy import NON_PRIVATE, PrivacyGuarantee, check_delta
-from tasks.core.private_catalogue import CATALOGUE
+from tasks.core.private_catalogue import CATALOGUE, PRIVATE_METHODS
 from tasks.core.public_model import classifier_seed, public_model
 from tasks.core.randomness import DpRandomness
 from tasks.core.registry import CHECKPOINT_TAG, checkpoint_digest, register_model
@@ -523,12 +524,25 @@ def train_private(
     seeds_from: ReportParams,
     privacy: PrivacyParams,
     budget: BudgetPlan,
-    method: str,
-    frames: Path,
-    init: Path,
-    out: Path,
-    report: Path,
-    avatar: Path | None = None,
+    method: Annotated[str, arg.value("One of private.methods.", choices=PRIVATE_METHODS)],
+    frames: arg.RawFrames,
+    init: arg.PublicModel,
+    out: Annotated[
+        Path, arg.folder("Where to write one <method>-eps<ε>/model.pt per ε.", "output")
+    ],
+    report: Annotated[
+        Path,
+        arg.folder(
+            "Where to write <method>.csv (ε, δ, σ, q, steps, C, accountant per model).", "output"
+        ),
+    ],
+    avatar: Annotated[
+        Path | None,
+        arg.folder(
+            "The avatar copy (anonymize@avatar): maskdp learns from it, both MaskDP methods use its public masks.",
+            "input",
+        ),
+    ] = None,
 ) -> list[dict[str, Any]]:
     """Run the stage: one model per ε of ``private.epsilons`` (and ∞) and training seed (``private.seeds_at_epsilon``,
     else ``private.seeds``, else ``report.seeds``); return the report rows.

@@ -21,10 +21,11 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import polars as pl
 
+from tasks.core import stage_options as arg
 from tasks.core import tables
 from tasks.core.errors import PrivharError
 from tasks.core.figures import percent_chart_png, plt
@@ -407,10 +408,18 @@ def private_table(
     *,
     private: PrivateParams,
     dprp: DprpParams,
-    metrics: Path,
-    ledgers: Path,
-    train_reports: Path,
-    out: Path,
+    metrics: Annotated[Path, arg.file("The evaluate stage's metrics.json.")],
+    ledgers: Annotated[Path, arg.folder("Folder of the train-private stages' <method>.csv.")],
+    train_reports: Annotated[
+        Path,
+        arg.folder(
+            "Folder of the train stages' <key>.json (baseline, dprp-eps<ε>: their privacy claims)."
+        ),
+    ],
+    out: Annotated[
+        Path,
+        arg.folder("Where to write private.md, private.csv and accuracy_vs_epsilon.png.", "output"),
+    ],
 ) -> list[dict[str, Any]]:
     """Run the stage; return the CSV records written."""
     records = collect(

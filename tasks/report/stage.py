@@ -17,8 +17,9 @@ import logging
 import math
 from dataclasses import fields
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
+from tasks.core import stage_options as arg
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import MANIFEST_NAME, read_manifest, write_table
 from tasks.core.params import (
@@ -462,17 +463,39 @@ def report(
     federated: FederatedParams,
     train: TrainParams,
     data: DataParams,
-    metrics: Path,
-    signature: Path,
-    ledgers: Path,
-    train_reports: Path,
-    dprp: Path,
-    anonymize: Path,
-    frames: Path,
-    out: Path,
-    ldp_ledger: Path | None = None,
-    federated_table: Path | None = None,
-    predictions: Path | None = None,
+    metrics: Annotated[
+        Path,
+        arg.file("The evaluate stage's metrics.json (missing: its rows say 'not run').", "either"),
+    ],
+    signature: Annotated[
+        Path,
+        arg.file("The assess stage's signature.json (missing: its rows say 'not run').", "either"),
+    ],
+    ledgers: Annotated[Path, arg.folder("Folder of the train-private stages' <method>.csv.")],
+    train_reports: Annotated[Path, arg.folder("Folder of the train stages' <key>.json.")],
+    dprp: Annotated[Path, arg.folder("Folder of the DPRP copies (their ledger.parquet).")],
+    anonymize: Annotated[Path, arg.folder("Folder of the anonymized copies.")],
+    frames: Annotated[
+        Path, arg.folder("Folder of the decoded clips (the data subjects of each split).")
+    ],
+    out: Annotated[Path, arg.folder("Where to write results.md and report/.", "output")],
+    ldp_ledger: Annotated[
+        Path | None, arg.file("The ldp stage's ledger.csv (missing: no LDP release yet).", "either")
+    ] = None,
+    federated_table: Annotated[
+        Path | None,
+        arg.file(
+            "The train-federated stage's federated.csv (missing: no federated release yet).",
+            "either",
+        ),
+    ] = None,
+    predictions: Annotated[
+        Path | None,
+        arg.file(
+            "The evaluate stage's predictions.csv: where each row's spread over seeds comes from (missing: not run).",
+            "either",
+        ),
+    ] = None,
 ) -> list[dict[str, Any]]:
     """Write ``out/results.md`` and ``out/report/*``; return Table 1's rows. ``anonymize`` and ``dprp`` are the
     copies' folders, ``anonymize_params`` and ``dprp_params`` their sections."""
