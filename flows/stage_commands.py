@@ -379,9 +379,8 @@ def click_option(name: str, hint: Any, parameter: inspect.Parameter) -> click.Op
     elif spec.minimum is not None:
         kind = click.IntRange(min=spec.minimum)
     required = parameter.default is inspect.Parameter.empty
-    default = (
-        {} if required else {"default": parameter.default}
-    )  # click 8.5: a default of None is not missing
+    # no default where required: click 8.5 takes a default of None as a value given
+    default = {} if required else {"default": parameter.default}
     return click.Option(
         [spec.flag or f"--{name.replace('_', '-')}", name],
         type=kind,
@@ -405,9 +404,7 @@ def stage_command(name: str) -> click.Command:
 
     def run(params_path: Path, **arguments: Any) -> None:
         COMMANDS[name][1](function, params_path, **arguments)
-        click.echo(
-            f"{name}: done, written to {arguments['out']}", err=True
-        )  # every stage has --out
+        click.echo(f"{name}: done, written to {arguments['out']}", err=True)  # each has --out
 
     options = [click.Option(PARAMS_DECLS, **PARAMS_ATTRS), *READER_OPTIONS.get(name, [])]
     return click.Command(
