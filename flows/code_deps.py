@@ -94,8 +94,8 @@ def closure(
 
 
 def _stage_functions(tree: ast.Module) -> dict[str, ast.FunctionDef]:
-    """``privhar stage <name>`` -> the functions of flows/stage_commands.py its command starts from: a click command
-    function (``@stage.command("code")``), or a :data:`COMMANDS` entry's reader."""
+    """``privhar stage <name>`` -> its click command function, for the commands flows/stage_commands.py declares with
+    ``@stage.command`` (``code``); the stages' commands are :data:`COMMANDS` entries (:func:`_command_table`)."""
     found = {}
     for function in (node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)):
         for decorator in function.decorator_list:
@@ -118,9 +118,8 @@ def _command_table(tree: ast.Module) -> dict[str, tuple[str, str]]:
             table = {}
             for key, entry in zip(node.value.keys, node.value.values, strict=True):
                 target, reader = entry.elts[0], entry.elts[1]
-                called = (
-                    reader.func if isinstance(reader, ast.Call) else reader
-                )  # base_and("assess")
+                # a reader by name (decode_from), or made by a call (base_and("assess"), dp_from("dprp"))
+                called = reader.func if isinstance(reader, ast.Call) else reader
                 table[key.value] = (target.value.partition(":")[0], called.id)
             return table
     raise PrivharError("flows/stage_commands.py: no COMMANDS table")
