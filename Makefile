@@ -73,17 +73,17 @@ test: $(STAMP) $(VEGA_STAMP) detector-test
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest $(PYTEST_OPTIONS) -n $(TEST_WORKERS) --dist loadgroup \
 		-m 'not slow and not detector'
 
-# make test with line coverage of tasks/ and flows/ (pyproject.toml [tool.coverage.run]), both environments combined
+# make test with line coverage of tasks/, flows/, privhar/ and benchmarks/ (pyproject.toml [tool.coverage.run]), both environments combined
 coverage:
 	rm -rf build/coverage && mkdir -p build/coverage
 	$(MAKE) test PYTEST_OPTIONS="$(PYTEST_OPTIONS) --cov --cov-append --cov-report="
 	$(BIN)/coverage report --precision=1 --skip-covered --sort=cover > build/coverage/report.txt
-	@echo "line coverage of tasks/ and flows/: $$($(BIN)/coverage report --precision=1 --format=total) % (per file: build/coverage/report.txt)"
+	@echo "line coverage of tasks/, flows/, privhar/ and benchmarks/: $$($(BIN)/coverage report --precision=1 --format=total) % (per file: build/coverage/report.txt)"
 
 # ruff: pyflakes, pycodestyle, bugbear, import order and complexity (pyproject.toml [tool.ruff]), and the format.
 lint: $(STAMP)
-	$(BIN)/ruff check tasks flows benchmarks tests install
-	$(BIN)/ruff format --check tasks flows benchmarks tests install
+	$(BIN)/ruff check tasks flows privhar benchmarks tests install
+	$(BIN)/ruff format --check tasks flows privhar benchmarks tests install
 
 # The documentation (mkdocs, Material): docs/*.md, and the pipeline's reports/ as the result pages (docs/results is a
 # link to ../reports, so a plain `mkdocs build --strict` or `mkdocs serve` shows them too).

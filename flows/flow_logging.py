@@ -9,6 +9,7 @@ first line of each record.
 from __future__ import annotations
 
 import logging
+import sys
 from pathlib import Path
 
 LOG_NAME = Path(".privhar") / "flow.log"
@@ -53,3 +54,16 @@ def tracebacks_to_file(project: Path) -> Path:
             ):
                 handler.addFilter(keep)
     return path
+
+
+def log_stages_to_stderr() -> None:
+    """The stages log through ``logging.getLogger("tasks.…")``: their progress and privacy lines go to stderr, once."""
+    tasks_logger = logging.getLogger("tasks")
+    if not tasks_logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        tasks_logger.addHandler(handler)
+        tasks_logger.setLevel(logging.INFO)
+        tasks_logger.propagate = (
+            False  # once on stderr, not again through a root handler another library set up
+        )

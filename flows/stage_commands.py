@@ -5,7 +5,7 @@ A command is its stage function's signature: the function's own arguments (annot
 stage's reader (``<stage>_from``). So an argument is written in dvc.yaml's ``cmd`` and in the stage's signature only.
 A command imports its stage's module when it is called: ``privhar stage scan`` imports no torch.
 
-Their own group, below the command line (flows/cli.py adds it as ``privhar stage``): the Prefect tasks run a sharded
+Their own group, below the command line (privhar/cli.py adds it as ``privhar stage``): the Prefect tasks run a sharded
 stage through it in-process (flows/stage_tasks.py) and each stage's code fingerprint follows :data:`COMMANDS` and its
 readers' imports (flows/code_deps.py) — neither imports the command line, so no import circle runs through it.
 """
@@ -22,7 +22,7 @@ from typing import Any
 
 import click
 
-from flows.entry import log_stages_to_stderr
+from flows.flow_logging import log_stages_to_stderr
 from tasks.core.parallel import use_stage_cores
 from tasks.core.stage_options import Option
 

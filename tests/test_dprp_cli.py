@@ -5,7 +5,7 @@ import json
 import numpy as np
 from click.testing import CliRunner
 
-from flows.cli import entry_point, main
+from privhar.cli import entry_point, main
 from tasks.privacy.dprp_calibration import noise_scales
 
 

@@ -1,7 +1,7 @@
 """Issue 33: the layers hold (docs/architecture.md) — no import circle anywhere in tasks/ or flows/ (lazy imports
 inside functions count), no stage importing another stage (what two stages share lives below them), and no layer
 importing one above it: tasks/core (with the renderer tasks/synthetic and the torchvision shim) <- tasks/privacy
-(accountants, calibrations, budget, ledger) <- the stages <- flows/.
+(accountants, calibrations, budget, ledger) <- the stages <- flows/ <- privhar/ (the command line).
 
 A stage is a top-level module of tasks (tasks/train.py) or a package (tasks/private/). In the DP paths (the privacy
 layer and the stages that release under DP) no function is longer than 60 lines: each step of a release reads on its
@@ -20,6 +20,7 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = {"core", "synthetic", "torchvision_compat"}  # the bottom layer
 BELOW_STAGES = SHARED | {"privacy"}
 DP_PATHS = ("privacy", "private", "federated", "dprp", "ldp")
+ROOTS = ("tasks", "flows", "privhar")
 LONGEST = 60  # lines from `def` to the last line of the body: signature and docstring included, decorators not
 
 
@@ -36,9 +37,7 @@ def project_imports(path: Path) -> set[str]:
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             names = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
-        found.update(
-            name for name in names if name.split(".")[0] in ("tasks", "flows") and _is_module(name)
-        )
+        found.update(name for name in names if name.split(".")[0] in ROOTS and _is_module(name))
     return found
 
 
@@ -49,7 +48,7 @@ def _is_module(name: str) -> bool:
 
 def import_graph() -> nx.DiGraph:
     graph = nx.DiGraph()
-    for root in ("tasks", "flows"):
+    for root in ROOTS:
         for path in sorted((REPO / root).rglob("*.py")):
             graph.add_node(module_name(path))
             graph.add_edges_from(
@@ -85,10 +84,10 @@ def test_no_stage_imports_another_stage():
 
 
 def layer_of(module: str) -> int:
-    """0 the shared layer, 1 tasks/privacy, 2 a stage, 3 flows/."""
+    """0 the shared layer, 1 tasks/privacy, 2 a stage, 3 flows/, 4 privhar/."""
     parts = module.split(".")
-    if parts[0] == "flows":
-        return 3
+    if parts[0] in ("flows", "privhar"):
+        return ROOTS.index(parts[0]) + 2
     if len(parts) < 2 or parts[1] in SHARED:
         return 0
     return 1 if parts[1] == "privacy" else 2
@@ -109,6 +108,7 @@ def test_no_layer_imports_one_above_it():
         ([("tasks.a.x", "tasks.b.y"), ("tasks.b.y", "tasks.a.x")], test_no_import_circle),
         ([("tasks.ldp.video", "tasks.assess.faces")], test_no_stage_imports_another_stage),
         ([("tasks.core.x", "tasks.privacy.budget")], test_no_layer_imports_one_above_it),
+        ([("flows.stage_tasks", "privhar.cli")], test_no_layer_imports_one_above_it),
     ],
 )
 def test_each_rule_fails_when_broken(monkeypatch, edges, rule):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from flows.plots_page import TEMPLATE, VEGA_ROOT, show_plots
+from privhar.plots_page import TEMPLATE, VEGA_ROOT, show_plots
 from tasks.core.errors import PrivharError
 from tests.conftest import REPO, sh
 

@@ -429,7 +429,7 @@ def test_selective_tuning_freezes_the_rest():
 def test_bench_private_writes_every_timing(tmp_path):
     from click.testing import CliRunner
 
-    from flows.cli import main
+    from privhar.cli import main
 
     out = tmp_path / "private.json"
     result = CliRunner().invoke(

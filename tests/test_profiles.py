@@ -98,7 +98,7 @@ def test_privhar_flow_refuses_a_missing_profile_at_once_in_one_line(project, mon
     MLflow parent run) and printed its error three times. It is now checked before anything starts."""
     from click.testing import CliRunner
 
-    from flows.cli import main
+    from privhar.cli import main
 
     shutil.copy(REPO / "dvc.yaml", project / "dvc.yaml")
     monkeypatch.chdir(project)
@@ -115,7 +115,7 @@ def test_privhar_flow_refuses_a_missing_dataset_folder_or_checkpoint_before_any_
     the checkpoint missing. The folders and files params name are checked first, with the profile overlaid."""
     from click.testing import CliRunner
 
-    from flows.cli import main
+    from privhar.cli import main
 
     shutil.copy(REPO / "dvc.yaml", project / "dvc.yaml")
     monkeypatch.chdir(project)

@@ -7,7 +7,7 @@ from click.testing import CliRunner
 from mlflow import MlflowClient
 from torch import nn
 
-from flows.cli import main
+from privhar.cli import main
 from tasks.core.privacy import PrivacyGuarantee
 from tasks.core.registry import (
     CHECKPOINT_TAG,

@@ -9,8 +9,9 @@ from typing import Any
 import click
 
 from benchmarks.commands import bench
-from flows.entry import Terminated, log_stages_to_stderr, run_as_process
+from flows.flow_logging import log_stages_to_stderr
 from flows.stage_commands import _writable, stage
+from privhar.entry import Terminated, run_as_process
 from tasks.core.errors import PrivharError
 
 
@@ -212,7 +213,7 @@ def serve_command(host: str | None, port: int | None, stop: bool, action: str | 
 @click.argument("action", required=False, type=click.Choice(["stop"]))
 def ui_command(host: str | None, port: int | None, stop: bool, action: str | None) -> None:
     """The MLflow UI (runs, metrics, model registry) over the project's store, until Ctrl-C (`privhar ui stop`: --stop)."""
-    from flows.mlflow_ui import run_ui, stop_uis
+    from privhar.mlflow_ui import run_ui, stop_uis
     from tasks.core.params import OrchestrateParams, load_section
 
     if stop or action == "stop":
@@ -240,7 +241,7 @@ def ui_command(host: str | None, port: int | None, stop: bool, action: str | Non
 def plots_command(out: Path) -> None:
     """DVC's plots (Top-1 against ε, learning curves, confusion matrices, federated rounds) as one page that renders
     offline, grouped by stage: vega inlined from build/vega (make install), `dvc plots show` with that template."""
-    from flows.plots_page import show_plots
+    from privhar.plots_page import show_plots
 
     click.echo(show_plots(Path.cwd(), out))
 
@@ -256,7 +257,7 @@ def plots_command(out: Path) -> None:
 def screenshots_command(out: Path) -> None:
     """After make run: the MLflow runs, Top-1 against ε, the champion, the Prefect runs and DVC's plots (offline),
     each page saved as a PNG by headless Chromium (the servers are started and stopped for it)."""
-    from flows.screenshots import take_screenshots
+    from privhar.screenshots import take_screenshots
 
     for path in take_screenshots(Path.cwd(), out):
         click.echo(path)
@@ -344,5 +345,5 @@ def _print_scores(metrics: dict) -> None:
 
 
 def entry_point() -> None:
-    """Console script: ``privhar`` with one-line errors (flows/entry.py)."""
+    """Console script: ``privhar`` with one-line errors (privhar/entry.py)."""
     run_as_process(main)

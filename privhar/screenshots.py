@@ -1,7 +1,7 @@
 """``privhar screenshots``: what a user browses after ``make run``, taken in headless Chromium (issue 36).
 
 The project's MLflow UI and Prefect server are started on free loopback ports (and stopped after), the plots page
-is written by :mod:`flows.plots_page`, and each page is saved as a PNG in the output folder:
+is written by :mod:`privhar.plots_page`, and each page is saved as a PNG in the output folder:
 
 - ``mlflow-runs.png``: the experiment as MLflow opens it (the runs list, not the GenAI overview);
 - ``mlflow-top1-vs-epsilon.png``: the report stage's leaf runs (a run per model and ε) compared, Top-1 against ε;
@@ -24,10 +24,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from flows.mlflow_ui import experiment_url, mlflow_ui
-from flows.plots_page import show_plots
 from flows.prefect_server import prefect_server
 from flows.servers import free_port
+from privhar.mlflow_ui import experiment_url, mlflow_ui
+from privhar.plots_page import show_plots
 from tasks.core.errors import PrivharError
 
 LOG = logging.getLogger("tasks.screenshots")

@@ -1,30 +1,13 @@
-"""How a ``privhar`` click command runs as a process: one-line errors, SIGTERM as an error, the stages' log on stderr.
-
-Below every command group (flows/cli.py's ``privhar``, flows/stage_commands.py's ``privhar stage``), which both use it.
-"""
+"""How the ``privhar`` command runs as a process: one-line errors, SIGTERM as an error."""
 
 from __future__ import annotations
 
-import logging
 import signal
 import sys
 
 import click
 
 from tasks.core.errors import ERROR_PREFIX, PrivharError
-
-
-def log_stages_to_stderr() -> None:
-    """The stages log through ``logging.getLogger("tasks.…")``: their progress and privacy lines go to stderr, once."""
-    tasks_logger = logging.getLogger("tasks")
-    if not tasks_logger.handlers:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(message)s"))
-        tasks_logger.addHandler(handler)
-        tasks_logger.setLevel(logging.INFO)
-        tasks_logger.propagate = (
-            False  # once on stderr, not again through a root handler another library set up
-        )
 
 
 class Terminated(SystemExit):
