@@ -180,3 +180,57 @@ def bench_maskdp_views_command(params_path: Path, seeds: int, out: Path) -> None
         out,
     )
     click.echo(json.dumps(record, indent=2))
+
+
+@bench.command("epochs")
+@PARAMS
+@click.option(
+    "--frames",
+    "frames",
+    type=click.Path(path_type=Path, file_okay=False, exists=True),
+    multiple=True,
+    default=[Path("data/decode"), Path("data/dprp/eps2.0"), Path("data/anonymize/avatar")],
+    show_default=True,
+    help="A training folder (its train split is cut into folds); repeat for each.",
+)
+@click.option(
+    "--init",
+    type=click.Path(path_type=Path, file_okay=False, exists=True),
+    default=Path("data/pretrain/public"),
+    show_default=True,
+    help="The public model the classifiers fine-tune.",
+)
+@click.option(
+    "--candidates",
+    default="2,3,4,6,8",
+    show_default=True,
+    help="Epoch counts to compare, comma-separated.",
+)
+@click.option("--folds", type=click.IntRange(2, 20), default=5, show_default=True)
+@bench_out("epochs.json")
+def bench_epochs_command(
+    params_path: Path,
+    frames: tuple[Path, ...],
+    init: Path,
+    candidates: str,
+    folds: int,
+    out: Path,
+) -> None:
+    """After a run: the fewest fine-tuning epochs within one standard error of the best validation Top-1 (folds of
+    the train split; the test split is never read), per training folder, and train.epochs: the largest."""
+    import json
+
+    from benchmarks.epochs import run_bench
+    from flows.stage_commands import section
+
+    try:
+        counts = sorted({int(value) for value in candidates.split(",")})
+    except ValueError:
+        raise click.BadParameter(f"{candidates!r}: expected integers such as 2,4,6") from None
+    if not counts or counts[0] < 1:
+        raise click.BadParameter(f"{candidates!r}: expected epoch counts >= 1")
+    sections = {name: section(params_path, name) for name in ("base", "model", "train")}
+    record = run_bench(
+        sections=sections, frames=list(frames), init=init, candidates=counts, folds=folds, out=out
+    )
+    click.echo(json.dumps(record, indent=2))

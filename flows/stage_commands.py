@@ -169,16 +169,17 @@ def train_from(
     function: Callable[..., Any], params_path: Path, epochs: int | None = None, **arguments: Any
 ) -> Any:
     """``epochs`` replaces train.epochs before it is checked (pretrain does not depend on train.epochs); 0 keeps
-    model.weights as it is."""
+    model.weights as it is. Without it, the family's ``train.epochs_per_family`` entry does."""
     from tasks.core.errors import PrivharError
     from tasks.core.params import load_train
 
     if epochs is not None and epochs < 0:
         raise PrivharError(f"train: --epochs = {epochs} is invalid: expected an integer >= 0")
+    params = load_train(params_path, overrides=None if not epochs else {"epochs": epochs})
     return function(
         base=section(params_path, "base"),
         model_params=section(params_path, "model"),
-        params=load_train(params_path, overrides=None if not epochs else {"epochs": epochs}),
+        params=params if epochs else params.of_family(arguments.get("family") or params.method),
         seeds_from=section(params_path, "report"),
         privacy=section(params_path, "privacy"),
         as_loaded=epochs == 0,

@@ -53,6 +53,7 @@ from tasks.core.params import (
     ModelParams,
     PrivacyParams,
     ReportParams,
+    SeedRule,
     TrainParams,
     family_seeds,
 )
@@ -61,7 +62,7 @@ from tasks.core.privacy import NON_PRIVATE, data_guarantee, strongest
 from tasks.core.progress import progress
 from tasks.core.registry import CHECKPOINT_TAG, checkpoint_digest, register_model
 from tasks.core.seeding import derive_seed
-from tasks.core.seeds import seed_folder, seed_keys
+from tasks.core.seeds import interval, seed_folder, seed_keys, stein_seeds
 from tasks.core.storage import atomic_directory, atomic_write_bytes
 from tasks.core.tables import csv_bytes
 from tasks.core.tracking import StageRun, stage_run, stage_work
@@ -244,6 +245,71 @@ def _train_seed(
     return model, history, time.perf_counter() - started
 
 
+def _rule_for(
+    report: ReportParams, family: str, score_on: Path | None, most: int
+) -> SeedRule | None:
+    """``report.seed_rule`` where it applies to ``family`` (and there is room above its pilot), else None."""
+    rule = report.seed_rule
+    if family not in rule.families or most <= rule.pilot:
+        return None
+    if score_on is None:
+        raise PrivharError(
+            f"train: report.seed_rule names the family {family}: --score-on (the raw clips whose test split scores "
+            "its pilot seeds) is required"
+        )
+    return rule
+
+
+class SeedPlan:
+    """How many seeds a row trains: all ``most``, or, by ``rule``, the pilot's and then what Stein's rule asks of
+    their spread (:func:`tasks.core.seeds.stein_seeds`). The pilot seeds are scored as the evaluate stage scores the
+    row (protocol 1: the raw test split of ``score_on``); every seed trained is kept and evaluated, so the row's mean is
+    over all of them."""
+
+    def __init__(
+        self, most: int, rule: SeedRule | None, score_on: Path | None, params: TrainParams
+    ) -> None:
+        self.most, self.rule, self.scores = most, rule, []
+        self.planned = most if rule is None else rule.pilot
+        self.scoring = None
+        if rule is not None and score_on is not None:
+            rows = split_rows(read_manifest(score_on / MANIFEST_NAME), "test")
+            if not rows:
+                raise PrivharError(f"{score_on / MANIFEST_NAME}: no videos in the test split")
+            self.scoring = (load_clips(rows, score_on, tuple(params.input_size)), labels_of(rows))
+
+    def seen(self, model: nn.Module) -> None:
+        """One more seed trained: a pilot seed is scored; the last one decides how many seeds the row needs."""
+        if self.rule is None or len(self.scores) >= self.rule.pilot:
+            return
+        clips, labels = self.scoring
+        self.scores.append(
+            int((predict(model.eval(), clips, 64).argmax(1) == labels).sum()) / len(labels)
+        )
+        if len(self.scores) == self.rule.pilot:
+            self.planned = stein_seeds(self.scores, self.rule.half_width, self.most)
+            LOG.info(
+                "train: Stein's rule: %d pilot seeds, Top-1 sd %.3f, %d seeds for a ±%.3f interval (at most %d)",
+                len(self.scores),
+                interval(self.scores).standard_error * len(self.scores) ** 0.5,
+                self.planned,
+                self.rule.half_width,
+                self.most,
+            )
+
+    def record(self) -> dict[str, Any]:
+        """What the training record says of its seeds."""
+        if self.rule is None:
+            return {"seeds": self.planned}
+        return {
+            "seeds": self.planned,
+            "seed_rule": f"Stein: {self.rule.pilot} pilot seeds, ±{self.rule.half_width:g}, at most {self.most}",
+            "pilot_top1_sd": round(
+                interval(self.scores).standard_error * len(self.scores) ** 0.5, 6
+            ),
+        }
+
+
 def _public_statistics(
     model: nn.Module, data: TrainingData, batch_size: int = 64
 ) -> dict[str, torch.Tensor]:
@@ -257,6 +323,31 @@ def _public_statistics(
     )
     model.cpu()
     return feature_statistics(features)
+
+
+def classifier_config(
+    model_params: ModelParams,
+    params: TrainParams,
+    rows: list[dict[str, Any]],
+    key: str,
+    family: str,
+    frames: Path,
+    init: Path | None,
+) -> dict[str, Any]:
+    """What a trained model's checkpoint records of it: its network, its classes (from the manifest ``rows``) and
+    where it learnt."""
+    classes = class_names(rows)
+    return {
+        "num_classes": len(classes),
+        **architecture_config(model_params, params),
+        "clip_frames": int(split_rows(rows, "train")[0]["n_frames"]),
+        "classes": classes,
+        "method": params.method,
+        "model": key,
+        "family": family,
+        "frames": str(frames),
+        "init": str(init) if init else None,
+    }
 
 
 def paper_number(rows: list[dict[str, Any]]) -> dict[str, float]:
@@ -308,6 +399,13 @@ def train(
             minimum=1,
         ),
     ] = 1,
+    score_on: Annotated[
+        Path | None,
+        arg.folder(
+            "Raw clips whose test split scores the pilot seeds (protocol 1) when report.seed_rule names the family.",
+            "input",
+        ),
+    ] = None,
 ) -> dict[str, Any]:
     """Run the stage; return the final training record (of seed 0, the registered model).
 
@@ -316,7 +414,8 @@ def train(
     is. ``family`` names the registered model (default: the method); ``init`` is a model folder to
     fine-tune from (the public model: how HAR models are trained, from pretrained weights);
     ``seeds`` training seeds (``report.seeds``; ``report.seeds_per_family[family]`` replaces it): seed i ≥ 1 in
-    ``out/seed<i>`` (:mod:`tasks.core.seeds`).
+    ``out/seed<i>`` (:mod:`tasks.core.seeds`); by ``report.seed_rule`` (``score_on`` given), as many of them as the
+    pilot's spread needs (:class:`SeedPlan`).
     """
     if seeds < 1:
         raise PrivharError(f"train: --seeds = {seeds} is invalid: expected an integer >= 1")
@@ -346,17 +445,7 @@ def train(
     ):  # the public set holds no subject
         check_unprotected(privacy, f"the non-private model {key} (trained on {frames})")
     classes = class_names(rows)
-    config = {
-        "num_classes": len(classes),
-        **architecture_config(model_params, params),
-        "clip_frames": int(train_rows[0]["n_frames"]),
-        "classes": classes,
-        "method": params.method,
-        "model": key,
-        "family": family,
-        "frames": str(frames),
-        "init": str(init) if init else None,
-    }
+    config = classifier_config(model_params, params, rows, key, family, frames, init)
     run_name = "train" if key == params.method else f"train@{key}"
     privacy = strongest(METHOD_PRIVACY[params.method], data_guarantee(train_rows))
     with stage_run(run_name, {"base": base, "train": params, "model": model_params}) as run:
@@ -374,7 +463,9 @@ def train(
                 device,
                 held_out,
             )
-            for seed in range(seeds):
+            plan = SeedPlan(seeds, _rule_for(seeds_from, family, score_on, seeds), score_on, params)
+            seed = 0
+            while seed < plan.planned:
                 with run.seed_run(seed) as seed_run:
                     model, history, seconds = _train_seed(
                         params,
@@ -414,7 +505,6 @@ def train(
                         "unit": privacy.unit,
                         "relation": privacy.relation,
                         "randomness": privacy.randomness,
-                        "seeds": seeds,
                         **paper_number(train_rows),
                     }
                     run.log_metrics(
@@ -425,12 +515,15 @@ def train(
                             "delta": privacy.delta,
                         }
                     )
+                plan.seen(model)
+                seed += 1
+            final.update(plan.record())
             run.set_tags(
                 {
                     "privhar.method": params.method,
                     "privhar.model": key,
                     "privhar.accountant": privacy.accountant,
-                    "privhar.seeds": seeds,
+                    "privhar.seeds": plan.planned,
                     "privhar.device": str(device),
                 }
             )

@@ -65,7 +65,17 @@ TINY = {
         "two_person_fraction": 0.25,
     },
     "decode": {"fps": 6.0, "frames": 4, "frame_size": [32, 40]},
-    "train": {"epochs": 2, "batch_size": 4, "input_size": [32, 40], "width": 4},
+    "train": {
+        "epochs": 2,
+        "epochs_per_family": {
+            "baseline": 2,
+            "anonymize": 2,
+            "dprp": 2,
+        },  # the tiny data's, every family
+        "batch_size": 4,
+        "input_size": [32, 40],
+        "width": 4,
+    },
     "evaluate": {"batch_size": 8},
     "public": {"identities": 4, "videos_per_action": 4, "epochs": 1},
     "private": {

@@ -16,8 +16,11 @@ from scipy import stats
 
 from flows.stage_commands import stage_call
 from tasks.core.checkpoints import load_checkpoint
+from tasks.core.clips import labels_of, load_clips, predict, split_rows
 from tasks.core.errors import PrivharError
+from tasks.core.manifest import MANIFEST_NAME, read_manifest
 from tasks.core.registry import checkpoint_digest, newest_version, record_scores
+from tasks.core.seeds import seed_folder
 from tasks.evaluate import confusion_matrix, evaluate, top_k_accuracy
 from tests.conftest import sections, write_params
 
@@ -330,6 +333,48 @@ def test_seeds_train_fresh_models_and_evaluate_reports_their_interval(trained, t
         )["seeds"]
         == 1
     )
+
+
+def test_a_family_by_the_seed_rule_trains_what_its_pilot_spread_asks_and_its_own_epochs(
+    trained, tmp_path
+):
+    """report.seed_rule (Stein): a pilot of 2 seeds scored on the raw test split, then stein_seeds of their Top-1, at
+    most the family's seeds; train.epochs_per_family sets the family's epochs. Checked against the saved pilot models
+    scored here and the rule's formula written out."""
+    folder, _ = trained
+    rule = {"families": ["dprp"], "pilot": 2, "half_width": 0.02}
+    params = write_params(
+        tmp_path,
+        {
+            "report": {"seeds_per_family": {"dprp": 5}, "seed_rule": rule},
+            "train": {"epochs_per_family": {"dprp": 1}},
+        },
+    )
+    out = tmp_path / "dprp-copy"
+    arguments = {"frames": folder / "data/decode", "report": tmp_path / "r", "family": "dprp"}
+    with pytest.raises(PrivharError, match="--score-on"):
+        train(params_path=params, out=out, **arguments)
+    final = train(params_path=params, out=out, score_on=folder / "data/decode", **arguments)
+    test_rows = split_rows(read_manifest(folder / "data/decode" / MANIFEST_NAME), "test")
+    clips = load_clips(test_rows, folder / "data/decode", (32, 40))
+    pilot = [
+        float(
+            (
+                predict(load_checkpoint(seed_folder(out, seed) / "model.pt")[0], clips, 8).argmax(1)
+                == labels_of(test_rows)
+            )
+            .float()
+            .mean()
+        )
+        for seed in (0, 1)
+    ]
+    spread = statistics.stdev(pilot)
+    needed = math.ceil((stats.t.ppf(0.975, 1) * spread / 0.02) ** 2)
+    assert final["seeds"] == min(5, max(2, needed)) and final["epoch"] == 1
+    assert final["pilot_top1_sd"] == pytest.approx(spread, abs=1e-6)
+    assert [seed_folder(out, seed).is_dir() for seed in range(6)] == [
+        seed < final["seeds"] for seed in range(6)
+    ]
 
 
 def test_models_differing_only_in_the_classifier_share_one_backbone_pass_with_the_same_logits(

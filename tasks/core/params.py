@@ -104,6 +104,14 @@ class TrainParams(Section):
     head_pool: str = "max"  # tasks.core.models.HEAD_POOLS: avg | max
     dropout: Annotated[float, Field(ge=0.0, lt=1.0)]
     threads: Annotated[int, Field(ge=0, le=256)]  # 0: torch's default
+    # a family's classifiers (baseline, anonymize, dprp) train this many epochs instead of ``epochs`` (None: ``epochs``):
+    # each family's from its own validation curve (privhar bench epochs, docs/pipeline.md)
+    epochs_per_family: dict[str, PositiveInt | None] = {}
+
+    def of_family(self, family: str) -> TrainParams:
+        """The recipe ``family``'s classifiers train by: ``epochs_per_family[family]`` epochs where it names one."""
+        epochs = self.epochs_per_family.get(family)
+        return self if epochs is None else self.model_copy(update={"epochs": epochs})
 
 
 class ModelParams(Section):
@@ -324,6 +332,15 @@ class FederatedParams(Section):
         return recipes
 
 
+class SeedRule(Section):
+    """Stein's two-stage rule for the train stage's families it names (tasks.core.seeds.stein_seeds): ``pilot`` seeds,
+    then as many as their spread needs for a 95 % interval of ``half_width``, at most the family's seeds."""
+
+    families: list[str] = []
+    pilot: Annotated[int, Field(ge=2)] = 10
+    half_width: Annotated[float, Field(gt=0.0, le=0.5)] = 0.03
+
+
 class ReportParams(Section):
     show_raw: (
         bool | Literal["auto"]
@@ -331,7 +348,8 @@ class ReportParams(Section):
     seeds: PositiveInt  # training seeds of every trained row (tasks/core/seeds.py); seed 0 is the registered model
     seeds_per_family: dict[
         str, PositiveInt | None
-    ] = {}  # the train stage's seeds of a family (dprp, anonymize, baseline)
+    ] = {}  # the train stage's seeds of a family (dprp, anonymize, baseline); by seed_rule: the most it trains
+    seed_rule: SeedRule = SeedRule()
 
 
 def private_seeds(private: PrivateParams, report: ReportParams, epsilon: float) -> int:

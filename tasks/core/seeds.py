@@ -106,6 +106,25 @@ def interval(values: Sequence[float]) -> Interval:
     return Interval(mean, spread / math.sqrt(count), count)
 
 
+def stein_seeds(pilot: Sequence[float], half_width: float, most: int) -> int:
+    """Stein's two-stage rule (Stein 1945, *Ann. Math. Statist.* 16: 243-258): the seeds a row needs for a 95 %
+    interval of ``half_width`` around its mean, from the spread s₀ of its first n₀ = ``len(pilot)`` seeds' scores:
+    max(n₀, ⌈(t(0.975, n₀ − 1) · s₀ / half_width)²⌉), at most ``most``. The pilot's spread is independent of the
+    seeds still to come, so the mean over all of them keeps the interval's 95 % (for normal scores).
+
+    >>> stein_seeds([0.6, 0.7, 0.8], 0.1, 50)  # s0 = 0.1, t(0.975, 2) = 4.303: 4.303² = 18.5
+    19
+    >>> stein_seeds([0.9] * 10, 0.03, 30), stein_seeds([0.6, 0.7, 0.8], 0.1, 12)  # no spread; the cap
+    (10, 12)
+    """
+    count = len(pilot)
+    if count < 2:
+        raise ValueError("Stein's rule needs a pilot of at least 2 seeds")
+    spread = interval(pilot).standard_error * math.sqrt(count)
+    quantile = float(stats.t.ppf(0.5 + CONFIDENCE / 2, count - 1))
+    return min(most, max(count, math.ceil((quantile * spread / half_width) ** 2)))
+
+
 def seed_scores(metrics: dict[str, dict[str, float]], key: str, score: str) -> list[float]:
     """``score`` of the model ``key`` and of each of its seeds in evaluate's metrics (seed 0 first)."""
     found = [(0, metrics[key][score])] if score in metrics.get(key, {}) else []
