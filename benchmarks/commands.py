@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 import click
 
-from flows.stage_commands import PARAMS, _writable
+from flows.stage_commands import PARAMS, PROJECTION_K, _writable
 from tasks.core.clip_shapes import BACKBONE_NAMES, OWN
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -24,6 +24,18 @@ def bench_out(name: str, help: str = "Where to write the result (JSON).") -> Cal
         show_default=True,
         callback=_writable,
         help=help,
+    )
+
+
+def existing_folder(name: str, default: Any, help: str, **more: Any) -> Callable[[F], F]:
+    """An option naming a folder that must exist (a run's data a benchmark reads)."""
+    return click.option(
+        name,
+        type=click.Path(path_type=Path, file_okay=False, exists=True),
+        default=default,
+        show_default=True,
+        help=help,
+        **more,
     )
 
 
@@ -47,13 +59,7 @@ def bench() -> None:
 @click.option(
     "--size", type=(int, int), default=(240, 320), show_default=True, help="Frame height and width."
 )
-@click.option(
-    "--k",
-    "k",
-    default="32x32x3",
-    show_default=True,
-    help="Projection dimension: an integer or HxWxC.",
-)
+@PROJECTION_K
 @bench_out("dprp.json")
 @BENCH_DEVICE
 def bench_dprp_command(frames: int, size: tuple[int, int], k: str, out: Path, device: str) -> None:
@@ -142,12 +148,10 @@ def bench_private_command(
 
 
 @bench.command("anonymize")
-@click.option(
+@existing_folder(
     "--root",
-    type=click.Path(path_type=Path, file_okay=False, exists=True),
-    default=Path("data/footage/vtest"),
-    show_default=True,
-    help="A UCF101-shaped folder of real footage (make footage cuts one).",
+    Path("data/footage/vtest"),
+    "A UCF101-shaped folder of real footage (make footage cuts one).",
 )
 @PARAMS
 @bench_out("anonymize.json")
@@ -184,21 +188,14 @@ def bench_maskdp_views_command(params_path: Path, seeds: int, out: Path) -> None
 
 @bench.command("epochs")
 @PARAMS
-@click.option(
+@existing_folder(
     "--frames",
-    "frames",
-    type=click.Path(path_type=Path, file_okay=False, exists=True),
+    [Path("data/decode"), Path("data/dprp/eps2.0"), Path("data/anonymize/avatar")],
+    "A training folder (its train split is cut into folds); repeat for each.",
     multiple=True,
-    default=[Path("data/decode"), Path("data/dprp/eps2.0"), Path("data/anonymize/avatar")],
-    show_default=True,
-    help="A training folder (its train split is cut into folds); repeat for each.",
 )
-@click.option(
-    "--init",
-    type=click.Path(path_type=Path, file_okay=False, exists=True),
-    default=Path("data/pretrain/public"),
-    show_default=True,
-    help="The public model the classifiers fine-tune.",
+@existing_folder(
+    "--init", Path("data/pretrain/public"), "The public model the classifiers fine-tune."
 )
 @click.option(
     "--candidates",
@@ -216,8 +213,8 @@ def bench_epochs_command(
     folds: int,
     out: Path,
 ) -> None:
-    """After a run: the fewest fine-tuning epochs within one standard error of the best validation Top-1 (folds of
-    the train split; the test split is never read), per training folder, and train.epochs: the largest."""
+    """After a run: per training folder, the fewest fine-tuning epochs within one standard error of the best validation
+    Top-1 (folds of its train split; the test split is never read): train.epochs_per_family's entry for its family."""
     import json
 
     from benchmarks.epochs import run_bench

@@ -7,8 +7,9 @@ its standard error. Every E is a training of its own, not an epoch of a longer o
 decays to 0 over the E epochs, so a prefix of a longer schedule would score E too low.
 
 The rule is the one-standard-error rule (Hastie, Tibshirani & Friedman, *The Elements of Statistical Learning*,
-§7.10): the fewest epochs whose score is within one standard error of the best. ``train.epochs`` is one value for
-every classifier (raw, Video-DPRP and anonymized copies), so the pipeline takes the largest of the folders' choices.
+§7.10): the fewest epochs whose score is within one standard error of the best; ``train.epochs_per_family`` takes
+each family's (the raw clips: ``baseline``; a Video-DPRP copy: ``dprp``; an anonymized copy: ``anonymize``). A copy's
+folds are of the copy itself, as its classifier learns it (its raw clips are the private data the copy protects).
 The test split is never read. Seeded (fold i trains with seed i + 1): a measurement, not a release.
 """
 
@@ -131,7 +132,6 @@ def run_bench(
         "folds": folds,
         "candidates": candidates,
         "folders": folders,
-        "train_epochs": max(found["chosen"] for found in folders.values()),
         "params_train_epochs": params.epochs,
         "seconds": round(time.perf_counter() - started, 1),
     }

@@ -34,6 +34,14 @@ PARAMS_ATTRS: dict[str, Any] = {
     "help": "The params file.",
 }
 PARAMS = click.option(*PARAMS_DECLS, **PARAMS_ATTRS)
+# Video-DPRP's projection dimension, as `privhar dprp` and `privhar bench dprp` take it
+PROJECTION_K = click.option(
+    "--k",
+    "k",
+    default="32x32x3",
+    show_default=True,
+    help="Projection dimension: an integer or HxWxC.",
+)
 
 
 def _writable(

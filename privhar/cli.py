@@ -10,7 +10,7 @@ import click
 
 from benchmarks.commands import bench
 from flows.flow_logging import log_stages_to_stderr
-from flows.stage_commands import _writable, stage
+from flows.stage_commands import PROJECTION_K, _writable, stage
 from privhar.entry import Terminated, run_as_process
 from tasks.core.errors import PrivharError
 
@@ -31,13 +31,7 @@ main.add_command(bench)
 @click.argument("target", type=click.Path(path_type=Path))
 @click.option("--epsilon", type=float, required=True, help="Total ε of the video.")
 @click.option("--delta", type=float, required=True, help="Total δ of the video.")
-@click.option(
-    "--k",
-    "k",
-    default="32x32x3",
-    show_default=True,
-    help="Projection dimension: an integer or HxWxC.",
-)
+@PROJECTION_K
 @click.option(
     "--budget-split", type=float, default=0.8, show_default=True, help="b: share of (ε, δ) for P."
 )
