@@ -83,7 +83,8 @@ class TrainingData:
 
 
 def held_out_accuracy(model: nn.Module, data: TrainingData, batch_size: int = 64) -> float | None:
-    """Top-1 on the test split after an epoch: the learning curve's second line. Never used to pick a model or stop."""
+    """Top-1 on the held-out clips: after an epoch, the learning curve's second line; of a pilot seed, what Stein's rule
+    counts seeds by (:class:`SeedPlan`). Never used to pick a model or to stop a training."""
     if data.held_out is None:
         return None
     clips, labels = data.held_out
@@ -278,14 +279,11 @@ class SeedPlan:
                 raise PrivharError(f"{score_on / MANIFEST_NAME}: no videos in the test split")
             self.scoring = (load_clips(rows, score_on, tuple(params.input_size)), labels_of(rows))
 
-    def seen(self, model: nn.Module) -> None:
+    def seen(self, model: nn.Module, data: TrainingData) -> None:
         """One more seed trained: a pilot seed is scored; the last one decides how many seeds the row needs."""
         if self.rule is None or len(self.scores) >= self.rule.pilot:
             return
-        clips, labels = self.scoring
-        self.scores.append(
-            int((predict(model.eval(), clips, 64).argmax(1) == labels).sum()) / len(labels)
-        )
+        self.scores.append(held_out_accuracy(model, replace(data, held_out=self.scoring)))
         if len(self.scores) == self.rule.pilot:
             self.planned = stein_seeds(self.scores, self.rule.half_width, self.most)
             LOG.info(
@@ -515,7 +513,7 @@ def train(
                             "delta": privacy.delta,
                         }
                     )
-                plan.seen(model)
+                plan.seen(model, data)
                 seed += 1
             final.update(plan.record())
             run.set_tags(
