@@ -116,7 +116,9 @@ def test_the_dag_comes_from_dvc_yaml():
     assert upstream["budget"] == (
         "decode",
     )  # every DP stage's privacy.max_epsilon verdicts, planned in one place
+    # train-dprp scores its pilot seeds on the raw test split (report.seed_rule: --score-on data/decode)
     assert upstream["dprp@8.0"] == ("budget", "decode") and upstream["train-dprp@8.0"] == (
+        "decode",
         "dprp@8.0",
         "pretrain",
     )
