@@ -22,6 +22,7 @@ import json
 import logging
 import math
 import re
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -62,7 +63,7 @@ from tasks.core.privacy import NON_PRIVATE, data_guarantee, strongest
 from tasks.core.progress import progress
 from tasks.core.registry import CHECKPOINT_TAG, checkpoint_digest, register_model
 from tasks.core.seeding import derive_seed
-from tasks.core.seeds import interval, seed_folder, seed_keys, stein_seeds
+from tasks.core.seeds import seed_folder, seed_keys, stein_seeds
 from tasks.core.storage import atomic_directory, atomic_write_bytes
 from tasks.core.tables import csv_bytes
 from tasks.core.tracking import StageRun, stage_run, stage_work
@@ -289,7 +290,7 @@ class SeedPlan:
             LOG.info(
                 "train: Stein's rule: %d pilot seeds, Top-1 sd %.3f, %d seeds for a ±%.3f interval (at most %d)",
                 len(self.scores),
-                interval(self.scores).standard_error * len(self.scores) ** 0.5,
+                statistics.stdev(self.scores),
                 self.planned,
                 self.rule.half_width,
                 self.most,
@@ -302,9 +303,7 @@ class SeedPlan:
         return {
             "seeds": self.planned,
             "seed_rule": f"Stein: {self.rule.pilot} pilot seeds, ±{self.rule.half_width:g}, at most {self.most}",
-            "pilot_top1_sd": round(
-                interval(self.scores).standard_error * len(self.scores) ** 0.5, 6
-            ),
+            "pilot_top1_sd": round(statistics.stdev(self.scores), 6),
         }
 
 
@@ -442,8 +441,8 @@ def train(
         data_guarantee(train_rows).epsilon
     ):  # the public set holds no subject
         check_unprotected(privacy, f"the non-private model {key} (trained on {frames})")
-    classes = class_names(rows)
     config = classifier_config(model_params, params, rows, key, family, frames, init)
+    classes = config["classes"]
     run_name = "train" if key == params.method else f"train@{key}"
     privacy = strongest(METHOD_PRIVACY[params.method], data_guarantee(train_rows))
     with stage_run(run_name, {"base": base, "train": params, "model": model_params}) as run:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import re
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -120,7 +121,7 @@ def stein_seeds(pilot: Sequence[float], half_width: float, most: int) -> int:
     count = len(pilot)
     if count < 2:
         raise ValueError("Stein's rule needs a pilot of at least 2 seeds")
-    spread = interval(pilot).standard_error * math.sqrt(count)
+    spread = statistics.stdev(pilot)
     quantile = float(stats.t.ppf(0.5 + CONFIDENCE / 2, count - 1))
     return min(most, max(count, math.ceil((quantile * spread / half_width) ** 2)))
 

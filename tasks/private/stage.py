@@ -694,18 +694,14 @@ def _log(run: StageRun, outcome: Outcome, recipe: Recipe, target: float) -> None
     spent = (
         epsilon_by_epoch(outcome.privacy, recipe.epochs)
         if finite and outcome.privacy.noise_multiplier > 0
-        else None
+        else {}
     )
     history = [
         (
             record["epoch"],
             {
                 "loss": record["loss"],
-                **(
-                    {}
-                    if spent is None or record["epoch"] not in spent
-                    else {"epsilon": spent[record["epoch"]]}
-                ),
+                **({"epsilon": spent[record["epoch"]]} if record["epoch"] in spent else {}),
             },
         )
         for record in outcome.history
