@@ -69,6 +69,151 @@ def dprp_command(source: Path, target: Path, **arguments: Any) -> None:
     click.echo(json.dumps(protect_file(source, target, **arguments), indent=2))
 
 
+PROTECT_METHODS = ["avatar", "face_blur", "mosaic", "solid", "blackout", "low_res_32x24"]
+
+
+@main.command("protect")
+@click.argument("sources", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option(
+    "-o",
+    "--out",
+    "target",
+    required=True,
+    type=click.Path(path_type=Path),
+    callback=_writable,
+    help="A video file (one input), or a folder: each input keeps its name (and its path under an input folder).",
+)
+@click.option(
+    "--method",
+    default="face_blur",
+    show_default=True,
+    help=f"One of {', '.join(PROTECT_METHODS)} (low_res_<W>x<H> at any size).",
+)
+@click.option(
+    "--detectors",
+    default="mediapipe,hog,motion",
+    show_default=True,
+    help="People finders, united (anonymize.ensemble): mediapipe, hog, motion, faces. OpenCV's Haar faces are the "
+    "gate's judge, so not in the default.",
+)
+@click.option(
+    "--threshold",
+    type=click.FloatRange(0.0, 1.0, min_open=True, max_open=True),
+    help="mediapipe's minimum detection score [params.yaml: anonymize.detector_confidence].",
+)
+@click.option(
+    "--mask-scale",
+    type=click.FloatRange(1.0, 4.0),
+    default=1.3,
+    show_default=True,
+    help="Face boxes scaled about their centre (deface's --mask-scale).",
+)
+@click.option(
+    "--blur-kernel", type=int, help="face_blur's Gaussian kernel, odd [anonymize.face_blur_kernel]."
+)
+@click.option("--blur-sigma", type=float, help="face_blur's σ [anonymize.face_blur_sigma].")
+@click.option(
+    "--mosaic-cells", type=int, help="mosaic: blocks a side of a face [anonymize.mosaic_cells]."
+)
+@click.option(
+    "--colour",
+    type=(int, int, int),
+    help="solid: the R G B a face is filled with [anonymize.solid_colour].",
+)
+@click.option(
+    "--detect-scale",
+    type=click.FloatRange(0.1, 1.0),
+    default=1.0,
+    show_default=True,
+    help="People are found on frames scaled by this (deface's --scale); masks and boxes map back up.",
+)
+@click.option(
+    "--detect-every",
+    type=click.IntRange(1, 64),
+    default=3,
+    show_default=True,
+    help="Detectors run on every k-th frame; tracks carry people through the frames between.",
+)
+@click.option(
+    "--min-coverage",
+    type=click.FloatRange(0.0, 1.0),
+    help="Share of the moving (face: head) pixels a stretch must change [anonymize.min_coverage].",
+)
+@click.option(
+    "--on-fail",
+    type=click.Choice(["blackout", "skip"]),
+    default="blackout",
+    show_default=True,
+    help="A stretch below --min-coverage or with a face found again: released black, or the video not written.",
+)
+@click.option(
+    "--chunk-seconds",
+    type=click.FloatRange(0.5, 60.0),
+    default=4.0,
+    show_default=True,
+    help="Stretch of video protected (and gated) at once: tracks and the background plate span one stretch.",
+)
+@click.option("--keep-audio", is_flag=True, help="Copy the audio streams unchanged.")
+@click.option(
+    "--keep-metadata", is_flag=True, help="Keep container and stream metadata (dropped by default)."
+)
+@click.option(
+    "--seed", type=int, default=0, show_default=True, help="Which avatar each person gets."
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(0, 256),
+    default=0,
+    show_default=True,
+    help="Videos protected at once (0: one per core).",
+)
+@click.option(
+    "--params",
+    "params_path",
+    type=click.Path(path_type=Path),
+    default=Path("params.yaml"),
+    show_default=True,
+    help="The params file whose anonymize section sets the rest.",
+)
+def protect_command(
+    sources: tuple[Path, ...], target: Path, params_path: Path, workers: int, **options: Any
+) -> None:
+    """Remove the people (or their faces) from videos at their own resolution and frame rate: SOURCES are video files
+    or folders of them. One line per video; a video that cannot be read or written gets one line and nothing is
+    written for it."""
+    from flows.stage_commands import section
+    from tasks.anonymize.protect_video import protect_videos, total_line
+
+    colour = options.pop("colour")
+    overrides = {
+        key: value
+        for key, value in {
+            "detector_confidence": options.pop("threshold"),
+            "face_blur_kernel": options.pop("blur_kernel"),
+            "face_blur_sigma": options.pop("blur_sigma"),
+            "mosaic_cells": options.pop("mosaic_cells"),
+            "solid_colour": list(colour) if colour else None,
+            "min_coverage": options.pop("min_coverage"),
+            "face_scale": options.pop("mask_scale"),
+            "detect_every": options.pop("detect_every"),
+        }.items()
+        if value is not None
+    }
+    if not params_path.is_file():
+        raise PrivharError(
+            f"{params_path}: no such params file (run in a privhar project, or pass --params)"
+        )
+    params = section(params_path, "anonymize", **overrides)
+    results = protect_videos(sources, target, params=params, workers=workers, **options)
+    for result in results:
+        click.echo(
+            f"privhar: error: {result}" if isinstance(result, str) else result.line(), err=True
+        )
+    click.echo(total_line(results, options["method"]), err=True)
+    if any(isinstance(result, str) for result in results):
+        raise SystemExit(1)
+
+
 # a TCP port to listen on (0, "any free port", would leave the address unknown)
 PORT = click.IntRange(1, 65535)
 

@@ -34,12 +34,27 @@ MAX_CANVAS = (
 
 
 def _median(frames: np.ndarray, visible: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(per-pixel median of the visible frames (H, W, 3) uint8, never_seen (H, W) bool; 0 where never seen)."""
-    stack = np.where(visible[..., None], frames.astype(np.float32), np.nan)
-    never_seen = ~visible.any(axis=0)
-    with np.errstate(all="ignore"):
-        median = np.nanmedian(np.where(never_seen[None, ..., None], 0.0, stack), axis=0)
-    return np.clip(np.round(median), 0, 255).astype(np.uint8), never_seen
+    """(per-pixel median of the visible frames (H, W, 3) uint8, never_seen (H, W) bool; 0 where never seen).
+
+    ``np.nanmedian``'s value (the mean of the two middle values, rounded half to even), from one sort along time:
+    nanmedian's masked-array path took 0.7 s for 40 frames of 320 × 240.
+    """
+    # hidden values as 255 sort after (or among equal) visible ones: the first `count` of each pixel are its visible
+    ordered = np.sort(np.where(visible[..., None], frames, 255).astype(np.uint16), axis=0)
+    count = visible.sum(axis=0)
+    never_seen = count == 0
+    shape = (1, *frames.shape[1:])
+    low = np.broadcast_to(np.maximum(count - 1, 0)[None, ..., None] // 2, shape)
+    high = np.broadcast_to(count[None, ..., None] // 2, shape)
+    high = np.minimum(high, len(frames) - 1)
+    middle = (
+        np.take_along_axis(ordered, low, axis=0)[0] + np.take_along_axis(ordered, high, axis=0)[0]
+    )
+    half = middle // 2
+    median = np.where(
+        never_seen[..., None], 0, half + (middle & half & 1)
+    )  # halves to even, as np.round
+    return median.astype(np.uint8), never_seen
 
 
 def background_plate(frames: np.ndarray, covered: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -16,8 +16,10 @@ from tasks.anonymize.obfuscate import (
     black_out,
     blur_faces,
     dilate,
+    fill_faces,
     low_res_size,
     low_resolution,
+    mosaic_faces,
     no_public_pixels,
 )
 from tasks.core.params import AnonymizeParams
@@ -61,6 +63,14 @@ PROTECT: dict[str, Protect] = {
     ),
     "face_blur": lambda frames, people, params, seed, _: (
         blur_faces(frames, people["face_box"], params.face_blur_kernel, params.face_blur_sigma),
+        no_public_pixels(frames),
+    ),
+    "mosaic": lambda frames, people, params, seed, _: (
+        mosaic_faces(frames, people["face_box"], params.mosaic_cells),
+        no_public_pixels(frames),
+    ),
+    "solid": lambda frames, people, params, seed, _: (
+        fill_faces(frames, people["face_box"], tuple(params.solid_colour)),
         no_public_pixels(frames),
     ),
     "blackout": lambda frames, people, params, seed, _: black_out(

@@ -1,6 +1,7 @@
 """The classical obfuscations of paper 000 §4.2, applied to one clip with its ground truth.
 
     face_blur        Gaussian blur, kernel 21, σ 10, inside every face box (the paper's values)
+    mosaic, solid    every face box pixelated, or filled with one colour (deface's other replacements)
     low_res_<W>x<H>  inverse super resolution: down to W×H (area averaging), back up (bilinear)
                      so the classifier sees its usual input size
     blackout         the person mask, dilated, filled with black; those pixels are synthetic,
@@ -27,20 +28,59 @@ def no_public_pixels(frames: np.ndarray) -> np.ndarray:
     return np.zeros(frames.shape[:3], np.uint8)
 
 
+def _face_windows(shape: tuple[int, ...], boxes: np.ndarray) -> list[tuple[int, int, int, int]]:
+    """(left, top, right, bottom) pixel windows of a frame's finite face boxes of positive area, inside the frame."""
+    height, width = shape[:2]
+    windows = []
+    for box in boxes:
+        if not np.isfinite(box).all():  # no face of this person in this frame
+            continue
+        x0, y0, x1, y1 = box
+        left, top = max(0, int(np.floor(x0))), max(0, int(np.floor(y0)))
+        right, bottom = min(width, int(np.ceil(x1))), min(height, int(np.ceil(y1)))
+        if right > left and bottom > top:
+            windows.append((left, top, right, bottom))
+    return windows
+
+
 def blur_faces(frames: np.ndarray, face_boxes: np.ndarray, kernel: int, sigma: float) -> np.ndarray:
     """Blur each frame inside its face boxes (T, P, 4: x0, y0, x1, y1; boxes of zero area are skipped)."""
     out = frames.copy()
-    height, width = frames.shape[1:3]
     for t, frame in enumerate(frames):
+        windows = _face_windows(frame.shape, face_boxes[t])
+        if not windows:
+            continue
         blurred = cv2.GaussianBlur(frame, (kernel, kernel), sigma, borderType=cv2.BORDER_REFLECT)
-        for box in face_boxes[t]:
-            if not np.isfinite(box).all():  # no face of this person in this frame
-                continue
-            x0, y0, x1, y1 = box
-            left, top = max(0, int(np.floor(x0))), max(0, int(np.floor(y0)))
-            right, bottom = min(width, int(np.ceil(x1))), min(height, int(np.ceil(y1)))
-            if right > left and bottom > top:
-                out[t, top:bottom, left:right] = blurred[top:bottom, left:right]
+        for left, top, right, bottom in windows:
+            out[t, top:bottom, left:right] = blurred[top:bottom, left:right]
+    return out
+
+
+def mosaic_faces(frames: np.ndarray, face_boxes: np.ndarray, cells: int) -> np.ndarray:
+    """Each face box pixelated into ``cells`` × ``cells`` blocks (area means), as deface's ``mosaic``."""
+    out = frames.copy()
+    for t, frame in enumerate(frames):
+        for left, top, right, bottom in _face_windows(frame.shape, face_boxes[t]):
+            face = frame[top:bottom, left:right]
+            small = cv2.resize(
+                face,
+                (min(cells, right - left), min(cells, bottom - top)),
+                interpolation=cv2.INTER_AREA,
+            )
+            out[t, top:bottom, left:right] = cv2.resize(
+                small, (right - left, bottom - top), interpolation=cv2.INTER_NEAREST
+            )
+    return out
+
+
+def fill_faces(
+    frames: np.ndarray, face_boxes: np.ndarray, colour: tuple[int, int, int]
+) -> np.ndarray:
+    """Each face box filled with one RGB ``colour``, as deface's ``solid``."""
+    out = frames.copy()
+    for t, frame in enumerate(frames):
+        for left, top, right, bottom in _face_windows(frame.shape, face_boxes[t]):
+            out[t, top:bottom, left:right] = colour
     return out
 
 

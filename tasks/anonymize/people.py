@@ -31,7 +31,7 @@ import numpy as np
 
 from tasks.anonymize.coverage import moving_pixels
 from tasks.anonymize.source_clip import SourceClip, source_clip
-from tasks.anonymize.tracks import as_frames, by_track, fill, link, track_numbers
+from tasks.anonymize.tracks import as_frames, between, by_track, fill, link, track_numbers
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import resolve_path
 from tasks.core.motion_detector import moving_people
@@ -144,13 +144,14 @@ def implied_heads(person: np.ndarray, faces: list[Box]) -> list[Box]:
 
 
 def _poses(
-    kept: np.ndarray, person: np.ndarray, params: AnonymizeParams
+    kept: np.ndarray, person: np.ndarray, params: AnonymizeParams, keyed: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """BlazePose on every person blob; depth ordered by where a person stands (lower in the frame is nearer); one column
-    per person track through the clip (:func:`tasks.anonymize.tracks.track_numbers`), so a person keeps their avatar."""
+    """BlazePose on every person blob of the key frames ``keyed``; depth ordered by where a person stands (lower in the
+    frame is nearer); one column per person track through the clip (:func:`tasks.anonymize.tracks.track_numbers`), so
+    a person keeps their avatar, and each track's pose interpolated through the frames between its key frames."""
     from tasks.anonymize.detector import poses_in_boxes
 
-    boxes = [person_boxes(mask) for mask in person]
+    boxes = [person_boxes(mask) if keyed[t] else [] for t, mask in enumerate(person)]
     skeleton, depth, mask = poses_in_boxes(kept, boxes, params.detector_confidence)
     for t, frame_boxes in enumerate(boxes):
         for p, box in enumerate(frame_boxes):
@@ -158,7 +159,40 @@ def _poses(
                 10.0 * box[3] / kept.shape[1]
             )  # mediapipe's z is relative to each crop's own hips
     numbers = track_numbers(boxes)
-    return by_track(skeleton, numbers), by_track(depth, numbers), mask
+    reach = params.detect_every - 1
+    return (
+        between(by_track(skeleton, numbers), reach),
+        between(by_track(depth, numbers), reach),
+        mask,
+    )
+
+
+def key_frames(count: int, every: int) -> np.ndarray:
+    """(count,) bool: the frames detectors run on, every ``every``-th and the last.
+
+    >>> key_frames(7, 3).nonzero()[0].tolist()
+    [0, 3, 6]
+    >>> key_frames(5, 3).nonzero()[0].tolist()
+    [0, 3, 4]
+    """
+    keyed = np.zeros(count, bool)
+    keyed[::every] = True
+    keyed[-1] = True
+    return keyed
+
+
+def carried(person: np.ndarray, keyed: np.ndarray) -> np.ndarray:
+    """(T, H, W) bool: the key frames' person pixels, and in every other frame the boxes of the people tracked
+    through it (:func:`tasks.anonymize.tracks.fill`: interpolated between key frames, held before the first and after
+    the last, grown): a person found in frames t − k and t + k is covered in t."""
+    if keyed.all():
+        return person
+    boxes = [person_boxes(mask) if keyed[t] else [] for t, mask in enumerate(person)]
+    out = person.copy()
+    for t, frame_boxes in enumerate(as_frames(fill(link(boxes)))):
+        if not keyed[t]:
+            out[t] |= fill_boxes(person.shape[1:], frame_boxes)
+    return out
 
 
 def detect(
@@ -173,10 +207,29 @@ def detect(
     identity: int,
 ) -> People:
     """People of one decoded clip ``frames`` found by the detectors of ``source`` on its source frames."""
-    clip = source_clip(row, frames, decode, workdir)
+    return detect_in(
+        source_clip(row, frames, decode, workdir),
+        keys,
+        source=source,
+        params=params,
+        identity=identity,
+    )
+
+
+def detect_in(
+    clip: SourceClip,
+    keys: tuple[str, ...],
+    *,
+    source: str,
+    params: AnonymizeParams,
+    identity: int,
+) -> People:
+    """People of ``clip`` found by the detectors of ``source`` on its kept frames (every ``anonymize.detect_every``-th
+    of them, :func:`key_frames`; tracks carry them through the rest), mapped onto the clip's output frames."""
     kept = clip.kept
     detectors = detectors_of(source, params)
     count, height, width = kept.shape[:3]
+    keyed = key_frames(count, params.detect_every)
     wants_faces = "face_box" in keys
     person = np.zeros((count, height, width), bool)
     faces: list[list[Box]] = [[] for _ in range(count)]
@@ -184,10 +237,12 @@ def detect(
         from tasks.anonymize import detector as mediapipe_models
 
         if "mediapipe" in detectors:
-            faces = mediapipe_models.find_faces(kept, params.detector_confidence)
+            found = iter(mediapipe_models.find_faces(kept[keyed], params.detector_confidence))
+            faces = [next(found) if key else [] for key in keyed]
         if "faces" in detectors:
             faces = [
-                found + face_boxes(frame, params.hog_upscale) for found, frame in zip(faces, kept)
+                found + (face_boxes(frame, params.hog_upscale) if key else [])
+                for found, frame, key in zip(faces, kept, keyed)
             ]
         faces = as_frames(
             fill(link(faces))
@@ -196,16 +251,20 @@ def detect(
         for model in params.motion_models:
             person |= moving_people(clip.frames, clip.picked, model=model, grow=params.motion_grow)
     if "hog" in detectors:
-        person |= np.stack(
-            [fill_boxes((height, width), people_boxes(frame, params.hog_upscale)) for frame in kept]
+        person[keyed] |= np.stack(
+            [
+                fill_boxes((height, width), people_boxes(frame, params.hog_upscale))
+                for frame in kept[keyed]
+            ]
         )
     if "mediapipe" in detectors:
         from tasks.anonymize.detector import segment_people
 
-        person |= segment_people(kept)
+        person[keyed] |= segment_people(kept[keyed])
     person |= np.stack(
         [fill_boxes((height, width), boxes) for boxes in faces]
     )  # a face is a person's
+    person = carried(person, keyed)
     faces_only = wants_faces and not set(keys) - {"face_box"}
     if (
         faces_only
@@ -214,7 +273,7 @@ def detect(
     skeleton = np.full((count, 1, len(JOINTS), 2), np.nan, np.float32)
     depth = np.full((count, 1, len(JOINTS)), np.nan, np.float32)
     if "skeleton" in keys and "mediapipe" in detectors:
-        skeleton, depth, posed = _poses(kept, person, params)
+        skeleton, depth, posed = _poses(kept, person, params, keyed)
         person |= posed
         skeleton = clip.points_down(skeleton)
     person_mask = clip.mask_down(person)

@@ -28,15 +28,13 @@ from typing import Annotated, Any
 import numpy as np
 import pyarrow as pa
 
-from tasks.anonymize.coverage import coverage
-from tasks.anonymize.methods import PROTECT
 from tasks.anonymize.people import (
-    People,
     detectors_of,
     find_people,
     resolve_source,
     video_identity,
 )
+from tasks.anonymize.release import protect_clip
 from tasks.core import stage_options as arg
 from tasks.core.anonymize_catalogue import ANONYMIZE_METHODS, method_of
 from tasks.core.errors import PrivharError
@@ -49,7 +47,6 @@ from tasks.core.manifest import (
     write_manifest,
     write_table,
 )
-from tasks.core.opencv_detectors import faces_found_again, fill_boxes
 from tasks.core.parallel import map_ordered, worker_count
 from tasks.core.params import (
     AnonymizeParams,
@@ -72,9 +69,6 @@ QUARANTINE_SCHEMA = pa.schema(
     ]
 )
 log = logging.getLogger(__name__)
-PROTECTED_FACE_SHARE = (
-    0.5  # a face found again is released when its protection changed less of its box than this
-)
 
 
 def anonymize_one(
@@ -97,8 +91,8 @@ def anonymize_one(
     frames = load_frames(workdir / resolve_path(row["path"], source))
     entry = method_of(method)
     keys = entry.people
-    started = time.perf_counter()
-    people, searched = {}, ""
+    started, finding = time.perf_counter(), 0.0
+    found, searched = None, ""
     if keys:
         found = find_people(
             row,
@@ -111,42 +105,25 @@ def anonymize_one(
             workdir=workdir,
             identity=video_identity(str(row["video_id"])),
         )
-        people, searched = found.arrays, found.searched_at
-        if source_kind == "ground_truth":  # reading annotations is not part of the method's cost
-            started = time.perf_counter()
-    protected, public = PROTECT[entry.name](frames, people, params, seed, method)
-    seconds = time.perf_counter() - started
-    covered, blacked_out, unchanged = float("nan"), False, False
-    if entry.gated:
-        covered = coverage(frames, protected, found.reference)
-        unchanged = found.found and np.array_equal(protected, frames)
-        reason = ""
-        if covered < params.min_coverage:
-            reason = (
-                f"coverage {covered:.3f} < anonymize.min_coverage {params.min_coverage}: {method} changed "
-                f"{covered:.1%} of the {int(found.reference.sum())} {found.measured_on} (people from {source_kind})"
-            )
-        elif "face_box" in keys and (
-            leaked := released_faces(frames, protected, found, source_kind)
-        ):
-            reason = (
-                f"a face found again after {method}, mostly unchanged, in {len(leaked)} of {len(frames)} frames "
-                f"(first: frame {leaked[0]}; OpenCV's Haar judge on the released frames, people from {source_kind})"
-            )
-        if reason:
-            if params.on_low_coverage == "quarantine":
-                return {
-                    "video_id": str(row["video_id"]),
-                    "split": str(row["split"]),
-                    "coverage": covered,
-                    "reason": reason,
-                }, seconds
-            log.info("anonymize: %s: %s; released black", row["video_id"], reason)
-            protected, public, blacked_out = (
-                np.zeros_like(frames),
-                np.ones(frames.shape[:3], np.uint8),
-                True,
-            )
+        searched = found.searched_at
+        if source_kind != "ground_truth":  # reading annotations is not part of the method's cost
+            finding = time.perf_counter() - started
+    result = protect_clip(
+        frames, found, method=method, params=params, seed=seed, people_source=source_kind
+    )
+    seconds = finding + result.seconds
+    blacked_out = False
+    if result.reason:
+        if params.on_low_coverage == "quarantine":
+            return {
+                "video_id": str(row["video_id"]),
+                "split": str(row["split"]),
+                "coverage": result.coverage,
+                "reason": result.reason,
+            }, seconds
+        log.info("anonymize: %s: %s; released black", row["video_id"], result.reason)
+        result, blacked_out = result.blacked_out(), True
+    protected, public = result.frames, result.public
     save_frames(workdir / out / "frames" / f"{row['video_id']}.npy", protected)
     mask = ""
     if entry.public_pixels or blacked_out:
@@ -160,36 +137,12 @@ def anonymize_one(
         "annotations": annotations,
         "anonymize_method": method,
         "public_fraction": round(float(public.mean()), 6),
-        "coverage": covered,
+        "coverage": result.coverage,
         "blacked_out": blacked_out,
-        "unchanged_with_people": unchanged and not blacked_out,
+        "unchanged_with_people": result.unchanged,
         "people_source": source_kind if keys else "",
         "people_searched_at": searched,
     }, seconds
-
-
-def released_faces(
-    frames: np.ndarray, protected: np.ndarray, found: People, source_kind: str
-) -> list[int]:
-    """Frames that release a face: the Haar judge finds it again after the protection
-    (:func:`tasks.core.opencv_detectors.faces_found_again`) and the protection changed under
-    :data:`PROTECTED_FACE_SHARE` of its box. A face it blurred but Haar still calls a face (the paper's blur removes
-    the detail, not the blob) is the method's known weakness, which assess measures ("faces kept"), not a face left
-    unprotected. The judge searches the dataset's annotated faces where it has them (Haar also fires on background
-    texture), else the whole frame."""
-    regions = None
-    if source_kind == "ground_truth":
-        regions = [
-            [tuple(float(v) for v in box) for box in boxes if np.isfinite(box).all()]
-            for boxes in found.arrays["face_box"]
-        ]
-    leaked = []
-    for t, box in faces_found_again(frames, protected, regions):
-        inside = fill_boxes(frames.shape[1:3], [box])
-        changed = (frames[t] != protected[t]).any(axis=-1)[inside].mean()
-        if changed < PROTECTED_FACE_SHARE:
-            leaked.append(t)
-    return leaked
 
 
 @stage_work

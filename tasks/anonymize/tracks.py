@@ -135,3 +135,35 @@ def as_frames(tracks: np.ndarray) -> list[list[Box]]:
         [tuple(float(value) for value in box) for box in frame if np.isfinite(box).all()]
         for frame in tracks
     ]
+
+
+def between(values: np.ndarray, reach: int) -> np.ndarray:
+    """(T, P, ...) per-track values (NaN where a track was not detected), linearly interpolated through the frames
+    between two detections of the same track that are at most ``reach + 1`` frames apart, and held ``reach`` frames
+    past the first and last: the frames between key frames, not a track's long absence.
+
+    >>> track = np.full((6, 1, 1), np.nan, np.float32); track[1, 0], track[3, 0] = 0.0, 4.0
+    >>> between(track, 1)[:, 0, 0].tolist()
+    [0.0, 0.0, 2.0, 4.0, 4.0, nan]
+    """
+    if reach <= 0:
+        return values
+    out = values.copy()
+    seen_all = np.isfinite(values.reshape(*values.shape[:2], -1)).all(axis=2)
+    frames = np.arange(len(values))
+    for track in range(values.shape[1]):
+        seen = frames[seen_all[:, track]]
+        if not len(seen):
+            continue
+        for t in frames[~seen_all[:, track]]:
+            before, after = seen[seen < t], seen[seen > t]
+            if len(before) and len(after) and after[0] - before[-1] <= reach + 1:
+                share = (t - before[-1]) / (after[0] - before[-1])
+                out[t, track] = (1 - share) * values[before[-1], track] + share * values[
+                    after[0], track
+                ]
+            elif len(before) and t - before[-1] <= reach:
+                out[t, track] = values[before[-1], track]
+            elif len(after) and after[0] - t <= reach:
+                out[t, track] = values[after[0], track]
+    return out

@@ -74,12 +74,24 @@ JUDGE_UPSCALE = (
     4.0  # decoded frames are small (a synthetic face is ~10 rows at 96): Haar's window is 24×24
 )
 JUDGE_MARGIN = 0.5  # a region searched is grown by this share of its size on every side
+JUDGE_ROWS = 96  # the decoded clips' height, which JUDGE_UPSCALE is for
 
 
-def _judged(frame: np.ndarray, region: Box | None) -> list[Box]:
+def judge_upscale(height: int) -> float:
+    """The judge's enlargement for frames ``height`` rows tall: :data:`JUDGE_UPSCALE` at the decoded size, less on
+    larger frames (the same smallest face relative to the frame; never below 1), so a full-resolution frame is not
+    searched at 16 times its area.
+
+    >>> judge_upscale(96), judge_upscale(240), judge_upscale(720)
+    (4.0, 1.6, 1.0)
+    """
+    return round(min(JUDGE_UPSCALE, max(1.0, JUDGE_UPSCALE * JUDGE_ROWS / height)), 3)
+
+
+def _judged(frame: np.ndarray, region: Box | None, upscale: float = JUDGE_UPSCALE) -> list[Box]:
     """Haar faces in ``frame`` (frame pixels), inside ``region`` grown by :data:`JUDGE_MARGIN` when one is given."""
     if region is None:
-        return face_boxes(frame, JUDGE_UPSCALE)
+        return face_boxes(frame, upscale)
     x0, y0, x1, y1 = region
     grow_x, grow_y = JUDGE_MARGIN * (x1 - x0), JUDGE_MARGIN * (y1 - y0)
     left, top = max(0, int(np.floor(x0 - grow_x))), max(0, int(np.floor(y0 - grow_y)))
@@ -87,12 +99,16 @@ def _judged(frame: np.ndarray, region: Box | None) -> list[Box]:
     bottom = min(frame.shape[0], int(np.ceil(y1 + grow_y)))
     if right - left < 2 or bottom - top < 2:
         return []
-    found = face_boxes(np.ascontiguousarray(frame[top:bottom, left:right]), JUDGE_UPSCALE)
+    found = face_boxes(np.ascontiguousarray(frame[top:bottom, left:right]), upscale)
     return [(a + left, b + top, c + left, d + top) for a, b, c, d in found]
 
 
 def faces_found_again(
-    raw: np.ndarray, protected: np.ndarray, regions: list[list[Box]] | None = None
+    raw: np.ndarray,
+    protected: np.ndarray,
+    regions: list[list[Box]] | None = None,
+    *,
+    upscale: float = JUDGE_UPSCALE,
 ) -> list[tuple[int, Box]]:
     """(frame, box) of each frame of a protected clip (T, H, W, 3) where the Haar judge finds a face it also finds in
     the raw frame at the same place (Dice > 0.5, paper 004's match); the first such face of the frame.
@@ -107,8 +123,8 @@ def faces_found_again(
     for t, (before, after) in enumerate(zip(raw, protected)):
         areas = [None] if regions is None else regions[t]
         for region in areas:
-            kept = _judged(after, region)
-            earlier = _judged(before, region) if kept else []
+            kept = _judged(after, region, upscale)
+            earlier = _judged(before, region, upscale) if kept else []
             again = [new for new in kept if any(matches(old, new) for old in earlier)]
             if again:
                 found.append((t, again[0]))

@@ -184,9 +184,19 @@ class AnonymizeParams(Section):
     ]  # a clip below min_coverage: left out, or released all black
     face_blur_kernel: Annotated[int, Field(ge=1, le=255)]
     face_blur_sigma: Annotated[float, Field(gt=0.0)]
+    mosaic_cells: Annotated[int, Field(ge=1, le=64)]  # blocks a side of a mosaic face
+    solid_colour: Annotated[
+        list[Annotated[int, Field(ge=0, le=255)]], Field(min_length=3, max_length=3)
+    ]
+    face_scale: Annotated[
+        float, Field(ge=1.0, le=4.0)
+    ]  # face boxes scaled about their centre before a face method (deface's --mask-scale)
     mask_dilation: Annotated[
         int, Field(ge=0, le=64)
     ]  # pixels added around a person mask (avatar, blackout)
+    detect_every: Annotated[
+        int, Field(ge=1, le=64)
+    ]  # detectors run on every k-th frame; tracks carry people through the frames between
 
     @field_validator("face_blur_kernel")
     @classmethod

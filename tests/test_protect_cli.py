@@ -1,0 +1,197 @@
+"""`privhar protect IN... -o OUT`: whole videos at their own size and rate, audio and metadata on request, one line
+per bad input and nothing half-written (tasks/anonymize/protect_video.py). Runs without mediapipe: the methods here
+need no people, or find them with OpenCV's detectors."""
+
+from fractions import Fraction
+
+import av
+import numpy as np
+import pytest
+
+from privhar.cli import entry_point
+from tests.conftest import REPO
+
+WALKING = (
+    REPO / "tests/data/vtest/Walking/v_Walking_g01_c01.avi"
+)  # real footage, 320x240, 40 frames at 10 fps
+
+
+def write_clip(path, *, frames=12, audio=True, title="camera 7, 51.5N 0.1W"):
+    """A small mp4 with a moving square, an AAC tone and a title in its metadata."""
+    with av.open(str(path), mode="w") as container:
+        container.metadata["title"] = title
+        video = container.add_stream("libx264", rate=10)
+        video.width, video.height, video.pix_fmt = 64, 48, "yuv420p"
+        sound = container.add_stream("aac", rate=8000) if audio else None
+        for index in range(frames):
+            picture = np.full((48, 64, 3), 40, np.uint8)
+            picture[10:30, 4 * index : 4 * index + 16] = 220
+            frame = av.VideoFrame.from_ndarray(picture, format="rgb24")
+            frame.pts = index
+            container.mux(video.encode(frame))
+        container.mux(video.encode())
+        if sound is not None:
+            tone = (0.2 * np.sin(np.arange(8000 * frames // 10) / 3)).astype(np.float32)[None]
+            chunk = av.AudioFrame.from_ndarray(tone, format="flt", layout="mono")
+            chunk.sample_rate, chunk.pts, chunk.time_base = 8000, 0, Fraction(1, 8000)
+            container.mux(sound.encode(chunk))
+            container.mux(sound.encode())
+    return path
+
+
+def run(monkeypatch, capsys, *argv):
+    monkeypatch.setattr("sys.argv", ["privhar", "protect", *map(str, argv)])
+    monkeypatch.chdir(REPO)  # params.yaml's anonymize section
+    code = 0
+    try:
+        entry_point()
+    except SystemExit as stop:
+        code = stop.code or 0
+    return code, capsys.readouterr().err
+
+
+def streams(path):
+    with av.open(str(path)) as container:
+        video = container.streams.video[0]
+        count = sum(1 for _ in container.decode(video=0))
+        return (
+            count,
+            (video.width, video.height),
+            len(container.streams.audio),
+            dict(container.metadata),
+        )
+
+
+def test_a_video_keeps_its_size_rate_and_audio_when_asked_and_loses_its_metadata(
+    tmp_path, monkeypatch, capsys
+):
+    clip = write_clip(tmp_path / "in.mp4")
+    code, err = run(
+        monkeypatch, capsys, clip, "-o", tmp_path / "out", "--method", "low_res_8x6", "--keep-audio"
+    )
+    assert code == 0, err
+    count, size, audio, metadata = streams(tmp_path / "out/in.mp4")
+    assert (count, size, audio) == (12, (64, 48), 1)
+    assert "camera 7" not in str(
+        metadata
+    )  # dropped by default: a title, a serial number, a position
+    code, err = run(
+        monkeypatch,
+        capsys,
+        clip,
+        "-o",
+        tmp_path / "kept.mp4",
+        "--method",
+        "low_res_8x6",
+        "--keep-metadata",
+    )
+    assert code == 0, err
+    count, size, audio, metadata = streams(tmp_path / "kept.mp4")
+    assert (count, audio, metadata.get("title")) == (12, 0, "camera 7, 51.5N 0.1W")
+    assert not list(tmp_path.rglob(".*partial*"))
+
+
+def test_real_footage_with_opencvs_people_finders_is_covered_and_says_so(
+    tmp_path, monkeypatch, capsys
+):
+    code, err = run(
+        monkeypatch,
+        capsys,
+        WALKING,
+        "-o",
+        tmp_path / "out.avi",
+        "--method",
+        "blackout",
+        "--detectors",
+        "hog,motion",
+    )
+    assert code == 0, err
+    count, size, _, _ = streams(tmp_path / "out.avi")
+    assert (count, size) == (40, (320, 240))
+    line = next(line for line in err.splitlines() if "out.avi: 40 frames 320x240" in line)
+    coverage = float(line.split("coverage min ")[1].split(";")[0].split()[0])
+    assert coverage >= 0.95 and "released black" not in line, line
+    with av.open(str(WALKING)) as raw, av.open(str(tmp_path / "out.avi")) as out:
+        before = np.stack([frame.to_ndarray(format="rgb24") for frame in raw.decode(video=0)])
+        after = np.stack([frame.to_ndarray(format="rgb24") for frame in out.decode(video=0)])
+    black = (after.max(axis=-1) < 20) & (before.max(axis=-1) >= 60)
+    assert 0.002 < black.mean() < 0.5  # people blacked out, not the whole frame
+
+
+@pytest.mark.parametrize(
+    ("make", "argv", "message"),
+    [
+        (None, ["missing.mp4"], "missing.mp4: no such file"),
+        (
+            lambda d: (d / "junk.avi").write_text("not a video"),
+            ["junk.avi"],
+            "junk.avi: not a readable video",
+        ),
+        (
+            lambda d: write_clip(d / "in.mp4"),
+            ["in.mp4", "-o", "{d}/out.txt"],
+            "cannot write a video as '.txt'",
+        ),
+        (
+            lambda d: write_clip(d / "in.mp4"),
+            ["in.mp4", "--method", "paint"],
+            "method 'paint' is not one of",
+        ),
+        (lambda d: write_clip(d / "in.mp4"), ["in.mp4", "--method", "low_res_0x4"], "low_res_0x4"),
+        (
+            lambda d: write_clip(d / "in.mp4"),
+            ["in.mp4", "--detectors", "yolo"],
+            "--detectors 'yolo'",
+        ),
+        (lambda d: (d / "empty").mkdir(), ["empty"], "empty: holds no video file"),
+        (
+            lambda d: (write_clip(d / "a.mp4"), write_clip(d / "b.mp4")),
+            ["a.mp4", "b.mp4", "-o", "{d}/one.mp4"],
+            "names one video file, but 2 videos are given",
+        ),
+    ],
+)
+def test_bad_input_is_one_line_and_writes_nothing(
+    tmp_path, monkeypatch, capsys, make, argv, message
+):
+    if make:
+        make(tmp_path)
+    argv = [
+        str(tmp_path / arg) if i == 0 or arg.endswith(".mp4") and not arg.startswith("{") else arg
+        for i, arg in enumerate(argv)
+    ]
+    argv = [arg.replace("{d}", str(tmp_path)) for arg in argv]
+    if "-o" not in argv:
+        argv += ["-o", str(tmp_path / "out")]
+    argv += [] if "--method" in argv else ["--method", "low_res_8x6"]
+    code, err = run(monkeypatch, capsys, *argv)
+    errors = [line for line in err.splitlines() if line.startswith("privhar: error:")]
+    assert code == 1 and message in err and len(errors) == 1, err
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+    assert not list(tmp_path.rglob(".*partial*"))
+
+
+def test_a_video_without_a_picture_is_one_line_and_the_others_are_still_written(
+    tmp_path, monkeypatch, capsys
+):
+    with av.open(str(tmp_path / "sound.mp4"), mode="w") as container:
+        sound = container.add_stream("aac", rate=8000)
+        chunk = av.AudioFrame.from_ndarray(
+            np.zeros((1, 4000), np.float32), format="flt", layout="mono"
+        )
+        chunk.sample_rate, chunk.pts, chunk.time_base = 8000, 0, Fraction(1, 8000)
+        container.mux(sound.encode(chunk))
+        container.mux(sound.encode())
+    write_clip(tmp_path / "in.mp4")
+    code, err = run(
+        monkeypatch,
+        capsys,
+        tmp_path / "sound.mp4",
+        tmp_path / "in.mp4",
+        "-o",
+        tmp_path / "out",
+        "--method",
+        "low_res_8x6",
+    )
+    assert code == 1 and "sound.mp4: has no video stream" in err, err
+    assert sorted(path.name for path in (tmp_path / "out").iterdir()) == ["in.mp4"]
