@@ -3,6 +3,7 @@ written as JSON, never part of a run or of the tests' assertions)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -162,6 +163,64 @@ def bench_anonymize_command(root: Path, params_path: Path, out: Path) -> None:
     from benchmarks.anonymize import run_bench
 
     click.echo(json.dumps(run_bench(root=root, params_path=params_path, out=out), indent=2))
+
+
+@bench.command("protect")
+@click.argument(
+    "folders",
+    nargs=-1,
+    required=True,
+    type=click.Path(path_type=Path, file_okay=False, exists=True),
+)
+@click.option(
+    "--methods",
+    default="face_blur,avatar",
+    show_default=True,
+    help="privhar protect's methods, comma-separated.",
+)
+@click.option(
+    "--deface",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    help="A deface executable (pip install deface in its own venv), run on the same clips.",
+)
+@click.option(
+    "--detect-every", type=click.IntRange(0, 64), default=0, show_default=True, help="0: auto."
+)
+@click.option(
+    "--detect-scale",
+    type=click.FloatRange(0.0, 1.0),
+    default=0.0,
+    show_default=True,
+    help="0: auto.",
+)
+@PARAMS
+@bench_out("protect.json")
+def bench_protect_command(
+    folders: tuple[Path, ...],
+    methods: str,
+    deface: Path | None,
+    detect_every: int,
+    detect_scale: float,
+    params_path: Path,
+    out: Path,
+) -> None:
+    """frames/s and faces found again of privhar protect's methods on FOLDERS of real clips (one size each), beside
+    deface's."""
+    from benchmarks.protect import run_bench
+    from flows.stage_commands import section
+
+    params = section(params_path, "anonymize", face_scale=1.3)
+    record = run_bench(
+        folders=list(folders),
+        methods=methods.split(","),
+        params=params,
+        deface=deface,
+        out=out,
+        detectors="mediapipe,hog,motion",
+        detect_scale=detect_scale,
+        detect_every=detect_every,
+    )
+    click.echo(json.dumps(record, indent=2))
 
 
 @bench.command("maskdp-views")

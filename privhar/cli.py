@@ -122,17 +122,18 @@ PROTECT_METHODS = ["avatar", "face_blur", "mosaic", "solid", "blackout", "low_re
 )
 @click.option(
     "--detect-scale",
-    type=click.FloatRange(0.1, 1.0),
-    default=1.0,
+    type=click.FloatRange(0.0, 1.0),
+    default=0.0,
     show_default=True,
-    help="People are found on frames scaled by this (deface's --scale); masks and boxes map back up.",
+    help="People are found on frames scaled by this (deface's --scale); masks and boxes map back up. "
+    "0: frames of at most 240 rows.",
 )
 @click.option(
     "--detect-every",
-    type=click.IntRange(1, 64),
-    default=3,
+    type=click.IntRange(0, 64),
+    default=0,
     show_default=True,
-    help="Detectors run on every k-th frame; tracks carry people through the frames between.",
+    help="Detectors run on every k-th frame; tracks carry people through the frames between. 0: four times a second.",
 )
 @click.option(
     "--min-coverage",
@@ -195,7 +196,6 @@ def protect_command(
             "solid_colour": list(colour) if colour else None,
             "min_coverage": options.pop("min_coverage"),
             "face_scale": options.pop("mask_scale"),
-            "detect_every": options.pop("detect_every"),
         }.items()
         if value is not None
     }

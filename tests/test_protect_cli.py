@@ -195,3 +195,16 @@ def test_a_video_without_a_picture_is_one_line_and_the_others_are_still_written(
     )
     assert code == 1 and "sound.mp4: has no video stream" in err, err
     assert sorted(path.name for path in (tmp_path / "out").iterdir()) == ["in.mp4"]
+
+
+def test_a_person_found_in_two_key_frames_is_covered_in_the_frame_between():
+    from tasks.anonymize.people import carried, key_frames
+
+    person = np.zeros((3, 40, 40), bool)
+    person[0, 10:30, 4:10] = True
+    person[2, 10:30, 16:22] = True
+    keyed = key_frames(3, 2)
+    assert keyed.tolist() == [True, False, True]
+    between = carried(person, keyed)
+    assert between[1, 10:30, 10:16].all()  # where the walker was halfway
+    assert (between[[0, 2]] == person[[0, 2]]).all()  # key frames keep their own pixels

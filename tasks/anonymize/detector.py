@@ -33,6 +33,8 @@ MASK_THRESHOLD = (
 CROP_MARGIN = (
     0.25  # a person's box grown by this share of its size on each side before BlazePose sees it
 )
+MIN_POSE_ROWS = 24  # a person box shorter than this gets no pose (removed, not drawn): BlazePose found 8 poses in 147
+# such boxes of real footage at 320 x 240 (2026-11-30), each call 16 ms
 POSE_HEIGHT = 256  # crops are enlarged to at least this many rows: BlazePose's input is 256 × 256
 # BlazePose landmark indices averaged into each privhar joint (mediapipe's left is the person's left, as ours).
 LANDMARKS = {
@@ -55,26 +57,38 @@ LANDMARKS = {
 Box = tuple[float, float, float, float]
 
 
+MISSING = (
+    "anonymize: the mediapipe detector needs mediapipe "
+    + MEDIAPIPE_VERSION
+    + ": pip install 'privhar[detector]' in "
+    "its own environment (it pins numpy<2 and protobuf<5), or leave mediapipe out of anonymize.ensemble"
+)
+
+
+def check_mediapipe() -> None:
+    """One line now if mediapipe is missing or another version, without importing it: a process that has loaded
+    mediapipe's TFLite threads can no longer fork its workers (:func:`tasks.core.parallel.pool_context`)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        found = version("mediapipe")
+    except PackageNotFoundError:
+        raise PrivharError(MISSING) from None
+    if found != MEDIAPIPE_VERSION:
+        raise PrivharError(
+            f"anonymize: the mediapipe detector needs mediapipe {MEDIAPIPE_VERSION} (its models are bundled), "
+            f"found {found}"
+        )
+
+
 def load_mediapipe() -> Any:
     """The mediapipe module, or one line saying how to install the version that bundles its models."""
     os.environ.setdefault(
         "GLOG_minloglevel", "2"
     )  # TFLite's per-graph warnings, not ours to act on
-    try:
-        import mediapipe
-    except ImportError:
-        raise PrivharError(
-            "anonymize: the mediapipe detector needs mediapipe "
-            + MEDIAPIPE_VERSION
-            + ": pip install "
-            "'privhar[detector]' in its own environment (it pins numpy<2 and protobuf<5), or leave "
-            "mediapipe out of anonymize.ensemble"
-        ) from None
-    if mediapipe.__version__ != MEDIAPIPE_VERSION:
-        raise PrivharError(
-            f"anonymize: the mediapipe detector needs mediapipe {MEDIAPIPE_VERSION} (its models are bundled), "
-            f"found {mediapipe.__version__}"
-        )
+    check_mediapipe()
+    import mediapipe
+
     return mediapipe
 
 
@@ -162,6 +176,8 @@ def poses_in_boxes(
     ) as pose:
         for t, frame_boxes in enumerate(boxes):
             for p, box in enumerate(frame_boxes):
+                if box[3] - box[1] < MIN_POSE_ROWS:
+                    continue
                 left, top, right, bottom = _crop_window(box, (height, width))
                 if right - left < 4 or bottom - top < 4:
                     continue

@@ -3,10 +3,11 @@
 The anonymize stage's core on a video instead of a decoded clip: the same people finder
 (:func:`tasks.anonymize.people.detect_in`) and the same method and fail-closed gate
 (:func:`tasks.anonymize.release.protect_clip`), run on stretches of ``chunk_seconds`` of the video in turn (a long
-video never sits in memory whole). People are found on every ``anonymize.detect_every``-th frame, on frames scaled
-by ``detect_scale``, and tracks carry them through the frames between (:mod:`tasks.anonymize.tracks`). A stretch the
-gate holds back is released black (``on_fail: blackout``) or the whole video is not written (``skip``); the summary
-says how many stretches and frames, and why.
+video never sits in memory whole). People are found on every ``detect_every``-th frame (by default four times a
+second), on frames scaled by ``detect_scale`` (by default to at most 240 rows, the size the detectors' settings were
+chosen for), and tracks carry them through the frames between (:mod:`tasks.anonymize.tracks`). A stretch the
+gate holds back is released black (``on_fail: blackout``; where a face was found again, only the frames around it) or
+the whole video is not written (``skip``); the summary says how many stretches and frames, and why.
 
 The output is written beside its final name and renamed into place at the end: nothing half-written. Audio packets
 are copied unchanged with ``keep_audio``; container and stream metadata (a camera's serial number, a GPS position)
@@ -16,6 +17,7 @@ are dropped unless ``keep_metadata``.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from collections.abc import Iterator
@@ -40,6 +42,9 @@ from tasks.core.storage import write_failed
 from tasks.core.video_reading import Geometry
 
 log = logging.getLogger(__name__)
+DETECT_SECONDS = 0.25  # auto --detect-every: a search every quarter second or sooner, tracks between (people move a box width in ~1 s)
+DETECT_ROWS = 240  # auto --detect-scale: people are searched on frames of at most this many rows (HOG, Haar and
+# mediapipe were tuned on 320 x 240 UCF101 frames: hog_upscale enlarges those; a 720p frame enlarged twice is 9x the work)
 VIDEO_CODECS = {".mp4": "libx264", ".mkv": "libx264", ".mov": "libx264", ".avi": "mpeg4"}
 QUALITY = {"libx264": {"crf": "18", "preset": "veryfast"}, "mpeg4": {"qscale": "2"}}
 
@@ -50,7 +55,8 @@ class ProtectOptions:
 
     method: str
     detectors: tuple[str, ...]
-    detect_scale: float = 1.0
+    detect_scale: float = 0.0  # 0: auto, frames scaled to at most DETECT_ROWS rows
+    detect_every: int = 0  # 0: auto, a key frame every DETECT_SECONDS
     chunk_seconds: float = 4.0
     on_fail: str = "blackout"  # blackout: a held-back stretch is released black | skip: the video is not written
     keep_audio: bool = False
@@ -81,7 +87,7 @@ class Summary:
 
     def line(self) -> str:
         held = (
-            f"; {len(self.held_back)} of {self.stretches} stretches ({self.held_back_frames} frames) "
+            f"; {self.held_back_frames} frames in {len(self.held_back)} of {self.stretches} stretches "
             f"released black: {self.held_back[0]}"
             if self.held_back
             else ""
@@ -124,7 +130,7 @@ def _detection_clip(frames: np.ndarray, fps: float, scale: float) -> SourceClip:
     size = (max(16, round(full[1] * scale)), max(16, round(full[0] * scale)))
     small = np.stack([cv2.resize(frame, size, interpolation=cv2.INTER_AREA) for frame in frames])
     return SourceClip(
-        small, np.arange(len(frames)), fps, Geometry.fit(small.shape[1:3], full), full
+        small, np.arange(len(frames)), fps, Geometry.fit(small.shape[1:3], full), full, frames
     )
 
 
@@ -213,6 +219,9 @@ def protect_file(
         total = int(stream.frames or 0)
         output, video, audio = _open_output(staging, container, fps, options)
         size = max(2, round(options.chunk_seconds * fps))
+        every = options.detect_every or max(1, math.ceil(fps * DETECT_SECONDS - 1e-9))
+        scale = options.detect_scale or min(1.0, DETECT_ROWS / max(stream.height, 1))
+        params = params.model_copy(update={"detect_every": every})
         identity = video_identity(source.name)
         bar = progress(total or 1, f"protect {source.name}", unit="frame")
         coverages, changed = [], 0.0
@@ -225,7 +234,7 @@ def protect_file(
                 found = None
                 if entry.people:
                     found = detect_in(
-                        _detection_clip(frames, fps, options.detect_scale),
+                        _detection_clip(frames, fps, scale),
                         entry.people,
                         source="ensemble",
                         params=params,
@@ -247,8 +256,8 @@ def protect_file(
                             f"{result.reason}"
                         )
                     summary.held_back.append(result.reason)
-                    summary.held_back_frames += len(frames)
-                    result = result.blacked_out()
+                    summary.held_back_frames += len(result.failed) or len(frames)
+                    result = result.blacked_out(only_failed=True)
                 if not np.isnan(result.coverage):
                     coverages.append(result.coverage)
                 changed += float((result.frames != frames).any(axis=-1).mean()) * len(frames)
@@ -337,9 +346,9 @@ def check_options(options: ProtectOptions) -> None:
             f"--detectors {','.join(options.detectors)!r}: expected a comma-separated list of {', '.join(DETECTORS)}"
         )
     if entry.people and "mediapipe" in options.detectors:
-        from tasks.anonymize.detector import load_mediapipe
+        from tasks.anonymize.detector import check_mediapipe
 
-        load_mediapipe()
+        check_mediapipe()
     if entry.name == "avatar" and "mediapipe" not in options.detectors:
         raise PrivharError(
             "--method avatar needs mediapipe in --detectors: its poses come from BlazePose"

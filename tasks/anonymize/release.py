@@ -41,16 +41,20 @@ class Protected:
     seconds: (
         float  # the method's own time, without the gate (paper 004's f_speed counts the method)
     )
+    failed: tuple[
+        int, ...
+    ] = ()  # the frames a face was released in, and those each stands for; () = the whole clip
 
-    def blacked_out(self) -> Protected:
-        """The clip released all black (every pixel synthetic, so public)."""
+    def blacked_out(self, only_failed: bool = False) -> Protected:
+        """The clip released all black (every pixel synthetic, so public), or only its failed frames where the gate
+        named them and ``only_failed``."""
+        frames, public = np.zeros_like(self.frames), np.ones(self.frames.shape[:3], np.uint8)
+        if only_failed and self.failed:
+            kept = np.ones(len(self.frames), bool)
+            kept[list(self.failed)] = False
+            frames[kept], public[kept] = self.frames[kept], self.public[kept]
         return Protected(
-            np.zeros_like(self.frames),
-            np.ones(self.frames.shape[:3], np.uint8),
-            self.coverage,
-            self.reason,
-            False,
-            self.seconds,
+            frames, public, self.coverage, self.reason, False, self.seconds, self.failed
         )
 
 
@@ -76,7 +80,7 @@ def protect_clip(
         return Protected(protected, public, float("nan"), "", False, seconds)
     covered = coverage(frames, protected, found.reference)
     unchanged = found.found and np.array_equal(protected, frames)
-    reason = ""
+    reason, failed = "", ()
     if covered < params.min_coverage:
         reason = (
             f"coverage {covered:.3f} < anonymize.min_coverage {params.min_coverage}: {method} changed "
@@ -89,7 +93,18 @@ def protect_clip(
             f"a face found again after {method}, mostly unchanged, in {len(leaked)} of {len(frames)} frames "
             f"(first: frame {leaked[0]}; OpenCV's Haar judge on the released frames, people from {people_source})"
         )
-    return Protected(protected, public, covered, reason, unchanged, seconds)
+        reach = params.detect_every - 1  # a judged key frame stands for the frames around it
+        failed = tuple(
+            sorted(
+                {
+                    t
+                    for frame in leaked
+                    for t in range(frame - reach, frame + reach + 1)
+                    if 0 <= t < len(frames)
+                }
+            )
+        )
+    return Protected(protected, public, covered, reason, unchanged, seconds, failed)
 
 
 def scaled_boxes(boxes: np.ndarray, factor: float) -> np.ndarray:

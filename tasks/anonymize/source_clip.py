@@ -30,6 +30,9 @@ class SourceClip:
     fps: float
     geometry: Geometry | None
     target: tuple[int, int]
+    output: np.ndarray | None = (
+        None  # every frame at the output size, where the caller holds them already
+    )
 
     @property
     def kept(self) -> np.ndarray:
@@ -38,6 +41,8 @@ class SourceClip:
 
     def decoded(self) -> np.ndarray:
         """Every source frame through decode's resize and crop (for the moving-pixel reference)."""
+        if self.output is not None:
+            return self.output
         if self.geometry is None:
             return self.frames
         return self.geometry.frames(self.frames)

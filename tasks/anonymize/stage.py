@@ -178,9 +178,9 @@ def anonymize(
         and "mediapipe" in detectors_of(source_kind, params)
         and source_kind != "ground_truth"
     ):
-        from tasks.anonymize.detector import load_mediapipe
+        from tasks.anonymize.detector import check_mediapipe
 
-        load_mediapipe()  # one line now if it is missing, not one per worker
+        check_mediapipe()  # one line now if it is missing, not one per worker
     with (
         stage_run(f"anonymize@{method}", {"base": base, "anonymize": params}) as run,
         atomic_directory(out) as staging,
