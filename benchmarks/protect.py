@@ -7,7 +7,8 @@ not a dependency), through deface 1.5 on the same files in one call (its start-u
 judge looks for faces in every ``JUDGE_EVERY``-th frame of every output: OpenCV's Haar cascade, which is not in
 ``protect``'s default finders, at :func:`tasks.core.opencv_detectors.judge_upscale`; a face it finds at the same place
 in the raw frame (Dice > 0.5) counts as *found again*, and as *released* when the protection changed under half of
-its box (pixels more than ``CHANGED_LEVELS`` grey levels apart: both outputs are re-encoded). Not a test: the numbers
+its box by more than :data:`tasks.anonymize.release.FACE_CHANGE_LEVELS` grey levels, as ``protect``'s own gate
+judges it (both outputs are re-encoded). Not a test: the numbers
 depend on the machine and the hour, so the record names both.
 """
 
@@ -25,14 +26,15 @@ from typing import Any
 
 import numpy as np
 
+from tasks.anonymize.coverage import changed
 from tasks.anonymize.protect_video import VIDEO_FILES, Summary, protect_videos
+from tasks.anonymize.release import FACE_CHANGE_LEVELS, PROTECTED_FACE_SHARE
 from tasks.core.datasets import read_frames
 from tasks.core.opencv_detectors import faces_found_again, fill_boxes, judge_upscale
 from tasks.core.params import AnonymizeParams
 from tasks.core.storage import atomic_write_bytes
 
 JUDGE_EVERY = 4
-CHANGED_LEVELS = 12
 
 
 def _videos(folder: Path) -> list[Path]:
@@ -49,8 +51,8 @@ def faces_again(raw: Path, protected: Path) -> tuple[int, int, int]:
     for t, box in faces_found_again(before, after, upscale=judge_upscale(before.shape[1])):
         found += 1
         inside = fill_boxes(before.shape[1:3], [box])
-        changed = np.abs(before[t].astype(np.int16) - after[t]).max(axis=-1) > CHANGED_LEVELS
-        released += int(changed[inside].mean() < 0.5)
+        moved = changed(before[t][None], after[t][None], FACE_CHANGE_LEVELS)[0]
+        released += int(moved[inside].mean() < PROTECTED_FACE_SHARE)
     return count, found, released
 
 
@@ -90,7 +92,7 @@ def run_bench(
         "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()},
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "options": {key: str(value) for key, value in options.items()},
-        "judge": f"OpenCV Haar on every {JUDGE_EVERY}th frame, changed = more than {CHANGED_LEVELS} grey levels",
+        "judge": f"OpenCV Haar on every {JUDGE_EVERY}th frame, changed = more than {FACE_CHANGE_LEVELS} grey levels",
         "folders": {},
     }
     for folder in folders:

@@ -109,9 +109,13 @@ PROTECT_METHODS = ["avatar", "face_blur", "mosaic", "solid", "blackout", "low_re
     help="Face boxes scaled about their centre (deface's --mask-scale).",
 )
 @click.option(
-    "--blur-kernel", type=int, help="face_blur's Gaussian kernel, odd [anonymize.face_blur_kernel]."
+    "--blur-kernel",
+    type=int,
+    help="face_blur's Gaussian kernel, odd [anonymize.face_blur_kernel, scaled from 240 rows to the frame's height].",
 )
-@click.option("--blur-sigma", type=float, help="face_blur's σ [anonymize.face_blur_sigma].")
+@click.option(
+    "--blur-sigma", type=float, help="face_blur's σ [anonymize.face_blur_sigma, scaled alike]."
+)
 @click.option(
     "--mosaic-cells", type=int, help="mosaic: blocks a side of a face [anonymize.mosaic_cells]."
 )
@@ -186,6 +190,7 @@ def protect_command(
     from tasks.anonymize.protect_video import protect_videos, total_line
 
     colour = options.pop("colour")
+    options["blur_to_size"] = options["blur_kernel"] is None and options["blur_sigma"] is None
     overrides = {
         key: value
         for key, value in {

@@ -62,6 +62,9 @@ class ProtectOptions:
     keep_audio: bool = False
     keep_metadata: bool = False
     seed: int = 0  # which avatar each person gets (not a privacy parameter)
+    blur_to_size: bool = (
+        True  # face_blur's kernel and σ, the paper's at 320 x 240, scaled to the frame's height
+    )
 
 
 @dataclass
@@ -132,6 +135,24 @@ def _detection_clip(frames: np.ndarray, fps: float, scale: float) -> SourceClip:
     return SourceClip(
         small, np.arange(len(frames)), fps, Geometry.fit(small.shape[1:3], full), full, frames
     )
+
+
+PAPER_ROWS = 240  # paper 000 §4.2's face blur (kernel 21, σ 10) is for 320 x 240 frames
+
+
+def blur_for(height: int, params: AnonymizeParams) -> dict[str, Any]:
+    """face_blur's kernel and σ for frames ``height`` rows tall: the anonymize section's, scaled from 240 rows (the same
+    blur relative to the face). At 528 rows the paper's 21-pixel kernel left a face Haar still found, and barely changed
+    (``tasks.anonymize.release.FACE_CHANGE_LEVELS``), in 38 of 120 frames.
+
+    >>> from tasks.core.params import AnonymizeParams
+    >>> params = AnonymizeParams.model_construct(face_blur_kernel=21, face_blur_sigma=10.0)
+    >>> blur_for(240, params), blur_for(576, params)
+    ({'face_blur_kernel': 21, 'face_blur_sigma': 10.0}, {'face_blur_kernel': 51, 'face_blur_sigma': 24.0})
+    """
+    scale = max(1.0, height / PAPER_ROWS)
+    kernel = round(params.face_blur_kernel * scale) // 2 * 2 + 1
+    return {"face_blur_kernel": kernel, "face_blur_sigma": round(params.face_blur_sigma * scale, 3)}
 
 
 def _open_input(source: Path) -> av.container.InputContainer:
@@ -221,7 +242,10 @@ def protect_file(
         size = max(2, round(options.chunk_seconds * fps))
         every = options.detect_every or max(1, math.ceil(fps * DETECT_SECONDS - 1e-9))
         scale = options.detect_scale or min(1.0, DETECT_ROWS / max(stream.height, 1))
-        params = params.model_copy(update={"detect_every": every})
+        update: dict[str, Any] = {"detect_every": every}
+        if options.blur_to_size:
+            update |= blur_for(stream.height, params)
+        params = params.model_copy(update=update)
         identity = video_identity(source.name)
         bar = progress(total or 1, f"protect {source.name}", unit="frame")
         coverages, changed = [], 0.0
