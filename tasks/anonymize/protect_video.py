@@ -242,7 +242,11 @@ def protect_file(
         size = max(2, round(options.chunk_seconds * fps))
         every = options.detect_every or max(1, math.ceil(fps * DETECT_SECONDS - 1e-9))
         scale = options.detect_scale or min(1.0, DETECT_ROWS / max(stream.height, 1))
-        update: dict[str, Any] = {"detect_every": every}
+        # the masks come up from the detection scale: their margin in frame pixels grows with them
+        update: dict[str, Any] = {
+            "detect_every": every,
+            "mask_dilation": math.ceil(params.mask_dilation / scale),
+        }
         if options.blur_to_size:
             update |= blur_for(stream.height, params)
         params = params.model_copy(update=update)
