@@ -208,3 +208,17 @@ def test_a_person_found_in_two_key_frames_is_covered_in_the_frame_between():
     between = carried(person, keyed)
     assert between[1, 10:30, 10:16].all()  # where the walker was halfway
     assert (between[[0, 2]] == person[[0, 2]]).all()  # key frames keep their own pixels
+
+
+def test_mosaic_and_solid_replace_only_the_face_boxes():
+    from tasks.anonymize.obfuscate import fill_faces, mosaic_faces
+
+    frames = np.random.default_rng(0).integers(0, 256, (2, 32, 32, 3), dtype=np.uint8)
+    boxes = np.full((2, 1, 4), np.nan, np.float32)
+    boxes[0, 0] = (8, 8, 24, 24)  # frame 1 has no face
+    mosaic = mosaic_faces(frames, boxes, cells=4)
+    solid = fill_faces(frames, boxes, (255, 0, 0))
+    for out in (mosaic, solid):
+        assert (out[1] == frames[1]).all() and (out[0, :8] == frames[0, :8]).all()
+    assert len(np.unique(mosaic[0, 8:24, 8:24].reshape(-1, 3), axis=0)) <= 16  # 4 x 4 cells
+    assert (solid[0, 8:24, 8:24] == (255, 0, 0)).all()

@@ -141,6 +141,43 @@ def _parts(points: np.ndarray, depth: np.ndarray, avatar: Avatar) -> list[tuple[
     return parts
 
 
+def _points(kind: str, geometry: tuple) -> tuple[np.ndarray, float]:
+    """The points a part is drawn through and how far its strokes reach beyond them (pixels)."""
+    if kind == "limb":
+        a, b, width = geometry
+        return np.array([a, b], np.float64), max(1.0, width) / 2 + 2
+    if kind == "torso":
+        corners, width, _ = geometry
+        return np.asarray(corners, np.float64), max(1.0, width) / 2 + 2
+    centre, radius = geometry
+    return np.array([centre], np.float64), max(1.0, radius) + 2
+
+
+def _window(shape: tuple[int, int], kind: str, geometry: tuple) -> tuple[int, int, int, int] | None:
+    """(left, top, right, bottom) of the frame a part can touch, or None when it lies outside the frame."""
+    points, reach = _points(kind, geometry)
+    if not np.isfinite(points).all():
+        return None
+    left = max(0, int(np.floor(points[:, 0].min() - reach)))
+    top = max(0, int(np.floor(points[:, 1].min() - reach)))
+    right = min(shape[1], int(np.ceil(points[:, 0].max() + reach)) + 1)
+    bottom = min(shape[0], int(np.ceil(points[:, 1].max() + reach)) + 1)
+    return (left, top, right, bottom) if right > left and bottom > top else None
+
+
+def _shifted(kind: str, geometry: tuple, left: int, top: int) -> tuple:
+    """The part's geometry in a window's pixels (integer offsets: the fixed-point drawing is unchanged)."""
+    origin = np.array([left, top], np.float64)
+    if kind == "limb":
+        a, b, width = geometry
+        return (np.asarray(a, np.float64) - origin, np.asarray(b, np.float64) - origin, width)
+    if kind == "torso":
+        corners, width, length = geometry
+        return (np.asarray(corners, np.float64) - origin, width, length)
+    centre, radius = geometry
+    return (np.asarray(centre, np.float64) - origin, radius)
+
+
 def _coverage(shape: tuple[int, int], kind: str, geometry: tuple) -> np.ndarray:
     """uint8 0..255 anti-aliased coverage of one part."""
     layer = np.zeros(shape, np.uint8)
@@ -191,11 +228,18 @@ def render(
         key=lambda part: part[0],
     )
     for _, kind, geometry, avatar in parts:
-        cover = _coverage((height, width), kind, geometry)
+        window = _window((height, width), kind, geometry)
+        if window is None:
+            continue
+        left, top, right, bottom = (
+            window  # each part drawn in the box it can reach, not on a whole-frame layer
+        )
+        cover = _coverage((bottom - top, right - left), kind, _shifted(kind, geometry, left, top))
         ys, xs = np.nonzero(cover)
         if len(ys) == 0:
             continue
         a = cover[ys, xs].astype(np.float32)[:, None] / 255.0
+        ys, xs = ys + top, xs + left
         if kind == "torso":
             part_colour = _pattern_colours(avatar, ys, xs, max(2.0, geometry[2] / 5))
         else:
@@ -204,14 +248,24 @@ def render(
             )
         colour[ys, xs] = a * part_colour + (1 - a) * colour[ys, xs]
         alpha[ys, xs] = a[:, 0] + (1 - a[:, 0]) * alpha[ys, xs]
-    coverage = np.round(alpha * 255).astype(np.uint16)
+    frame, coverage = background.copy(), np.zeros((height, width), np.uint8)
+    drawn = np.nonzero(alpha.any(axis=1))[0], np.nonzero(alpha.any(axis=0))[0]
+    if not len(drawn[0]):
+        return frame, coverage
+    box = (
+        slice(drawn[0][0], drawn[0][-1] + 1),
+        slice(drawn[1][0], drawn[1][-1] + 1),
+    )  # blended where drawn
+    alpha, colour, under = alpha[box], colour[box], background[box]
+    cover = np.round(alpha * 255).astype(np.uint16)
     straight = np.divide(
         colour, alpha[..., None], out=np.zeros_like(colour), where=alpha[..., None] > 0
     )
     mixed = (
-        background.astype(np.uint32) * (255 - coverage[..., None])
-        + np.round(straight).astype(np.uint32) * coverage[..., None]
+        under.astype(np.uint32) * (255 - cover[..., None])
+        + np.round(straight).astype(np.uint32) * cover[..., None]
         + 127
     ) // 255
-    frame = np.where(coverage[..., None] > 0, mixed, background).astype(np.uint8)
-    return frame, coverage.astype(np.uint8)
+    frame[box] = np.where(cover[..., None] > 0, mixed, under).astype(np.uint8)
+    coverage[box] = cover.astype(np.uint8)
+    return frame, coverage

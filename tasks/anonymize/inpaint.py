@@ -57,11 +57,38 @@ def _median(frames: np.ndarray, visible: np.ndarray) -> tuple[np.ndarray, np.nda
     return median.astype(np.uint8), never_seen
 
 
+INPAINT_ROWS = 240  # frames taller than this are inpainted on a copy of this many rows, the fill scaled back up
+
+
+def fill_holes(plate: np.ndarray, holes: np.ndarray) -> np.ndarray:
+    """``plate`` with its ``holes`` (H, W) 0/1 filled by Telea's method from their surroundings. Above
+    ``INPAINT_ROWS`` rows the fill is computed on an area-scaled copy and scaled back up into the holes only: a
+    smooth guess needs no full resolution, and Telea's cost grows with the hole's area (140 ms a frame at 720 × 528
+    where a person filled a third of it)."""
+    height, width = plate.shape[:2]
+    if height <= INPAINT_ROWS:
+        return cv2.inpaint(plate, holes, INPAINT_RADIUS, cv2.INPAINT_TELEA)
+    size = (max(1, round(width * INPAINT_ROWS / height)), INPAINT_ROWS)
+    small_holes = (
+        cv2.resize(holes.astype(np.float32), size, interpolation=cv2.INTER_AREA) > 0
+    ).astype(np.uint8)
+    small = cv2.inpaint(
+        cv2.resize(plate, size, interpolation=cv2.INTER_AREA),
+        small_holes,
+        INPAINT_RADIUS,
+        cv2.INPAINT_TELEA,
+    )
+    filled = plate.copy()
+    inside = holes.astype(bool)
+    filled[inside] = cv2.resize(small, (width, height), interpolation=cv2.INTER_LINEAR)[inside]
+    return filled
+
+
 def background_plate(frames: np.ndarray, covered: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(plate (H, W, 3) uint8, never_seen (H, W) bool): a static shot's background without its people."""
     plate, never_seen = _median(frames, ~covered.astype(bool))
     if never_seen.any():
-        plate = cv2.inpaint(plate, never_seen.astype(np.uint8), INPAINT_RADIUS, cv2.INPAINT_TELEA)
+        plate = fill_holes(plate, never_seen.astype(np.uint8))
     return plate, never_seen
 
 
@@ -191,7 +218,7 @@ def _moving_plates(frames: np.ndarray, covered: np.ndarray, maps: np.ndarray) ->
             holes, back, (width, height), flags=cv2.INTER_NEAREST | inverse, borderValue=1
         )
         if hole.any():
-            plates[t] = cv2.inpaint(plates[t], hole, INPAINT_RADIUS, cv2.INPAINT_TELEA)
+            plates[t] = fill_holes(plates[t], hole)
     return plates
 
 
