@@ -102,6 +102,7 @@ bench: $(STAMP) $(DETECTOR_STAMP) footage
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/privhar bench anonymize --root data/footage/megamind --out reports/bench/anonymize-faces.json
 	PATH="$(abspath $(DETECTOR_VENV)/bin):$$PATH" $(DETECTOR_VENV)/bin/privhar bench anonymize --out reports/bench/anonymize-mediapipe.json
 	PATH="$(abspath $(DETECTOR_VENV)/bin):$$PATH" $(DETECTOR_VENV)/bin/privhar bench anonymize --root data/footage/megamind --out reports/bench/anonymize-faces-mediapipe.json
+	PATH="$(abspath $(DETECTOR_VENV)/bin):$$PATH" $(DETECTOR_VENV)/bin/privhar bench protect data/footage/vtest data/footage/megamind
 
 # Real footage: OpenCV's vtest.avi (Debian package opencv-doc; Apache-2.0 / BSD-3-Clause) cut into 4 s clips at 320x240,
 # and its Megamind.avi (a face in most frames: faces across time) into 2 s clips
