@@ -49,9 +49,19 @@ def changed(first: np.ndarray, second: np.ndarray, threshold: int = MOVING_THRES
     return (largest > threshold).reshape(count, height, width)
 
 
-def coverage(original: np.ndarray, protected: np.ndarray, reference: np.ndarray) -> float:
-    """Share of the ``reference`` pixels (T, H, W) where ``protected`` differs from ``original``; 1.0 when there are none."""
+def coverage(
+    original: np.ndarray,
+    protected: np.ndarray,
+    reference: np.ndarray,
+    synthetic: np.ndarray | None = None,
+) -> float:
+    """Share of the ``reference`` pixels (T, H, W) where ``protected`` differs from ``original``, or that the method
+    wrote (``synthetic``, its public mask: a black pixel blacked out is covered, though byte-equal; 7 % of the moving
+    pixels of a 768 × 576 ``vtest`` clip were pure black clothing); 1.0 when there are none."""
     total = int(reference.sum())
     if total == 0:
         return 1.0
-    return float((changed(original, protected, 0) & reference).sum() / total)
+    covered = changed(original, protected, 0)
+    if synthetic is not None:
+        covered |= synthetic.astype(bool)
+    return float((covered & reference).sum() / total)

@@ -83,7 +83,7 @@ def protect_clip(
     seconds = time.perf_counter() - started
     if not entry.gated or found is None:
         return Protected(protected, public, float("nan"), "", False, seconds)
-    covered = coverage(frames, protected, found.reference)
+    covered = coverage(frames, protected, found.reference, public)
     unchanged = found.found and np.array_equal(protected, frames)
     reason, failed = "", ()
     if covered < params.min_coverage:
