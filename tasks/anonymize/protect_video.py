@@ -24,12 +24,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import av
 import cv2
 import numpy as np
 
+from tasks.anonymize.coverage import changed
 from tasks.anonymize.people import detect_in, video_identity
 from tasks.anonymize.release import protect_clip
 from tasks.anonymize.source_clip import SourceClip
@@ -76,7 +77,6 @@ class Summary:
     frames: int = 0
     width: int = 0
     height: int = 0
-    fps: float = 0.0
     stretches: int = 0
     held_back: list[str] = field(default_factory=list)  # one reason per stretch released black
     held_back_frames: int = 0
@@ -86,7 +86,6 @@ class Summary:
         0.0  # mean share of each frame the protection changed (over-masking is a cost too)
     )
     seconds: float = 0.0
-    written: bool = False
 
     def line(self) -> str:
         held = (
@@ -97,7 +96,7 @@ class Summary:
         )
         rate = self.frames / max(self.seconds, 1e-9)
         return (
-            f"{self.input} -> {self.output if self.written else 'not written'}: {self.frames} frames "
+            f"{self.input} -> {self.output}: {self.frames} frames "
             f"{self.width}x{self.height} at {rate:.1f} frames/s; people in {self.people_frames}; "
             f"{self.covered_share:.1%} of the frame changed; coverage min {self.coverage_min:.3f}{held}"
         )
@@ -252,7 +251,7 @@ def protect_file(
         params = params.model_copy(update=update)
         identity = video_identity(source.name)
         bar = progress(total or 1, f"protect {source.name}", unit="frame")
-        coverages, changed = [], 0.0
+        coverages, changed_frames = [], 0.0
         with output:
             for frames in _chunks(container, size):
                 if summary.frames == 0:
@@ -288,7 +287,7 @@ def protect_file(
                     result = result.blacked_out(only_failed=True)
                 if not np.isnan(result.coverage):
                     coverages.append(result.coverage)
-                changed += float((result.frames != frames).any(axis=-1).mean()) * len(frames)
+                changed_frames += float(changed(frames, result.frames, 0).mean()) * len(frames)
                 _encode(output, video, result.frames, summary.frames)
                 summary.frames += len(frames)
                 summary.stretches += 1
@@ -309,10 +308,8 @@ def protect_file(
         container.close()
         staging.unlink(missing_ok=True)
     summary.seconds = time.perf_counter() - started
-    summary.fps = fps
-    summary.written = True
     summary.coverage_min = min(coverages) if coverages else float("nan")
-    summary.covered_share = changed / max(summary.frames, 1)
+    summary.covered_share = changed_frames / max(summary.frames, 1)
     return summary
 
 
@@ -326,7 +323,8 @@ def _any_people(found: Any) -> np.ndarray:
 
 
 VIDEO_FILES = (".avi", ".mp4", ".mkv", ".mov", ".webm", ".mpg", ".mpeg", ".m4v", ".wmv", ".flv")
-DETECTORS = ("mediapipe", "hog", "motion", "faces")
+# the people finders anonymize.ensemble accepts, read from its type: one list for the stage and the command
+DETECTORS = get_args(get_args(AnonymizeParams.model_fields["ensemble"].annotation)[0])
 
 
 def pairs_of(sources: tuple[Path, ...], target: Path) -> list[tuple[Path, Path]]:
