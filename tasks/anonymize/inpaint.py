@@ -193,8 +193,10 @@ def _canvas(maps: np.ndarray, height: int, width: int) -> tuple[np.ndarray, tupl
 
 
 def _moving_plates(frames: np.ndarray, covered: np.ndarray, maps: np.ndarray) -> np.ndarray:
-    """(T, H, W, 3): each frame's background: the median of the shot's frames on a common canvas, warped back into
-    the frame's view; what no frame saw is inpainted in that frame."""
+    """(T, H, W, 3): each frame's background: the median of the shot's frames on a common canvas, what no frame saw
+    inpainted there once, warped back into each frame's view (a frame reaching past a canvas cut at ``MAX_CANVAS`` is
+    inpainted there too). Inpainting each frame's view instead took a 320 × 240 panning clip's avatar 27 ms a frame
+    and gave each frame its own guess."""
     height, width = frames.shape[1:3]
     offset, (rows, columns) = _canvas(maps, height, width)
     visible = (~covered.astype(bool)).astype(np.uint8)
@@ -209,7 +211,9 @@ def _moving_plates(frames: np.ndarray, covered: np.ndarray, maps: np.ndarray) ->
         for mask, m in zip(visible, into_canvas)
     ]
     plate, never_seen = _median(np.stack(warped), np.stack(seen))
-    holes = never_seen.astype(np.uint8)
+    if never_seen.any():
+        plate = fill_holes(plate, never_seen.astype(np.uint8))
+    holes = np.zeros(never_seen.shape, np.uint8)
     plates = np.empty_like(frames)
     for t, m in enumerate(maps):
         back = np.linalg.inv(m @ offset)[:2]  # frame t pixel -> canvas pixel

@@ -254,7 +254,9 @@ def detect_in(
     if "hog" in detectors:
         person[keyed] |= np.stack(
             [
-                fill_boxes((height, width), people_boxes(frame, params.hog_upscale))
+                fill_boxes(
+                    (height, width), people_boxes(frame, params.hog_upscale, params.hog_scale)
+                )
                 for frame in kept[keyed]
             ]
         )

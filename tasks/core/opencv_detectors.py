@@ -45,10 +45,11 @@ def _boxes(rectangles: np.ndarray | tuple, upscale: float) -> list[Box]:
     ]
 
 
-def people_boxes(frame: np.ndarray, upscale: float) -> list[Box]:
-    """HOG + linear SVM people detections in an RGB frame."""
+def people_boxes(frame: np.ndarray, upscale: float, scale: float = 1.05) -> list[Box]:
+    """HOG + linear SVM people detections in an RGB frame, the pyramid's levels ``scale`` apart (1.05: OpenCV's
+    example, and the residual judge's)."""
     rectangles, _ = _people_detector(threading.get_ident()).detectMultiScale(
-        _enlarged_grey(frame, upscale), winStride=(8, 8), padding=(8, 8), scale=1.05
+        _enlarged_grey(frame, upscale), winStride=(8, 8), padding=(8, 8), scale=scale
     )
     return _boxes(rectangles, upscale)
 
