@@ -18,6 +18,8 @@ mediapipe pins numpy<2 and protobuf<5, so it lives in its own environment
 from __future__ import annotations
 
 import os
+import threading
+from functools import lru_cache
 from typing import Any
 
 import cv2
@@ -92,36 +94,53 @@ def load_mediapipe() -> Any:
     return mediapipe
 
 
+@lru_cache(maxsize=None)
+def _graph(kind: str, min_confidence: float, thread: int) -> Any:
+    """One mediapipe graph of each ``kind`` per thread (a graph is not for two threads at once), kept for the process:
+    building one took 6 ms (segmenter), 18 ms (BlazeFace) and 80 ms (BlazePose) here, each time a clip or a 4-s
+    stretch of ``privhar protect`` was searched; in static-image mode a graph keeps nothing from one image to the
+    next."""
+    solutions = load_mediapipe().solutions
+    if kind == "segmenter":
+        return solutions.selfie_segmentation.SelfieSegmentation(model_selection=0)
+    if kind == "faces":
+        return solutions.face_detection.FaceDetection(
+            model_selection=1, min_detection_confidence=min_confidence
+        )
+    return solutions.pose.Pose(
+        static_image_mode=True,
+        model_complexity=1,
+        enable_segmentation=True,
+        min_detection_confidence=min_confidence,
+    )
+
+
 def segment_people(frames: np.ndarray) -> np.ndarray:
     """(T, H, W) bool: the selfie segmenter's person pixels of RGB frames."""
-    solutions = load_mediapipe().solutions
-    with solutions.selfie_segmentation.SelfieSegmentation(model_selection=0) as segmenter:
-        return np.stack(
-            [segmenter.process(frame).segmentation_mask > MASK_THRESHOLD for frame in frames]
-        )
+    segmenter = _graph("segmenter", 0.0, threading.get_ident())
+    return np.stack(
+        [segmenter.process(frame).segmentation_mask > MASK_THRESHOLD for frame in frames]
+    )
 
 
 def find_faces(frames: np.ndarray, min_confidence: float) -> list[list[Box]]:
     """BlazeFace boxes (x0, y0, x1, y1) per frame."""
-    solutions = load_mediapipe().solutions
+    detector = _graph("faces", min_confidence, threading.get_ident())
     height, width = frames.shape[1:3]
     faces: list[list[Box]] = []
-    with solutions.face_detection.FaceDetection(
-        model_selection=1, min_detection_confidence=min_confidence
-    ) as detector:
-        for frame in frames:
-            boxes = []
-            for detection in detector.process(frame).detections or ():
-                box = detection.location_data.relative_bounding_box
-                boxes.append(
-                    (
-                        box.xmin * width,
-                        box.ymin * height,
-                        (box.xmin + box.width) * width,
-                        (box.ymin + box.height) * height,
-                    )
+    for frame in frames:
+        boxes = []
+        for detection in detector.process(frame).detections or ():
+            box = detection.location_data.relative_bounding_box
+            boxes.append(
+                (
+                    box.xmin * width,
+                    box.ymin * height,
+                    (box.xmin + box.width) * width,
+                    (box.ymin + box.height) * height,
                 )
-            faces.append(boxes)
+            )
+        faces.append(boxes)
     return faces
 
 
@@ -162,44 +181,38 @@ def poses_in_boxes(
 
     P is the most boxes in a frame; a box without a pose keeps NaN (that person is removed, not drawn).
     """
-    solutions = load_mediapipe().solutions
     count, height, width = frames.shape[:3]
     most = max([len(frame_boxes) for frame_boxes in boxes] + [1])
     skeleton = np.full((count, most, len(JOINTS), 2), np.nan, np.float32)
     depth = np.full((count, most, len(JOINTS)), np.nan, np.float32)
     mask = np.zeros((count, height, width), bool)
-    with solutions.pose.Pose(
-        static_image_mode=True,
-        model_complexity=1,
-        enable_segmentation=True,
-        min_detection_confidence=min_confidence,
-    ) as pose:
-        for t, frame_boxes in enumerate(boxes):
-            for p, box in enumerate(frame_boxes):
-                if box[3] - box[1] < MIN_POSE_ROWS:
-                    continue
-                left, top, right, bottom = _crop_window(box, (height, width))
-                if right - left < 4 or bottom - top < 4:
-                    continue
-                scale = max(1.0, POSE_HEIGHT / (bottom - top))
-                crop = cv2.resize(
-                    frames[t, top:bottom, left:right],
-                    None,
-                    fx=scale,
-                    fy=scale,
-                    interpolation=cv2.INTER_LINEAR,
+    pose = _graph("pose", min_confidence, threading.get_ident())
+    for t, frame_boxes in enumerate(boxes):
+        for p, box in enumerate(frame_boxes):
+            if box[3] - box[1] < MIN_POSE_ROWS:
+                continue
+            left, top, right, bottom = _crop_window(box, (height, width))
+            if right - left < 4 or bottom - top < 4:
+                continue
+            scale = max(1.0, POSE_HEIGHT / (bottom - top))
+            crop = cv2.resize(
+                frames[t, top:bottom, left:right],
+                None,
+                fx=scale,
+                fy=scale,
+                interpolation=cv2.INTER_LINEAR,
+            )
+            found = pose.process(np.ascontiguousarray(crop))
+            if found.pose_landmarks is None:
+                continue
+            skeleton[t, p], depth[t, p] = _joints(
+                found.pose_landmarks.landmark, left, top, right - left, bottom - top
+            )
+            if found.segmentation_mask is not None:
+                person = cv2.resize(
+                    found.segmentation_mask,
+                    (right - left, bottom - top),
+                    interpolation=cv2.INTER_AREA,
                 )
-                found = pose.process(np.ascontiguousarray(crop))
-                if found.pose_landmarks is None:
-                    continue
-                skeleton[t, p], depth[t, p] = _joints(
-                    found.pose_landmarks.landmark, left, top, right - left, bottom - top
-                )
-                if found.segmentation_mask is not None:
-                    person = cv2.resize(
-                        found.segmentation_mask,
-                        (right - left, bottom - top),
-                        interpolation=cv2.INTER_AREA,
-                    )
-                    mask[t, top:bottom, left:right] |= person > MASK_THRESHOLD
+                mask[t, top:bottom, left:right] |= person > MASK_THRESHOLD
     return skeleton, depth, mask
