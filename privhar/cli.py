@@ -10,7 +10,14 @@ import click
 
 from benchmarks.commands import bench
 from flows.flow_logging import log_stages_to_stderr
-from flows.stage_commands import DETECT_EVERY, DETECT_SCALE, PROJECTION_K, _writable, stage
+from flows.stage_commands import (
+    DETECT_EVERY,
+    DETECT_SCALE,
+    DETECTORS,
+    PROJECTION_K,
+    _writable,
+    stage,
+)
 from privhar.entry import Terminated, run_as_process
 from tasks.core.errors import PrivharError
 
@@ -89,13 +96,7 @@ PROTECT_METHODS = ["avatar", "face_blur", "mosaic", "solid", "blackout", "low_re
     show_default=True,
     help=f"One of {', '.join(PROTECT_METHODS)} (low_res_<W>x<H> at any size).",
 )
-@click.option(
-    "--detectors",
-    default="mediapipe,hog,motion",
-    show_default=True,
-    help="People finders, united (anonymize.ensemble): mediapipe, hog, motion, faces. OpenCV's Haar faces are the "
-    "gate's judge, so not in the default.",
-)
+@DETECTORS
 @click.option(
     "--threshold",
     type=click.FloatRange(0.0, 1.0, min_open=True, max_open=True),
