@@ -210,16 +210,16 @@ def _moving_plates(frames: np.ndarray, covered: np.ndarray, maps: np.ndarray) ->
         cv2.warpAffine(mask, m, (columns, rows), flags=cv2.INTER_NEAREST | inverse) > 0
         for mask, m in zip(visible, into_canvas)
     ]
-    plate, never_seen = _median(np.stack(warped), np.stack(seen))
-    if never_seen.any():
-        plate = fill_holes(plate, never_seen.astype(np.uint8))
-    holes = np.zeros(never_seen.shape, np.uint8)
+    plate, _ = background_plate(np.stack(warped), ~np.stack(seen))
+    canvas = np.zeros(
+        (rows, columns), np.uint8
+    )  # warped back, 1 only where a frame reaches off the canvas
     plates = np.empty_like(frames)
     for t, m in enumerate(maps):
         back = np.linalg.inv(m @ offset)[:2]  # frame t pixel -> canvas pixel
         plates[t] = cv2.warpAffine(plate, back, (width, height), flags=cv2.INTER_LINEAR | inverse)
         hole = cv2.warpAffine(
-            holes, back, (width, height), flags=cv2.INTER_NEAREST | inverse, borderValue=1
+            canvas, back, (width, height), flags=cv2.INTER_NEAREST | inverse, borderValue=1
         )
         if hole.any():
             plates[t] = fill_holes(plates[t], hole)
