@@ -80,6 +80,9 @@ def test_stage_protects_every_clip_and_records_its_privacy(
         entry["epsilon"] == expected.epsilon and entry["paper_epsilon"] == 8.0 for entry in ledger
     )
     assert (expected.epsilon < 8.0) if secret else (expected.epsilon > 8.0)
+    # issue 64: the copy's one-run audit beside its ε, in every ledger row (per-video R: a fresh one per audit video)
+    assert {entry["audit_canaries"] for entry in ledger} == {1000}
+    assert all(0 <= entry["epsilon_audited"] <= entry["epsilon"] for entry in ledger)
     # the people in each video travel with the ledger: the report's person ε groups a person's videos (issue 30)
     assert [entry["identities"] for entry in ledger] == [named_people(row) for row in source]
     from tasks.report.ledger import dprp_releases

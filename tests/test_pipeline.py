@@ -83,6 +83,17 @@ def test_pipeline_runs_end_to_end_then_is_up_to_date(project, pipeline_run):
         r"\| Video-DPRP ε = [0-9.]+ \(paper's ε = 8\) \| [0-9.]+ \|", results
     )
     assert "not run" not in results  # every method of the project's params ran
+    # issue 64: every DP release's ε with the one-run audit's ε̂ beside it, and the plot
+    with (project / "reports/report/audit.csv").open() as handle:
+        audits = list(csv.DictReader(handle))
+    assert list(dict.fromkeys(row["method"] for row in audits)) == [
+        "dprp (paper's ε = 8)",
+        "dp_sgd",
+        "maskdp",
+    ]
+    assert all(0 <= float(row["epsilon_audited"]) <= float(row["epsilon"]) for row in audits)
+    assert "### Audited ε: a lower bound from one run" in results
+    assert (project / "reports/report/audit.png").stat().st_size > 0
     assert "## The papers' claims, decided over seeds" in results
     with (project / "reports/report/claims.csv").open() as handle:
         claims = list(csv.DictReader(handle))

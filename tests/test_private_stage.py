@@ -147,6 +147,13 @@ def test_every_method_trains_each_epsilon_and_infinity(project, trained, method)
     )
     if method == "maskdp_real":
         assert "NOT protected" in tags["accountant"]
+    # Issue 64: the ε's one-run audit, beside it in the CSV, on the registered version and the ε's MLflow run
+    assert 0 <= private["epsilon_audited"] <= private["epsilon"] and plain["epsilon_audited"] == ""
+    assert (
+        private["audit_canaries"] == 1000
+        and 0 <= private["audit_correct"] <= private["audit_guesses"] <= 1000
+    )
+    assert float(tags["epsilon_audited"]) == private["epsilon_audited"]
     # one MLflow run per model, nested under the stage's: its own loss and ε curves, the registered model logged there
     from mlflow import MlflowClient
 
@@ -158,6 +165,9 @@ def test_every_method_trains_each_epsilon_and_infinity(project, trained, method)
     )
     stage = client.get_run(model_run.data.tags["mlflow.parentRunId"])
     assert stage.data.tags["privhar.stage"] == f"train-private@{method}"
+    assert model_run.data.metrics["epsilon_audited"] == pytest.approx(
+        private["epsilon_audited"], abs=1e-4
+    )
     spent = [point.value for point in client.get_metric_history(model_run.info.run_id, "epsilon")]
     assert (
         len(spent) == 2

@@ -149,6 +149,9 @@ class DprpParams(Section):
     neighbour: Literal["frame", "pixel"]
     projection: Literal["per_video", "shared"]
     block_rows: PositiveInt
+    # the one-run audit of each copy (tasks/dprp/audit.py): canary frames through Algorithm 1, never released; 0: none
+    audit_frames: Annotated[int, Field(ge=0)] = 1000
+    audit_confidence: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.95  # of ε̂, a lower bound on ε
 
     @property
     def k_value(self) -> int:
@@ -267,6 +270,9 @@ class PrivateParams(Section):
     ]  # what the clipped, noised gradient of MaskDP sees
     # MaskDP's public-token gradient clipped per video to this (no privacy cost: public pixels); None: unclipped (Algorithm 1)
     public_max_grad_norm: Annotated[float, Field(gt=0.0)] | None = None
+    # the one-run audit of each ε (tasks/private/audit.py): gradient canaries in one extra, unreleased run; 0: none
+    audit_canaries: Annotated[int, Field(ge=0)] = 1000
+    audit_confidence: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.95  # of ε̂, a lower bound on ε
     seeds: PositiveInt | None = (
         None  # training seeds of every private row (each a DP release); None: report.seeds
     )

@@ -41,6 +41,7 @@ from tasks.core.speed import write_speed
 from tasks.core.storage import atomic_directory, atomic_write_bytes, load_frames, save_frames
 from tasks.core.subjects import named_people
 from tasks.core.tracking import stage_run, stage_work
+from tasks.dprp.audit import audit_copy
 from tasks.dprp.mechanism import Projection, fits_comfortably, generator_for, protect_video
 from tasks.dprp.preview import preview_png
 from tasks.privacy.budget import BudgetPlan, check_budget, record_made
@@ -158,6 +159,55 @@ def ledger_rows(
         }
         for row in rows
     ]
+
+
+def _audit(
+    params: DprpParams,
+    scales: NoiseScales,
+    randomness: DpRandomness,
+    epsilon: float,
+    rows: list[dict[str, Any]],
+    d: int,
+    shared: Projection | None,
+    device: torch.device,
+) -> dict[str, Any]:
+    """The copy's one-run audit (:mod:`tasks.dprp.audit`) as the ledger's columns; none when ``dprp.audit_frames`` is 0."""
+    if not params.audit_frames:
+        return {}
+    started = time.perf_counter()
+    shape = (int(rows[0]["height"]), int(rows[0]["width"]), 3)
+    found = audit_copy(
+        lambda index: projection_for(
+            f"audit-{index}",
+            params=params,
+            randomness=randomness,
+            d=d,
+            shared=shared,
+            device=device,
+        ),
+        shared is None,
+        shared is None and randomness.private,
+        (params.calibration, params.neighbour),
+        scales,
+        params.rank,
+        shape,
+        randomness,
+        epsilon,
+        params.audit_frames,
+        params.audit_confidence,
+    )
+    LOG.info(
+        "dprp@%g: audited ε̂ %.3g (%d%% confidence; %d of %d guesses right, %d canary frames, one run; ε %.4g; %.1f s)",
+        epsilon,
+        found.epsilon_audited,
+        round(100 * found.confidence),
+        found.correct,
+        found.guessed_in + found.guessed_out,
+        found.canaries,
+        scales.epsilon,
+        time.perf_counter() - started,
+    )
+    return found.columns()
 
 
 def _log_run(run: Any, scales: NoiseScales, videos: int, seconds: float) -> None:
@@ -304,7 +354,13 @@ def dprp(
         seconds = time.perf_counter() - started
         write_manifest(protected, staging / MANIFEST_NAME)
         _write_speed(speed_path, rows, seconds, epsilon)
-        write_table(ledger_rows(rows, scales, randomness, params, d), staging / "ledger.parquet")
+        audited = _audit(params, scales, randomness, epsilon, rows, d, shared, device)
+        write_table(
+            [{**row, **audited} for row in ledger_rows(rows, scales, randomness, params, d)],
+            staging / "ledger.parquet",
+        )
+        if audited:
+            run.log_metrics({"epsilon_audited": audited["epsilon_audited"]})
         _log_run(run, scales, len(protected), seconds)
         if report is not None:
             _preview(report, epsilon, show_raw, params, scales, rows, frames, protected, staging)

@@ -75,6 +75,7 @@ from tasks.core.tracking import StageRun, stage_run, stage_work
 from tasks.privacy.accounting import relation_of
 from tasks.privacy.budget import BudgetPlan, check_budget, check_unprotected, record_made
 from tasks.private.accounting import SgdPrivacy
+from tasks.private.audit import RunAudit, audit_training
 from tasks.private.methods import (
     Outcome,
     PrivateData,
@@ -83,6 +84,7 @@ from tasks.private.methods import (
     train_dp_sgd,
     train_grouped,
 )
+from tasks.private.opacus_loop import StepCallback
 from tasks.private.tokens import public_pixels, token_views
 
 LOG = logging.getLogger(__name__)
@@ -196,19 +198,28 @@ def train_one(
     epsilon: float,
     randomness: DpRandomness,
     seed: int = 0,
+    on_step: StepCallback | None = None,
+    purpose: tuple[str, ...] = (),
 ) -> Outcome:
-    """One model at one ε and training seed; its Poisson samples, noise and (MaskDP) public batches from ``randomness``."""
-    key = (method, epsilon, *seed_keys(seed))
+    """One model at one ε and training seed; its Poisson samples, noise and (MaskDP) public batches from ``randomness``
+    (``purpose`` keeps an audit run's streams apart from the releases'); ``on_step`` sees every iterate."""
+    key = (method, epsilon, *seed_keys(seed), *purpose)
     stream = randomness.stream("private", *key, "noise")
     public_stream = randomness.stream("private", *key, "public-batches")
     if math.isinf(epsilon):  # the ε = ∞ column: the same recipe, clipping kept, no noise
-        return train_grouped(module, data, recipe, 0.0, stream, public_stream)
+        return train_grouped(module, data, recipe, 0.0, stream, public_stream, on_step)
     sigma = noise_for(epsilon, data, recipe)  # once per release, for whichever loop trains it
     if CATALOGUE[method].views == "clip" and data.owners is None:  # Opacus, one clip a video
         return train_dp_sgd(
-            module, data, recipe, sigma, stream, randomness.stream("private", *key, "batches")
+            module,
+            data,
+            recipe,
+            sigma,
+            stream,
+            randomness.stream("private", *key, "batches"),
+            on_step,
         )
-    return train_grouped(module, data, recipe, sigma, stream, public_stream)
+    return train_grouped(module, data, recipe, sigma, stream, public_stream, on_step)
 
 
 CURVE_POINTS = (
@@ -390,15 +401,71 @@ class _PrivateRun:
     inputs: PreparedInputs
     staging: Path
     trained: _Trained = field(default_factory=_Trained)
+    audits: dict[float, RunAudit] = field(default_factory=dict)
 
     def epsilon(self, run: StageRun, epsilon: float) -> None:
-        """Every seed at ``epsilon`` under one MLflow run: seed 0's curves in it, seed i's in a run nested under it."""
+        """Every seed at ``epsilon`` under one MLflow run: seed 0's curves in it, seed i's in a run nested under it;
+        the ε's audit first, so that every seed's row and the registered version carry its ε̂."""
         name = f"{self.method}-eps{epsilon}"
         seeds = self.inputs.seeds[epsilon]
         tags = {"privhar.method": self.method, "privhar.seeds": seeds}
         with run.model_run(name, "fit", tags) as model_run:
+            self.audit(model_run, epsilon)
             for seed in range(seeds):
                 self.seed(model_run, name, epsilon, seed)
+
+    def audit(self, model_run: StageRun, epsilon: float) -> None:
+        """The one-run audit at ``epsilon`` (:mod:`tasks.private.audit`): an extra run of the release's trainer with
+        ``private.audit_canaries`` gradient canaries, never saved; its ε̂ logged on the ε's MLflow run."""
+        inputs, params = self.inputs, self.params
+        if math.isinf(epsilon) or not params.audit_canaries:
+            return
+        if (
+            not inputs.head_only
+        ):  # the canaries are input columns of the head: a trained backbone would mix them
+            LOG.warning(
+                "train-private: %s at ε %s not audited: the audit's canaries need private.trainable: head",
+                self.method,
+                epsilon,
+            )
+            return
+        head = head_of(copy.deepcopy(inputs.pretrained))
+        train = functools.partial(
+            _audit_run,
+            self.method,
+            recipe=inputs.recipe,
+            epsilon=epsilon,
+            randomness=self.randomness,
+        )
+        stream = self.randomness.stream("private", self.method, epsilon, "audit", "canaries")
+        audited = audit_training(
+            train,
+            head,
+            inputs.data,
+            inputs.recipe,
+            stream,
+            params.audit_canaries,
+            params.audit_confidence,
+        )
+        self.audits[epsilon] = audited
+        model_run.log_metrics(
+            {
+                "epsilon_audited": audited.found.epsilon_audited,
+                "epsilon_audit_run": audited.epsilon_claimed,
+            }
+        )
+        LOG.info(
+            "train-private: %s at ε %s: audited ε̂ %.3g (%d%% confidence; %d of %d guesses right, %d canaries, "
+            "one run; the audit run's own ε %.4g)",
+            self.method,
+            epsilon,
+            audited.found.epsilon_audited,
+            round(100 * audited.found.confidence),
+            audited.found.correct,
+            audited.found.guessed_in + audited.found.guessed_out,
+            audited.found.canaries,
+            audited.epsilon_claimed,
+        )
 
     def seed(self, model_run: Any, name: str, epsilon: float, seed: int) -> None:
         """One model: a fresh classifier (seed 0: the public model's), trained, its rows, files and log line."""
@@ -439,7 +506,9 @@ class _PrivateRun:
             inputs.recipe,
             worst,
         )
-        self.trained.results.append({**record, "seed": seed})
+        self.trained.results.append(
+            {**record, **audit_columns(self.audits.get(epsilon)), "seed": seed}
+        )
         self.save(model, model_run, name, key, epsilon, seed, guarantee, outcome)
         LOG.info(
             "train-private: %s: ε %.4g per %s (target %s), %.4g per person at most, σ %.4g, loss %.4f; "
@@ -511,6 +580,11 @@ class _PrivateRun:
             "semantics": CATALOGUE[self.method].semantics,
             CHECKPOINT_TAG: checkpoint_digest(folder / "model.pt"),
             "epsilon_person_max": repr(self.trained.results[-1]["epsilon_person_max"]),
+            **{
+                key: value
+                for key, value in audit_columns(self.audits.get(epsilon)).items()
+                if value != ""
+            },
             "trainable": self.params.trainable,
             "trainable_parameters": trainable_count(model),
             "noise_multiplier": outcome.privacy.noise_multiplier,
@@ -600,6 +674,38 @@ def train_private(
         made = [result["model"] for result in results if math.isfinite(result["target_epsilon"])]
         record_made(privacy, made, inputs.every_row, budget)
     return results
+
+
+def _audit_run(
+    method: str,
+    module: nn.Module,
+    data: PrivateData,
+    on_step: StepCallback,
+    *,
+    recipe: Recipe,
+    epsilon: float,
+    randomness: DpRandomness,
+) -> Outcome:
+    """The audit's run: the release's trainer at ``epsilon``, on DP streams of its own."""
+    return train_one(method, module, data, recipe, epsilon, randomness, 0, on_step, ("audit",))
+
+
+def audit_columns(audited: RunAudit | None) -> dict[str, Any]:
+    """The audit of a row's ε as its CSV columns (empty where none ran: ε = ∞, or no audit)."""
+    if audited is None:
+        return {key: "" for key in AUDIT_CSV_COLUMNS}
+    return {**audited.found.columns(), "audit_attack": AUDIT_ATTACK}
+
+
+AUDIT_ATTACK = "one run, gradient canaries, white box (every iterate), likelihood-ratio score"
+AUDIT_CSV_COLUMNS = (
+    "epsilon_audited",
+    "audit_confidence",
+    "audit_canaries",
+    "audit_guesses",
+    "audit_correct",
+    "audit_attack",
+)
 
 
 def _guarantee(method: str, privacy: SgdPrivacy, unit: str, randomness: str) -> PrivacyGuarantee:

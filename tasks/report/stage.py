@@ -36,6 +36,7 @@ from tasks.core.subjects import subjects_statement
 from tasks.core.tables import csv_bytes, markdown_of, read_csv
 from tasks.core.tracking import stage_run, stage_work
 from tasks.privacy.dprp_calibration import dataset_scales
+from tasks.report.audit import AUDIT, AUDIT_COLUMNS, audit_markdown, audit_png, audit_rows
 from tasks.report.claims import WITHIN_NOISE_BECAUSE, against_raw, decide, paper_claims
 from tasks.report.ledger import (
     SUBJECT_COLUMNS,
@@ -373,6 +374,7 @@ def results_markdown(
     person_level: list[dict[str, Any]] | None = None,
     spread: list[dict[str, Any]] | None = None,
     data: str = "",
+    audits: list[dict[str, Any]] | None = None,
 ) -> str:
     cap_text = "none" if math.isinf(cap) else f"ε ≤ {cap:g} per person"
     links = " ".join(f"[{row['copy']}](report/signature/{row['copy']}.png)" for row in signature)
@@ -412,6 +414,10 @@ def results_markdown(
                 f"Cap (`privacy.max_epsilon`): {cap_text}. {LEDGER}",
                 _families_markdown(releases) if releases else "No release yet.",
                 "Every release, with the accountant's parameters: [report/releases.csv](report/releases.csv).",
+                "### Audited ε: a lower bound from one run",
+                AUDIT,
+                audit_markdown(audits or []),
+                *(["![ε̂ against ε](report/audit.png)"] if audits else []),
                 "### Per person",
                 who,
                 _subjects_markdown(subjects) if releases else "",
@@ -522,6 +528,7 @@ def report(
     )
     signatures = signature_rows(rows, assessed)
     people = person_level_rows(ledgers, scores) if PERSON_METHOD in private.methods else []
+    audits = audit_rows(ledgers, private.methods, dprp)
     found = (
         dprp_releases(dprp)
         + private_releases(ledgers, private.methods)
@@ -556,6 +563,8 @@ def report(
         folder / "claims.csv": csv_bytes(claims, list(CLAIM_COLUMNS)),
         folder / "costs.csv": csv_bytes(costs, ["method", "top1", "raw_top1", "gap", "verdict"]),
         folder / "person_level.csv": csv_bytes(people, PERSON_LEVEL_COLUMNS),
+        folder / "audit.csv": csv_bytes(audits, AUDIT_COLUMNS),
+        folder / "audit.png": audit_png(audits),
         folder / "spread.csv": csv_bytes(spread, SPREAD_COLUMNS, float_precision=6),
         folder / "metrics.json": (
             json.dumps(dvc_metrics, indent=2, sort_keys=True) + "\n"
@@ -580,6 +589,7 @@ def report(
             people,
             spread,
             data_line(data, decoded),
+            audits,
         ).encode(),
     }
     parquet_rows = [

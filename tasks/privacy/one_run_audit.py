@@ -1,0 +1,115 @@
+"""An empirical lower bound ε̂ on a mechanism's ε from one run of it (Steinke, Nasr & Jagielski, "Privacy auditing
+with one (1) training run", NeurIPS 2023, arXiv 2305.08846).
+
+m canaries are each put in the run's data with probability ½, independently and secretly. The auditor scores every
+canary from what the run released, guesses "in" for the k₊ highest scores and "out" for the k₋ lowest, and counts
+its correct guesses v of r = k₊ + k₋. Each canary's in/out is one step of the neighbouring relation, so under
+(ε, δ)-DP no auditor's v exceeds what ε-randomized response would give by more than δ allows (their §5: the
+binomial tail at e^ε / (1 + e^ε) plus a δ term, :func:`p_value`). The largest ε the observed v rejects at the chosen
+confidence is ε̂: a lower bound on the ε of the mechanism that ran, never a guarantee. It is above the claimed ε only
+when the mechanism leaks more than its accountant says (or, with probability under 1 − confidence, by chance).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.stats import binom
+
+GUESS_SHARES = (
+    1 / 20,
+    1 / 10,
+    1 / 5,
+)  # the shares of the canaries guessed "in" (highest scores), alone or with as many guessed "out" (lowest)
+
+
+def p_value(m: int, r: int, v: int, epsilon: float, delta: float) -> float:
+    """P[v or more of r guesses correct] when the run is (ε, δ)-DP with m canaries: the tail of Binomial(r, e^ε /
+    (1 + e^ε)) plus 2mδ · max over i ≤ v of P[v − i ≤ Binomial(r, ·) < v] / i.
+
+    >>> round(p_value(100, 10, 10, 0.0, 0.0), 6)  # ten coin flips all right
+    0.000977
+    """
+    if not 0 <= v <= r <= m:
+        raise ValueError(f"need 0 <= v <= r <= m, got v={v}, r={r}, m={m}")
+    q = 1 / (1 + math.exp(-epsilon))
+    tail = float(binom.sf(v - 1, r, q))
+    if v == 0 or delta == 0:
+        return min(1.0, tail)
+    below = np.cumsum(binom.pmf(np.arange(v - 1, -1, -1), r, q))  # P[v − i ≤ B < v], i = 1 .. v
+    alpha = float(np.max(below / np.arange(1, v + 1)))
+    return min(1.0, tail + alpha * delta * 2 * m)
+
+
+def epsilon_bound(m: int, r: int, v: int, delta: float, confidence: float) -> float:
+    """The largest ε whose :func:`p_value` is below 1 − ``confidence`` (bisection: the p-value grows with ε); 0 when
+    even ε = 0 explains v.
+
+    >>> round(epsilon_bound(1000, 100, 100, 0.0, 0.95), 3)  # 100 right of 100: ln(q / (1 − q)), q = 0.05^(1/100)
+    3.493
+    """
+    level = 1 - confidence
+    if p_value(m, r, v, 0.0, delta) >= level:
+        return 0.0
+    low, high = 0.0, 1.0
+    while p_value(m, r, v, high, delta) < level:
+        low, high = high, 2 * high
+        if high > 1e3:
+            return math.inf
+    for _ in range(50):
+        middle = (low + high) / 2
+        low, high = (middle, high) if p_value(m, r, v, middle, delta) < level else (low, middle)
+    return low
+
+
+@dataclass(frozen=True)
+class Audit:
+    """ε̂ and how it was reached: the canaries, the guess plan that gave it, and the confidence."""
+
+    epsilon_audited: float
+    canaries: int
+    included: int
+    guessed_in: int
+    guessed_out: int
+    correct: int
+    confidence: float
+    plans: int  # guess plans tried, Bonferroni-corrected: each at 1 − (1 − confidence) / plans
+
+    def columns(self) -> dict[str, float | int]:
+        """The audit as a ledger's columns, beside the release's ε."""
+        return {
+            "epsilon_audited": round(self.epsilon_audited, 4),
+            "audit_confidence": self.confidence,
+            "audit_canaries": self.canaries,
+            "audit_guesses": self.guessed_in + self.guessed_out,
+            "audit_correct": self.correct,
+        }
+
+
+def audit(
+    scores: np.ndarray, included: np.ndarray, delta: float, confidence: float = 0.95
+) -> Audit:
+    """ε̂ from one run: ``scores`` (m,) of the canaries, ``included`` (m,) bool, their secret draw.
+
+    Guess plans are fixed in advance (:data:`GUESS_SHARES`, "in" only and "in" with as many "out"), and the
+    confidence is split over them (Bonferroni), so picking the best plan keeps the stated confidence.
+    """
+    m = len(scores)
+    order = np.argsort(-scores, kind="stable")
+    ranked = included[order]
+    plans = [
+        (max(1, round(share * m)), out) for share in GUESS_SHARES for out in (0, 1)
+    ]  # (k₊, whether k₋ = k₊)
+    each = 1 - (1 - confidence) / len(plans)
+    best = Audit(0.0, m, int(included.sum()), 0, 0, 0, confidence, len(plans))
+    for k_in, both in plans:
+        k_out = k_in if both else 0
+        correct = int(ranked[:k_in].sum()) + (int((~ranked[m - k_out :]).sum()) if k_out else 0)
+        bound = epsilon_bound(m, k_in + k_out, correct, delta, each)
+        if bound > best.epsilon_audited:
+            best = Audit(
+                bound, m, int(included.sum()), k_in, k_out, correct, confidence, len(plans)
+            )
+    return best
