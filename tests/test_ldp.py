@@ -233,6 +233,10 @@ def test_the_video_stage_releases_seeded_codes_and_records_both_epsilons(
     assert (
         counts["raw_pixels"] == 16 * 8 and counts["hog_bovw"] == 7 * 3
     )  # ((16 − 4)/2 + 1) · ((8 − 4)/2 + 1) blocks
+    # issue 64: each finite ε's one-run audit of the randomized response, the same for every code
+    audited = {row["epsilon_audited"] for row in ledger if row["epsilon_per_feature"] == "1.0"}
+    assert len(audited) == 1 and 0 <= float(audited.pop()) <= 1.0
+    assert {row["epsilon_audited"] for row in ledger if row["epsilon_per_feature"] == "inf"} == {""}
     assert all(
         row["randomness"] == NOT_PRIVATE and row["central_steps_on_private_data"].startswith("none")
         for row in ledger

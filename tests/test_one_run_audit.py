@@ -58,3 +58,23 @@ def test_it_holds_on_randomized_response_and_catches_twice_its_epsilon():
         for seed in range(10)
     ]
     assert sum(found > 1.0 for found in caught) >= 8
+
+
+def test_randomized_response_of_the_ldp_codes_holds_and_twice_its_epsilon_is_caught(monkeypatch):
+    """tasks/ldp/randomized_response.audit_response, the LDP stage's audit: d = 16 as the codes, 1 000 canaries."""
+    from tasks.ldp import randomized_response
+
+    def found(epsilon: float) -> list[float]:
+        return [
+            randomized_response.audit_response(
+                16, epsilon, np.random.default_rng(seed), 1000, 0.95
+            ).epsilon_audited
+            for seed in range(3)
+        ]
+
+    assert all(0.4 < value <= 1.0 for value in found(1.0))
+    original = randomized_response.keep_probability
+    monkeypatch.setattr(
+        randomized_response, "keep_probability", lambda d, epsilon: original(d, 2 * epsilon)
+    )
+    assert all(value > 1.0 for value in found(1.0)) and all(value > 2.0 for value in found(2.0))

@@ -464,6 +464,11 @@ class LdpParams(Section):
         list[Literal["dcaconv", "raw_pixels", "hog_bovw"]], Field(min_length=1)
     ]
     digits_test_fraction: Annotated[float, Field(gt=0.0, lt=1.0)]
+    # the one-run audit of randomized response at each finite ε (tasks/ldp/randomized_response.py); 0: none
+    audit_canaries: Annotated[int, Field(ge=0)] = 1000
+    audit_confidence: Annotated[float, Field(gt=0.0, lt=1.0)] = (
+        0.95  # of ε̂, a lower bound on ε per feature
+    )
 
 
 class PrivacyParams(Section):

@@ -13,6 +13,7 @@ import math
 import numpy as np
 
 from tasks.core.errors import PrivharError
+from tasks.privacy.one_run_audit import Audit, audit
 
 
 def check_domain(d: int, epsilon: float) -> None:
@@ -70,3 +71,16 @@ def clip_and_normalise(counts: np.ndarray, floor: float = 0.0) -> np.ndarray:
     totals = clipped.sum(axis=0, keepdims=True)
     uniform = np.full_like(clipped, 1.0 / clipped.shape[0])
     return np.where(totals > 0, clipped / np.where(totals > 0, totals, 1.0), uniform)
+
+
+def audit_response(
+    d: int, epsilon: float, rng: np.random.Generator, canaries: int, confidence: float
+) -> Audit:
+    """The one-run audit of :func:`perturb` at ``epsilon`` (:mod:`tasks.privacy.one_run_audit`): ``canaries`` features,
+    each 0 when in and 1 when out (replace-one: the feature's value changed), drawn in with probability ½ from ``rng``
+    (the stage's secret coins), released through :func:`perturb`; the auditor scores +1 for a 0 released, −1 for a 1
+    and 0 for any other value (ties broken at random). ε̂ bounds the ε per feature, pure (δ = 0)."""
+    included = rng.random(canaries) < 0.5
+    released = perturb(np.where(included, 0, 1), d, epsilon, rng)
+    scores = (released == 0).astype(float) - (released == 1) + 1e-3 * rng.random(canaries)
+    return audit(scores, included, 0.0, confidence)

@@ -53,7 +53,7 @@ from tasks.core.tracking import stage_run, stage_work
 from tasks.ldp.baselines import hog_bovw_codes, raw_pixel_codes
 from tasks.ldp.dcaconv import fit_dcaconv
 from tasks.ldp.learners import NaiveBayes, NearestCentroid, knn_predict
-from tasks.ldp.randomized_response import check_domain, perturb
+from tasks.ldp.randomized_response import audit_response, check_domain, perturb
 from tasks.privacy.budget import (
     BudgetPlan,
     check_budget,
@@ -61,6 +61,7 @@ from tasks.privacy.budget import (
     ldp_release,
     record_made,
 )
+from tasks.privacy.one_run_audit import COLUMNS as AUDIT_COLUMNS
 
 LOG = logging.getLogger(__name__)
 
@@ -383,7 +384,19 @@ def _score_every_code(
 def _ledger(
     sizes: dict[str, int], params: LdpParams, domain: int, randomness: DpRandomness
 ) -> list[dict[str, Any]]:
-    """One ledger row per code and ε: pure ε-LDP per feature, composed over the clip's features."""
+    """One ledger row per code and ε: pure ε-LDP per feature, composed over the clip's features; each finite ε's
+    one-run audit of the randomized response beside it (the same mechanism for every code)."""
+    audits = {
+        epsilon: audit_response(
+            domain,
+            epsilon,
+            randomness.numpy("ldp-audit", epsilon),
+            params.audit_canaries,
+            params.audit_confidence,
+        ).columns()
+        for epsilon in params.video_epsilons
+        if math.isfinite(epsilon) and params.audit_canaries
+    }
     return [
         {
             "release": ldp_release(epsilon, name),
@@ -398,6 +411,7 @@ def _ledger(
             "randomness": randomness.label,
             "central_steps_on_private_data": CENTRAL_STEPS,
             "splits": "train",
+            **audits.get(epsilon, dict.fromkeys(AUDIT_COLUMNS, "")),
         }
         for name, count in sizes.items()
         for epsilon in params.video_epsilons

@@ -64,6 +64,15 @@ def epsilon_bound(m: int, r: int, v: int, delta: float, confidence: float) -> fl
     return low
 
 
+COLUMNS = (
+    "epsilon_audited",
+    "audit_confidence",
+    "audit_canaries",
+    "audit_guesses",
+    "audit_correct",
+)  # a ledger's audit columns (:meth:`Audit.columns`)
+
+
 @dataclass(frozen=True)
 class Audit:
     """ε̂ and how it was reached: the canaries, the guess plan that gave it, and the confidence."""
@@ -79,13 +88,14 @@ class Audit:
 
     def columns(self) -> dict[str, float | int]:
         """The audit as a ledger's columns, beside the release's ε."""
-        return {
-            "epsilon_audited": round(self.epsilon_audited, 4),
-            "audit_confidence": self.confidence,
-            "audit_canaries": self.canaries,
-            "audit_guesses": self.guessed_in + self.guessed_out,
-            "audit_correct": self.correct,
-        }
+        values = (
+            round(self.epsilon_audited, 4),
+            self.confidence,
+            self.canaries,
+            self.guessed_in + self.guessed_out,
+            self.correct,
+        )
+        return dict(zip(COLUMNS, values, strict=True))
 
 
 def audit(

@@ -74,6 +74,7 @@ from tasks.core.tables import csv_bytes
 from tasks.core.tracking import StageRun, stage_run, stage_work
 from tasks.privacy.accounting import relation_of
 from tasks.privacy.budget import BudgetPlan, check_budget, check_unprotected, record_made
+from tasks.privacy.one_run_audit import COLUMNS as AUDIT_COLUMNS
 from tasks.private.accounting import SgdPrivacy
 from tasks.private.audit import RunAudit, audit_training
 from tasks.private.methods import (
@@ -698,14 +699,7 @@ def audit_columns(audited: RunAudit | None) -> dict[str, Any]:
 
 
 AUDIT_ATTACK = "one run, gradient canaries, white box (every iterate), likelihood-ratio score"
-AUDIT_CSV_COLUMNS = (
-    "epsilon_audited",
-    "audit_confidence",
-    "audit_canaries",
-    "audit_guesses",
-    "audit_correct",
-    "audit_attack",
-)
+AUDIT_CSV_COLUMNS = (*AUDIT_COLUMNS, "audit_attack")
 
 
 def _guarantee(method: str, privacy: SgdPrivacy, unit: str, randomness: str) -> PrivacyGuarantee:
