@@ -4,9 +4,9 @@ with one (1) training run", NeurIPS 2023, arXiv 2305.08846).
 m canaries are each put in the run's data with probability ½, independently and secretly. The auditor scores every
 canary from what the run released, guesses "in" for the k₊ highest scores and "out" for the k₋ lowest, and counts
 its correct guesses v of r = k₊ + k₋. Each canary's in/out is one step of the neighbouring relation, so under
-(ε, δ)-DP no auditor's v exceeds what ε-randomized response would give by more than δ allows (their §5: the
-binomial tail at e^ε / (1 + e^ε) plus a δ term, :func:`p_value`). The largest ε the observed v rejects at the chosen
-confidence is ε̂: a lower bound on the ε of the mechanism that ran, never a guarantee. It is above the claimed ε only
+(ε, δ)-DP no auditor's v exceeds what ε-randomized response would give by more than δ allows (their bound for
+(ε, δ): the binomial tail at e^ε / (1 + e^ε) plus a δ term, :func:`p_value`). The largest ε the observed v rejects at
+the chosen confidence is ε̂: a lower bound on the ε of the mechanism that ran, never a guarantee. It is above the claimed ε only
 when the mechanism leaks more than its accountant says (or, with probability under 1 − confidence, by chance).
 """
 
