@@ -44,7 +44,9 @@ class RunAudit:
 
     found: Audit
     epsilon_claimed: float
-    clipped_share: float  # of the included canaries' steps, those whose gradient reached C (1.0: all)
+    clipped_share: (
+        float  # of the included canaries' steps, those whose gradient reached C (1.0: all)
+    )
 
 
 def widened(head: nn.Linear, canaries: int) -> nn.Linear:
