@@ -90,11 +90,12 @@ def audit_copy(
     included = torch.zeros(frames, dtype=torch.bool)
     included[stream.poisson_sample(frames, 0.5)] = True
     generator = randomness.numpy("dprp-audit", epsilon, "direction")
-    scores = []
+    scores, canary = [], None
     for first in range(0, frames, FRAMES_PER_VIDEO):
         projection = projection_of(first // FRAMES_PER_VIDEO)
-        direction = top_direction(projection, secret, generator)
-        without, with_canary = canary_frames(projection, unit, shape, direction)
+        if canary is None or per_video:  # a shared R: one canary, aimed once
+            canary = _aimed(projection, unit, shape, top_direction(projection, secret, generator))
+        without, with_canary, clean, along = canary
         chosen = included[first : first + FRAMES_PER_VIDEO].numpy()
         video = np.where(chosen[:, None, None, None], with_canary, without)
         out = protect_video(
@@ -105,17 +106,23 @@ def audit_copy(
             rank=rank,
             noise_seed=randomness.seed("dprp-noise", epsilon, "audit", first),
         )
-        clean = project(
-            torch.from_numpy(without.reshape(1, -1).astype(np.float64)), projection
-        ).cpu()
-        moved = (
-            project(
-                torch.from_numpy(with_canary.reshape(1, -1).astype(np.float64)), projection
-            ).cpu()
-            - clean
-        )
-        along = moved / moved.norm()
         scores.append((((out.projected - clean) * along).sum(dim=1) / scales.sigma1).numpy())
         if per_video:
             projection.release()
     return audit(np.concatenate(scores), included.numpy(), scales.delta, confidence)
+
+
+def _aimed(
+    projection: Projection,
+    unit: tuple[str, str],
+    shape: tuple[int, int, int],
+    direction: torch.Tensor,
+) -> tuple[np.ndarray, np.ndarray, torch.Tensor, torch.Tensor]:
+    """(frame without, frame with the canary, P of the frame without, the unit direction of the canary's ΔP)."""
+    without, with_canary = canary_frames(projection, unit, shape, direction)
+    clean, changed = (
+        project(torch.from_numpy(frame.reshape(1, -1).astype(np.float64)), projection).cpu()
+        for frame in (without, with_canary)
+    )
+    moved = changed - clean
+    return without, with_canary, clean, moved / moved.norm()

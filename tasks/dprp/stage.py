@@ -197,13 +197,9 @@ def _audit(
         params.audit_confidence,
     )
     LOG.info(
-        "dprp@%g: audited ε̂ %.3g (%d%% confidence; %d of %d guesses right, %d canary frames, one run; ε %.4g; %.1f s)",
+        "dprp@%g: %s; ε %.4g; %.1f s",
         epsilon,
-        found.epsilon_audited,
-        round(100 * found.confidence),
-        found.correct,
-        found.guessed_in + found.guessed_out,
-        found.canaries,
+        found.summary("canary frames"),
         scales.epsilon,
         time.perf_counter() - started,
     )

@@ -86,6 +86,13 @@ class Audit:
     confidence: float
     plans: int  # guess plans tried, Bonferroni-corrected: each at 1 − (1 − confidence) / plans
 
+    def summary(self, canaries: str = "canaries") -> str:
+        """ε̂ and how it was reached, for a stage's log line."""
+        return (
+            f"audited ε̂ {self.epsilon_audited:.3g} ({self.confidence:.0%} confidence; {self.correct} of "
+            f"{self.guessed_in + self.guessed_out} guesses right, {self.canaries} {canaries}, one run)"
+        )
+
     def columns(self) -> dict[str, float | int]:
         """The audit as a ledger's columns, beside the release's ε."""
         values = (

@@ -430,7 +430,7 @@ class _PrivateRun:
                 epsilon,
             )
             return
-        head = head_of(copy.deepcopy(inputs.pretrained))
+        head = head_of(inputs.pretrained)  # read only: the audit trains a widened copy of it
         train = functools.partial(
             _audit_run,
             self.method,
@@ -456,16 +456,13 @@ class _PrivateRun:
             }
         )
         LOG.info(
-            "train-private: %s at ε %s: audited ε̂ %.3g (%d%% confidence; %d of %d guesses right, %d canaries, "
-            "one run; the audit run's own ε %.4g)",
+            "train-private: %s at ε %s: %s; the audit run's own ε %.4g; canary gradients clipped in %.0f%% of "
+            "their steps",
             self.method,
             epsilon,
-            audited.found.epsilon_audited,
-            round(100 * audited.found.confidence),
-            audited.found.correct,
-            audited.found.guessed_in + audited.found.guessed_out,
-            audited.found.canaries,
+            audited.found.summary(),
             audited.epsilon_claimed,
+            100 * audited.clipped_share,
         )
 
     def seed(self, model_run: Any, name: str, epsilon: float, seed: int) -> None:
