@@ -10,7 +10,8 @@ from torch import nn
 
 from tasks.core.randomness import DpRandomness, DpStream
 from tasks.privacy.accounting import ADD_REMOVE, REPLACE_ONE
-from tasks.private.audit import CANARY_INPUT, audit_training, widened, with_canaries
+from tasks.privacy.gradient_canaries import CANARY_INPUT, widened
+from tasks.private.audit import audit_training, with_canaries
 from tasks.private.methods import PrivateData, Recipe
 from tasks.private.stage import train_one
 

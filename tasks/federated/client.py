@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import io
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -84,11 +85,17 @@ def client_stream(seed: int, stream: int) -> DpStream:
 
 
 def client_round(
-    module: nn.Module, broadcast: Tensors, shard: Shard, recipe: LocalRecipe, seed: int
+    module: nn.Module,
+    broadcast: Tensors,
+    shard: Shard,
+    recipe: LocalRecipe,
+    seed: int,
+    on_step: Callable[[nn.Module], None] | None = None,
 ) -> ClientResult:
     """Train a copy of ``module`` from ``broadcast`` on ``shard``; return Δ_k.
 
-    ``seed`` fixes the shuffles and the noise; a negative seed draws both from the client's OS entropy.
+    ``seed`` fixes the shuffles and the noise; a negative seed draws both from the client's OS entropy. ``on_step``
+    sees the local copy after every optimiser step (the audit's white-box view).
     """
     device = torch.device(recipe.device)
     local = copy.deepcopy(module).to(device)
@@ -131,6 +138,8 @@ def client_round(
                 loss = F.cross_entropy(private(inputs), labels)
                 loss.backward()
                 optimiser.step()
+                if on_step is not None:
+                    on_step(local)
                 loss_sum, seen = loss_sum + loss.detach().item() * len(labels), seen + len(labels)
     finally:
         private.remove_hooks()

@@ -54,6 +54,7 @@ from tasks.core.storage import atomic_directory, atomic_write_bytes
 from tasks.core.subjects import videos_per_person
 from tasks.core.tables import csv_bytes
 from tasks.core.tracking import StageRun, stage_run, stage_work
+from tasks.federated.audit import audit_federation, trains_head_alone
 from tasks.federated.client import LocalRecipe, load_trainable
 from tasks.federated.inputs import Clips, Split, load_federated_clips, split_for
 from tasks.federated.rounds import Federation, FederationResult, in_process, run_rounds
@@ -67,6 +68,8 @@ from tasks.privacy.budget import (
     record_made,
 )
 from tasks.privacy.federated_accounting import ACCOUNTANT, calibrate, person_epsilon
+from tasks.privacy.gradient_canaries import CSV_COLUMNS as AUDIT_COLUMNS
+from tasks.privacy.gradient_canaries import RunAudit, audit_columns
 
 LOG = logging.getLogger(__name__)
 
@@ -159,6 +162,9 @@ class _FederatedRun:
     run: StageRun
     staging: Path
     trained: _Trained = field(default_factory=_Trained)
+    audits: dict[tuple[str, str], RunAudit] = field(
+        default_factory=dict
+    )  # (tuning, the aggregation that trains its models) -> the one-run audit of its DP models
     # set by use_recipe(tuning) at the start of each tuning: its recipe, σ per ε, and whether FedNova is FedAvg
     recipe: FederatedParams = field(init=False)
     sigmas: dict[float, float] = field(init=False)
@@ -190,6 +196,8 @@ class _FederatedRun:
                 classifier_seed(self.base.seed, seed),
                 first,
             )
+            if first is None:
+                self.audit(split, tuning, trainable)
             first = first or split
             prefix_seconds = (
                 time.perf_counter() - started
@@ -210,6 +218,50 @@ class _FederatedRun:
                     trained,
                     prefix_seconds,
                 )
+
+    def trains(self, aggregation: str) -> str:
+        """The aggregation whose run makes ``aggregation``'s models: FedAvg's when FedNova is FedAvg (equal steps)."""
+        return self.params.aggregations[0] if self.equal_steps else aggregation
+
+    def audit(self, split: Split, tuning: str, trainable: str) -> None:
+        """The one-run audit (:mod:`tasks.federated.audit`) of each aggregation that trains its own models at
+        ``federated.epsilon``: one extra federation with gradient canaries, never saved; its ε̂ goes on every DP row,
+        run and registered version of the tuning."""
+        epsilon, params = self.params.epsilon, self.params
+        if math.isinf(epsilon) or not params.audit_canaries:
+            return
+        if not trains_head_alone(split.tail):  # the canaries are input columns of the head
+            LOG.warning(
+                "train-federated: %s (trainable: %s) not audited: the audit's canaries need the head alone trained",
+                tuning,
+                trainable,
+            )
+            return
+        for aggregation in dict.fromkeys(map(self.trains, params.aggregations)):
+            federation = federation_of(
+                self.base, self.recipe, self.sigmas[epsilon], aggregation, self.randomness
+            )
+            audited = audit_federation(
+                split.tail,
+                split.shards,
+                split.test,
+                federation,
+                split.full_model_bytes,
+                self.randomness.stream("federated", tuning, aggregation, "audit", "canaries"),
+                params.audit_canaries,
+                params.audit_confidence,
+            )
+            self.audits[(tuning, aggregation)] = audited
+            LOG.info(
+                "train-federated: %s-%s at ε %s per client: %s; the audit run's own ε %.4g; canary gradients "
+                "clipped in %.0f%% of their steps",
+                aggregation,
+                tuning,
+                epsilon,
+                audited.found.summary(),
+                audited.epsilon_claimed,
+                100 * audited.clipped_share,
+            )
 
     def model(
         self,
@@ -236,6 +288,14 @@ class _FederatedRun:
                 model_run.set_tags({"privhar.same_model_as": trained_as})
             for record in result.history:
                 _log_round(model_run, record)
+            audited = self.audits.get((tuning, trained_as or aggregation)) if sigma else None
+            if audited is not None:
+                model_run.log_metrics(
+                    {
+                        "epsilon_audited": audited.found.epsilon_audited,
+                        "epsilon_audit_run": audited.epsilon_claimed,
+                    }
+                )
         guarantee = _guarantee(result, sigma, self.recipe, self.randomness)
         _log_mechanism(model_run, sigma, self.recipe, aggregation, trainable, guarantee)
         worst = self.person_epsilons(key, sigma, result)
@@ -255,6 +315,7 @@ class _FederatedRun:
                 "unit": guarantee.unit,
                 "relation": guarantee.relation,
                 "epsilon_person_max": round(worst, 6),
+                **audit_columns(audited),
                 "randomness": guarantee.randomness,
                 "seed": seed,
                 "trained_as": trained_as or aggregation,
@@ -380,6 +441,11 @@ class _FederatedRun:
             "rounds": self.params.rounds,
             "local_epochs": self.recipe.local_epochs,
             "epsilon_person_max": repr(self.trained.rows[-1]["epsilon_person_max"]),
+            **{
+                key: value
+                for key, value in self.trained.rows[-1].items()
+                if key in AUDIT_COLUMNS and value != ""
+            },
             "noise_multiplier": self.sigmas[epsilon],
             "partition": self.params.partition,
         }

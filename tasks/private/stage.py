@@ -74,9 +74,9 @@ from tasks.core.tables import csv_bytes
 from tasks.core.tracking import StageRun, stage_run, stage_work
 from tasks.privacy.accounting import relation_of
 from tasks.privacy.budget import BudgetPlan, check_budget, check_unprotected, record_made
-from tasks.privacy.one_run_audit import COLUMNS as AUDIT_COLUMNS
+from tasks.privacy.gradient_canaries import RunAudit, audit_columns
 from tasks.private.accounting import SgdPrivacy
-from tasks.private.audit import RunAudit, audit_training
+from tasks.private.audit import audit_training
 from tasks.private.methods import (
     Outcome,
     PrivateData,
@@ -686,17 +686,6 @@ def _audit_run(
 ) -> Outcome:
     """The audit's run: the release's trainer at ``epsilon``, on DP streams of its own."""
     return train_one(method, module, data, recipe, epsilon, randomness, 0, on_step, ("audit",))
-
-
-def audit_columns(audited: RunAudit | None) -> dict[str, Any]:
-    """The audit of a row's ε as its CSV columns (empty where none ran: ε = ∞, or no audit)."""
-    if audited is None:
-        return {key: "" for key in AUDIT_CSV_COLUMNS}
-    return {**audited.found.columns(), "audit_attack": AUDIT_ATTACK}
-
-
-AUDIT_ATTACK = "one run, gradient canaries, white box (every iterate), likelihood-ratio score"
-AUDIT_CSV_COLUMNS = (*AUDIT_COLUMNS, "audit_attack")
 
 
 def _guarantee(method: str, privacy: SgdPrivacy, unit: str, randomness: str) -> PrivacyGuarantee:

@@ -16,7 +16,9 @@ AUDIT = (
     "recipe, data and trainer plus 1 000 gradient canaries, each put in with probability ½ (Steinke, Nasr & "
     "Jagielski 2023, one-run auditing; tasks/private/audit.py). The auditor sees every iterate, scores each "
     "canary by a likelihood ratio, guesses which were in, and ε̂ is the largest ε its correct guesses rule out at "
-    "the stated confidence. Each Video-DPRP copy is audited the same way with 1 000 canary frames, each changed "
+    "the stated confidence. Each federated tuning that trains the head alone is audited the same way in one extra "
+    "federation, its canaries videos of the clients, every local step of each client seen (tasks/federated/audit.py). "
+    "Each Video-DPRP copy is audited the same way with 1 000 canary frames, each changed "
     "by the largest change its unit allows (tasks/dprp/audit.py), and the LDP codes' randomized response with 1 000 "
     "canary features. ε̂ is a lower bound on the ε of the mechanism "
     "that ran, not a guarantee: ε̂ above ε would show a leak the accountant missed; ε̂ well below ε says the attack "
@@ -47,11 +49,16 @@ AUDIT_HEADER = [
 
 
 def audit_rows(
-    ledgers: Path, methods: list[str], dprp: Path | None = None, ldp: Path | None = None
+    ledgers: Path,
+    methods: list[str],
+    dprp: Path | None = None,
+    ldp: Path | None = None,
+    federated: Path | None = None,
 ) -> list[dict[str, Any]]:
     """One row per method and finite ε that was audited: each Video-DPRP copy (its ledger.parquet under ``dprp``),
-    seed 0's row of train-private's <method>.csv, then the LDP codes' randomized response per ε (``ldp``: the ldp
-    stage's ledger.csv; the ε per feature, which the per-video ε composes)."""
+    seed 0's row of train-private's <method>.csv, each federated model audited (seed 0's row of ``federated``,
+    train-federated's federated.csv), then the LDP codes' randomized response per ε (``ldp``: the ldp stage's
+    ledger.csv; the ε per feature, which the per-video ε composes)."""
     rows = []
     for ledger in sorted(dprp.glob("*/ledger.parquet")) if dprp is not None else []:
         first = read_parquet(ledger).row(0, named=True)
@@ -80,6 +87,17 @@ def audit_rows(
                     **_audited(entry),
                 }
             )
+    for entry in read_csv(federated, missing_ok=True).to_dicts() if federated is not None else []:
+        if str(entry.get("seed", 0)) != "0" or entry.get("epsilon_audited") in (None, ""):
+            continue
+        rows.append(
+            {
+                "method": f"federated {entry['model']}",
+                "unit": f"{entry['unit']} of a client",
+                "relation": entry["relation"],
+                **_audited(entry),
+            }
+        )
     seen = set()
     for entry in read_csv(ldp, missing_ok=True).to_dicts() if ldp is not None else []:
         epsilon = entry["epsilon_per_feature"]

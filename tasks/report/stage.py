@@ -528,7 +528,7 @@ def report(
     )
     signatures = signature_rows(rows, assessed)
     people = person_level_rows(ledgers, scores) if PERSON_METHOD in private.methods else []
-    audits = audit_rows(ledgers, private.methods, dprp, ldp_ledger)
+    audits = audit_rows(ledgers, private.methods, dprp, ldp_ledger, federated_table)
     found = (
         dprp_releases(dprp)
         + private_releases(ledgers, private.methods)
