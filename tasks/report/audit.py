@@ -1,5 +1,5 @@
-"""results.md's audited ε: the one-run audit's lower bound ε̂ beside each claimed ε (train-private's <method>.csv,
-written by :mod:`tasks.private.audit`), as a table and a plot of ε̂ against ε per family."""
+"""results.md's audited ε: the one-run audit's lower bound ε̂ beside each claimed ε (the DPRP ledgers, train-private's
+<method>.csv, train-federated's federated.csv, the LDP ledger), as a table and a plot of ε̂ against ε per family."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ AUDIT = (
     "Jagielski 2023, one-run auditing; tasks/private/audit.py). The auditor sees every iterate, scores each "
     "canary by a likelihood ratio, guesses which were in, and ε̂ is the largest ε its correct guesses rule out at "
     "the stated confidence. Each federated tuning that trains the head alone is audited the same way in one extra "
-    "federation, its canaries videos of the clients, every local step of each client seen (tasks/federated/audit.py). "
+    "federation, its 300 canaries videos of the clients filling their batches, every local step of each client seen (tasks/federated/audit.py). "
     "Each Video-DPRP copy is audited the same way with 1 000 canary frames, each changed "
     "by the largest change its unit allows (tasks/dprp/audit.py), and the LDP codes' randomized response with 1 000 "
     "canary features. ε̂ is a lower bound on the ε of the mechanism "
