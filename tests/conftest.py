@@ -110,6 +110,7 @@ TINY = {
         "rounds": 2,
         "batch_size": 4,
         "learning_rate": 0.1,
+        "audit_canaries": 24,  # batches of 4: canaries past the room add steps, each a clip's pass in full tuning
         "seeds_per_tuning": {"selective": None, "full": None},
         "reference_seeds": {"full": None},
     },

@@ -4,6 +4,8 @@ an eighth of what its accountant assumes (seeded: reproducible, not private)."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -11,17 +13,11 @@ from tasks.core.head_features import first_trainable_block, head_of, tail_of
 from tasks.core.models import create_video_classifier
 from tasks.core.randomness import DpStream
 from tasks.core.selective import select_trainable
-from tasks.federated.audit import (
-    audit_federation,
-    padded,
-    placement,
-    trains_head_alone,
-    with_canaries,
-)
+from tasks.federated.audit import CanaryRows, audit_federation, placement, rows_of, with_canaries
 from tasks.federated.client import LocalRecipe, Shard
 from tasks.federated.rounds import Federation
 from tasks.privacy.federated_accounting import calibrate
-from tasks.privacy.gradient_canaries import CANARY_INPUT, widened
+from tasks.privacy.gradient_canaries import CANARY_INPUT
 
 CLASSES, FEATURES = 3, 32  # create_video_classifier(width=4): 4 · 8 features into the head
 
@@ -54,24 +50,41 @@ def test_canaries_fill_each_clients_last_batch_first_then_go_round():
     assert placement([7, 20, 12], 10, 2).tolist() == [0, 0]
 
 
-def test_the_widened_head_gives_the_real_videos_their_released_logits_and_canaries_their_column():
-    tail = head_tail()
-    real = shard(6, 0)
-    wide = tail_of(tail, 0)
-    wide.set_submodule("blocks.4.proj", widened(head_of(tail), 4))
+def clips(count: int, seed: int) -> Shard:
+    generator = torch.Generator().manual_seed(seed)
+    return Shard(
+        torch.randn(count, 3, 8, 32, 32, generator=generator), torch.arange(count) % CLASSES
+    )
+
+
+@pytest.mark.parametrize("tuning", ["head", "all"])
+def test_real_videos_keep_their_logits_and_a_canarys_gradient_lies_in_its_column_and_the_bias(
+    tuning,
+):
+    tail = head_tail(tuning)
+    real = shard(6, 0) if tuning == "head" else clips(6, 0)
+    wide = CanaryRows(copy.deepcopy(tail), 4, tuple(real.inputs.shape[1:]))
     with torch.no_grad():
-        head_of(wide).weight[:, FEATURES:] = torch.randn(CLASSES, 4)
+        head_of(wide.model).weight[:, FEATURES:] = torch.randn(CLASSES, 4)
     tail.eval(), wide.eval()
-    assert torch.allclose(wide(padded(real, 4).inputs), tail(real.inputs), atol=1e-6)
-    columns, included = torch.tensor([1, 3]), torch.tensor([True, False])
-    both = with_canaries(padded(real, 4), columns, included, torch.tensor([0, 2]), FEATURES)
-    canaries = both.inputs[6:].flatten(1)
-    assert torch.equal(canaries[:, :FEATURES], torch.zeros(2, FEATURES))
-    assert canaries[:, FEATURES:].tolist() == [
-        [0, CANARY_INPUT, 0, 0],
-        [0, 0, 0, -CANARY_INPUT],
-    ] and both.labels[6:].tolist() == [0, 2]
-    assert trains_head_alone(tail) and not trains_head_alone(head_tail("all"))
+    rows = rows_of(real, 4)
+    assert torch.allclose(wide(rows.inputs), tail(real.inputs), atol=1e-5)
+    both = with_canaries(
+        rows, torch.tensor([1, 3]), torch.tensor([True, False]), torch.tensor([0, 2]), 4
+    )
+    canaries = both.inputs[6:]
+    assert canaries[:, -5:].tolist() == [[0, CANARY_INPUT, 0, 0, 1], [0, 0, 0, -CANARY_INPUT, 1]]
+    assert not canaries[:, :-5].any() and both.labels[6:].tolist() == [0, 2]
+    torch.nn.functional.cross_entropy(wide(canaries[1:]), both.labels[7:]).backward()
+    grads = {name: p.grad for name, p in wide.named_parameters() if p.requires_grad}
+    head = "model.blocks.4.proj"
+    assert grads[f"{head}.bias"].abs().sum() > 0
+    column = grads.pop(f"{head}.weight")
+    assert (
+        column[:, FEATURES + 3].abs().sum() > 0
+        and column[:, FEATURES + 3].abs().sum() == column.abs().sum()
+    )
+    assert all(g is None or not g.any() for name, g in grads.items() if name != f"{head}.bias")
 
 
 @pytest.mark.parametrize("planted", [False, True])
@@ -88,3 +101,20 @@ def test_the_audit_holds_on_the_clients_dp_sgd_and_catches_an_eighth_of_the_nois
     else:
         assert audited.epsilon_claimed == pytest.approx(1.0, abs=1e-4)
         assert audited.found.epsilon_audited <= 1.0
+
+
+def test_full_fine_tuning_is_audited_through_the_whole_models_clipping():
+    """The canaries ride along clips through the whole model's per-sample clipping and noise (ε = 8: ε̂ > 0)."""
+    sigma = calibrate(8.0, 2, 1e-4)
+    audited = audit_federation(
+        head_tail("all"),
+        [clips(6, k) for k in range(3)],
+        clips(6, 9),
+        federation(sigma),
+        1,
+        DpStream.seeded(5),
+        120,
+        0.95,
+    )
+    assert audited.clipped_share > 0.9 and audited.epsilon_claimed == pytest.approx(8.0, abs=1e-3)
+    assert 0 < audited.found.epsilon_audited <= 8.0

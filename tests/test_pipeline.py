@@ -90,6 +90,7 @@ def test_pipeline_runs_end_to_end_then_is_up_to_date(project, pipeline_run):
         "dprp (paper's ε = 8)",
         "dp_sgd",
         "maskdp",
+        "federated fedavg-full",
         "federated fedavg-selective",
         "ldp (per feature)",
     ]

@@ -328,8 +328,8 @@ class FederatedParams(Section):
     transport: Literal[
         "in_process", "flower"
     ]  # flower: Flower's simulation engine (extra: federated)
-    # the one-run audit of each DP tuning whose clients train the head alone (tasks/federated/audit.py): gradient
-    # canaries at the clients in one extra, unreleased federation; 0: none
+    # the one-run audit of each DP tuning (tasks/federated/audit.py): gradient canaries at the clients in one extra,
+    # unreleased federation; 0: none
     audit_canaries: Annotated[int, Field(ge=0)] = 300
     audit_confidence: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.95  # of ε̂, a lower bound on ε
     # training seeds of a tuning's rows (a table row name of tunings -> seeds; each a DP release); the others: report.seeds

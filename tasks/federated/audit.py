@@ -1,16 +1,17 @@
-"""The one-run audit of a federated release (paper 003 Algorithm 1): gradient canaries at one client, through that
+"""The one-run audit of a federated release (paper 003 Algorithm 1): gradient canaries at the clients, through each
 client's own DP-SGD, in one extra federation that is never saved or registered.
 
 The federation is the release's: its clients, shards, rounds, selection, aggregation and local recipe (Opacus on
-shuffled fixed-size batches, clipping to C, σ), with the client randomness of the release (OS entropy unless seeded).
-The head gains m canary columns (:mod:`tasks.privacy.gradient_canaries`); every client's inputs are 0 there, so the
-real videos train as released. The m canaries are videos of the audited client: under replace-one (the federated
-accountant's relation, :mod:`tasks.privacy.federated_accounting`) each is a unit, and an "out" canary is the "in" one
-negated, its gradient nearly opposite: the replacement that moves the clipped batch sum most (2C).
+shuffled fixed-size batches, clipping to C, σ, the tuning's trainable tensors), with the client randomness of the
+release (OS entropy unless seeded). The head gains m canary columns (:mod:`tasks.privacy.gradient_canaries`) that every
+real video leaves at 0, so the real videos train as released (:class:`CanaryRows`). The canaries are videos of the
+clients: under replace-one (the federated accountant's relation, :mod:`tasks.privacy.federated_accounting`) each is a
+unit, and an "out" canary is the "in" one negated, its gradient nearly opposite: the replacement that moves the clipped
+batch sum most (2C). They fill the room in each client's batches first (:func:`placement`).
 
-The auditor sees every local iterate of the audited client (more than the server, which sees Δ_k): per round it undoes
-the momentum (reset each round) and scores each canary as train-private's audit does, with q = 1 / ⌈N_k / B_k⌉, the
-share of an epoch's steps that hold it.
+The auditor sees every local iterate of every client (more than the server, which sees Δ_k): per round it undoes the
+momentum (reset each round) and scores each canary as train-private's audit does, with q = 1 / ⌈N_k / B⌉, the share of
+an epoch's steps that hold it (1: the auditor knows the step).
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from tasks.core.head_features import head_of
 from tasks.core.models import head_name
 from tasks.core.randomness import DpStream
 from tasks.core.seeding import derive_seed
-from tasks.core.selective import trainable_parameters
 from tasks.federated.client import ClientResult, LocalRecipe, Shard, Tensors, client_round
 from tasks.federated.rounds import Federation, run_rounds
 from tasks.privacy.accounting import REPLACE_ONE
@@ -43,32 +43,52 @@ from tasks.privacy.gradient_canaries import (
 from tasks.privacy.one_run_audit import audit
 
 
-def trains_head_alone(tail: nn.Module) -> bool:
-    """True when the clients train the head's weight and bias and nothing else: the canaries' columns are then seen
-    by nothing but the head (a trained backbone would mix them)."""
-    name = head_name(tail)
-    return set(trainable_parameters(tail)) == {f"{name}.weight", f"{name}.bias"}
+class CanaryRows(nn.Module):
+    """``model`` with its head widened by m canary columns, on flat rows ``[clip (or the tail's input) | m canary
+    values | flag]``. A real video's row (flag 0, canary values 0) gives the model's own logits and gradients, 0 on
+    the canary columns. A canary's row (flag 1) has its backbone features zeroed, so its gradient lies in its own column
+    and the head's bias alone, whatever the tuning trains: the same Dirac canary for full and selective tuning."""
+
+    def __init__(self, model: nn.Module, canaries: int, shape: tuple[int, ...]) -> None:
+        super().__init__()
+        self.model, self.canaries, self.shape = model, canaries, shape
+        head = model.blocks[-1]
+        self.width = head.proj.in_features
+        head.proj = widened(head.proj, canaries)
+
+    def forward(self, rows: torch.Tensor) -> torch.Tensor:
+        """The model's forward (pytorchvideo ``Net``: each block in turn; the head's pool, then its projection: the
+        dropout is off for DP-SGD and the output pool of a 1×1×1 map is the identity), canary columns appended."""
+        m = self.canaries
+        x = rows[:, : -m - 1].reshape(len(rows), *self.shape)
+        for block in self.model.blocks[:-1]:
+            x = block(x)
+        head = self.model.blocks[-1]
+        features = head.pool(x).flatten(1) * (1 - rows[:, -1:])
+        return head.proj(torch.cat([features, rows[:, -m - 1 : -1]], dim=1))
 
 
-def padded(shard: Shard, canaries: int) -> Shard:
-    """``shard`` with ``canaries`` zero channels after its own: the same logits through the widened head."""
-    inputs = shard.inputs
-    zeros = inputs.new_zeros((len(inputs), canaries, *inputs.shape[2:]))
-    return Shard(torch.cat([inputs, zeros], dim=1), shard.labels)
+def rows_of(shard: Shard, canaries: int) -> Shard:
+    """``shard``'s videos as :class:`CanaryRows` rows: flat, their canary values and flag 0."""
+    inputs = shard.inputs.flatten(1)
+    return Shard(
+        torch.cat([inputs, inputs.new_zeros((len(inputs), canaries + 1))], 1), shard.labels
+    )
 
 
 def with_canaries(
-    shard: Shard, columns: torch.Tensor, included: torch.Tensor, labels: torch.Tensor, width: int
+    shard: Shard, columns: torch.Tensor, included: torch.Tensor, labels: torch.Tensor, canaries: int
 ) -> Shard:
-    """``shard`` (padded) with canaries after its videos: canary j is :data:`CANARY_INPUT` on channel
-    ``width`` + ``columns[j]`` (all of it: the head's pool, max or mean, then reads the value), negated when it is
-    "out"."""
-    m = len(labels)
-    inputs = shard.inputs
-    canary = inputs.new_zeros((m, *inputs.shape[1:]))
-    value = torch.where(included, CANARY_INPUT, -CANARY_INPUT).to(inputs)
-    canary[torch.arange(m), width + columns] = value.view(m, *[1] * (inputs.dim() - 2))
-    return Shard(torch.cat([inputs, canary]), torch.cat([shard.labels, labels]))
+    """``shard`` (rows) with canaries after its videos: canary j is :data:`CANARY_INPUT` on canary column
+    ``columns[j]`` of ``canaries``, negated when it is "out", its clip 0 and its flag 1."""
+    rows = shard.inputs
+    canary = rows.new_zeros((len(labels), rows.shape[1]))
+    first = rows.shape[1] - canaries - 1
+    canary[torch.arange(len(labels)), first + columns] = torch.where(
+        included, CANARY_INPUT, -CANARY_INPUT
+    ).to(rows)
+    canary[:, -1] = 1.0
+    return Shard(torch.cat([rows, canary]), torch.cat([shard.labels, labels]))
 
 
 def opacus_normaliser(count: int, batch: int) -> int:
@@ -97,23 +117,21 @@ def audit_federation(
     confidence: float,
     clients: torch.Tensor | None = None,
 ) -> RunAudit:
-    """One audited federation of ``tail`` (head alone trainable) with ``canaries`` canaries, each "in" with
-    probability ½ from ``stream``, at the clients :func:`placement` gives (or ``clients``); ε̂ at ``confidence``
-    against the largest ε of a client that holds canaries (its rounds taken part in)."""
+    """One audited federation of ``tail`` (the module the clients train, on ``shards``) with ``canaries`` canaries,
+    each "in" with probability ½ from ``stream``, at the clients :func:`placement` gives (or ``clients``); ε̂ at
+    ``confidence`` against the largest ε of a client that holds canaries (its rounds taken part in)."""
     included = torch.zeros(canaries, dtype=torch.bool)
     included[stream.poisson_sample(canaries, 0.5)] = True
     recipe = federation.recipe
     if clients is None:
         clients = placement([len(shard.labels) for shard in shards], recipe.batch_size, canaries)
-    name, head = head_name(tail), head_of(tail)
-    labels = torch.arange(canaries) % head.out_features
-    wide = copy.deepcopy(tail)
-    wide.set_submodule(name, widened(head, canaries))
-    width = head.in_features
-    inputs = [padded(shard, canaries) for shard in shards]
+    wide = CanaryRows(copy.deepcopy(tail), canaries, tuple(shards[0].inputs.shape[1:]))
+    labels = torch.arange(canaries) % head_of(wide.model).out_features
+    inputs = [rows_of(shard, canaries) for shard in shards]
     for k in range(len(shards)):
         mine = torch.nonzero(clients == k).flatten()
-        inputs[k] = with_canaries(inputs[k], mine, included[mine], labels[mine], width)
+        inputs[k] = with_canaries(inputs[k], mine, included[mine], labels[mine], canaries)
+    name = f"model.{head_name(wide.model)}"
     recorded: list[tuple[int, Iterates]] = []
 
     def transport(
@@ -121,15 +139,15 @@ def audit_federation(
     ) -> list[ClientResult]:
         results = []
         for k, seed in zip(selected, seeds):
-            seen = Iterates(broadcast[f"{name}.weight"], broadcast[f"{name}.bias"], width)
+            seen = Iterates(broadcast[f"{name}.weight"], broadcast[f"{name}.bias"], wide.width)
             recorded.append((k, seen))
-            on_step = lambda local, seen=seen: seen.record(head_of(local))  # noqa: E731
+            on_step = lambda local, seen=seen: seen.record(head_of(local.model))  # noqa: E731
             results.append(client_round(wide, broadcast, inputs[k], recipe, seed, on_step))
         return results
 
     own = dataclasses.replace(federation, seed=derive_seed(federation.seed, "audit"))
     counts = [len(shard.labels) for shard in inputs]
-    result = run_rounds(wide, own, counts, transport, padded(test, canaries), full_model_bytes)
+    result = run_rounds(wide, own, counts, transport, rows_of(test, canaries), full_model_bytes)
     scores, share = _scores(recorded, clients, labels, counts, recipe)
     found = audit(scores, included.numpy(), federation.delta, confidence)
     epochs = [result.participations[k] * recipe.local_epochs for k in set(clients.tolist())]

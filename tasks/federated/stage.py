@@ -13,6 +13,8 @@
 largest per-client ε, the paper's eq. 11 value beside it, the measured bytes per client per round
 against a full-model update, and eq. 14's d_t/d. Each round's accuracy, loss, ε and bytes go to
 MLflow (metric ``<key>.<name>``, step = round); each final model to the registry as ``privhar-federated``.
+Each tuning's DP models are audited once (:mod:`tasks.federated.audit`: one extra federation with gradient
+canaries, never saved); ε̂ goes on their rows, MLflow runs and registry tags.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ from tasks.core.storage import atomic_directory, atomic_write_bytes
 from tasks.core.subjects import videos_per_person
 from tasks.core.tables import csv_bytes
 from tasks.core.tracking import StageRun, stage_run, stage_work
-from tasks.federated.audit import audit_federation, trains_head_alone
+from tasks.federated.audit import audit_federation
 from tasks.federated.client import LocalRecipe, load_trainable
 from tasks.federated.inputs import Clips, Split, load_federated_clips, split_for
 from tasks.federated.rounds import Federation, FederationResult, in_process, run_rounds
@@ -197,7 +199,7 @@ class _FederatedRun:
                 first,
             )
             if first is None:
-                self.audit(split, tuning, trainable)
+                self.audit(split, tuning)
             first = first or split
             prefix_seconds = (
                 time.perf_counter() - started
@@ -223,19 +225,12 @@ class _FederatedRun:
         """The aggregation whose run makes ``aggregation``'s models: FedAvg's when FedNova is FedAvg (equal steps)."""
         return self.params.aggregations[0] if self.equal_steps else aggregation
 
-    def audit(self, split: Split, tuning: str, trainable: str) -> None:
+    def audit(self, split: Split, tuning: str) -> None:
         """The one-run audit (:mod:`tasks.federated.audit`) of each aggregation that trains its own models at
         ``federated.epsilon``: one extra federation with gradient canaries, never saved; its ε̂ goes on every DP row,
         run and registered version of the tuning."""
         epsilon, params = self.params.epsilon, self.params
         if math.isinf(epsilon) or not params.audit_canaries:
-            return
-        if not trains_head_alone(split.tail):  # the canaries are input columns of the head
-            LOG.warning(
-                "train-federated: %s (trainable: %s) not audited: the audit's canaries need the head alone trained",
-                tuning,
-                trainable,
-            )
             return
         for aggregation in dict.fromkeys(map(self.trains, params.aggregations)):
             federation = federation_of(

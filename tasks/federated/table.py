@@ -132,7 +132,7 @@ def _footer(first: dict[str, Any]) -> list[str]:
         (
             f"ε per client: {first['accountant']}; the largest over the clients. ε̂: the one-run audit's lower bound "
             "on it at the stated confidence (gradient canaries in the head, in one extra federation never released; "
-            "tunings that train more than the head are not audited). Eq. 11 of paper 003, (q/σ)·sqrt(2E ln(1/δ)) "
+            "`federated.audit_canaries: 0` turns it off). Eq. 11 of paper 003, (q/σ)·sqrt(2E ln(1/δ)) "
             "with q = B/N_k and E the client's total local epochs, is shown as printed: an approximation, not a bound."
         ),
         (

@@ -26,7 +26,9 @@ from torch import nn
 from tasks.privacy.accounting import REPLACE_ONE
 from tasks.privacy.one_run_audit import COLUMNS, Audit
 
-CANARY_INPUT = 10.0  # a canary's input on its column: its gradient is |p − e_y|·√(101) ≥ C = 2 while p(y) ≤ 0.8
+# a canary's input on its column: its gradient is |p − e_y|·√101, at least C while p(y) ≤ 0.8 (C = 2, train-private) or
+# ≤ 0.9 (C = 1, train-federated)
+CANARY_INPUT = 10.0
 ATTACK = "one run, gradient canaries, white box (every iterate), likelihood-ratio score"
 CSV_COLUMNS = (*COLUMNS, "audit_attack")
 
