@@ -16,7 +16,7 @@ AUDIT = (
     "recipe, data and trainer plus 1 000 gradient canaries, each put in with probability ½ (Steinke, Nasr & "
     "Jagielski 2023, one-run auditing; tasks/private/audit.py). The auditor sees every iterate, scores each "
     "canary by a likelihood ratio, guesses which were in, and ε̂ is the largest ε its correct guesses rule out at "
-    "the stated confidence. Each federated tuning that trains the head alone is audited the same way in one extra "
+    "the stated confidence. Each federated tuning, full or selective, is audited the same way in one extra "
     "federation, its 300 canaries videos of the clients filling their batches, every local step of each client seen (tasks/federated/audit.py). "
     "Each Video-DPRP copy is audited the same way with 1 000 canary frames, each changed "
     "by the largest change its unit allows (tasks/dprp/audit.py), and the LDP codes' randomized response with 1 000 "
