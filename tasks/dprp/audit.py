@@ -20,7 +20,7 @@ import torch
 from tasks.core.randomness import DpRandomness
 from tasks.dprp.mechanism import Projection, back_project, project, protect_video
 from tasks.privacy.dprp_calibration import NoiseScales
-from tasks.privacy.one_run_audit import Audit, audit
+from tasks.privacy.one_run_audit import Audit, audit, draw_included
 
 FRAMES_PER_VIDEO = (
     100  # one call of Algorithm 1 (one video's noise draw) per this many canary frames
@@ -87,8 +87,7 @@ def audit_copy(
     in videos whose R comes from ``projection_of(i)``: the shared R, or (``per_video``) a fresh one per video,
     ``secret`` when drawn from OS entropy, so the canary cannot be aimed at it."""
     stream = randomness.stream("dprp-audit", epsilon)
-    included = torch.zeros(frames, dtype=torch.bool)
-    included[stream.poisson_sample(frames, 0.5)] = True
+    included = draw_included(stream, frames)
     generator = randomness.numpy("dprp-audit", epsilon, "direction")
     scores, canary = [], None
     for first in range(0, frames, FRAMES_PER_VIDEO):

@@ -40,7 +40,7 @@ from tasks.privacy.gradient_canaries import (
     canary_scores,
     widened,
 )
-from tasks.privacy.one_run_audit import audit
+from tasks.privacy.one_run_audit import audit, draw_included
 
 
 class CanaryRows(nn.Module):
@@ -91,11 +91,6 @@ def with_canaries(
     return Shard(torch.cat([rows, canary]), torch.cat([shard.labels, labels]))
 
 
-def opacus_normaliser(count: int, batch: int) -> int:
-    """What Opacus divides a shuffled batch's noised sum by: int(N / ⌈N / B⌉) (its expected batch size)."""
-    return int(count / math.ceil(count / batch))
-
-
 def placement(counts: list[int], batch_size: int, canaries: int) -> torch.Tensor:
     """(m,) the client of each canary: first the room left in each client's last batch (B·⌈N_k / B⌉ − N_k: there a
     canary adds no step, so each client takes the release's steps and, holding one batch, the auditor knows the step
@@ -120,8 +115,7 @@ def audit_federation(
     """One audited federation of ``tail`` (the module the clients train, on ``shards``) with ``canaries`` canaries,
     each "in" with probability ½ from ``stream``, at the clients :func:`placement` gives (or ``clients``); ε̂ at
     ``confidence`` against the largest ε of a client that holds canaries (its rounds taken part in)."""
-    included = torch.zeros(canaries, dtype=torch.bool)
-    included[stream.poisson_sample(canaries, 0.5)] = True
+    included = draw_included(stream, canaries)
     recipe = federation.recipe
     if clients is None:
         clients = placement([len(shard.labels) for shard in shards], recipe.batch_size, canaries)
@@ -148,7 +142,7 @@ def audit_federation(
     own = dataclasses.replace(federation, seed=derive_seed(federation.seed, "audit"))
     counts = [len(shard.labels) for shard in inputs]
     result = run_rounds(wide, own, counts, transport, rows_of(test, canaries), full_model_bytes)
-    scores, share = _scores(recorded, clients, labels, counts, recipe)
+    scores, share = _scores(recorded, clients, included, labels, counts, recipe)
     found = audit(scores, included.numpy(), federation.delta, confidence)
     epochs = [result.participations[k] * recipe.local_epochs for k in set(clients.tolist())]
     claimed = max(epsilon_of(recipe.noise_multiplier, e, federation.delta) for e in epochs)
@@ -158,32 +152,33 @@ def audit_federation(
 def _scores(
     recorded: list[tuple[int, Iterates]],
     clients: torch.Tensor,
+    included: torch.Tensor,
     labels: torch.Tensor,
     counts: list[int],
     recipe: LocalRecipe,
 ) -> tuple[np.ndarray, float]:
     """Each canary's score summed over the rounds its client took part in, from that client's local iterates; the
-    share of the canaries' steps whose gradient reached C."""
+    share of the included canaries' steps whose gradient reached C (:attr:`RunAudit.clipped_share`)."""
     scores, clipped = np.zeros(len(labels)), []
     for k, seen in recorded:
         mine = torch.nonzero(clients == k).flatten()
         if not len(mine):
             continue
         batch = min(recipe.batch_size, counts[k])
+        steps = math.ceil(counts[k] / batch)  # an epoch's; one of them holds a given canary
         mechanism = StepMechanism(
             recipe.learning_rate,
             recipe.momentum,
             recipe.max_grad_norm,
             recipe.noise_multiplier,
-            1
-            / math.ceil(
-                counts[k] / batch
-            ),  # the share of an epoch's steps that hold a given canary
-            opacus_normaliser(counts[k], batch),
+            1 / steps,
+            int(
+                counts[k] / steps
+            ),  # Opacus's expected batch size, what it divides the noised sum by
             REPLACE_ONE,
         )
         seen.weights = [weight[:, mine] for weight in seen.weights]  # this client's canary columns
         round_scores, round_clipped = canary_scores(seen, labels[mine], mechanism)
         scores[mine.numpy()] += round_scores
-        clipped.append(round_clipped.flatten())
+        clipped.append(round_clipped[:, included[mine]].flatten())
     return scores, float(torch.cat(clipped).double().mean()) if clipped else 0.0

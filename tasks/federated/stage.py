@@ -248,14 +248,11 @@ class _FederatedRun:
             )
             self.audits[(tuning, aggregation)] = audited
             LOG.info(
-                "train-federated: %s-%s at ε %s per client: %s; the audit run's own ε %.4g; canary gradients "
-                "clipped in %.0f%% of their steps",
+                "train-federated: %s-%s at ε %s per client: %s",
                 aggregation,
                 tuning,
                 epsilon,
-                audited.found.summary(),
-                audited.epsilon_claimed,
-                100 * audited.clipped_share,
+                audited.summary(),
             )
 
     def model(
@@ -285,12 +282,7 @@ class _FederatedRun:
                 _log_round(model_run, record)
             audited = self.audits.get((tuning, trained_as or aggregation)) if sigma else None
             if audited is not None:
-                model_run.log_metrics(
-                    {
-                        "epsilon_audited": audited.found.epsilon_audited,
-                        "epsilon_audit_run": audited.epsilon_claimed,
-                    }
-                )
+                model_run.log_metrics(audited.metrics())
         guarantee = _guarantee(result, sigma, self.recipe, self.randomness)
         _log_mechanism(model_run, sigma, self.recipe, aggregation, trainable, guarantee)
         worst = self.person_epsilons(key, sigma, result)

@@ -43,6 +43,20 @@ class RunAudit:
         float  # of the included canaries' steps, those whose gradient reached C (1.0: all)
     )
 
+    def metrics(self) -> dict[str, float]:
+        """The MLflow metrics of the audited release's run."""
+        return {
+            "epsilon_audited": self.found.epsilon_audited,
+            "epsilon_audit_run": self.epsilon_claimed,
+        }
+
+    def summary(self) -> str:
+        """The stage's log line: ε̂ with how it was reached, the audit run's own ε and the clipped share."""
+        return (
+            f"{self.found.summary()}; the audit run's own ε {self.epsilon_claimed:.4g}; canary gradients clipped in "
+            f"{100 * self.clipped_share:.0f}% of their steps"
+        )
+
 
 def audit_columns(audited: RunAudit | None) -> dict[str, object]:
     """The audit of a row's ε as its CSV columns (empty where none ran: ε = ∞, or no audit)."""

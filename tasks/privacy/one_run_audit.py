@@ -16,7 +16,10 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 from scipy.stats import binom
+
+from tasks.core.randomness import DpStream
 
 GUESS_SHARES = (
     1 / 20,
@@ -103,6 +106,13 @@ class Audit:
             self.correct,
         )
         return dict(zip(COLUMNS, values, strict=True))
+
+
+def draw_included(stream: DpStream, canaries: int) -> torch.Tensor:
+    """(m,) bool: which canaries are in, each independently with probability ½ from ``stream`` (secret by default)."""
+    included = torch.zeros(canaries, dtype=torch.bool)
+    included[stream.poisson_sample(canaries, 0.5)] = True
+    return included
 
 
 def audit(

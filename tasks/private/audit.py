@@ -26,7 +26,7 @@ from tasks.privacy.gradient_canaries import (
     canary_scores,
     widened,
 )
-from tasks.privacy.one_run_audit import audit
+from tasks.privacy.one_run_audit import audit, draw_included
 from tasks.private.methods import Outcome, PrivateData, Recipe, expected_batch
 from tasks.private.opacus_loop import StepCallback
 
@@ -91,8 +91,7 @@ def audit_training(
 ) -> RunAudit:
     """One audit run of ``train`` (the release's trainer at its ε, with the audit's own DP streams) on ``data`` with
     ``canaries`` canaries drawn in from ``stream``; ε̂ at ``confidence``."""
-    included = torch.zeros(canaries, dtype=torch.bool)
-    included[stream.poisson_sample(canaries, 0.5)] = True
+    included = draw_included(stream, canaries)
     labels = torch.arange(canaries) % head.out_features
     wide = widened(head, canaries)
     seen = Iterates(wide.weight, wide.bias, head.in_features)

@@ -449,21 +449,8 @@ class _PrivateRun:
             params.audit_confidence,
         )
         self.audits[epsilon] = audited
-        model_run.log_metrics(
-            {
-                "epsilon_audited": audited.found.epsilon_audited,
-                "epsilon_audit_run": audited.epsilon_claimed,
-            }
-        )
-        LOG.info(
-            "train-private: %s at ε %s: %s; the audit run's own ε %.4g; canary gradients clipped in %.0f%% of "
-            "their steps",
-            self.method,
-            epsilon,
-            audited.found.summary(),
-            audited.epsilon_claimed,
-            100 * audited.clipped_share,
-        )
+        model_run.log_metrics(audited.metrics())
+        LOG.info("train-private: %s at ε %s: %s", self.method, epsilon, audited.summary())
 
     def seed(self, model_run: Any, name: str, epsilon: float, seed: int) -> None:
         """One model: a fresh classifier (seed 0: the public model's), trained, its rows, files and log line."""
