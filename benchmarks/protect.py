@@ -1,15 +1,22 @@
-"""``privhar bench protect``: ``privhar protect``'s frames/s and faces found again, side by side with deface.
+"""``privhar bench protect``: ``privhar protect``'s frames/s, faces released and frame share changed, beside deface.
 
-Each folder of real clips (one resolution each) goes through ``privhar protect`` once per method, on every core
-(``--workers 0``), timed from the call to the last file renamed into place (this process's imports excluded, the
-worker pool's start included); and, where a ``deface`` executable is given (installed for the benchmark only: it is
-not a dependency), through deface 1.5 on the same files in one call (its start-up included). Then an independent
-judge looks for faces in every ``JUDGE_EVERY``-th frame of every output: OpenCV's Haar cascade, which is not in
-``protect``'s default finders, at :func:`tasks.core.opencv_detectors.judge_upscale`; a face it finds at the same place
-in the raw frame (Dice > 0.5) counts as *found again*, and as *released* when the protection changed under half of
-its box by more than :data:`tasks.anonymize.release.FACE_CHANGE_LEVELS` grey levels, as ``protect``'s own gate
-judges it (both outputs are re-encoded). Not a test: the numbers
-depend on the machine and the hour, so the record names both.
+Each folder of real clips goes through ``privhar protect`` once per method, as a user runs it: the command in a
+subprocess on every core (``--workers 0``), timed from its start to its exit (start-up, imports and worker pool
+included); and, where a ``deface`` executable is given (installed in its own venv for the benchmark only), through
+deface 1.5 on the same files in one call, timed alike. Methods and deface alternate on each folder in the same minutes.
+
+Then every output is judged on every ``JUDGE_EVERY``-th frame, the same way for privhar and deface:
+
+- *faces released*: the independent judge (:mod:`benchmarks.face_judge`, MTCNN: in neither privhar's finder or gate
+  nor deface) finds a face in the output at the place of a face it finds in the raw frame (Dice > 0.5) and the
+  pixels in that box moved by less than ``RELEASED_LEVELS`` grey levels on average;
+- *raw faces*: judged frames where the judge finds a face in the raw frame (what could have been released);
+- *frame changed*: the share of each frame's pixels moved by more than ``FACE_CHANGE_LEVELS`` (re-encoding moves every
+  pixel by a few), against the *people's share*, the pixels mediapipe's selfie segmenter calls person in the raw frame;
+  a clip is *over-masked* when people cover under a quarter of its frames and more than twice their share changed;
+- *black frames*: output frames left all but black (the gate's verdict, or a method that removed everything).
+
+Not a test: the numbers depend on the machine and the hour, so the record names both.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import os
 import platform
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -26,63 +34,128 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.face_judge import judge_faces
 from tasks.anonymize.coverage import changed
-from tasks.anonymize.protect_video import VIDEO_FILES, Summary, protect_videos
-from tasks.anonymize.release import FACE_CHANGE_LEVELS, PROTECTED_FACE_SHARE
+from tasks.anonymize.protect_video import VIDEO_FILES
+from tasks.anonymize.release import FACE_CHANGE_LEVELS
 from tasks.core.datasets import read_frames
-from tasks.core.opencv_detectors import faces_found_again, fill_boxes, judge_upscale
-from tasks.core.params import AnonymizeParams
+from tasks.core.scores import matches
 from tasks.core.storage import atomic_write_bytes
 
-JUDGE_EVERY = 4
+JUDGE_EVERY = 5
+RELEASED_LEVELS = (
+    10.0  # a face whose box moved less than this on average is recognisable (issue 81's rule)
+)
+BLACK_LEVELS = 8  # a frame whose every pixel is at most this bright is black
+OVER_MASKED = 2.0  # frame share changed against the people's share
+CROWDED = (
+    0.25  # clips where people cover more than this of the frame are not judged for over-masking
+)
 
 
 def _videos(folder: Path) -> list[Path]:
     return sorted(path for path in folder.rglob("*") if path.suffix.lower() in VIDEO_FILES)
 
 
-def faces_again(raw: Path, protected: Path) -> tuple[int, int, int]:
-    """(frames judged, frames with a face found again, frames with one released) of one protected video."""
-    before = np.stack(read_frames(raw))[::JUDGE_EVERY]
-    after = np.stack(read_frames(protected))[::JUDGE_EVERY]
-    count = min(len(before), len(after))
-    before, after = before[:count, : after.shape[1], : after.shape[2]], after[:count]
-    found, released = 0, 0
-    for t, box in faces_found_again(before, after, upscale=judge_upscale(before.shape[1])):
-        found += 1
-        inside = fill_boxes(before.shape[1:3], [box])
-        moved = changed(before[t][None], after[t][None], FACE_CHANGE_LEVELS)[0]
-        released += int(moved[inside].mean() < PROTECTED_FACE_SHARE)
-    return count, found, released
+def _sampled(path: Path) -> np.ndarray:
+    return np.stack(read_frames(path))[::JUDGE_EVERY]
 
 
-def _judged(pairs: list[tuple[Path, Path]]) -> dict[str, int]:
-    totals = np.sum([faces_again(raw, out) for raw, out in pairs], axis=0)
+def raw_truth(video: Path) -> dict[str, Any]:
+    """What the judge and the segmenter see in the raw clip's judged frames (computed once a clip)."""
+    from tasks.anonymize.detector import segment_people
+
+    frames = _sampled(video)
     return {
-        "frames_judged": int(totals[0]),
-        "faces_found_again": int(totals[1]),
-        "faces_released": int(totals[2]),
+        "frames": frames,
+        "faces": judge_faces(frames),
+        "people_share": float(segment_people(frames).mean()),
     }
 
 
-def _deface(executable: Path, videos: list[Path], scratch: Path) -> dict[str, Any]:
+def judge_output(raw: dict[str, Any], output: Path) -> dict[str, Any]:
+    """One protected clip against its raw truth."""
+    after = _sampled(output)
+    before = raw["frames"]
+    count = min(len(before), len(after))
+    before, after = before[:count, : after.shape[1], : after.shape[2]], after[:count]
+    found = judge_faces(after)
+    raw_faces, released = 0, 0
+    for t in range(count):
+        if raw["faces"][t]:
+            raw_faces += 1
+        for box in found[t]:
+            if not any(matches(old, box) for old in raw["faces"][t]):
+                continue
+            x0, y0 = max(0, int(box[0])), max(0, int(box[1]))
+            x1, y1 = int(np.ceil(box[2])), int(np.ceil(box[3]))
+            region = (slice(y0, y1), slice(x0, x1))
+            moved = np.abs(before[t][region].astype(np.int16) - after[t][region]).mean()
+            if moved < RELEASED_LEVELS:
+                released += 1
+                break
+    return {
+        "frames_judged": count,
+        "raw_face_frames": raw_faces,
+        "faces_released": released,
+        "frame_share_changed": float(changed(before, after, FACE_CHANGE_LEVELS).mean()),
+        "people_share": raw["people_share"],
+        "black_frames": int((after.reshape(count, -1).max(axis=1) <= BLACK_LEVELS).sum()),
+    }
+
+
+def _totals(clips: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    rows = list(clips.values())
+    over = [
+        name
+        for name, row in clips.items()
+        if row["people_share"] < CROWDED
+        and row["frame_share_changed"] > OVER_MASKED * max(row["people_share"], 1e-9)
+    ]
+    return {
+        "frames_judged": sum(row["frames_judged"] for row in rows),
+        "raw_face_frames": sum(row["raw_face_frames"] for row in rows),
+        "faces_released": sum(row["faces_released"] for row in rows),
+        "black_frames_judged": sum(row["black_frames"] for row in rows),
+        "frame_share_changed": float(np.mean([row["frame_share_changed"] for row in rows])),
+        "people_share": float(np.mean([row["people_share"] for row in rows])),
+        "over_masked_clips": over,
+    }
+
+
+def _timed(command: list[str]) -> float:
+    started = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{command[0]} failed: {done.stderr.strip().splitlines()[-1:]}")
+    return time.perf_counter() - started
+
+
+def _privhar(
+    folder: Path, target: Path, method: str, params_path: Path, options: dict[str, Any]
+) -> float:
+    command = [str(Path(sys.executable).with_name("privhar")), "protect", str(folder)]
+    command += ["-o", str(target), "--method", method, "--params", str(params_path)]
+    for name, value in options.items():
+        command += [f"--{name.replace('_', '-')}", str(value)]
+    return _timed(command)
+
+
+def _deface(executable: Path, videos: list[Path], scratch: Path) -> tuple[float, list[Path]]:
     copies = []
     for video in videos:
         copy = scratch / video.name
         shutil.copy(video, copy)
         copies.append(copy)
-    started = time.perf_counter()
-    subprocess.run([str(executable), *map(str, copies)], check=True, capture_output=True)
-    seconds = time.perf_counter() - started
-    outputs = [copy.with_name(f"{copy.stem}_anonymized{copy.suffix}") for copy in copies]
-    return {"seconds": seconds, **_judged(list(zip(videos, outputs)))}
+    seconds = _timed([str(executable), *map(str, copies)])
+    return seconds, [copy.with_name(f"{copy.stem}_anonymized{copy.suffix}") for copy in copies]
 
 
 def run_bench(
     *,
     folders: list[Path],
     methods: list[str],
-    params: AnonymizeParams,
+    params_path: Path,
     deface: Path | None,
     out: Path,
     **options: Any,
@@ -92,45 +165,37 @@ def run_bench(
         "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()},
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "options": {key: str(value) for key, value in options.items()},
-        "judge": f"OpenCV Haar on every {JUDGE_EVERY}th frame, changed = more than {FACE_CHANGE_LEVELS} grey levels",
+        "judge": f"MTCNN (facenet-pytorch 2.6.0) on every {JUDGE_EVERY}th frame; released = found again at a raw "
+        f"face's place, moved less than {RELEASED_LEVELS} grey levels on average",
         "folders": {},
     }
     for folder in folders:
         videos = _videos(folder)
+        truth = {video.name: raw_truth(video) for video in videos}
+        frames = sum(len(read_frames(video)) for video in videos)
         rows: dict[str, Any] = {}
         with tempfile.TemporaryDirectory(prefix="privhar-bench-protect-") as scratch:
             for method in methods:
                 target = Path(scratch) / method
-                started = time.perf_counter()
-                results = protect_videos(
-                    (folder,), target, params=params, workers=0, method=method, **options
-                )
-                seconds = time.perf_counter() - started
-                done = [result for result in results if isinstance(result, Summary)]
-                rows[method] = {
-                    "seconds": seconds,
-                    "frames": sum(summary.frames for summary in done),
-                    "failed": [result for result in results if isinstance(result, str)],
-                    "coverage_min": min(
-                        (s.coverage_min for s in done if not np.isnan(s.coverage_min)),
-                        default=None,
-                    ),
-                    "frame_share_changed": float(np.mean([s.covered_share for s in done])),
-                    "stretches_black": sum(len(s.held_back) for s in done),
-                    "frames_black": sum(s.held_back_frames for s in done),
-                    "stretches": sum(s.stretches for s in done),
-                    **_judged([(Path(s.input), Path(s.output)) for s in done]),
-                }
-            if deface is not None:
-                (Path(scratch) / "deface").mkdir()
-                rows["deface"] = _deface(deface, videos, Path(scratch) / "deface")
-        frames = rows[methods[0]]["frames"] if methods else 0
+                seconds = _privhar(folder, target, method, params_path, options)
+                outputs = {video.name: target / video.relative_to(folder) for video in videos}
+                clips = {name: judge_output(truth[name], path) for name, path in outputs.items()}
+                rows[method] = {"seconds": seconds, **_totals(clips), "clips": clips}
+                if deface is not None and "deface" not in rows:
+                    (Path(scratch) / "deface").mkdir()
+                    seconds, made = _deface(deface, videos, Path(scratch) / "deface")
+                    clips = {
+                        video.name: judge_output(truth[video.name], path)
+                        for video, path in zip(videos, made)
+                    }
+                    rows["deface"] = {"seconds": seconds, **_totals(clips), "clips": clips}
         for row in rows.values():
             row["frames_per_second"] = frames / row["seconds"]
-        sizes = {tuple(np.shape(read_frames(video)[0])[:2]) for video in videos[:1]}
+        sizes = sorted({tuple(int(v) for v in truth[v.name]["frames"].shape[1:3]) for v in videos})
         record["folders"][str(folder)] = {
             "videos": len(videos),
-            "size": sorted(sizes),
+            "frames": frames,
+            "sizes": sizes,
             "rows": rows,
         }
     atomic_write_bytes(out, (json.dumps(record, indent=2) + "\n").encode())

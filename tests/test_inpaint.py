@@ -6,7 +6,8 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
-from tasks.anonymize.inpaint import background_plate, camera_motion, remove_people, shots
+from tasks.anonymize.camera import camera_motion, shots
+from tasks.anonymize.inpaint import background_plate, remove_people
 
 
 def texture(seed: int, height: int = 220, width: int = 360) -> np.ndarray:

@@ -21,20 +21,43 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
+from tasks.anonymize.camera import Camera
+
 MOVING_THRESHOLD = (
     25  # grey levels: above compression noise of a static scene, below a person's contrast
 )
 GAP_SECONDS = 0.25  # three-frame differencing: frames this far before and after
 
 
-def moving_pixels(frames: np.ndarray, picked: np.ndarray, fps: float) -> np.ndarray:
-    """(len(picked), H, W) bool: pixels of ``frames[picked]`` that differ from the frames ``GAP_SECONDS`` around."""
+def moving_pixels(
+    frames: np.ndarray, picked: np.ndarray, fps: float, camera: Camera | None = None
+) -> np.ndarray:
+    """(len(picked), H, W) bool: pixels of ``frames[picked]`` that differ from the frames ``GAP_SECONDS`` around.
+
+    Where ``camera`` moves, the frames around are first warped into each frame's view (its map, within its shot) and
+    a pixel either of them does not see is not moving: on a pan every textured pixel differs from the frame before,
+    and the gate took the whole frame for people (issue 81)."""
     gap = max(1, round(GAP_SECONDS * fps))
     last = len(frames) - 1
     clip = frames[picked]
-    return changed(clip, frames[np.clip(picked - gap, 0, last)]) & changed(
-        clip, frames[np.clip(picked + gap, 0, last)]
-    )
+    if camera is None or not camera.moves:
+        return changed(clip, frames[np.clip(picked - gap, 0, last)]) & changed(
+            clip, frames[np.clip(picked + gap, 0, last)]
+        )
+    height, width = frames.shape[1:3]
+    moving = np.zeros(clip.shape[:3], bool)
+    for index, t in enumerate(picked):
+        shot = next(shot for shot in camera.shots if shot.start <= t < shot.stop)
+        found = np.ones((height, width), bool)
+        for other in (max(shot.start, t - gap), min(shot.stop - 1, t + gap)):
+            into = (camera.maps[t] @ np.linalg.inv(camera.maps[other]))[:2]
+            seen = cv2.warpAffine(
+                np.ones((height, width), np.uint8), into, (width, height), flags=cv2.INTER_NEAREST
+            )
+            view = cv2.warpAffine(frames[other], into, (width, height), flags=cv2.INTER_LINEAR)
+            found &= changed(clip[index][None], view[None])[0] & (seen > 0)
+        moving[index] = found
+    return moving
 
 
 def changed(first: np.ndarray, second: np.ndarray, threshold: int = MOVING_THRESHOLD) -> np.ndarray:

@@ -19,15 +19,9 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
+from tasks.anonymize.camera import camera_motion, frame_corners, is_static, shots
+
 INPAINT_RADIUS = 5  # pixels considered around each hole pixel by Telea's method
-CUT_DISTANCE = 0.4  # hue-saturation histograms' Bhattacharyya distance of a cut (consecutive synthetic frames ≤ 0.24)
-STATIC_PIXELS = 3.0  # a shot whose camera moves no frame corner further is static (the synthetic clips' jitter: ~1)
-MIN_TRACKED = (
-    8  # background corners needed to fit a step of the camera (fewer: that step is taken as none)
-)
-MIN_INLIERS = 0.5  # share of the tracked corners the fitted similarity must explain (else: no fit)
-MAX_SCALE_STEP = 0.1  # a fitted step that zooms more than this between two frames is not a camera's
-MAX_TURN_STEP = np.deg2rad(5)  # nor one that turns more than this
 MAX_CANVAS = (
     2  # the moving shot's canvas reaches at most this many frame sizes beyond the first frame
 )
@@ -92,97 +86,10 @@ def background_plate(frames: np.ndarray, covered: np.ndarray) -> tuple[np.ndarra
     return plate, never_seen
 
 
-def _histogram(frame: np.ndarray) -> np.ndarray:
-    hsv = cv2.cvtColor(np.ascontiguousarray(frame), cv2.COLOR_RGB2HSV)
-    histogram = cv2.calcHist([hsv], [0, 1], None, [16, 16], [0, 180, 0, 256])
-    return cv2.normalize(histogram, histogram).flatten()
-
-
-def shots(frames: np.ndarray) -> list[slice]:
-    """The clip's shots, in order: a new one starts where consecutive frames' colours jump (a cut). A cut between two
-    shots of the same colours is not found: their frames are then registered as one moving shot."""
-    histograms = [_histogram(frame) for frame in frames]
-    starts = [0] + [
-        t
-        for t in range(1, len(frames))
-        if cv2.compareHist(histograms[t - 1], histograms[t], cv2.HISTCMP_BHATTACHARYYA)
-        > CUT_DISTANCE
-    ]
-    return [slice(start, end) for start, end in zip(starts, [*starts[1:], len(frames)])]
-
-
-def _fit(
-    before: np.ndarray, after: np.ndarray, corners: np.ndarray, guess: np.ndarray, free: np.ndarray
-) -> np.ndarray | None:
-    """3 × 3 map from ``before``'s pixels to ``after``'s: ``corners`` of ``before`` tracked by pyramidal Lucas-Kanade
-    from where ``guess`` puts them onto uncovered pixels of ``after``, a similarity fitted by RANSAC; None when too few
-    corners land or the fit zooms or turns more than ``guess`` allows a camera to (``MAX_SCALE_STEP``,
-    ``MAX_TURN_STEP``)."""
-    start = corners.reshape(-1, 2).astype(np.float32)
-    predicted = (start @ guess[:2, :2].T + guess[:2, 2]).astype(np.float32)
-    moved, found, _ = cv2.calcOpticalFlowPyrLK(
-        before, after, start, predicted.copy(), flags=cv2.OPTFLOW_USE_INITIAL_FLOW
-    )
-    columns, rows = np.round(moved[:, 0]).astype(int), np.round(moved[:, 1]).astype(int)
-    inside = (rows >= 0) & (rows < after.shape[0]) & (columns >= 0) & (columns < after.shape[1])
-    keep = (found.flatten() == 1) & inside
-    keep[keep] = free[rows[keep], columns[keep]]
-    if keep.sum() < MIN_TRACKED:
-        return None
-    fitted, inliers = cv2.estimateAffinePartial2D(start[keep], moved[keep], method=cv2.RANSAC)
-    if fitted is None or inliers.sum() < max(MIN_TRACKED, MIN_INLIERS * keep.sum()):
-        return None
-    change = fitted[:, :2] @ np.linalg.inv(guess[:2, :2])
-    scale, turn = np.hypot(change[0, 0], change[1, 0]), abs(np.arctan2(change[1, 0], change[0, 0]))
-    if abs(scale - 1) > MAX_SCALE_STEP or turn > MAX_TURN_STEP:
-        return None
-    return np.vstack([fitted, [0.0, 0.0, 1.0]])
-
-
-def _corners_of(grey: np.ndarray, free: np.ndarray) -> np.ndarray | None:
-    found = cv2.goodFeaturesToTrack(grey, 200, 0.01, 5, mask=free.astype(np.uint8))
-    return None if found is None or len(found) < MIN_TRACKED else found
-
-
-def camera_motion(frames: np.ndarray, covered: np.ndarray) -> np.ndarray:
-    """(T, 3, 3): each frame's map from the first frame's pixels to its own. Fitted on the first frame's background
-    corners directly (no drift), each from where the previous frame's map puts them; once too few of them are in
-    view (a long pan), chained from the previous frame's own corners; where neither fits, the last step repeats."""
-    grey = [cv2.cvtColor(np.ascontiguousarray(frame), cv2.COLOR_RGB2GRAY) for frame in frames]
-    free = ~covered.astype(bool)
-    maps = np.tile(np.eye(3), (len(frames), 1, 1))
-    first = _corners_of(grey[0], free[0])
-    for t in range(1, len(frames)):
-        direct = None if first is None else _fit(grey[0], grey[t], first, maps[t - 1], free[t])
-        if direct is not None:
-            maps[t] = direct
-            continue
-        previous = _corners_of(grey[t - 1], free[t - 1])
-        step = (
-            None if previous is None else _fit(grey[t - 1], grey[t], previous, np.eye(3), free[t])
-        )
-        if step is None:  # nothing to fit: the camera keeps its last step (still, if it was)
-            step = maps[t - 1] @ np.linalg.inv(maps[t - 2]) if t > 1 else np.eye(3)
-        maps[t] = step @ maps[t - 1]
-    return maps
-
-
-def _corners(height: int, width: int) -> np.ndarray:
-    return np.array(
-        [[0, 0, 1], [width - 1, 0, 1], [0, height - 1, 1], [width - 1, height - 1, 1]], float
-    )
-
-
-def _is_static(maps: np.ndarray, height: int, width: int) -> bool:
-    corners = _corners(height, width)
-    moved = corners @ maps.transpose(0, 2, 1)
-    return bool(np.abs(moved[..., :2] - corners[None, :, :2]).max() <= STATIC_PIXELS)
-
-
 def _canvas(maps: np.ndarray, height: int, width: int) -> tuple[np.ndarray, tuple[int, int]]:
     """(3 × 3 map from canvas pixels to the first frame's, (canvas height, width)): the canvas holds every frame's
     view of the shot (at most ``MAX_CANVAS`` frame sizes each way)."""
-    seen = np.concatenate([_corners(height, width) @ np.linalg.inv(m).T for m in maps])[:, :2]
+    seen = np.concatenate([frame_corners(height, width) @ np.linalg.inv(m).T for m in maps])[:, :2]
     low = np.maximum(np.floor(seen.min(axis=0)), [-MAX_CANVAS * width, -MAX_CANVAS * height])
     high = np.minimum(
         np.ceil(seen.max(axis=0)), [(MAX_CANVAS + 1) * width, (MAX_CANVAS + 1) * height]
@@ -233,7 +140,7 @@ def remove_people(frames: np.ndarray, covered: np.ndarray) -> np.ndarray:
     for shot in shots(frames):
         clip, mask = frames[shot], covered[shot]
         maps = camera_motion(clip, mask)
-        if _is_static(maps, *clip.shape[1:3]):
+        if is_static(maps, *clip.shape[1:3]):
             plates = np.broadcast_to(background_plate(clip, mask)[0], clip.shape)
         else:
             plates = _moving_plates(clip, mask, maps)

@@ -375,6 +375,10 @@ def check_options(options: ProtectOptions) -> None:
         from tasks.anonymize.detector import check_mediapipe
 
         check_mediapipe()
+    if entry.people and "centerface" in options.detectors:
+        from tasks.anonymize.centerface import check_centerface
+
+        check_centerface()
     if entry.name == "avatar" and "mediapipe" not in options.detectors:
         raise PrivharError(
             "--method avatar needs mediapipe in --detectors: its poses come from BlazePose"

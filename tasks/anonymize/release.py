@@ -21,7 +21,13 @@ from tasks.anonymize.coverage import changed, coverage
 from tasks.anonymize.methods import PROTECT
 from tasks.anonymize.people import People, key_frames
 from tasks.core.anonymize_catalogue import method_of
-from tasks.core.opencv_detectors import faces_found_again, fill_boxes, judge_upscale
+from tasks.core.opencv_detectors import (
+    Box,
+    face_boxes,
+    faces_found_again,
+    fill_boxes,
+    judge_upscale,
+)
 from tasks.core.params import AnonymizeParams
 
 FACE_CHANGE_LEVELS = (
@@ -97,7 +103,8 @@ def protect_clip(
     ):
         reason = (
             f"a face found again after {method}, mostly unchanged, in {len(leaked)} of {len(frames)} frames "
-            f"(first: frame {leaked[0]}; OpenCV's Haar judge on the released frames, people from {people_source})"
+            f"(first: frame {leaked[0]}; {JUDGES[found.judge]} judging the released frames, people from "
+            f"{people_source})"
         )
         reach = params.detect_every - 1  # a judged key frame stands for the frames around it
         failed = tuple(
@@ -111,6 +118,17 @@ def protect_clip(
             )
         )
     return Protected(protected, public, covered, reason, unchanged, seconds, failed)
+
+
+JUDGES = {"haar": "OpenCV's Haar judge", "blazeface": "BlazeFace (mediapipe) judge"}
+JUDGE_CONFIDENCE = 0.5  # BlazeFace's score for a face the gate looks for again
+
+
+def _blazeface(frame: np.ndarray, upscale: float) -> list[Box]:
+    """BlazeFace (full range) faces of one RGB frame; its own input is 192 × 192, so ``upscale`` is not used."""
+    from tasks.anonymize.detector import find_faces
+
+    return find_faces(frame[None], JUDGE_CONFIDENCE)[0]
 
 
 def judged(reads: tuple[str, ...], people_source: str) -> bool:
@@ -157,7 +175,10 @@ def released_faces(
     keyed = np.flatnonzero(key_frames(len(frames), every))
     if regions is not None:
         regions = [regions[t] for t in keyed]
-    for index, box in faces_found_again(frames[keyed], protected[keyed], regions, upscale=upscale):
+    find = face_boxes if found.judge == "haar" else _blazeface
+    for index, box in faces_found_again(
+        frames[keyed], protected[keyed], regions, upscale=upscale, find=find
+    ):
         t = int(keyed[index])
         inside = fill_boxes(frames.shape[1:3], [box])
         moved = changed(frames[t][None], protected[t][None], FACE_CHANGE_LEVELS)[0]

@@ -9,12 +9,14 @@ closed: a box is a person's pixels and some background).
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from functools import lru_cache
 
 import cv2
 import numpy as np
 
 Box = tuple[float, float, float, float]
+Finder = Callable[[np.ndarray, float], list[Box]]  # (RGB frame, enlargement) -> face boxes
 
 
 # One detector per thread: OpenCV's cascade keeps its scan's scales in the object, and two threads detecting with
@@ -89,10 +91,13 @@ def judge_upscale(height: int) -> float:
     return round(min(JUDGE_UPSCALE, max(1.0, JUDGE_UPSCALE * JUDGE_ROWS / height)), 3)
 
 
-def _judged(frame: np.ndarray, region: Box | None, upscale: float = JUDGE_UPSCALE) -> list[Box]:
-    """Haar faces in ``frame`` (frame pixels), inside ``region`` grown by :data:`JUDGE_MARGIN` when one is given."""
+def _judged(
+    frame: np.ndarray, region: Box | None, upscale: float = JUDGE_UPSCALE, find: Finder = face_boxes
+) -> list[Box]:
+    """Faces ``find`` sees in ``frame`` (frame pixels), inside ``region`` grown by :data:`JUDGE_MARGIN` when one is
+    given."""
     if region is None:
-        return face_boxes(frame, upscale)
+        return find(frame, upscale)
     x0, y0, x1, y1 = region
     grow_x, grow_y = JUDGE_MARGIN * (x1 - x0), JUDGE_MARGIN * (y1 - y0)
     left, top = max(0, int(np.floor(x0 - grow_x))), max(0, int(np.floor(y0 - grow_y)))
@@ -100,7 +105,7 @@ def _judged(frame: np.ndarray, region: Box | None, upscale: float = JUDGE_UPSCAL
     bottom = min(frame.shape[0], int(np.ceil(y1 + grow_y)))
     if right - left < 2 or bottom - top < 2:
         return []
-    found = face_boxes(np.ascontiguousarray(frame[top:bottom, left:right]), upscale)
+    found = find(np.ascontiguousarray(frame[top:bottom, left:right]), upscale)
     return [(a + left, b + top, c + left, d + top) for a, b, c, d in found]
 
 
@@ -110,9 +115,11 @@ def faces_found_again(
     regions: list[list[Box]] | None = None,
     *,
     upscale: float = JUDGE_UPSCALE,
+    find: Finder = face_boxes,
 ) -> list[tuple[int, Box]]:
-    """(frame, box) of each frame of a protected clip (T, H, W, 3) where the Haar judge finds a face it also finds in
-    the raw frame at the same place (Dice > 0.5, paper 004's match); the first such face of the frame.
+    """(frame, box) of each frame of a protected clip (T, H, W, 3) where the judge ``find`` (by default the Haar
+    cascade, ``upscale`` its enlargement) finds a face it also finds in the raw frame at the same place (Dice > 0.5,
+    paper 004's match); the first such face of the frame.
 
     ``regions`` (per frame: the annotated visible faces, where a dataset has them) restricts the search to them, as
     Haar also fires on background texture; without them the whole frame is searched. The protected frame is searched
@@ -124,8 +131,8 @@ def faces_found_again(
     for t, (before, after) in enumerate(zip(raw, protected)):
         areas = [None] if regions is None else regions[t]
         for region in areas:
-            kept = _judged(after, region, upscale)
-            earlier = _judged(before, region, upscale) if kept else []
+            kept = _judged(after, region, upscale, find)
+            earlier = _judged(before, region, upscale, find) if kept else []
             again = [new for new in kept if any(matches(old, new) for old in earlier)]
             if again:
                 found.append((t, again[0]))

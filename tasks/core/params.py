@@ -165,7 +165,7 @@ class AnonymizeParams(Section):
     # where people are found (tasks/anonymize/people.py): auto = ground_truth for the synthetic dataset, ensemble for real data
     source: Literal["auto", "ground_truth", "detector", "motion", "ensemble"]
     ensemble: Annotated[
-        list[Literal["mediapipe", "hog", "motion", "faces"]], Field(min_length=1)
+        list[Literal["centerface", "mediapipe", "hog", "motion", "faces"]], Field(min_length=1)
     ]  # united masks
     detector_confidence: Annotated[
         float, Field(gt=0.0, lt=1.0)

@@ -9,14 +9,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from sklearn.metrics import average_precision_score, f1_score
 
 Box = Sequence[float]  # x0, y0, x1, y1 in pixels
 
 
 def class_wise_map(labels: np.ndarray, scores: np.ndarray) -> float:
     """cMAP: the unweighted mean of per-attribute AP over the attributes with a positive (paper 000 §4.3), by
-    scikit-learn's ``average_precision_score`` (tied scores form one threshold)."""
+    scikit-learn's ``average_precision_score`` (tied scores form one threshold). scikit-learn is imported here, not
+    at the top: the box scores below serve ``privhar protect``'s gate, whose every worker would pay its 1-4 s import."""
+    from sklearn.metrics import average_precision_score
+
     labels = np.asarray(labels, dtype=bool)
     present = labels.any(axis=0)
     if not present.any():
@@ -30,6 +32,8 @@ def class_wise_map(labels: np.ndarray, scores: np.ndarray) -> float:
 
 def class_wise_f1(labels: np.ndarray, predicted: np.ndarray) -> float:
     """Macro F1 over attributes (0 for an attribute with neither a positive nor a prediction), scikit-learn's."""
+    from sklearn.metrics import f1_score
+
     return float(
         f1_score(
             np.asarray(labels, dtype=bool),
