@@ -50,6 +50,15 @@ def model_path() -> Path:
     return path
 
 
+def installed() -> bool:
+    """Whether the model file is there."""
+    try:
+        model_path()
+    except PrivharError:
+        return False
+    return True
+
+
 def check_centerface() -> None:
     """One line now, before any video is read, if the model is missing."""
     model_path()

@@ -33,14 +33,13 @@ import numpy as np
 from tasks.anonymize.coverage import changed
 from tasks.anonymize.people import detect_in, video_identity
 from tasks.anonymize.release import protect_clip
-from tasks.anonymize.source_clip import SourceClip
+from tasks.anonymize.source_clip import SourceClip, Upscale
 from tasks.core.anonymize_catalogue import method_of
 from tasks.core.datasets import open_video
 from tasks.core.errors import PrivharError
 from tasks.core.params import AnonymizeParams
 from tasks.core.progress import progress
 from tasks.core.storage import write_failed
-from tasks.core.video_reading import Geometry
 
 log = logging.getLogger(__name__)
 DETECT_SECONDS = 0.25  # auto --detect-every: a search every quarter second or sooner, tracks between (people move a box width in ~1 s)
@@ -132,7 +131,7 @@ def _detection_clip(frames: np.ndarray, fps: float, scale: float) -> SourceClip:
     size = (max(16, round(full[1] * scale)), max(16, round(full[0] * scale)))
     small = np.stack([cv2.resize(frame, size, interpolation=cv2.INTER_AREA) for frame in frames])
     return SourceClip(
-        small, np.arange(len(frames)), fps, Geometry.fit(small.shape[1:3], full), full, frames
+        small, np.arange(len(frames)), fps, Upscale(small.shape[1:3], full), full, frames
     )
 
 

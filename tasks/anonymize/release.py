@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+import cv2
 import numpy as np
 
 from tasks.anonymize.coverage import changed, coverage
@@ -120,7 +121,11 @@ def protect_clip(
     return Protected(protected, public, covered, reason, unchanged, seconds, failed)
 
 
-JUDGES = {"haar": "OpenCV's Haar judge", "blazeface": "BlazeFace (mediapipe) judge"}
+JUDGES = {
+    "haar": "OpenCV's Haar judge",
+    "blazeface": "BlazeFace (mediapipe) judge",
+    "centerface": "CenterFace judge",
+}
 JUDGE_CONFIDENCE = 0.5  # BlazeFace's score for a face the gate looks for again
 
 
@@ -129,6 +134,16 @@ def _blazeface(frame: np.ndarray, upscale: float) -> list[Box]:
     from tasks.anonymize.detector import find_faces
 
     return find_faces(frame[None], JUDGE_CONFIDENCE)[0]
+
+
+def _centerface(frame: np.ndarray, upscale: float) -> list[Box]:
+    """CenterFace faces of one RGB frame, on the frame enlarged by ``upscale`` (its smallest face is ~10 pixels)."""
+    from tasks.anonymize.centerface import find_faces
+
+    if upscale == 1.0:
+        return find_faces(frame[None])[0]
+    bigger = cv2.resize(frame, None, fx=upscale, fy=upscale, interpolation=cv2.INTER_LINEAR)
+    return [tuple(v / upscale for v in box) for box in find_faces(bigger[None])[0]]
 
 
 def judged(reads: tuple[str, ...], people_source: str) -> bool:
@@ -175,7 +190,7 @@ def released_faces(
     keyed = np.flatnonzero(key_frames(len(frames), every))
     if regions is not None:
         regions = [regions[t] for t in keyed]
-    find = face_boxes if found.judge == "haar" else _blazeface
+    find = {"haar": face_boxes, "blazeface": _blazeface, "centerface": _centerface}[found.judge]
     for index, box in faces_found_again(
         frames[keyed], protected[keyed], regions, upscale=upscale, find=find
     ):
