@@ -180,6 +180,7 @@ def face_leakage_rows(
                 **ensemble,
                 "methods": [method],
                 "min_coverage": 0.0,
+                "on_low_coverage": "blackout",  # a clip the face judge holds back is measured, black
             },
         }
         trial_params = folder / f"leak-{method}.yaml"

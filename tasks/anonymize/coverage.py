@@ -34,30 +34,38 @@ def moving_pixels(
 ) -> np.ndarray:
     """(len(picked), H, W) bool: pixels of ``frames[picked]`` that differ from the frames ``GAP_SECONDS`` around.
 
-    Where ``camera`` moves, the frames around are first warped into each frame's view (its map, within its shot) and
-    a pixel either of them does not see is not moving: on a pan every textured pixel differs from the frame before,
-    and the gate took the whole frame for people (issue 81)."""
+    Where ``camera`` moves, the frames around are first registered (:func:`registered_differences`): on a pan every
+    textured pixel differs from the frame before, and the gate took the whole frame for people (issue 81)."""
+    if camera is not None and camera.moves:
+        before, after = registered_differences(frames, picked, fps, camera)
+        return before & after
     gap = max(1, round(GAP_SECONDS * fps))
     last = len(frames) - 1
     clip = frames[picked]
-    if camera is None or not camera.moves:
-        return changed(clip, frames[np.clip(picked - gap, 0, last)]) & changed(
-            clip, frames[np.clip(picked + gap, 0, last)]
-        )
+    return changed(clip, frames[np.clip(picked - gap, 0, last)]) & changed(
+        clip, frames[np.clip(picked + gap, 0, last)]
+    )
+
+
+def registered_differences(
+    frames: np.ndarray, picked: np.ndarray, fps: float, camera: Camera
+) -> tuple[np.ndarray, np.ndarray]:
+    """(before, after), each (len(picked), H, W) bool: pixels of ``frames[picked]`` that differ from the frame
+    ``GAP_SECONDS`` before (after) it, warped into its view by the camera's maps within its shot; a pixel the other
+    frame does not see is unchanged. A moving person differs on both sides, the background they uncover on one."""
+    gap = max(1, round(GAP_SECONDS * fps))
     height, width = frames.shape[1:3]
-    moving = np.zeros(clip.shape[:3], bool)
+    sides = np.zeros((2, len(picked), height, width), bool)
     for index, t in enumerate(picked):
         shot = next(shot for shot in camera.shots if shot.start <= t < shot.stop)
-        found = np.ones((height, width), bool)
-        for other in (max(shot.start, t - gap), min(shot.stop - 1, t + gap)):
+        for side, other in enumerate((max(shot.start, t - gap), min(shot.stop - 1, t + gap))):
             into = (camera.maps[t] @ np.linalg.inv(camera.maps[other]))[:2]
             seen = cv2.warpAffine(
                 np.ones((height, width), np.uint8), into, (width, height), flags=cv2.INTER_NEAREST
             )
             view = cv2.warpAffine(frames[other], into, (width, height), flags=cv2.INTER_LINEAR)
-            found &= changed(clip[index][None], view[None])[0] & (seen > 0)
-        moving[index] = found
-    return moving
+            sides[side, index] = changed(frames[t][None], view[None])[0] & (seen > 0)
+    return sides[0], sides[1]
 
 
 def changed(first: np.ndarray, second: np.ndarray, threshold: int = MOVING_THRESHOLD) -> np.ndarray:

@@ -29,14 +29,14 @@ from typing import Any
 import cv2
 import numpy as np
 
-from tasks.anonymize.camera import Camera, camera_of
+from tasks.anonymize.camera import camera_of
 from tasks.anonymize.coverage import changed as _changed
-from tasks.anonymize.coverage import moving_pixels
+from tasks.anonymize.coverage import moving_pixels, registered_differences
 from tasks.anonymize.source_clip import SourceClip, source_clip
 from tasks.anonymize.tracks import as_frames, between, by_track, fill, link, track_numbers
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import resolve_path
-from tasks.core.motion_detector import moving_people
+from tasks.core.motion_detector import moving_people, tidy
 from tasks.core.opencv_detectors import face_boxes, fill_boxes, people_boxes
 from tasks.core.params import AnonymizeParams, DecodeParams
 from tasks.synthetic.body import JOINTS
@@ -258,9 +258,16 @@ def detect_in(
         faces = as_frames(
             fill(link(faces))
         )  # a face found in any frame is followed through the frames it was missed in
-    reference_frames = clip.decoded() if clip.output is None else clip.frames
-    camera = camera_of(reference_frames)
-    if "motion" in detectors and not camera.moves:  # a moving background is no person (issue 81)
+    camera = camera_of(clip.frames)
+    moved = None
+    if (
+        camera.moves
+    ):  # issue 81: a moving background is no person; what moves against it is, past single pixels
+        before, after = registered_differences(clip.frames, clip.picked, clip.fps, camera)
+        moved = np.stack([tidy(mask, 0) for mask in before & after])
+        if "motion" in detectors:  # a person's pixels differ from the frame before or after
+            person |= np.stack([tidy(mask, params.motion_grow) for mask in before | after])
+    elif "motion" in detectors:
         for model in params.motion_models:
             person |= moving_people(clip.frames, clip.picked, model=model, grow=params.motion_grow)
     if "hog" in detectors:
@@ -301,7 +308,7 @@ def detect_in(
             ]
         ) & detail(clip.decoded()[clip.picked])
     else:
-        reference = moving_reference(clip, camera)
+        reference = moving_reference(clip, moved)
     arrays = {
         "person_mask": person_mask.astype(np.uint8),
         "skeleton": skeleton,
@@ -324,29 +331,39 @@ def detect_in(
 def judge_of(detectors: tuple[str, ...]) -> str:
     """The gate's face judge for these finders, never a family the finder found faces with, so a face the finder
     missed is looked for by another: BlazeFace where CenterFace finds the faces and mediapipe is loaded (6 ms a
-    320 × 240 frame here); CenterFace where it is installed and not finding (24 ms; OpenCV's Haar cascade, 70 ms,
-    also fired on a space shuttle behind a blurred face, which the gate then took for a released face); else Haar.
+    320 × 240 frame here); CenterFace where mediapipe's BlazeFace finds them (24 ms; OpenCV's Haar cascade, 70 ms,
+    also fired on a space shuttle behind a blurred face, which the gate then took for a released face); else OpenCV's
+    Haar cascade, as before CenterFace came (the stage's finders without mediapipe, and the ground truth).
 
     >>> judge_of(("centerface", "mediapipe", "hog")), judge_of(("mediapipe", "hog"))
     ('blazeface', 'centerface')
     """
+    if "mediapipe" not in detectors:
+        return "haar"
     if "centerface" in detectors:
-        return "blazeface" if "mediapipe" in detectors else "haar"
+        return "blazeface"
     from tasks.anonymize.centerface import installed
 
     return "centerface" if installed() else "haar"
 
 
-def moving_reference(clip: SourceClip, camera: Camera | None = None) -> np.ndarray:
+def moving_reference(clip: SourceClip, moved: np.ndarray | None = None) -> np.ndarray:
     """The moving pixels a people-removing method must change, at the output size. Found at the output size (decode's
     frames, as the stage always has), except where the detectors searched a smaller copy of frames the caller holds
     (``privhar protect`` on footage above 240 rows): there on the copy, mapped up failing closed, so the reference is
     measured on the frames the people were found on. On a 768 × 576 ``vtest`` clip this lifted blackout's coverage
     from 0.917 to 0.932; the rest of that gap was pure-black clothing (:func:`tasks.anonymize.coverage.coverage`).
-    ``camera``: of those frames; where it moves, the frames around are registered first."""
+    ``moved``: the searched frames' moving pixels where the camera moves (registered frame to frame), already found
+    for the motion member; None on a static camera."""
+    if clip.output is None and (clip.geometry is None and moved is not None):
+        return moved  # searched at the output size
     if clip.output is None:
-        return moving_pixels(clip.decoded(), clip.picked, clip.fps, camera)
-    return clip.mask_down(moving_pixels(clip.frames, clip.picked, clip.fps, camera))
+        decoded = clip.decoded()
+        camera = camera_of(decoded) if moved is not None else None
+        return moving_pixels(decoded, clip.picked, clip.fps, camera)
+    if moved is None:
+        moved = moving_pixels(clip.frames, clip.picked, clip.fps)
+    return clip.mask_down(moved)
 
 
 DETAIL_LEVELS = 2  # grey levels a 5 x 5 Gaussian must move a pixel by for it to carry detail

@@ -69,9 +69,9 @@ class Upscale:
         (top, left), (height, width) = self.crop, self.target
         return np.stack(
             [
-                cv2.resize(frame, self.size[::-1], interpolation=cv2.INTER_LINEAR)[
-                    top : top + height, left : left + width
-                ]
+                cv2.resize(frame, self.size[::-1], interpolation=cv2.INTER_LINEAR).reshape(
+                    *self.size, *frame.shape[2:]
+                )[top : top + height, left : left + width]
                 for frame in clip
             ]
         )

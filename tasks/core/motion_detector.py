@@ -33,12 +33,16 @@ def moving_people(frames: np.ndarray, picked: np.ndarray, *, model: str, grow: i
     subtractor = _subtractor(model, history=len(frames))
     for frame in frames:  # learn the background from the whole clip
         subtractor.apply(frame)
-    element = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * grow + 1, 2 * grow + 1))
-    masks = []
-    for index in picked:
-        foreground = (subtractor.apply(frames[index], learningRate=0) > 0).astype(np.uint8)
-        foreground = cv2.morphologyEx(foreground, cv2.MORPH_OPEN, NOISE)
-        if grow > 0:  # close the gaps between a person's limbs, then take a margin
-            foreground = cv2.dilate(cv2.morphologyEx(foreground, cv2.MORPH_CLOSE, element), element)
-        masks.append(foreground > 0)
-    return np.stack(masks)
+    return np.stack(
+        [tidy(subtractor.apply(frames[index], learningRate=0) > 0, grow) for index in picked]
+    )
+
+
+def tidy(foreground: np.ndarray, grow: int) -> np.ndarray:
+    """(H, W) bool foreground opened against noise; with ``grow`` > 0, closed (the gaps between a person's limbs)
+    and grown by ``grow`` px."""
+    mask = cv2.morphologyEx(foreground.astype(np.uint8), cv2.MORPH_OPEN, NOISE)
+    if grow > 0:
+        element = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * grow + 1, 2 * grow + 1))
+        mask = cv2.dilate(cv2.morphologyEx(mask, cv2.MORPH_CLOSE, element), element)
+    return mask > 0
