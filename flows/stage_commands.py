@@ -53,7 +53,7 @@ DETECT_SCALE = click.option(
 )
 DETECTORS = click.option(
     "--detectors",
-    default="centerface,mediapipe,hog,motion",
+    default="centerface,mediapipe,motion",
     show_default=True,
     help="People finders, united (anonymize.ensemble): centerface, mediapipe, hog, motion, faces. CenterFace finds "
     "the faces; the gate's judge is BlazeFace beside it (OpenCV's Haar cascade without mediapipe).",

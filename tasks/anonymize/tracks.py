@@ -28,18 +28,22 @@ MAX_LINK = 2.0  # a detection continues a track when its centre is within this m
 MISSED_GROWTH = 1.5  # a box the detectors did not see, scaled about its centre
 
 
-def _centre_distance(first: np.ndarray, second: np.ndarray) -> float:
-    """Centre distance in face widths (the larger of the two boxes' widths and heights)."""
-    scale = max(
-        first[2] - first[0], first[3] - first[1], second[2] - second[0], second[3] - second[1], 1e-6
+def centre_distances(first: np.ndarray, second: np.ndarray) -> np.ndarray:
+    """(K, N) centre distances of boxes (K, 4) and (N, 4) in face widths (the larger of the two boxes' widths and
+    heights), all pairs at once (a stretch of a crowded street holds thousands of pairs).
+
+    >>> centre_distances(np.array([[0.0, 0, 10, 10]]), np.array([[20.0, 0, 30, 10], [0, 5, 10, 15]])).tolist()
+    [[2.0, 0.5]]
+    """
+    a, b = first[:, None, :], second[None, :, :]
+    scale = np.maximum(
+        np.maximum(a[..., 2] - a[..., 0], a[..., 3] - a[..., 1]),
+        np.maximum(b[..., 2] - b[..., 0], b[..., 3] - b[..., 1]),
     )
-    return float(
-        np.hypot(
-            (first[0] + first[2] - second[0] - second[2]) / 2,
-            (first[1] + first[3] - second[1] - second[3]) / 2,
-        )
-        / scale
-    )
+    return np.hypot(
+        (a[..., 0] + a[..., 2] - b[..., 0] - b[..., 2]) / 2,
+        (a[..., 1] + a[..., 3] - b[..., 1] - b[..., 3]) / 2,
+    ) / np.maximum(scale, 1e-6)
 
 
 def track_numbers(detections: list[list[Box]]) -> list[list[int]]:
@@ -58,10 +62,8 @@ def track_numbers(detections: list[list[Box]]) -> list[list[int]]:
         found = [np.asarray(box, np.float64) for box in boxes]
         mine = [-1] * len(found)
         if found and last:
-            predicted = [box + velocity * (t - seen) for seen, box, velocity in last]
-            cost = np.array(
-                [[_centre_distance(guess, box) for box in found] for guess in predicted]
-            )
+            predicted = np.array([box + velocity * (t - seen) for seen, box, velocity in last])
+            cost = centre_distances(predicted, np.array(found))
             for track, detection in zip(*linear_sum_assignment(cost)):
                 if cost[track, detection] <= MAX_LINK:
                     seen, box, _ = last[track]

@@ -175,7 +175,7 @@ def pool_context(function: Callable) -> multiprocessing.context.BaseContext:
 
     Forking a process that runs other threads (MLflow's, Prefect's, a test runner's) can copy
     a lock some thread holds, and the child waits on it forever. The fork server is started
-    clean, once per process, with the function's module, cv2 and torch imported, and forks
+    clean, once per process, with the function's module, cv2 and (where this process has it) torch imported, and forks
     the workers from there. mediapipe's TFLite graphs run native threads that Python does not
     count (a forked worker hung on their locks after a clip had been through mediapipe), and so
     does polars' Rust thread pool (assess's workers hung under ``dvc repro`` once the stage had read
@@ -186,7 +186,10 @@ def pool_context(function: Callable) -> multiprocessing.context.BaseContext:
     ):
         return multiprocessing.get_context("fork")
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload([getattr(function, "func", function).__module__, "cv2", "torch"])
+    preload = [getattr(function, "func", function).__module__, "cv2"]
+    if "torch" in sys.modules:  # work that never imports torch (privhar protect) does not wait for its 2-3 s
+        preload.append("torch")
+    context.set_forkserver_preload(preload)
     return context
 
 
