@@ -37,7 +37,7 @@ retry = for attempt in 1 2 3; do $(1) && break; \
 # whole-pipeline run on one worker (it needs pytest<9.2: pyproject.toml). docs/operations.md has the timings.
 PYTEST_OPTIONS ?= -q --durations=25 --timeout=1500
 TEST_WORKERS ?= 2
-DETECTOR_TESTS := tests/test_detector.py tests/test_anonymize.py tests/test_real_footage.py
+DETECTOR_TESTS := tests/test_detector.py tests/test_anonymize.py tests/test_real_footage.py tests/test_protect_finder.py
 
 install: $(STAMP) $(VEGA_STAMP)
 
