@@ -47,6 +47,12 @@ def _read(path) -> np.ndarray:
         return np.stack([frame.to_ndarray(format="rgb24") for frame in container.decode(video=0)])
 
 
+def _protect(source, target, method: str):
+    """``privhar protect``'s core on one file with its default finders."""
+    options = ProtectOptions(method=method, detectors=DEFAULT)
+    return protect_file(source, target, options=options, params=_params())
+
+
 def followed_face(frames: int = 40) -> tuple[np.ndarray, np.ndarray]:
     """(clip (T, 240, 320, 3), the face's box): the astronaut's head, its face 20 rows tall and turned 45 degrees,
     kept low in the frame while a textured background pans behind it at 6 pixels a frame (the camera follows her)."""
@@ -83,12 +89,7 @@ def followed_face(frames: int = 40) -> tuple[np.ndarray, np.ndarray]:
 def test_a_turned_face_the_camera_follows_is_blurred_in_every_frame(tmp_path):
     clip, box = followed_face()
     source = _write(tmp_path / "followed.mp4", clip)
-    summary = protect_file(
-        source,
-        tmp_path / "out.mp4",
-        options=ProtectOptions(method="face_blur", detectors=DEFAULT),
-        params=_params(),
-    )
+    summary = _protect(source, tmp_path / "out.mp4", "face_blur")
     raw, out = _read(source), _read(tmp_path / "out.mp4")
     x0, y0, x1, y1 = box.astype(int)
     moved = np.abs(raw[:, y0:y1, x0:x1].astype(int) - out[:, y0:y1, x0:x1]).mean(axis=(1, 2, 3))
@@ -99,18 +100,9 @@ def test_a_turned_face_the_camera_follows_is_blurred_in_every_frame(tmp_path):
 @needs_mediapipe
 @pytest.mark.detector
 def test_a_panning_street_is_not_released_black_nor_taken_whole_for_people(tmp_path):
-    with av.open(str(WALKING)) as container:
-        walking = np.stack(
-            [frame.to_ndarray(format="rgb24") for frame in container.decode(video=0)]
-        )
+    walking = _read(WALKING)
     panned = np.stack([walking[t, 20:200, 2 * t : 2 * t + 240] for t in range(len(walking))])
-    source = _write(tmp_path / "pan.mp4", panned)
-    summary = protect_file(
-        source,
-        tmp_path / "out.mp4",
-        options=ProtectOptions(method="blackout", detectors=DEFAULT),
-        params=_params(),
-    )
+    summary = _protect(_write(tmp_path / "pan.mp4", panned), tmp_path / "out.mp4", "blackout")
     assert summary.held_back == [], summary.held_back
     assert summary.coverage_min >= 0.95
     assert summary.covered_share < 0.5  # the walkers and a margin, not the panning background
