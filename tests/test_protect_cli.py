@@ -205,9 +205,22 @@ def test_a_person_found_in_two_key_frames_is_covered_in_the_frame_between():
     person[2, 10:30, 16:22] = True
     keyed = key_frames(3, 2)
     assert keyed.tolist() == [True, False, True]
-    between = carried(person, keyed)
+    between, _ = carried(person, keyed, every=2)
     assert between[1, 10:30, 10:16].all()  # where the walker was halfway
     assert (between[[0, 2]] == person[[0, 2]]).all()  # key frames keep their own pixels
+
+
+def test_a_person_box_is_held_to_the_next_key_frame_not_through_the_stretch():
+    """A walker found once is not painted into every frame of the stretch (issue 81: vtest's walkers, each held
+    through four seconds, merged into one box over most of the frame, and face_blur blurred its top half)."""
+    from tasks.anonymize.people import carried, key_frames
+
+    person = np.zeros((13, 40, 40), bool)
+    person[4, 10:30, 4:10] = True  # found in key frame 4 only
+    keyed = key_frames(13, 4)
+    held, _ = carried(person, keyed, every=4)
+    assert held[[5, 6, 7]].any(axis=(1, 2)).all() and held[[1, 2, 3]].any(axis=(1, 2)).all()
+    assert not held[[9, 10, 11]].any()  # past the next key frame: gone
 
 
 def test_mosaic_and_solid_replace_only_the_face_boxes():

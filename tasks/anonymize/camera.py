@@ -181,15 +181,18 @@ def warp_boxes(boxes: np.ndarray, maps: np.ndarray) -> np.ndarray:
     return np.concatenate([moved.min(axis=0), moved.max(axis=0)], axis=-1).astype(boxes.dtype)
 
 
-def scene_tracks(frames: list[list[Box]], maps: np.ndarray | None) -> np.ndarray:
+def scene_tracks(
+    frames: list[list[Box]], maps: np.ndarray | None, reach: int | None = None
+) -> np.ndarray:
     """(T, P, 4) tracks of the boxes found in each frame, linked, interpolated between and held beyond their finds
     (:func:`tasks.anonymize.tracks.fill`) where the scene is: on a camera that travels (``maps``, frame t's map from
     its shot's first frame), in the first frame's coordinates, then mapped back into each frame's view, so a box
-    held between two searches moves with the camera instead of staying where it was found.
+    held between two searches moves with the camera instead of staying where it was found. ``reach``: how far a box
+    is held past its finds (:func:`tasks.anonymize.tracks.fill`; None: through the clip).
     (Not enough for a face walking fast across a pan: ``bikes.mp4``'s walker moved past the tracks' reach between two
     searches, and is left in one frame: docs/methods/anonymization.md.)"""
     if maps is None:
-        return fill(link(frames))
+        return fill(link(frames), reach=reach)
     inverse = np.linalg.inv(maps)
     scene = [
         as_frames(warp_boxes(np.asarray(boxes, np.float64).reshape(1, -1, 4), inverse[t : t + 1]))[
@@ -197,4 +200,4 @@ def scene_tracks(frames: list[list[Box]], maps: np.ndarray | None) -> np.ndarray
         ]
         for t, boxes in enumerate(frames)
     ]
-    return warp_boxes(fill(link(scene)).astype(np.float64), maps).astype(np.float32)
+    return warp_boxes(fill(link(scene), reach=reach).astype(np.float64), maps).astype(np.float32)

@@ -43,6 +43,7 @@ from tasks.synthetic.body import JOINTS
 
 DETECTORS_OF = {"detector": ("mediapipe",), "motion": ("motion",)}
 FACE_FINDERS = ("centerface", "mediapipe", "faces")
+FACE_ROWS = 360  # the most rows CenterFace searches (:func:`face_search`)
 MIN_PERSON_AREA = (
     0.0005  # of the frame: smaller blobs get no pose of their own (they are still removed)
 )
@@ -120,22 +121,22 @@ def person_boxes(mask: np.ndarray) -> list[Box]:
     return sorted(found)
 
 
-def implied_heads(person: np.ndarray, faces: list[Box]) -> list[Box]:
-    """Head regions of the person blobs of one frame's mask that hold no detected face (source pixels).
+def implied_heads(people: list[Box], faces: list[Box]) -> list[Box]:
+    """Head regions of one frame's person boxes that hold no detected face (source pixels).
 
-    A blob's head is the top of its box, full width, ``max(h / 4, min(w, h) / 2)`` rows: a quarter of a standing
+    A person's head is the top of its box, full width, ``max(h / 4, min(w, h) / 2)`` rows: a quarter of a standing
     person (head and neck, with the box's slack) and half of an upper-body view (a person cut off by the frame's
-    bottom edge). Its head is located when a face's centre lies in that band; then the face box is the head. Blobs
-    that merge several people get one band over all of their heads.
+    bottom edge). Its head is located when a face's centre lies in that band; then the face box is the head. Each box
+    gets its own band: two walkers' boxes that touch are two heads, not one band over a blob's union (issue 81: a
+    street's merged walkers gave one band over half of vtest's frame).
 
-    >>> mask = np.zeros((100, 100), bool); mask[10:90, 40:60] = True
-    >>> implied_heads(mask, [])
+    >>> implied_heads([(40.0, 10.0, 60.0, 90.0)], [])
     [(40.0, 10.0, 60.0, 30.0)]
-    >>> implied_heads(mask, [(45.0, 12.0, 55.0, 22.0)])
+    >>> implied_heads([(40.0, 10.0, 60.0, 90.0)], [(45.0, 12.0, 55.0, 22.0)])
     []
     """
     heads = []
-    for x0, y0, x1, y1 in person_boxes(person):
+    for x0, y0, x1, y1 in people:
         width, height = x1 - x0, y1 - y0
         band = (x0, y0, x1, y0 + max(height / 4, min(width, height) / 2))
         located = any(
@@ -185,19 +186,48 @@ def key_frames(count: int, every: int) -> np.ndarray:
     return keyed
 
 
-def carried(person: np.ndarray, keyed: np.ndarray, maps: np.ndarray | None = None) -> np.ndarray:
-    """(T, H, W) bool: the key frames' person pixels, and in every other frame the boxes of the people tracked
-    through it (:func:`tasks.anonymize.tracks.fill`: interpolated between key frames, held before the first and after
-    the last, grown; with the camera where it travels, ``maps``): a person found in frames t − k and t + k is covered
-    in t."""
+def carried(
+    person: np.ndarray, keyed: np.ndarray, every: int, maps: np.ndarray | None = None
+) -> tuple[np.ndarray, list[list[Box]]]:
+    """The key frames' person pixels, and in every other frame the boxes of the people tracked through it
+    (:func:`tasks.anonymize.tracks.fill`: interpolated between two finds up to two key frames apart, held up to the
+    next key frame before the first and after the last, grown; with the camera where it travels, ``maps``): a person
+    found in frames t − k and t + k is covered in t. Only that far: a walker's box held through a whole stretch, as
+    faces are, merged a street's walkers into one box over most of the frame (issue 81: vtest's face_blur blurred a
+    third of every frame). Returns the (T, H, W) mask and each frame's person boxes: its own blobs and the tracked
+    boxes, one a person."""
+    found = [person_boxes(mask) for mask in person]
     if keyed.all():
-        return person
-    boxes = [person_boxes(mask) if keyed[t] else [] for t, mask in enumerate(person)]
+        return person, found
+    tracked = as_frames(
+        scene_tracks([f if k else [] for f, k in zip(found, keyed)], maps, every - 1)
+    )
     out = person.copy()
-    for t, frame_boxes in enumerate(as_frames(scene_tracks(boxes, maps))):
+    for t, boxes in enumerate(tracked):
         if not keyed[t]:
-            out[t] |= fill_boxes(person.shape[1:], frame_boxes)
-    return out
+            out[t] |= fill_boxes(person.shape[1:], boxes)
+            found[t] += boxes
+    return out, found
+
+
+def face_search(clip: SourceClip, keyed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The key frames CenterFace searches, and the factors (x, y, x, y) that map its boxes onto the people copy.
+
+    People are found on a copy of at most 240 rows; faces on one of up to ``FACE_ROWS`` where the frames are bigger
+    (``privhar protect``, which holds them): a 17-pixel face of a 720p street is 6 pixels on the 240-row copy, under
+    CenterFace's smallest (issue 81: two faces of vtest_pan at 1280 × 720 released; none at 360 or 480 rows).
+    CenterFace takes 37 / 48 / 88 ms a key frame at 240 / 360 / 480 rows here."""
+    kept = clip.kept[keyed]
+    if clip.output is None or min(clip.output.shape[1], FACE_ROWS) <= kept.shape[1]:
+        return kept, np.ones(4, np.float32)
+    full = clip.output[clip.picked][keyed]
+    rows = min(full.shape[1], FACE_ROWS)
+    columns = max(1, round(full.shape[2] * rows / full.shape[1]))
+    copy = np.stack(
+        [cv2.resize(frame, (columns, rows), interpolation=cv2.INTER_AREA) for frame in full]
+    )
+    factor = np.array([kept.shape[2] / columns, kept.shape[1] / rows] * 2, np.float32)
+    return copy, factor
 
 
 def detect(
@@ -243,8 +273,12 @@ def detect_in(
     if "centerface" in detectors:
         from tasks.anonymize.centerface import find_faces
 
-        found = iter(find_faces(kept[keyed]))
-        faces = [next(found) if key else [] for key in keyed]
+        search, factor = face_search(clip, keyed)
+        found = iter(find_faces(search))
+        faces = [
+            [tuple(map(float, factor * np.asarray(box))) for box in next(found)] if key else []
+            for key in keyed
+        ]
     elif (
         "mediapipe" in detectors
     ):  # BlazeFace finds faces only where CenterFace does not: else it is the gate's judge
@@ -266,8 +300,10 @@ def detect_in(
     ):  # issue 81: a moving background is no person; what moves against it is, past single pixels
         before, after = registered_differences(clip.frames, clip.picked, clip.fps, camera)
         moved = np.stack([tidy(mask, 0) for mask in before & after])
-        if "motion" in detectors:  # a person's pixels differ from the frame before or after
-            person |= np.stack([tidy(mask, params.motion_grow) for mask in before | after])
+        if "motion" in detectors:
+            # three-frame differencing: a person's pixels differ from the frames before and after (the union adds
+            # their ghosts and, under parallax no map explains, half of the background: bikes.mp4 blacked out 76 %)
+            person |= np.stack([tidy(mask, params.motion_grow) for mask in before & after])
     elif "motion" in detectors:
         for model in params.motion_models:
             person |= moving_people(clip.frames, clip.picked, model=model, grow=params.motion_grow)
@@ -287,12 +323,12 @@ def detect_in(
     person |= np.stack(
         [fill_boxes((height, width), boxes) for boxes in faces]
     )  # a face is a person's
-    person = carried(person, keyed, scene_maps)
+    person, people = carried(person, keyed, params.detect_every, scene_maps)
     faces_only = wants_faces and not set(keys) - {"face_box"}
     if (
         faces_only
     ):  # a face method blurs every person's head: the face found in it, or the one its body implies
-        faces = [found + implied_heads(mask, found) for found, mask in zip(faces, person)]
+        faces = [found + implied_heads(boxes, found) for found, boxes in zip(faces, people)]
     skeleton = np.full((count, 1, len(JOINTS), 2), np.nan, np.float32)
     depth = np.full((count, 1, len(JOINTS)), np.nan, np.float32)
     if "skeleton" in keys and "mediapipe" in detectors:

@@ -21,8 +21,6 @@ from __future__ import annotations
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from tasks.core.regions import expanded
-
 Box = tuple[float, float, float, float]
 MAX_LINK = 2.0  # a detection continues a track when its centre is within this many face widths of the track's last box
 MISSED_GROWTH = 1.5  # a box the detectors did not see, scaled about its centre
@@ -102,32 +100,30 @@ def link(faces: list[list[Box]]) -> np.ndarray:
     return by_track(boxes, track_numbers(faces))
 
 
-def fill(tracks: np.ndarray, growth: float = MISSED_GROWTH) -> np.ndarray:
-    """Each track (a column of (T, P, 4)) in every frame: interpolated between two of its detections, held before the
-    first and after the last; every box not detected grown by ``growth``. A track never detected stays NaN.
+def fill(tracks: np.ndarray, growth: float = MISSED_GROWTH, reach: int | None = None) -> np.ndarray:
+    """Each track (a column of (T, P, 4)) in the frames it was not detected in: interpolated between two of its
+    detections and held before the first and after the last: through the whole clip, or (``reach``) across gaps of up
+    to ``2 (reach + 1)`` frames (one missed key frame, where finders run every ``reach + 1``) and ``reach`` frames
+    past the first and last; every box not detected grown by ``growth``. A track never detected stays NaN.
 
     >>> tracks = np.full((4, 1, 4), np.nan, np.float32)
     >>> tracks[1, 0], tracks[3, 0] = (0, 0, 10, 10), (20, 0, 30, 10)
     >>> filled = fill(tracks, growth=1.0)
     >>> filled[:, 0].tolist()
     [[0.0, 0.0, 10.0, 10.0], [0.0, 0.0, 10.0, 10.0], [10.0, 0.0, 20.0, 10.0], [20.0, 0.0, 30.0, 10.0]]
+    >>> fill(tracks, growth=1.0, reach=0)[[0, 2], 0].tolist()
+    [[nan, nan, nan, nan], [10.0, 0.0, 20.0, 10.0]]
     """
-    filled = tracks.copy()
-    for track in range(tracks.shape[1]):
-        seen = np.flatnonzero(np.isfinite(tracks[:, track]).all(axis=1))
-        if not len(seen):
-            continue
-        for t in range(tracks.shape[0]):
-            if t in seen:
-                continue
-            before, after = seen[seen < t], seen[seen > t]
-            if len(before) and len(after):
-                low, high = before[-1], after[0]
-                share = (t - low) / (high - low)
-                box = (1 - share) * tracks[low, track] + share * tracks[high, track]
-            else:
-                box = tracks[before[-1] if len(before) else after[0], track]
-            filled[t, track] = expanded(tuple(map(float, box)), growth)
+    seen = np.isfinite(tracks).all(axis=2)
+    filled = (
+        between(tracks, len(tracks), bridge=len(tracks))
+        if reach is None
+        else between(tracks, reach, bridge=2 * (reach + 1))
+    )
+    grown = ~seen & np.isfinite(filled).all(axis=2)
+    centre = (filled[grown, :2] + filled[grown, 2:]) / 2
+    half = (filled[grown, 2:] - filled[grown, :2]) * growth / 2
+    filled[grown] = np.concatenate([centre - half, centre + half], axis=1)
     return filled
 
 
@@ -139,16 +135,19 @@ def as_frames(tracks: np.ndarray) -> list[list[Box]]:
     ]
 
 
-def between(values: np.ndarray, reach: int) -> np.ndarray:
+def between(values: np.ndarray, reach: int, bridge: int | None = None) -> np.ndarray:
     """(T, P, ...) per-track values (NaN where a track was not detected), linearly interpolated through the frames
-    between two detections of the same track that are at most ``reach + 1`` frames apart, and held ``reach`` frames
-    past the first and last: the frames between key frames, not a track's long absence.
+    between two detections of the same track that are at most ``bridge`` (``reach + 1`` unless given) frames apart,
+    and held ``reach`` frames past the first and last: the frames between key frames, not a track's long absence.
 
     >>> track = np.full((6, 1, 1), np.nan, np.float32); track[1, 0], track[3, 0] = 0.0, 4.0
     >>> between(track, 1)[:, 0, 0].tolist()
     [0.0, 0.0, 2.0, 4.0, 4.0, nan]
+    >>> between(track, 0, bridge=2)[:, 0, 0].tolist()
+    [nan, 0.0, 2.0, 4.0, nan, nan]
     """
-    if reach <= 0:
+    bridge = reach + 1 if bridge is None else bridge
+    if bridge <= 1 and reach <= 0:
         return values
     out = values.copy()
     seen_all = np.isfinite(values.reshape(*values.shape[:2], -1)).all(axis=2)
@@ -159,7 +158,7 @@ def between(values: np.ndarray, reach: int) -> np.ndarray:
             continue
         for t in frames[~seen_all[:, track]]:
             before, after = seen[seen < t], seen[seen > t]
-            if len(before) and len(after) and after[0] - before[-1] <= reach + 1:
+            if len(before) and len(after) and after[0] - before[-1] <= bridge:
                 share = (t - before[-1]) / (after[0] - before[-1])
                 out[t, track] = (1 - share) * values[before[-1], track] + share * values[
                     after[0], track
