@@ -13,6 +13,7 @@ wherever people were detected, :func:`judged`).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import cv2
@@ -104,7 +105,7 @@ def protect_clip(
     ):
         reason = (
             f"a face found again after {method}, mostly unchanged, in {len(leaked)} of {len(frames)} frames "
-            f"(first: frame {leaked[0]}; {JUDGES[found.judge]} judging the released frames, people from "
+            f"(first: frame {leaked[0]}; {JUDGES[found.judge].name} judging the released frames, people from "
             f"{people_source})"
         )
         reach = params.detect_every - 1  # a judged key frame stands for the frames around it
@@ -121,11 +122,14 @@ def protect_clip(
     return Protected(protected, public, covered, reason, unchanged, seconds, failed)
 
 
-JUDGES = {
-    "haar": "OpenCV's Haar judge",
-    "blazeface": "BlazeFace (mediapipe) judge",
-    "centerface": "CenterFace judge",
-}
+@dataclass(frozen=True)
+class Judge:
+    """A face detector the gate looks for faces again with: never of the finder's family (:func:`judge_of`)."""
+
+    name: str
+    find: Callable[[np.ndarray, float], list[Box]]  # (RGB frame, upscale) -> face boxes
+
+
 JUDGE_CONFIDENCE = 0.5  # BlazeFace's score for a face the gate looks for again
 
 
@@ -146,8 +150,15 @@ def _centerface(frame: np.ndarray, upscale: float) -> list[Box]:
     return [tuple(v / upscale for v in box) for box in find_faces(bigger[None])[0]]
 
 
+JUDGES = {
+    "haar": Judge("OpenCV's Haar judge", face_boxes),
+    "blazeface": Judge("BlazeFace (mediapipe) judge", _blazeface),
+    "centerface": Judge("CenterFace judge", _centerface),
+}
+
+
 def judged(reads: tuple[str, ...], people_source: str) -> bool:
-    """Whether the gate runs the Haar judge: always for a face method; for a people-removing method wherever the
+    """Whether the gate runs its face judge: always for a face method; for a people-removing method wherever the
     people were detected. Its coverage reference is the moving pixels, which a still person no finder found is not
     among: with ``--detectors mediapipe`` alone, avatar released a face in a stretch whose coverage passed. Ground
     truth covers every person by construction.
@@ -172,9 +183,9 @@ def scaled_boxes(boxes: np.ndarray, factor: float) -> np.ndarray:
 def released_faces(
     frames: np.ndarray, protected: np.ndarray, found: People, source_kind: str, every: int = 1
 ) -> list[int]:
-    """Frames that release a face: the Haar judge finds it again after the protection
+    """Frames that release a face: the face judge (:data:`JUDGES`) finds it again after the protection
     (:func:`tasks.core.opencv_detectors.faces_found_again`) and the protection changed under
-    :data:`PROTECTED_FACE_SHARE` of its box by more than :data:`FACE_CHANGE_LEVELS`. A face it blurred but Haar still calls a face (the paper's blur removes
+    :data:`PROTECTED_FACE_SHARE` of its box by more than :data:`FACE_CHANGE_LEVELS`. A face it blurred but the judge still calls a face (the paper's blur removes
     the detail, not the blob) is the method's known weakness, which assess measures ("faces kept"), not a face left
     unprotected. The judge searches the dataset's annotated faces where it has them (Haar also fires on background
     texture), else the whole frame. It searches the frames the detectors ran on (every ``every``-th,
@@ -190,9 +201,8 @@ def released_faces(
     keyed = np.flatnonzero(key_frames(len(frames), every))
     if regions is not None:
         regions = [regions[t] for t in keyed]
-    find = {"haar": face_boxes, "blazeface": _blazeface, "centerface": _centerface}[found.judge]
     for index, box in faces_found_again(
-        frames[keyed], protected[keyed], regions, upscale=upscale, find=find
+        frames[keyed], protected[keyed], regions, upscale=upscale, find=JUDGES[found.judge].find
     ):
         t = int(keyed[index])
         inside = fill_boxes(frames.shape[1:3], [box])
