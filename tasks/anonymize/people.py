@@ -11,8 +11,8 @@
 
 Detectors run on the source frames the decode stage kept (:mod:`tasks.anonymize.source_clip`),
 masks and points mapped down. A face method (``face_blur``) runs the same people finder as the
-others, not the face detectors alone: each person blob whose head region holds no detected face
-gets the head region its body implies (:func:`implied_heads`) as a face box, and the coverage
+others, not the face detectors alone: each person box gets the head region its body implies
+(:func:`implied_heads`) as a face box, beside the faces found, and the coverage
 reference is those heads and the faces found (issue 58: measured against the face detectors' own
 boxes, a face no detector found counted as covered, and a recognisable face was released). No
 detector here can tell that a moving blob is *not* a person (a car, a branch), so all motion

@@ -115,16 +115,17 @@ def fill(tracks: np.ndarray, growth: float = MISSED_GROWTH, reach: int | None = 
     [[nan, nan, nan, nan], [10.0, 0.0, 20.0, 10.0]]
     """
     seen = np.isfinite(tracks).all(axis=2)
+    wide = tracks.astype(np.float64)  # interpolated and grown in float64, rounded once (as before)
     filled = (
-        between(tracks, len(tracks), bridge=len(tracks))
+        between(wide, len(tracks), bridge=len(tracks))
         if reach is None
-        else between(tracks, reach, bridge=2 * (reach + 1))
+        else between(wide, reach, bridge=2 * (reach + 1))
     )
     grown = ~seen & np.isfinite(filled).all(axis=2)
     centre = (filled[grown, :2] + filled[grown, 2:]) / 2
     half = (filled[grown, 2:] - filled[grown, :2]) * growth / 2
     filled[grown] = np.concatenate([centre - half, centre + half], axis=1)
-    return filled
+    return filled.astype(tracks.dtype)
 
 
 def as_frames(tracks: np.ndarray) -> list[list[Box]]:
