@@ -2,8 +2,8 @@
 
 Each folder of real clips goes through ``privhar protect`` once per method, as a user runs it: the command in a
 subprocess at its defaults (one video at a time, on every core through OpenCV's and mediapipe's threads), timed from
-its start to its exit (start-up and imports included); and, where a ``deface`` executable is given (installed in its own venv for the benchmark only), through
-deface 1.5 on the same files in one call, timed alike. Methods and deface alternate on each folder in the same minutes.
+its start to its exit (start-up and imports included); and, where a ``deface`` executable is given (installed in its
+own venv for the benchmark only), through deface 1.5 on the same files in one call, timed alike. Methods and deface alternate on each folder in the same minutes.
 
 Then every output is judged on every ``JUDGE_EVERY``-th frame, the same way for privhar and deface:
 

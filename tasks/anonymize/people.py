@@ -216,7 +216,8 @@ def face_search(clip: SourceClip, keyed: np.ndarray) -> tuple[np.ndarray, np.nda
     kept = clip.kept[keyed]
     if clip.output is None or min(clip.output.shape[1], FACE_ROWS) <= kept.shape[1]:
         return kept, np.ones(4, np.float32)
-    full = clip.output[clip.picked][keyed]
+    # the key frames only, indexed before the copy: a stretch of 720p frames is 276 MB
+    full = clip.output[clip.picked[keyed]]
     rows = min(full.shape[1], FACE_ROWS)
     columns = max(1, round(full.shape[2] * rows / full.shape[1]))
     copy = np.stack(

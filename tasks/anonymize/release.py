@@ -31,6 +31,7 @@ from tasks.core.opencv_detectors import (
     judge_upscale,
 )
 from tasks.core.params import AnonymizeParams
+from tasks.core.regions import scaled_boxes
 
 FACE_CHANGE_LEVELS = (
     12  # a face pixel counts as protected when some channel moved more than this: a weak blur (the
@@ -167,17 +168,6 @@ def judged(reads: tuple[str, ...], people_source: str) -> bool:
     (True, False, True)
     """
     return "face_box" in reads or people_source != "ground_truth"
-
-
-def scaled_boxes(boxes: np.ndarray, factor: float) -> np.ndarray:
-    """Boxes (..., 4: x0, y0, x1, y1) scaled about their centres; NaN stays NaN.
-
-    >>> scaled_boxes(np.array([[10.0, 10.0, 20.0, 30.0]]), 1.5).tolist()
-    [[7.5, 5.0, 22.5, 35.0]]
-    """
-    centre = (boxes[..., :2] + boxes[..., 2:]) / 2
-    half = (boxes[..., 2:] - boxes[..., :2]) * factor / 2
-    return np.concatenate([centre - half, centre + half], axis=-1).astype(boxes.dtype)
 
 
 def released_faces(

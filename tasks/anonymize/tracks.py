@@ -21,6 +21,8 @@ from __future__ import annotations
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
+from tasks.core.regions import scaled_boxes
+
 Box = tuple[float, float, float, float]
 MAX_LINK = 2.0  # a detection continues a track when its centre is within this many face widths of the track's last box
 MISSED_GROWTH = 1.5  # a box the detectors did not see, scaled about its centre
@@ -122,9 +124,7 @@ def fill(tracks: np.ndarray, growth: float = MISSED_GROWTH, reach: int | None = 
         else between(wide, reach, bridge=2 * (reach + 1))
     )
     grown = ~seen & np.isfinite(filled).all(axis=2)
-    centre = (filled[grown, :2] + filled[grown, 2:]) / 2
-    half = (filled[grown, 2:] - filled[grown, :2]) * growth / 2
-    filled[grown] = np.concatenate([centre - half, centre + half], axis=1)
+    filled[grown] = scaled_boxes(filled[grown], growth)
     return filled.astype(tracks.dtype)
 
 

@@ -12,6 +12,17 @@ def grey(frame: np.ndarray) -> np.ndarray:
     return cv2.cvtColor(frame, cv2.COLOR_RGB2GRAY) if frame.ndim == 3 else frame
 
 
+def scaled_boxes(boxes: np.ndarray, factor: float) -> np.ndarray:
+    """Boxes (..., 4: x0, y0, x1, y1) scaled about their centres; NaN stays NaN.
+
+    >>> scaled_boxes(np.array([[10.0, 10.0, 20.0, 30.0]]), 1.5).tolist()
+    [[7.5, 5.0, 22.5, 35.0]]
+    """
+    centre = (boxes[..., :2] + boxes[..., 2:]) / 2
+    half = (boxes[..., 2:] - boxes[..., :2]) * factor / 2
+    return np.concatenate([centre - half, centre + half], axis=-1).astype(boxes.dtype)
+
+
 def warp_region(
     frame: np.ndarray, region: Box, size: tuple[int, int], interpolation: int = cv2.INTER_LINEAR
 ) -> np.ndarray:
