@@ -223,6 +223,22 @@ def test_a_person_box_is_held_to_the_next_key_frame_not_through_the_stretch():
     assert not held[[9, 10, 11]].any()  # past the next key frame: gone
 
 
+def test_between_key_frames_a_person_is_their_shape_not_their_box():
+    """Two walkers joined in a key frame's mask by a thin strip are one blob, and its box is mostly not people
+    (issue 81: vtest's blackout painted such boxes, grown, between key frames: 20 % of the frame for 2.5 % people)."""
+    from tasks.anonymize.people import carried, key_frames
+
+    person = np.zeros((3, 60, 60), bool)
+    for t, shift in ((0, 0), (2, 4)):
+        person[t, 10:50, 5 + shift : 11 + shift] = True  # a walker
+        person[t, 10:50, 45 + shift : 51 + shift] = True  # another
+        person[t, 30:32, 11 + shift : 45 + shift] = True  # the strip joining them
+    between, boxes = carried(person, key_frames(3, 2), every=2)
+    assert between[1, 12:48, 8:13].all() and between[1, 12:48, 48:53].all()  # both walkers, halfway
+    assert not between[1, 12:26, 20:40].any()  # the box's empty middle is left as it is
+    assert len(boxes[1]) == 1  # one tracked box (its head band is the face methods')
+
+
 def test_mosaic_and_solid_replace_only_the_face_boxes():
     from tasks.anonymize.obfuscate import fill_faces, mosaic_faces
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
-from tasks.anonymize.tracks import Box, as_frames, fill, link
+from tasks.anonymize.tracks import MISSED_GROWTH, Box, as_frames, fill, link
 
 CUT_DISTANCE = 0.4  # hue-saturation histograms' Bhattacharyya distance of a cut (consecutive synthetic frames ≤ 0.24)
 STATIC_PIXELS = 3.0  # a shot whose camera moves no frame corner further is static (the synthetic clips' jitter: ~1)
@@ -182,17 +182,21 @@ def warp_boxes(boxes: np.ndarray, maps: np.ndarray) -> np.ndarray:
 
 
 def scene_tracks(
-    frames: list[list[Box]], maps: np.ndarray | None, reach: int | None = None
+    frames: list[list[Box]],
+    maps: np.ndarray | None,
+    reach: int | None = None,
+    growth: float = MISSED_GROWTH,
 ) -> np.ndarray:
     """(T, P, 4) tracks of the boxes found in each frame, linked, interpolated between and held beyond their finds
     (:func:`tasks.anonymize.tracks.fill`) where the scene is: on a camera that travels (``maps``, frame t's map from
     its shot's first frame), in the first frame's coordinates, then mapped back into each frame's view, so a box
     held between two searches moves with the camera instead of staying where it was found. ``reach``: how far a box
-    is held past its finds (:func:`tasks.anonymize.tracks.fill`; None: through the clip).
+    is held past its finds (:func:`tasks.anonymize.tracks.fill`; None: through the clip), and boxes not found grown by
+    ``growth``.
     (Not enough for a face walking fast across a pan: ``bikes.mp4``'s walker moved past the tracks' reach between two
     searches, and is left in one frame: docs/methods/anonymization.md.)"""
     if maps is None:
-        return fill(link(frames), reach=reach)
+        return fill(link(frames), growth, reach)
     inverse = np.linalg.inv(maps)
     scene = [
         as_frames(warp_boxes(np.asarray(boxes, np.float64).reshape(1, -1, 4), inverse[t : t + 1]))[
@@ -200,4 +204,4 @@ def scene_tracks(
         ]
         for t, boxes in enumerate(frames)
     ]
-    return warp_boxes(fill(link(scene), reach=reach).astype(np.float64), maps).astype(np.float32)
+    return warp_boxes(fill(link(scene), growth, reach).astype(np.float64), maps).astype(np.float32)

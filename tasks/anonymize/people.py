@@ -33,12 +33,13 @@ from tasks.anonymize.camera import camera_of, scene_tracks
 from tasks.anonymize.coverage import changed as _changed
 from tasks.anonymize.coverage import moving_pixels, registered_differences
 from tasks.anonymize.source_clip import SourceClip, source_clip
-from tasks.anonymize.tracks import as_frames, between, by_track, fill, track_numbers
+from tasks.anonymize.tracks import MISSED_GROWTH, as_frames, between, by_track, fill, track_numbers
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import resolve_path
 from tasks.core.motion_detector import moving_people, tidy
 from tasks.core.opencv_detectors import face_boxes, fill_boxes, people_boxes
 from tasks.core.params import AnonymizeParams, DecodeParams
+from tasks.core.regions import scaled_boxes
 from tasks.synthetic.body import JOINTS
 
 DETECTORS_OF = {"detector": ("mediapipe",), "motion": ("motion",)}
@@ -182,27 +183,83 @@ def key_frames(count: int, every: int) -> np.ndarray:
     return keyed
 
 
+def moved_shape(mask: np.ndarray, source: Box, target: Box) -> np.ndarray:
+    """(H, W) bool: the pixels of ``mask`` inside box ``source``, mapped (scaled and moved) onto box ``target``
+    (pixel i covers [i, i + 1)).
+
+    >>> mask = np.zeros((6, 8), bool); mask[1:3, 1:2] = True
+    >>> moved_shape(mask, (1, 1, 3, 3), (4, 2, 8, 6)).nonzero()[1].tolist()  # one column, twice as wide, moved by 3
+    [4, 5, 4, 5, 4, 5, 4, 5]
+    """
+    height, width = mask.shape
+    left, top = max(0, int(np.floor(source[0]))), max(0, int(np.floor(source[1])))
+    right, bottom = min(width, int(np.ceil(source[2]))), min(height, int(np.ceil(source[3])))
+    inside = np.zeros((height, width), np.uint8)
+    inside[top:bottom, left:right] = mask[top:bottom, left:right]
+    scale_x = (target[2] - target[0]) / max(source[2] - source[0], 1e-6)
+    scale_y = (target[3] - target[1]) / max(source[3] - source[1], 1e-6)
+    matrix = np.float32(  # on pixel indices: centres i + 0.5 map onto centres
+        [
+            [scale_x, 0, target[0] - source[0] * scale_x + (scale_x - 1) / 2],
+            [0, scale_y, target[1] - source[1] * scale_y + (scale_y - 1) / 2],
+        ]
+    )
+    return cv2.warpAffine(inside, matrix, (width, height), flags=cv2.INTER_NEAREST) > 0
+
+
+def grown_shape(shape: np.ndarray, margin: int) -> np.ndarray:
+    """``shape`` grown by ``margin`` pixels on every side."""
+    if margin < 1:
+        return shape
+    element = cv2.getStructuringElement(cv2.MORPH_RECT, (2 * margin + 1, 2 * margin + 1))
+    return cv2.dilate(shape.astype(np.uint8), element) > 0
+
+
+def _margin(tracked: np.ndarray, seen: list[int], box: Box) -> int:
+    """How far a person may stray from the shape carried to a frame between key frames: what ``MISSED_GROWTH`` adds
+    to the shorter side of their box (how far a held person went is not known), and between two finds (``seen``) no
+    more than half their box's largest move from one to the other (a walker who stops, then hurries)."""
+    margin = round((MISSED_GROWTH - 1) / 2 * min(box[2] - box[0], box[3] - box[1]))
+    if len(seen) == 2:
+        moved = np.abs(tracked[seen[1]] - tracked[seen[0]]).max()
+        margin = min(margin, max(1, int(np.ceil(moved / 2))))
+    return margin
+
+
 def carried(
     person: np.ndarray, keyed: np.ndarray, every: int, maps: np.ndarray | None = None
 ) -> tuple[np.ndarray, list[list[Box]]]:
-    """The key frames' person pixels, and in every other frame the boxes of the people tracked through it
-    (:func:`tasks.anonymize.tracks.fill`: interpolated between two finds up to two key frames apart, held up to the
-    next key frame before the first and after the last, grown; with the camera where it travels, ``maps``): a person
-    found in frames t − k and t + k is covered in t. Only that far: a walker's box held through a whole stretch, as
-    faces are, merged a street's walkers into one box over most of the frame (issue 81: vtest's face_blur blurred a
-    third of every frame). Returns the (T, H, W) mask and each frame's person boxes: its own blobs and the tracked
-    boxes, one a person."""
+    """The key frames' person pixels, and in every other frame those of the people tracked through it
+    (:func:`tasks.anonymize.tracks.fill`: a track's box interpolated between two finds up to two key frames apart,
+    held up to the next key frame before the first and after the last; with the camera where it travels, ``maps``):
+    a person found in frames t − k and t + k is covered in t by their shapes in both, each mapped onto the box
+    interpolated for t (:func:`moved_shape`) and grown by :func:`_margin`; the whole box grown by ``MISSED_GROWTH``
+    where neither key frame holds a pixel of the track. Only that far: a walker's box held through a whole stretch merged a street's walkers into
+    one box over most of the frame (issue 81). Shapes, not boxes: a blob of walkers joined by the gravel between them
+    is a box three times their size (issue 81: vtest's blackout changed 20 % of the frame, its people 2.5 %).
+    Returns the (T, H, W) mask and each frame's person boxes: its own blobs and the tracked boxes grown, one a
+    person (a face method blurs each one's head band)."""
     found = [person_boxes(mask) for mask in person]
     if keyed.all():
         return person, found
-    tracked = as_frames(
-        scene_tracks([f if k else [] for f, k in zip(found, keyed)], maps, every - 1)
-    )
+    tracked = scene_tracks([f if k else [] for f, k in zip(found, keyed)], maps, every - 1, 1.0)
+    keys = np.flatnonzero(keyed)
     out = person.copy()
-    for t, boxes in enumerate(tracked):
-        if not keyed[t]:
-            out[t] |= fill_boxes(person.shape[1:], boxes)
-            found[t] += boxes
+    for t in np.flatnonzero(~keyed):
+        nearest = (int(keys[keys < t].max()), int(keys[keys > t].min()))
+        for track in np.flatnonzero(np.isfinite(tracked[t]).all(axis=1)):
+            box = tuple(float(v) for v in tracked[t, track])
+            grown = tuple(float(v) for v in scaled_boxes(tracked[t, track], MISSED_GROWTH))
+            found[t].append(grown)
+            seen = [k for k in nearest if np.isfinite(tracked[k, track]).all()]
+            shape = np.zeros(person.shape[1:], bool)
+            for k in seen:
+                shape |= moved_shape(person[k], tuple(tracked[k, track]), box)
+            out[t] |= (
+                grown_shape(shape, _margin(tracked[:, track], seen, box))
+                if shape.any()
+                else fill_boxes(person.shape[1:], [grown])
+            )
     return out, found
 
 
