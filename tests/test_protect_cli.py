@@ -237,6 +237,10 @@ def test_between_key_frames_a_person_is_their_shape_not_their_box():
     assert between[1, 12:48, 8:13].all() and between[1, 12:48, 48:53].all()  # both walkers, halfway
     assert not between[1, 12:26, 20:40].any()  # the box's empty middle is left as it is
     assert len(boxes[1]) == 1  # one tracked box (its head band is the face methods')
+    tight, _ = carried(person, key_frames(3, 2), every=2, motion_every_frame=True)
+    assert (
+        tight[1, 12:48, 6:14].all() and not tight[1, 12:28, 15:20].any()
+    )  # the walker and one pixel
 
 
 def test_mosaic_and_solid_replace_only_the_face_boxes():

@@ -215,28 +215,41 @@ def grown_shape(shape: np.ndarray, margin: int) -> np.ndarray:
     return cv2.dilate(shape.astype(np.uint8), element) > 0
 
 
+CARRIED_MARGIN = 1  # pixels around a shape carried between key frames where the motion member runs on every frame
+
+
 def _margin(tracked: np.ndarray, seen: list[int], box: Box) -> int:
-    """How far a person may stray from the shape carried to a frame between key frames: what ``MISSED_GROWTH`` adds
-    to the shorter side of their box (how far a held person went is not known), and between two finds (``seen``) no
-    more than half their box's largest move from one to the other (a walker who stops, then hurries)."""
+    """How far a person may stray from the shape carried to a frame between key frames when nothing searches that
+    frame: held from one key frame, what ``MISSED_GROWTH`` adds to the shorter side of their box (how far they went
+    is not known); between two finds (``seen``), one frame's move of their box's centre, at most that (over a third
+    of a second a walker keeps to the line between the two)."""
     margin = round((MISSED_GROWTH - 1) / 2 * min(box[2] - box[0], box[3] - box[1]))
     if len(seen) == 2:
-        moved = np.abs(tracked[seen[1]] - tracked[seen[0]]).max()
-        margin = min(margin, max(1, int(np.ceil(moved / 2))))
+        step = tracked[seen[1]] - tracked[seen[0]]
+        moved = np.hypot((step[0] + step[2]) / 2, (step[1] + step[3]) / 2) / (seen[1] - seen[0])
+        margin = min(margin, max(1, int(np.ceil(moved))))
     return margin
 
 
 def carried(
-    person: np.ndarray, keyed: np.ndarray, every: int, maps: np.ndarray | None = None
+    person: np.ndarray,
+    keyed: np.ndarray,
+    every: int,
+    maps: np.ndarray | None = None,
+    *,
+    motion_every_frame: bool = False,
 ) -> tuple[np.ndarray, list[list[Box]]]:
     """The key frames' person pixels, and in every other frame those of the people tracked through it
     (:func:`tasks.anonymize.tracks.fill`: a track's box interpolated between two finds up to two key frames apart,
     held up to the next key frame before the first and after the last; with the camera where it travels, ``maps``):
     a person found in frames t − k and t + k is covered in t by their shapes in both, each mapped onto the box
-    interpolated for t (:func:`moved_shape`) and grown by :func:`_margin`; the whole box grown by ``MISSED_GROWTH``
-    where neither key frame holds a pixel of the track. Only that far: a walker's box held through a whole stretch merged a street's walkers into
-    one box over most of the frame (issue 81). Shapes, not boxes: a blob of walkers joined by the gravel between them
-    is a box three times their size (issue 81: vtest's blackout changed 20 % of the frame, its people 2.5 %).
+    interpolated for t (:func:`moved_shape`), grown by ``CARRIED_MARGIN`` where ``motion_every_frame`` (whoever
+    moves is found in t itself; a still person's shape stays put) or else by :func:`_margin`; the whole box grown by
+    ``MISSED_GROWTH`` where neither key frame holds a pixel of the track. Only that far: a walker's box held through a
+    whole stretch merged a street's walkers into one box over most of the frame (issue 81). Shapes, not boxes: a blob
+    of walkers joined by the gravel between them is a box three times their size (issue 81: vtest_a's blackout
+    changed 20.2 % of the frame with grown boxes, 13.7 % with shapes grown by :func:`_margin`, 10.0 % with
+    ``CARRIED_MARGIN``; its people 2.5 %).
     Returns the (T, H, W) mask and each frame's person boxes: its own blobs and the tracked boxes grown, one a
     person (a face method blurs each one's head band)."""
     found = [person_boxes(mask) for mask in person]
@@ -256,7 +269,10 @@ def carried(
             for k in seen:
                 shape |= moved_shape(person[k], tuple(tracked[k, track]), box)
             out[t] |= (
-                grown_shape(shape, _margin(tracked[:, track], seen, box))
+                grown_shape(
+                    shape,
+                    CARRIED_MARGIN if motion_every_frame else _margin(tracked[:, track], seen, box),
+                )
                 if shape.any()
                 else fill_boxes(person.shape[1:], [grown])
             )
@@ -377,7 +393,9 @@ def detect_in(
     person |= np.stack(
         [fill_boxes((height, width), boxes) for boxes in faces]
     )  # a face is a person's
-    person, people = carried(person, keyed, params.detect_every, scene_maps)
+    person, people = carried(
+        person, keyed, params.detect_every, scene_maps, motion_every_frame="motion" in detectors
+    )
     faces_only = wants_faces and not set(keys) - {"face_box"}
     if (
         faces_only
