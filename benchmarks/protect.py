@@ -36,7 +36,7 @@ import numpy as np
 
 from benchmarks.face_judge import judge_faces
 from tasks.anonymize.coverage import changed
-from tasks.anonymize.protect_video import VIDEO_FILES
+from tasks.anonymize.protect_video import VIDEO_FILES, black
 from tasks.anonymize.release import FACE_CHANGE_LEVELS
 from tasks.core.datasets import read_frames
 from tasks.core.scores import matches
@@ -46,7 +46,6 @@ JUDGE_EVERY = 5
 RELEASED_LEVELS = (
     10.0  # a face whose box moved less than this on average is recognisable (issue 81's rule)
 )
-BLACK_LEVELS = 8  # a frame whose every pixel is at most this bright is black
 OVER_MASKED = 2.0  # frame share changed against the people's share
 CROWDED = (
     0.25  # clips where people cover more than this of the frame are not judged for over-masking
@@ -100,7 +99,7 @@ def judge_output(raw: dict[str, Any], output: Path) -> dict[str, Any]:
         "faces_released": released,
         "frame_share_changed": float(changed(before, after, FACE_CHANGE_LEVELS).mean()),
         "people_share": raw["people_share"],
-        "black_frames": int((after.reshape(count, -1).max(axis=1) <= BLACK_LEVELS).sum()),
+        "black_frames": int(black(after).sum()),
     }
 
 
@@ -151,6 +150,17 @@ def _deface(executable: Path, videos: list[Path], scratch: Path) -> tuple[float,
     return seconds, [copy.with_name(f"{copy.stem}_anonymized{copy.suffix}") for copy in copies]
 
 
+def _named(folder: Path) -> str:
+    """A folder as the record names it: relative to the project, or by its name outside it (issue 82: the committed
+    record carried the absolute paths of the machine that ran it)."""
+    inside = Path(folder).resolve().is_relative_to(Path.cwd().resolve())
+    return (
+        str(Path(folder).resolve().relative_to(Path.cwd().resolve()))
+        if inside
+        else Path(folder).name
+    )
+
+
 def run_bench(
     *,
     folders: list[Path],
@@ -192,7 +202,7 @@ def run_bench(
         for row in rows.values():
             row["frames_per_second"] = frames / row["seconds"]
         sizes = sorted({tuple(int(v) for v in truth[v.name]["frames"].shape[1:3]) for v in videos})
-        record["folders"][str(folder)] = {
+        record["folders"][_named(folder)] = {
             "videos": len(videos),
             "frames": frames,
             "sizes": sizes,

@@ -25,6 +25,7 @@ from tasks.core.params import (
     parse_section,
     read_params_file,
 )
+from tasks.privacy.one_run_audit import check_audit_size
 
 INDEX_STAGE = "synthesize"  # the stage whose manifest lists the dataset's videos, splits, actions and subjects
 INDEX_MANIFEST = Path("data/synthesize") / MANIFEST_NAME
@@ -33,12 +34,18 @@ INDEX_MANIFEST = Path("data/synthesize") / MANIFEST_NAME
 def check_params(project: Path) -> None:
     """Every section of ``params.yaml`` against its schema, before the first stage (issue 35): a typo in the last
     stage's section (``private.methods: [dp_sdg]``, ``report.seeds: 0``) is refused in one line naming the key,
-    not by that stage's command line after the others ran; then the files it names (:func:`check_named_files`)."""
+    not by that stage's command line after the others ran, nor an audit too small to show anything (issue 82); then the
+    files it names (:func:`check_named_files`)."""
     path = project / "params.yaml"
     raw = read_params_file(path)
-    for name in SECTIONS:
-        parse_section(raw, name, path=path)
+    check_sections(raw, path)
     check_named_files(project, raw)
+
+
+def check_sections(raw: dict[str, Any], path: Path) -> None:
+    """Every section of the params mapping ``raw`` (read from ``path``) against its schema, and each audit's size."""
+    for name in SECTIONS:
+        check_audit_size(name, parse_section(raw, name, path=path))
 
 
 def check_named_files(project: Path, raw: dict[str, Any]) -> None:

@@ -16,8 +16,9 @@ import io
 from pathlib import Path
 from typing import Any
 
+from flows.preflight import check_sections
 from tasks.core.errors import PrivharError
-from tasks.core.params import SECTIONS, parse_section, read_params_file, read_params_text
+from tasks.core.params import read_params_file, read_params_text
 from tasks.core.storage import atomic_write_bytes
 
 DEFAULT = "default"
@@ -38,18 +39,13 @@ def overlay_in_place(document: dict[str, Any], changes: dict[str, Any]) -> None:
             document[key] = value
 
 
-def _check_sections(raw: dict[str, Any], path: Path) -> None:
-    for section in SECTIONS:
-        parse_section(raw, section, path=path)
-
-
 def overlaid(project: Path, name: str) -> tuple[str | None, dict[str, Any]]:
     """The text of ``params.yaml`` with ``profiles/<name>.yaml`` overlaid (None when the profile changes nothing) and
     its mapping, every section checked. Nothing is written. An error in params.yaml itself names params.yaml; one the
     overlay brings in names the profile."""
     params_path = Path(project) / "params.yaml"
     current = read_params_file(params_path)
-    _check_sections(current, params_path)
+    check_sections(current, params_path)
     if name == DEFAULT:
         return None, current
     path = Path(project) / "profiles" / f"{name}.yaml"
@@ -73,7 +69,7 @@ def overlaid(project: Path, name: str) -> tuple[str | None, dict[str, Any]]:
     buffer = io.StringIO()
     yaml.dump(document, buffer)
     merged = read_params_text(buffer.getvalue(), path)
-    _check_sections(merged, path)
+    check_sections(merged, path)
     return (None if merged == current else buffer.getvalue()), merged
 
 

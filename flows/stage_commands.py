@@ -81,9 +81,14 @@ def _writable(
 def section(params_path: Path, name: str, **overrides: Any) -> Any:
     """One typed, checked section of the params file (``overrides``: command-line values in place first): the command
     layer reads params, the stages take sections."""
-    from tasks.core.params import SECTIONS, load_section
+    from tasks.core.params import AUDITED_SECTIONS, SECTIONS, load_section
 
-    return load_section(params_path, name, SECTIONS[name], overrides=overrides or None)
+    loaded = load_section(params_path, name, SECTIONS[name], overrides=overrides or None)
+    if name in AUDITED_SECTIONS:
+        from tasks.privacy.one_run_audit import check_audit_size
+
+        check_audit_size(name, loaded)
+    return loaded
 
 
 def show_raw(params_path: Path) -> bool:

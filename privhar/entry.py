@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from tasks.core.errors import ERROR_PREFIX, PrivharError
+from tasks.core.errors import ERROR_PREFIX, PrivharError, printable
 
 
 class Terminated(SystemExit):
@@ -51,7 +51,7 @@ def run_as_process(
     try:
         command(args, prog_name=prog_name, standalone_mode=False)
     except PrivharError as error:
-        click.echo(f"{ERROR_PREFIX}{error}", err=True)
+        click.echo(printable(f"{ERROR_PREFIX}{error}"), err=True)
         sys.exit(1)
     except (click.exceptions.Abort, KeyboardInterrupt):
         click.echo("privhar: interrupted", err=True)
@@ -63,7 +63,7 @@ def run_as_process(
         OSError
     ) as error:  # a file-system fault the stage could not check up front: still one line
         where = f"{error.filename}: " if error.filename else ""
-        click.echo(f"{ERROR_PREFIX}{where}{error.strerror or error}", err=True)
+        click.echo(printable(f"{ERROR_PREFIX}{where}{error.strerror or error}"), err=True)
         sys.exit(1)
     except click.ClickException as error:
         error.show()

@@ -158,3 +158,26 @@ def test_flow_checks_every_params_section_before_the_first_stage(tmp_path):
         assert result.returncode == 1 and "Running stage" not in result.stdout
         assert result.stderr.startswith(f"privhar: error: {params}: {message}")
         assert result.stderr.count("\n") == 1
+
+
+def test_an_audit_too_small_to_show_anything_is_refused_before_any_work(tmp_path):
+    """`audit_canaries: 1` passed the preflight; four stages then failed after their work with `need 0 <= v <= r <= m`
+    (issue 82). 18 canaries are the fewest with which the audit's largest guess plan, every guess right, rejects
+    ε = 0 at 95 % (2⁻⁷ < 0.05 / 6)."""
+    from tests.conftest import REPO
+
+    (tmp_path / "dvc.yaml").write_text((REPO / "dvc.yaml").read_text())
+    write_params(tmp_path, {"private": {"audit_canaries": 1}})
+    result = run("flow", cwd=tmp_path)
+    assert result.returncode == 1 and "Running stage" not in result.stdout
+    assert result.stderr == (
+        "privhar: error: private.audit_canaries = 1: a one-run audit at 95% confidence needs at least 18 canaries "
+        "to show any ε̂ above 0 (every guess right); 0 turns the audit off\n"
+    )
+    write_params(tmp_path, {"dprp": {"audit_frames": 17}})
+    (tmp_path / "data/decode").mkdir(parents=True)
+    argv = ["--frames", "data/decode", "--epsilon", "1", "--out", "o", "--report", "r"]
+    result = run("stage", "dprp", *argv, cwd=tmp_path)
+    assert result.returncode == 1 and result.stderr.startswith(
+        "privhar: error: dprp.audit_frames = 17: a one-run audit"
+    ), result.stderr

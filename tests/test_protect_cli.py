@@ -2,6 +2,9 @@
 per bad input and nothing half-written (tasks/anonymize/protect_video.py). Runs without mediapipe: the methods here
 need no people, or find them with OpenCV's detectors."""
 
+import os
+import subprocess
+import time
 from fractions import Fraction
 
 import av
@@ -16,16 +19,19 @@ WALKING = (
 )  # real footage, 320x240, 40 frames at 10 fps
 
 
-def write_clip(path, *, frames=12, audio=True, title="camera 7, 51.5N 0.1W"):
-    """A small mp4 with a moving square, an AAC tone and a title in its metadata."""
-    with av.open(str(path), mode="w") as container:
+def write_clip(
+    path, *, frames=12, audio=True, title="camera 7, 51.5N 0.1W", square=220, faststart=False
+):
+    """A small mp4 with a moving square, an AAC tone and a title in its metadata (its index first: ``faststart``)."""
+    options = {"movflags": "faststart"} if faststart else {}
+    with av.open(str(path), mode="w", options=options) as container:
         container.metadata["title"] = title
         video = container.add_stream("libx264", rate=10)
         video.width, video.height, video.pix_fmt = 64, 48, "yuv420p"
         sound = container.add_stream("aac", rate=8000) if audio else None
         for index in range(frames):
-            picture = np.full((48, 64, 3), 40, np.uint8)
-            picture[10:30, 4 * index : 4 * index + 16] = 220
+            picture = np.full((48, 64, 3), 40 if square else 0, np.uint8)
+            picture[10:30, 4 * index : 4 * index + 16] = square
             frame = av.VideoFrame.from_ndarray(picture, format="rgb24")
             frame.pts = index
             container.mux(video.encode(frame))
@@ -88,7 +94,7 @@ def test_a_video_keeps_its_size_rate_and_audio_when_asked_and_loses_its_metadata
     assert code == 0, err
     count, size, audio, metadata = streams(tmp_path / "kept.mp4")
     assert (count, audio, metadata.get("title")) == (12, 0, "camera 7, 51.5N 0.1W")
-    assert not list(tmp_path.rglob(".*partial*"))
+    assert not list(tmp_path.rglob(".*tmp-*"))
 
 
 def test_real_footage_with_opencvs_people_finders_is_covered_and_says_so(
@@ -125,8 +131,9 @@ def test_real_footage_with_opencvs_people_finders_is_covered_and_says_so(
         (
             lambda d: (d / "junk.avi").write_text("not a video"),
             ["junk.avi"],
-            "junk.avi: not a readable video",
+            "junk.avi: not a readable video (Invalid data found when processing input)",
         ),
+        (lambda d: (d / "empty.mp4").write_bytes(b""), ["empty.mp4"], "empty.mp4: empty file"),
         (
             lambda d: write_clip(d / "in.mp4"),
             ["in.mp4", "-o", "{d}/out.txt"],
@@ -138,6 +145,11 @@ def test_real_footage_with_opencvs_people_finders_is_covered_and_says_so(
             "method 'paint' is not one of",
         ),
         (lambda d: write_clip(d / "in.mp4"), ["in.mp4", "--method", "low_res_0x4"], "low_res_0x4"),
+        (
+            lambda d: write_clip(d / "in.mp4"),
+            ["in.mp4", "--method", "none"],
+            "--method none: copies the video unprotected",
+        ),
         (
             lambda d: write_clip(d / "in.mp4"),
             ["in.mp4", "--detectors", "yolo"],
@@ -168,7 +180,7 @@ def test_bad_input_is_one_line_and_writes_nothing(
     errors = [line for line in err.splitlines() if line.startswith("privhar: error:")]
     assert code == 1 and message in err and len(errors) == 1, err
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
-    assert not list(tmp_path.rglob(".*partial*"))
+    assert not list(tmp_path.rglob(".*tmp-*"))
 
 
 def test_a_video_without_a_picture_is_one_line_and_the_others_are_still_written(
@@ -195,6 +207,161 @@ def test_a_video_without_a_picture_is_one_line_and_the_others_are_still_written(
     )
     assert code == 1 and "sound.mp4: has no video stream" in err, err
     assert sorted(path.name for path in (tmp_path / "out").iterdir()) == ["in.mp4"]
+
+
+def test_a_name_that_is_not_utf8_is_protected_beside_the_others_and_printed_escaped(
+    tmp_path, monkeypatch, capsys
+):
+    """Issue 82: one such name among the inputs crashed the whole batch with a UnicodeEncodeError."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    write_clip(folder / os.fsdecode(b"bad\xe9.mp4"), audio=False)
+    write_clip(folder / "ok.mp4", audio=False)
+    code, err = run(monkeypatch, capsys, folder, "-o", tmp_path / "out", "--method", "low_res_8x6")
+    assert code == 0, err
+    assert sorted(os.listdir(os.fsencode(tmp_path / "out"))) == [b"bad\xe9.mp4", b"ok.mp4"]
+    assert "bad\\xe9.mp4 ->" in err and "\udce9" not in err
+
+
+def test_protect_follows_no_planted_link_refuses_a_live_writer_and_skips_staging_and_its_own_output(
+    tmp_path, monkeypatch, capsys
+):
+    """Issue 82: a link at the old fixed staging name had protect overwrite a file outside the output folder; two
+    runs writing one output mixed their frames; a killed run's hidden staging file, and an output folder inside the
+    input folder, were taken as inputs by the next folder run."""
+    folder, victim = tmp_path / "in", tmp_path / "victim.txt"
+    folder.mkdir()
+    victim.write_text("keep")
+    write_clip(folder / "c.mp4", audio=False)
+    (folder / ".c.mp4.partial.mp4").symlink_to(victim)
+    (folder / ".old.mp4.tmp-1-0000dead.mp4").write_bytes(b"a killed run's left-over")
+    code, err = run(monkeypatch, capsys, folder, "-o", folder / "out", "--method", "low_res_8x6")
+    assert code == 0 and victim.read_text() == "keep", err
+    assert [path.name for path in (folder / "out").iterdir()] == ["c.mp4"]
+    code, err = run(monkeypatch, capsys, folder, "-o", folder / "out", "--method", "low_res_8x6")
+    assert code == 0 and not (folder / "out/out").exists(), err
+    writer = subprocess.Popen(["sleep", "60"])
+    try:
+        time.sleep(0.05)
+        (folder / f"out/.c.mp4.tmp-{writer.pid}-0000beef.mp4").write_bytes(b"")
+        code, err = run(
+            monkeypatch, capsys, folder, "-o", folder / "out", "--method", "low_res_8x6"
+        )
+        assert code == 1 and f"process {writer.pid} is writing it now" in err, err
+    finally:
+        writer.kill()
+        writer.wait()
+    code, err = run(monkeypatch, capsys, folder, "-o", folder / "out", "--method", "low_res_8x6")
+    assert code == 0 and not list((folder / "out").glob(".*")), err
+
+
+def test_every_frame_written_black_is_counted(tmp_path, monkeypatch, capsys):
+    """Issue 82: blackout wrote 1 192 black frames of 3 333 while the summary said none was released black."""
+    write_clip(tmp_path / "dark.mp4", audio=False, square=0)
+    write_clip(tmp_path / "lit.mp4", audio=False)
+    code, err = run(
+        monkeypatch, capsys, tmp_path, "-o", tmp_path / "out", "--method", "low_res_8x6"
+    )
+    assert code == 0, err
+    assert "dark.mp4: 12 frames 64x48" in err and "; 12 frames written black" in err
+    assert "lit.mp4: 12 frames 64x48" in err and "; 0 frames written black" in err
+    assert err.rstrip().endswith(
+        "0 stretches released black by the gate, 12 frames written black in all"
+    )
+    assert "replaced" not in err
+    code, err = run(
+        monkeypatch, capsys, tmp_path / "lit.mp4", "-o", tmp_path / "out", "--method", "low_res_8x6"
+    )
+    assert code == 0 and "; replaced the file that was there" in err, err
+    write_clip(tmp_path / "indexed.mp4", audio=False, faststart=True, frames=20)
+    cut = (tmp_path / "indexed.mp4").read_bytes()
+    (tmp_path / "cut.mp4").write_bytes(cut[: len(cut) * 2 // 3])
+    code, err = run(
+        monkeypatch,
+        capsys,
+        tmp_path / "cut.mp4",
+        "-o",
+        tmp_path / "cut_out.mp4",
+        "--method",
+        "low_res_8x6",
+    )
+    # cut mid-frame: FFmpeg refuses the rest, and protect says so in one line (cut between frames: the summary does)
+    assert "[Errno" not in err and "Invalid data found when processing input after" in err, err
+    assert "frames; nothing was written for it" in err and not (tmp_path / "cut_out.mp4").exists()
+
+
+def test_an_odd_size_is_reported_as_written(tmp_path, monkeypatch, capsys):
+    """Issue 82: a 65x49 video was cropped to 64x48 (H.264's 4:2:0 needs even sides) while the summary said 65x49."""
+    with av.open(str(tmp_path / "odd.avi"), mode="w") as container:
+        video = container.add_stream("png", rate=10)
+        video.width, video.height, video.pix_fmt = 65, 49, "rgb24"
+        for index in range(4):
+            frame = av.VideoFrame.from_ndarray(np.full((49, 65, 3), 60, np.uint8), format="rgb24")
+            frame.pts = index
+            container.mux(video.encode(frame))
+        container.mux(video.encode())
+    code, err = run(
+        monkeypatch,
+        capsys,
+        tmp_path / "odd.avi",
+        "-o",
+        tmp_path / "o.mp4",
+        "--method",
+        "low_res_8x6",
+    )
+    assert code == 0 and "o.mp4: 4 frames 64x48 at" in err, err
+    assert streams(tmp_path / "o.mp4")[1] == (64, 48)
+
+
+def test_the_display_rotation_is_kept(tmp_path, monkeypatch, capsys):
+    """Issue 82: a portrait phone video (stored sideways, a display matrix to turn it) came out sideways."""
+    with av.open(str(tmp_path / "phone.mp4"), mode="w") as container:
+        video = container.add_stream("libx264", rate=10)
+        video.width, video.height, video.pix_fmt = 64, 48, "yuv420p"
+        video.set_display_rotation(90)
+        for index in range(3):
+            frame = av.VideoFrame.from_ndarray(np.full((48, 64, 3), 60, np.uint8), format="rgb24")
+            frame.pts = index
+            container.mux(video.encode(frame))
+        container.mux(video.encode())
+    code, err = run(
+        monkeypatch,
+        capsys,
+        tmp_path / "phone.mp4",
+        "-o",
+        tmp_path / "o.mp4",
+        "--method",
+        "low_res_8x6",
+    )
+    assert code == 0, err
+    with av.open(str(tmp_path / "o.mp4")) as container:
+        assert next(container.decode(video=0)).rotation == 90
+
+
+def test_a_variable_rate_video_keeps_each_frames_time(tmp_path, monkeypatch, capsys):
+    """Issue 82: frames were re-timed to the average rate, and the copied sound drifted from the picture."""
+    times = [0, 1, 2, 5, 6, 10, 11, 12]  # tenths of a second: a camera that dropped frames
+    with av.open(str(tmp_path / "vfr.mp4"), mode="w") as container:
+        video = container.add_stream("libx264", rate=10)
+        video.width, video.height, video.pix_fmt = 64, 48, "yuv420p"
+        for tenth in times:
+            frame = av.VideoFrame.from_ndarray(np.full((48, 64, 3), 60, np.uint8), format="rgb24")
+            frame.pts, frame.time_base = tenth, Fraction(1, 10)
+            container.mux(video.encode(frame))
+        container.mux(video.encode())
+    code, err = run(
+        monkeypatch,
+        capsys,
+        tmp_path / "vfr.mp4",
+        "-o",
+        tmp_path / "o.mp4",
+        "--method",
+        "low_res_8x6",
+    )
+    assert code == 0, err
+    with av.open(str(tmp_path / "o.mp4")) as container:
+        written = [round(frame.time * 10, 3) for frame in container.decode(video=0)]
+    assert written == times
 
 
 def test_a_person_found_in_two_key_frames_is_covered_in_the_frame_between():

@@ -60,7 +60,9 @@ def resolve_source(params: AnonymizeParams, data_source: str) -> str:
 
 def video_identity(video_id: str) -> int:
     """A stable identity number per video: no detector here knows who is who across videos."""
-    return int.from_bytes(hashlib.sha256(video_id.encode()).digest()[:4], "big")
+    # a file name that is not UTF-8 hashes as its bytes (issue 82)
+    digest = hashlib.sha256(video_id.encode("utf-8", "surrogateescape")).digest()
+    return int.from_bytes(digest[:4], "big")
 
 
 def detectors_of(source: str, params: AnonymizeParams) -> tuple[str, ...]:

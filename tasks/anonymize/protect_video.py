@@ -36,10 +36,10 @@ from tasks.anonymize.release import protect_clip
 from tasks.anonymize.source_clip import SourceClip, Upscale
 from tasks.core.anonymize_catalogue import method_of
 from tasks.core.datasets import open_video
-from tasks.core.errors import PrivharError
+from tasks.core.errors import PrivharError, printable
 from tasks.core.params import AnonymizeParams
 from tasks.core.progress import progress
-from tasks.core.storage import write_failed
+from tasks.core.storage import staging_file
 
 log = logging.getLogger(__name__)
 DETECT_SECONDS = 0.25  # auto --detect-every: a search every quarter second or sooner, tracks between (people move a box width in ~1 s)
@@ -79,6 +79,9 @@ class Summary:
     stretches: int = 0
     held_back: list[str] = field(default_factory=list)  # one reason per stretch released black
     held_back_frames: int = 0
+    black_frames: int = (
+        0  # frames written all but black, for any reason (the gate's, or a method that removed all)
+    )
     coverage_min: float = float("nan")
     people_frames: int = 0  # frames with a person (or face) found
     covered_share: float = (
@@ -97,8 +100,27 @@ class Summary:
         return (
             f"{self.input} -> {self.output}: {self.frames} frames "
             f"{self.width}x{self.height} at {rate:.1f} frames/s; people in {self.people_frames}; "
-            f"{self.covered_share:.1%} of the frame changed; coverage min {self.coverage_min:.3f}{held}"
+            f"{self.covered_share:.1%} of the frame changed; coverage min {self.coverage_min:.3f}; "
+            f"{self.black_frames} frames written black{held}{self._notes()}"
         )
+
+    def _notes(self) -> str:
+        """What a user would otherwise not learn (issue 82): a video cut short, an earlier output replaced."""
+        notes = ""
+        if self.announced > self.frames:
+            notes += f"; only {self.frames} of the {self.announced} frames its header announces could be decoded"
+        if self.replaced:
+            notes += "; replaced the file that was there"
+        return notes
+
+
+BLACK_LEVELS = 8  # a frame whose every pixel is at most this bright is black
+
+
+def black(frames: np.ndarray) -> np.ndarray:
+    """(T,) bool: the frames left all but black (issue 82: blackout wrote 1 192 black frames of 3 333 while its summary
+    said none was released black: the gate's are counted there, a method's that removed everything were not)."""
+    return frames.reshape(len(frames), -1).max(axis=1) <= BLACK_LEVELS
 
 
 def output_for(source: Path, root: Path | None, target: Path) -> Path:
@@ -111,16 +133,20 @@ def output_for(source: Path, root: Path | None, target: Path) -> Path:
     return target / relative.with_suffix(suffix)
 
 
-def _chunks(container: av.container.InputContainer, size: int) -> Iterator[np.ndarray]:
-    """The first video stream's frames, (T, H, W, 3) uint8 RGB, ``size`` at a time."""
+def _chunks(
+    container: av.container.InputContainer, size: int
+) -> Iterator[tuple[np.ndarray, list[int | None]]]:
+    """The first video stream's frames, (T, H, W, 3) uint8 RGB, ``size`` at a time, with each one's timestamp."""
     batch: list[np.ndarray] = []
+    stamps: list[int | None] = []
     for frame in container.decode(video=0):
         batch.append(frame.to_ndarray(format="rgb24"))
+        stamps.append(frame.pts)
         if len(batch) == size:
-            yield np.stack(batch)
-            batch = []
+            yield np.stack(batch), stamps
+            batch, stamps = [], []
     if batch:
-        yield np.stack(batch)
+        yield np.stack(batch), stamps
 
 
 def _detection_clip(frames: np.ndarray, fps: float, scale: float) -> SourceClip:
@@ -158,16 +184,34 @@ def _open_input(source: Path) -> av.container.InputContainer:
         raise PrivharError(f"{source}: is a folder; expected a video file")
     if not source.is_file():
         raise PrivharError(f"{source}: no such file")
+    if source.stat().st_size == 0:
+        raise PrivharError(f"{source}: empty file; expected a video")
     try:
         container = open_video(source)
     except (av.FFmpegError, OSError, ValueError) as error:
-        raise PrivharError(
-            f"{source}: not a readable video ({str(error).splitlines()[0][:120]})"
-        ) from None
+        # FFmpeg's own words, without its error number and the path again (issue 82)
+        reason = getattr(error, "strerror", None) or str(error).splitlines()[0][:120]
+        raise PrivharError(f"{source}: not a readable video ({reason})") from None
     if not container.streams.video:
         container.close()
         raise PrivharError(f"{source}: has no video stream")
+    if (
+        container.streams.video[0].codec_context is None
+    ):  # an MP4 cut before its index (issue 82: a traceback)
+        container.close()
+        raise PrivharError(
+            f"{source}: not a readable video (no decoder for its video stream: a file cut short?)"
+        )
     return container
+
+
+def _rotation(source: Path) -> int:
+    """The display rotation of ``source``'s first frame, counter-clockwise degrees (a phone's portrait video is stored
+    sideways with a display matrix; without it the protected copy came out sideways: issue 82)."""
+    with open_video(source) as container:
+        for frame in container.decode(video=0):
+            return int(frame.rotation)
+    return 0
 
 
 def _open_output(
@@ -184,6 +228,10 @@ def _open_output(
             audio[stream.index] = output.add_stream_from_template(stream)
     codec = VIDEO_CODECS[staging.suffix.lower()]
     video = output.add_stream(codec, rate=Fraction(fps).limit_denominator(1001))
+    if (
+        source.streams.video[0].time_base is not None
+    ):  # each frame keeps its input timestamp (:func:`_encode`)
+        video.codec_context.time_base = video.time_base = source.streams.video[0].time_base
     video.pix_fmt = "yuv420p"
     video.options = dict(QUALITY[codec])
     if options.keep_metadata:
@@ -195,10 +243,18 @@ def _format_of(path: Path) -> str:
     return {".mp4": "mp4", ".mkv": "matroska", ".mov": "mov", ".avi": "avi"}[path.suffix.lower()]
 
 
-def _encode(output: Any, video: Any, frames: np.ndarray, first: int) -> None:
+def _encode(
+    video: Any, output: Any, frames: np.ndarray, stamps: list[int | None], first: int
+) -> None:
+    """Encode ``frames`` at their own timestamps (``stamps``, in the input stream's time base, which the output stream
+    keeps): a variable-rate video keeps its timing, and its sound stays in step (issue 82: re-timed to the average
+    rate, picture and sound drifted 0.7 s apart). Frames without a timestamp are numbered at the stream's rate."""
     for offset, frame in enumerate(frames):
         picture = av.VideoFrame.from_ndarray(np.ascontiguousarray(frame), format="rgb24")
-        picture.pts = first + offset
+        if stamps[offset] is None:
+            picture.pts, picture.time_base = first + offset, 1 / video.codec_context.framerate
+        else:
+            picture.pts, picture.time_base = stamps[offset], video.codec_context.time_base
         for packet in video.encode(picture):
             output.mux(packet)
 
@@ -226,17 +282,21 @@ def protect_file(
         raise PrivharError(f"{target}: is the input video too; write the protected copy elsewhere")
     entry = method_of(options.method)
     params = params.model_copy(update={"source": "ensemble", "ensemble": list(options.detectors)})
-    summary = Summary(str(source), str(target))
+    summary = Summary(printable(str(source)), printable(str(target)))
     container = _open_input(source)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = target.with_name(f".{target.name}.partial{target.suffix}")
+    staging = None
     started = time.perf_counter()
     try:
+        staging = staging_file(target)
         stream = container.streams.video[0]
         stream.thread_type = "AUTO"
         fps = float(stream.average_rate or stream.guessed_rate or 25.0)
         total = int(stream.frames or 0)
+        summary.announced, summary.replaced = total, target.exists()
         output, video, audio = _open_output(staging, container, fps, options)
+        video.set_display_rotation(
+            _rotation(source)
+        )  # how it is shown, not personal metadata (issue 82)
         size = max(2, round(options.chunk_seconds * fps))
         every = options.detect_every or max(1, math.ceil(fps * DETECT_SECONDS - 1e-9))
         scale = options.detect_scale or min(1.0, DETECT_ROWS / max(stream.height, 1))
@@ -249,13 +309,13 @@ def protect_file(
             update |= blur_for(stream.height, params)
         params = params.model_copy(update=update)
         identity = video_identity(source.name)
-        bar = progress(total or 1, f"protect {source.name}", unit="frame")
+        bar = progress(total or 1, f"protect {printable(source.name)}", unit="frame")
         coverages, changed_frames = [], 0.0
         with output:
-            for frames in _chunks(container, size):
+            for frames, stamps in _chunks(container, size):
                 if summary.frames == 0:
                     video.width, video.height = frames.shape[2] // 2 * 2, frames.shape[1] // 2 * 2
-                    summary.height, summary.width = frames.shape[1:3]
+                    summary.height, summary.width = video.height, video.width  # what is written
                 frames = frames[:, : video.height, : video.width]
                 found = None
                 if entry.people:
@@ -287,7 +347,8 @@ def protect_file(
                 if not np.isnan(result.coverage):
                     coverages.append(result.coverage)
                 changed_frames += float(changed(frames, result.frames, 0).mean()) * len(frames)
-                _encode(output, video, result.frames, summary.frames)
+                summary.black_frames += int(black(result.frames).sum())
+                _encode(video, output, result.frames, stamps, summary.frames)
                 summary.frames += len(frames)
                 summary.stretches += 1
                 bar.update(len(frames))
@@ -299,13 +360,19 @@ def protect_file(
                 _copy_audio(source, output, audio)
         bar.close()
         os.replace(staging, target)
-    except OSError as error:
-        raise write_failed(error, target) from None
-    except av.FFmpegError as error:
-        raise PrivharError(f"{source}: {str(error).splitlines()[0][:160]}") from None
+    except OSError as error:  # named by the output, not the hidden staging file (issue 82)
+        raise PrivharError(
+            f"{target}: cannot be written ({error.strerror or error}); nothing was written for it"
+        ) from None
+    except av.FFmpegError as error:  # FFmpeg's words, not its error number (issue 82)
+        reason = getattr(error, "strerror", None) or str(error).splitlines()[0][:160]
+        raise PrivharError(
+            f"{source}: {reason} after {summary.frames} frames; nothing was written for it"
+        ) from None
     finally:
         container.close()
-        staging.unlink(missing_ok=True)
+        if staging is not None:
+            staging.unlink(missing_ok=True)
     summary.seconds = time.perf_counter() - started
     summary.coverage_min = min(coverages) if coverages else float("nan")
     summary.covered_share = changed_frames / max(summary.frames, 1)
@@ -326,6 +393,16 @@ VIDEO_FILES = (".avi", ".mp4", ".mkv", ".mov", ".webm", ".mpg", ".mpeg", ".m4v",
 DETECTORS = get_args(get_args(AnonymizeParams.model_fields["ensemble"].annotation)[0])
 
 
+def _is_input(path: Path, folder: Path, target: Path) -> bool:
+    """Whether a file found in ``folder`` is a video to protect: not hidden (a writer's staging file, a killed one's
+    left-over), and not inside the output folder ``target`` (issue 82: an output folder inside the input folder had
+    each rerun protect the earlier outputs again, one level deeper)."""
+    inside = path.relative_to(folder).parts
+    if path.suffix.lower() not in VIDEO_FILES or any(part.startswith(".") for part in inside):
+        return False
+    return target.resolve() not in path.resolve().parents and path.is_file()
+
+
 def pairs_of(sources: tuple[Path, ...], target: Path) -> list[tuple[Path, Path]]:
     """(input video, output path) of every video the command was given: files as named, folders searched for files
     with a video suffix; one line for a folder without any, or a file output given several videos."""
@@ -337,11 +414,7 @@ def pairs_of(sources: tuple[Path, ...], target: Path) -> list[tuple[Path, Path]]
     pairs = []
     for source in sources:
         if source.is_dir():
-            files = sorted(
-                path
-                for path in source.rglob("*")
-                if path.suffix.lower() in VIDEO_FILES and path.is_file()
-            )
+            files = sorted(path for path in source.rglob("*") if _is_input(path, source, target))
             if not files:
                 raise PrivharError(f"{source}: holds no video file ({', '.join(VIDEO_FILES)})")
             pairs += [(path, output_for(path, source, target)) for path in files]
@@ -361,6 +434,11 @@ def pairs_of(sources: tuple[Path, ...], target: Path) -> list[tuple[Path, Path]]
 def check_options(options: ProtectOptions) -> None:
     """The method and the detectors, checked before any video is read (one line each)."""
     entry = method_of(options.method)
+    if entry.name == "none":  # issue 82: it wrote the unprotected video with exit 0
+        raise PrivharError(
+            "--method none: copies the video unprotected (the pipeline's raw row); protect needs a method that removes "
+            "people or faces"
+        )
     if entry.name == "low_res":
         from tasks.anonymize.obfuscate import low_res_size
 
@@ -391,7 +469,7 @@ def _protect_one(
     try:
         return protect_file(pair[0], pair[1], options=options, params=params)
     except PrivharError as error:
-        return str(error)
+        return printable(str(error))
 
 
 def protect_videos(
@@ -409,8 +487,10 @@ def protect_videos(
     from tasks.core.parallel import map_on_processes, worker_count
 
     chosen = ProtectOptions(**{**options, "detectors": tuple(options["detectors"].split(","))})
+    pairs = pairs_of(
+        sources, target
+    )  # the paths first: a bad one is refused before the finders are imported
     check_options(chosen)
-    pairs = pairs_of(sources, target)
     results = map_on_processes(
         partial(_protect_one, options=chosen, params=params),
         pairs,
@@ -421,11 +501,13 @@ def protect_videos(
 
 
 def total_line(results: list[Summary | str], method: str) -> str:
-    """The command's last line: videos written, frames, the rate a worker kept, stretches released black."""
+    """The command's last line: videos written, frames, the rate a worker kept, stretches released black by the gate
+    and frames written black for any reason."""
     done = [result for result in results if isinstance(result, Summary)]
     frames, seconds = sum(s.frames for s in done), sum(s.seconds for s in done)
     return (
         f"protect: {len(done)} of {len(results)} videos written with {method}, {frames} frames, "
         f"{frames / max(seconds, 1e-9):.1f} frames/s a worker; "
-        f"{sum(len(s.held_back) for s in done)} stretches released black"
+        f"{sum(len(s.held_back) for s in done)} stretches released black by the gate, "
+        f"{sum(s.black_frames for s in done)} frames written black in all"
     )

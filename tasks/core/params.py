@@ -515,6 +515,15 @@ class RegistryParams(Section):
     champion_max_epsilon: Annotated[float, Field(gt=0.0)]  # .inf admits non-private models
 
 
+# the sections whose stages audit their releases (tasks/privacy/one_run_audit.py), and the key that sets how many
+# canaries each audit plants
+AUDITED_SECTIONS = {
+    "private": "audit_canaries",
+    "federated": "audit_canaries",
+    "ldp": "audit_canaries",
+    "dprp": "audit_frames",
+}
+
 SECTIONS: dict[str, type[Section]] = {
     "base": BaseParams,
     "data": DataParams,

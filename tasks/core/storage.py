@@ -116,6 +116,20 @@ def _clear_stale(target: Path, patterns: tuple[str, ...]) -> None:
                 stale.unlink(missing_ok=True)
 
 
+def staging_file(target: Path) -> Path:
+    """A new, empty file beside ``target`` for a writer that needs a path of its own (PyAV): ``.NAME.tmp-PID-RANDOM``
+    plus ``target``'s suffix (the container format), created exclusively, so a link planted at the name is never
+    followed (issue 82: a link at protect's fixed staging name had it overwrite a file outside the output folder);
+    refused in one line while another live process writes ``target``, and a killed writer's left-over removed. The
+    caller moves it onto ``target`` when done and removes it when not."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    _clear_stale(target, (f".{target.name}.tmp-*",))
+    staging = _staging_name(target, "tmp")
+    staging = staging.with_name(staging.name + target.suffix)
+    os.close(os.open(staging, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o644))
+    return staging
+
+
 @contextlib.contextmanager
 def atomic_directory(target: Path) -> Iterator[Path]:
     """Yield an empty temporary folder that replaces ``target`` when the block succeeds."""

@@ -14,18 +14,52 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 from scipy.stats import binom
 
-from tasks.core.randomness import DpStream
+from tasks.core.errors import PrivharError
+from tasks.core.params import AUDITED_SECTIONS
+
+if (
+    TYPE_CHECKING
+):  # torch is imported by the stages that draw, not by the params checks that size an audit
+    import torch
+
+    from tasks.core.randomness import DpStream
 
 GUESS_SHARES = (
     1 / 20,
     1 / 10,
     1 / 5,
 )  # the shares of the canaries guessed "in" (highest scores), alone or with as many guessed "out" (lowest)
+
+
+def least_canaries(confidence: float) -> int:
+    """The fewest canaries with which :func:`audit` can show any ε̂ above 0 at ``confidence``: its largest guess plan,
+    every guess right, rejects ε = 0 (with δ = 0; a δ only raises the count). Fewer can only ever report 0, and one
+    canary broke the audit after the stage's work (issue 82: ``need 0 <= v <= r <= m``).
+
+    >>> least_canaries(0.95)
+    18
+    """
+    level = (1 - confidence) / (2 * len(GUESS_SHARES))
+    count = 2
+    while 0.5 ** (2 * max(1, round(max(GUESS_SHARES) * count))) >= level:
+        count += 1
+    return count
+
+
+def check_audit_size(name: str, section: Any) -> None:
+    """Refuse in one line, before any work, an audited section whose audit has too few canaries to show anything."""
+    key = AUDITED_SECTIONS.get(name)  # the sections whose stages audit their releases
+    count = getattr(section, key, 0) if key else 0
+    if count and count < (least := least_canaries(section.audit_confidence)):
+        raise PrivharError(
+            f"{name}.{key} = {count}: a one-run audit at {section.audit_confidence:.0%} confidence needs at least "
+            f"{least} canaries to show any ε̂ above 0 (every guess right); 0 turns the audit off"
+        )
 
 
 def p_value(m: int, r: int, v: int, epsilon: float, delta: float) -> float:
@@ -110,6 +144,8 @@ class Audit:
 
 def draw_included(stream: DpStream, canaries: int) -> torch.Tensor:
     """(m,) bool: which canaries are in, each independently with probability ½ from ``stream`` (secret by default)."""
+    import torch
+
     included = torch.zeros(canaries, dtype=torch.bool)
     included[stream.poisson_sample(canaries, 0.5)] = True
     return included
