@@ -185,28 +185,33 @@ def key_frames(count: int, every: int) -> np.ndarray:
     return keyed
 
 
-def moved_shape(mask: np.ndarray, source: Box, target: Box) -> np.ndarray:
-    """(H, W) bool: the pixels of ``mask`` inside box ``source``, mapped (scaled and moved) onto box ``target``
-    (pixel i covers [i, i + 1)).
+def moved_shape(into: np.ndarray, mask: np.ndarray, source: Box, target: Box) -> None:
+    """Add to ``into`` (H, W) the pixels of ``mask`` inside box ``source``, scaled and moved onto box ``target`` (box
+    edges rounded to whole pixels; the crop resized, not the frame warped: 11 000 whole-frame warps took 1.8 s of a
+    320×240 folder's avatar run).
 
-    >>> mask = np.zeros((6, 8), bool); mask[1:3, 1:2] = True
-    >>> moved_shape(mask, (1, 1, 3, 3), (4, 2, 8, 6)).nonzero()[1].tolist()  # one column, twice as wide, moved by 3
+    >>> into, mask = np.zeros((6, 8), bool), np.zeros((6, 8), bool); mask[1:3, 1:2] = True
+    >>> moved_shape(into, mask, (1, 1, 3, 3), (4, 2, 8, 6)); into.nonzero()[1].tolist()  # twice as wide, moved
     [4, 5, 4, 5, 4, 5, 4, 5]
+    >>> moved_shape(into, mask, (1, 1, 3, 3), (-9, 2, -5, 6)); int(into.sum())  # a target wholly outside: nothing
+    8
     """
     height, width = mask.shape
-    left, top = max(0, int(np.floor(source[0]))), max(0, int(np.floor(source[1])))
-    right, bottom = min(width, int(np.ceil(source[2]))), min(height, int(np.ceil(source[3])))
-    inside = np.zeros((height, width), np.uint8)
-    inside[top:bottom, left:right] = mask[top:bottom, left:right]
-    scale_x = (target[2] - target[0]) / max(source[2] - source[0], 1e-6)
-    scale_y = (target[3] - target[1]) / max(source[3] - source[1], 1e-6)
-    matrix = np.float32(  # on pixel indices: centres i + 0.5 map onto centres
-        [
-            [scale_x, 0, target[0] - source[0] * scale_x + (scale_x - 1) / 2],
-            [0, scale_y, target[1] - source[1] * scale_y + (scale_y - 1) / 2],
-        ]
-    )
-    return cv2.warpAffine(inside, matrix, (width, height), flags=cv2.INTER_NEAREST) > 0
+    left, top, right, bottom = (int(round(v)) for v in source)
+    crop = mask[max(0, top) : max(0, bottom), max(0, left) : max(0, right)]
+    x0, y0, x1, y1 = (int(round(v)) for v in target)
+    if not crop.any() or x1 <= x0 or y1 <= y0:
+        return
+    # where the source box reaches past the frame, its crop is the part inside: keep its place in the target box
+    sx, sy = (x1 - x0) / max(right - left, 1), (y1 - y0) / max(bottom - top, 1)
+    x0 += round((max(0, left) - left) * sx)
+    y0 += round((max(0, top) - top) * sy)
+    size = (max(1, round(crop.shape[1] * sx)), max(1, round(crop.shape[0] * sy)))
+    moved = cv2.resize(crop.astype(np.uint8), size, interpolation=cv2.INTER_NEAREST) > 0
+    top, bottom = max(0, y0), min(height, y0 + size[1])
+    left, right = max(0, x0), min(width, x0 + size[0])
+    if bottom > top and right > left:  # (a target box wholly outside the frame adds nothing)
+        into[top:bottom, left:right] |= moved[top - y0 : bottom - y0, left - x0 : right - x0]
 
 
 def grown_shape(shape: np.ndarray, margin: int) -> np.ndarray:
@@ -269,7 +274,7 @@ def carried(
             seen = [k for k in nearest if np.isfinite(tracked[k, track]).all()]
             shape = np.zeros(person.shape[1:], bool)
             for k in seen:
-                shape |= moved_shape(person[k], tuple(tracked[k, track]), box)
+                moved_shape(shape, person[k], tuple(tracked[k, track]), box)
             out[t] |= (
                 grown_shape(
                     shape,
