@@ -30,8 +30,11 @@ class DagStage:
     upstream: tuple[str, ...]
 
 
-def read_dag(project: Path, targets: Sequence[str] = ()) -> list[DagStage]:
-    """The stages of ``project`` in a dependency order; only ``targets`` and what they need, if given.
+def read_dag(
+    project: Path, targets: Sequence[str] = (), named_by: str = "orchestrate.stages"
+) -> list[DagStage]:
+    """The stages of ``project`` in a dependency order; only ``targets`` (given by ``named_by``) and what they need, if
+    given. A damaged dvc.yaml or dvc.lock, or a target dvc.yaml lacks, is one line.
 
     DVC's own graph (networkx; an edge goes from a stage to a stage it depends on): ``nx.descendants`` gives what a
     target needs, a lexicographic topological sort of the reversed graph the order (ties by position in dvc.yaml).
@@ -55,7 +58,7 @@ def read_dag(project: Path, targets: Sequence[str] = ()) -> list[DagStage]:
                 for stage in stages
             }
     except DvcException as error:
-        raise PrivharError(f"{project}/dvc.yaml: DVC cannot read the pipeline: {error}") from None
+        raise PrivharError(f"{project}: DVC cannot read the pipeline: {error}") from None
     graph = nx.relabel_nodes(graph, names)
     position = {name: index for index, name in enumerate(names.values())}
     wanted = set(position)
@@ -68,7 +71,7 @@ def read_dag(project: Path, targets: Sequence[str] = ()) -> list[DagStage]:
         unknown = [target for target, names in zip(targets, chosen, strict=True) if not names]
         if unknown:
             raise PrivharError(
-                f"orchestrate.stages: no stage '{unknown[0]}' in dvc.yaml (stages: {', '.join(position)})"
+                f"{named_by}: no stage '{unknown[0]}' in dvc.yaml (stages: {', '.join(position)})"
             )
         named = {name for names in chosen for name in names}
         wanted = named.union(*(nx.descendants(graph, name) for name in named))

@@ -249,6 +249,7 @@ def footage_command(recording: Path, out: Path, **arguments: Any) -> None:
 def flow_command(profile: str, force: bool, stages: tuple[str, ...]) -> None:
     """Run the pipeline once as a run of the Prefect deployment (`make run` does): on the runner of `privhar serve`
     if it is up, else here, on the project's Prefect database either way, so the Prefect UI shows the run."""
+    from flows.dag import read_dag
     from flows.prefect_server import project_server
     from flows.preflight import check_named_files
     from flows.profiles import check_profile
@@ -258,6 +259,9 @@ def flow_command(profile: str, force: bool, stages: tuple[str, ...]) -> None:
     # and the files it names
     check_unlocked(check_project(Path.cwd()))
     check_named_files(Path.cwd(), check_profile(Path.cwd(), profile))
+    # and the pipeline DVC reads: a stage named here that dvc.yaml lacks, or a damaged dvc.lock, was found 47-62 s in,
+    # after a Prefect server and a failed MLflow run were made (issue 82)
+    read_dag(Path.cwd(), stages, named_by="privhar flow")
     parameters = {
         "project": str(Path.cwd()),
         "profile": profile,

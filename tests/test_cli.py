@@ -181,3 +181,25 @@ def test_an_audit_too_small_to_show_anything_is_refused_before_any_work(tmp_path
     assert result.returncode == 1 and result.stderr.startswith(
         "privhar: error: dprp.audit_frames = 17: a one-run audit"
     ), result.stderr
+
+
+def test_flow_refuses_a_stage_dvc_yaml_lacks_and_a_damaged_lock_before_any_server(tmp_path):
+    """Both were found 47-62 s in, after a temporary Prefect server and a failed MLflow parent run (issue 82)."""
+    from tests.conftest import REPO
+
+    (tmp_path / "dvc.yaml").write_text((REPO / "dvc.yaml").read_text())
+    write_params(tmp_path)
+    subprocess.run(
+        [Path(PRIVHAR).with_name("dvc"), "init", "--no-scm", "-q"], cwd=tmp_path, check=True
+    )
+    result = run("flow", "nosuchstage", cwd=tmp_path)
+    assert result.returncode == 1 and result.stderr.startswith(
+        "privhar: error: privhar flow: no stage 'nosuchstage' in dvc.yaml (stages: code, scan,"
+    ), result.stderr
+    (tmp_path / "dvc.lock").write_text('schema: "2.0"\nstages:\n  scan: [unclosed\n')
+    result = run("flow", cwd=tmp_path)
+    assert result.returncode == 1 and "dvc.lock" in result.stderr and result.stderr.count("\n") == 1
+    assert (
+        not (tmp_path / ".prefect" / "server.pid").exists()
+        and not (tmp_path / "mlflow.db").exists()
+    )
