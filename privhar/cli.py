@@ -378,9 +378,11 @@ def ui_command(host: str | None, port: int | None, stop: bool, action: str | Non
 def plots_command(out: Path) -> None:
     """DVC's plots (Top-1 against ε, learning curves, confusion matrices, federated rounds) as one page that renders
     offline, grouped by stage: vega inlined from build/vega (make install), `dvc plots show` with that template."""
+    from flows.project_lock import check_project
     from privhar.plots_page import show_plots
 
-    click.echo(show_plots(Path.cwd(), out))
+    # outside a project it asked for an npm install (issue 82): say it is not one
+    click.echo(show_plots(check_project(Path.cwd()), out))
 
 
 @main.command("screenshots")

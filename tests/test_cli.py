@@ -203,3 +203,11 @@ def test_flow_refuses_a_stage_dvc_yaml_lacks_and_a_damaged_lock_before_any_serve
         not (tmp_path / ".prefect" / "server.pid").exists()
         and not (tmp_path / "mlflow.db").exists()
     )
+
+
+def test_plots_outside_a_project_says_so(tmp_path):
+    """Issue 82: it asked for an npm install."""
+    result = run("plots", cwd=tmp_path)
+    assert result.returncode == 1 and result.stderr == (
+        f"privhar: error: {tmp_path.resolve()}: no dvc.yaml here (run privhar from the project folder)\n"
+    )
