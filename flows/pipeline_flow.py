@@ -106,10 +106,19 @@ def pipeline_flow(
 
         previous = previous_walls(parent)
         finished: set[str] = set()
+        stopped: dict[str, str] = {}
 
-        def report(name: str) -> None:
+        def report(name: str, done: Any) -> None:
             finished.add(name)
-            logger.info(progress_line(name, STAGE_WALLS.get(name), order, finished, previous))
+            try:
+                done.wait(0)  # the task's final state, from its thread's result
+                if not done.state.is_completed():
+                    stopped[name] = done.state.name
+            except Exception:  # noqa: BLE001 - cancelled before it ran (Ctrl-C): it has no state to read
+                stopped[name] = "Cancelled"
+            logger.info(
+                progress_line(name, STAGE_WALLS.get(name), order, finished, previous, stopped)
+            )
 
         def submit(stage: DagStage) -> Any:
             upstream = [futures[name] for name in stage.upstream if name in futures]
@@ -118,7 +127,7 @@ def pipeline_flow(
                 {"stage": stage, "force": force, "settings": settings},
                 wait_for=upstream,
             )
-            future.add_done_callback(lambda _: report(stage.name))
+            future.add_done_callback(lambda done: report(stage.name, done))
             return future
 
         # the index first where the whole DAG runs: the params are checked against the dataset before the rest starts

@@ -112,15 +112,20 @@ def progress_line(
     order: list[str],
     finished: set[str],
     previous: dict[str, float],
+    stopped: dict[str, str] | None = None,
 ) -> str:
     """One line as a stage ends: which, how many are done and left, and the time left if each stage left takes what
-    it took last time (:func:`previous_walls`).
+    it took last time (:func:`previous_walls`). ``stopped``: the ended stages that did not complete, by how they ended
+    (after Ctrl-C the cancelled stages had each counted as done: "4 of 4 stages done", issue 82).
 
     >>> print(progress_line("train", 84.0, ["decode", "train", "evaluate"], {"decode", "train"}, {"evaluate": 150.0}))
     train ran in 84 s: 2 of 3 stages done, 1 left; about 2.5 min left by the earlier runs' times
     >>> progress_line("decode", None, ["decode", "train"], {"decode"}, {})
     'decode finished (up to date, or failed): 1 of 2 stages done, 1 left; no earlier run timed them yet'
+    >>> progress_line("train", None, ["decode", "train"], {"decode", "train"}, {}, {"train": "Cancelled"})
+    'train ended Cancelled: 1 of 2 stages done, 1 stopped, 0 left; none left'
     """
+    stopped = stopped or {}
     left = [name for name in order if name not in finished]
     known = [previous[name] for name in left if name in previous]
     if not left:
@@ -133,7 +138,13 @@ def progress_line(
             f" ({untimed} never timed)" if untimed else ""
         )
     how = "finished (up to date, or failed)" if seconds is None else f"ran in {seconds:.0f} s"
-    return f"{stage} {how}: {len(order) - len(left)} of {len(order)} stages done, {len(left)} left; {estimate}"
+    if stage in stopped:
+        how = f"ended {stopped[stage]}"
+    done = len(order) - len(left) - len(stopped)
+    halted = f", {len(stopped)} stopped" if stopped else ""
+    return (
+        f"{stage} {how}: {done} of {len(order)} stages done{halted}, {len(left)} left; {estimate}"
+    )
 
 
 def log_stage_times(
