@@ -350,7 +350,7 @@ def test_each_frames_time_and_the_display_rotation_are_kept(tmp_path, monkeypatc
 
 
 def test_a_person_found_in_two_key_frames_is_covered_in_the_frame_between():
-    from tasks.anonymize.people import carried, key_frames
+    from tasks.anonymize.key_frames import carried, key_frames
 
     person = np.zeros((3, 40, 40), bool)
     person[0, 10:30, 4:10] = True
@@ -365,7 +365,7 @@ def test_a_person_found_in_two_key_frames_is_covered_in_the_frame_between():
 def test_a_person_box_is_held_to_the_next_key_frame_not_through_the_stretch():
     """A walker found once is not painted into every frame of the stretch (issue 81: vtest's walkers, each held
     through four seconds, merged into one box over most of the frame, and face_blur blurred its top half)."""
-    from tasks.anonymize.people import carried, key_frames
+    from tasks.anonymize.key_frames import carried, key_frames
 
     person = np.zeros((13, 40, 40), bool)
     person[4, 10:30, 4:10] = True  # found in key frame 4 only
@@ -378,7 +378,7 @@ def test_a_person_box_is_held_to_the_next_key_frame_not_through_the_stretch():
 def test_between_key_frames_a_person_is_their_shape_not_their_box():
     """Two walkers joined in a key frame's mask by a thin strip are one blob, and its box is mostly not people
     (issue 81: vtest's blackout painted such boxes, grown, between key frames: 20 % of the frame for 2.5 % people)."""
-    from tasks.anonymize.people import carried, key_frames
+    from tasks.anonymize.key_frames import carried, key_frames
 
     person = np.zeros((3, 60, 60), bool)
     for t, shift in ((0, 0), (2, 4)):

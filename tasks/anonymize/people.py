@@ -32,22 +32,19 @@ import numpy as np
 from tasks.anonymize.camera import camera_of, scene_tracks
 from tasks.anonymize.coverage import changed as _changed
 from tasks.anonymize.coverage import moving_pixels, registered_differences
+from tasks.anonymize.key_frames import carried, key_frames, person_boxes
 from tasks.anonymize.source_clip import SourceClip, source_clip
-from tasks.anonymize.tracks import MISSED_GROWTH, as_frames, between, by_track, fill, track_numbers
+from tasks.anonymize.tracks import as_frames, between, by_track, fill, track_numbers
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import resolve_path
 from tasks.core.motion_detector import moving_people, tidy
 from tasks.core.opencv_detectors import face_boxes, fill_boxes, people_boxes
 from tasks.core.params import AnonymizeParams, DecodeParams
-from tasks.core.regions import scaled_boxes
 from tasks.synthetic.body import JOINTS
 
 DETECTORS_OF = {"detector": ("mediapipe",), "motion": ("motion",)}
 FACE_FINDERS = ("centerface", "mediapipe", "faces")
 FACE_ROWS = 360  # the most rows CenterFace searches (:func:`face_search`)
-MIN_PERSON_AREA = (
-    0.0005  # of the frame: smaller blobs get no pose of their own (they are still removed)
-)
 Box = tuple[float, float, float, float]
 
 
@@ -112,18 +109,6 @@ def _boxes_array(boxes: list[list[Box]], clip: SourceClip) -> np.ndarray:
     return array
 
 
-def person_boxes(mask: np.ndarray) -> list[Box]:
-    """Boxes of the connected person blobs of one frame's mask, left to right (the poses' order)."""
-    count, _, stats, _ = cv2.connectedComponentsWithStats(mask.astype(np.uint8), connectivity=8)
-    least = MIN_PERSON_AREA * mask.size
-    found = [
-        (float(x), float(y), float(x + w), float(y + h))
-        for x, y, w, h, area in stats[1:count]
-        if area >= least
-    ]
-    return sorted(found)
-
-
 def implied_heads(people: list[Box], height: int) -> list[Box]:
     """The head region of each of one frame's person boxes (source pixels, frames of ``height`` rows): the top of the
     box, full width, a quarter of its rows (a standing person's head and neck, with the box's slack), or, for a box
@@ -169,121 +154,6 @@ def _poses(
         between(by_track(depth, numbers), reach),
         mask,
     )
-
-
-def key_frames(count: int, every: int) -> np.ndarray:
-    """(count,) bool: the frames detectors run on, every ``every``-th and the last.
-
-    >>> key_frames(7, 3).nonzero()[0].tolist()
-    [0, 3, 6]
-    >>> key_frames(5, 3).nonzero()[0].tolist()
-    [0, 3, 4]
-    """
-    keyed = np.zeros(count, bool)
-    keyed[::every] = True
-    keyed[-1] = True
-    return keyed
-
-
-def moved_shape(into: np.ndarray, mask: np.ndarray, source: Box, target: Box) -> None:
-    """Add to ``into`` (H, W) the pixels of ``mask`` inside box ``source``, scaled and moved onto box ``target`` (box
-    edges rounded to whole pixels; the crop resized, not the frame warped: 11 000 whole-frame warps took 1.8 s of a
-    320×240 folder's avatar run).
-
-    >>> into, mask = np.zeros((6, 8), bool), np.zeros((6, 8), bool); mask[1:3, 1:2] = True
-    >>> moved_shape(into, mask, (1, 1, 3, 3), (4, 2, 8, 6)); into.nonzero()[1].tolist()  # twice as wide, moved
-    [4, 5, 4, 5, 4, 5, 4, 5]
-    >>> moved_shape(into, mask, (1, 1, 3, 3), (-9, 2, -5, 6)); int(into.sum())  # a target wholly outside: nothing
-    8
-    """
-    height, width = mask.shape
-    left, top, right, bottom = (int(round(v)) for v in source)
-    crop = mask[max(0, top) : max(0, bottom), max(0, left) : max(0, right)]
-    x0, y0, x1, y1 = (int(round(v)) for v in target)
-    if not crop.any() or x1 <= x0 or y1 <= y0:
-        return
-    # where the source box reaches past the frame, its crop is the part inside: keep its place in the target box
-    sx, sy = (x1 - x0) / max(right - left, 1), (y1 - y0) / max(bottom - top, 1)
-    x0 += round((max(0, left) - left) * sx)
-    y0 += round((max(0, top) - top) * sy)
-    size = (max(1, round(crop.shape[1] * sx)), max(1, round(crop.shape[0] * sy)))
-    moved = cv2.resize(crop.astype(np.uint8), size, interpolation=cv2.INTER_NEAREST) > 0
-    top, bottom = max(0, y0), min(height, y0 + size[1])
-    left, right = max(0, x0), min(width, x0 + size[0])
-    if bottom > top and right > left:  # (a target box wholly outside the frame adds nothing)
-        into[top:bottom, left:right] |= moved[top - y0 : bottom - y0, left - x0 : right - x0]
-
-
-def grown_shape(shape: np.ndarray, margin: int) -> np.ndarray:
-    """``shape`` grown by ``margin`` pixels on every side."""
-    if margin < 1:
-        return shape
-    element = cv2.getStructuringElement(cv2.MORPH_RECT, (2 * margin + 1, 2 * margin + 1))
-    return cv2.dilate(shape.astype(np.uint8), element) > 0
-
-
-CARRIED_MARGIN = 1  # pixels around a shape carried between key frames where the motion member runs on every frame
-
-
-def _margin(tracked: np.ndarray, seen: list[int], box: Box) -> int:
-    """How far a person may stray from the shape carried to a frame between key frames when nothing searches that
-    frame: held from one key frame, what ``MISSED_GROWTH`` adds to the shorter side of their box (how far they went
-    is not known); between two finds (``seen``), one frame's move of their box's centre, at most that (over a third
-    of a second a walker keeps to the line between the two)."""
-    margin = round((MISSED_GROWTH - 1) / 2 * min(box[2] - box[0], box[3] - box[1]))
-    if len(seen) == 2:
-        step = tracked[seen[1]] - tracked[seen[0]]
-        moved = np.hypot((step[0] + step[2]) / 2, (step[1] + step[3]) / 2) / (seen[1] - seen[0])
-        margin = min(margin, max(1, int(np.ceil(moved))))
-    return margin
-
-
-def carried(
-    person: np.ndarray,
-    keyed: np.ndarray,
-    every: int,
-    maps: np.ndarray | None = None,
-    *,
-    motion_every_frame: bool = False,
-) -> tuple[np.ndarray, list[list[Box]]]:
-    """The key frames' person pixels, and in every other frame those of the people tracked through it
-    (:func:`tasks.anonymize.tracks.fill`: a track's box interpolated between two finds up to two key frames apart,
-    held up to the next key frame before the first and after the last; with the camera where it travels, ``maps``):
-    a person found in frames t − k and t + k is covered in t by their shapes in both, each mapped onto the box
-    interpolated for t (:func:`moved_shape`), grown by ``CARRIED_MARGIN`` where ``motion_every_frame`` (whoever
-    moves is found in t itself; a still person's shape stays put) or else by :func:`_margin`; the whole box grown by
-    ``MISSED_GROWTH`` where neither key frame holds a pixel of the track. Only that far: a walker's box held through a
-    whole stretch merged a street's walkers into one box over most of the frame (issue 81). Shapes, not boxes: a blob
-    of walkers joined by the gravel between them is a box three times their size (issue 81: vtest_a's blackout
-    changed 20.2 % of the frame with grown boxes, 13.7 % with shapes grown by :func:`_margin`, 10.0 % with
-    ``CARRIED_MARGIN``; its people 2.5 %).
-    Returns the (T, H, W) mask and each frame's person boxes: its own blobs and the tracked boxes grown, one a
-    person (a face method blurs each one's head band)."""
-    found = [person_boxes(mask) for mask in person]
-    if keyed.all():
-        return person, found
-    tracked = scene_tracks([f if k else [] for f, k in zip(found, keyed)], maps, every - 1, 1.0)
-    keys = np.flatnonzero(keyed)
-    out = person.copy()
-    for t in np.flatnonzero(~keyed):
-        nearest = (int(keys[keys < t].max()), int(keys[keys > t].min()))
-        for track in np.flatnonzero(np.isfinite(tracked[t]).all(axis=1)):
-            box = tuple(float(v) for v in tracked[t, track])
-            grown = tuple(float(v) for v in scaled_boxes(tracked[t, track], MISSED_GROWTH))
-            found[t].append(grown)
-            seen = [k for k in nearest if np.isfinite(tracked[k, track]).all()]
-            shape = np.zeros(person.shape[1:], bool)
-            for k in seen:
-                moved_shape(shape, person[k], tuple(tracked[k, track]), box)
-            out[t] |= (
-                grown_shape(
-                    shape,
-                    CARRIED_MARGIN if motion_every_frame else _margin(tracked[:, track], seen, box),
-                )
-                if shape.any()
-                else fill_boxes(person.shape[1:], [grown])
-            )
-    return out, found
 
 
 def face_search(clip: SourceClip, keyed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

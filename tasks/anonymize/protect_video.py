@@ -20,9 +20,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-from fractions import Fraction
 from pathlib import Path
 from typing import Any, get_args
 
@@ -34,8 +32,16 @@ from tasks.anonymize.coverage import changed
 from tasks.anonymize.people import detect_in, video_identity
 from tasks.anonymize.release import protect_clip
 from tasks.anonymize.source_clip import SourceClip, Upscale
+from tasks.anonymize.video_container import (
+    VIDEO_CODECS,
+    chunks,
+    copy_audio,
+    display_rotation,
+    encode_frames,
+    open_input,
+    open_output,
+)
 from tasks.core.anonymize_catalogue import method_of
-from tasks.core.datasets import open_video
 from tasks.core.errors import PrivharError, printable
 from tasks.core.params import AnonymizeParams
 from tasks.core.progress import progress
@@ -45,8 +51,6 @@ log = logging.getLogger(__name__)
 DETECT_SECONDS = 0.25  # auto --detect-every: a search every quarter second or sooner, tracks between (people move a box width in ~1 s)
 DETECT_ROWS = 240  # auto --detect-scale: people are searched on frames of at most this many rows (HOG, Haar and
 # mediapipe were tuned on 320 x 240 UCF101 frames: hog_upscale enlarges those; a 720p frame enlarged twice is 9x the work)
-VIDEO_CODECS = {".mp4": "libx264", ".mkv": "libx264", ".mov": "libx264", ".avi": "mpeg4"}
-QUALITY = {"libx264": {"crf": "18", "preset": "veryfast"}, "mpeg4": {"qscale": "2"}}
 
 
 @dataclass(frozen=True)
@@ -133,22 +137,6 @@ def output_for(source: Path, root: Path | None, target: Path) -> Path:
     return target / relative.with_suffix(suffix)
 
 
-def _chunks(
-    container: av.container.InputContainer, size: int
-) -> Iterator[tuple[np.ndarray, list[int | None]]]:
-    """The first video stream's frames, (T, H, W, 3) uint8 RGB, ``size`` at a time, with each one's timestamp."""
-    batch: list[np.ndarray] = []
-    stamps: list[int | None] = []
-    for frame in container.decode(video=0):
-        batch.append(frame.to_ndarray(format="rgb24"))
-        stamps.append(frame.pts)
-        if len(batch) == size:
-            yield np.stack(batch), stamps
-            batch, stamps = [], []
-    if batch:
-        yield np.stack(batch), stamps
-
-
 def _detection_clip(frames: np.ndarray, fps: float, scale: float) -> SourceClip:
     """The frames detectors search: the stretch itself, or a copy scaled by ``scale`` whose finds map back up."""
     full = (int(frames.shape[1]), int(frames.shape[2]))
@@ -179,97 +167,6 @@ def blur_for(height: int, params: AnonymizeParams) -> dict[str, Any]:
     return {"face_blur_kernel": kernel, "face_blur_sigma": round(params.face_blur_sigma * scale, 3)}
 
 
-def _open_input(source: Path) -> av.container.InputContainer:
-    if source.is_dir():
-        raise PrivharError(f"{source}: is a folder; expected a video file")
-    if not source.is_file():
-        raise PrivharError(f"{source}: no such file")
-    if source.stat().st_size == 0:
-        raise PrivharError(f"{source}: empty file; expected a video")
-    try:
-        container = open_video(source)
-    except (av.FFmpegError, OSError, ValueError) as error:
-        # FFmpeg's own words, without its error number and the path again (issue 82)
-        reason = getattr(error, "strerror", None) or str(error).splitlines()[0][:120]
-        raise PrivharError(f"{source}: not a readable video ({reason})") from None
-    if not container.streams.video:
-        container.close()
-        raise PrivharError(f"{source}: has no video stream")
-    if (
-        container.streams.video[0].codec_context is None
-    ):  # an MP4 cut before its index (issue 82: a traceback)
-        container.close()
-        raise PrivharError(
-            f"{source}: not a readable video (no decoder for its video stream: a file cut short?)"
-        )
-    return container
-
-
-def _rotation(source: Path) -> int:
-    """The display rotation of ``source``'s first frame, counter-clockwise degrees (a phone's portrait video is stored
-    sideways with a display matrix; without it the protected copy came out sideways: issue 82)."""
-    with open_video(source) as container:
-        for frame in container.decode(video=0):
-            return int(frame.rotation)
-    return 0
-
-
-def _open_output(
-    staging: Path, source: av.container.InputContainer, fps: float, options: ProtectOptions
-) -> tuple[av.container.OutputContainer, Any, dict[int, Any]]:
-    """The output container, its video stream (created at the first frame, when the size is known) and the audio
-    streams copied from the input's (input stream index → output stream)."""
-    output = av.open(str(staging), mode="w", format=_format_of(staging))
-    if options.keep_metadata:
-        output.metadata.update(source.metadata)
-    audio: dict[int, Any] = {}
-    if options.keep_audio:
-        for stream in source.streams.audio:
-            audio[stream.index] = output.add_stream_from_template(stream)
-    codec = VIDEO_CODECS[staging.suffix.lower()]
-    video = output.add_stream(codec, rate=Fraction(fps).limit_denominator(1001))
-    if (
-        source.streams.video[0].time_base is not None
-    ):  # each frame keeps its input timestamp (:func:`_encode`)
-        video.codec_context.time_base = video.time_base = source.streams.video[0].time_base
-    video.pix_fmt = "yuv420p"
-    video.options = dict(QUALITY[codec])
-    if options.keep_metadata:
-        video.metadata.update(source.streams.video[0].metadata)
-    return output, video, audio
-
-
-def _format_of(path: Path) -> str:
-    return {".mp4": "mp4", ".mkv": "matroska", ".mov": "mov", ".avi": "avi"}[path.suffix.lower()]
-
-
-def _encode(
-    video: Any, output: Any, frames: np.ndarray, stamps: list[int | None], first: int
-) -> None:
-    """Encode ``frames`` at their own timestamps (``stamps``, in the input stream's time base, which the output stream
-    keeps): a variable-rate video keeps its timing, and its sound stays in step (issue 82: re-timed to the average
-    rate, picture and sound drifted 0.7 s apart). Frames without a timestamp are numbered at the stream's rate."""
-    for offset, frame in enumerate(frames):
-        picture = av.VideoFrame.from_ndarray(np.ascontiguousarray(frame), format="rgb24")
-        if stamps[offset] is None:
-            picture.pts, picture.time_base = first + offset, 1 / video.codec_context.framerate
-        else:
-            picture.pts, picture.time_base = stamps[offset], video.codec_context.time_base
-        for packet in video.encode(picture):
-            output.mux(packet)
-
-
-def _copy_audio(source: Path, output: Any, audio: dict[int, Any]) -> None:
-    """Every audio packet of ``source`` into its copied stream, unchanged (demuxed again: the video pass decoded)."""
-    with open_video(source) as container:
-        wanted = [container.streams[index] for index in audio]
-        for packet in container.demux(wanted):
-            if packet.dts is None:
-                continue
-            packet.stream = audio[packet.stream.index]
-            output.mux(packet)
-
-
 def protect_file(
     source: Path,
     target: Path,
@@ -283,7 +180,7 @@ def protect_file(
     entry = method_of(options.method)
     params = params.model_copy(update={"source": "ensemble", "ensemble": list(options.detectors)})
     summary = Summary(printable(str(source)), printable(str(target)))
-    container = _open_input(source)
+    container = open_input(source)
     staging = None
     started = time.perf_counter()
     try:
@@ -293,9 +190,15 @@ def protect_file(
         fps = float(stream.average_rate or stream.guessed_rate or 25.0)
         total = int(stream.frames or 0)
         summary.announced, summary.replaced = total, target.exists()
-        output, video, audio = _open_output(staging, container, fps, options)
+        output, video, audio = open_output(
+            staging,
+            container,
+            fps,
+            keep_audio=options.keep_audio,
+            keep_metadata=options.keep_metadata,
+        )
         video.set_display_rotation(
-            _rotation(source)
+            display_rotation(source)
         )  # how it is shown, not personal metadata (issue 82)
         size = max(2, round(options.chunk_seconds * fps))
         every = options.detect_every or max(1, math.ceil(fps * DETECT_SECONDS - 1e-9))
@@ -312,7 +215,7 @@ def protect_file(
         bar = progress(total or 1, f"protect {printable(source.name)}", unit="frame")
         coverages, changed_frames = [], 0.0
         with output:
-            for frames, stamps in _chunks(container, size):
+            for frames, stamps in chunks(container, size):
                 if summary.frames == 0:
                     video.width, video.height = frames.shape[2] // 2 * 2, frames.shape[1] // 2 * 2
                     summary.height, summary.width = video.height, video.width  # what is written
@@ -348,7 +251,7 @@ def protect_file(
                     coverages.append(result.coverage)
                 changed_frames += float(changed(frames, result.frames, 0).mean()) * len(frames)
                 summary.black_frames += int(black(result.frames).sum())
-                _encode(video, output, result.frames, stamps, summary.frames)
+                encode_frames(video, output, result.frames, stamps, summary.frames)
                 summary.frames += len(frames)
                 summary.stretches += 1
                 bar.update(len(frames))
@@ -357,7 +260,7 @@ def protect_file(
             for packet in video.encode():
                 output.mux(packet)
             if audio:
-                _copy_audio(source, output, audio)
+                copy_audio(source, output, audio)
         bar.close()
         os.replace(staging, target)
     except OSError as error:  # named by the output, not the hidden staging file (issue 82)

@@ -20,8 +20,9 @@ import cv2
 import numpy as np
 
 from tasks.anonymize.coverage import changed, coverage
+from tasks.anonymize.key_frames import key_frames
 from tasks.anonymize.methods import PROTECT
-from tasks.anonymize.people import People, key_frames
+from tasks.anonymize.people import People
 from tasks.core.anonymize_catalogue import method_of
 from tasks.core.opencv_detectors import (
     Box,
@@ -179,7 +180,7 @@ def released_faces(
     the detail, not the blob) is the method's known weakness, which assess measures ("faces kept"), not a face left
     unprotected. The judge searches the dataset's annotated faces where it has them (Haar also fires on background
     texture), else the whole frame. It searches the frames the detectors ran on (every ``every``-th,
-    :func:`tasks.anonymize.people.key_frames`): a check of the release, at the detectors' rate."""
+    :func:`tasks.anonymize.key_frames.key_frames`): a check of the release, at the detectors' rate."""
     regions = None
     if source_kind == "ground_truth":
         regions = [
