@@ -153,12 +153,8 @@ def _deface(executable: Path, videos: list[Path], scratch: Path) -> tuple[float,
 def _named(folder: Path) -> str:
     """A folder as the record names it: relative to the project, or by its name outside it (issue 82: the committed
     record carried the absolute paths of the machine that ran it)."""
-    inside = Path(folder).resolve().is_relative_to(Path.cwd().resolve())
-    return (
-        str(Path(folder).resolve().relative_to(Path.cwd().resolve()))
-        if inside
-        else Path(folder).name
-    )
+    folder, project = Path(folder).resolve(), Path.cwd().resolve()
+    return str(folder.relative_to(project)) if folder.is_relative_to(project) else folder.name
 
 
 def run_bench(

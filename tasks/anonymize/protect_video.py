@@ -36,10 +36,10 @@ from tasks.anonymize.video_container import (
     VIDEO_CODECS,
     chunks,
     copy_audio,
-    display_rotation,
     encode_frames,
     open_input,
     open_output,
+    start_stream,
 )
 from tasks.core.anonymize_catalogue import method_of
 from tasks.core.errors import PrivharError, printable
@@ -197,9 +197,6 @@ def protect_file(
             keep_audio=options.keep_audio,
             keep_metadata=options.keep_metadata,
         )
-        video.set_display_rotation(
-            display_rotation(source)
-        )  # how it is shown, not personal metadata (issue 82)
         size = max(2, round(options.chunk_seconds * fps))
         every = options.detect_every or max(1, math.ceil(fps * DETECT_SECONDS - 1e-9))
         scale = options.detect_scale or min(1.0, DETECT_ROWS / max(stream.height, 1))
@@ -215,10 +212,9 @@ def protect_file(
         bar = progress(total or 1, f"protect {printable(source.name)}", unit="frame")
         coverages, changed_frames = [], 0.0
         with output:
-            for frames, stamps in chunks(container, size):
+            for frames, stamps, rotation in chunks(container, size):
                 if summary.frames == 0:
-                    video.width, video.height = frames.shape[2] // 2 * 2, frames.shape[1] // 2 * 2
-                    summary.height, summary.width = video.height, video.width  # what is written
+                    summary.height, summary.width = start_stream(video, frames, rotation)
                 frames = frames[:, : video.height, : video.width]
                 found = None
                 if entry.people:
@@ -390,9 +386,8 @@ def protect_videos(
     from tasks.core.parallel import map_on_processes, worker_count
 
     chosen = ProtectOptions(**{**options, "detectors": tuple(options["detectors"].split(","))})
-    pairs = pairs_of(
-        sources, target
-    )  # the paths first: a bad one is refused before the finders are imported
+    # the paths first: a bad one is refused before the finders are imported
+    pairs = pairs_of(sources, target)
     check_options(chosen)
     results = map_on_processes(
         partial(_protect_one, options=chosen, params=params),

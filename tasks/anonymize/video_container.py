@@ -21,18 +21,23 @@ QUALITY = {"libx264": {"crf": "18", "preset": "veryfast"}, "mpeg4": {"qscale": "
 
 def chunks(
     container: av.container.InputContainer, size: int
-) -> Iterator[tuple[np.ndarray, list[int | None]]]:
-    """The first video stream's frames, (T, H, W, 3) uint8 RGB, ``size`` at a time, with each one's timestamp."""
+) -> Iterator[tuple[np.ndarray, list[int | None], int]]:
+    """The first video stream's frames, (T, H, W, 3) uint8 RGB, ``size`` at a time, with each one's timestamp and the
+    display rotation of the stretch's first frame (counter-clockwise degrees: a phone's portrait video is stored
+    sideways with a display matrix; without it the protected copy came out sideways, issue 82)."""
     batch: list[np.ndarray] = []
     stamps: list[int | None] = []
+    rotation = 0
     for frame in container.decode(video=0):
+        if not batch:
+            rotation = int(frame.rotation)
         batch.append(frame.to_ndarray(format="rgb24"))
         stamps.append(frame.pts)
         if len(batch) == size:
-            yield np.stack(batch), stamps
+            yield np.stack(batch), stamps, rotation
             batch, stamps = [], []
     if batch:
-        yield np.stack(batch), stamps
+        yield np.stack(batch), stamps, rotation
 
 
 def open_input(source: Path) -> av.container.InputContainer:
@@ -59,15 +64,6 @@ def open_input(source: Path) -> av.container.InputContainer:
             f"{source}: not a readable video (no decoder for its video stream: a file cut short?)"
         )
     return container
-
-
-def display_rotation(source: Path) -> int:
-    """The display rotation of ``source``'s first frame, counter-clockwise degrees (a phone's portrait video is stored
-    sideways with a display matrix; without it the protected copy came out sideways: issue 82)."""
-    with open_video(source) as container:
-        for frame in container.decode(video=0):
-            return int(frame.rotation)
-    return 0
 
 
 def open_output(
@@ -98,6 +94,17 @@ def open_output(
     if keep_metadata:
         video.metadata.update(source.streams.video[0].metadata)
     return output, video, audio
+
+
+def start_stream(video: Any, first: np.ndarray, rotation: int) -> tuple[int, int]:
+    """Set the output ``video`` stream from the first stretch, before its first frame is encoded: the size (H.264's
+    4:2:0 wants even sides, so an odd one is cropped by a row or column) and the display ``rotation`` (how the video
+    is meant to be shown, not personal metadata: kept without ``keep_metadata``). Returns the (rows, columns)
+    written."""
+    video.width, video.height = first.shape[2] // 2 * 2, first.shape[1] // 2 * 2
+    if rotation:
+        video.set_display_rotation(rotation)
+    return video.height, video.width
 
 
 def format_of(path: Path) -> str:
