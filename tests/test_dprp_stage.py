@@ -175,3 +175,28 @@ def test_preview_shows_raw_frames_only_for_the_synthetic_dataset(tiny_decoded, t
         for show in (True, False)
     ]
     assert sizes[0][0] > 1.5 * sizes[1][0]  # two columns, then one
+
+
+def test_a_copy_that_fails_after_its_work_leaves_no_side_report(
+    tiny_decoded, tmp_path, monkeypatch
+):
+    """A failed dprp stage left its measured frames/s at the tracked reports/speed path (issue 82): the side reports
+    are written once the copy is in place, never before."""
+    import tasks.dprp.stage as stage
+
+    def broken(*args, **kwargs):
+        raise PrivharError("the audit broke")
+
+    monkeypatch.chdir(tiny_decoded)
+    monkeypatch.setattr(stage, "_audit", broken)
+    with pytest.raises(PrivharError, match="the audit broke"):
+        dprp(
+            params_path=write_params(tmp_path, {"dprp": DPRP}),
+            frames=tiny_decoded / "data/decode",
+            epsilon=8.0,
+            out=tmp_path / "out",
+            report=tmp_path / "report",
+            speed_path=tmp_path / "speed.json",
+        )
+    assert not (tmp_path / "speed.json").exists() and not (tmp_path / "out").exists()
+    assert not list(tmp_path.glob("report/*"))

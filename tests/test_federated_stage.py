@@ -438,7 +438,7 @@ def test_a_tunings_own_recipe_sets_its_local_epochs_and_its_sigma(project, tmp_p
         assert set(stage) <= set(planned)
         assert all(stage[subject] == pytest.approx(planned[subject], rel=1e-5) for subject in stage)
     assert "selective: 3 local epoch(s) a round" in (tmp_path / "report/federated.md").read_text()
-    with pytest.raises(PrivharError, match="recipe_per_tuning.*not rows of federated.tunings"):
+    with pytest.raises(PrivharError, match="recipe_per_tuning.*names no row of federated.tunings"):
         run(
             project,
             params_path=write_params(

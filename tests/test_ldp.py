@@ -432,3 +432,27 @@ def test_real_footage_without_person_boxes_is_encoded_whole_frame(
     )
     assert results and all(0.0 <= row["top1"] <= 1.0 for row in results)
     assert all(math.isnan(row["attribute_cmap"]) for row in results)
+
+
+def test_the_video_stage_that_fails_after_its_work_leaves_no_side_report(
+    tiny_decoded, tiny_public, tmp_path, monkeypatch
+) -> None:
+    """A failed ldp stage left video.csv and metrics.json at their tracked paths (issue 82): they are written with
+    the codes, once the codes are in place."""
+    from flows.stage_commands import stage_call
+    from tasks.ldp import video
+    from tests.conftest import write_params
+
+    def broken(*args, **kwargs):
+        raise PrivharError("the audit broke")
+
+    monkeypatch.setattr(video, "audit_response", broken)
+    with pytest.raises(PrivharError, match="the audit broke"):
+        stage_call("ldp")(
+            params_path=write_params(tmp_path, {"privacy": {"randomness": "seeded"}}),
+            frames=tiny_decoded / "data" / "decode",
+            public=tiny_public,
+            out=tmp_path / "data",
+            report=tmp_path / "report",
+        )
+    assert not list(tmp_path.glob("report/*")) and not (tmp_path / "data").exists()

@@ -78,3 +78,13 @@ def test_randomized_response_of_the_ldp_codes_holds_and_twice_its_epsilon_is_cau
         randomized_response, "keep_probability", lambda d, epsilon: original(d, 2 * epsilon)
     )
     assert all(value > 1.0 for value in found(1.0)) and all(value > 2.0 for value in found(2.0))
+
+
+def test_an_audit_that_finds_nothing_says_how_many_guesses_it_made():
+    """An ε̂ of 0 was logged as "0 of 0 guesses right, 300 canaries" (issue 82): the guesses are counted even then."""
+    generator = np.random.default_rng(7)
+    found = audit(generator.random(300), generator.random(300) < 0.5, 0.0)
+    assert found.epsilon_audited == 0.0
+    guesses = found.guessed_in + found.guessed_out
+    assert guesses > 0 and 0 <= found.correct <= guesses
+    assert f"{found.correct} of {guesses} guesses right, 300 canaries" in found.summary()

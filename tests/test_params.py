@@ -6,13 +6,7 @@ import pytest
 import yaml
 
 from tasks.core.errors import PrivharError
-from tasks.core.params import (
-    DecodeParams,
-    DprpParams,
-    PrivateParams,
-    SynthesizeParams,
-    load_section,
-)
+from tasks.core.params import SECTIONS, DecodeParams, SynthesizeParams, load_section
 from tests.conftest import write_params
 
 
@@ -59,16 +53,46 @@ def test_repository_params_are_valid():
         ),
         # issue 61: finite, as private.epsilons (∞ would be a raw copy under a DP method's name)
         ("dprp", {"dprp": {"epsilons": [2.0, float("inf")]}}, "dprp.epsilons.1 = inf is invalid"),
+        # issue 82: a typo in a family or tuning key was accepted and silently ignored
+        (
+            "report",
+            {"report": {"seeds_per_family": {"dprpp": 3}}},
+            "'dprpp': 3} is invalid: 'dprpp' names no family the train stage trains: expected one of baseline, public, "
+            "dprp, anonymize",
+        ),
+        (
+            "report",
+            {"report": {"seed_rule": {"families": ["dprp", "anonymise"]}}},
+            "report.seed_rule.families = ['dprp', 'anonymise'] is invalid: 'anonymise' names no family",
+        ),
+        ("train", {"train": {"epochs_per_family": {"dpr": 8}}}, "'dpr' names no family the train"),
+        (
+            "federated",
+            {"federated": {"seeds_per_tuning": {"selectiv": 40}}},
+            "'selectiv': 40} is invalid: 'selectiv' names no row of federated.tunings: expected one of full, "
+            "selective",
+        ),
+        ("federated", {"federated": {"reference_seeds": {"fulll": 3}}}, "'fulll' names no row"),
+        # issue 82: a billion canaries passed, and the stages ran out of memory after their work
+        (
+            "private",
+            {"private": {"audit_canaries": 1_000_000_000}},
+            "private.audit_canaries = 1000000000 is invalid: input should be less than or equal to 5000",
+        ),
+        ("federated", {"federated": {"audit_canaries": 5001}}, "less than or equal to 5000"),
+        ("dprp", {"dprp": {"audit_frames": 10**9}}, "less than or equal to 100000"),
+        ("ldp", {"ldp": {"audit_canaries": 10**9}}, "less than or equal to 1000000"),
+        # issue 82: an ε̂ "at 0 % confidence" entered the ledger
+        (
+            "ldp",
+            {"ldp": {"audit_confidence": 0.001}},
+            "ldp.audit_confidence = 0.001 is invalid: input should be greater than or equal to 0.5",
+        ),
     ],
 )
 def test_bad_values_name_key_value_and_rule(tmp_path, section, overrides, expected):
     path = write_params(tmp_path, overrides)
-    model = {
-        "decode": DecodeParams,
-        "synthesize": SynthesizeParams,
-        "private": PrivateParams,
-        "dprp": DprpParams,
-    }[section]
+    model = SECTIONS[section]
     with pytest.raises(PrivharError) as caught:
         load_section(path, section, model)
     message = str(caught.value)

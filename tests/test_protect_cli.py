@@ -422,3 +422,45 @@ def test_a_black_pixel_blacked_out_counts_as_covered():
     protected, public = black_out(frames, person, 0)
     assert coverage(frames, protected, person > 0) == 0.0  # nothing changed value
     assert coverage(frames, protected, person > 0, public) == 1.0
+
+
+def test_a_stretch_holds_a_bounded_number_of_pixels_whatever_the_frame_size(tmp_path, monkeypatch):
+    """A 4 s 4K video needed over 15 GB (issue 82): memory grew with the frame size times the stretch. Now a stretch
+    holds at most STRETCH_PIXELS (here 8 frames of 320 x 240) and nothing takes a stretch-sized copy more than a few
+    times, so the arrays' peak (tracemalloc sees numpy's) stays a small multiple of the stretch at 320 x 240 and at
+    960 x 720. Before, the 960 x 720 copy of this 40-frame clip peaked at 293 MiB, 73 times its stretch."""
+    import tracemalloc
+
+    import cv2
+
+    import tasks.anonymize.protect_video as protect_video
+    from tasks.core.params import AnonymizeParams, load_section
+
+    monkeypatch.setattr(protect_video, "STRETCH_PIXELS", 320 * 240 * 8)
+    with av.open(str(WALKING)) as source:
+        frames = [frame.to_ndarray(format="rgb24") for frame in source.decode(video=0)]
+    params = load_section(REPO / "params.yaml", "anonymize", AnonymizeParams)
+    options = protect_video.ProtectOptions(method="blackout", detectors=("motion",))
+    for factor in (1, 3):
+        height, width = 240 * factor, 320 * factor
+        with av.open(str(tmp_path / f"x{factor}.mp4"), mode="w") as container:
+            video = container.add_stream("libx264", rate=10)
+            video.width, video.height, video.pix_fmt = width, height, "yuv420p"
+            for frame in frames:
+                picture = cv2.resize(frame, (width, height))
+                container.mux(video.encode(av.VideoFrame.from_ndarray(picture, format="rgb24")))
+            container.mux(video.encode())
+        tracemalloc.start()
+        try:
+            summary = protect_video.protect_file(
+                tmp_path / f"x{factor}.mp4",
+                tmp_path / f"o{factor}.mp4",
+                options=options,
+                params=params,
+            )
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        stretch = protect_video.stretch_frames(4.0, 10.0, height, width) * height * width * 3
+        assert summary.frames == 40 and summary.stretches == (5 if factor == 1 else 20)
+        assert peak < 10 * stretch, (factor, peak / stretch)

@@ -41,10 +41,15 @@ def moving_pixels(
         return before & after
     gap = max(1, round(GAP_SECONDS * fps))
     last = len(frames) - 1
-    clip = frames[picked]
-    return changed(clip, frames[np.clip(picked - gap, 0, last)]) & changed(
-        clip, frames[np.clip(picked + gap, 0, last)]
-    )
+    moving = np.empty((len(picked), *frames.shape[1:3]), bool)
+    for index, t in enumerate(
+        picked
+    ):  # frame by frame: a 4K stretch's copies took gigabytes (issue 82)
+        moving[index] = (
+            changed(frames[t][None], frames[max(0, t - gap)][None])[0]
+            & changed(frames[t][None], frames[min(last, t + gap)][None])[0]
+        )
+    return moving
 
 
 def registered_differences(
@@ -70,14 +75,14 @@ def registered_differences(
 
 def changed(first: np.ndarray, second: np.ndarray, threshold: int = MOVING_THRESHOLD) -> np.ndarray:
     """(T, H, W) bool: some channel of the RGB frames more than ``threshold`` apart (OpenCV's absolute difference of
-    the uint8 frames and a channel maximum: a twentieth of the time of numpy's on int16 copies)."""
-    count, height, width = first.shape[:3]
-    shape = (count * height, width, first.shape[3])
-    difference = cv2.absdiff(
-        np.ascontiguousarray(first).reshape(shape), np.ascontiguousarray(second).reshape(shape)
-    )
-    largest = np.maximum(np.maximum(difference[..., 0], difference[..., 1]), difference[..., 2])
-    return (largest > threshold).reshape(count, height, width)
+    the uint8 frames and a channel maximum: a twentieth of the time of numpy's on int16 copies), a frame at a time so
+    that its differences never take more than one frame's memory (issue 82: a 4K stretch)."""
+    out = np.empty(first.shape[:3], bool)
+    for index, (one, other) in enumerate(zip(first, second, strict=True)):
+        difference = cv2.absdiff(one, other)
+        largest = np.maximum(np.maximum(difference[..., 0], difference[..., 1]), difference[..., 2])
+        np.greater(largest, threshold, out=out[index])
+    return out
 
 
 def coverage(

@@ -27,12 +27,25 @@ MAX_CANVAS = (
 )
 
 
+MEDIAN_ROWS = 64  # rows of a stretch sorted at once: its uint16 copies of a whole 4K stretch took 4.5 GB (issue 82)
+
+
 def _median(frames: np.ndarray, visible: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(per-pixel median of the visible frames (H, W, 3) uint8, never_seen (H, W) bool; 0 where never seen).
 
     ``np.nanmedian``'s value (the mean of the two middle values, rounded half to even), from one sort along time:
-    nanmedian's masked-array path took 0.7 s for 40 frames of 320 × 240.
+    nanmedian's masked-array path took 0.7 s for 40 frames of 320 × 240. A band of :data:`MEDIAN_ROWS` rows at a time.
     """
+    median = np.empty(frames.shape[1:], np.uint8)
+    never_seen = np.empty(frames.shape[1:3], bool)
+    for top in range(0, frames.shape[1], MEDIAN_ROWS):
+        rows = slice(top, top + MEDIAN_ROWS)
+        median[rows], never_seen[rows] = _band_median(frames[:, rows], visible[:, rows])
+    return median, never_seen
+
+
+def _band_median(frames: np.ndarray, visible: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_median` of a band of rows."""
     # hidden values as 255 sort after (or among equal) visible ones: the first `count` of each pixel are its visible
     ordered = np.sort(np.where(visible[..., None], frames, 255).astype(np.uint16), axis=0)
     count = visible.sum(axis=0)
@@ -144,5 +157,7 @@ def remove_people(frames: np.ndarray, covered: np.ndarray) -> np.ndarray:
             plates = np.broadcast_to(background_plate(clip, mask)[0], clip.shape)
         else:
             plates = _moving_plates(clip, mask, maps)
-        out[shot] = np.where(mask[..., None], plates, clip)
+        np.copyto(
+            out[shot], plates, where=mask[..., None]
+        )  # in place: np.where made a copy of the stretch
     return out

@@ -292,11 +292,11 @@ def detect_in(
                 fill_boxes(person_mask.shape[1:], [tuple(b) for b in boxes if np.isfinite(b).all()])
                 for boxes in face_box
             ]
-        ) & detail(clip.decoded()[clip.picked])
+        ) & detail(clip.decoded(), clip.picked)
     else:
         reference = moving_reference(clip, moved)
     arrays = {
-        "person_mask": person_mask.astype(np.uint8),
+        "person_mask": person_mask.view(np.uint8),  # no copy: a 4K stretch's is a gigabyte
         "skeleton": skeleton,
         "joint_depth": depth,
         "identity": identity + np.arange(skeleton.shape[1], dtype=np.int64),
@@ -355,8 +355,8 @@ def moving_reference(clip: SourceClip, moved: np.ndarray | None = None) -> np.nd
 DETAIL_LEVELS = 2  # grey levels a 5 x 5 Gaussian must move a pixel by for it to carry detail
 
 
-def detail(frames: np.ndarray) -> np.ndarray:
-    """(T, H, W) bool: pixels with detail, which a 5 × 5 Gaussian blur moves by more than ``DETAIL_LEVELS`` in some
+def detail(frames: np.ndarray, picked: np.ndarray | None = None) -> np.ndarray:
+    """(T, H, W) bool: pixels of ``frames`` (of ``frames[picked]``) with detail, which a 5 × 5 Gaussian blur moves by more than ``DETAIL_LEVELS`` in some
     channel. A face method's coverage is measured on these: a blur leaves a flat region (a wall, an animated film's
     painted cheek) as it was, and counting it as missed held back every clip of ``Megamind.avi`` at 720 × 528.
 
@@ -364,8 +364,15 @@ def detail(frames: np.ndarray) -> np.ndarray:
     >>> detail(frame)[0, :, 0].tolist()
     [False, False, True, True, True, True, False, False]
     """
-    blurred = np.stack([cv2.GaussianBlur(frame, (5, 5), 0) for frame in frames])
-    return _changed(frames, blurred, DETAIL_LEVELS)
+    picked = range(len(frames)) if picked is None else picked
+    out = np.empty((len(picked), *frames.shape[1:3]), bool)
+    for index, t in enumerate(
+        picked
+    ):  # a frame at a time: a blurred copy of a 4K stretch is gigabytes (issue 82)
+        out[index] = _changed(
+            frames[t][None], cv2.GaussianBlur(frames[t], (5, 5), 0)[None], DETAIL_LEVELS
+        )[0]
+    return out
 
 
 def find_people(

@@ -52,6 +52,20 @@ DETECT_SECONDS = 0.25  # auto --detect-every: a search every quarter second or s
 DETECT_ROWS = 240  # auto --detect-scale: people are searched on frames of at most this many rows (HOG, Haar and
 # mediapipe were tuned on 320 x 240 UCF101 frames: hog_upscale enlarges those; a 720p frame enlarged twice is 9x the work)
 
+# the most pixels a stretch holds: peak memory is about four times their bytes whatever the frame size (1080p and 4K
+# both measured at about 3 GB, docs/methods/anonymization.md); 4 s of 1080p at 30 frames/s fit, 4K gets 1 s
+STRETCH_PIXELS = 256 * 2**20
+
+
+def stretch_frames(seconds: float, fps: float, height: int, width: int) -> int:
+    """Frames a stretch holds: ``seconds`` of video, fewer where they would pass :data:`STRETCH_PIXELS` (issue 82: a 4 s
+    4K stretch at 30 frames/s took over 15 GB), at least 2.
+
+    >>> stretch_frames(4.0, 30.0, 1080, 1920), stretch_frames(4.0, 30.0, 2160, 3840), stretch_frames(4.0, 25.0, 240, 320)
+    (120, 32, 100)
+    """
+    return max(2, min(round(seconds * fps), STRETCH_PIXELS // max(1, height * width)))
+
 
 @dataclass(frozen=True)
 class ProtectOptions:
@@ -197,7 +211,7 @@ def protect_file(
             keep_audio=options.keep_audio,
             keep_metadata=options.keep_metadata,
         )
-        size = max(2, round(options.chunk_seconds * fps))
+        size = stretch_frames(options.chunk_seconds, fps, stream.height, stream.width)
         every = options.detect_every or max(1, math.ceil(fps * DETECT_SECONDS - 1e-9))
         scale = options.detect_scale or min(1.0, DETECT_ROWS / max(stream.height, 1))
         # the masks come up from the detection scale: their margin in frame pixels grows with them
@@ -251,6 +265,11 @@ def protect_file(
                 summary.frames += len(frames)
                 summary.stretches += 1
                 bar.update(len(frames))
+                del (
+                    frames,
+                    found,
+                    result,
+                )  # before the next stretch is read: a 4K stretch is gigabytes
             if summary.frames == 0:
                 raise PrivharError(f"{source}: no decodable video frames")
             for packet in video.encode():

@@ -95,7 +95,8 @@ def protect_clip(
     if not entry.gated or found is None:
         return Protected(protected, public, float("nan"), "", False, seconds)
     covered = coverage(frames, protected, found.reference, public)
-    unchanged = found.found and np.array_equal(protected, frames)
+    # frame by frame: array_equal of a whole stretch builds a boolean copy of it (issue 82: a 4K stretch)
+    unchanged = found.found and all(map(np.array_equal, protected, frames))
     reason, failed = "", ()
     if covered < params.min_coverage:
         reason = (

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import cv2
 import numpy as np
@@ -20,8 +20,7 @@ import numpy as np
 from tasks.core.errors import PrivharError
 from tasks.core.params import DecodeParams
 
-if TYPE_CHECKING:
-    pass
+MASK_BLOCK = 8  # masks mapped to the output size at once
 
 
 class Mapping(Protocol):
@@ -115,7 +114,12 @@ class SourceClip:
         """(T, H0, W0) bool at source size → (T, H, W) bool decoded, failing closed."""
         if self.geometry is None:
             return masks.astype(bool)
-        return self.geometry.frames(masks.astype(np.float32)[..., None])[..., 0] > 0
+        # a few frames at a time into one array: float copies of a whole 4K stretch took 4 GB (issue 82)
+        out = np.empty((len(masks), *self.target), bool)
+        for first in range(0, len(masks), MASK_BLOCK):
+            block = masks[first : first + MASK_BLOCK].astype(np.float32)[..., None]
+            out[first : first + MASK_BLOCK] = self.geometry.frames(block)[..., 0] > 0
+        return out
 
     def points_down(self, xy: np.ndarray) -> np.ndarray:
         """Points (..., 2) in source pixels → decoded pixels (NaN stays NaN)."""

@@ -25,19 +25,24 @@ def chunks(
     """The first video stream's frames, (T, H, W, 3) uint8 RGB, ``size`` at a time, with each one's timestamp and the
     display rotation of the stretch's first frame (counter-clockwise degrees: a phone's portrait video is stored
     sideways with a display matrix; without it the protected copy came out sideways, issue 82)."""
-    batch: list[np.ndarray] = []
+    stretch: np.ndarray | None = (
+        None  # filled in place: a list of frames and its stack held a 4K stretch twice
+    )
     stamps: list[int | None] = []
-    rotation = 0
+    rotation, count = 0, 0
     for frame in container.decode(video=0):
-        if not batch:
-            rotation = int(frame.rotation)
-        batch.append(frame.to_ndarray(format="rgb24"))
+        image = frame.to_ndarray(format="rgb24")
+        if stretch is None:
+            rotation, count, stamps = int(frame.rotation), 0, []
+            stretch = np.empty((size, *image.shape), np.uint8)
+        stretch[count] = image
         stamps.append(frame.pts)
-        if len(batch) == size:
-            yield np.stack(batch), stamps, rotation
-            batch, stamps = [], []
-    if batch:
-        yield np.stack(batch), stamps, rotation
+        count += 1
+        if count == size:
+            yield stretch, stamps, rotation
+            stretch = None
+    if stretch is not None:
+        yield stretch[:count], stamps, rotation
 
 
 def open_input(source: Path) -> av.container.InputContainer:

@@ -26,6 +26,28 @@ PositiveInt = Annotated[int, Field(gt=0)]
 Fraction = Annotated[float, Field(ge=0.0, le=1.0)]
 FrameSize = Annotated[list[Annotated[int, Field(ge=8, le=4096)]], Field(min_length=2, max_length=2)]
 
+# the train stage's families (dvc.yaml's --family; baseline is train.method): the keys of the per-family params
+TRAIN_FAMILIES = ("baseline", "public", "dprp", "anonymize")
+# a one-run audit's canaries: its gradient canaries widen the head by one column each and add one input each as wide,
+# so the private and federated audits' memory grows with the square of the count (5 000 ran in 8 s a private audit
+# run, tasks/private/audit.py); randomized response's and Video-DPRP's grow with the count itself
+GRADIENT_CANARIES_MOST = 5_000
+AUDIT_FRAMES_MOST = 100_000
+RESPONSE_CANARIES_MOST = 1_000_000
+# ε̂'s confidence: a lower bound held at under even odds is no bound a reader would call one (issue 82)
+AuditConfidence = Annotated[float, Field(ge=0.5, lt=1.0)]
+
+
+def known_keys(keys: Any, known: Any, what: str) -> None:
+    """Refuse a per-family or per-tuning mapping with a key that names none of ``known``: a typo would be ignored."""
+    unknown = sorted(set(keys) - set(known))
+    if unknown:
+        raise ValueError(
+            f"{', '.join(map(repr, unknown))} {'names' if len(unknown) == 1 else 'name'} no {what}: expected one of "
+            + ", ".join(known)
+        )
+
+
 ACTIONS = ("walk", "run", "jump", "wave", "clap", "squat", "punch", "kick", "bend", "sit_down")
 
 
@@ -113,6 +135,12 @@ class TrainParams(Section):
         epochs = self.epochs_per_family.get(family)
         return self if epochs is None else self.model_copy(update={"epochs": epochs})
 
+    @field_validator("epochs_per_family")
+    @classmethod
+    def _known_families(cls, epochs: dict[str, int | None]) -> dict[str, int | None]:
+        known_keys(epochs, TRAIN_FAMILIES, "family the train stage trains")
+        return epochs
+
 
 class ModelParams(Section):
     """The network every classifier trains (issue 34): privhar's small 3-D ResNet or a model-zoo backbone."""
@@ -150,8 +178,8 @@ class DprpParams(Section):
     projection: Literal["per_video", "shared"]
     block_rows: PositiveInt
     # the one-run audit of each copy (tasks/dprp/audit.py): canary frames through Algorithm 1, never released; 0: none
-    audit_frames: Annotated[int, Field(ge=0)] = 1000
-    audit_confidence: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.95  # of ε̂, a lower bound on ε
+    audit_frames: Annotated[int, Field(ge=0, le=AUDIT_FRAMES_MOST)] = 1000
+    audit_confidence: AuditConfidence = 0.95  # of ε̂, a lower bound on ε
 
     @property
     def k_value(self) -> int:
@@ -271,8 +299,8 @@ class PrivateParams(Section):
     # MaskDP's public-token gradient clipped per video to this (no privacy cost: public pixels); None: unclipped (Algorithm 1)
     public_max_grad_norm: Annotated[float, Field(gt=0.0)] | None = None
     # the one-run audit of each ε (tasks/private/audit.py): gradient canaries in one extra, unreleased run; 0: none
-    audit_canaries: Annotated[int, Field(ge=0)] = 1000
-    audit_confidence: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.95  # of ε̂, a lower bound on ε
+    audit_canaries: Annotated[int, Field(ge=0, le=GRADIENT_CANARIES_MOST)] = 1000
+    audit_confidence: AuditConfidence = 0.95  # of ε̂, a lower bound on ε
     seeds: PositiveInt | None = (
         None  # training seeds of every private row (each a DP release); None: report.seeds
     )
@@ -330,8 +358,8 @@ class FederatedParams(Section):
     ]  # flower: Flower's simulation engine (extra: federated)
     # the one-run audit of each DP tuning (tasks/federated/audit.py): gradient canaries at the clients in one extra,
     # unreleased federation; 0: none
-    audit_canaries: Annotated[int, Field(ge=0)] = 300
-    audit_confidence: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.95  # of ε̂, a lower bound on ε
+    audit_canaries: Annotated[int, Field(ge=0, le=GRADIENT_CANARIES_MOST)] = 300
+    audit_confidence: AuditConfidence = 0.95  # of ε̂, a lower bound on ε
     # training seeds of a tuning's rows (a table row name of tunings -> seeds; each a DP release); the others: report.seeds
     seeds_per_tuning: dict[
         str, PositiveInt | None
@@ -344,15 +372,11 @@ class FederatedParams(Section):
         str, TuningRecipe | None
     ] = {}  # None: the shared recipe (a profile's way to drop one)
 
-    @field_validator("recipe_per_tuning")
+    @field_validator("seeds_per_tuning", "reference_seeds", "recipe_per_tuning")
     @classmethod
-    def _known_tunings(
-        cls, recipes: dict[str, TuningRecipe | None], info: Any
-    ) -> dict[str, TuningRecipe | None]:
-        unknown = sorted(set(recipes) - set(info.data.get("tunings", {})))
-        if unknown:
-            raise ValueError(f"{unknown} are not rows of federated.tunings")
-        return recipes
+    def _known_tunings(cls, per_tuning: dict[str, Any], info: Any) -> dict[str, Any]:
+        known_keys(per_tuning, info.data.get("tunings", {}), "row of federated.tunings")
+        return per_tuning
 
 
 class SeedRule(Section):
@@ -362,6 +386,12 @@ class SeedRule(Section):
     families: list[str] = []
     pilot: Annotated[int, Field(ge=2)] = 10
     half_width: Annotated[float, Field(gt=0.0, le=0.5)] = 0.03
+
+    @field_validator("families")
+    @classmethod
+    def _known_families(cls, families: list[str]) -> list[str]:
+        known_keys(families, TRAIN_FAMILIES, "family the train stage trains")
+        return families
 
 
 class ReportParams(Section):
@@ -373,6 +403,12 @@ class ReportParams(Section):
         str, PositiveInt | None
     ] = {}  # the train stage's seeds of a family (dprp, anonymize, baseline); by seed_rule: the most it trains
     seed_rule: SeedRule = SeedRule()
+
+    @field_validator("seeds_per_family")
+    @classmethod
+    def _known_families(cls, seeds: dict[str, int | None]) -> dict[str, int | None]:
+        known_keys(seeds, TRAIN_FAMILIES, "family the train stage trains")
+        return seeds
 
 
 def private_seeds(private: PrivateParams, report: ReportParams, epsilon: float) -> int:
@@ -469,10 +505,8 @@ class LdpParams(Section):
     ]
     digits_test_fraction: Annotated[float, Field(gt=0.0, lt=1.0)]
     # the one-run audit of randomized response at each finite ε (tasks/ldp/randomized_response.py); 0: none
-    audit_canaries: Annotated[int, Field(ge=0)] = 1000
-    audit_confidence: Annotated[float, Field(gt=0.0, lt=1.0)] = (
-        0.95  # of ε̂, a lower bound on ε per feature
-    )
+    audit_canaries: Annotated[int, Field(ge=0, le=RESPONSE_CANARIES_MOST)] = 1000
+    audit_confidence: AuditConfidence = 0.95  # of ε̂, a lower bound on ε per feature
 
 
 class PrivacyParams(Section):
@@ -596,7 +630,10 @@ def _describe(error: ValidationError, path: Path, section: str) -> str:
         return f"{path}: {key} is missing"
     if first["type"] == "extra_forbidden":
         return f"{path}: {key} is not a known key of '{section}'"
-    return f"{path}: {key} = {first['input']!r} is invalid: {first['msg'].lower()}"
+    message = first["msg"].removeprefix(
+        "Value error, "
+    )  # a validator's own words, not pydantic's label
+    return f"{path}: {key} = {first['input']!r} is invalid: {message[:1].lower()}{message[1:]}"
 
 
 def parse_section(

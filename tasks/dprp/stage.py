@@ -235,7 +235,7 @@ def _preview(
     rows: list[dict[str, Any]],
     frames: Path,
     protected: list[dict[str, Any]],
-    staging: Path,
+    copies: Path,
 ) -> None:
     """report/eps<ε>.png: test clips raw (where params allow) beside their protected copies, titled with σ1, σ2."""
     test = [row for row in rows if row["split"] == "test"] or rows
@@ -245,7 +245,7 @@ def _preview(
     )
     atomic_write_bytes(
         report / f"eps{epsilon}.png",
-        preview_png(test, frames, protected, staging, title, show_raw=show_raw),
+        preview_png(test, frames, protected, copies, title, show_raw=show_raw),
     )
 
 
@@ -349,7 +349,6 @@ def dprp(
         protected = map_ordered(work, rows, workers=1, desc=f"dprp ε={epsilon:g}")
         seconds = time.perf_counter() - started
         write_manifest(protected, staging / MANIFEST_NAME)
-        _write_speed(speed_path, rows, seconds, epsilon)
         audited = _audit(params, scales, randomness, epsilon, rows, d, shared, device)
         write_table(
             [{**row, **audited} for row in ledger_rows(rows, scales, randomness, params, d)],
@@ -358,9 +357,11 @@ def dprp(
         if audited:
             run.log_metrics({"epsilon_audited": audited["epsilon_audited"]})
         _log_run(run, scales, len(protected), seconds)
-        if report is not None:
-            _preview(report, epsilon, show_raw, params, scales, rows, frames, protected, staging)
         _log_summary(scales, len(protected), seconds, randomness)
+    # the side reports once the copy is in place: a stage that failed leaves none at their tracked paths (issue 82)
+    _write_speed(speed_path, rows, seconds, epsilon)
+    if report is not None:
+        _preview(report, epsilon, show_raw, params, scales, rows, frames, protected, out)
     # the copy is complete: a release made, in the budget's ledger
     record_made(privacy, f"dprp-eps{epsilon}", rows, budget)
     return protected

@@ -498,18 +498,19 @@ def ldp_video(
             for r in results
         }
         metrics = {"top1": top1, "speed": speed, "features_per_video": features, "domain": domain}
-        atomic_write_bytes(report / "video.csv", csv_bytes(results))
-        atomic_write_bytes(
-            report / "metrics.json", (json.dumps(metrics, indent=2, sort_keys=True) + "\n").encode()
-        )
         ledger = _ledger(sizes, params, domain, inputs.randomness)
-        atomic_write_bytes(report / "ledger.csv", csv_bytes(ledger))
         logged = {
             f"{r['features']}.{r['learner']}.eps{r['epsilon_per_feature']:g}": r["top1"]
             for r in results
         }
         run.log_summary({**logged, **speed})  # per feature set, learner and ε: a table
         _log_results(results, features, domain)
+    # the side reports once the codes are in place: a stage that failed leaves none at their tracked paths (issue 82)
+    atomic_write_bytes(report / "video.csv", csv_bytes(results))
+    atomic_write_bytes(
+        report / "metrics.json", (json.dumps(metrics, indent=2, sort_keys=True) + "\n").encode()
+    )
+    atomic_write_bytes(report / "ledger.csv", csv_bytes(ledger))
     # the codes are out: each finite ε's release is made, in the budget's ledger
     record_made(
         privacy,

@@ -166,13 +166,24 @@ def audit(
         (max(1, round(share * m)), out) for share in GUESS_SHARES for out in (0, 1)
     ]  # (k₊, whether k₋ = k₊)
     each = 1 - (1 - confidence) / len(plans)
-    best = Audit(0.0, m, int(included.sum()), 0, 0, 0, confidence, len(plans))
+    best, telling = None, math.inf
     for k_in, both in plans:
         k_out = k_in if both else 0
         correct = int(ranked[:k_in].sum()) + (int((~ranked[m - k_out :]).sum()) if k_out else 0)
-        bound = epsilon_bound(m, k_in + k_out, correct, delta, each)
-        if bound > best.epsilon_audited:
-            best = Audit(
-                bound, m, int(included.sum()), k_in, k_out, correct, confidence, len(plans)
-            )
+        found = Audit(
+            epsilon_bound(m, k_in + k_out, correct, delta, each),
+            m,
+            int(included.sum()),
+            k_in,
+            k_out,
+            correct,
+            confidence,
+            len(plans),
+        )
+        # the highest ε̂; where every plan gives 0, the plan chance explains least, so the log says how many of how
+        # many guesses were right (issue 82: "0 of 0 guesses right")
+        chance = p_value(m, k_in + k_out, correct, 0.0, delta)
+        if best is None or (found.epsilon_audited, -chance) > (best.epsilon_audited, -telling):
+            best, telling = found, chance
+    assert best is not None  # GUESS_SHARES is not empty
     return best
