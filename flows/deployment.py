@@ -137,7 +137,7 @@ def serve(project: Path, host: str | None = None, port: int | None = None) -> No
             f"{ERROR_PREFIX}serve failed: {str(error).splitlines()[0] if str(error) else type(error).__name__}",
             file=sys.stderr,
         )
-        status = 2
+        status = 1  # a fault, as every other command's (2 is click's usage error; issue 82)
     finally:
         if started:
             server.stop()

@@ -79,6 +79,30 @@ def dprp_command(source: Path, target: Path, **arguments: Any) -> None:
 PROTECT_METHODS = ["avatar", "face_blur", "mosaic", "solid", "blackout", "low_res_32x24"]
 
 
+# the anonymize keys protect's options set, and the options (click's parameter names)
+OVERRIDDEN_BY = {
+    "detector_confidence": "threshold",
+    "face_blur_kernel": "blur_kernel",
+    "face_blur_sigma": "blur_sigma",
+    "mosaic_cells": "mosaic_cells",
+    "solid_colour": "colour",
+    "min_coverage": "min_coverage",
+    "face_scale": "mask_scale",
+}
+
+
+def _as_option(error: PrivharError, overrides: dict[str, Any]) -> PrivharError:
+    """The params check's one line about a value an option gave, naming the option and its value."""
+    for key, value in overrides.items():
+        if f"anonymize.{key}" in str(error) and " is invalid: " in str(error):
+            shown = " ".join(map(str, value)) if isinstance(value, list) else value
+            option = "--" + OVERRIDDEN_BY[key].replace("_", "-")
+            return PrivharError(
+                f"{option} {shown} is invalid: {str(error).split(' is invalid: ', 1)[1]}"
+            )
+    return error
+
+
 @main.command("protect")
 @click.argument("sources", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option(
@@ -178,26 +202,23 @@ def protect_command(
     from flows.stage_commands import section
     from tasks.anonymize.protect_video import protect_videos, total_line
 
-    colour = options.pop("colour")
     options["blur_to_size"] = options["blur_kernel"] is None and options["blur_sigma"] is None
+    given = {key: options.pop(option) for key, option in OVERRIDDEN_BY.items()}
     overrides = {
-        key: value
-        for key, value in {
-            "detector_confidence": options.pop("threshold"),
-            "face_blur_kernel": options.pop("blur_kernel"),
-            "face_blur_sigma": options.pop("blur_sigma"),
-            "mosaic_cells": options.pop("mosaic_cells"),
-            "solid_colour": list(colour) if colour else None,
-            "min_coverage": options.pop("min_coverage"),
-            "face_scale": options.pop("mask_scale"),
-        }.items()
+        key: list(value) if isinstance(value, tuple) else value
+        for key, value in given.items()
         if value is not None
     }
     if not params_path.is_file():
         raise PrivharError(
             f"{params_path}: no such params file (run in a privhar project, or pass --params)"
         )
-    params = section(params_path, "anonymize", **overrides)
+    try:
+        params = section(params_path, "anonymize", **overrides)
+    except (
+        PrivharError
+    ) as error:  # an option's value: named as the option, not as params.yaml's key (issue 82)
+        raise _as_option(error, overrides) from None
     results = protect_videos(sources, target, params=params, workers=workers, **options)
     for result in results:
         click.echo(

@@ -36,10 +36,23 @@ def store_problem(error: Exception) -> str | None:
         return None
     from tasks.core.tracking import tracking_uri
 
-    cause = getattr(error, "orig", None) or error
+    cause = _database_error(error) or getattr(error, "orig", None) or error
     first = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
+    if "readonly" in first:  # issue 82: a read-only mlflow.db ended on SQLAlchemy's autoflush hint
+        return f"MLflow store {tracking_uri()}: is read-only ({first}); make it writable"
     hint = " (is the disk full, or the file damaged?)" if database else ""
     return f"MLflow store {tracking_uri()}: {first}{hint}"
+
+
+def _database_error(error: BaseException) -> BaseException | None:
+    """The database's own error (sqlite3's) under SQLAlchemy's and MLflow's wrappers, if there is one."""
+    seen: list[BaseException] = []
+    while error is not None and error not in seen:
+        seen.append(error)
+        if type(error).__module__ == "sqlite3":
+            return error
+        error = getattr(error, "orig", None) or error.__cause__ or error.__context__
+    return None
 
 
 def run_as_process(

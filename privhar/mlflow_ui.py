@@ -69,13 +69,20 @@ def run_ui(project: Path, host: str, port: int) -> None:
     started_at = time.monotonic()
     started = server.start()
     runs = experiment_url(f"http://{host}:{port}", configure(Path(project).resolve()))
+    store = tracking_uri(Path(project).resolve())
+    if not started:  # issue 82: it said "Ctrl-C ends it" and returned at once
+        print(
+            f"privhar: MLflow UI already up at {runs} (store {store}), started by another privhar command of this "
+            f"project (pid {server.pid_file.read_text().strip()}, log {server.log_file}); "
+            f"'privhar ui stop --port {port}' ends it",
+            file=sys.stderr,
+        )
+        return
     print(
-        f"privhar: MLflow UI {'started' if started else 'already up'} in {time.monotonic() - started_at:.1f} s at "
-        f"{runs} (store {tracking_uri(Path(project).resolve())}); Ctrl-C ends it",
+        f"privhar: MLflow UI started in {time.monotonic() - started_at:.1f} s at {runs} (store {store}); "
+        "Ctrl-C ends it",
         file=sys.stderr,
     )
-    if not started:
-        return
     try:
         while server.is_up():
             time.sleep(1.0)

@@ -171,6 +171,22 @@ def test_real_footage_with_opencvs_people_finders_is_covered_and_says_so(
             "--detectors 'yolo'",
         ),
         (lambda d: (d / "empty").mkdir(), ["empty"], "empty: holds no video file"),
+        # issue 82: an option's bad value was reported as a params.yaml error
+        (
+            lambda d: write_clip(d / "in.mp4"),
+            ["in.mp4", "--blur-kernel", "4"],
+            "privhar: error: --blur-kernel 4 is invalid: must be odd",
+        ),
+        (
+            lambda d: write_clip(d / "in.mp4"),
+            ["in.mp4", "--colour", "300", "0", "0"],
+            "privhar: error: --colour 300 0 0 is invalid: input should be less than or equal to 255",
+        ),
+        (
+            lambda d: write_clip(d / "in.mp4"),
+            ["in.mp4", "--mosaic-cells", "0"],
+            "privhar: error: --mosaic-cells 0 is invalid",
+        ),
         (
             lambda d: (write_clip(d / "a.mp4"), write_clip(d / "b.mp4")),
             ["a.mp4", "b.mp4", "-o", "{d}/one.mp4"],
@@ -464,3 +480,28 @@ def test_a_stretch_holds_a_bounded_number_of_pixels_whatever_the_frame_size(tmp_
         stretch = protect_video.stretch_frames(4.0, 10.0, height, width) * height * width * 3
         assert summary.frames == 40 and summary.stretches == (5 if factor == 1 else 20)
         assert peak < 10 * stretch, (factor, peak / stretch)
+
+
+def test_a_video_cut_short_is_written_as_far_as_it_goes_and_says_so(tmp_path, monkeypatch, capsys):
+    """Issue 82: a truncated AVI was written with 3 of its 20 frames, exit 0 and no word."""
+    with av.open(str(tmp_path / "whole.avi"), mode="w") as container:
+        video = container.add_stream("mpeg4", rate=10)
+        video.width, video.height, video.pix_fmt = 64, 48, "yuv420p"
+        for index in range(20):
+            picture = np.random.default_rng(index).integers(0, 255, (48, 64, 3), np.uint8)
+            container.mux(video.encode(av.VideoFrame.from_ndarray(picture, format="rgb24")))
+        container.mux(video.encode())
+    whole = (tmp_path / "whole.avi").read_bytes()
+    (tmp_path / "cut.avi").write_bytes(whole[: len(whole) // 3])
+    code, err = run(
+        monkeypatch,
+        capsys,
+        tmp_path / "cut.avi",
+        "-o",
+        tmp_path / "o.avi",
+        "--method",
+        "low_res_8x6",
+    )
+    decoded = streams(tmp_path / "o.avi")[0]
+    assert code == 0 and 0 < decoded < 20, err
+    assert f"only {decoded} of the 20 frames its header announces could be decoded" in err, err

@@ -436,3 +436,33 @@ def test_a_damaged_mlflow_store_is_one_line_naming_it(tmp_path):
         "damaged?)"
     )
     assert not (tmp_path / "out").exists()
+
+
+def test_a_read_only_mlflow_store_is_one_line_saying_so(tmp_path):
+    """Issue 82: a read-only mlflow.db (`chattr +i`) gave 85 lines, two tracebacks, and ended on SQLAlchemy's
+    autoflush hint. Root writes through file modes, so the store is made immutable (skipped where chattr cannot)."""
+    import shutil
+    import subprocess
+    import sys
+
+    from tests.conftest import fresh_mlflow_store
+
+    uri = fresh_mlflow_store(tmp_path)
+    store = tmp_path / "mlflow.db"
+    if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", store]).returncode:
+        pytest.skip("chattr +i is not available here")
+    try:
+        result = subprocess.run(
+            [str(Path(sys.executable).parent / "privhar"), "stage", "ldp-digits"]
+            + ["--params", str(write_params(tmp_path)), "--out", str(tmp_path / "out")],
+            env={**os.environ, "MLFLOW_TRACKING_URI": uri},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        subprocess.run(["chattr", "-i", store], check=True)
+    assert result.returncode == 1 and result.stderr == (
+        f"privhar: error: MLflow store {uri}: is read-only (attempt to write a readonly database); make it "
+        "writable\n"
+    ), result.stderr

@@ -55,6 +55,18 @@ def test_ui_on_a_busy_port_is_one_line_and_touches_no_other_pid_file(tmp_path):
     assert other.read_text() == "123456"
 
 
+def test_serve_on_a_busy_port_fails_as_ui_does(tmp_path):
+    """Issue 82: `privhar serve` on a busy port exited 2 (click's usage error), `privhar ui` 1."""
+    (tmp_path / "params.yaml").write_text((Path(__file__).parents[1] / "params.yaml").read_text())
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = _privhar("serve", "--port", str(port), cwd=tmp_path, timeout=120)
+    assert result.returncode == 1, result.stderr
+    assert f"Prefect server: port {port} on 127.0.0.1 is busy" in result.stderr
+
+
 def test_a_killed_ui_leaves_no_server_and_stop_ends_a_running_one(tmp_path):
     (tmp_path / "params.yaml").write_text((Path(__file__).parents[1] / "params.yaml").read_text())
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
@@ -87,6 +99,12 @@ def test_a_killed_ui_leaves_no_server_and_stop_ends_a_running_one(tmp_path):
             "the first UI's server outlived its privhar ui"
         )
         assert pid_alive(groups[1])  # the other UI is untouched
+        # issue 82: a second privhar ui said "Ctrl-C ends it" and returned at once
+        again = _privhar("ui", "--port", str(ports[1]), cwd=tmp_path)
+        assert again.returncode == 0 and again.stderr.strip().endswith(
+            f"started by another privhar command of this project (pid {groups[1]}, log "
+            f"{tmp_path.resolve() / '.mlflow-ui' / f'ui-{ports[1]}.log'}); 'privhar ui stop --port {ports[1]}' ends it"
+        ), again.stderr
         stopped = _privhar("ui", "--stop", "--port", str(ports[1]), cwd=tmp_path)
         assert (
             stopped.returncode == 0

@@ -77,6 +77,9 @@ def configure(project: Path | None = None) -> str:
 
     # the release ledger reads a small table per release: no progress bar per file on the stage's stderr
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    # MLflow logs a store error with its traceback before raising it; the command reports it in one line (issue 82:
+    # a read-only mlflow.db gave 85 lines)
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
     mlflow.set_tracking_uri(tracking_uri(project))
     name = os.environ.get(EXPERIMENT_ENV, DEFAULT_EXPERIMENT)
     experiment = mlflow.get_experiment_by_name(name)
