@@ -73,7 +73,7 @@ def pipeline_flow(
 
     Args:
         project: The DVC project folder (holding dvc.yaml and params.yaml), relative to where the worker runs.
-        profile: A params profile (profiles/<name>.yaml) overlaid on params.yaml first; "default" leaves it as it is.
+        profile: A params profile (profiles/<name>.yaml) overlaid on params.yaml first; "default" is params.yaml without one.
         stages: DVC stage names to bring up to date, each with what it depends on (train, evaluate,
             train-private@dp_sgd, ...); empty: every stage.
         force: Rerun the chosen stages even if DVC finds them up to date.

@@ -61,20 +61,29 @@ def file_sha256(path: Path) -> str:
 
 
 def git_commit(project: Path) -> str:
-    """HEAD's commit, ``+dirty`` if tracked files differ from it; ``none`` outside git."""
+    """HEAD's commit, the one the code came from; ``none`` outside git."""
     head = subprocess.run(
         ["git", "rev-parse", "HEAD"], cwd=project, capture_output=True, text=True, check=False
     )
-    if head.returncode != 0:
-        return "none"
-    dirty = subprocess.run(
+    return head.stdout.strip() if head.returncode == 0 else "none"
+
+
+MODIFIED_SHOWN = 20  # modified paths a version's tag names
+
+
+def git_modified(project: Path) -> str:
+    """The tracked files that differ from HEAD, apart from the commit (issue 82: every version's commit ended in
+    ``+dirty`` after a clean clone's run, which writes its own tracked reports and dvc.lock): ``none`` if none."""
+    listed = subprocess.run(
         ["git", "status", "--porcelain", "--untracked-files=no"],
         cwd=project,
         capture_output=True,
         text=True,
         check=False,
-    ).stdout.strip()
-    return head.stdout.strip() + ("+dirty" if dirty else "")
+    ).stdout.splitlines()
+    paths = sorted(line[3:] for line in listed if line.strip())
+    more = f" and {len(paths) - MODIFIED_SHOWN} more" if len(paths) > MODIFIED_SHOWN else ""
+    return ", ".join(paths[:MODIFIED_SHOWN]) + more if paths else "none"
 
 
 @stage_work
@@ -103,6 +112,7 @@ def register(
     provenance = {
         "dvc_lock_sha256": file_sha256(project / "dvc.lock"),
         "git_commit": git_commit(project),
+        "git_modified": git_modified(project),
     }
     registered: dict[str, dict[str, Any]] = {}
     with stage_run("register", {"registry": registry}) as run:

@@ -59,7 +59,7 @@ from tasks.core.params import (
     family_seeds,
 )
 from tasks.core.plugins import Registry
-from tasks.core.privacy import NON_PRIVATE, data_guarantee, strongest
+from tasks.core.privacy import NON_PRIVATE, data_audit, data_guarantee, strongest
 from tasks.core.progress import progress
 from tasks.core.registry import CHECKPOINT_TAG, checkpoint_digest, register_model
 from tasks.core.seeding import derive_seed
@@ -539,6 +539,8 @@ def train(
             tags={
                 "method": params.method,
                 **privacy.as_tags(),
+                # the copy's ε̂ where its ε is the one claimed (a DP method's own is its stage's)
+                **(data_audit(train_rows) if privacy == data_guarantee(train_rows) else {}),
                 "dataset": f"{frames}@{data_digest}",
                 CHECKPOINT_TAG: digest,
             },

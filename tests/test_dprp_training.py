@@ -64,6 +64,11 @@ def test_model_claims_the_data_guarantee(dprp_trained):
     )
     assert "255/sqrt(k)" in version.tags["unit"] and version.tags["relation"] == "replace-one"
     assert version.tags["randomness"].startswith("secret")
+    # issue 82: the Video-DPRP versions carried no ε̂, though their stage audited the copy
+    assert (
+        0.0 <= float(version.tags["epsilon_audited"])
+        and int(version.tags["audit_canaries"]) == 1000
+    )
 
 
 def test_epochs_override_and_report_are_keyed_by_model(dprp_trained):

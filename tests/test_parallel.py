@@ -105,3 +105,21 @@ def test_workers_forked_after_opencv_ran_here_do_not_hang(tmp_path):
         "    print(map_ordered(blur_threads, [9, 15, 21, 27], workers=2, desc='test'), cv2.getNumThreads() == before)\n"
     )
     assert _run_in_project(script, timeout=120) == "[1, 1, 1, 1] True"
+
+
+def _takes_interrupts(_: int) -> tuple[int, bool]:
+    import signal
+
+    return os.getpid(), signal.getsignal(signal.SIGINT) != signal.SIG_IGN
+
+
+def test_workers_never_take_a_ctrl_c_the_parent_ends_them(monkeypatch):
+    """Issue 82: Ctrl-C reaches every process of the terminal's group, and a worker still starting died with "Fatal
+    Python error: init_import_site". Workers start with SIGINT ignored; this process takes it again after."""
+    import signal
+
+    monkeypatch.setattr(parallel, "SERIAL_FIRST_S", 0.0)
+    results = parallel.map_on_processes(_takes_interrupts, list(range(4)), workers=2, desc="t")
+    assert {pid for pid, _ in results} - {os.getpid()}  # the pool ran them
+    assert not any(takes for pid, takes in results if pid != os.getpid())
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

@@ -133,3 +133,30 @@ def test_privhar_flow_refuses_a_missing_dataset_folder_or_checkpoint_before_any_
         "model.weights = 'videos': a folder (expected a checkpoint file, or zoo)"
     )
     assert not (project / ".prefect").exists() and not (project / "mlflow.db").exists()
+
+
+def test_a_run_of_another_profile_starts_from_params_before_the_last_overlay(project):
+    """Issue 82: after `privhar flow --profile smoke`, the scheduled run of profile default would have run the smoke
+    settings still written into params.yaml. Each profile now overlays the params.yaml from before any profile."""
+    before = (project / "params.yaml").read_text()
+    assert apply_profile(project, "smoke") is True
+    assert check_profile(project, "default") == yaml.safe_load(before)
+    assert apply_profile(project, "default") is True
+    assert (project / "params.yaml").read_text() == before
+    assert apply_profile(project, "smoke") is True and apply_profile(project, "ucf101") is True
+    after, base = yaml.safe_load((project / "params.yaml").read_text()), yaml.safe_load(before)
+    smoke, ucf101 = (
+        yaml.safe_load((REPO / "profiles" / f"{n}.yaml").read_text()) for n in ("smoke", "ucf101")
+    )
+    only_smoke = [
+        (section, key)
+        for section, keys in smoke.items()
+        for key in keys
+        if key not in ucf101.get(section, {}) and keys[key] != base[section][key]
+    ]
+    assert only_smoke and all(
+        after[s][k] == base[s][k] for s, k in only_smoke
+    )  # none of smoke's left
+    # params.yaml edited by hand after an overlay is its own base: default keeps the edit
+    (project / "params.yaml").write_text((project / "params.yaml").read_text() + "# mine\n")
+    assert apply_profile(project, "default") is False

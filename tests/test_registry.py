@@ -104,7 +104,26 @@ def test_privhar_models_lists_every_version(versions):
         for line in result.output.splitlines()
         if line.startswith(model_name(METHOD)) and " champion " in line
     )
-    assert line.split()[1:5] == [versions[2], "champion", "2", "1e-05"] and "0.6000" in line
+    assert line.split()[1:6] == [versions[2], "champion", "2", "1e-05", "-"] and "0.6000" in line
+    # issue 82: a row trained over seeds shows the mean ± interval its champion was chosen by, not seed 0's Top-1
+    seeded = register(3.0, None)
+    record_scores(
+        METHOD,
+        {
+            "top1": 0.10,
+            "top5": 1.0,
+            "test_videos": 10,
+            "top1_mean": 0.62,
+            "top1_ci95": 0.03,
+            "seeds": 8,
+        },
+        {"dvc_lock_sha256": "abc", "git_commit": "deadbeef"},
+        max_epsilon=8.0,
+        scored_digest=f"digest-{3.0}-{None}",
+    )
+    result = CliRunner().invoke(main, ["models"])
+    line = next(line for line in result.output.splitlines() if line.split()[1:2] == [seeded])
+    assert "0.6200 ± 0.0300" in line and "0.1000" not in line and " champion " in line
 
 
 def test_guarantee_tags_round_trip():
@@ -122,3 +141,31 @@ def test_models_without_a_store_says_so_and_creates_none(tmp_path, monkeypatch):
         and "no registered models yet (no MLflow store at sqlite:///" in result.output
     )
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_commit_and_what_was_modified_are_recorded_apart(tmp_path):
+    """Issue 82: after a clean clone's run every version's git_commit ended in `+dirty` (the run writes its own
+    tracked reports): the commit the code came from is kept, and the modified files are named beside it."""
+    import subprocess
+
+    from tasks.register import git_commit, git_modified
+
+    def git(*args):
+        return subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+            cwd=tmp_path,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+
+    git("init", "-q")
+    (tmp_path / "dvc.lock").write_text("a\n")
+    (tmp_path / "code.py").write_text("a\n")
+    git("add", ".")
+    git("commit", "-qm", "one")
+    assert git_commit(tmp_path) == git("rev-parse", "HEAD") and git_modified(tmp_path) == "none"
+    (tmp_path / "dvc.lock").write_text("b\n")
+    (tmp_path / "untracked.txt").write_text("x\n")
+    assert git_commit(tmp_path) == git("rev-parse", "HEAD")
+    assert git_modified(tmp_path) == "dvc.lock"

@@ -52,17 +52,17 @@ DETECT_SECONDS = 0.25  # auto --detect-every: a search every quarter second or s
 DETECT_ROWS = 240  # auto --detect-scale: people are searched on frames of at most this many rows (HOG, Haar and
 # mediapipe were tuned on 320 x 240 UCF101 frames: hog_upscale enlarges those; a 720p frame enlarged twice is 9x the work)
 
-# the most pixels a stretch holds: peak memory is about four times their bytes whatever the frame size (1080p and 4K
-# both measured at about 3 GB, docs/methods/anonymization.md); 4 s of 1080p at 30 frames/s fit, 4K gets 1 s
-STRETCH_PIXELS = 256 * 2**20
+# the most pixels a stretch holds: peak memory is a few times their bytes whatever the frame size (issue 82; 1080p and
+# 4K measured in docs/methods/anonymization.md); 4 s of 720p at 30 frames/s fit, 1080p gets 2 s and 4K half a second
+STRETCH_PIXELS = 128 * 2**20
 
 
 def stretch_frames(seconds: float, fps: float, height: int, width: int) -> int:
     """Frames a stretch holds: ``seconds`` of video, fewer where they would pass :data:`STRETCH_PIXELS` (issue 82: a 4 s
     4K stretch at 30 frames/s took over 15 GB), at least 2.
 
-    >>> stretch_frames(4.0, 30.0, 1080, 1920), stretch_frames(4.0, 30.0, 2160, 3840), stretch_frames(4.0, 25.0, 240, 320)
-    (120, 32, 100)
+    >>> stretch_frames(4.0, 30.0, 720, 1280), stretch_frames(4.0, 30.0, 1080, 1920), stretch_frames(4.0, 30.0, 2160, 3840)
+    (120, 64, 16)
     """
     return max(2, min(round(seconds * fps), STRETCH_PIXELS // max(1, height * width)))
 

@@ -20,8 +20,6 @@ import numpy as np
 from tasks.core.errors import PrivharError
 from tasks.core.params import DecodeParams
 
-MASK_BLOCK = 8  # masks mapped to the output size at once
-
 
 class Mapping(Protocol):
     """Frames and points from the searched size to the output size: decode's :class:`Geometry` or :class:`Upscale`."""
@@ -114,11 +112,12 @@ class SourceClip:
         """(T, H0, W0) bool at source size → (T, H, W) bool decoded, failing closed."""
         if self.geometry is None:
             return masks.astype(bool)
-        # a few frames at a time into one array: float copies of a whole 4K stretch took 4 GB (issue 82)
+        # a frame at a time into one array: float copies of a whole 4K stretch took 4 GB (issue 82)
         out = np.empty((len(masks), *self.target), bool)
-        for first in range(0, len(masks), MASK_BLOCK):
-            block = masks[first : first + MASK_BLOCK].astype(np.float32)[..., None]
-            out[first : first + MASK_BLOCK] = self.geometry.frames(block)[..., 0] > 0
+        for index, mask in enumerate(masks):
+            out[index] = (
+                self.geometry.frames(mask[None, ..., None].astype(np.float32))[0, ..., 0] > 0
+            )
         return out
 
     def points_down(self, xy: np.ndarray) -> np.ndarray:

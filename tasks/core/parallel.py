@@ -11,6 +11,7 @@ import contextlib
 import multiprocessing
 import multiprocessing.forkserver
 import os
+import signal
 import sys
 import threading
 import time
@@ -114,12 +115,14 @@ def map_on_processes(
             return done
         with (
             _opencv_threads_for_forks(1) if forked else contextlib.nullcontext(False) as set_here,
-            context.Pool(
+            _interrupts_held(),
+        ):
+            pool = context.Pool(
                 processes=min(workers, len(rest)),
                 initializer=_one_thread_per_worker,
                 initargs=(not set_here,),
-            ) as pool,
-        ):
+            )
+        with pool:
             return done + [_tick(bar, result) for result in pool.imap(function, rest, chunksize=1)]
     finally:
         bar.close()
@@ -193,6 +196,23 @@ def pool_context(function: Callable) -> multiprocessing.context.BaseContext:
         preload.append("torch")
     context.set_forkserver_preload(preload)
     return context
+
+
+@contextlib.contextmanager
+def _interrupts_held() -> Iterator[None]:
+    """SIGINT ignored while workers start, so they (and a fork server, whose workers keep what it started with) never
+    take a Ctrl-C: the terminal sends it to every process in its group, and a worker or fork server still starting
+    died with "Fatal Python error: init_import_site" and a traceback (issue 82). This process takes Ctrl-C again once
+    they are up (one pressed while they start is lost), and the pool's exit ends the workers. A blocked signal would
+    not do: the fork server starts with an empty signal mask."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 @contextlib.contextmanager

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from tasks.core.errors import PrivharError
 from tasks.core.randomness import SECURE
@@ -80,6 +81,24 @@ def data_guarantee(rows: list[dict]) -> PrivacyGuarantee:
         str(first.get("relation", "none")),
         str(first.get("randomness", SECURE)),
     )
+
+
+AUDIT_COLUMNS = (
+    "epsilon_audited",
+    "audit_confidence",
+    "audit_canaries",
+    "audit_guesses",
+    "audit_correct",
+)  # a ledger's one-run audit columns (tasks.privacy.one_run_audit.Audit.columns)
+
+
+def data_audit(rows: list[dict]) -> dict[str, Any]:
+    """The one-run audit of the stage that released a protected dataset (the same on each of its rows: one audit per
+    copy), where it ran: the columns a model trained on the copy carries as registry tags beside its ε (issue 82:
+    the Video-DPRP versions had none)."""
+    if not rows or rows[0].get("epsilon_audited") is None:
+        return {}
+    return {key: rows[0][key] for key in AUDIT_COLUMNS if key in rows[0]}
 
 
 def strongest(*guarantees: PrivacyGuarantee) -> PrivacyGuarantee:

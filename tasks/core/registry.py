@@ -247,7 +247,23 @@ class VersionRow:
     epsilon: float
     delta: float
     accountant: str
-    top1: float | None
+    top1: float | None  # seed 0's, the registered model's
+    unit: str = "none"
+    top1_mean: float | None = (
+        None  # the row's over its training seeds: what the champion is chosen by
+    )
+    top1_ci95: float | None = None
+    epsilon_audited: float | None = None
+
+    def top1_shown(self) -> str:
+        """The Top-1 the champion was chosen by: the row's mean ± its 95 % interval over seeds, else seed 0's."""
+        if self.top1_mean is not None and self.top1_ci95 is not None:
+            return f"{self.top1_mean:.4f} ± {self.top1_ci95:.4f}"
+        return f"{self.top1:.4f}" if self.top1 is not None else "-"
+
+
+def _tag(tags: dict[str, str], key: str) -> float | None:
+    return float(tags[key]) if tags.get(key, "") != "" else None
 
 
 def list_versions() -> list[VersionRow]:
@@ -262,7 +278,7 @@ def list_versions() -> list[VersionRow]:
             aliases_of.setdefault(str(version), []).append(alias)
         for version in client.search_model_versions(f"name = '{model.name}'"):
             privacy = PrivacyGuarantee.from_tags(version.tags)
-            top1 = float(version.tags["top1"]) if "top1" in version.tags else None
+            tags = version.tags
             rows.append(
                 VersionRow(
                     model.name,
@@ -271,7 +287,11 @@ def list_versions() -> list[VersionRow]:
                     privacy.epsilon,
                     privacy.delta,
                     privacy.accountant,
-                    top1,
+                    _tag(tags, "top1"),
+                    privacy.unit,
+                    _tag(tags, "top1_mean"),
+                    _tag(tags, "top1_ci95"),
+                    _tag(tags, "epsilon_audited"),
                 )
             )
     return sorted(rows, key=lambda row: (row.name, -int(row.version)))

@@ -348,8 +348,9 @@ def dprp(
         # pool has started is unsafe. (The Prefect flow may still shard the videos over threads or Dask.)
         protected = map_ordered(work, rows, workers=1, desc=f"dprp ε={epsilon:g}")
         seconds = time.perf_counter() - started
-        write_manifest(protected, staging / MANIFEST_NAME)
         audited = _audit(params, scales, randomness, epsilon, rows, d, shared, device)
+        # each row carries its copy's audit: a model trained on the copy registers ε̂ beside ε (issue 82)
+        write_manifest([{**row, **audited} for row in protected], staging / MANIFEST_NAME)
         write_table(
             [{**row, **audited} for row in ledger_rows(rows, scales, randomness, params, d)],
             staging / "ledger.parquet",

@@ -21,6 +21,7 @@ from scipy.stats import binom
 
 from tasks.core.errors import PrivharError
 from tasks.core.params import AUDITED_SECTIONS
+from tasks.core.privacy import AUDIT_COLUMNS as COLUMNS
 
 if (
     TYPE_CHECKING
@@ -99,15 +100,6 @@ def epsilon_bound(m: int, r: int, v: int, delta: float, confidence: float) -> fl
         middle = (low + high) / 2
         low, high = (middle, high) if p_value(m, r, v, middle, delta) < level else (low, middle)
     return low
-
-
-COLUMNS = (
-    "epsilon_audited",
-    "audit_confidence",
-    "audit_canaries",
-    "audit_guesses",
-    "audit_correct",
-)  # a ledger's audit columns (:meth:`Audit.columns`)
 
 
 @dataclass(frozen=True)
