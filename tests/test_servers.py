@@ -11,6 +11,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from flows.servers import answers, free_port, pid_alive
 from tests.conftest import BIN, make_project
 
@@ -37,7 +39,9 @@ def _wait(check, timeout: float) -> bool:
     return False
 
 
-def test_ui_on_a_busy_port_is_one_line_and_touches_no_other_pid_file(tmp_path):
+@pytest.mark.parametrize(("command", "server"), [("ui", "MLflow UI"), ("serve", "Prefect server")])
+def test_a_busy_port_is_one_line_exit_1_and_touches_no_other_pid_file(tmp_path, command, server):
+    """Issue 82: `privhar serve` on a busy port exited 2 (click's usage error), `privhar ui` 1."""
     (tmp_path / "params.yaml").write_text((Path(__file__).parents[1] / "params.yaml").read_text())
     other = tmp_path / ".mlflow-ui" / "ui-5999.pid"
     other.parent.mkdir()
@@ -46,25 +50,13 @@ def test_ui_on_a_busy_port_is_one_line_and_touches_no_other_pid_file(tmp_path):
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        result = _privhar("ui", "--port", str(port), cwd=tmp_path, timeout=60)
+        result = _privhar(command, "--port", str(port), cwd=tmp_path, timeout=120)
     assert result.returncode == 1, result.stderr
-    assert result.stderr.strip().splitlines() == [
-        f"privhar: error: MLflow UI: port {port} on 127.0.0.1 is busy "
+    assert (
+        f"privhar: error: {server}: port {port} on 127.0.0.1 is busy "
         "(another program listens there); choose another with --port"
-    ]
+    ) in result.stderr.strip().splitlines()
     assert other.read_text() == "123456"
-
-
-def test_serve_on_a_busy_port_fails_as_ui_does(tmp_path):
-    """Issue 82: `privhar serve` on a busy port exited 2 (click's usage error), `privhar ui` 1."""
-    (tmp_path / "params.yaml").write_text((Path(__file__).parents[1] / "params.yaml").read_text())
-    with socket.socket() as busy:
-        busy.bind(("127.0.0.1", 0))
-        busy.listen()
-        port = busy.getsockname()[1]
-        result = _privhar("serve", "--port", str(port), cwd=tmp_path, timeout=120)
-    assert result.returncode == 1, result.stderr
-    assert f"Prefect server: port {port} on 127.0.0.1 is busy" in result.stderr
 
 
 def test_a_killed_ui_leaves_no_server_and_stop_ends_a_running_one(tmp_path):
