@@ -225,6 +225,25 @@ def bench_protect_command(
     click.echo(json.dumps(summary, indent=2))
 
 
+@bench.command("protect-memory")
+@click.argument("source", type=click.Path(path_type=Path, dir_okay=False, exists=True))
+@click.option(
+    "--methods",
+    default="blackout,face_blur,avatar",
+    show_default=True,
+    help="privhar protect's methods, comma-separated.",
+)
+@click.option("--seconds", type=click.FloatRange(0.1, 60.0), default=4.0, show_default=True)
+@bench_out("protect-memory.json")
+def bench_protect_memory_command(source: Path, methods: str, seconds: float, out: Path) -> None:
+    """Peak memory of privhar protect on SOURCE (a real clip) looped and resized to 1080p and 4K, each method in a
+    process of its own."""
+    from benchmarks.protect_memory import run_memory_bench
+
+    record = run_memory_bench(source, methods.split(","), out, seconds=seconds)
+    click.echo(json.dumps(record["sizes"], indent=2))
+
+
 @bench.command("maskdp-views")
 @PARAMS
 @click.option("--seeds", type=click.IntRange(2, 100), default=10, show_default=True)

@@ -27,3 +27,24 @@ def test_face_leakage_rows_count_raw_faces_and_the_share_kept(tiny_synthetic, tm
         untouched["face_leak_frames"] == untouched["face_leak_clips"] == 1.0
     )  # nothing changed: every face kept
     assert 0.0 <= blurred["face_leak_frames"] < 1.0
+
+
+def test_the_memory_benchmark_measures_each_methods_own_process(tmp_path):
+    """`privhar bench protect-memory` (issue 82) at a size the test can afford: one record per size and method, each a
+    positive peak of the protect process (a Python process holds tens of megabytes at least)."""
+    import json
+
+    from benchmarks.protect_memory import run_memory_bench
+    from tests.test_protect_cli import WALKING
+
+    record = run_memory_bench(
+        WALKING,
+        ["blackout"],
+        tmp_path / "m.json",
+        sizes=((48, 64),),
+        seconds=0.5,
+        fps=10,
+        detectors="motion",
+    )
+    assert json.loads((tmp_path / "m.json").read_text()) == record
+    assert 0.02 < record["sizes"]["64x48"]["blackout"]["peak_gb"] < 5.0
