@@ -55,6 +55,14 @@ BENCH_DEVICE = click.option(
 )
 
 
+PROTECT_METHODS = click.option(
+    "--methods",
+    default="face_blur,blackout,avatar",
+    show_default=True,
+    help="privhar protect's methods, comma-separated.",
+)
+
+
 @click.group("bench")
 def bench() -> None:
     """Benchmarks: timings on this machine, written as JSON (never part of the tests)."""
@@ -179,12 +187,7 @@ def bench_anonymize_command(root: Path, params_path: Path, out: Path) -> None:
     required=True,
     type=click.Path(path_type=Path, file_okay=False, exists=True),
 )
-@click.option(
-    "--methods",
-    default="face_blur,blackout,avatar",
-    show_default=True,
-    help="privhar protect's methods, comma-separated.",
-)
+@PROTECT_METHODS
 @click.option(
     "--deface",
     type=click.Path(path_type=Path, dir_okay=False, exists=True),
@@ -227,12 +230,7 @@ def bench_protect_command(
 
 @bench.command("protect-memory")
 @click.argument("source", type=click.Path(path_type=Path, dir_okay=False, exists=True))
-@click.option(
-    "--methods",
-    default="blackout,face_blur,avatar",
-    show_default=True,
-    help="privhar protect's methods, comma-separated.",
-)
+@PROTECT_METHODS
 @click.option("--seconds", type=click.FloatRange(0.1, 60.0), default=4.0, show_default=True)
 @bench_out("protect-memory.json")
 def bench_protect_memory_command(source: Path, methods: str, seconds: float, out: Path) -> None:
