@@ -54,6 +54,13 @@ def one_tuning(folder, overrides: dict, tuning: str, trainable: str):
     params = write_params(folder, overrides)
     document = yaml.safe_load(params.read_text())
     document["federated"]["tunings"] = {tuning: trainable}
+    for key in (
+        "seeds_per_tuning",
+        "reference_seeds",
+        "recipe_per_tuning",
+    ):  # each names only rows of tunings
+        per_tuning = document["federated"].get(key) or {}
+        document["federated"][key] = {name: v for name, v in per_tuning.items() if name == tuning}
     params.write_text(yaml.safe_dump(document, sort_keys=False))
     return params
 

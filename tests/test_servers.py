@@ -52,10 +52,14 @@ def test_a_busy_port_is_one_line_exit_1_and_touches_no_other_pid_file(tmp_path, 
         port = busy.getsockname()[1]
         result = _privhar(command, "--port", str(port), cwd=tmp_path, timeout=120)
     assert result.returncode == 1, result.stderr
+    lines = result.stderr.strip().splitlines()
     assert (
-        f"privhar: error: {server}: port {port} on 127.0.0.1 is busy "
-        "(another program listens there); choose another with --port"
-    ) in result.stderr.strip().splitlines()
+        len(lines) == 1
+        and lines[0].startswith("privhar: error: ")
+        and lines[0].endswith(
+            f"{server}: port {port} on 127.0.0.1 is busy (another program listens there); choose another with --port"
+        )
+    ), lines
     assert other.read_text() == "123456"
 
 
