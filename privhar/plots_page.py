@@ -5,8 +5,10 @@ against ε, the learning curves, the confusion matrices, the federated rounds) i
 same three libraries from the npm registry into ``build/vega`` (the major versions DVC's page names), and
 :func:`write_template` inlines them into an HTML template DVC fills (its ``--html-template``, set for the project
 with ``dvc config --local plots.html_template``): the page it writes needs nothing else. A script at the end of the
-page puts each plot under the heading of the reports folder (the stage) it comes from; plots named in ``dvc.yaml``'s
-top-level ``plots`` come first, under "Summary".
+page puts each plot under the heading of the reports folder (the stage) it comes from, in a section that folds, with
+an index of the sections at the top; plots named in ``dvc.yaml``'s top-level ``plots`` come first, under "Summary"
+(open). Their templates are the project's own (``.dvc/plots``): ``series`` gives each file and column its colour and
+legend entry, ``intervals`` draws Top-1 against ε with each point's 95 % interval (issue 82, item 34).
 """
 
 from __future__ import annotations
@@ -36,22 +38,36 @@ PAGE = """<!DOCTYPE html>
   {refresh_tag}
   <title>privhar plots</title>
   SCRIPTS
+  <script>
+    // SVG rather than vega-embed's canvas: crisp at any zoom, the legends' text selectable and searchable.
+    const dvcEmbed = window.vegaEmbed;
+    window.vegaEmbed = (el, spec, opts) => dvcEmbed(el, spec, Object.assign({ renderer: "svg" }, opts));
+  </script>
   <style>
     body { font-family: sans-serif; margin: 1em 2em; }
     section { border-top: 1px solid #ccc; margin-top: 1.5em; }
-    section > div { display: inline-block; vertical-align: top; margin: 0.5em; }
+    nav { position: sticky; top: 0; background: white; padding: 0.4em 0; border-bottom: 1px solid #ccc; z-index: 1; }
+    nav a { margin-right: 1.2em; }
+    details { border-top: 1px solid #ccc; margin-top: 1em; scroll-margin-top: 3em; }
+    summary h2 { display: inline; }
+    details > div { display: inline-block; vertical-align: top; margin: 0.5em; }
+    img { max-width: 640px; }
   </style>
 </head>
 <body>
   <h1>privhar plots</h1>
+  <nav id="privhar-index"></nav>
   <div id="privhar-plots">
     {plot_divs}
   </div>
   <script>
     // Group the plots by the reports folder (the stage) each comes from: DVC names a plot's div after its path.
+    // Each group is a section that folds (Summary open), listed with its count in the index at the top; a link
+    // from the index unfolds its section.
     (function () {
       const folders = FOLDERS;
       const page = document.getElementById("privhar-plots");
+      const index = document.getElementById("privhar-index");
       const groups = new Map([["Summary", []]]);
       for (const div of Array.from(page.children)) {
         const folder = folders.find((name) => (div.id || "").startsWith("reports_" + name + "_"));
@@ -61,12 +77,21 @@ PAGE = """<!DOCTYPE html>
       }
       for (const [name, divs] of groups) {
         if (!divs.length) continue;
-        const section = document.createElement("section");
+        const section = document.createElement("details");
+        section.id = "section-" + name;
+        section.open = name === "Summary";
+        const title = document.createElement("summary");
         const heading = document.createElement("h2");
-        heading.textContent = name;
-        section.appendChild(heading);
+        heading.textContent = name + " (" + divs.length + ")";
+        title.appendChild(heading);
+        section.appendChild(title);
         divs.forEach((div) => section.appendChild(div));
         page.appendChild(section);
+        const link = document.createElement("a");
+        link.href = "#" + section.id;
+        link.textContent = name + " (" + divs.length + ")";
+        link.addEventListener("click", () => { section.open = true; });
+        index.appendChild(link);
       }
     })();
   </script>

@@ -437,14 +437,15 @@ def train(
     torch.use_deterministic_algorithms(
         device.type == "cpu"
     )  # CUDA's fast kernels (cuDNN benchmark) are not deterministic
+    copy_guarantee = data_guarantee(train_rows)  # what the copy trained on claims
     if family != "public" and not math.isfinite(
-        data_guarantee(train_rows).epsilon
+        copy_guarantee.epsilon
     ):  # the public set holds no subject
         check_unprotected(privacy, f"the non-private model {key} (trained on {frames})")
     config = classifier_config(model_params, params, rows, key, family, frames, init)
     classes = config["classes"]
     run_name = "train" if key == params.method else f"train@{key}"
-    privacy = strongest(METHOD_PRIVACY[params.method], data_guarantee(train_rows))
+    privacy = strongest(METHOD_PRIVACY[params.method], copy_guarantee)
     with stage_run(run_name, {"base": base, "train": params, "model": model_params}) as run:
         with atomic_directory(out) as staging:
             test_rows = split_rows(rows, "test")
@@ -540,7 +541,7 @@ def train(
                 "method": params.method,
                 **privacy.as_tags(),
                 # the copy's ε̂ where its ε is the one claimed (a DP method's own is its stage's)
-                **(data_audit(train_rows) if privacy == data_guarantee(train_rows) else {}),
+                **(data_audit(train_rows) if privacy == copy_guarantee else {}),
                 "dataset": f"{frames}@{data_digest}",
                 CHECKPOINT_TAG: digest,
             },

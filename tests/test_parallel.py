@@ -1,5 +1,6 @@
 """map_ordered: in order on a process pool, and never a fork of a process running other threads."""
 
+import multiprocessing.forkserver
 import os
 import subprocess
 import sys
@@ -122,4 +123,9 @@ def test_workers_never_take_a_ctrl_c_the_parent_ends_them(monkeypatch):
     results = parallel.map_on_processes(_takes_interrupts, list(range(4)), workers=2, desc="t")
     assert {pid for pid, _ in results} - {os.getpid()}  # the pool ran them
     assert not any(takes for pid, takes in results if pid != os.getpid())
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    parallel._start_fork_server()  # the server a pool forks its workers from ignores it from its start
+    server = multiprocessing.forkserver._forkserver._forkserver_pid
+    ignored = int(Path(f"/proc/{server}/status").read_text().split("SigIgn:")[1].split()[0], 16)
+    assert ignored & (1 << (signal.SIGINT - 1))
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

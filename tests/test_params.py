@@ -101,6 +101,21 @@ def test_bad_values_name_key_value_and_rule(tmp_path, section, overrides, expect
     assert "\n" not in message
 
 
+def test_a_null_per_tuning_entry_drops_it_whether_or_not_the_tuning_is_there(tmp_path):
+    """A profile narrows federated.tunings to one row and nulls the other's entries (issue 82, item 8's follow-up)."""
+    path = write_params(tmp_path)
+    params = yaml.safe_load(path.read_text())
+    params["federated"].update(
+        tunings={"full": "all"},
+        seeds_per_tuning={"full": 3, "selective": None},
+        reference_seeds={"selective": None},
+        recipe_per_tuning={"selective": None},
+    )
+    path.write_text(yaml.safe_dump(params))
+    federated = load_section(path, "federated", SECTIONS["federated"])
+    assert federated.seeds_per_tuning == {"full": 3, "selective": None}
+
+
 def test_missing_key_and_section(tmp_path):
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump({"decode": {"fps": 8.0}}))

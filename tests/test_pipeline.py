@@ -293,13 +293,14 @@ def test_dvc_plots_diff_draws_confusion_matrices_and_the_epsilon_curves(experime
         "actual",
         "predicted",
     } <= set(values[0])
-    curves = shown["data"]["Top-1 against target ε (protocol 1, mean over report.seeds)"][0][
-        "content"
-    ]["data"]["values"]
-    assert {float(value["target_epsilon"]) for value in curves} == {2.0} and {
-        "dp_sgd",
-        "maskdp",
-    } <= set(curves[0])
+    curves = shown["data"][
+        "Top-1 against target ε (protocol 1, mean and 95 % interval over report.seeds)"
+    ][0]["content"]["data"]["values"]
+    assert {float(value["target_epsilon"]) for value in curves} == {2.0}
+    assert {"dp_sgd", "maskdp"} <= {value["method"] for value in curves}
+    assert all(
+        float(value["low"]) <= float(value["top1"]) <= float(value["high"]) for value in curves
+    )
     assert not (
         experiments / "reports/evaluate/predictions/baseline-seed1.csv"
     ).exists()  # registered models only

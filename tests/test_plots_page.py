@@ -1,8 +1,10 @@
-"""`privhar plots` (issue 36): DVC's plots page renders with the network off, grouped by stage.
+"""`privhar plots` (issues 36, 82.34): DVC's plots page renders with the network off, grouped by stage, indexed.
 
-A tiny DVC project with a learning curve (reports/train) and a confusion matrix (reports/evaluate), its page written
-by `dvc plots show` with the offline template, opened in headless Chromium with every request outside the page
-refused: each vega plot draws, under its stage's heading, and nothing was fetched.
+A tiny DVC project with two learning curves (reports/train), Top-1 against ε with intervals (reports/compare) and a
+confusion matrix (reports/evaluate), drawn with the project's own templates (.dvc/plots), its page written by
+`dvc plots show` with the offline template, opened in headless Chromium with every request outside the page
+refused: each vega plot draws, under its stage's heading, each summary chart has a colour and a legend entry per
+series, the ε chart an error bar per point, the index at the top links every section, and nothing was fetched.
 """
 
 from __future__ import annotations
@@ -24,9 +26,21 @@ plots:
       x: actual
       y: predicted
   - Learning curve:
+      template: series
       x: epoch
       y:
-        reports/train/history.csv: [train_accuracy]
+        reports/train/history.csv: [train_accuracy, test_accuracy]
+  - Top-1 against ε:
+      template: intervals
+      x: target_epsilon
+      y:
+        reports/compare/accuracy_vs_epsilon.csv: top1
+"""
+CURVES = """method,target_epsilon,top1,low,high
+dp_sgd,1.0,0.6,0.55,0.65
+dp_sgd,8.0,0.8,0.78,0.82
+maskdp,1.0,0.4,0.3,0.5
+maskdp,8.0,0.7,0.65,0.75
 """
 
 
@@ -41,9 +55,12 @@ def project(tmp_path: Path) -> Path:
     (tmp_path / "dvc.yaml").write_text(DVC_YAML)
     (tmp_path / "reports/train").mkdir(parents=True)
     (tmp_path / "reports/evaluate").mkdir(parents=True)
+    (tmp_path / "reports/compare").mkdir(parents=True)
     (tmp_path / "reports/train/history.csv").write_text(
-        "epoch,train_accuracy\n1,0.2\n2,0.5\n3,0.7\n"
+        "epoch,train_accuracy,test_accuracy\n1,0.2,0.3\n2,0.5,0.4\n3,0.7,0.6\n"
     )
+    (tmp_path / "reports/compare/accuracy_vs_epsilon.csv").write_text(CURVES)
+    shutil.copytree(REPO / ".dvc/plots", tmp_path / ".dvc/plots")  # the project's templates
     (tmp_path / "reports/evaluate/confusion.csv").write_text(
         "actual,predicted\nwalk,walk\nwalk,run\nrun,run\n"
     )
@@ -76,15 +93,27 @@ def test_the_plots_page_renders_offline_grouped_by_stage(project):
         )
         page = context.new_page()
         page.goto(page_path.as_uri())
-        page.locator("svg.marks, canvas.marks").nth(1).wait_for(timeout=30_000)
-        headings = page.locator("section > h2").all_inner_texts()
+        page.locator("svg.marks, canvas.marks").nth(2).wait_for(state="attached", timeout=30_000)
+        headings = page.locator("details > summary > h2").all_inner_texts()
+        index = page.locator("nav#privhar-index a").all_inner_texts()
+        opened = page.eval_on_selector_all(
+            "#privhar-plots > details", "all => all.map(d => d.open)"
+        )
         drawn = page.locator("svg.marks, canvas.marks").count()
+        charts = page.locator("#section-Summary > div")
+        legends = [
+            chart.locator("g.role-legend-label text").all_text_contents() for chart in charts.all()
+        ]
+        error_bars = charts.nth(1).locator("g.mark-rule.role-mark > *").count()
+        page.click("nav#privhar-index >> text=evaluate (1)")
+        unfolded = page.eval_on_selector("#section-evaluate", "d => d.open")
         browser.close()
-    assert drawn == 2 and fetched == []
-    assert headings == [
-        "Summary",
-        "evaluate",
-    ]  # the named learning curve first, then by reports folder
+    assert drawn == 3 and fetched == []
+    assert headings == index == ["Summary (2)", "evaluate (1)"]  # the named plots first
+    assert opened == [True, False] and unfolded  # evaluate folds until its link is followed
+    assert legends[0][:2] == ["history test_accuracy", "history train_accuracy"]
+    assert legends[1][:2] == ["dp_sgd", "maskdp"]  # a legend entry per method
+    assert error_bars == 4  # a 95 % interval per point
 
 
 def test_without_vega_installed_plots_is_one_line(tmp_path):

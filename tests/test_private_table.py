@@ -149,9 +149,11 @@ def test_missing_inputs_are_one_line(reports):
         gather(reports)
 
 
-def test_epsilon_curves_have_a_column_per_method_for_dvc_plots(reports):
+def test_epsilon_curves_give_each_method_its_interval_for_dvc_plots(reports):
     curves = epsilon_curves(gather(reports), ["dp_sgd", "maskdp_real", "multiclip"])
-    assert curves.columns == ["target_epsilon", "dp_sgd", "maskdp_real", "multiclip"]
-    assert curves.rows() == [
-        (2.0, 0.6, 0.65, None)
-    ]  # ε = ∞ is not on a log axis; multiclip did not run
+    assert curves.columns == ["method", "target_epsilon", "top1", "low", "high"]
+    assert [row[:3] for row in curves.rows()] == [
+        ("dp_sgd", 2.0, 0.6),
+        ("maskdp_real", 2.0, 0.65),
+    ]  # ε = ∞ is not on the chart; multiclip did not run
+    assert all(low <= top1 <= high for _, _, top1, low, high in curves.rows())

@@ -113,10 +113,9 @@ def map_on_processes(
         rest = items[len(done) :]
         if not rest:
             return done
-        with (
-            _opencv_threads_for_forks(1) if forked else contextlib.nullcontext(False) as set_here,
-            _interrupts_held(),
-        ):
+        if not forked:
+            _start_fork_server()
+        with _opencv_threads_for_forks(1) if forked else contextlib.nullcontext(False) as set_here:
             pool = context.Pool(
                 processes=min(workers, len(rest)),
                 initializer=_one_thread_per_worker,
@@ -150,7 +149,7 @@ def _until(
             if len(done) == 1 and (time.monotonic() - started) * len(items) > seconds:
                 # the work will outlast this start: the fork server imports its modules on another core meanwhile
                 # (it took 3.5 s for privhar protect's, with torch), not after it
-                multiprocessing.forkserver.ensure_running()
+                _start_fork_server()
     return done
 
 
@@ -198,19 +197,18 @@ def pool_context(function: Callable) -> multiprocessing.context.BaseContext:
     return context
 
 
-@contextlib.contextmanager
-def _interrupts_held() -> Iterator[None]:
-    """SIGINT ignored while workers start, so they (and a fork server, whose workers keep what it started with) never
-    take a Ctrl-C: the terminal sends it to every process in its group, and a worker or fork server still starting
-    died with "Fatal Python error: init_import_site" and a traceback (issue 82). This process takes Ctrl-C again once
-    they are up (one pressed while they start is lost), and the pool's exit ends the workers. A blocked signal would
-    not do: the fork server starts with an empty signal mask."""
+def _start_fork_server() -> None:
+    """Start the fork server, where it is not up, with SIGINT ignored. The terminal sends a Ctrl-C to every process in
+    its group, and a server still importing died of it with "Fatal Python error: init_import_site" and a traceback
+    (issue 82); started ignoring it, the server keeps doing so, and gives that to the workers it forks. Spawning it
+    takes milliseconds (its imports come after), so a Ctrl-C pressed meanwhile is not lost to this process in practice.
+    A blocked signal would not do: the server starts with an empty signal mask."""
     if threading.current_thread() is not threading.main_thread():
-        yield
+        multiprocessing.forkserver.ensure_running()
         return
     before = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        yield
+        multiprocessing.forkserver.ensure_running()
     finally:
         signal.signal(signal.SIGINT, before)
 
@@ -238,11 +236,13 @@ def _opencv_threads_for_forks(threads: int) -> Iterator[bool]:
 
 
 def _one_thread_per_worker(set_opencv: bool) -> None:
-    """Workers already fill the cores; nested thread pools would only contend.
+    """Workers already fill the cores; nested thread pools would only contend. A worker ignores Ctrl-C: the parent
+    takes it, and the pool's exit ends the workers (one that took it printed a traceback; issue 82).
 
     ``set_opencv`` is false where the parent already set OpenCV's threads for its forks
     (:func:`_opencv_threads_for_forks`).
     """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     import torch
 
     if set_opencv:

@@ -375,8 +375,9 @@ class FederatedParams(Section):
     @field_validator("seeds_per_tuning", "reference_seeds", "recipe_per_tuning")
     @classmethod
     def _known_tunings(cls, per_tuning: dict[str, Any], info: Any) -> dict[str, Any]:
-        known_keys(per_tuning, info.data.get("tunings", {}), "row of federated.tunings")
-        return per_tuning
+        given = [tuning for tuning, value in per_tuning.items() if value is not None]
+        known_keys(given, info.data.get("tunings", {}), "row of federated.tunings")
+        return per_tuning  # a None entry drops one (a profile's way), for a tuning there or not
 
 
 class SeedRule(Section):

@@ -3,7 +3,7 @@
     reports/evaluate/metrics.json ─┐   Top-1 (protocols 1 and 2) per model
     reports/private/<method>.csv ──┼─▶ out/private.md   Markdown: paper 001 Table 2 / paper 000 Table 2 shape
     reports/train/<key>.json ──────┘   out/private.csv  one row per model, with its ε and how it was computed
-      (baseline, dprp-eps<ε>)          out/accuracy_vs_epsilon.csv  Top-1 per ε and method (dvc.yaml's linear plot)
+      (baseline, dprp-eps<ε>)          out/accuracy_vs_epsilon.csv  Top-1 ± 95 % per method and ε (dvc.yaml's plot)
                                        out/accuracy_vs_epsilon.png
 
 Rows are what was trained (data × training method), columns the target ε of the grid and ∞
@@ -378,29 +378,30 @@ def plot(records: list[dict[str, Any]]) -> bytes:
 
 
 def epsilon_curves(records: list[dict[str, Any]], methods: list[str]) -> pl.DataFrame:
-    """One line per finite target ε, one column per private method: its Top-1 (protocol 1, mean over the seeds), null
-    where it did not run; the data of dvc.yaml's linear plot (a polars pivot)."""
-    finite = frame_of(
-        [
+    """One line per private method and finite target ε it ran at: its Top-1 (protocol 1, mean over the seeds) and
+    the 95 % interval's ends (``low``, ``high``; the mean itself where one seed ran), the data of dvc.yaml's plot
+    "Top-1 against target ε" (the ``intervals`` template draws a line per method with its error bars)."""
+    rows = []
+    for r in records:
+        method = r["model"].split("-eps")[0]
+        if not math.isfinite(r["target_epsilon"]) or method not in methods:
+            continue
+        top1 = float(r["top1_mean"] if r["top1_mean"] != "" else r["top1"])
+        half = float(r["top1_ci95"]) if r["top1_ci95"] != "" else 0.0
+        rows.append(
             {
+                "method": method,
                 "target_epsilon": r["target_epsilon"],
-                "method": r["model"].split("-eps")[0],
-                "top1": float(r["top1_mean"] if r["top1_mean"] != "" else r["top1"]),
+                "top1": top1,
+                "low": round(top1 - half, 4),
+                "high": round(top1 + half, 4),
             }
-            for r in records
-            if math.isfinite(r["target_epsilon"]) and r["model"].split("-eps")[0] in methods
-        ],
-        ["target_epsilon", "method", "top1"],
+        )
+    order = {method: rank for rank, method in enumerate(methods)}
+    return frame_of(
+        sorted(rows, key=lambda row: (order[row["method"]], row["target_epsilon"])),
+        ["method", "target_epsilon", "top1", "low", "high"],
     )
-    wide = (
-        finite.pivot(on="method", index="target_epsilon", values="top1", aggregate_function="first")
-        if finite.height
-        else pl.DataFrame(schema={"target_epsilon": pl.Float64})
-    )
-    missing = [
-        pl.lit(None, pl.Float64).alias(method) for method in methods if method not in wide.columns
-    ]
-    return wide.with_columns(*missing).select("target_epsilon", *methods).sort("target_epsilon")
 
 
 @stage_work
