@@ -31,7 +31,9 @@ def blackout(tiny_decoded: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
 
 
 def test_assess_scores_the_raw_reference_and_a_copy(tiny_decoded: Path, blackout: Path) -> None:
-    from tasks.assess.stage import ATTRIBUTE_SCORES, LEFT, SIGNATURE, assess
+    from tasks.assess.stage import ATTRIBUTE_SCORES, assess
+    from tasks.core.scores import LEFT_COLUMNS as LEFT
+    from tasks.core.scores import SIGNATURE_COLUMNS as SIGNATURE
 
     assess(
         **sections(blackout / "params.yaml", base="base", params="assess"),

@@ -12,6 +12,7 @@ import pytest
 from tasks.core.errors import PrivharError
 from tasks.core.params import load_plan
 from tasks.core.randomness import NOT_PRIVATE
+from tasks.core.scores import SIGNATURE_COLUMNS
 from tasks.core.tables import compact
 from tasks.privacy.accounting import (
     ADD_REMOVE,
@@ -25,7 +26,6 @@ from tasks.privacy.dprp_calibration import noise_scales
 from tasks.report.ledger import Release, subject_totals
 from tasks.report.tables import (
     NOT_RUN,
-    SIGNATURE_COLUMNS,
     methods,
     signature_rows,
     table_one,

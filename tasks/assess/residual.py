@@ -39,13 +39,6 @@ from tasks.core.scores import matches
 Box = tuple[float, float, float, float]
 UPSCALE = 4.0  # decoded frames are small (people 10-40 rows at 96): HOG wants ~96 rows, Haar ~24
 MOTION_GROW = 1  # decoded pixels around a moving blob
-RESIDUALS = (
-    "residual_people",
-    "residual_faces",
-    "residual_pixels",
-    "face_leak_frames",
-    "face_leak_clips",
-)
 
 
 def _outside_public(

@@ -49,7 +49,7 @@ from tasks.assess.reid import (
     identification_ind,
     recognised_flags,
 )
-from tasks.assess.residual import RESIDUALS, residual_scores
+from tasks.assess.residual import residual_scores
 from tasks.assess.similarity import mse_similarity, ssim
 from tasks.assess.tracking import track_video
 from tasks.assess.truth import VideoTruth, clips_of, load_truth, released
@@ -67,7 +67,7 @@ from tasks.core.manifest import (
 from tasks.core.parallel import map_ordered, worker_count
 from tasks.core.params import AssessParams, BaseParams
 from tasks.core.regions import expanded, warp_region
-from tasks.core.scores import frame_hit_rate, speed_score
+from tasks.core.scores import LEFT_COLUMNS, SIGNATURE_COLUMNS, frame_hit_rate, speed_score
 from tasks.core.seeding import derive_seed
 from tasks.core.speed import read_speed
 from tasks.core.storage import atomic_write_bytes
@@ -75,25 +75,10 @@ from tasks.core.tables import csv_bytes
 from tasks.core.tracking import stage_run, stage_work
 
 RAW = "raw"
-SIGNATURE = (
-    "e_id_ind",
-    "e_id_aggr",
-    "e_id_fused",
-    "e_det_face_ind",
-    "e_det_face_aggr",
-    "e_det_face_fused",
-    "e_det_body_ind",
-    "e_det_body_aggr",
-    "e_det_body_fused",
-    "e_track",
-    "e_sim_ssim",
-    "e_sim_mse",
-    "e_speed",
-)
 ATTRIBUTE_SCORES = ("cmap_raw_attacker", "f1_raw_attacker", "cmap_adaptive", "f1_adaptive")
-# what is left of people: the anonymize check, clips where no avatar was drawn (no person found), detectors re-run
-LEFT = ("coverage", "quarantined", "no_avatar", "public_pixels", "unchanged", *RESIDUALS)
-TRUTH_SCORES = SIGNATURE[:10]  # e_id, e_det, e_track: scored against annotated faces and bodies
+TRUTH_SCORES = SIGNATURE_COLUMNS[
+    :10
+]  # e_id, e_det, e_track: scored against annotated faces and bodies
 log = logging.getLogger(__name__)
 
 
@@ -569,8 +554,8 @@ def assess(
         columns = [
             "copy",
             *ATTRIBUTE_SCORES,
-            *SIGNATURE,
-            *LEFT,
+            *SIGNATURE_COLUMNS,
+            *LEFT_COLUMNS,
             "frames_per_second",
             "face_occurrences",
             "folder",
@@ -581,7 +566,9 @@ def assess(
         # run per row with its attack scores under plain names
         run.log_artifact(out / "signature.csv")
         metrics = {
-            row["copy"]: {key: row[key] for key in (*ATTRIBUTE_SCORES, *SIGNATURE, *LEFT)}
+            row["copy"]: {
+                key: row[key] for key in (*ATTRIBUTE_SCORES, *SIGNATURE_COLUMNS, *LEFT_COLUMNS)
+            }
             for row in table
         }
         atomic_write_bytes(

@@ -12,6 +12,40 @@ import numpy as np
 
 Box = Sequence[float]  # x0, y0, x1, y1 in pixels
 
+# paper 004's privacy-utility signature: the assess stage scores every copy by these, the report tabulates them
+SIGNATURE_COLUMNS = (
+    "e_id_ind",
+    "e_id_aggr",
+    "e_id_fused",
+    "e_det_face_ind",
+    "e_det_face_aggr",
+    "e_det_face_fused",
+    "e_det_body_ind",
+    "e_det_body_aggr",
+    "e_det_body_fused",
+    "e_track",
+    "e_sim_ssim",
+    "e_sim_mse",
+    "e_speed",
+)
+# detectors re-run on a protected copy: the people, faces and pixels they still find there
+RESIDUAL_COLUMNS = (
+    "residual_people",
+    "residual_faces",
+    "residual_pixels",
+    "face_leak_frames",
+    "face_leak_clips",
+)
+# what is left of people: the anonymize coverage check, clips held back or with no avatar drawn, the residuals
+LEFT_COLUMNS = (
+    "coverage",
+    "quarantined",
+    "no_avatar",
+    "public_pixels",
+    "unchanged",
+    *RESIDUAL_COLUMNS,
+)
+
 
 def class_wise_map(labels: np.ndarray, scores: np.ndarray) -> float:
     """cMAP: the unweighted mean of per-attribute AP over the attributes with a positive (paper 000 §4.3), by

@@ -70,6 +70,15 @@ def base_key(key: str) -> tuple[str, int]:
     return (found.group(1), int(found.group(2))) if found else (key, 0)
 
 
+def t_quantile(freedom: float) -> float:
+    """t(0.975, ``freedom``): the Student-t quantile every 95 % interval over seeds is built from.
+
+    >>> round(t_quantile(2), 4)
+    4.3027
+    """
+    return float(stats.t.ppf(0.5 + CONFIDENCE / 2, freedom))
+
+
 @dataclass(frozen=True)
 class Interval:
     """A score over seeds: its mean, standard error and the 95 % Student-t half-width (nan for one seed)."""
@@ -82,7 +91,7 @@ class Interval:
     def half_width(self) -> float:
         if self.seeds < 2:
             return math.nan
-        return float(stats.t.ppf(0.5 + CONFIDENCE / 2, self.seeds - 1)) * self.standard_error
+        return t_quantile(self.seeds - 1) * self.standard_error
 
     def percent(self) -> str:
         """``71.3 ± 2.1`` in percent; the mean alone for one seed."""
@@ -122,7 +131,7 @@ def stein_seeds(pilot: Sequence[float], half_width: float, most: int) -> int:
     if count < 2:
         raise ValueError("Stein's rule needs a pilot of at least 2 seeds")
     spread = statistics.stdev(pilot)
-    quantile = float(stats.t.ppf(0.5 + CONFIDENCE / 2, count - 1))
+    quantile = t_quantile(count - 1)
     return min(most, max(count, math.ceil((quantile * spread / half_width) ** 2)))
 
 
@@ -152,7 +161,7 @@ def gap_interval(first: Interval, second: Interval) -> tuple[float, float]:
     gap, error, freedom = _welch(first, second)
     if error == 0:
         return (gap, gap)
-    half = float(stats.t.ppf(0.5 + CONFIDENCE / 2, freedom)) * error
+    half = t_quantile(freedom) * error
     return (gap - half, gap + half)
 
 

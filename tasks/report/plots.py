@@ -6,7 +6,7 @@ import math
 from typing import Any
 
 from tasks.core.figures import percent_chart_png, plt, png_bytes
-from tasks.report.tables import SIGNATURE_COLUMNS
+from tasks.core.scores import SIGNATURE_COLUMNS
 
 PRIVACY = ("e_id_ind", "e_id_aggr", "e_id_fused")
 

@@ -20,9 +20,8 @@ import math
 from typing import Any
 
 import polars as pl
-from scipy import stats
 
-from tasks.core.seeds import CONFIDENCE, base_key
+from tasks.core.seeds import base_key, t_quantile
 from tasks.core.tables import markdown_of
 
 TARGET = 0.03  # issue 31: a 95 % half-width of at most 3 points
@@ -39,7 +38,7 @@ def seeds_for(sd: float, target: float = TARGET) -> int | None:
     (14, 2)
     """
     for seeds in range(2, MOST_SEEDS + 1):
-        if stats.t.ppf(0.5 + CONFIDENCE / 2, seeds - 1) * sd / math.sqrt(seeds) <= target:
+        if t_quantile(seeds - 1) * sd / math.sqrt(seeds) <= target:
             return seeds
     return None
 
@@ -70,9 +69,7 @@ def spread_rows(predictions: pl.DataFrame) -> list[dict[str, Any]]:
                 "row": row,
                 "seeds": seeds,
                 "test_videos": videos,
-                "half_width": float(stats.t.ppf(0.5 + CONFIDENCE / 2, seeds - 1))
-                * sd
-                / math.sqrt(seeds),
+                "half_width": t_quantile(seeds - 1) * sd / math.sqrt(seeds),
                 "sd": sd,
                 "sd_test_set": math.sqrt(test),
                 "sd_model": math.sqrt(model),

@@ -31,6 +31,7 @@ from tasks.core.params import (
     PrivateParams,
     TrainParams,
 )
+from tasks.core.scores import LEFT_COLUMNS, SIGNATURE_COLUMNS
 from tasks.core.storage import atomic_write_bytes
 from tasks.core.subjects import subjects_statement
 from tasks.core.tables import csv_bytes, markdown_of, read_csv
@@ -59,9 +60,7 @@ from tasks.report.person_level import (
 from tasks.report.plots import face_leakage_png, signature_png, top1_vs_cmap_png
 from tasks.report.spread import MORE_TEST_VIDEOS, TARGET, spread_markdown, spread_rows
 from tasks.report.tables import (
-    LEFT_COLUMNS,
     NOT_RUN,
-    SIGNATURE_COLUMNS,
     cell,
     methods,
     signature_markdown,

@@ -9,39 +9,12 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from tasks.core.scores import LEFT_COLUMNS, SIGNATURE_COLUMNS
 from tasks.core.tables import markdown_of
 from tasks.privacy.dprp_calibration import NoiseScales
 
 NOT_RUN = "not run"
 NOT_MEASURED = "n/m"  # assess could not measure it (real footage: no annotations or attributes)
-# what is left of people (assess): the anonymize coverage check, clips held back, detectors re-run on the copy
-LEFT_COLUMNS = (
-    "coverage",
-    "quarantined",
-    "no_avatar",
-    "public_pixels",
-    "unchanged",
-    "residual_people",
-    "residual_faces",
-    "residual_pixels",
-    "face_leak_frames",
-    "face_leak_clips",
-)
-SIGNATURE_COLUMNS = (
-    "e_id_ind",
-    "e_id_aggr",
-    "e_id_fused",
-    "e_det_face_ind",
-    "e_det_face_aggr",
-    "e_det_face_fused",
-    "e_det_body_ind",
-    "e_det_body_aggr",
-    "e_det_body_fused",
-    "e_track",
-    "e_sim_ssim",
-    "e_sim_mse",
-    "e_speed",
-)
 
 
 @dataclass(frozen=True)
