@@ -313,6 +313,7 @@ def make_project(folder: Path, overrides: dict[str, Any] | None = None) -> Path:
     """A fresh git + DVC project holding this repository's pipeline with tiny params."""
     shutil.copytree(_empty_project(), folder, dirs_exist_ok=True)
     shutil.copy(REPO / "dvc.yaml", folder / "dvc.yaml")
+    shutil.copytree(REPO / ".dvc" / "plots", folder / ".dvc" / "plots")  # dvc.yaml's plot templates
     shutil.copytree(REPO / "tasks", folder / "tasks", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(REPO / "profiles", folder / "profiles")
     write_params(folder, {**DAG, **(overrides or {})})
