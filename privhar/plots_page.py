@@ -45,7 +45,6 @@ PAGE = """<!DOCTYPE html>
   </script>
   <style>
     body { font-family: sans-serif; margin: 1em 2em; }
-    section { border-top: 1px solid #ccc; margin-top: 1.5em; }
     nav { position: sticky; top: 0; background: white; padding: 0.4em 0; border-bottom: 1px solid #ccc; z-index: 1; }
     nav a { margin-right: 1.2em; }
     details { border-top: 1px solid #ccc; margin-top: 1em; scroll-margin-top: 3em; }
@@ -81,15 +80,16 @@ PAGE = """<!DOCTYPE html>
         section.id = "section-" + name;
         section.open = name === "Summary";
         const title = document.createElement("summary");
+        const label = name + " (" + divs.length + ")";
         const heading = document.createElement("h2");
-        heading.textContent = name + " (" + divs.length + ")";
+        heading.textContent = label;
         title.appendChild(heading);
         section.appendChild(title);
         divs.forEach((div) => section.appendChild(div));
         page.appendChild(section);
         const link = document.createElement("a");
         link.href = "#" + section.id;
-        link.textContent = name + " (" + divs.length + ")";
+        link.textContent = label;
         link.addEventListener("click", () => { section.open = true; });
         index.appendChild(link);
       }
