@@ -158,7 +158,7 @@ def face_leakage_rows(
     anonymize = stage_call("anonymize")
     from tasks.assess.residual import UPSCALE, face_leakage
     from tasks.assess.truth import clips_of
-    from tasks.core.opencv_detectors import face_boxes
+    from tasks.people_finding.opencv_detectors import face_boxes
 
     rows = read_manifest(folder / "decode" / MANIFEST_NAME)
     raw = clips_of(rows, folder / "decode")

@@ -83,8 +83,8 @@ def bench_dprp_command(frames: int, size: tuple[int, int], k: str, out: Path, de
     import json
 
     from benchmarks.dprp import run_bench
-    from tasks.core.device import resolve_device
     from tasks.dprp.single_video import parse_k
+    from tasks.video_models.device import resolve_device
 
     record = run_bench(
         frames=frames,
@@ -142,7 +142,7 @@ def bench_private_command(
     import json
 
     from benchmarks.private import run_bench
-    from tasks.core.device import resolve_device
+    from tasks.video_models.device import resolve_device
 
     own = backbone == OWN
     if not own and out == Path("reports/bench/private.json"):

@@ -25,7 +25,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from tasks.core.device import matmul_gflops, stamp
 from tasks.core.storage import atomic_write_bytes
 from tasks.dprp.mechanism import (
     DTYPE,
@@ -36,6 +35,7 @@ from tasks.dprp.mechanism import (
     protect_video,
 )
 from tasks.privacy.dprp_calibration import NoiseScales, noise_scales
+from tasks.video_models.device import matmul_gflops, stamp
 
 
 def mechanism_flops(t: int, d: int, k: int, per_r: bool) -> float:

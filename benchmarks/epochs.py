@@ -24,14 +24,14 @@ from typing import Any
 
 import torch
 
-from tasks.core.clips import labels_of, load_clips, split_rows
-from tasks.core.device import resolve_device
+from tasks.core.intervals import interval
 from tasks.core.manifest import MANIFEST_NAME, read_manifest
 from tasks.core.params import BaseParams, ModelParams, TrainParams
-from tasks.core.seeds import interval
 from tasks.core.storage import atomic_write_bytes
 from tasks.core.tracking import stage_run
 from tasks.train import TrainingData, _train_seed, classifier_config, held_out_accuracy
+from tasks.video_models.clips import labels_of, load_clips, split_rows
+from tasks.video_models.device import resolve_device
 
 LOG = logging.getLogger(__name__)
 

@@ -28,17 +28,17 @@ from typing import Any
 
 import torch
 
-from tasks.core.clips import labels_of, load_clips, normalise, split_rows
-from tasks.core.head_features import head_of, pooled_features, standardise
+from tasks.core.dp_randomness import DpRandomness
+from tasks.core.intervals import interval
 from tasks.core.manifest import MANIFEST_NAME, read_manifest
 from tasks.core.params import BaseParams, PrivateParams, load_plan, load_section
-from tasks.core.public_model import classifier_seed, public_model
-from tasks.core.randomness import DpRandomness
-from tasks.core.seeds import interval
 from tasks.core.storage import atomic_write_bytes
 from tasks.privacy.budget import derived_plan
 from tasks.private.methods import PrivateData, Recipe, train_grouped
 from tasks.private.stage import PreparedInputs, prepare_inputs
+from tasks.video_models.clips import labels_of, load_clips, normalise, split_rows
+from tasks.video_models.head_features import head_of, pooled_features, standardise
+from tasks.video_models.public_model import classifier_seed, public_model
 
 LOG = logging.getLogger(__name__)
 UNCLIPPED = 1e12  # a clipping norm no gradient reaches

@@ -1,12 +1,12 @@
 """``privhar bench private``: seconds per logical batch of non-private SGD, DP-SGD and selective DP-SGD.
 
 One run, one model architecture (privhar's classifier, or ``--backbone``: a model-zoo backbone of
-:mod:`tasks.core.backbones`, DP-ready, at its own clip unless ``--frames`` / ``--size`` say otherwise), one batch of
+:mod:`tasks.video_models.backbones`, DP-ready, at its own clip unless ``--frames`` / ``--size`` say otherwise), one batch of
 clips: (i) non-private SGD on every parameter,
 (ii) DP-SGD on every parameter (per-sample gradients, clipping, noise) with each of Opacus's
 per-sample gradient modes (``ew``: PyTorch's ExpandedWeights, the pipeline's default; ``hooks``;
 ``functorch``), (iii) DP-SGD (``ew``) on each selective-tuning subset of
-:mod:`tasks.core.selective` (paper 003: only θ_t gets per-sample gradients, and backward stops
+:mod:`tasks.video_models.selective` (paper 003: only θ_t gets per-sample gradients, and backward stops
 below the lowest trainable layer when it can).
 Each is timed as the median of ``repeats`` steps after ``warmup`` steps. Targets from the issue:
 DP-SGD / non-private ≤ 2.5×; full DP / selective DP ≥ 1.9× (003 reports 48 % less runtime).
@@ -26,12 +26,12 @@ import torch.nn.functional as F
 from opacus import PrivacyEngine
 from torch.utils.data import DataLoader, TensorDataset
 
-from tasks.core.backbones import build_backbone
 from tasks.core.clip_shapes import OWN, zoo_clip
-from tasks.core.device import stamp, synchronise
-from tasks.core.models import create_video_classifier, group_norm
-from tasks.core.selective import select_trainable, trainable_count
 from tasks.core.storage import atomic_write_bytes
+from tasks.video_models.backbones import build_backbone
+from tasks.video_models.device import stamp, synchronise
+from tasks.video_models.models import create_video_classifier, group_norm
+from tasks.video_models.selective import select_trainable, trainable_count
 
 SELECTIVE = ("norms_and_head", "last_stage_and_head", "head")
 MODES = ("ew", "hooks", "functorch")  # ew first: the default, and the one the selective runs use

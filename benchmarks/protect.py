@@ -38,9 +38,9 @@ from benchmarks.face_judge import judge_faces
 from tasks.anonymize.coverage import changed
 from tasks.anonymize.protect_video import VIDEO_FILES, black
 from tasks.anonymize.release import FACE_CHANGE_LEVELS
-from tasks.core.datasets import read_frames
 from tasks.core.scores import matches
 from tasks.core.storage import atomic_write_bytes
+from tasks.video_data.datasets import read_frames
 
 JUDGE_EVERY = 5
 RELEASED_LEVELS = (

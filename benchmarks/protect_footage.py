@@ -23,7 +23,7 @@ import av
 import cv2
 import numpy as np
 
-from tasks.core.datasets import read_frames
+from tasks.video_data.datasets import read_frames
 
 SIZES = {"native": None, "s320": (240, 320), "s720": (720, 1280)}
 

@@ -4,7 +4,7 @@ A real dataset's shape (its people, actions and splits) is known once the index 
 params it cannot serve — more federated clients than people, a δ ≥ 1/N, more DCA filters than public actions —
 would otherwise be refused by their own stage after minutes of others' work (issue 32). ``privhar flow``
 checks every params section first (:func:`check_params`), bring the index up to date and refuse the run in one line here
-(:func:`tasks.core.dataset_checks.check_against_dataset`); ``dvc repro <stage>`` alone gets the index stage's warnings.
+(:func:`tasks.video_data.dataset_checks.check_against_dataset`); ``dvc repro <stage>`` alone gets the index stage's warnings.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tasks.core.dataset_checks import check_against_dataset
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import MANIFEST_NAME, read_manifest
 from tasks.core.params import (
@@ -26,6 +25,7 @@ from tasks.core.params import (
     read_params_file,
 )
 from tasks.privacy.one_run_audit import check_audit_size
+from tasks.video_data.dataset_checks import check_against_dataset
 
 INDEX_STAGE = "synthesize"  # the stage whose manifest lists the dataset's videos, splits, actions and subjects
 INDEX_MANIFEST = Path("data/synthesize") / MANIFEST_NAME

@@ -272,7 +272,7 @@ def screenshots_command(out: Path) -> None:
 @main.command("models")
 def models_command() -> None:
     """Registered models: every version with its aliases, privacy guarantee and Top-1."""
-    from tasks.core.registry import format_epsilon, list_versions
+    from tasks.core.model_registry import format_epsilon, list_versions
     from tasks.core.tracking import configure, tracking_uri
 
     store = tracking_uri()

@@ -38,7 +38,7 @@ from tasks.core.parallel import map_ordered, worker_count
 from tasks.core.params import BaseParams, DecodeParams
 from tasks.core.storage import atomic_directory, save_arrays, save_frames
 from tasks.core.tracking import stage_run, stage_work
-from tasks.core.video_reading import Geometry, Quarantined, read_video, resample_indices
+from tasks.video_data.video_reading import Geometry, Quarantined, read_video, resample_indices
 
 LOG = logging.getLogger(__name__)
 

@@ -29,19 +29,20 @@ import torch
 from sklearn import metrics
 
 from tasks.core import stage_options as arg
-from tasks.core.checkpoints import load_checkpoint
-from tasks.core.clips import labels_of, load_clips, normalise, predict
-from tasks.core.device import resolve_device
 from tasks.core.errors import PrivharError
 from tasks.core.figures import plt, png_bytes
-from tasks.core.head_features import clip_features, frozen_digest, head_of, splits_at_head
+from tasks.core.intervals import interval
 from tasks.core.manifest import MANIFEST_NAME, read_manifest
+from tasks.core.model_registry import checkpoint_digest
 from tasks.core.params import BaseParams, EvaluateParams
-from tasks.core.registry import checkpoint_digest
-from tasks.core.seeds import base_key, checkpoint_key, interval, seed_scores
+from tasks.core.seeds import base_key, checkpoint_key, seed_scores
 from tasks.core.storage import atomic_directory, atomic_write_bytes
 from tasks.core.tables import csv_bytes, frame_of
 from tasks.core.tracking import StageRun, stage_run, stage_work
+from tasks.video_models.checkpoints import load_checkpoint
+from tasks.video_models.clips import labels_of, load_clips, normalise, predict
+from tasks.video_models.device import resolve_device
+from tasks.video_models.head_features import clip_features, frozen_digest, head_of, splits_at_head
 
 LOG = logging.getLogger(__name__)
 

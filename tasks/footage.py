@@ -18,9 +18,9 @@ import av
 import cv2
 import numpy as np
 
-from tasks.core.datasets import open_video
 from tasks.core.errors import PrivharError
 from tasks.synthetic.encode import write_video
+from tasks.video_data.datasets import open_video
 
 log = logging.getLogger(__name__)
 

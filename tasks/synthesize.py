@@ -26,9 +26,8 @@ import cv2
 import numpy as np
 
 from tasks.core import stage_options as arg
-from tasks.core.dataset_checks import dataset_problems
-from tasks.core.datasets import index_dataset, read_frames
 from tasks.core.errors import PrivharError
+from tasks.core.item_randomness import derive_seed, rng_for
 from tasks.core.manifest import MANIFEST_NAME, resolve_path, write_manifest, write_table
 from tasks.core.parallel import map_ordered, worker_count
 from tasks.core.params import (
@@ -38,11 +37,12 @@ from tasks.core.params import (
     PublicParams,
     SynthesizeParams,
 )
-from tasks.core.seeding import derive_seed, rng_for
 from tasks.core.storage import atomic_directory, atomic_write_bytes, save_arrays
 from tasks.core.tracking import stage_run, stage_work
 from tasks.synthetic.encode import write_video
 from tasks.synthetic.video import identity_of, render_video, sample_spec
+from tasks.video_data.dataset_checks import dataset_problems
+from tasks.video_data.datasets import index_dataset, read_frames
 
 LOG = logging.getLogger(__name__)
 FACE_VISIBLE_SHARE = 0.5  # a video "shows a face" when a face is visible in half its frames
@@ -254,7 +254,7 @@ def synthesize(
 
     ``public``: the public pretraining set instead — always synthetic, rendered from ``public.seed``
     (other people, other scenes) with ``public.identities`` and ``public.videos_per_action``. ``checks``: the sections
-    whose problems with the indexed dataset are logged as warnings (:mod:`tasks.core.dataset_checks`).
+    whose problems with the indexed dataset are logged as warnings (:mod:`tasks.video_data.dataset_checks`).
     """
     name = "synthesize"
     if public is not None:

@@ -2,14 +2,14 @@
 
 Methods live in :data:`TRAINING_METHODS`, keyed by the params value; the spine brings the
 non-private ``baseline`` (AdamW, cross-entropy, cosine learning-rate decay). Every method
-trains the model of :func:`tasks.core.models.create_video_classifier`, from scratch or (``--init``,
+trains the model of :func:`tasks.video_models.models.create_video_classifier`, from scratch or (``--init``,
 what the pipeline does) from the public model of the pretrain stage.
 
 The same stage trains on raw clips (``data/decode``) or on a protected copy (``data/dprp/eps8.0``,
 ``data/anonymize/avatar``: protocols 1 and 2 of paper 000, §4.3). A model's key is its folder's
 name under ``data/train`` (``baseline``, ``dprp-eps8.0``, ``anonymize-avatar``); the evaluate stage keys its metrics by it, and the registry
 files it under ``privhar-<family>``. Its privacy claim is the tighter of the method's and the
-training data's (:func:`tasks.core.privacy.strongest`).
+training data's (:func:`tasks.core.guarantee.strongest`).
 
     <frames> (train split) ─▶ clips at train.input_size ─▶ method ─▶ out/model.pt
                                                                └─▶ report/<key>.json, <key>_history.csv
@@ -34,21 +34,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from tasks.core import stage_options as arg
-from tasks.core.checkpoints import architecture_config, build_from_config, transfer_weights
-from tasks.core.clips import (
-    augment,
-    class_names,
-    labels_of,
-    load_clips,
-    normalise,
-    predict,
-    split_rows,
-)
-from tasks.core.device import mixed_precision, resolve_device, to_device
+from tasks.core.catalogue import Catalogue
 from tasks.core.errors import PrivharError
-from tasks.core.head_features import STATISTICS_KEY, feature_statistics, pooled_features
+from tasks.core.guarantee import NON_PRIVATE, data_audit, data_guarantee, strongest
+from tasks.core.intervals import stein_seeds
+from tasks.core.item_randomness import derive_seed
 from tasks.core.manifest import MANIFEST_NAME, read_manifest
-from tasks.core.models import has_batch_norm
+from tasks.core.model_registry import CHECKPOINT_TAG, checkpoint_digest, register_model
 from tasks.core.params import (
     BaseParams,
     ModelParams,
@@ -58,16 +50,25 @@ from tasks.core.params import (
     TrainParams,
     family_seeds,
 )
-from tasks.core.plugins import Registry
-from tasks.core.privacy import NON_PRIVATE, data_audit, data_guarantee, strongest
 from tasks.core.progress import progress
-from tasks.core.registry import CHECKPOINT_TAG, checkpoint_digest, register_model
-from tasks.core.seeding import derive_seed
-from tasks.core.seeds import seed_folder, seed_keys, stein_seeds
+from tasks.core.seeds import seed_folder, seed_keys
 from tasks.core.storage import atomic_directory, atomic_write_bytes
 from tasks.core.tables import csv_bytes
 from tasks.core.tracking import StageRun, stage_run, stage_work
 from tasks.privacy.budget import check_unprotected
+from tasks.video_models.checkpoints import architecture_config, build_from_config, transfer_weights
+from tasks.video_models.clips import (
+    augment,
+    class_names,
+    labels_of,
+    load_clips,
+    normalise,
+    predict,
+    split_rows,
+)
+from tasks.video_models.device import mixed_precision, resolve_device, to_device
+from tasks.video_models.head_features import STATISTICS_KEY, feature_statistics, pooled_features
+from tasks.video_models.models import has_batch_norm
 
 
 @dataclass
@@ -98,7 +99,7 @@ LOG = logging.getLogger(__name__)
 Method = Callable[
     [nn.Module, TrainingData, TrainParams, torch.Generator, StageRun], list[dict[str, float]]
 ]
-TRAINING_METHODS: Registry[Method] = Registry("training method")
+TRAINING_METHODS: Catalogue[Method] = Catalogue("training method")
 
 
 def batches(count: int, batch_size: int, generator: torch.Generator) -> list[torch.Tensor]:
@@ -128,7 +129,7 @@ def warmup_cosine(
 METHOD_PRIVACY = {"baseline": NON_PRIVATE}
 
 
-@TRAINING_METHODS.register("baseline")
+@TRAINING_METHODS.entry("baseline")
 def train_baseline(
     model: nn.Module,
     data: TrainingData,
@@ -264,7 +265,7 @@ def _rule_for(
 
 class SeedPlan:
     """How many seeds a row trains: all ``most``, or, by ``rule``, the pilot's and then what Stein's rule asks of
-    their spread (:func:`tasks.core.seeds.stein_seeds`). The pilot seeds are scored as the evaluate stage scores the
+    their spread (:func:`tasks.core.intervals.stein_seeds`). The pilot seeds are scored as the evaluate stage scores the
     row (protocol 1: the raw test split of ``score_on``); every seed trained is kept and evaluated, so the row's mean is
     over all of them."""
 

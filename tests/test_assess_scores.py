@@ -278,7 +278,7 @@ def test_the_bundled_detectors_find_the_same_boxes_from_threads_at_once() -> Non
 
     from skimage import data
 
-    from tasks.core.opencv_detectors import face_boxes, people_boxes
+    from tasks.people_finding.opencv_detectors import face_boxes, people_boxes
 
     photo = data.astronaut()[::2, ::2].copy()
     frames = [photo, photo[::-1].copy(), photo[:, ::-1].copy()] * 3

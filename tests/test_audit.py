@@ -24,8 +24,8 @@ from scipy.stats import beta
 from torch import nn
 
 import tasks.private.methods as methods
+from tasks.core.dp_randomness import DpStream
 from tasks.core.parallel import worker_count
-from tasks.core.randomness import DpStream
 from tasks.federated.client import LocalRecipe, Shard, client_round, trainable_state
 from tasks.ldp.randomized_response import perturb
 from tasks.privacy.accounting import ADD_REMOVE, REPLACE_ONE, sampled_gaussian_epsilon
@@ -452,7 +452,7 @@ def opacus_worlds() -> tuple[Scores, Scores]:
 
 
 def halve_every_stream_draw(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
-    """The plant: every Gaussian draw of :class:`DpStream` (Opacus's noise, through tasks/core/opacus_randomness.py)
+    """The plant: every Gaussian draw of :class:`DpStream` (Opacus's noise, through tasks/privacy/opacus_randomness.py)
     at half its standard deviation."""
     original = DpStream.normal
     return lambda: monkeypatch.setattr(
@@ -480,7 +480,7 @@ def assert_it_holds_and_halved_noise_is_caught(
 
 
 def test_opacus_noise_holds_and_halved_noise_is_caught(monkeypatch):
-    """The headline method: its noise comes from :mod:`tasks.core.opacus_randomness`, not from the grouped loop."""
+    """The headline method: its noise comes from :mod:`tasks.privacy.opacus_randomness`, not from the grouped loop."""
     claimed = sampled_gaussian_epsilon(1.0, 1.0, 1, DELTA, accountant="pld", relation=ADD_REMOVE)
     assert_it_holds_and_halved_noise_is_caught(
         opacus_worlds(), claimed, halve_every_stream_draw(monkeypatch)
@@ -489,7 +489,7 @@ def test_opacus_noise_holds_and_halved_noise_is_caught(monkeypatch):
 
 def test_opacus_batches_are_poisson_and_fixed_batches_are_caught(monkeypatch):
     """40 videos, B = 1: Opacus's batch sizes are Binomial(40, 1/40); ``poisson_sampling=False`` gives 1 every step."""
-    from tasks.core.opacus_randomness import StreamPrivacyEngine
+    from tasks.privacy.opacus_randomness import StreamPrivacyEngine
 
     def binomial_like() -> bool:
         sizes = np.array(opacus_steps(40, 0.0, 1.0, 1_000, 0)[1])

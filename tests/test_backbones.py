@@ -1,4 +1,4 @@
-"""The field's backbones (tasks/core/backbones.py, issue 34), each at a tiny clip: built, a written checkpoint of
+"""The field's backbones (tasks/video_models/backbones.py, issue 34), each at a tiny clip: built, a written checkpoint of
 another label set loaded, made DP-ready (exactly: the folded model computes what the published one did), put in
 privhar's block layout (the same logits; the head-feature cache and the tuning presets apply), one DP-SGD step under
 Opacus with per-sample gradients, one evaluation pass, an MLflow signature with the clip's shape, rebuilt from the
@@ -11,13 +11,13 @@ import pytest
 import torch
 from torch import nn
 
-from tasks.core.backbones import BACKBONES, backbone, build_backbone, dp_ready, load_weights
-from tasks.core.checkpoints import build_from_config
 from tasks.core.clip_shapes import zoo_clip
 from tasks.core.errors import PrivharError
-from tasks.core.head_features import head_of, pooled_features, splits_at_head
-from tasks.core.models import head_name
-from tasks.core.selective import NAMED, select_trainable
+from tasks.video_models.backbones import BACKBONES, backbone, build_backbone, dp_ready, load_weights
+from tasks.video_models.checkpoints import build_from_config
+from tasks.video_models.head_features import head_of, pooled_features, splits_at_head
+from tasks.video_models.models import head_name
+from tasks.video_models.selective import NAMED, select_trainable
 
 TINY = {"frames": 4, "size": 32}
 
@@ -191,7 +191,7 @@ def test_zoo_weights_come_from_the_sources_table_and_a_failed_download_is_one_li
     so nothing is fetched) one line names the URL and what to do instead."""
     import urllib.error
 
-    from tasks.core.backbones import published_url, weights_file
+    from tasks.video_models.backbones import published_url, weights_file
 
     assert published_url("x3d_s").endswith("/kinetics/X3D_S.pyth")
     assert published_url("r2plus1d_r18").startswith(

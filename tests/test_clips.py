@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from tasks.core.clips import MEAN, STD, augment, normalise
+from tasks.video_models.clips import MEAN, STD, augment, normalise
 
 
 def flip_pad_crop(clips: torch.Tensor, generator: torch.Generator, shift: int) -> torch.Tensor:

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from flows.stage_commands import stage_call
-from tasks.core.datasets import index_dataset
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import read_manifest
 from tasks.synthetic.encode import write_video
+from tasks.video_data.datasets import index_dataset
 from tests.conftest import write_params
 
 decode = stage_call("decode")

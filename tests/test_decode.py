@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from flows.stage_commands import stage_call
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import read_manifest, write_manifest
-from tasks.core.video_reading import Geometry, resample_indices
+from tasks.video_data.video_reading import Geometry, resample_indices
 from tests.conftest import write_params
 
 decode = stage_call("decode")

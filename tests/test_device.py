@@ -8,10 +8,10 @@ import torch
 import yaml
 from conftest import sections, write_params
 
-from tasks.core.device import describe, mixed_precision, resolve_device, to_device
 from tasks.core.errors import PrivharError
 from tasks.core.params import BaseParams, load_section
 from tasks.dprp.mechanism import Projection, protect_video
+from tasks.video_models.device import describe, mixed_precision, resolve_device, to_device
 
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -86,7 +86,7 @@ def test_train_and_evaluate_run_on_the_device_base_device_names(tiny_decoded, tm
     from flows.stage_commands import stage_call
 
     train = stage_call("train")
-    from tasks.core.registry import newest_version
+    from tasks.core.model_registry import newest_version
     from tasks.evaluate import evaluate
 
     params = tmp_path / "params.yaml"
@@ -134,7 +134,7 @@ def test_train_on_the_gpu_saves_a_checkpoint_that_loads_on_the_cpu(tiny_decoded,
     from flows.stage_commands import stage_call
 
     train = stage_call("train")
-    from tasks.core.checkpoints import load_checkpoint
+    from tasks.video_models.checkpoints import load_checkpoint
 
     params = tmp_path / "params.yaml"
     config = yaml.safe_load((tiny_decoded / "params.yaml").read_text())

@@ -10,8 +10,8 @@ from opacus import PrivacyEngine
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from tasks.core.dp_randomness import DpStream
 from tasks.core.errors import PrivharError
-from tasks.core.randomness import DpStream
 from tasks.privacy.accounting import opacus_engine_epsilon
 from tasks.private.distributed import train_dp_sgd_processes
 

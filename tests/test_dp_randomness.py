@@ -15,8 +15,8 @@ import pytest
 import torch
 from torch import nn
 
-from tasks.core.randomness import MIN_KEY_BITS, DpRandomness, DpStream
-from tasks.core.seeding import derive_seed
+from tasks.core.dp_randomness import MIN_KEY_BITS, DpRandomness, DpStream
+from tasks.core.item_randomness import derive_seed
 from tasks.private.methods import PrivateData, Recipe
 from tasks.private.stage import train_one
 

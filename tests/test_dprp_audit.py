@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from tasks.core.randomness import DpRandomness
+from tasks.core.dp_randomness import DpRandomness
 from tasks.dprp.audit import audit_copy, canary_frames, top_direction
 from tasks.dprp.mechanism import Projection
 from tasks.privacy.dprp_calibration import noise_scales

@@ -11,7 +11,7 @@ import torch
 from conftest import REPO, assert_frames_agree
 
 from tasks.core.errors import PrivharError
-from tasks.core.seeding import derive_seed
+from tasks.core.item_randomness import derive_seed
 from tasks.dprp.mechanism import Projection, project, protect_video
 from tasks.privacy.dprp_calibration import noise_scales
 

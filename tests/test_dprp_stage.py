@@ -7,11 +7,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from flows.stage_commands import stage_call
+from tasks.core.dp_randomness import NOT_PRIVATE, SECURE
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import read_manifest
-from tasks.core.randomness import NOT_PRIVATE, SECURE
-from tasks.core.subjects import named_people
 from tasks.privacy.dprp_calibration import noise_scales
+from tasks.video_data.subjects import named_people
 from tests.conftest import write_params
 
 dprp = stage_call("dprp")
@@ -111,7 +111,7 @@ def test_secret_noise_cannot_be_regenerated_from_the_repository(
     """Issue 17: with the seed in params.yaml an attacker regenerates M (and a per-video R) in seeded mode, so P̃ − M = XR;
     in secure mode the seeds the mechanism used are fresh OS entropy, never derived from params, and differ per run."""
     import tasks.dprp.stage as stage
-    from tasks.core.seeding import derive_seed
+    from tasks.core.item_randomness import derive_seed
 
     monkeypatch.chdir(tiny_decoded)
     used: list[tuple[int, int]] = []

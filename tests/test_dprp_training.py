@@ -7,7 +7,7 @@ import pytest
 
 from flows.stage_commands import stage_call
 from tasks.core.errors import PrivharError
-from tasks.core.registry import newest_version
+from tasks.core.model_registry import newest_version
 from tasks.evaluate import evaluate
 from tasks.privacy.dprp_calibration import noise_scales
 from tests.conftest import sections, write_params
@@ -144,7 +144,7 @@ def test_bad_epochs_and_family_are_one_line(dprp_trained, tiny_decoded, tmp_path
 
 
 def test_tighter_guarantee_wins():
-    from tasks.core.privacy import NON_PRIVATE, PrivacyGuarantee, data_guarantee, strongest
+    from tasks.core.guarantee import NON_PRIVATE, PrivacyGuarantee, data_guarantee, strongest
 
     rows = [
         {"epsilon": 2.0, "delta": 1e-4, "accountant": "A"},

@@ -81,7 +81,7 @@ def test_a_fingerprint_is_sha256sum_of_the_commands_import_closure(tmp_path):
     synthesize = (tmp_path / "code/synthesize.sha256").read_text()
     named = [line.split("  ", 1)[1] for line in synthesize.splitlines()]
     assert named == sorted(str(path) for path in closure(stage_commands()["synthesize"]))
-    assert "tasks/core/seeding.py" in named and "tasks/ldp/dcaconv.py" not in named
+    assert "tasks/core/item_randomness.py" in named and "tasks/ldp/dcaconv.py" not in named
     for path in (tmp_path / "code").glob("*.sha256"):
         checked = subprocess.run(
             ["sha256sum", "--check", "--strict", str(path)],

@@ -14,8 +14,6 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from tasks.core.errors import PrivharError
-from tasks.core.opacus_randomness import StreamShuffle
-from tasks.core.partition import partition
 from tasks.federated.aggregation import aggregate, local_step_norm, select_clients
 from tasks.federated.client import (
     LocalRecipe,
@@ -27,6 +25,8 @@ from tasks.federated.client import (
 )
 from tasks.federated.rounds import Federation, client_seed, in_process, run_rounds
 from tasks.privacy.federated_accounting import calibrate, epsilon_of, paper_tls_epsilon
+from tasks.privacy.opacus_randomness import StreamShuffle
+from tasks.video_data.partition import partition
 
 
 def toy_data(count: int = 48, features: int = 6, classes: int = 3, seed: int = 0) -> Shard:

@@ -9,15 +9,15 @@ import copy
 import pytest
 import torch
 
-from tasks.core.head_features import first_trainable_block, head_of, tail_of
-from tasks.core.models import create_video_classifier
-from tasks.core.randomness import DpStream
-from tasks.core.selective import select_trainable
+from tasks.core.dp_randomness import DpStream
 from tasks.federated.audit import CanaryRows, audit_federation, placement, rows_of, with_canaries
 from tasks.federated.client import LocalRecipe, Shard
 from tasks.federated.rounds import Federation
 from tasks.privacy.federated_accounting import calibrate
 from tasks.privacy.gradient_canaries import CANARY_INPUT
+from tasks.video_models.head_features import first_trainable_block, head_of, tail_of
+from tasks.video_models.models import create_video_classifier
+from tasks.video_models.selective import select_trainable
 
 CLASSES, FEATURES = 3, 32  # create_video_classifier(width=4): 4 · 8 features into the head
 

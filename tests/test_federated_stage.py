@@ -11,8 +11,8 @@ import yaml
 
 from flows.stage_commands import stage_call
 from tasks.core.errors import PrivharError
+from tasks.core.model_registry import newest_version
 from tasks.core.params import load_plan
-from tasks.core.registry import newest_version
 from tasks.privacy.accounting import gdp_epsilon
 from tasks.privacy.budget import planned_releases
 from tasks.privacy.federated_accounting import epsilon_of
@@ -205,16 +205,16 @@ def test_the_stage_on_flower_gives_the_in_process_table(project, tmp_path):
 def test_head_only_clients_train_on_standardised_features_and_the_saved_head_is_folded(project):
     """Selective (head-only) tuning: the tail's inputs are the pooled features standardised by the public model's
     statistics, as (N, C, 1, 1, 1); the tail's logits on them equal the folded full model's on the clips."""
-    from tasks.core.clips import labels_of, load_clips, normalise, split_rows
-    from tasks.core.head_features import (
+    from tasks.core.manifest import MANIFEST_NAME, read_manifest
+    from tasks.federated.inputs import Clips, split_for
+    from tasks.video_models.clips import labels_of, load_clips, normalise, split_rows
+    from tasks.video_models.head_features import (
         fold_standardisation,
         head_of,
         pooled_features,
         public_statistics,
         standardise,
     )
-    from tasks.core.manifest import MANIFEST_NAME, read_manifest
-    from tasks.federated.inputs import Clips, split_for
 
     folder, _, decoded = project
     init = folder / "data/pretrain/public"
@@ -342,9 +342,9 @@ def test_fednova_is_fedavgs_model_at_every_epsilon_when_every_client_takes_the_s
     aggregation trains its own models and draws its own noise. One tuning (full) shows it: the normalisation depends on
     the clients' steps, not on which parameters train."""
     from tasks.core.params import BaseParams, FederatedParams, load_section
-    from tasks.core.public_model import public_config
     from tasks.federated.inputs import load_federated_clips
     from tasks.federated.stage import fednova_is_fedavg
+    from tasks.video_models.public_model import public_config
 
     folder, params_path, decoded = project
     params = load_section(params_path, "federated", FederatedParams)
@@ -406,10 +406,10 @@ def test_a_tunings_own_recipe_sets_its_local_epochs_and_its_sigma(project, tmp_p
     """federated.recipe_per_tuning: the selective rows train 3 local epochs a round where full trains 1; σ is
     calibrated for each tuning's own compositions, so both spend federated.epsilon per client, and the budget plan
     prices each person with the tuning's own E (its verdicts are the stage's)."""
-    from tasks.core.clips import split_rows
     from tasks.core.manifest import MANIFEST_NAME, read_manifest
     from tasks.core.params import FederatedParams, load_section, tuned
     from tasks.privacy.budget import planned_releases
+    from tasks.video_models.clips import split_rows
 
     params = write_params(
         tmp_path,

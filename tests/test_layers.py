@@ -1,7 +1,8 @@
 """Issue 33: the layers hold (docs/architecture.md) — no import circle anywhere in tasks/ or flows/ (lazy imports
 inside functions count), no stage importing another stage (what two stages share lives below them), and no layer
-importing one above it: tasks/core (with the renderer tasks/synthetic and the torchvision shim) <- tasks/privacy
-(accountants, calibrations, budget, ledger) <- the stages <- flows/ <- privhar/ (the command line).
+importing one above it: tasks/core (with the renderer tasks/synthetic and the torchvision shim) <- the model, data and
+people-finding stacks (tasks/video_models, tasks/video_data, tasks/people_finding: none imports another) <-
+tasks/privacy (accountants, calibrations, budget, ledger) <- the stages <- flows/ <- privhar/ (the command line).
 
 A stage is a top-level module of tasks (tasks/train.py) or a package (tasks/private/). In the DP paths (the privacy
 layer and the stages that release under DP) no function is longer than 60 lines: each step of a release reads on its
@@ -18,7 +19,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = {"core", "synthetic", "torchvision_compat"}  # the bottom layer
-BELOW_STAGES = SHARED | {"privacy"}
+STACKS = ("video_models", "video_data", "people_finding")  # one floor above it, side by side
+BELOW_STAGES = SHARED | set(STACKS) | {"privacy"}
 DP_PATHS = ("privacy", "private", "federated", "dprp", "ldp")
 ROOTS = ("tasks", "flows", "privhar")
 LONGEST = 60  # lines from `def` to the last line of the body: signature and docstring included, decorators not
@@ -84,13 +86,25 @@ def test_no_stage_imports_another_stage():
 
 
 def layer_of(module: str) -> int:
-    """0 the shared layer, 1 tasks/privacy, 2 a stage, 3 flows/, 4 privhar/."""
+    """0 the shared layer, 1 the stacks, 2 tasks/privacy, 3 a stage, 4 flows/, 5 privhar/."""
     parts = module.split(".")
     if parts[0] in ("flows", "privhar"):
-        return ROOTS.index(parts[0]) + 2
+        return ROOTS.index(parts[0]) + 3
     if len(parts) < 2 or parts[1] in SHARED:
         return 0
-    return 1 if parts[1] == "privacy" else 2
+    if parts[1] in STACKS:
+        return 1
+    return 2 if parts[1] == "privacy" else 3
+
+
+def test_no_stack_imports_another():
+    crossings = sorted(
+        f"{source} -> {target}"
+        for source, target in import_graph().edges
+        if layer_of(source) == layer_of(target) == 1
+        and source.split(".")[1] != target.split(".")[1]
+    )
+    assert not crossings, "; ".join(crossings)
 
 
 def test_no_layer_imports_one_above_it():
@@ -108,6 +122,12 @@ def test_no_layer_imports_one_above_it():
         ([("tasks.a.x", "tasks.b.y"), ("tasks.b.y", "tasks.a.x")], test_no_import_circle),
         ([("tasks.ldp.video", "tasks.assess.faces")], test_no_stage_imports_another_stage),
         ([("tasks.core.x", "tasks.privacy.budget")], test_no_layer_imports_one_above_it),
+        ([("tasks.core.params", "tasks.video_data.subjects")], test_no_layer_imports_one_above_it),
+        (
+            [("tasks.video_data.datasets", "tasks.privacy.budget")],
+            test_no_layer_imports_one_above_it,
+        ),
+        ([("tasks.video_data.x", "tasks.video_models.clips")], test_no_stack_imports_another),
         ([("flows.stage_tasks", "privhar.cli")], test_no_layer_imports_one_above_it),
     ],
 )

@@ -3,7 +3,7 @@
 import torch
 from torch import nn
 
-from tasks.core.models import GroupNorm3d, create_video_classifier, has_batch_norm
+from tasks.video_models.models import GroupNorm3d, create_video_classifier, has_batch_norm
 
 
 def test_no_batch_norm_and_group_norm_everywhere():
@@ -28,7 +28,7 @@ def test_per_sample_independence():
 
 
 def test_checkpoint_config_is_the_saved_config_without_the_model(tmp_path):
-    from tasks.core.checkpoints import checkpoint_config, load_checkpoint
+    from tasks.video_models.checkpoints import checkpoint_config, load_checkpoint
 
     config = {
         "num_classes": 4,
@@ -76,7 +76,7 @@ def test_the_rgb_and_motion_view_stacks_six_channels_and_unknown_views_are_one_l
 
 
 def test_a_checkpoint_saved_before_input_views_loads_as_rgb_with_average_pooling(tmp_path):
-    from tasks.core.checkpoints import load_checkpoint
+    from tasks.video_models.checkpoints import load_checkpoint
 
     config = {
         "num_classes": 4,

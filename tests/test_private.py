@@ -10,10 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tasks.core.dp_randomness import DpStream
 from tasks.core.errors import PrivharError
-from tasks.core.models import create_video_classifier
-from tasks.core.randomness import DpStream
-from tasks.core.selective import select_trainable, trainable_count
 from tasks.privacy.accounting import ADD_REMOVE, sampled_gaussian_epsilon
 from tasks.private.accounting import SgdPrivacy, calibrate
 from tasks.private.gradients import clip_and_sum, per_unit_gradients
@@ -26,6 +24,8 @@ from tasks.private.methods import (
     train_grouped,
 )
 from tasks.private.tokens import public_token_map, token_views
+from tasks.video_models.models import create_video_classifier
+from tasks.video_models.selective import select_trainable, trainable_count
 
 RECIPE = Recipe(
     epochs=2,
@@ -230,8 +230,12 @@ def test_maskdp_public_gradient_is_clipped_per_video_when_bounded():
 
 
 def test_a_head_trained_on_standardised_features_folds_into_the_same_logits():
-    """tasks.core.head_features: (W, b) on (x − m)/s equals the folded head on x; the statistics of the given features."""
-    from tasks.core.head_features import feature_statistics, fold_standardisation, standardise
+    """tasks.video_models.head_features: (W, b) on (x − m)/s equals the folded head on x; the statistics of the given features."""
+    from tasks.video_models.head_features import (
+        feature_statistics,
+        fold_standardisation,
+        standardise,
+    )
 
     generator = torch.Generator().manual_seed(5)
     features = (

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from tasks.core.randomness import DpRandomness, DpStream
+from tasks.core.dp_randomness import DpRandomness, DpStream
 from tasks.privacy.accounting import ADD_REMOVE, REPLACE_ONE
 from tasks.privacy.gradient_canaries import CANARY_INPUT, widened
 from tasks.private.audit import audit_training, with_canaries

@@ -17,12 +17,12 @@ import torch
 
 from flows.stage_commands import stage_call
 from tasks.core.errors import PrivharError
-from tasks.core.head_features import head_of, pooled_features
-from tasks.core.models import create_video_classifier
+from tasks.core.model_registry import newest_version
 from tasks.core.params import PrivateParams, load_plan, load_section
-from tasks.core.registry import newest_version
-from tasks.core.selective import select_trainable
 from tasks.private.gradients import per_unit_gradients
+from tasks.video_models.head_features import head_of, pooled_features
+from tasks.video_models.models import create_video_classifier
+from tasks.video_models.selective import select_trainable
 from tests.conftest import check_budget_at, write_params
 
 anonymize = stage_call("anonymize")
@@ -178,10 +178,10 @@ def test_every_method_trains_each_epsilon_and_infinity(project, trained, method)
 
 def test_the_public_model_holds_its_training_clips_feature_statistics(project):
     """The pretrain stage saves the public clips' pooled-feature mean and std; the private heads train on them."""
-    from tasks.core.checkpoints import load_checkpoint
-    from tasks.core.clips import load_clips, normalise, split_rows
-    from tasks.core.head_features import feature_statistics, stored_statistics
     from tasks.core.manifest import MANIFEST_NAME, read_manifest
+    from tasks.video_models.checkpoints import load_checkpoint
+    from tasks.video_models.clips import load_clips, normalise, split_rows
+    from tasks.video_models.head_features import feature_statistics, stored_statistics
 
     folder, _, decoded = project
     path = folder / "data/pretrain/public/model.pt"
@@ -263,10 +263,10 @@ def test_bad_input_is_one_line_before_training(project, tmp_path, caplog):
 
 def test_maskdp_public_view_holds_only_avatar_pixels_on_the_anonymize_masks(project):
     """Issue 17: at the default threshold 0.5 a half-avatar token was public whole; now only its avatar pixels are."""
-    from tasks.core.clips import load_clips, split_rows
     from tasks.core.manifest import read_manifest
     from tasks.private.stage import public_masks
     from tasks.private.tokens import public_pixels, public_token_map
+    from tasks.video_models.clips import load_clips, split_rows
 
     folder = project[0]
     avatar = folder / "data/anonymize/avatar"
@@ -293,10 +293,10 @@ def test_maskdp_public_view_at_the_models_input_does_not_move_when_any_non_avata
     """Issue 30: the clips reach the model resized bilinearly (down, by a non-integer factor, and up), so the public view is
     computed at that size: a copy of the avatar clips with every non-avatar source pixel changed gives the same public
     view bit for bit, through the stage's own loading and views. The nearest-neighbour mask it replaced is shown to move."""
-    from tasks.core.clips import load_clips, split_rows
     from tasks.core.manifest import read_manifest, resolve_path
     from tasks.core.storage import load_frames, save_frames
     from tasks.private.stage import method_views, public_masks
+    from tasks.video_models.clips import load_clips, split_rows
 
     avatar = project[0] / "data/anonymize/avatar"
     changed = shutil.copytree(avatar, tmp_path / "changed")
@@ -361,9 +361,9 @@ def test_maskdp_public_view_does_not_move_when_the_real_clip_behind_the_avatar_c
     grey levels, gives the same public view at the model's input bit for bit, through the stage's own loading, masks,
     resize (the tiny set's own size, and 0.75, the default params' non-integer factor) and views. With the old
     mask (every pixel an avatar touched) the anti-aliased edges blended the real background in and the view moved."""
-    from tasks.core.clips import load_clips, split_rows
     from tasks.core.manifest import read_manifest
     from tasks.private.stage import method_views, public_masks
+    from tasks.video_models.clips import load_clips, split_rows
 
     avatar, brighter = brighter_avatar_copy
     rows = split_rows(read_manifest(avatar / "manifest.parquet"), "train")
@@ -555,7 +555,7 @@ def test_an_epsilon_can_take_more_seeds_than_the_others_and_the_plan_and_ledger_
     the budget plans, enters each in the ledger (as one run), and the model run of the ε holds every seed's curves."""
     from mlflow import MlflowClient
 
-    from tasks.core.registry import newest_version
+    from tasks.core.model_registry import newest_version
     from tasks.privacy.budget import planned_releases
     from tasks.privacy.release_ledger import recorded
 

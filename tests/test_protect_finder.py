@@ -113,7 +113,7 @@ def test_a_panning_street_is_not_released_black_nor_taken_whole_for_people(tmp_p
 )
 def test_a_detection_copy_maps_up_as_decodes_geometry_does(small, full):
     from tasks.anonymize.source_clip import Upscale
-    from tasks.core.video_reading import Geometry
+    from tasks.video_data.video_reading import Geometry
 
     masks = (np.random.default_rng(0).random((3, *small)) > 0.97).astype(np.float32)
     points = np.random.default_rng(1).random((5, 2)) * small[::-1]
@@ -128,8 +128,8 @@ def test_a_detection_copy_maps_up_as_decodes_geometry_does(small, full):
 
 def test_centerface_finds_the_turned_face_haar_misses():
     from tasks.anonymize.centerface import find_faces
-    from tasks.core.opencv_detectors import face_boxes, judge_upscale
     from tasks.core.scores import matches
+    from tasks.people_finding.opencv_detectors import face_boxes, judge_upscale
 
     clip, box = followed_face()
     centerface = sum(any(matches(found, box, 0.3) for found in faces) for faces in find_faces(clip))

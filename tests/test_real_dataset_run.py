@@ -122,8 +122,8 @@ def zoo_checkpoint(name: str, path: Path) -> None:
     torchvision a bare state dict."""
     import torch
 
-    from tasks.core.backbones import BACKBONES
     from tasks.core.clip_shapes import zoo_clip
+    from tasks.video_models.backbones import BACKBONES
 
     torch.manual_seed(3)
     state = (

@@ -8,8 +8,8 @@ from mlflow import MlflowClient
 from torch import nn
 
 from privhar.cli import main
-from tasks.core.privacy import PrivacyGuarantee
-from tasks.core.registry import (
+from tasks.core.guarantee import PrivacyGuarantee
+from tasks.core.model_registry import (
     CHECKPOINT_TAG,
     list_versions,
     model_name,

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 import yaml
 
-from tasks.core.datasets import hmdb51_subject, index_dataset, ucf101_subject
 from tasks.core.errors import PrivharError
 from tasks.core.params import (
     AnonymizeParams,
@@ -20,7 +19,8 @@ from tasks.core.params import (
     load_section,
     read_params_file,
 )
-from tasks.core.subjects import subjects_statement
+from tasks.video_data.datasets import hmdb51_subject, index_dataset, ucf101_subject
+from tasks.video_data.subjects import subjects_statement
 from tests.conftest import REPO, make_project, sh, write_params
 from tests.test_datasets import make_hmdb51, make_ucf101
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from tasks.core.dp_randomness import NOT_PRIVATE
 from tasks.core.errors import PrivharError
 from tasks.core.params import load_plan
-from tasks.core.randomness import NOT_PRIVATE
 from tasks.core.scores import SIGNATURE_COLUMNS
 from tasks.core.tables import compact
 from tasks.privacy.accounting import (

@@ -15,13 +15,13 @@ import torch
 from scipy import stats
 
 from flows.stage_commands import stage_call
-from tasks.core.checkpoints import load_checkpoint
-from tasks.core.clips import labels_of, load_clips, predict, split_rows
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import MANIFEST_NAME, read_manifest
-from tasks.core.registry import checkpoint_digest, newest_version, record_scores
+from tasks.core.model_registry import checkpoint_digest, newest_version, record_scores
 from tasks.core.seeds import seed_folder
 from tasks.evaluate import confusion_matrix, evaluate, top_k_accuracy
+from tasks.video_models.checkpoints import load_checkpoint
+from tasks.video_models.clips import labels_of, load_clips, predict, split_rows
 from tests.conftest import sections, write_params
 
 train = stage_call("train")
@@ -125,7 +125,7 @@ def test_registered_model_has_a_signature_and_carries_its_code(trained):
     assert (clips.shape, str(clips.type)) == ((-1, 3, -1, -1, -1), "float32")
     assert info.signature.outputs.inputs[0].shape == (-1, 3)
     folder = Path(mlflow.artifacts.download_artifacts(info.model_uri))
-    assert (folder / "code/tasks/core/models.py").is_file()
+    assert (folder / "code/tasks/video_models/models.py").is_file()
     requirements = (folder / "requirements.txt").read_text().split()
     assert not any(line.startswith("privhar") for line in requirements) and any(
         line.startswith("torch==") for line in requirements
@@ -200,8 +200,8 @@ def test_top_k_and_confusion():
 
 
 def test_fine_tuning_takes_the_public_backbone_and_a_fresh_classifier(trained, tmp_path):
-    from tasks.core.checkpoints import build_from_config, transfer_weights
-    from tasks.core.models import CLASSIFIER
+    from tasks.video_models.checkpoints import build_from_config, transfer_weights
+    from tasks.video_models.models import CLASSIFIER
     from tests.conftest import write_params
 
     folder, _ = trained
@@ -240,9 +240,9 @@ def test_fine_tuning_takes_the_public_backbone_and_a_fresh_classifier(trained, t
 def test_a_fine_tunings_seed_0_does_not_start_from_its_public_models_own_draws(trained):
     """Seed 0 of a fine-tuning once drew the classifier its public model started from (both seeded by method and
     seed alone); the make run of 2026-11-27 had it above every other seed of both Video-DPRP copies."""
-    from tasks.core.models import CLASSIFIER
     from tasks.core.params import load_train
     from tasks.train import TrainingData, _train_seed
+    from tasks.video_models.models import CLASSIFIER
 
     folder, _ = trained
     public = folder / "data/train/baseline"
@@ -384,10 +384,10 @@ def test_models_differing_only_in_the_classifier_share_one_backbone_pass_with_th
     backbone differs by one weight gets its own pass."""
     import copy
 
-    from tasks.core.clips import load_clips, predict
-    from tasks.core.head_features import head_of
     from tasks.core.manifest import read_manifest
     from tasks.evaluate import Logits
+    from tasks.video_models.clips import load_clips, predict
+    from tasks.video_models.head_features import head_of
 
     folder, _ = trained
     model, config = load_checkpoint(str(folder / "data/train/baseline/model.pt"))

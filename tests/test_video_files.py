@@ -8,9 +8,9 @@ import av
 import numpy as np
 import pytest
 
-from tasks.core.datasets import probe
-from tasks.core.video_reading import read_video
 from tasks.synthesize import preview
+from tasks.video_data.datasets import probe
+from tasks.video_data.video_reading import read_video
 
 
 def latin1_titled_clip(path: Path, height: int, width: int, frames: int = 6) -> Path:

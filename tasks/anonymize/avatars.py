@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
-from tasks.core.seeding import derive_seed
+from tasks.core.item_randomness import derive_seed
 from tasks.synthetic.body import JOINT_INDEX, LIMBS
 
 SHIFT = 4

@@ -8,8 +8,8 @@ import numpy as np
 
 from tasks.anonymize.camera import scene_tracks
 from tasks.anonymize.tracks import MISSED_GROWTH, Box
-from tasks.core.opencv_detectors import fill_boxes
-from tasks.core.regions import scaled_boxes
+from tasks.people_finding.opencv_detectors import fill_boxes
+from tasks.people_finding.regions import scaled_boxes
 
 MIN_PERSON_AREA = (
     0.0005  # of the frame: smaller blobs get no pose of their own (they are still removed)

@@ -37,9 +37,9 @@ from tasks.anonymize.source_clip import SourceClip, source_clip
 from tasks.anonymize.tracks import as_frames, between, by_track, fill, track_numbers
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import resolve_path
-from tasks.core.motion_detector import moving_people, tidy
-from tasks.core.opencv_detectors import face_boxes, fill_boxes, people_boxes
 from tasks.core.params import AnonymizeParams, DecodeParams
+from tasks.people_finding.motion_detector import moving_people, tidy
+from tasks.people_finding.opencv_detectors import face_boxes, fill_boxes, people_boxes
 from tasks.synthetic.body import JOINTS
 
 DETECTORS_OF = {"detector": ("mediapipe",), "motion": ("motion",)}

@@ -24,15 +24,15 @@ from tasks.anonymize.key_frames import key_frames
 from tasks.anonymize.methods import PROTECT
 from tasks.anonymize.people import People
 from tasks.core.anonymize_catalogue import method_of
-from tasks.core.opencv_detectors import (
+from tasks.core.params import AnonymizeParams
+from tasks.people_finding.opencv_detectors import (
     Box,
     face_boxes,
     faces_found_again,
     fill_boxes,
     judge_upscale,
 )
-from tasks.core.params import AnonymizeParams
-from tasks.core.regions import scaled_boxes
+from tasks.people_finding.regions import scaled_boxes
 
 FACE_CHANGE_LEVELS = (
     12  # a face pixel counts as protected when some channel moved more than this: a weak blur (the
@@ -176,7 +176,7 @@ def released_faces(
     frames: np.ndarray, protected: np.ndarray, found: People, source_kind: str, every: int = 1
 ) -> list[int]:
     """Frames that release a face: the face judge (:data:`JUDGES`) finds it again after the protection
-    (:func:`tasks.core.opencv_detectors.faces_found_again`) and the protection changed under
+    (:func:`tasks.people_finding.opencv_detectors.faces_found_again`) and the protection changed under
     :data:`PROTECTED_FACE_SHARE` of its box by more than :data:`FACE_CHANGE_LEVELS`. A face it blurred but the judge still calls a face (the paper's blur removes
     the detail, not the blob) is the method's known weakness, which assess measures ("faces kept"), not a face left
     unprotected. The judge searches the dataset's annotated faces where it has them (Haar also fires on background

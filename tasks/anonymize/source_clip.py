@@ -129,7 +129,7 @@ def source_clip(
     row: dict[str, Any], decoded: np.ndarray, decode: DecodeParams, workdir: Path
 ) -> SourceClip:
     """The clip's source frames as decode selected them, or one line naming the video when its source is gone."""
-    from tasks.core.video_reading import Geometry, Quarantined, read_video, resample_indices
+    from tasks.video_data.video_reading import Geometry, Quarantined, read_video, resample_indices
 
     target = (int(decoded.shape[1]), int(decoded.shape[2]))
     stored = row.get("source_path")

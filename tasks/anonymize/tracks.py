@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from tasks.core.regions import scaled_boxes
+from tasks.people_finding.regions import scaled_boxes
 
 Box = tuple[float, float, float, float]
 MAX_LINK = 2.0  # a detection continues a track when its centre is within this many face widths of the track's last box

@@ -12,8 +12,8 @@ from typing import Any
 import av
 import numpy as np
 
-from tasks.core.datasets import open_video
 from tasks.core.errors import PrivharError
+from tasks.video_data.datasets import open_video
 
 VIDEO_CODECS = {".mp4": "libx264", ".mkv": "libx264", ".mov": "libx264", ".avi": "mpeg4"}
 QUALITY = {"libx264": {"crf": "18", "preset": "veryfast"}, "mpeg4": {"qscale": "2"}}

@@ -20,8 +20,8 @@ import numpy as np
 from sklearn.svm import LinearSVC
 
 from tasks.core.errors import PrivharError
-from tasks.core.regions import grey, warp_region
 from tasks.core.scores import dice, frame_hit_rate, matches
+from tasks.people_finding.regions import grey, warp_region
 
 Box = tuple[float, float, float, float]
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from tasks.core.regions import expanded, warp_region
+from tasks.people_finding.regions import expanded, warp_region
 
 FACE_SIZE = 24  # pixels; a multiple of 4 so two SWT levels divide it (OpenCV Eigen/Fisher training grows as its cube)
 MARGIN = 0.15  # of the box size, added on each side

@@ -32,9 +32,9 @@ from typing import Any
 
 import numpy as np
 
-from tasks.core.motion_detector import moving_people
-from tasks.core.opencv_detectors import face_boxes, fill_boxes, people_boxes
 from tasks.core.scores import matches
+from tasks.people_finding.motion_detector import moving_people
+from tasks.people_finding.opencv_detectors import face_boxes, fill_boxes, people_boxes
 
 Box = tuple[float, float, float, float]
 UPSCALE = 4.0  # decoded frames are small (people 10-40 rows at 96): HOG wants ~96 rows, Haar ~24

@@ -54,9 +54,8 @@ from tasks.assess.similarity import mse_similarity, ssim
 from tasks.assess.tracking import track_video
 from tasks.assess.truth import VideoTruth, clips_of, load_truth, released
 from tasks.core import stage_options as arg
-from tasks.core.clips import split_rows
-from tasks.core.device import resolve_device
 from tasks.core.errors import PrivharError
+from tasks.core.item_randomness import derive_seed
 from tasks.core.manifest import (
     MANIFEST_NAME,
     attribute_names,
@@ -66,13 +65,14 @@ from tasks.core.manifest import (
 )
 from tasks.core.parallel import map_ordered, worker_count
 from tasks.core.params import AssessParams, BaseParams
-from tasks.core.regions import expanded, warp_region
 from tasks.core.scores import LEFT_COLUMNS, SIGNATURE_COLUMNS, frame_hit_rate, speed_score
-from tasks.core.seeding import derive_seed
 from tasks.core.speed import read_speed
 from tasks.core.storage import atomic_write_bytes
 from tasks.core.tables import csv_bytes
 from tasks.core.tracking import stage_run, stage_work
+from tasks.people_finding.regions import expanded, warp_region
+from tasks.video_models.clips import split_rows
+from tasks.video_models.device import resolve_device
 
 RAW = "raw"
 ATTRIBUTE_SCORES = ("cmap_raw_attacker", "f1_raw_attacker", "cmap_adaptive", "f1_adaptive")

@@ -1,1 +1,1 @@
-"""Helpers shared by the stages: params, manifests, storage, seeding, tracking, models."""
+"""Helpers every layer shares: params, manifests, storage, tables, seeding and DP randomness, MLflow tracking and registry, parallel workers, progress."""

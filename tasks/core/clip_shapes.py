@@ -4,7 +4,7 @@ A model-zoo backbone expects its own clip: so many frames, sampled every ``sampl
 a ``size`` × ``size`` centre crop, normalised by its own mean and std. With ``model.backbone`` set to one of them, the
 decode stage samples ``frames`` frames at ``fps`` and keeps them at ``size`` × ``4/3 size`` (UCF101's and HMDB51's
 4:3 frames, short side ``size``), train keeps that size, and the model's first block crops the centre square and
-re-normalises (:mod:`tasks.core.backbones`): decode.frames / fps / frame_size and train.input_size are then unused.
+re-normalises (:mod:`tasks.video_models.backbones`): decode.frames / fps / frame_size and train.input_size are then unused.
 ``model.frames`` / ``model.crop`` override the backbone's (a smaller GPU, or the tests' tiny clips).
 """
 

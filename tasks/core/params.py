@@ -61,7 +61,7 @@ class BaseParams(Section):
     seed: Annotated[int, Field(ge=0)]
     workers: Annotated[int, Field(ge=0, le=256)]  # 0: one per CPU core
     device: Annotated[str, Field(pattern=r"^(auto|cpu|cuda(:\d+)?)$")] = (
-        "auto"  # where torch runs (tasks.core.device)
+        "auto"  # where torch runs (tasks.video_models.device)
     )
 
 
@@ -122,8 +122,8 @@ class TrainParams(Section):
     input_size: FrameSize
     width: Annotated[int, Field(ge=4, le=256)]
     norm_groups: PositiveInt
-    input: str = "motion"  # tasks.core.models.INPUT_VIEWS: rgb | motion | rgb_motion
-    head_pool: str = "max"  # tasks.core.models.HEAD_POOLS: avg | max
+    input: str = "motion"  # tasks.video_models.models.INPUT_VIEWS: rgb | motion | rgb_motion
+    head_pool: str = "max"  # tasks.video_models.models.HEAD_POOLS: avg | max
     dropout: Annotated[float, Field(ge=0.0, lt=1.0)]
     threads: Annotated[int, Field(ge=0, le=256)]  # 0: torch's default
     # a family's classifiers (baseline, anonymize, dprp) train this many epochs instead of ``epochs`` (None: ``epochs``):
@@ -150,7 +150,7 @@ class ModelParams(Section):
         None  # a local checkpoint the pretrain stage starts from (.pyth, .pth, model.pt)
     )
     norm: Literal["folded", "group"] = (
-        "folded"  # what replaces BatchNorm (tasks.core.backbones.dp_ready)
+        "folded"  # what replaces BatchNorm (tasks.video_models.backbones.dp_ready)
     )
     frames: PositiveInt | None = None  # the backbone's clip length instead of its own
     crop: Annotated[int, Field(ge=16, le=1024)] | None = (
@@ -381,7 +381,7 @@ class FederatedParams(Section):
 
 
 class SeedRule(Section):
-    """Stein's two-stage rule for the train stage's families it names (tasks.core.seeds.stein_seeds): ``pilot`` seeds,
+    """Stein's two-stage rule for the train stage's families it names (tasks.core.intervals.stein_seeds): ``pilot`` seeds,
     then as many as their spread needs for a 95 % interval of ``half_width``, at most the family's seeds."""
 
     families: list[str] = []
@@ -691,7 +691,7 @@ def load_plan(path: Path) -> PlanParams:
 
 @dataclasses.dataclass(frozen=True)
 class DatasetSections:
-    """The sections the index's dataset checks read (:mod:`tasks.core.dataset_checks`), each as loaded or as the
+    """The sections the index's dataset checks read (:mod:`tasks.video_data.dataset_checks`), each as loaded or as the
     one-line error loading it gave: a bad section is one problem among the others, not the end of the check."""
 
     private: PrivateParams | PrivharError

@@ -17,7 +17,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from tasks.core.randomness import DpRandomness
+from tasks.core.dp_randomness import DpRandomness
 from tasks.dprp.mechanism import Projection, back_project, project, protect_video
 from tasks.privacy.dprp_calibration import NoiseScales
 from tasks.privacy.one_run_audit import Audit, audit, draw_included

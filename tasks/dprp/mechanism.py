@@ -52,7 +52,7 @@ import numpy as np
 import torch
 
 from tasks.core.errors import PrivharError
-from tasks.core.seeding import derive_seed
+from tasks.core.item_randomness import derive_seed
 from tasks.core.storage import is_clip
 from tasks.privacy.dprp_calibration import rank_of  # noqa: F401 (the budget plans with it too)
 

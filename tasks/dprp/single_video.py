@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from tasks.core.dp_randomness import DpRandomness
 from tasks.core.errors import PrivharError
-from tasks.core.randomness import DpRandomness
 from tasks.core.storage import load_frames, write_failed
 from tasks.dprp.mechanism import Projection, fits_comfortably, protect_video, rank_of
 from tasks.privacy.dprp_calibration import Calibration, Neighbour, NoiseScales, noise_scales
@@ -24,7 +24,7 @@ from tasks.privacy.dprp_calibration import Calibration, Neighbour, NoiseScales, 
 
 def read_clip(path: Path) -> tuple[np.ndarray, float]:
     """(frames, fps) of a ``.npy`` clip or a video file; one-line errors."""
-    from tasks.core.video_reading import Quarantined, read_video
+    from tasks.video_data.video_reading import Quarantined, read_video
 
     if path.suffix == ".npy":
         if path.is_dir():

@@ -23,8 +23,9 @@ from typing import Annotated, Any
 import torch
 
 from tasks.core import stage_options as arg
-from tasks.core.device import resolve_device
+from tasks.core.dp_randomness import DpRandomness
 from tasks.core.errors import PrivharError
+from tasks.core.item_randomness import derive_seed
 from tasks.core.manifest import (
     MANIFEST_NAME,
     read_manifest,
@@ -35,17 +36,16 @@ from tasks.core.manifest import (
 )
 from tasks.core.parallel import map_ordered
 from tasks.core.params import BaseParams, DprpParams, PrivacyParams
-from tasks.core.randomness import DpRandomness
-from tasks.core.seeding import derive_seed
 from tasks.core.speed import write_speed
 from tasks.core.storage import atomic_directory, atomic_write_bytes, load_frames, save_frames
-from tasks.core.subjects import named_people
 from tasks.core.tracking import stage_run, stage_work
 from tasks.dprp.audit import audit_copy
 from tasks.dprp.mechanism import Projection, fits_comfortably, generator_for, protect_video
 from tasks.dprp.preview import preview_png
 from tasks.privacy.budget import BudgetPlan, check_budget, record_made
 from tasks.privacy.dprp_calibration import NoiseScales, dataset_scales
+from tasks.video_data.subjects import named_people
+from tasks.video_models.device import resolve_device
 
 LOG = logging.getLogger(__name__)
 

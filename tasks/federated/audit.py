@@ -24,10 +24,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from tasks.core.head_features import head_of
-from tasks.core.models import head_name
-from tasks.core.randomness import DpStream
-from tasks.core.seeding import derive_seed
+from tasks.core.dp_randomness import DpStream
+from tasks.core.item_randomness import derive_seed
 from tasks.federated.client import ClientResult, LocalRecipe, Shard, Tensors, client_round
 from tasks.federated.rounds import Federation, run_rounds
 from tasks.privacy.accounting import REPLACE_ONE
@@ -41,6 +39,8 @@ from tasks.privacy.gradient_canaries import (
     widened,
 )
 from tasks.privacy.one_run_audit import audit, draw_included
+from tasks.video_models.head_features import head_of
+from tasks.video_models.models import head_name
 
 
 class CanaryRows(nn.Module):

@@ -22,9 +22,13 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from tasks.core.opacus_randomness import StreamPrivacyEngine, StreamShuffle
-from tasks.core.randomness import DpStream
-from tasks.core.selective import require_sample_independence, trainable_parameters, without_dropout
+from tasks.core.dp_randomness import DpStream
+from tasks.privacy.opacus_randomness import StreamPrivacyEngine, StreamShuffle
+from tasks.video_models.selective import (
+    require_sample_independence,
+    trainable_parameters,
+    without_dropout,
+)
 
 Tensors = dict[str, torch.Tensor]
 

@@ -1,11 +1,11 @@
 """What a federated run trains on: the public model split at its first trainable block, and each client's shard.
 
 Selective tuning (paper 003 eq. 8) freezes a prefix of the network; its activations are a fixed
-function of the clip, so they are computed once (:func:`tasks.core.head_features.prefix_activations`)
+function of the clip, so they are computed once (:func:`tasks.video_models.head_features.prefix_activations`)
 and the clients train the tail on them — the same gradients, clipping, noise and ε as training the
 whole model with the prefix frozen, at a fraction of the cost. Full fine-tuning trains on the clips.
 When only the head learns, its inputs are the pooled features standardised by the public clips'
-statistics, as in ``train-private`` (:mod:`tasks.core.head_features`); the head is folded back after.
+statistics, as in ``train-private`` (:mod:`tasks.video_models.head_features`); the head is folded back after.
 """
 
 from __future__ import annotations
@@ -16,8 +16,13 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from tasks.core.clips import labels_of, load_clips, normalise, split_rows
-from tasks.core.head_features import (
+from tasks.core.item_randomness import derive_seed
+from tasks.core.manifest import MANIFEST_NAME, read_manifest
+from tasks.core.params import BaseParams, FederatedParams
+from tasks.federated.client import Shard, serialized_bytes
+from tasks.video_data.partition import partition
+from tasks.video_models.clips import labels_of, load_clips, normalise, split_rows
+from tasks.video_models.head_features import (
     first_trainable_block,
     pooled_features,
     prefix_activations,
@@ -25,13 +30,8 @@ from tasks.core.head_features import (
     standardise,
     tail_of,
 )
-from tasks.core.manifest import MANIFEST_NAME, read_manifest
-from tasks.core.params import BaseParams, FederatedParams
-from tasks.core.partition import partition
-from tasks.core.public_model import public_model
-from tasks.core.seeding import derive_seed
-from tasks.core.selective import select_trainable, trainable_count
-from tasks.federated.client import Shard, serialized_bytes
+from tasks.video_models.public_model import public_model
+from tasks.video_models.selective import select_trainable, trainable_count
 
 
 @dataclass

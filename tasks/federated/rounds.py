@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tasks.core.seeding import derive_seed
+from tasks.core.item_randomness import derive_seed
 from tasks.federated.aggregation import aggregate, select_clients
 from tasks.federated.client import (
     ClientResult,

@@ -33,10 +33,12 @@ from typing import Annotated, Any
 import torch
 
 from tasks.core import stage_options as arg
-from tasks.core.device import resolve_device
+from tasks.core.dp_randomness import DpRandomness
 from tasks.core.errors import PrivharError
-from tasks.core.head_features import fold_standardisation, head_of
+from tasks.core.guarantee import NON_PRIVATE, PrivacyGuarantee, check_delta
+from tasks.core.item_randomness import derive_seed
 from tasks.core.manifest import MANIFEST_NAME, read_manifest
+from tasks.core.model_registry import CHECKPOINT_TAG, checkpoint_digest, register_model
 from tasks.core.params import (
     BaseParams,
     FederatedParams,
@@ -46,14 +48,8 @@ from tasks.core.params import (
     federated_seeds,
     tuned,
 )
-from tasks.core.privacy import NON_PRIVATE, PrivacyGuarantee, check_delta
-from tasks.core.public_model import classifier_seed, public_config
-from tasks.core.randomness import DpRandomness
-from tasks.core.registry import CHECKPOINT_TAG, checkpoint_digest, register_model
-from tasks.core.seeding import derive_seed
 from tasks.core.seeds import seed_folder, seed_keys, seed_suffix
 from tasks.core.storage import atomic_directory, atomic_write_bytes
-from tasks.core.subjects import videos_per_person
 from tasks.core.tables import csv_bytes
 from tasks.core.tracking import StageRun, stage_run, stage_work
 from tasks.federated.audit import audit_federation
@@ -72,6 +68,10 @@ from tasks.privacy.budget import (
 from tasks.privacy.federated_accounting import ACCOUNTANT, calibrate, person_epsilon
 from tasks.privacy.gradient_canaries import CSV_COLUMNS as AUDIT_COLUMNS
 from tasks.privacy.gradient_canaries import RunAudit, audit_columns
+from tasks.video_data.subjects import videos_per_person
+from tasks.video_models.device import resolve_device
+from tasks.video_models.head_features import fold_standardisation, head_of
+from tasks.video_models.public_model import classifier_seed, public_config
 
 LOG = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ v videos of a person, v × features × ε (pure ε-LDP composes exactly by addit
 No central step touches private data (paper 002 fits DCA centrally on the training data, which under
 local DP would be a non-private release of everyone's videos and labels): the filters are fitted on
 the public set (``data/public``: other people, the same actions), shipped to the cameras, and the
-ledger says so. The coins come from :class:`tasks.core.randomness.DpRandomness`: OS entropy unless
+ledger says so. The coins come from :class:`tasks.core.dp_randomness.DpRandomness`: OS entropy unless
 ``privacy.randomness: seeded``. The learners run centrally on the released codes (post-processing).
 """
 
@@ -38,15 +38,12 @@ from typing import Annotated, Any
 import numpy as np
 
 from tasks.core import stage_options as arg
-from tasks.core.annotations import body_boxes
-from tasks.core.clips import labels_of, split_rows
+from tasks.core.dp_randomness import DpRandomness
 from tasks.core.errors import PrivharError
+from tasks.core.item_randomness import derive_seed
 from tasks.core.manifest import MANIFEST_NAME, attribute_names, read_manifest, resolve_path
 from tasks.core.params import BaseParams, LdpParams, PrivacyParams
-from tasks.core.randomness import DpRandomness
-from tasks.core.regions import expanded, warp_region
 from tasks.core.scores import class_wise_f1, class_wise_map
-from tasks.core.seeding import derive_seed
 from tasks.core.storage import atomic_directory, atomic_write_bytes, load_frames, save_arrays
 from tasks.core.tables import csv_bytes
 from tasks.core.tracking import stage_run, stage_work
@@ -54,6 +51,7 @@ from tasks.ldp.baselines import hog_bovw_codes, raw_pixel_codes
 from tasks.ldp.dcaconv import fit_dcaconv
 from tasks.ldp.learners import NaiveBayes, NearestCentroid, knn_predict
 from tasks.ldp.randomized_response import audit_response, check_domain, perturb
+from tasks.people_finding.regions import expanded, warp_region
 from tasks.privacy.budget import (
     BudgetPlan,
     check_budget,
@@ -62,6 +60,8 @@ from tasks.privacy.budget import (
     record_made,
 )
 from tasks.privacy.one_run_audit import COLUMNS as AUDIT_COLUMNS
+from tasks.video_data.annotations import body_boxes
+from tasks.video_models.clips import labels_of, split_rows
 
 LOG = logging.getLogger(__name__)
 

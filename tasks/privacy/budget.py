@@ -51,12 +51,12 @@ from tasks.core.params import (
 )
 from tasks.core.private_catalogue import CATALOGUE
 from tasks.core.seeds import seed_suffix
-from tasks.core.subjects import people_in, privacy_units, videos_per_person
 from tasks.privacy.accounting import calibrate_noise, group_epsilon, poisson_schedule, relation_of
 from tasks.privacy.dprp_calibration import dataset_scales
 from tasks.privacy.federated_accounting import calibrate, person_epsilon
 from tasks.privacy.ldp_codes import baseline_feature_counts, feature_count
 from tasks.privacy.release_ledger import record_releases, recorded
+from tasks.video_data.subjects import people_in, privacy_units, videos_per_person
 
 # (the rows of the release's splits) -> each person's ε under that release
 PersonEpsilons = Callable[[list[dict[str, Any]]], dict[int, float]]

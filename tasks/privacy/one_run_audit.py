@@ -20,15 +20,15 @@ import numpy as np
 from scipy.stats import binom
 
 from tasks.core.errors import PrivharError
+from tasks.core.guarantee import AUDIT_COLUMNS as COLUMNS
 from tasks.core.params import AUDITED_SECTIONS
-from tasks.core.privacy import AUDIT_COLUMNS as COLUMNS
 
 if (
     TYPE_CHECKING
 ):  # torch is imported by the stages that draw, not by the params checks that size an audit
     import torch
 
-    from tasks.core.randomness import DpStream
+    from tasks.core.dp_randomness import DpStream
 
 GUESS_SHARES = (
     1 / 20,

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tasks.core.privacy import PrivacyGuarantee
+from tasks.core.guarantee import PrivacyGuarantee
 from tasks.privacy.accounting import (
     ADD_REMOVE,
     Relation,

@@ -16,7 +16,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from tasks.core.randomness import DpStream
+from tasks.core.dp_randomness import DpStream
 from tasks.privacy.accounting import REPLACE_ONE
 from tasks.privacy.gradient_canaries import (
     CANARY_INPUT,

@@ -4,13 +4,13 @@
 processes, each holding the whole training set; what makes it the same mechanism as one process:
 
 - **Poisson sampling is global.** :func:`rank_sampler` gives rank r the indices r, r + N, …
-  and includes each with probability q from that rank's own :class:`~tasks.core.randomness.DpStream`
+  and includes each with probability q from that rank's own :class:`~tasks.core.dp_randomness.DpStream`
   (each rank its own child of one secret stream, or of a seeded one), so every video is in a step's
   batch independently with probability q — the sampling the accountant assumes, not N samplings.
   (Not Opacus's distributed sampler: it skips a rank's empty draw, see
-  :class:`~tasks.core.opacus_randomness.StreamPoissonSampler`.)
+  :class:`~tasks.privacy.opacus_randomness.StreamPoissonSampler`.)
 - **The noise is added once.** ``DistributedDPOptimizer`` adds N(0, σ²C²) on rank 0 only, from the
-  noise stream (:class:`~tasks.core.opacus_randomness.StreamPrivacyEngine`); the
+  noise stream (:class:`~tasks.privacy.opacus_randomness.StreamPrivacyEngine`); the
   other ranks contribute their clipped sums, and the all-reduce makes
   (Σ_r Σ_{i∈B_r} ḡ_i + noise) / (qN) on every rank: the single-process update.
 - **ε is the same** as one process for the same (q, σ, steps): the accountant sees one mechanism.
@@ -33,9 +33,13 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from tasks.core.dp_randomness import DpStream
 from tasks.core.errors import PrivharError
-from tasks.core.opacus_randomness import StreamPoissonSampler, StreamPrivacyEngine, collate_or_empty
-from tasks.core.randomness import DpStream
+from tasks.privacy.opacus_randomness import (
+    StreamPoissonSampler,
+    StreamPrivacyEngine,
+    collate_or_empty,
+)
 
 
 def free_port() -> int:

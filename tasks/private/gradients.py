@@ -21,8 +21,8 @@ import torch
 from torch import nn
 from torch.func import functional_call, grad_and_value, vmap
 
-from tasks.core.randomness import DpStream
-from tasks.core.selective import trainable_parameters
+from tasks.core.dp_randomness import DpStream
+from tasks.video_models.selective import trainable_parameters
 
 Gradients = dict[str, torch.Tensor]
 CLIP_EPSILON = 1e-6  # Opacus's guard in C / (‖g‖ + 1e-6)

@@ -9,9 +9,9 @@ target ε over all steps (:func:`tasks.private.accounting.calibrate`), so the th
 ε and the same recipe add the same noise. No augmentation and no dropout while training
 privately (paper 001 §5.3: the noise regularises).
 
-Every Poisson sample and noise tensor is drawn from a :class:`tasks.core.randomness.DpStream`
+Every Poisson sample and noise tensor is drawn from a :class:`tasks.core.dp_randomness.DpStream`
 (256 bits of OS entropy unless ``privacy.randomness: seeded``), never from torch's generators, whose
-CPU state keeps 32 bits of a seed; Opacus draws through :mod:`tasks.core.opacus_randomness`.
+CPU state keeps 32 bits of a seed; Opacus draws through :mod:`tasks.privacy.opacus_randomness`.
 
 - ``dp_sgd``: Opacus ``PrivacyEngine.make_private`` and ``BatchMemoryManager``
   (physical batches of ``physical_batch_size`` inside the Poisson-sampled logical batch);
@@ -45,12 +45,11 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from tasks.core.dp_randomness import DpStream
 from tasks.core.errors import PrivharError
-from tasks.core.opacus_randomness import StreamPrivacyEngine
 from tasks.core.progress import progress
-from tasks.core.randomness import DpStream
-from tasks.core.selective import require_sample_independence, trainable_parameters, without_dropout
 from tasks.privacy.accounting import ADD_REMOVE, Relation, opacus_engine_epsilon, poisson_schedule
+from tasks.privacy.opacus_randomness import StreamPrivacyEngine
 from tasks.private.accounting import SgdPrivacy, calibrate
 from tasks.private.gradients import (
     Gradients,
@@ -61,6 +60,11 @@ from tasks.private.gradients import (
     summed_gradient,
 )
 from tasks.private.opacus_loop import StepCallback, opacus_epoch
+from tasks.video_models.selective import (
+    require_sample_independence,
+    trainable_parameters,
+    without_dropout,
+)
 
 
 @dataclass(frozen=True)
@@ -440,7 +444,7 @@ def train_dp_sgd(
     (Poisson sampling) and ``BatchMemoryManager``.
 
     The Poisson batches come from ``sampling`` and the noise from ``noise``
-    (:class:`tasks.core.opacus_randomness.StreamPrivacyEngine`), both drawn on the CPU; on a GPU the
+    (:class:`tasks.privacy.opacus_randomness.StreamPrivacyEngine`), both drawn on the CPU; on a GPU the
     batches and the noise are moved there. ``on_step`` (one process) sees every iterate (audits).
     """
     require_sample_independence(module)

@@ -12,7 +12,7 @@ from opacus.utils.batch_memory_manager import BatchMemoryManager
 from torch import nn
 from torch.utils.data import DataLoader
 
-from tasks.core.selective import trainable_parameters
+from tasks.video_models.selective import trainable_parameters
 
 StepCallback = Callable[
     [int, int, nn.Module], None

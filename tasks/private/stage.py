@@ -22,7 +22,7 @@ directly. Either way each model's per-person ε is also written (``<method>_pers
 ``video`` mode by group privacy over the person's videos, computed exactly from the composed
 mechanism (:func:`tasks.privacy.accounting.group_epsilon`), not m·ε. ε comes from
 :mod:`tasks.private.accounting` with the run's σ, q, steps; DP randomness (Poisson samples, noise)
-comes from :class:`tasks.core.randomness.DpRandomness` — secret unless ``privacy.randomness: seeded``.
+comes from :class:`tasks.core.dp_randomness.DpRandomness` — secret unless ``privacy.randomness: seeded``.
 """
 
 from __future__ import annotations
@@ -41,18 +41,12 @@ import torch
 from torch import nn
 
 from tasks.core import stage_options as arg
-from tasks.core.clips import augment, labels_of, load_clips, normalise, split_rows, untouched_by
-from tasks.core.device import resolve_device
+from tasks.core.dp_randomness import DpRandomness
 from tasks.core.errors import PrivharError
-from tasks.core.head_features import (
-    fold_standardisation,
-    head_of,
-    pooled_features,
-    public_statistics,
-    standardise,
-)
+from tasks.core.guarantee import NON_PRIVATE, PrivacyGuarantee, check_delta
+from tasks.core.item_randomness import derive_seed
 from tasks.core.manifest import MANIFEST_NAME, quarantined, read_manifest, resolve_path
-from tasks.core.models import head_name
+from tasks.core.model_registry import CHECKPOINT_TAG, checkpoint_digest, register_model
 from tasks.core.params import (
     BaseParams,
     PrivacyParams,
@@ -60,16 +54,9 @@ from tasks.core.params import (
     ReportParams,
     private_seeds,
 )
-from tasks.core.privacy import NON_PRIVATE, PrivacyGuarantee, check_delta
 from tasks.core.private_catalogue import CATALOGUE, PRIVATE_METHODS
-from tasks.core.public_model import classifier_seed, public_model
-from tasks.core.randomness import DpRandomness
-from tasks.core.registry import CHECKPOINT_TAG, checkpoint_digest, register_model
-from tasks.core.seeding import derive_seed
 from tasks.core.seeds import seed_folder, seed_keys, seed_suffix
-from tasks.core.selective import require_sample_independence, select_trainable, trainable_count
 from tasks.core.storage import atomic_directory, atomic_write_bytes
-from tasks.core.subjects import privacy_units
 from tasks.core.tables import csv_bytes
 from tasks.core.tracking import StageRun, stage_run, stage_work
 from tasks.privacy.accounting import relation_of
@@ -87,6 +74,30 @@ from tasks.private.methods import (
 )
 from tasks.private.opacus_loop import StepCallback
 from tasks.private.tokens import public_pixels, token_views
+from tasks.video_data.subjects import privacy_units
+from tasks.video_models.clips import (
+    augment,
+    labels_of,
+    load_clips,
+    normalise,
+    split_rows,
+    untouched_by,
+)
+from tasks.video_models.device import resolve_device
+from tasks.video_models.head_features import (
+    fold_standardisation,
+    head_of,
+    pooled_features,
+    public_statistics,
+    standardise,
+)
+from tasks.video_models.models import head_name
+from tasks.video_models.public_model import classifier_seed, public_model
+from tasks.video_models.selective import (
+    require_sample_independence,
+    select_trainable,
+    trainable_count,
+)
 
 LOG = logging.getLogger(__name__)
 
@@ -112,7 +123,7 @@ def recipe_of(params: PrivateParams, method: str) -> Recipe:
 def public_masks(rows: list[dict[str, Any]], masks: Path, size: tuple[int, int]) -> torch.Tensor:
     """(N, T, h, w) 0/1 public pixels of ``rows`` at the model's input size, from the anonymize output ``masks``.
 
-    The clips are resized bilinearly (:func:`tasks.core.clips.resize`), so a model-input pixel mixes every source pixel
+    The clips are resized bilinearly (:func:`tasks.video_models.clips.resize`), so a model-input pixel mixes every source pixel
     under the filter's support: it is public only when all of them are avatar (the mask eroded by the support; edge
     pixels partly covered by the avatar are private). A nearest-neighbour resize of the mask put 15 % of the public
     pixels on a mix with real ones. Tested: changing every non-avatar source pixel leaves the public view bit for bit.

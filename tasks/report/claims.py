@@ -3,7 +3,7 @@
 A single training run cannot decide a claim whose gap is smaller than the spread between runs
 (another machine's ``make run`` moved Top-1 by up to 17 points), so each claim compares the two
 rows' Top-1 (protocol 1, raw test videos) over their training seeds with Welch's t-test
-(:func:`tasks.core.seeds.compare`): *holds* or *reversed* at 95 %, else *undecided*.
+(:func:`tasks.core.intervals.compare`): *holds* or *reversed* at 95 %, else *undecided*.
 
 The claims, with where each paper makes it:
 - paper 001 §5.3 / Table 2, Fig. 2: MaskDP on the avatar copy beats DP-SGD on real clips at small ε
@@ -20,7 +20,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from tasks.core.seeds import CONFIDENCE, compare, gap_interval, interval, seed_scores
+from tasks.core.intervals import CONFIDENCE, compare, gap_interval, interval
+from tasks.core.seeds import seed_scores
 from tasks.privacy.dprp_calibration import NoiseScales
 from tasks.report.tables import Method, dprp_key
 

@@ -21,13 +21,13 @@ from typing import Any
 
 import polars as pl
 
+from tasks.core.dp_randomness import SECURE
 from tasks.core.private_catalogue import CATALOGUE
-from tasks.core.randomness import SECURE
 from tasks.core.seeds import seed_suffix
-from tasks.core.subjects import person_videos
 from tasks.core.tables import frame_of, read_csv, read_parquet
 from tasks.privacy.accounting import gaussian_person_epsilon
 from tasks.privacy.budget import federated_release, subjects_by_split
+from tasks.video_data.subjects import person_videos
 
 SUBJECT_COLUMNS = (
     "subject",

@@ -12,7 +12,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from tasks.core.seeds import gap_interval, interval, seed_scores
+from tasks.core.intervals import gap_interval, interval
+from tasks.core.seeds import seed_scores
 from tasks.core.tables import markdown_of, read_csv
 
 PERSON_METHOD = "dp_sgd_person"

@@ -21,7 +21,8 @@ from typing import Any
 
 import polars as pl
 
-from tasks.core.seeds import base_key, t_quantile
+from tasks.core.intervals import t_quantile
+from tasks.core.seeds import base_key
 from tasks.core.tables import markdown_of
 
 TARGET = 0.03  # issue 31: a 95 % half-width of at most 3 points

@@ -33,7 +33,6 @@ from tasks.core.params import (
 )
 from tasks.core.scores import LEFT_COLUMNS, SIGNATURE_COLUMNS
 from tasks.core.storage import atomic_write_bytes
-from tasks.core.subjects import subjects_statement
 from tasks.core.tables import csv_bytes, markdown_of, read_csv
 from tasks.core.tracking import stage_run, stage_work
 from tasks.privacy.dprp_calibration import dataset_scales
@@ -68,6 +67,7 @@ from tasks.report.tables import (
     table_one,
     table_one_markdown,
 )
+from tasks.video_data.subjects import subjects_statement
 
 LOG = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tasks.core.plugins import Registry
+from tasks.core.catalogue import Catalogue
 from tasks.synthetic.body import Pose
 
 TAU = 2.0 * np.pi
@@ -28,7 +28,7 @@ class MotionStyle:
 
 
 ActionFn = Callable[[float, MotionStyle], Pose]
-ACTIONS: Registry[ActionFn] = Registry("action")
+ACTIONS: Catalogue[ActionFn] = Catalogue("action")
 
 
 def _cycle(t: float, style: MotionStyle, hz: float) -> float:
@@ -87,21 +87,21 @@ def _gait(
     return pose
 
 
-@ACTIONS.register("walk")
+@ACTIONS.entry("walk")
 def walk(t: float, style: MotionStyle) -> Pose:
     return _gait(
         t, style, hz=0.9, swing=24, knee=35, arm=20, elbow=12, lean=3, travel=0.55, bounce=0.008
     )
 
 
-@ACTIONS.register("run")
+@ACTIONS.entry("run")
 def run(t: float, style: MotionStyle) -> Pose:
     return _gait(
         t, style, hz=1.4, swing=42, knee=85, arm=38, elbow=85, lean=13, travel=1.3, bounce=0.05
     )
 
 
-@ACTIONS.register("jump")
+@ACTIONS.entry("jump")
 def jump(t: float, style: MotionStyle) -> Pose:
     cycle = (0.85 * style.speed * t + style.phase) % 1.0
     a = style.amplitude
@@ -115,7 +115,7 @@ def jump(t: float, style: MotionStyle) -> Pose:
     return pose
 
 
-@ACTIONS.register("wave")
+@ACTIONS.entry("wave")
 def wave(t: float, style: MotionStyle) -> Pose:
     phase = _cycle(t, style, 1.8)
     pose = Pose(torso_roll=2.0 * np.sin(phase))
@@ -126,7 +126,7 @@ def wave(t: float, style: MotionStyle) -> Pose:
     return pose
 
 
-@ACTIONS.register("clap")
+@ACTIONS.entry("clap")
 def clap(t: float, style: MotionStyle) -> Pose:
     phase = _cycle(t, style, 2.0)
     opening = 0.5 + 0.5 * np.sin(phase)
@@ -137,7 +137,7 @@ def clap(t: float, style: MotionStyle) -> Pose:
     return pose
 
 
-@ACTIONS.register("squat")
+@ACTIONS.entry("squat")
 def squat(t: float, style: MotionStyle) -> Pose:
     depth = style.amplitude * (0.5 - 0.5 * np.cos(_cycle(t, style, 0.6)))
     pose = Pose(torso_pitch=32 * depth)
@@ -146,7 +146,7 @@ def squat(t: float, style: MotionStyle) -> Pose:
     return pose
 
 
-@ACTIONS.register("punch")
+@ACTIONS.entry("punch")
 def punch(t: float, style: MotionStyle) -> Pose:
     phase = _cycle(t, style, 1.3)
     pose = Pose(torso_pitch=5)
@@ -159,7 +159,7 @@ def punch(t: float, style: MotionStyle) -> Pose:
     return pose
 
 
-@ACTIONS.register("kick")
+@ACTIONS.entry("kick")
 def kick(t: float, style: MotionStyle) -> Pose:
     swing = max(0.0, np.sin(_cycle(t, style, 0.75))) ** 2 * style.amplitude
     pose = Pose(torso_pitch=-8 * swing)
@@ -172,7 +172,7 @@ def kick(t: float, style: MotionStyle) -> Pose:
     return pose
 
 
-@ACTIONS.register("bend")
+@ACTIONS.entry("bend")
 def bend(t: float, style: MotionStyle) -> Pose:
     depth = style.amplitude * (0.5 - 0.5 * np.cos(_cycle(t, style, 0.5)))
     pitch = 85 * depth
@@ -183,7 +183,7 @@ def bend(t: float, style: MotionStyle) -> Pose:
     return pose
 
 
-@ACTIONS.register("sit_down")
+@ACTIONS.entry("sit_down")
 def sit_down(t: float, style: MotionStyle) -> Pose:
     duration = 1.0 / style.speed
     x = np.clip((t - style.onset) / duration, 0.0, 1.0)
@@ -195,7 +195,7 @@ def sit_down(t: float, style: MotionStyle) -> Pose:
     return pose
 
 
-@ACTIONS.register("stand")
+@ACTIONS.entry("stand")
 def stand(t: float, style: MotionStyle) -> Pose:
     """Idle: the bystander of two-person videos (not an action class)."""
     sway = np.sin(_cycle(t, style, 0.3))

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
-from tasks.core.seeding import rng_for
+from tasks.core.item_randomness import rng_for
 from tasks.synthetic.body import Build
 
 SKIN_TONES = (  # (BGR, attribute value), light to dark

@@ -18,8 +18,8 @@ from functools import lru_cache
 import cv2
 import numpy as np
 
+from tasks.core.item_randomness import rng_for
 from tasks.core.params import SynthesizeParams
-from tasks.core.seeding import rng_for
 from tasks.synthetic.actions import ACTIONS, MotionStyle
 from tasks.synthetic.body import JOINT_INDEX, JOINTS, forward_kinematics, project
 from tasks.synthetic.identities import Identity, make_identity

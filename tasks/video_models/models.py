@@ -33,7 +33,7 @@ from pytorchvideo.models.resnet import create_bottleneck_block, create_res_stage
 from pytorchvideo.models.stem import ResNetBasicStem, create_res_basic_stem
 from torch import nn
 
-from tasks.core.plugins import Registry
+from tasks.core.catalogue import Catalogue
 
 
 class GroupNorm3d(nn.GroupNorm):
@@ -95,13 +95,13 @@ class FramesAndDifference(FrameDifference):
 
 
 InputView = Callable[[], tuple[nn.Module, int]]
-INPUT_VIEWS: Registry[InputView] = Registry("train.input view")
-INPUT_VIEWS.register("rgb")(lambda: (nn.Identity(), 3))
-INPUT_VIEWS.register("motion")(lambda: (FrameDifference(), 3))
-INPUT_VIEWS.register("rgb_motion")(lambda: (FramesAndDifference(), 6))
-HEAD_POOLS: Registry[Callable[..., nn.Module]] = Registry("train.head_pool")
-HEAD_POOLS.register("avg")(nn.AdaptiveAvgPool3d)
-HEAD_POOLS.register("max")(nn.AdaptiveMaxPool3d)
+INPUT_VIEWS: Catalogue[InputView] = Catalogue("train.input view")
+INPUT_VIEWS.entry("rgb")(lambda: (nn.Identity(), 3))
+INPUT_VIEWS.entry("motion")(lambda: (FrameDifference(), 3))
+INPUT_VIEWS.entry("rgb_motion")(lambda: (FramesAndDifference(), 6))
+HEAD_POOLS: Catalogue[Callable[..., nn.Module]] = Catalogue("train.head_pool")
+HEAD_POOLS.entry("avg")(nn.AdaptiveAvgPool3d)
+HEAD_POOLS.entry("max")(nn.AdaptiveMaxPool3d)
 
 
 class ViewedStem(nn.Module):

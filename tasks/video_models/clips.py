@@ -12,9 +12,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from tasks.core.device import mixed_precision, to_device
 from tasks.core.manifest import resolve_path
 from tasks.core.storage import load_frames
+from tasks.video_models.device import mixed_precision, to_device
 
 MEAN = (0.45, 0.45, 0.45)
 STD = (0.225, 0.225, 0.225)

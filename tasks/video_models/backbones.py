@@ -44,9 +44,9 @@ from torch import nn
 from torchvision.models.video.resnet import BasicBlock
 
 from tasks.core.clip_shapes import ClipShape
-from tasks.core.clips import MEAN, STD
 from tasks.core.errors import PrivharError
-from tasks.core.models import FoldedNorm, VideoClassifier
+from tasks.video_models.clips import MEAN, STD
+from tasks.video_models.models import FoldedNorm, VideoClassifier
 
 Norm = Literal["folded", "group"]
 
@@ -75,7 +75,7 @@ def _head(*, proj: nn.Linear, dropout: nn.Module | None) -> ResNetBasicHead:
 
 
 class ClipAdapter(nn.Module):
-    """privhar's normalised clip (:func:`tasks.core.clips.normalise`) → the backbone's: its own mean and std, the
+    """privhar's normalised clip (:func:`tasks.video_models.clips.normalise`) → the backbone's: its own mean and std, the
     centre square of the frame (decode keeps 4:3 frames of short side ``size``). No parameters: part of the model, so
     training, evaluation and the registry's pyfunc feed every backbone the same clips."""
 

@@ -1,7 +1,7 @@
 """Selective tuning (paper 003 §3, eq. 8-10): train a named subset θ_t of the parameters, freeze the rest.
 
-``private.trainable`` names the subset of the classifier of :mod:`tasks.core.models` or a backbone of
-:mod:`tasks.core.backbones` (both: blocks whose last is the head):
+``private.trainable`` names the subset of the classifier of :mod:`tasks.video_models.models` or a backbone of
+:mod:`tasks.video_models.backbones` (both: blocks whose last is the head):
 
     all                   every parameter
     head                  the final linear layer (blocks.<last>.proj: blocks.4.proj of privhar's model)
@@ -23,7 +23,7 @@ import re
 from torch import nn
 
 from tasks.core.errors import PrivharError
-from tasks.core.models import FoldedNorm, has_batch_norm
+from tasks.video_models.models import FoldedNorm, has_batch_norm
 
 NAMED = ("all", "head", "norms_and_head", "last_stage_and_head")
 

@@ -29,9 +29,9 @@ import torch
 from pytorchvideo.models.head import ResNetBasicHead
 from torch import nn
 
-from tasks.core.clips import model_input
-from tasks.core.device import mixed_precision, to_device
-from tasks.core.models import head_name
+from tasks.video_models.clips import model_input
+from tasks.video_models.device import mixed_precision, to_device
+from tasks.video_models.models import head_name
 
 LOG = logging.getLogger(__name__)
 STATISTICS_KEY = "head_features"  # where a checkpoint keeps the public feature statistics
@@ -93,7 +93,7 @@ def clip_features(
     device: torch.device = torch.device("cpu"),
 ) -> torch.Tensor:
     """(N, C) float32 pooled features (on the CPU) of uint8 clips (or normalised float ones), a batch at a time on
-    ``device`` as :func:`tasks.core.clips.predict` runs the whole model (bf16 on a GPU)."""
+    ``device`` as :func:`tasks.video_models.clips.predict` runs the whole model (bf16 on a GPU)."""
     model.to(device).eval()
     outputs = []
     for batch in clips.split(batch_size):

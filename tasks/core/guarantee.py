@@ -12,8 +12,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from tasks.core.dp_randomness import SECURE
 from tasks.core.errors import PrivharError
-from tasks.core.randomness import SECURE
 
 
 @dataclass(frozen=True)

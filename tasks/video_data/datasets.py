@@ -27,12 +27,12 @@ import av
 import numpy as np
 import polars as pl
 
+from tasks.core.catalogue import Catalogue
 from tasks.core.errors import PrivharError
-from tasks.core.plugins import Registry
 from tasks.core.tables import read_csv
 
 Indexer = Callable[[Path, int], list[dict[str, Any]]]
-DATASETS: Registry[Indexer] = Registry("dataset")
+DATASETS: Catalogue[Indexer] = Catalogue("dataset")
 
 
 def open_video(path: Path) -> av.container.InputContainer:
@@ -171,7 +171,7 @@ def list_lines(path: Path) -> list[str]:
         ) from None
 
 
-@DATASETS.register("ucf101")
+@DATASETS.entry("ucf101")
 def index_ucf101(root: Path, split: int) -> list[dict[str, Any]]:
     folders = (".", "ucfTrainTestlist")
     lists = {
@@ -211,7 +211,7 @@ def index_ucf101(root: Path, split: int) -> list[dict[str, Any]]:
     return rows
 
 
-@DATASETS.register("hmdb51")
+@DATASETS.entry("hmdb51")
 def index_hmdb51(root: Path, split: int) -> list[dict[str, Any]]:
     classes = _classes(root)
     rows, listed = [], _Listed()

@@ -1,4 +1,4 @@
-"""Opacus with its DP randomness drawn from :class:`tasks.core.randomness.DpStream`, not torch's generators.
+"""Opacus with its DP randomness drawn from :class:`tasks.core.dp_randomness.DpStream`, not torch's generators.
 
 Opacus draws its Gaussian noise (``DPOptimizer.add_noise``) and its Poisson batches
 (``UniformWithReplacementSampler``) from torch generators; on the CPU that is MT19937, which keeps 32
@@ -26,7 +26,7 @@ from opacus import PrivacyEngine
 from opacus.optimizers.optimizer import DPOptimizer, _check_processed_flag, _mark_as_processed
 from torch.utils.data import DataLoader, Sampler, TensorDataset, default_collate
 
-from tasks.core.randomness import DpStream
+from tasks.core.dp_randomness import DpStream
 
 
 class StreamPoissonSampler(Sampler[list[int]]):

@@ -9,7 +9,7 @@ P̃ − M = XR, a DP-SGD run replays with and without a target video). So ``priv
   (:data:`MIN_KEY_BITS`): a :class:`DpStream` 256 (numpy's PCG64DXSM under a SeedSequence), a
   :meth:`DpRandomness.seed` 128 (a Philox key). torch's CPU generator is never used for DP draws:
   its MT19937 keeps 32 bits of any seed, and 2^32 seeds are searched in minutes (issue 30). Where
-  Opacus draws noise and Poisson samples itself, :mod:`tasks.core.opacus_randomness` replaces them;
+  Opacus draws noise and Poisson samples itself, :mod:`tasks.privacy.opacus_randomness` replaces them;
   its own ``secure_mode`` needs torchcsprng, which no registry here serves for torch 2.13.
 - ``seeded``: derived from (``base.seed``, keys), as every non-DP stage is — for tests and for
   reproducing a table. Every release made so is labelled :data:`NOT_PRIVATE`.
@@ -36,7 +36,7 @@ from typing import Literal
 import numpy as np
 import torch
 
-from tasks.core.seeding import derive_seed
+from tasks.core.item_randomness import derive_seed
 
 Mode = Literal["secure", "seeded"]
 NOT_PRIVATE = "not private: randomness reproducible from params"

@@ -20,7 +20,7 @@ import torch
 from torchvision import tv_tensors
 from torchvision.transforms import v2
 
-from tasks.core.datasets import probe, read_frames
+from tasks.video_data.datasets import probe, read_frames
 
 TRUNCATION_TOLERANCE = 0.9  # fewer decoded frames than this share of the header's count = truncated
 

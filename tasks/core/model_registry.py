@@ -31,7 +31,7 @@ from typing import Any
 
 from torch import nn
 
-from tasks.core.privacy import PrivacyGuarantee
+from tasks.core.guarantee import PrivacyGuarantee
 from tasks.core.tracking import StageRun
 
 LOG = logging.getLogger(__name__)

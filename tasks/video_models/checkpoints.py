@@ -12,10 +12,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from tasks.core.backbones import build_backbone
 from tasks.core.clip_shapes import OWN, zoo_clip
 from tasks.core.errors import PrivharError
-from tasks.core.models import create_video_classifier, group_norm, head_name
+from tasks.video_models.backbones import build_backbone
+from tasks.video_models.models import create_video_classifier, group_norm, head_name
 
 # what a checkpoint saved before these were params was built with
 ARCHITECTURE_DEFAULTS = {"input": "rgb", "head_pool": "avg", "backbone": OWN}

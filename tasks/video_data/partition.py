@@ -10,7 +10,7 @@
 
 A shard is a list of row indices into the training split. An empty shard is refused: a client
 with no data has no update to send and no n_k to weigh it by. A person is a video's primary subject
-(:func:`tasks.core.subjects.people_in`): a video that names nobody is its own person, as in the ledger.
+(:func:`tasks.video_data.subjects.people_in`): a video that names nobody is its own person, as in the ledger.
 It lives below the stages: train-federated deals the shards, the index checks the params against them.
 """
 
@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from tasks.core.errors import PrivharError
-from tasks.core.subjects import people_in
+from tasks.video_data.subjects import people_in
 
 SCHEMES = ("iid", "by_identity", "dirichlet")
 

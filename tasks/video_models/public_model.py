@@ -13,12 +13,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from tasks.core.checkpoints import build_from_config, checkpoint_config, transfer_weights
-from tasks.core.clips import class_names
 from tasks.core.errors import PrivharError
+from tasks.core.item_randomness import derive_seed
 from tasks.core.manifest import MANIFEST_NAME, read_manifest
-from tasks.core.seeding import derive_seed
 from tasks.core.seeds import seed_keys
+from tasks.video_models.checkpoints import build_from_config, checkpoint_config, transfer_weights
+from tasks.video_models.clips import class_names
 
 
 def public_config(init: Path, frames: Path) -> dict[str, Any]:

@@ -1,7 +1,7 @@
-"""Registries: methods that share an interface, found by the params value that names them.
+"""Catalogues: methods that share an interface, found by the params value that names them (one entry each).
 
->>> SHAPES = Registry("shape")
->>> @SHAPES.register("square")
+>>> SHAPES = Catalogue("shape")
+>>> @SHAPES.entry("square")
 ... def square(side: float) -> float:
 ...     return side * side
 >>> SHAPES["square"](3.0)
@@ -20,17 +20,17 @@ from tasks.core.errors import PrivharError
 F = TypeVar("F", bound=Callable)
 
 
-class Registry(Generic[F]):
+class Catalogue(Generic[F]):
     """A name -> function table filled by a decorator."""
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
         self._entries: dict[str, F] = {}
 
-    def register(self, name: str) -> Callable[[F], F]:
+    def entry(self, name: str) -> Callable[[F], F]:
         def add(function: F) -> F:
             if name in self._entries:
-                raise ValueError(f"{self.kind} {name!r} is registered twice")
+                raise ValueError(f"{self.kind} {name!r} is in the catalogue twice")
             self._entries[name] = function
             return function
 

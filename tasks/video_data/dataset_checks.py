@@ -5,8 +5,8 @@ Each check repeats a condition a later stage applies to the same rows (the stage
 
 - both splits hold videos (every training and scoring stage); one action only is said in a warning;
 - ``train-private``: ``private.delta`` < 1/N for each method's DP unit (N training videos or people:
-  :func:`tasks.core.subjects.privacy_units`, as the stage counts them);
-- ``train-federated``: ``federated.partition`` gives every client a video (:func:`tasks.core.partition.partition`,
+  :func:`tasks.video_data.subjects.privacy_units`, as the stage counts them);
+- ``train-federated``: ``federated.partition`` gives every client a video (:func:`tasks.video_data.partition.partition`,
   the stage's own dealing) and ``federated.delta`` < 1/N_k of the smallest client;
 - ``ldp``: at most as many DCA filters as the public set has actions (its filters are fitted on them);
 - ``decode`` / ``train``: every action of the test split is one the train split teaches (a warning); the clip that
@@ -29,6 +29,8 @@ import os
 from typing import Any
 
 from tasks.core.errors import PrivharError
+from tasks.core.guarantee import check_delta
+from tasks.core.item_randomness import derive_seed
 from tasks.core.params import (
     DatasetSections,
     DecodeParams,
@@ -37,11 +39,9 @@ from tasks.core.params import (
     PrivateParams,
     TrainParams,
 )
-from tasks.core.partition import partition
-from tasks.core.privacy import check_delta
 from tasks.core.private_catalogue import CATALOGUE
-from tasks.core.seeding import derive_seed
-from tasks.core.subjects import privacy_units
+from tasks.video_data.partition import partition
+from tasks.video_data.subjects import privacy_units
 
 LOG = logging.getLogger(__name__)
 
