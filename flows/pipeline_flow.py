@@ -64,6 +64,82 @@ def stage_outcomes(dag: list[DagStage], futures: dict[str, Any]) -> tuple[list[s
     return failed, not_run
 
 
+class DagRun:
+    """The stage tasks of one flow run: submitted in the DAG's order with ``wait_for`` their upstream stages, each
+    logging its progress line as it ends."""
+
+    def __init__(
+        self, dag: list[DagStage], settings: OrchestrateParams, force: bool, previous: Any
+    ) -> None:
+        self.dag, self.settings, self.force, self.previous = dag, settings, force, previous
+        self.order = [stage.name for stage in dag]
+        self.task = run_stage.with_options(
+            retries=settings.retries, retry_delay_seconds=settings.retry_delay_seconds
+        )
+        self.futures: dict[str, Any] = {}
+        self.finished: set[str] = set()
+        self.stopped: dict[str, str] = {}
+        self.runner: Any = None
+        self.logger = get_run_logger()
+
+    def report(self, name: str, done: Any) -> None:
+        self.finished.add(name)
+        try:
+            done.wait(0)  # the task's final state, from its thread's result
+            if not done.state.is_completed():
+                self.stopped[name] = done.state.name
+        except Exception:  # noqa: BLE001 - cancelled before it ran (Ctrl-C): it has no state to read
+            self.stopped[name] = "Cancelled"
+        self.logger.info(
+            progress_line(
+                name, STAGE_WALLS.get(name), self.order, self.finished, self.previous, self.stopped
+            )
+        )
+
+    def submit(self, stage: DagStage) -> None:
+        upstream = [self.futures[name] for name in stage.upstream if name in self.futures]
+        future = self.runner.submit(
+            self.task,
+            {"stage": stage, "force": self.force, "settings": self.settings},
+            wait_for=upstream,
+        )
+        future.add_done_callback(lambda done: self.report(stage.name, done))
+        self.futures[stage.name] = future
+
+    def run(self, root: Path, whole: bool) -> tuple[list[str], list[str]]:
+        """Every stage until each has ended: the failed stages, and the stages that did not run. Where the whole DAG
+        runs, the index first: the params are checked against the dataset before the rest starts."""
+        gate = self.order.index(INDEX_STAGE) + 1 if whole and INDEX_STAGE in self.order else 0
+        # each stage's share of the cores (its torch threads, its worker pools): two at once on two cores, one each
+        with (
+            exported(STAGE_CORES_ENV, str(core_share(self.settings.stage_workers))),
+            ThreadPoolTaskRunner(max_workers=self.settings.stage_workers) as self.runner,
+        ):
+            try:
+                for stage in self.dag[:gate]:
+                    self.submit(stage)
+                if gate and wait(self.futures[INDEX_STAGE]).is_completed():
+                    check_dataset(root)
+                for stage in self.dag[gate:]:
+                    self.submit(stage)
+                return stage_outcomes(self.dag, self.futures)
+            # Ctrl-C, SIGTERM (Prefect's TerminationSignal), the dataset refused: the stages at work end now (the
+            # runner cancels the queued ones), since their threads only wait on them
+            except BaseException:
+                stop_shards()
+                end_running_dvc()
+                raise
+
+
+def log_walls(parent: Any, started: float) -> None:
+    """Where the time went, a record per line (the console keeps a record's first line only)."""
+    table = log_stage_times(parent, dict(STAGE_WALLS), time.monotonic() - started, "Prefect flow")
+    logger = get_run_logger()
+    logger.info("where the time went (wall seconds per stage task, DVC's included):")
+    for line in table.splitlines():
+        logger.info(line)
+
+
 @flow(name=FLOW_NAME, log_prints=True)
 def pipeline_flow(
     project: str = ".", profile: str = DEFAULT, stages: list[str] | None = None, force: bool = False
@@ -79,7 +155,6 @@ def pipeline_flow(
         force: Rerun the chosen stages even if DVC finds them up to date.
     """
     root = check_project(Path(project))
-    logger = get_run_logger()
     targets = list(stages or [])
     with pipeline_session(
         root,
@@ -91,82 +166,24 @@ def pipeline_flow(
         STAGE_WALLS.clear()
         stop_shards(False)
         if apply_profile(root, profile):
-            logger.info(f"profile {profile}: profiles/{profile}.yaml applied to params.yaml")
+            get_run_logger().info(
+                f"profile {profile}: profiles/{profile}.yaml applied to params.yaml"
+            )
         check_params(root)  # every section, before the first stage
         settings = load_section(root / "params.yaml", "orchestrate", OrchestrateParams)
         dag = read_dag(root, stages or settings.stages)
-        logger.info(
+        get_run_logger().info(
             "stages: "
             + ", ".join(f"{s.name} (after {', '.join(s.upstream) or 'nothing'})" for s in dag)
         )
-        stage_task = run_stage.with_options(
-            retries=settings.retries, retry_delay_seconds=settings.retry_delay_seconds
-        )
-        whole = not (stages or settings.stages)
-
-        previous = previous_walls(parent)
-        finished: set[str] = set()
-        stopped: dict[str, str] = {}
-
-        def report(name: str, done: Any) -> None:
-            finished.add(name)
-            try:
-                done.wait(0)  # the task's final state, from its thread's result
-                if not done.state.is_completed():
-                    stopped[name] = done.state.name
-            except Exception:  # noqa: BLE001 - cancelled before it ran (Ctrl-C): it has no state to read
-                stopped[name] = "Cancelled"
-            logger.info(
-                progress_line(name, STAGE_WALLS.get(name), order, finished, previous, stopped)
-            )
-
-        def submit(stage: DagStage) -> Any:
-            upstream = [futures[name] for name in stage.upstream if name in futures]
-            future = runner.submit(
-                stage_task,
-                {"stage": stage, "force": force, "settings": settings},
-                wait_for=upstream,
-            )
-            future.add_done_callback(lambda done: report(stage.name, done))
-            return future
-
-        # the index first where the whole DAG runs: the params are checked against the dataset before the rest starts
-        order = [stage.name for stage in dag]
-        gate = order.index(INDEX_STAGE) + 1 if whole and INDEX_STAGE in order else 0
-        # each stage's share of the cores (its torch threads, its worker pools): two at once on two cores, one each
-        with (
-            exported(STAGE_CORES_ENV, str(core_share(settings.stage_workers))),
-            ThreadPoolTaskRunner(max_workers=settings.stage_workers) as runner,
-        ):
-            futures: dict[str, Any] = {}
-            try:
-                for stage in dag[:gate]:
-                    futures[stage.name] = submit(stage)
-                if gate and wait(futures[INDEX_STAGE]).is_completed():
-                    check_dataset(root)
-                for stage in dag[gate:]:
-                    futures[stage.name] = submit(stage)
-                failed_stages, not_run = stage_outcomes(dag, futures)
-            # Ctrl-C, SIGTERM (Prefect's TerminationSignal), the dataset refused: the stages at work end now (the
-            # runner cancels the queued ones), since their threads only wait on them
-            except BaseException:
-                stop_shards()
-                end_running_dvc()
-                raise
-        failed = [
-            failure_message(futures[name].state, f"{name}: {futures[name].state.message}")
-            for name in failed_stages
-        ]
+        run = DagRun(dag, settings, force, previous_walls(parent))
+        failed_stages, not_run = run.run(root, whole=not (stages or settings.stages))
         if STAGE_WALLS:  # a stage ran
-            table = log_stage_times(
-                parent, dict(STAGE_WALLS), time.monotonic() - started, "Prefect flow"
-            )
-            logger.info("where the time went (wall seconds per stage task, DVC's included):")
-            for line in (
-                table.splitlines()
-            ):  # a record per line: the console keeps a record's first line only
-                logger.info(line)
-        if failed:
+            log_walls(parent, started)
+        if failed_stages:
+            first = run.futures[failed_stages[0]].state
             after = f"; not run: {', '.join(not_run)}" if not_run else ""
-            raise StageFailed(f"{failed[0]}{after}")
-        return score_models(root) if runs_scoring(futures) else {}
+            raise StageFailed(
+                f"{failure_message(first, f'{failed_stages[0]}: {first.message}')}{after}"
+            )
+        return score_models(root) if runs_scoring(run.futures) else {}

@@ -212,71 +212,19 @@ def detect_in(
     detectors = detectors_of(source, params)
     count, height, width = kept.shape[:3]
     keyed = key_frames(count, params.detect_every)
-    wants_faces = "face_box" in keys
-    person = np.zeros((count, height, width), bool)
-    faces: list[list[Box]] = [[] for _ in range(count)]
     camera = camera_of(clip.frames)
     scene_maps = camera.maps[clip.picked] if camera.moves else None
-    if "centerface" in detectors:
-        from tasks.anonymize.centerface import find_faces
-
-        search, factor = face_search(clip, keyed)
-        found = iter(find_faces(search))
-        faces = [
-            [tuple(map(float, factor * np.asarray(box))) for box in next(found)] if key else []
-            for key in keyed
-        ]
-    elif (
-        "mediapipe" in detectors
-    ):  # BlazeFace finds faces only where CenterFace does not: else it is the gate's judge
-        from tasks.anonymize.detector import find_faces as blazeface
-
-        found = iter(blazeface(kept[keyed], params.detector_confidence))
-        faces = [next(found) if key else [] for key in keyed]
-    if any(member in detectors for member in FACE_FINDERS):
-        if "faces" in detectors:
-            faces = [
-                found + (face_boxes(frame, params.hog_upscale) if key else [])
-                for found, frame, key in zip(faces, kept, keyed)
-            ]
-        # a face found in any frame is followed through the frames it was missed in, with the camera
-        faces = as_frames(scene_tracks(faces, scene_maps))
-    moved = None
-    if (
-        camera.moves
-    ):  # issue 81: a moving background is no person; what moves against it is, past single pixels
-        before, after = registered_differences(clip.frames, clip.picked, clip.fps, camera)
-        moved = np.stack([tidy(mask, 0) for mask in before & after])
-        if "motion" in detectors:
-            # three-frame differencing: a person's pixels differ from the frames before and after (the union adds
-            # their ghosts and, under parallax no map explains, half of the background: bikes.mp4 blacked out 76 %)
-            person |= np.stack([tidy(mask, params.motion_grow) for mask in before & after])
-    elif "motion" in detectors:
-        for model in params.motion_models:
-            person |= moving_people(clip.frames, clip.picked, model=model, grow=params.motion_grow)
-    if "hog" in detectors:
-        person[keyed] |= np.stack(
-            [
-                fill_boxes(
-                    (height, width), people_boxes(frame, params.hog_upscale, params.hog_scale)
-                )
-                for frame in kept[keyed]
-            ]
-        )
-    if "mediapipe" in detectors:
-        from tasks.anonymize.detector import segment_people
-
-        person[keyed] |= segment_people(kept[keyed])
-    person |= np.stack(
-        [fill_boxes((height, width), boxes) for boxes in faces]
-    )  # a face is a person's
+    faces = _faces(clip, keyed, detectors, params, scene_maps)
+    person, moved = _moving(clip, camera, detectors, params)
+    person[keyed] |= _found_on_key_frames(kept[keyed], detectors, params)
+    # a face is a person's
+    person |= np.stack([fill_boxes((height, width), boxes) for boxes in faces])
     person, people = carried(
         person, keyed, params.detect_every, scene_maps, motion_every_frame="motion" in detectors
     )
-    faces_only = wants_faces and not set(keys) - {"face_box"}
-    if (
-        faces_only
-    ):  # a face method blurs every person's head: the face found in it, or the one its body implies
+    # a face method blurs every person's head: the face found in it, or the one its body implies
+    faces_only = "face_box" in keys and not set(keys) - {"face_box"}
+    if faces_only:
         faces = [found + implied_heads(boxes, height) for found, boxes in zip(faces, people)]
     skeleton = np.full((count, 1, len(JOINTS), 2), np.nan, np.float32)
     depth = np.full((count, 1, len(JOINTS)), np.nan, np.float32)
@@ -286,15 +234,6 @@ def detect_in(
         skeleton = clip.points_down(skeleton)
     person_mask = clip.mask_down(person)
     face_box = _boxes_array(faces, clip)
-    if faces_only:  # the heads of the people found (and every face found): each must be blurred
-        reference = np.stack(
-            [
-                fill_boxes(person_mask.shape[1:], [tuple(b) for b in boxes if np.isfinite(b).all()])
-                for boxes in face_box
-            ]
-        ) & detail(clip.decoded(), clip.picked)
-    else:
-        reference = moving_reference(clip, moved)
     arrays = {
         "person_mask": person_mask.view(np.uint8),  # no copy: a 4K stretch's is a gigabyte
         "skeleton": skeleton,
@@ -303,14 +242,103 @@ def detect_in(
         "face_box": face_box,
     }
     where = "decoded" if clip.geometry is None else "source"
-    measured_on = "head pixels of the people found" if faces_only else "moving pixels"
     return People(
         {key: arrays[key] for key in keys},
-        reference,
+        # a face method's: the heads of the people found (and every face found), where the frame has detail
+        box_masks(face_box, person_mask.shape[1:]) & detail(clip.decoded(), clip.picked)
+        if faces_only
+        else moving_reference(clip, moved),
         f"{where} {width}x{height}",
-        measured_on,
+        "head pixels of the people found" if faces_only else "moving pixels",
         found=bool(person_mask.any()),
         judge=judge_of(detectors),
+    )
+
+
+def _faces(
+    clip: SourceClip,
+    keyed: np.ndarray,
+    detectors: tuple[str, ...],
+    params: AnonymizeParams,
+    scene_maps: np.ndarray | None,
+) -> list[list[Box]]:
+    """The faces of every kept frame: found on the key frames (CenterFace, else BlazeFace, and the Haar cascade where
+    ``faces`` is a member), each followed through the frames it was missed in, with the camera."""
+    kept = clip.kept
+    faces: list[list[Box]] = [[] for _ in range(len(kept))]
+    if "centerface" in detectors:
+        from tasks.anonymize.centerface import find_faces
+
+        search, factor = face_search(clip, keyed)
+        found = iter(find_faces(search))
+        faces = [
+            [tuple(map(float, factor * np.asarray(box))) for box in next(found)] if key else []
+            for key in keyed
+        ]
+    elif "mediapipe" in detectors:
+        # BlazeFace finds faces only where CenterFace does not: else it is the gate's judge
+        from tasks.anonymize.detector import find_faces as blazeface
+
+        found = iter(blazeface(kept[keyed], params.detector_confidence))
+        faces = [next(found) if key else [] for key in keyed]
+    if not any(member in detectors for member in FACE_FINDERS):
+        return faces
+    if "faces" in detectors:
+        faces = [
+            found + (face_boxes(frame, params.hog_upscale) if key else [])
+            for found, frame, key in zip(faces, kept, keyed)
+        ]
+    return as_frames(scene_tracks(faces, scene_maps))
+
+
+def _moving(
+    clip: SourceClip, camera: Any, detectors: tuple[str, ...], params: AnonymizeParams
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """The people the motion member finds in every kept frame (all False without it), and, on a moving camera, what
+    moves against the registered background (the gate's reference; None on a still one)."""
+    person = np.zeros(clip.kept.shape[:3], bool)
+    if not camera.moves:
+        if "motion" in detectors:
+            for model in params.motion_models:
+                person |= moving_people(
+                    clip.frames, clip.picked, model=model, grow=params.motion_grow
+                )
+        return person, None
+    # issue 81: a moving background is no person; what moves against it is, past single pixels
+    before, after = registered_differences(clip.frames, clip.picked, clip.fps, camera)
+    moved = np.stack([tidy(mask, 0) for mask in before & after])
+    if "motion" in detectors:
+        # three-frame differencing: a person's pixels differ from the frames before and after (the union adds
+        # their ghosts and, under parallax no map explains, half of the background: bikes.mp4 blacked out 76 %)
+        person |= np.stack([tidy(mask, params.motion_grow) for mask in before & after])
+    return person, moved
+
+
+def _found_on_key_frames(
+    frames: np.ndarray, detectors: tuple[str, ...], params: AnonymizeParams
+) -> np.ndarray:
+    """The people the HOG detector's boxes and mediapipe's segmenter mark on the key frames ``frames``."""
+    person = np.zeros(frames.shape[:3], bool)
+    if "hog" in detectors:
+        person |= np.stack(
+            [
+                fill_boxes(
+                    frames.shape[1:3], people_boxes(frame, params.hog_upscale, params.hog_scale)
+                )
+                for frame in frames
+            ]
+        )
+    if "mediapipe" in detectors:
+        from tasks.anonymize.detector import segment_people
+
+        person |= segment_people(frames)
+    return person
+
+
+def box_masks(face_box: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """The frames' masks of a ``face_box`` array (frames × people × 4, NaN where a person has no box)."""
+    return np.stack(
+        [fill_boxes(shape, [tuple(b) for b in boxes if np.isfinite(b).all()]) for boxes in face_box]
     )
 
 
@@ -402,12 +430,7 @@ def find_people(
     reference_key = "face_box" if keys == ("face_box",) else "person_mask"
     truth = ground_truth(row, annotations, tuple(dict.fromkeys((*keys, reference_key))))
     if reference_key == "face_box":
-        reference = np.stack(
-            [
-                fill_boxes(frames.shape[1:3], [tuple(b) for b in boxes if np.isfinite(b).all()])
-                for boxes in truth["face_box"]
-            ]
-        )
+        reference = box_masks(truth["face_box"], frames.shape[1:3])
     else:
         reference = truth["person_mask"] > 0
     if (

@@ -30,7 +30,7 @@ import numpy as np
 
 from tasks.anonymize.coverage import changed
 from tasks.anonymize.people import detect_in, video_identity
-from tasks.anonymize.release import protect_clip
+from tasks.anonymize.release import Protected, protect_clip
 from tasks.anonymize.source_clip import SourceClip, Upscale
 from tasks.anonymize.video_container import (
     VIDEO_CODECS,
@@ -191,7 +191,6 @@ def protect_file(
     """Protect the video ``source`` into ``target``; one-line errors name the file, nothing is left half-written."""
     if target.resolve() == source.resolve():
         raise PrivharError(f"{target}: is the input video too; write the protected copy elsewhere")
-    entry = method_of(options.method)
     params = params.model_copy(update={"source": "ensemble", "ensemble": list(options.detectors)})
     summary = Summary(printable(str(source)), printable(str(target)))
     container = open_input(source)
@@ -199,84 +198,8 @@ def protect_file(
     started = time.perf_counter()
     try:
         staging = staging_file(target)
-        stream = container.streams.video[0]
-        stream.thread_type = "AUTO"
-        fps = float(stream.average_rate or stream.guessed_rate or 25.0)
-        total = int(stream.frames or 0)
-        summary.announced, summary.replaced = total, target.exists()
-        output, video, audio = open_output(
-            staging,
-            container,
-            fps,
-            keep_audio=options.keep_audio,
-            keep_metadata=options.keep_metadata,
-        )
-        size = stretch_frames(options.chunk_seconds, fps, stream.height, stream.width)
-        every = options.detect_every or max(1, math.ceil(fps * DETECT_SECONDS - 1e-9))
-        scale = options.detect_scale or min(1.0, DETECT_ROWS / max(stream.height, 1))
-        # the masks come up from the detection scale: their margin in frame pixels grows with them
-        update: dict[str, Any] = {
-            "detect_every": every,
-            "mask_dilation": math.ceil(params.mask_dilation / scale),
-        }
-        if options.blur_to_size:
-            update |= blur_for(stream.height, params)
-        params = params.model_copy(update=update)
-        identity = video_identity(source.name)
-        bar = progress(total or 1, f"protect {printable(source.name)}", unit="frame")
-        coverages, changed_frames = [], 0.0
-        with output:
-            for frames, stamps, rotation in chunks(container, size):
-                if summary.frames == 0:
-                    summary.height, summary.width = start_stream(video, frames, rotation)
-                frames = frames[:, : video.height, : video.width]
-                found = None
-                if entry.people:
-                    found = detect_in(
-                        _detection_clip(frames, fps, scale),
-                        entry.people,
-                        source="ensemble",
-                        params=params,
-                        identity=identity,
-                    )
-                    summary.people_frames += int(_any_people(found).sum())
-                result = protect_clip(
-                    frames,
-                    found,
-                    method=options.method,
-                    params=params,
-                    seed=options.seed,
-                    people_source="detectors " + "+".join(options.detectors),
-                )
-                if result.reason:
-                    if options.on_fail == "skip":
-                        raise PrivharError(
-                            f"{source}: not written: frames {summary.frames}-{summary.frames + len(frames) - 1}: "
-                            f"{result.reason}"
-                        )
-                    summary.held_back.append(result.reason)
-                    summary.held_back_frames += len(result.failed) or len(frames)
-                    result = result.blacked_out(only_failed=True)
-                if not np.isnan(result.coverage):
-                    coverages.append(result.coverage)
-                changed_frames += float(changed(frames, result.frames, 0).mean()) * len(frames)
-                summary.black_frames += int(black(result.frames).sum())
-                encode_frames(video, output, result.frames, stamps, summary.frames)
-                summary.frames += len(frames)
-                summary.stretches += 1
-                bar.update(len(frames))
-                del (
-                    frames,
-                    found,
-                    result,
-                )  # before the next stretch is read: a 4K stretch is gigabytes
-            if summary.frames == 0:
-                raise PrivharError(f"{source}: no decodable video frames")
-            for packet in video.encode():
-                output.mux(packet)
-            if audio:
-                copy_audio(source, output, audio)
-        bar.close()
+        summary.replaced = target.exists()
+        _protect_stream(source, container, staging, options, params, summary)
         os.replace(staging, target)
     except OSError as error:  # named by the output, not the hidden staging file (issue 82)
         raise PrivharError(
@@ -292,9 +215,116 @@ def protect_file(
         if staging is not None:
             staging.unlink(missing_ok=True)
     summary.seconds = time.perf_counter() - started
+    return summary
+
+
+def _stream_params(
+    stream: Any, fps: float, options: ProtectOptions, params: AnonymizeParams
+) -> tuple[AnonymizeParams, float]:
+    """The params a stream is released under, and the scale its people are detected at: key frames every
+    ``DETECT_SECONDS``, on frames ``DETECT_ROWS`` high; the masks come up from the detection scale, so their margin in
+    frame pixels grows with them."""
+    every = options.detect_every or max(1, math.ceil(fps * DETECT_SECONDS - 1e-9))
+    scale = options.detect_scale or min(1.0, DETECT_ROWS / max(stream.height, 1))
+    update: dict[str, Any] = {
+        "detect_every": every,
+        "mask_dilation": math.ceil(params.mask_dilation / scale),
+    }
+    if options.blur_to_size:
+        update |= blur_for(stream.height, params)
+    return params.model_copy(update=update), scale
+
+
+def _protect_stream(
+    source: Path,
+    container: Any,
+    staging: Path,
+    options: ProtectOptions,
+    params: AnonymizeParams,
+    summary: Summary,
+) -> None:
+    """Every stretch of ``container``'s video protected and encoded into ``staging`` (audio copied when kept)."""
+    stream = container.streams.video[0]
+    stream.thread_type = "AUTO"
+    fps = float(stream.average_rate or stream.guessed_rate or 25.0)
+    summary.announced = int(stream.frames or 0)
+    output, video, audio = open_output(
+        staging,
+        container,
+        fps,
+        keep_audio=options.keep_audio,
+        keep_metadata=options.keep_metadata,
+    )
+    size = stretch_frames(options.chunk_seconds, fps, stream.height, stream.width)
+    params, scale = _stream_params(stream, fps, options, params)
+    bar = progress(summary.announced or 1, f"protect {printable(source.name)}", unit="frame")
+    coverages, changed_frames = [], 0.0
+    with output:
+        for frames, stamps, rotation in chunks(container, size):
+            if summary.frames == 0:
+                summary.height, summary.width = start_stream(video, frames, rotation)
+            frames = frames[:, : video.height, : video.width]
+            released = _protect_stretch(source, frames, fps, scale, options, params, summary)
+            if not np.isnan(released.coverage):
+                coverages.append(released.coverage)
+            changed_frames += float(changed(frames, released.frames, 0).mean()) * len(frames)
+            summary.black_frames += int(black(released.frames).sum())
+            encode_frames(video, output, released.frames, stamps, summary.frames)
+            summary.frames += len(frames)
+            summary.stretches += 1
+            bar.update(len(frames))
+            del frames, released  # before the next stretch is read: a 4K stretch is gigabytes
+        if summary.frames == 0:
+            raise PrivharError(f"{source}: no decodable video frames")
+        for packet in video.encode():
+            output.mux(packet)
+        if audio:
+            copy_audio(source, output, audio)
+    bar.close()
     summary.coverage_min = min(coverages) if coverages else float("nan")
     summary.covered_share = changed_frames / max(summary.frames, 1)
-    return summary
+
+
+def _protect_stretch(
+    source: Path,
+    frames: np.ndarray,
+    fps: float,
+    scale: float,
+    options: ProtectOptions,
+    params: AnonymizeParams,
+    summary: Summary,
+) -> Protected:
+    """One stretch's people found and its frames released; a stretch the gate fails is blacked out where it failed
+    (``--on-fail black``) or stops the file (``skip``)."""
+    entry = method_of(options.method)
+    found = None
+    if entry.people:
+        found = detect_in(
+            _detection_clip(frames, fps, scale),
+            entry.people,
+            source="ensemble",
+            params=params,
+            identity=video_identity(source.name),
+        )
+        summary.people_frames += int(_any_people(found).sum())
+    result = protect_clip(
+        frames,
+        found,
+        method=options.method,
+        params=params,
+        seed=options.seed,
+        people_source="detectors " + "+".join(options.detectors),
+    )
+    if result.reason:
+        if options.on_fail == "skip":
+            raise PrivharError(
+                f"{source}: not written: frames {summary.frames}-{summary.frames + len(frames) - 1}: "
+                f"{result.reason}"
+            )
+        summary.held_back.append(result.reason)
+        summary.held_back_frames += len(result.failed) or len(frames)
+        result = result.blacked_out(only_failed=True)
+    return result
 
 
 def _any_people(found: Any) -> np.ndarray:
