@@ -29,7 +29,9 @@ from tasks.core.manifest import MANIFEST_NAME, read_manifest
 from tasks.core.params import BaseParams, ModelParams, TrainParams
 from tasks.core.storage import atomic_write_bytes
 from tasks.core.tracking import stage_run
-from tasks.train import TrainingData, _train_seed, classifier_config, held_out_accuracy
+from tasks.train.methods import TrainingData, held_out_accuracy
+from tasks.train.seeds import train_seed
+from tasks.train.stage import classifier_config
 from tasks.video_models.clips import labels_of, load_clips, split_rows
 from tasks.video_models.device import resolve_device
 
@@ -87,7 +89,7 @@ def _folder_scores(
         for fold in range(folds):
             kept, left = assigned != fold, assigned == fold
             data = TrainingData(clips[kept], labels[kept], config["classes"], device)
-            model, _, _ = _train_seed(
+            model, _, _ = train_seed(
                 recipe, base.seed, fold + 1, data, init, config, config["model"], folder, run
             )
             scored = replace(data, held_out=(clips[left], labels[left]))

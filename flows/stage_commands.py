@@ -288,7 +288,7 @@ COMMANDS: dict[str, tuple[str, Callable[..., Any], str]] = {
         "The same test frames under every protection, as one PNG grid.",
     ),
     "train": (
-        "tasks.train:train",
+        "tasks.train.stage:train",
         train_from,
         "Train the video classifier with the method train.method names.",
     ),

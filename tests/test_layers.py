@@ -4,7 +4,7 @@ importing one above it: tasks/core (with the renderer tasks/synthetic and the to
 people-finding stacks (tasks/video_models, tasks/video_data, tasks/people_finding: none imports another) <-
 tasks/privacy (accountants, calibrations, budget, ledger) <- the stages <- flows/ <- privhar/ (the command line).
 
-A stage is a top-level module of tasks (tasks/train.py) or a package (tasks/private/). In the DP paths (the privacy
+A stage is a top-level module of tasks (tasks/evaluate.py) or a package (tasks/private/). In the DP paths (the privacy
 layer and the stages that release under DP) no function is longer than 60 lines: each step of a release reads on its
 own.
 """

@@ -241,7 +241,8 @@ def test_a_fine_tunings_seed_0_does_not_start_from_its_public_models_own_draws(t
     """Seed 0 of a fine-tuning once drew the classifier its public model started from (both seeded by method and
     seed alone); the make run of 2026-11-27 had it above every other seed of both Video-DPRP copies."""
     from tasks.core.params import load_train
-    from tasks.train import TrainingData, _train_seed
+    from tasks.train.methods import TrainingData
+    from tasks.train.seeds import train_seed
     from tasks.video_models.models import CLASSIFIER
 
     folder, _ = trained
@@ -251,7 +252,7 @@ def test_a_fine_tunings_seed_0_does_not_start_from_its_public_models_own_draws(t
     data = TrainingData(torch.zeros(1, 3, 4, 32, 40, dtype=torch.uint8), torch.zeros(1), [])
 
     def starting_classifier(init: Path | None) -> torch.Tensor:
-        model, _, _ = _train_seed(
+        model, _, _ = train_seed(
             params, 2026, 0, data, init, config, "k", folder, None, as_loaded=True
         )
         return model.state_dict()[CLASSIFIER + ".weight"]
