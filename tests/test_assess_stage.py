@@ -31,7 +31,8 @@ def blackout(tiny_decoded: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
 
 
 def test_assess_scores_the_raw_reference_and_a_copy(tiny_decoded: Path, blackout: Path) -> None:
-    from tasks.assess.stage import ATTRIBUTE_SCORES, assess
+    from tasks.assess.copy_scores import ATTRIBUTE_SCORES
+    from tasks.assess.stage import assess
     from tasks.core.scores import LEFT_COLUMNS as LEFT
     from tasks.core.scores import SIGNATURE_COLUMNS as SIGNATURE
 
@@ -102,7 +103,8 @@ def test_footage_without_annotations_gets_what_is_left_and_quarantine_counts(
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from tasks.assess.stage import ATTRIBUTE_SCORES, TRUTH_SCORES, assess
+    from tasks.assess.copy_scores import ATTRIBUTE_SCORES, TRUTH_SCORES
+    from tasks.assess.stage import assess
     from tasks.core.manifest import read_manifest, write_manifest
 
     frames = tmp_path / "decode"
