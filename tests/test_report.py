@@ -633,7 +633,7 @@ def test_each_protection_is_measured_against_the_raw_clips_and_a_tie_is_explaine
     from scipy import stats
 
     from tasks.report.claims import against_raw
-    from tasks.report.stage import _costs_markdown
+    from tasks.report.markdown import _costs_markdown
 
     def seeds(key, values):
         return {

@@ -305,54 +305,7 @@ def subject_totals(releases: list[Release], rows: list[dict[str, Any]]) -> list[
 
     A polars join of who is in which split with what each release covers, grouped by person.
     """
-    members = pl.DataFrame(
-        [
-            {"subject": subject, "split": split}
-            for split, people in subjects_by_split(rows).items()
-            for subject in people
-        ],
-        schema={"subject": pl.Int64, "split": pl.String},
-    )
-    covered = pl.DataFrame(
-        [
-            {
-                "release": index,
-                "split": split,
-                "epsilon": r.epsilon,
-                "delta": r.delta,
-                "private": r.private,
-                "epsilon_person_max": r.epsilon_person_max,
-            }
-            for index, r in enumerate(releases)
-            for split in r.splits.split("+")
-        ],
-        schema={
-            "release": pl.Int64,
-            "split": pl.String,
-            "epsilon": pl.Float64,
-            "delta": pl.Float64,
-            "private": pl.Boolean,
-            "epsilon_person_max": pl.Float64,
-        },
-    )
-    exact = pl.DataFrame(
-        [
-            {
-                "release": index,
-                "subject": subject,
-                "person_epsilon": value[0],
-                "person_delta": value[1],
-            }
-            for index, r in enumerate(releases)
-            for subject, value in r.persons.items()
-        ],
-        schema={
-            "release": pl.Int64,
-            "subject": pl.Int64,
-            "person_epsilon": pl.Float64,
-            "person_delta": pl.Float64,
-        },
-    )
+    members, covered, exact = _ledger_frames(releases, rows)
     held = (
         members.join(covered, on="split")
         .unique(["subject", "release"])
@@ -403,6 +356,62 @@ def subject_totals(releases: list[Release], rows: list[dict[str, Any]]) -> list[
         .select(SUBJECT_COLUMNS)
         .to_dicts()
     )
+
+
+def _ledger_frames(
+    releases: list[Release], rows: list[dict[str, Any]]
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """Who is in which split; which split each release covers, with its ε, δ and person-level bound; and each
+    release's exact person-level (ε, δ) of the people it names."""
+    members = pl.DataFrame(
+        [
+            {"subject": subject, "split": split}
+            for split, people in subjects_by_split(rows).items()
+            for subject in people
+        ],
+        schema={"subject": pl.Int64, "split": pl.String},
+    )
+    covered = pl.DataFrame(
+        [
+            {
+                "release": index,
+                "split": split,
+                "epsilon": r.epsilon,
+                "delta": r.delta,
+                "private": r.private,
+                "epsilon_person_max": r.epsilon_person_max,
+            }
+            for index, r in enumerate(releases)
+            for split in r.splits.split("+")
+        ],
+        schema={
+            "release": pl.Int64,
+            "split": pl.String,
+            "epsilon": pl.Float64,
+            "delta": pl.Float64,
+            "private": pl.Boolean,
+            "epsilon_person_max": pl.Float64,
+        },
+    )
+    exact = pl.DataFrame(
+        [
+            {
+                "release": index,
+                "subject": subject,
+                "person_epsilon": value[0],
+                "person_delta": value[1],
+            }
+            for index, r in enumerate(releases)
+            for subject, value in r.persons.items()
+        ],
+        schema={
+            "release": pl.Int64,
+            "subject": pl.Int64,
+            "person_epsilon": pl.Float64,
+            "person_delta": pl.Float64,
+        },
+    )
+    return members, covered, exact
 
 
 def runs_of(values: list[float]) -> str:
