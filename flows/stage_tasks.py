@@ -230,9 +230,8 @@ def run_stage(stage: DagStage, force: bool, settings: OrchestrateParams) -> Stat
     """Bring one stage up to date; ``Skipped`` if DVC says it already is."""
     logger = get_run_logger()
     started = time.monotonic()
-    sharded = (
-        settings.task_runner == "dask" and stage.name.split("@")[0] in settings.sharded_stages
-    )  # foreach stages: dprp@2.0, dprp@5.0, ...
+    # foreach stages: dprp@2.0, dprp@5.0, ...
+    sharded = settings.task_runner == "dask" and stage.name.split("@")[0] in settings.sharded_stages
     if sharded and not force and stage_is_up_to_date(stage.name):
         ran = False
     elif sharded:

@@ -62,9 +62,8 @@ def transform_annotations(
         "identity": annotations["identity"],
         "skeleton": skeleton,
     }
-    if (
-        "joint_depth" in annotations
-    ):  # depth is along the camera axis: the image geometry leaves it alone
+    # depth is along the camera axis: the image geometry leaves it alone
+    if "joint_depth" in annotations:
         out["joint_depth"] = annotations["joint_depth"][indices]
     limits = np.array(
         [geometry.target[1], geometry.target[0], geometry.target[1], geometry.target[0]], np.float32

@@ -61,9 +61,8 @@ def top_k_accuracy(logits: torch.Tensor, labels: torch.Tensor, k: int) -> float:
     """
     classes = logits.shape[1]
     scores = logits.numpy()
-    if (
-        classes == 2
-    ):  # scikit-learn takes a binary problem's scores as one column: the second class's margin
+    # scikit-learn takes a binary problem's scores as one column: the second class's margin
+    if classes == 2:
         scores = scores[:, 1] - scores[:, 0]
     return float(
         metrics.top_k_accuracy_score(
@@ -237,6 +236,59 @@ def write_confusion_data(predictions: pl.DataFrame, folder: Path) -> None:
             )
 
 
+def _score(
+    model: torch.nn.Module,
+    config: dict[str, Any],
+    folder: Path,
+    protocol: int,
+    tests: TestSets,
+    logits_of: Logits,
+    scores: dict[str, float],
+) -> tuple[torch.Tensor, list[dict[str, Any]]]:
+    """Top-1 and Top-5 of ``model`` on the test clips of ``folder`` into ``scores`` (protocol 2's with a suffix); its
+    guesses and the test rows they are of."""
+    size = tuple(config["input_size"])
+    rows = tests.rows(folder)
+    logits, labels = logits_of(model, tests.clips(folder, size), folder, size), labels_of(rows)
+    suffix = "" if protocol == 1 else "_protocol2"
+    scores[f"top1{suffix}"] = top_k_accuracy(logits, labels, 1)
+    scores[f"top5{suffix}"] = top_k_accuracy(logits, labels, 5)
+    return logits.argmax(1), rows
+
+
+def _predictions(
+    key: str, protocol: int, classes: list[str], rows: list[dict[str, Any]], guesses: torch.Tensor
+) -> list[dict[str, Any]]:
+    return [
+        {
+            "model": key,
+            "protocol": protocol,
+            "video_id": row["video_id"],
+            "actual": classes[row["label"]],
+            "predicted": classes[int(guess)],
+        }
+        for row, guess in zip(rows, guesses)
+    ]
+
+
+def _confusion(
+    run: StageRun,
+    out: Path,
+    key: str,
+    classes: list[str],
+    labels: torch.Tensor,
+    guesses: torch.Tensor,
+    scores: dict[str, float],
+) -> None:
+    """The registered model's confusion matrix on the raw test videos, as out/confusion/<key>.png."""
+    matrix = confusion_matrix(labels.numpy(), guesses.numpy(), len(classes))
+    png = plot_confusion(
+        matrix, classes, f"{key}: Top-1 {scores['top1']:.3f} on {len(labels)} raw test videos"
+    )
+    atomic_write_bytes(out / "confusion" / f"{key}.png", png)
+    run.log_artifact(out / "confusion" / f"{key}.png")
+
+
 @stage_work
 def evaluate(
     *,
@@ -256,9 +308,8 @@ def evaluate(
     test_rows = tests.rows(frames)
     checkpoints = find_checkpoints(models)
     metrics: dict[str, dict[str, float]] = {}
-    scored: dict[
-        str, str
-    ] = {}  # model key -> SHA-256 of the checkpoint scored: the registry scores only these files
+    # model key -> SHA-256 of the checkpoint scored: the registry scores only these files
+    scored: dict[str, str] = {}
     predictions: list[dict[str, Any]] = []
     with stage_run("evaluate", {"evaluate": params}) as run:
         run.log_dataset(frames, "test", "testing")
@@ -266,45 +317,24 @@ def evaluate(
         for checkpoint in checkpoints:
             key = checkpoint_key(checkpoint)
             model, config = load_checkpoint(str(checkpoint))
-            size = tuple(config["input_size"])
             protected = protected_folder(config, frames)
             protocols = {1: frames} if protected is None else {1: frames, 2: protected}
             scores: dict[str, float] = {"test_videos": len(test_rows)}
             guesses: dict[int, torch.Tensor] = {}
             for protocol, folder in protocols.items():
-                logits, labels = (
-                    logits_of(model, tests.clips(folder, size), folder, size),
-                    labels_of(tests.rows(folder)),
+                guesses[protocol], rows = _score(
+                    model, config, folder, protocol, tests, logits_of, scores
                 )
-                suffix = "" if protocol == 1 else "_protocol2"
-                scores[f"top1{suffix}"] = top_k_accuracy(logits, labels, 1)
-                scores[f"top5{suffix}"] = top_k_accuracy(logits, labels, 5)
-                guesses[protocol] = logits.argmax(1)
-                predictions += [
-                    {
-                        "model": key,
-                        "protocol": protocol,
-                        "video_id": row["video_id"],
-                        "actual": config["classes"][row["label"]],
-                        "predicted": config["classes"][int(guess)],
-                    }
-                    for row, guess in zip(tests.rows(folder), guesses[protocol])
-                ]
+                predictions += _predictions(
+                    key, protocol, config["classes"], rows, guesses[protocol]
+                )
             metrics[key] = {name: round(value, 4) for name, value in scores.items()}
             scored[key] = checkpoint_digest(checkpoint)
-            if (
-                base_key(key)[1] == 0
-            ):  # a confusion matrix for the registered model, not for every training seed
-                matrix = confusion_matrix(
-                    labels_of(test_rows).numpy(), guesses[1].numpy(), len(config["classes"])
+            # a confusion matrix for the registered model, not for every training seed
+            if base_key(key)[1] == 0:
+                _confusion(
+                    run, out, key, config["classes"], labels_of(test_rows), guesses[1], scores
                 )
-                png = plot_confusion(
-                    matrix,
-                    config["classes"],
-                    f"{key}: Top-1 {scores['top1']:.3f} on {len(test_rows)} raw test videos",
-                )
-                atomic_write_bytes(out / "confusion" / f"{key}.png", png)
-                run.log_artifact(out / "confusion" / f"{key}.png")
             second = (
                 f"  protocol 2 Top-1 {scores['top1_protocol2']:.4f}"
                 if protected is not None

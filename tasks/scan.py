@@ -28,9 +28,10 @@ LOG = logging.getLogger(__name__)
 COLUMNS = ["path", "size", "mtime_ns"]
 
 
-BROKEN_LINK = (
-    -1
-)  # the size listed for a symbolic link to nothing: once it points at a file, the listing changes
+# the size listed for a symbolic link to nothing: once it points at a file, the listing changes
+
+
+BROKEN_LINK = -1
 
 
 def printable(name: str) -> str:

@@ -236,6 +236,42 @@ def _withheld_strip(action: str, rows: list[dict[str, Any]], height: int) -> np.
     return strip
 
 
+def _public_sections(
+    base: BaseParams, data: DataParams, params: SynthesizeParams, public: PublicParams
+) -> tuple[BaseParams, DataParams, SynthesizeParams]:
+    """The sections the public pretraining set is rendered under: its own seed, identities and videos per action."""
+    if public.seed == base.seed:
+        raise PrivharError(
+            f"public.seed = {public.seed} is invalid: expected a seed other than base.seed "
+            "(the same seed renders the private identities)"
+        )
+    return (
+        base.model_copy(update={"seed": public.seed}),
+        data.model_copy(update={"source": "synthetic"}),
+        params.model_copy(
+            update={"identities": public.identities, "videos_per_action": public.videos_per_action}
+        ),
+    )
+
+
+def _source_rows(
+    base: BaseParams, data: DataParams, params: SynthesizeParams, staging: Path
+) -> list[dict[str, Any]]:
+    """The manifest's rows: the synthetic videos rendered into ``staging`` (with their identities), or the indexed
+    dataset's."""
+    if data.source != "synthetic":
+        return index_dataset(
+            data.source, data.root, data.split, data.attributes, data.subjects, data.missing_files
+        )
+    (staging / "videos").mkdir()
+    (staging / "annotations").mkdir()
+    jobs = plan_videos(base.seed, params)
+    render = partial(make_video, seed=base.seed, params=params, out=staging)
+    rows = map_ordered(render, jobs, workers=worker_count(base.workers), desc="synthesize")
+    write_table(_identity_rows(base.seed, params.identities), staging / "identities.parquet")
+    return rows
+
+
 @stage_work
 def synthesize(
     *,
@@ -258,44 +294,16 @@ def synthesize(
     """
     name = "synthesize"
     if public is not None:
-        chosen = public
-        if chosen.seed == base.seed:
-            raise PrivharError(
-                f"public.seed = {chosen.seed} is invalid: expected a seed other than base.seed "
-                "(the same seed renders the private identities)"
-            )
-        base = base.model_copy(update={"seed": chosen.seed})
-        data = data.model_copy(update={"source": "synthetic"})
-        params = params.model_copy(
-            update={"identities": chosen.identities, "videos_per_action": chosen.videos_per_action}
-        )
+        base, data, params = _public_sections(base, data, params, public)
         name = "synthesize-public"
     with (
         stage_run(name, {"base": base, "data": data, "synthesize": params}) as run,
         atomic_directory(out) as staging,
     ):
         started = time.perf_counter()
-        if data.source == "synthetic":
-            (staging / "videos").mkdir()
-            (staging / "annotations").mkdir()
-            jobs = plan_videos(base.seed, params)
-            render = partial(make_video, seed=base.seed, params=params, out=staging)
-            rows = map_ordered(render, jobs, workers=worker_count(base.workers), desc="synthesize")
-            write_table(
-                _identity_rows(base.seed, params.identities), staging / "identities.parquet"
-            )
-        else:
-            rows = index_dataset(
-                data.source,
-                data.root,
-                data.split,
-                data.attributes,
-                data.subjects,
-                data.missing_files,
-            )
-        if (
-            checks is not None
-        ):  # what a later stage will refuse, said now (privhar flow refuses the run on it)
+        rows = _source_rows(base, data, params, staging)
+        # what a later stage will refuse, said now (privhar flow refuses the run on it)
+        if checks is not None:
             for problem in dataset_problems(checks, rows, data.root or "synthesize", base.seed):
                 LOG.warning("synthesize: a later stage will refuse this dataset: %s", problem)
         write_manifest(rows, staging / MANIFEST_NAME)

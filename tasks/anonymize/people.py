@@ -433,9 +433,8 @@ def find_people(
         reference = box_masks(truth["face_box"], frames.shape[1:3])
     else:
         reference = truth["person_mask"] > 0
-    if (
-        "face_box" in keys
-    ):  # one person a column: a face turned away or occluded in some frames is followed through them
+    # one person a column: a face turned away or occluded in some frames is followed through them
+    if "face_box" in keys:
         truth = {**truth, "face_box": fill(truth["face_box"].astype(np.float32))}
     measured = "true face pixels" if reference_key == "face_box" else "true person pixels"
     return People(

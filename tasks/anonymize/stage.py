@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
@@ -169,15 +170,11 @@ def anonymize(
         raise PrivharError(
             f"anonymize: method {method!r} is not one of anonymize.methods = {params.methods}"
         )
-    check_unprotected(
-        privacy, f"the anonymized copy anonymize@{method}"
-    )  # obfuscation: no DP guarantee
+    # obfuscation: no DP guarantee
+    check_unprotected(privacy, f"the anonymized copy anonymize@{method}")
     rows = read_manifest(frames / MANIFEST_NAME)
-    if (
-        method_of(method).people
-        and "mediapipe" in detectors_of(source_kind, params)
-        and source_kind != "ground_truth"
-    ):
+    finds_people = method_of(method).people and source_kind != "ground_truth"
+    if finds_people and "mediapipe" in detectors_of(source_kind, params):
         from tasks.anonymize.detector import check_mediapipe
 
         check_mediapipe()  # one line now if it is missing, not one per worker
@@ -209,11 +206,10 @@ def anonymize(
                 f"anonymize: {method}: every one of the {len(rows)} videos is held back (anonymize.min_coverage = "
                 f"{params.min_coverage}; first: {quarantined[0]['video_id']}: {quarantined[0]['reason']})"
             )
-        seconds = sum(spent for _, spent in results)
         write_table(quarantined, staging / QUARANTINE_NAME, schema=QUARANTINE_SCHEMA)
         write_manifest(protected, staging / MANIFEST_NAME)
         total_frames = sum(int(row["n_frames"]) for row in rows)
-        speed = total_frames / max(seconds, 1e-9)
+        seconds = sum(spent for _, spent in results)
         if speed_path is not None:
             write_speed(
                 speed_path,
@@ -221,70 +217,95 @@ def anonymize(
                 seconds=seconds,
                 measured=f"anonymize {method}: the method alone (and the detectors when they find people), one core",
             )
-        public = float(np.mean([row["public_fraction"] for row in protected]))
-        covered = [
-            row["coverage"] for row in protected + quarantined if not np.isnan(row["coverage"])
-        ]
-        blacked = sum(bool(row["blacked_out"]) for row in protected)
-        empty = [
+        copy = CopySummary(method, source_kind, len(rows), protected, quarantined)
+        run.log_summary(copy.metrics(total_frames / max(seconds, 1e-9)))
+        run.set_tags({"privhar.method": method, "privhar.people_source": source_kind})
+        copy.say(total_frames / max(seconds, 1e-9), params.min_coverage)
+    return protected
+
+
+@dataclass
+class CopySummary:
+    """What one anonymized copy released: its summary on the stage's run and its lines in the log."""
+
+    method: str
+    source_kind: str
+    videos: int
+    protected: list[dict[str, Any]]
+    quarantined: list[dict[str, Any]]
+
+    def __post_init__(self) -> None:
+        rows = self.protected + self.quarantined
+        self.public = float(np.mean([row["public_fraction"] for row in self.protected]))
+        self.covered = [row["coverage"] for row in rows if not np.isnan(row["coverage"])]
+        self.blacked = sum(bool(row["blacked_out"]) for row in self.protected)
+        self.empty = [
             row["video_id"]
-            for row in protected
+            for row in self.protected
             if row["mask"] and not row["blacked_out"] and row["public_fraction"] == 0
         ]
-        unchanged = [row["video_id"] for row in protected if row["unchanged_with_people"]]
-        run.log_summary(
-            {
-                "unchanged_with_people": len(unchanged),
-                "frames_per_second": speed,
-                "public_fraction": public,
-                "videos": len(protected),
-                "quarantined": len(quarantined),
-                "blacked_out": blacked,
-                "no_public_pixels": len(empty),
-                **(
-                    {"coverage_min": min(covered), "coverage_mean": float(np.mean(covered))}
-                    if covered
-                    else {}
-                ),
-            }
-        )
-        run.set_tags({"privhar.method": method, "privhar.people_source": source_kind})
-        for row in quarantined:
+        self.unchanged = [row["video_id"] for row in self.protected if row["unchanged_with_people"]]
+
+    def metrics(self, speed: float) -> dict[str, float]:
+        covered = self.covered
+        return {
+            "unchanged_with_people": len(self.unchanged),
+            "frames_per_second": speed,
+            "public_fraction": self.public,
+            "videos": len(self.protected),
+            "quarantined": len(self.quarantined),
+            "blacked_out": self.blacked,
+            "no_public_pixels": len(self.empty),
+            **(
+                {"coverage_min": min(covered), "coverage_mean": float(np.mean(covered))}
+                if covered
+                else {}
+            ),
+        }
+
+    def say(self, speed: float, min_coverage: float) -> None:
+        method, covered = self.method, self.covered
+        for row in self.quarantined:
             log.info("anonymize: %s: quarantined %s: %s", method, row["video_id"], row["reason"])
         coverage_note = (
-            f"coverage min {min(covered):.3f} mean {np.mean(covered):.3f} (min_coverage {params.min_coverage}); "
-            f"{len(quarantined)} quarantined, {blacked} blacked out; "
+            f"coverage min {min(covered):.3f} mean {np.mean(covered):.3f} (min_coverage {min_coverage}); "
+            f"{len(self.quarantined)} quarantined, {self.blacked} blacked out; "
             if covered
             else ""
         )
         log.info(
             "anonymize: %s: %d of %d videos released; %s%.0f frames/s (people from %s, one core), public pixels %.3f",
             method,
-            len(protected),
-            len(rows),
+            len(self.protected),
+            self.videos,
             coverage_note,
             speed,
-            source_kind,
-            public,
+            self.source_kind,
+            self.public,
         )
-        if unchanged:  # said, not silent: people were found in them and the method changed no pixel
+        # said, not silent: people were found in them and the method changed no pixel
+        if self.unchanged:
             log.warning(
                 "anonymize: %s: %d of %d released clips are unchanged byte for byte although people were found in "
                 "them (people from %s): %s",
                 method,
-                len(unchanged),
-                len(protected),
-                source_kind,
-                ", ".join(unchanged[:5]) + (" …" if len(unchanged) > 5 else ""),
+                len(self.unchanged),
+                len(self.protected),
+                self.source_kind,
+                _first_five(self.unchanged),
             )
-        if empty:  # said, not silent: these clips kept nothing public, and MaskDP has no public view of them
+        # said, not silent: these clips kept nothing public, and MaskDP has no public view of them
+        if self.empty:
             log.warning(
                 "anonymize: %s: %d of %d released clips have no public pixel (no person found by %s, nothing drawn; "
                 "MaskDP has no public view of them): %s",
                 method,
-                len(empty),
-                len(protected),
-                source_kind,
-                ", ".join(empty[:5]) + (" …" if len(empty) > 5 else ""),
+                len(self.empty),
+                len(self.protected),
+                self.source_kind,
+                _first_five(self.empty),
             )
-    return protected
+
+
+def _first_five(videos: list[str]) -> str:
+    return ", ".join(videos[:5]) + (" …" if len(videos) > 5 else "")

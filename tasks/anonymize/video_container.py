@@ -61,9 +61,8 @@ def open_input(source: Path) -> av.container.InputContainer:
     if not container.streams.video:
         container.close()
         raise PrivharError(f"{source}: has no video stream")
-    if (
-        container.streams.video[0].codec_context is None
-    ):  # an MP4 cut before its index (issue 82: a traceback)
+    # an MP4 cut before its index (issue 82: a traceback)
+    if container.streams.video[0].codec_context is None:
         container.close()
         raise PrivharError(
             f"{source}: not a readable video (no decoder for its video stream: a file cut short?)"
@@ -90,9 +89,8 @@ def open_output(
             audio[stream.index] = output.add_stream_from_template(stream)
     codec = VIDEO_CODECS[staging.suffix.lower()]
     video = output.add_stream(codec, rate=Fraction(fps).limit_denominator(1001))
-    if (
-        source.streams.video[0].time_base is not None
-    ):  # each frame keeps its input timestamp (:func:`encode_frames`)
+    # each frame keeps its input timestamp (:func:`encode_frames`)
+    if source.streams.video[0].time_base is not None:
         video.codec_context.time_base = video.time_base = source.streams.video[0].time_base
     video.pix_fmt = "yuv420p"
     video.options = dict(QUALITY[codec])

@@ -40,9 +40,8 @@ class FaceRecognisers:
             "eigen": cv2.face.EigenFaceRecognizer_create(num_components=min(48, len(faces) - 1)),
         }
         people = len(set(identities))
-        if (
-            len(faces) >= 2 * people - 1
-        ):  # Fisherfaces: PCA to N − C dimensions, then LDA to C − 1 (OpenCV asserts it)
+        # Fisherfaces: PCA to N − C dimensions, then LDA to C − 1 (OpenCV asserts it)
+        if len(faces) >= 2 * people - 1:
             self.models["fisher"] = cv2.face.FisherFaceRecognizer_create()
         else:
             LOG.warning(

@@ -108,9 +108,8 @@ def register_model(
     from mlflow import MlflowClient
 
     name = model_name(family)
-    clip_model = (
-        "num_classes" in config
-    )  # a video classifier of this project (tests register toy models too)
+    # a video classifier of this project (tests register toy models too)
+    clip_model = "num_classes" in config
     with run.resumed():
         # pickle, not pt2: pt2 traces one fixed input shape, while clips of any length and size are valid input.
         # code_paths: the model's classes travel with it, so a fresh environment with torch loads it without privhar.
@@ -197,9 +196,8 @@ def record_scores(
     score_tags = {tag: f"{scores[tag]:.4f}" for tag in SCORE_TAGS if tag in scores}
     for tag, value in {**score_tags, **provenance}.items():
         client.set_model_version_tag(name, version.version, tag, value)
-    if (
-        version.run_id
-    ):  # the training run gets its model's scores, so the runs table shows ε beside Top-1
+    # the training run gets its model's scores, so the runs table shows ε beside Top-1
+    if version.run_id:
         for tag in score_tags:
             client.log_metric(version.run_id, tag, float(scores[tag]))
     update_champion(name.removeprefix(PREFIX), max_epsilon)

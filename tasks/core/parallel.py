@@ -189,9 +189,8 @@ def pool_context(function: Callable) -> multiprocessing.context.BaseContext:
         return multiprocessing.get_context("fork")
     context = multiprocessing.get_context("forkserver")
     preload = [getattr(function, "func", function).__module__, "cv2"]
-    if (
-        "torch" in sys.modules
-    ):  # work that never imports torch (privhar protect) does not wait for its 2-3 s
+    # work that never imports torch (privhar protect) does not wait for its 2-3 s
+    if "torch" in sys.modules:
         preload.append("torch")
     context.set_forkserver_preload(preload)
     return context

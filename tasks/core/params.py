@@ -643,9 +643,8 @@ def parse_section(
     """Check one section of an already-read params mapping."""
     model = SECTIONS[section]
     values = raw.get(section)
-    if (
-        values is None and section in OPTIONAL_SECTIONS
-    ):  # a params.yaml from before the section existed
+    # a params.yaml from before the section existed
+    if values is None and section in OPTIONAL_SECTIONS:
         return model()
     if not isinstance(values, dict):
         raise PrivharError(f"{path}: section '{section}' is missing or not a mapping")

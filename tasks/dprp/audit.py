@@ -55,9 +55,8 @@ def canary_frames(
     base = np.full(shape, GREY, np.uint8).reshape(-1)
     changed = base.astype(np.int64)
     calibration, neighbour = unit
-    if (
-        calibration == "paper"
-    ):  # whole grey levels: ±1 on the ⌊(255/√k)²⌋ pixels where the direction is largest
+    # whole grey levels: ±1 on the ⌊(255/√k)²⌋ pixels where the direction is largest
+    if calibration == "paper":
         count = min(int((255 / math.sqrt(projection.k)) ** 2), direction.numel())
         largest = torch.topk(direction.abs(), count).indices
         changed[largest.numpy()] += np.sign(direction[largest].numpy()).astype(np.int64)

@@ -57,10 +57,9 @@ from tasks.core.storage import is_clip
 from tasks.privacy.dprp_calibration import rank_of  # noqa: F401 (the budget plans with it too)
 
 NOISE_STREAM_P, NOISE_STREAM_Q = 1, 2
-DTYPE = (
-    torch.float64
-)  # R, the products and their sums: the output's rounding to uint8 then does not depend on
+# R, the products and their sums: the output's rounding to uint8 then does not depend on
 # how BLAS splits a reduction over threads (float32 sums did: 1 pixel in 3·10⁵ moved one grey level between 1 and 2 threads)
+DTYPE = torch.float64
 GRAM_CHUNKS = (
     8  # column chunks of the lower block-triangle of RᵀR (flops: (c + 1)/(2c) of the full product)
 )

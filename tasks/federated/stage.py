@@ -201,9 +201,8 @@ class _FederatedRun:
             if first is None:
                 self.audit(split, tuning)
             first = first or split
-            prefix_seconds = (
-                time.perf_counter() - started
-            )  # the frozen prefix (seed 0) or a fresh head
+            # the frozen prefix (seed 0) or a fresh head
+            prefix_seconds = time.perf_counter() - started
             trained: dict[
                 float, tuple[FederationResult, float, str]
             ] = {}  # this seed's models by ε, with their seconds and aggregation
@@ -376,9 +375,8 @@ class _FederatedRun:
         """``<name>[/seed<i>]/model.pt``; seed 0 also queued for the registry (the other seeds measure the spread)."""
         model = copy.deepcopy(split.model)  # each key keeps its own weights
         load_trainable(model, result.state)
-        if (
-            split.statistics is not None
-        ):  # the head learnt on standardised features: same logits on raw ones
+        # the head learnt on standardised features: same logits on raw ones
+        if split.statistics is not None:
             fold_standardisation(head_of(model), split.statistics)
         model.eval()
         model_config = {

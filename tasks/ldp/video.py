@@ -93,9 +93,8 @@ def motion_images(rows: list[dict[str, Any]], folder: Path, size: tuple[int, int
             )
             continue
         every = body_boxes(row, folder)
-        boxes = (
-            every[:, 0] if every.shape[1] else np.zeros((0, 4))
-        )  # the first person's box in each frame
+        # the first person's box in each frame
+        boxes = every[:, 0] if every.shape[1] else np.zeros((0, 4))
         if not len(boxes):
             raise PrivharError(
                 f"{folder / MANIFEST_NAME}: video {row['video_id']} has no person box; the camera's crop needs one"
@@ -276,9 +275,8 @@ def _checked_inputs(
     train_rows, test_rows = split_rows(rows, "train"), split_rows(rows, "test")
     if not train_rows or not test_rows:
         raise PrivharError(f"{frames / MANIFEST_NAME}: ldp needs videos in both splits")
-    fitted_on = (
-        int(max(row["label"] for row in public_rows)) + 1
-    )  # DCA learns its filters from the public labels
+    # DCA learns its filters from the public labels
+    fitted_on = int(max(row["label"] for row in public_rows)) + 1
     if params.video_first_filters > fitted_on or params.video_second_filters > fitted_on:
         raise PrivharError(
             f"params.yaml: ldp.video_first_filters = {params.video_first_filters} and "

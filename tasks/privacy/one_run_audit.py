@@ -23,9 +23,9 @@ from tasks.core.errors import PrivharError
 from tasks.core.guarantee import AUDIT_COLUMNS as COLUMNS
 from tasks.core.params import AUDITED_SECTIONS
 
-if (
-    TYPE_CHECKING
-):  # torch is imported by the stages that draw, not by the params checks that size an audit
+# torch is imported by the stages that draw, not by the params checks that size an audit
+
+if TYPE_CHECKING:
     import torch
 
     from tasks.core.dp_randomness import DpStream

@@ -87,9 +87,8 @@ class _StreamNoise:
     noise_stream: DpStream
 
     def add_noise(self) -> None:
-        if (
-            getattr(self, "rank", 0) != 0
-        ):  # DistributedDPOptimizer: the noise is added once, on rank 0
+        # DistributedDPOptimizer: the noise is added once, on rank 0
+        if getattr(self, "rank", 0) != 0:
             super().add_noise()  # type: ignore[misc]
             return
         for parameter in self.params:  # type: ignore[attr-defined]
@@ -135,9 +134,8 @@ class StreamPrivacyEngine(PrivacyEngine):
             raise ValueError(
                 "StreamPrivacyEngine draws its noise from its DpStream: pass no noise_generator"
             )
-        if (
-            self.expected_batch_size is not None
-        ):  # Opacus's is per process: the ranks' sums are averaged
+        # Opacus's is per process: the ranks' sums are averaged
+        if self.expected_batch_size is not None:
             world = torch.distributed.get_world_size() if kwargs.get("distributed") else 1
             kwargs["expected_batch_size"] = self.expected_batch_size / world
         private = super()._prepare_optimizer(**kwargs)

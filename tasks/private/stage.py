@@ -323,9 +323,8 @@ def _training_views(
         method, load_clips(rows, frames, size), labels_of(rows), params, generator, views
     )
     no_public_view = data.has_public is not None and not bool(data.has_public.any())
-    if (
-        no_public_view
-    ):  # real footage whose avatars the detectors never drew: said, and trained as what it is
+    # real footage whose avatars the detectors never drew: said, and trained as what it is
+    if no_public_view:
         LOG.warning(
             "train-private: %s found no public token in any of the %d training videos (private.public_threshold = "
             "%s, token %s; the avatar copy's clips without an avatar are counted in results.md): MaskDP is DP-SGD "
@@ -432,9 +431,8 @@ class _PrivateRun:
         inputs, params = self.inputs, self.params
         if math.isinf(epsilon) or not params.audit_canaries:
             return
-        if (
-            not inputs.head_only
-        ):  # the canaries are input columns of the head: a trained backbone would mix them
+        # the canaries are input columns of the head: a trained backbone would mix them
+        if not inputs.head_only:
             LOG.warning(
                 "train-private: %s at ε %s not audited: the audit's canaries need private.trainable: head",
                 self.method,
@@ -474,9 +472,8 @@ class _PrivateRun:
                 self.method, module, inputs.data, inputs.recipe, epsilon, self.randomness, seed
             )
             _log(seed_run, outcome, inputs.recipe, epsilon)
-        if (
-            inputs.statistics is not None
-        ):  # the head learnt on standardised features: same logits on raw ones
+        # the head learnt on standardised features: same logits on raw ones
+        if inputs.statistics is not None:
             fold_standardisation(head_of(model), inputs.statistics)
         guarantee = self.guarantee(epsilon, outcome)
         if seed == 0:  # one run holds every seed of this ε: the mechanism is the same for each
@@ -688,9 +685,8 @@ def _audit_run(
 
 def _guarantee(method: str, privacy: SgdPrivacy, unit: str, randomness: str) -> PrivacyGuarantee:
     entry = CATALOGUE[method]
-    if (
-        entry.masked and entry.learns_from == "raw"
-    ):  # ε holds for the background tokens only; the real person is public
+    # ε holds for the background tokens only; the real person is public
+    if entry.masked and entry.learns_from == "raw":
         spent = privacy.guarantee(f"{unit} (masked adjacency)", randomness)
         return PrivacyGuarantee(
             spent.epsilon,

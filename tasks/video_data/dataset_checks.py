@@ -64,9 +64,8 @@ def dataset_problems(
     ]
     train = [row for row in rows if row["split"] == "train"]
     actions = {int(row["label"]) for row in train}
-    if (
-        len(actions) < 2
-    ):  # protections and their measures still run (one action of real footage, as tests/data/vtest)
+    # protections and their measures still run (one action of real footage, as tests/data/vtest)
+    if len(actions) < 2:
         LOG.warning(
             "%s: the train split holds %d action: the classifiers will have nothing to tell apart",
             where,
@@ -139,9 +138,8 @@ def _check_classes(train: list[dict[str, Any]], rows: list[dict[str, Any]], wher
     untaught = sorted(
         {str(row.get("action", row["label"])) for row in rows if row["label"] not in taught}
     )
-    if (
-        untaught
-    ):  # a warning: the run still measures the protections; each such test video scores as an error
+    # a warning: the run still measures the protections; each such test video scores as an error
+    if untaught:
         LOG.warning(
             "%s: the test split holds actions the train split has no video of: %s (no classifier can learn them; "
             "check data.split and the split lists)",

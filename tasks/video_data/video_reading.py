@@ -156,9 +156,8 @@ def read_video(path: Path) -> tuple[np.ndarray, float]:
         )
     if clip is None or clip.shape[1] == 0:
         raise Quarantined("no decodable video frames")
-    frames = (
-        clip.permute(1, 2, 3, 0).to(dtype=torch.uint8).numpy()
-    )  # exact: the decoder's floats are whole 0..255
+    # exact: the decoder's floats are whole 0..255
+    frames = clip.permute(1, 2, 3, 0).to(dtype=torch.uint8).numpy()
     if header["n_frames"] and len(frames) < TRUNCATION_TOLERANCE * header["n_frames"]:
         raise Quarantined(
             f"truncated: decoded {len(frames)} of the {header['n_frames']} frames its header announces"
