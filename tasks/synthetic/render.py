@@ -218,6 +218,47 @@ def _head(
     return visible
 
 
+DARK = (30, 30, 35)
+
+
+def _eye(
+    canvas: np.ndarray,
+    identity: Identity,
+    centre: np.ndarray,
+    eye_y: float,
+    radius: float,
+    facing: float,
+    side: float,
+) -> None:
+    """One eye (``side`` -1 left, 1 right): its white, pupil and brow, and a glasses rim."""
+    face = identity.face
+    eye = np.array([centre[0] + side * face.eye_spacing * radius * facing, eye_y])
+    eye_axes = (
+        max(ONE, int(face.eye_width * radius * facing * ONE)),
+        max(ONE // 2, int(face.eye_width * face.eye_openness * radius * ONE)),
+    )
+    cv2.ellipse(canvas, _fixed(eye), eye_axes, 0, 0, 360, (245, 245, 245), -1, cv2.LINE_AA, SHIFT)
+    cv2.circle(
+        canvas, _fixed(eye), max(ONE // 2, int(eye_axes[1] * 0.8)), DARK, -1, cv2.LINE_AA, SHIFT
+    )
+    tilt = np.radians(face.brow_tilt) * side
+    brow = eye + np.array([0.0, -radius * (0.16 + face.eye_width * face.eye_openness)])
+    half = np.array([np.cos(tilt), -np.sin(tilt)]) * face.eye_width * radius * 1.2 * facing
+    cv2.line(
+        canvas,
+        _fixed(brow - half),
+        _fixed(brow + half),
+        identity.hair_colour if identity.hair_style != "bald" else DARK,
+        face.brow_thickness,
+        cv2.LINE_AA,
+        SHIFT,
+    )
+    if face.glasses:
+        cv2.circle(
+            canvas, _fixed(eye), int(radius * 0.24 * ONE), (20, 20, 20), 1, cv2.LINE_AA, SHIFT
+        )
+
+
 def _face(
     canvas: np.ndarray,
     identity: Identity,
@@ -229,35 +270,8 @@ def _face(
     face = identity.face
     centre = head + np.array([turn * radius * 0.55, 0.0])
     eye_y = centre[1] - face.eye_height * radius
-    dark = (30, 30, 35)
     for side in (-1.0, 1.0):
-        eye = np.array([centre[0] + side * face.eye_spacing * radius * facing, eye_y])
-        eye_axes = (
-            max(ONE, int(face.eye_width * radius * facing * ONE)),
-            max(ONE // 2, int(face.eye_width * face.eye_openness * radius * ONE)),
-        )
-        cv2.ellipse(
-            canvas, _fixed(eye), eye_axes, 0, 0, 360, (245, 245, 245), -1, cv2.LINE_AA, SHIFT
-        )
-        cv2.circle(
-            canvas, _fixed(eye), max(ONE // 2, int(eye_axes[1] * 0.8)), dark, -1, cv2.LINE_AA, SHIFT
-        )
-        tilt = np.radians(face.brow_tilt) * side
-        brow = eye + np.array([0.0, -radius * (0.16 + face.eye_width * face.eye_openness)])
-        half = np.array([np.cos(tilt), -np.sin(tilt)]) * face.eye_width * radius * 1.2 * facing
-        cv2.line(
-            canvas,
-            _fixed(brow - half),
-            _fixed(brow + half),
-            identity.hair_colour if identity.hair_style != "bald" else dark,
-            face.brow_thickness,
-            cv2.LINE_AA,
-            SHIFT,
-        )
-        if face.glasses:
-            cv2.circle(
-                canvas, _fixed(eye), int(radius * 0.24 * ONE), (20, 20, 20), 1, cv2.LINE_AA, SHIFT
-            )
+        _eye(canvas, identity, centre, eye_y, radius, facing, side)
     nose_top = np.array([centre[0] + turn * radius * 0.15, eye_y + radius * 0.08])
     cv2.line(
         canvas,
@@ -302,6 +316,49 @@ def _limb_colour(name: str, identity: Identity, outfit: Outfit) -> tuple[int, in
     return outfit.bottom if outfit.bottom_kind == "pants" else identity.skin
 
 
+ENDPOINTS = {name: (JOINT_INDEX[a], JOINT_INDEX[b]) for name, a, b in LIMBS}
+
+
+def _limb(
+    canvas: np.ndarray,
+    labels: np.ndarray,
+    label: int,
+    part: str,
+    points: np.ndarray,
+    identity: Identity,
+    outfit: Outfit,
+    thickness: float,
+) -> None:
+    """One limb as a capsule, with a hand at a forearm's end and a shoe at a shin's."""
+    a, b = ENDPOINTS[part]
+    limb_thickness = thickness * (1.25 if "thigh" in part else 1.0)
+    _capsule(
+        canvas,
+        labels,
+        label,
+        points[a],
+        points[b],
+        _limb_colour(part, identity, outfit),
+        limb_thickness,
+    )
+    if part.endswith("forearm"):
+        cv2.circle(
+            canvas,
+            _fixed(points[b]),
+            int(thickness * 0.6 * ONE),
+            identity.skin,
+            -1,
+            cv2.LINE_AA,
+            SHIFT,
+        )
+    elif part.endswith("shin"):
+        axes = (int(thickness * 0.9 * ONE), int(thickness * 0.5 * ONE))
+        cv2.ellipse(
+            canvas, _fixed(points[b]), axes, 0, 0, 360, outfit.shoes, -1, cv2.LINE_AA, SHIFT
+        )
+        cv2.ellipse(labels, _fixed(points[b]), axes, 0, 0, 360, label, -1, cv2.LINE_8, SHIFT)
+
+
 def draw_person(
     canvas: np.ndarray,
     labels: np.ndarray,
@@ -320,7 +377,6 @@ def draw_person(
     ]
     parts.append((float(depth[JOINT_INDEX["pelvis"]]), "torso"))
     parts.append((float(depth[JOINT_INDEX["head"]]) + 1e-3, "head"))
-    endpoints = {name: (JOINT_INDEX[a], JOINT_INDEX[b]) for name, a, b in LIMBS}
     face_visible = False
     _hair_back(canvas, labels, label, identity, head, radius)
     for _, part in sorted(parts):
@@ -331,52 +387,7 @@ def draw_person(
             _capsule(canvas, labels, label, neck, head, identity.skin, thickness * 0.8)
             face_visible = _head(canvas, labels, label, identity, head, radius, view.yaw)
         else:
-            a, b = endpoints[part]
-            limb_thickness = thickness * (1.25 if "thigh" in part else 1.0)
-            _capsule(
-                canvas,
-                labels,
-                label,
-                points[a],
-                points[b],
-                _limb_colour(part, identity, outfit),
-                limb_thickness,
-            )
-            if part.endswith("forearm"):
-                cv2.circle(
-                    canvas,
-                    _fixed(points[b]),
-                    int(thickness * 0.6 * ONE),
-                    identity.skin,
-                    -1,
-                    cv2.LINE_AA,
-                    SHIFT,
-                )
-            elif part.endswith("shin"):
-                cv2.ellipse(
-                    canvas,
-                    _fixed(points[b]),
-                    (int(thickness * 0.9 * ONE), int(thickness * 0.5 * ONE)),
-                    0,
-                    0,
-                    360,
-                    outfit.shoes,
-                    -1,
-                    cv2.LINE_AA,
-                    SHIFT,
-                )
-                cv2.ellipse(
-                    labels,
-                    _fixed(points[b]),
-                    (int(thickness * 0.9 * ONE), int(thickness * 0.5 * ONE)),
-                    0,
-                    0,
-                    360,
-                    label,
-                    -1,
-                    cv2.LINE_8,
-                    SHIFT,
-                )
+            _limb(canvas, labels, label, part, points, identity, outfit, thickness)
     face_box = np.array(
         [head[0] - radius, head[1] - radius * 1.1, head[0] + radius, head[1] + radius * 1.1]
     )

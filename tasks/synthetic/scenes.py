@@ -87,6 +87,36 @@ def _indoor(rng: np.random.Generator, height: int, width: int) -> tuple[np.ndarr
     return image, horizon
 
 
+def _skyline_item(rng: np.random.Generator, image: np.ndarray, ground_row: int, width: int) -> None:
+    """A building (a rectangle) or a tree (a trunk and a crown) standing on the skyline."""
+    w, h = int(rng.uniform(0.05, 0.15) * width), int(rng.uniform(0.15, 0.5) * ground_row)
+    x = int(rng.uniform(0, width - w))
+    if rng.random() < 0.5:
+        cv2.rectangle(
+            image,
+            (x, ground_row - h),
+            (x + w, ground_row),
+            rng.uniform(60, 200, 3).tolist(),
+            -1,
+        )
+    else:
+        cv2.rectangle(
+            image,
+            (x + w // 2 - 2, ground_row - h // 2),
+            (x + w // 2 + 2, ground_row),
+            (30, 60, 90),
+            -1,
+        )
+        cv2.circle(
+            image,
+            (x + w // 2, ground_row - h // 2),
+            w // 2 + 4,
+            (40, rng.uniform(90, 160), 40),
+            -1,
+            cv2.LINE_AA,
+        )
+
+
 def _outdoor(rng: np.random.Generator, height: int, width: int) -> tuple[np.ndarray, float]:
     horizon = rng.uniform(0.45, 0.6)
     ground_row = int(horizon * height)
@@ -108,32 +138,7 @@ def _outdoor(rng: np.random.Generator, height: int, width: int) -> tuple[np.ndar
             cv2.LINE_AA,
         )
     for _ in range(int(rng.integers(3, 9))):  # buildings or trees on the skyline
-        w, h = int(rng.uniform(0.05, 0.15) * width), int(rng.uniform(0.15, 0.5) * ground_row)
-        x = int(rng.uniform(0, width - w))
-        if rng.random() < 0.5:
-            cv2.rectangle(
-                image,
-                (x, ground_row - h),
-                (x + w, ground_row),
-                rng.uniform(60, 200, 3).tolist(),
-                -1,
-            )
-        else:
-            cv2.rectangle(
-                image,
-                (x + w // 2 - 2, ground_row - h // 2),
-                (x + w // 2 + 2, ground_row),
-                (30, 60, 90),
-                -1,
-            )
-            cv2.circle(
-                image,
-                (x + w // 2, ground_row - h // 2),
-                w // 2 + 4,
-                (40, rng.uniform(90, 160), 40),
-                -1,
-                cv2.LINE_AA,
-            )
+        _skyline_item(rng, image, ground_row, width)
     ground = (
         np.array([60, rng.uniform(110, 170), 70]) if rng.random() < 0.6 else rng.uniform(90, 200, 3)
     )

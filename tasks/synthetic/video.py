@@ -164,29 +164,14 @@ def sample_spec(
         else int(rng.integers(params.scenes))
     )
     horizon = _scene(seed, scene, params).horizon
-
-    def yaw() -> float:
-        back = rng.random() < params.back_view_fraction
-        magnitude = rng.uniform(115, 160) if back else rng.uniform(15, 70)
-        return float(magnitude * rng.choice([-1.0, 1.0]))
-
-    def style() -> MotionStyle:
-        return MotionStyle(
-            speed=float(rng.uniform(*params.speed_range)),
-            amplitude=float(rng.uniform(*params.amplitude_range)),
-            phase=float(rng.random()),
-            lead=str(rng.choice(["l", "r"])),
-            onset=float(rng.uniform(0.05, 0.45) * params.frames / params.fps),
-        )
-
     primary_identity = int(rng.integers(params.identities))
     ground = rng.uniform(0.88, 0.96) * height
     primary = ActorSpec(
         identity=primary_identity,
         outfit=int(rng.integers(2)),
         action=action,
-        style=style(),
-        yaw=yaw(),
+        style=_style(rng, params),
+        yaw=_yaw(rng, params),
         height_px=float(rng.uniform(*params.person_height) * height),
         origin_x=0.0,
         ground_y=float(ground),
@@ -196,41 +181,13 @@ def sample_spec(
     pan = _tracking_pan(path, params)
     actors = [_place(primary, path, params, rng, 0.05, 0.95, pan)]
     if rng.random() < params.two_person_fraction:
-        other = int((primary_identity + rng.integers(1, params.identities)) % params.identities)
-        back_ground = float(
-            max(
-                horizon * height + 0.2 * (ground - horizon * height),
-                ground - rng.uniform(0.08, 0.16) * height,
-            )
-        )
-        bystander = ActorSpec(
-            identity=other,
-            outfit=int(rng.integers(2)),
-            action="stand",
-            style=style(),
-            yaw=yaw(),
-            height_px=float(primary.height_px * rng.uniform(0.7, 0.85)),
-            origin_x=0.0,
-            ground_y=back_ground,
-        )
-        bystander = _fit_height(bystander, seed, params)
+        bystander = _bystander(rng, seed, params, primary, horizon * height, ground)
         actors.append(
             _place(bystander, _trajectory(bystander, seed, params), params, rng, 0.02, 0.98, pan)
         )
     stool = None
     if action == "sit_down" or rng.random() < 0.15:
-        if action == "sit_down":
-            seated = replace(actors[0], style=MotionStyle(onset=-10.0))
-            points, _, scale = _project_actor(seated, seed, 0.0)
-            pelvis = points[JOINT_INDEX["pelvis"]]
-            x_centre, top = float(pelvis[0]), float(pelvis[1] + 0.03 * scale)
-        else:
-            x_centre, top = (
-                float(rng.uniform(0.1, 0.9) * width),
-                float(ground - rng.uniform(0.2, 0.3) * primary.height_px),
-            )
-        half = 0.12 * primary.height_px
-        stool = (x_centre - half, top, x_centre + half, float(ground))
+        stool = _stool(rng, seed, action, actors[0], primary.height_px, float(ground), width)
     return VideoSpec(
         video_id=video_id,
         action=action,
@@ -243,6 +200,76 @@ def sample_spec(
     )
 
 
+def _yaw(rng: np.random.Generator, params: SynthesizeParams) -> float:
+    back = rng.random() < params.back_view_fraction
+    magnitude = rng.uniform(115, 160) if back else rng.uniform(15, 70)
+    return float(magnitude * rng.choice([-1.0, 1.0]))
+
+
+def _style(rng: np.random.Generator, params: SynthesizeParams) -> MotionStyle:
+    return MotionStyle(
+        speed=float(rng.uniform(*params.speed_range)),
+        amplitude=float(rng.uniform(*params.amplitude_range)),
+        phase=float(rng.random()),
+        lead=str(rng.choice(["l", "r"])),
+        onset=float(rng.uniform(0.05, 0.45) * params.frames / params.fps),
+    )
+
+
+def _bystander(
+    rng: np.random.Generator,
+    seed: int,
+    params: SynthesizeParams,
+    primary: ActorSpec,
+    horizon_y: float,
+    ground: float,
+) -> ActorSpec:
+    """A second person standing behind the first (another identity, 70-85 % of their height)."""
+    height = params.frame_size[0]
+    other = int((primary.identity + rng.integers(1, params.identities)) % params.identities)
+    back_ground = float(
+        max(
+            horizon_y + 0.2 * (ground - horizon_y),
+            ground - rng.uniform(0.08, 0.16) * height,
+        )
+    )
+    bystander = ActorSpec(
+        identity=other,
+        outfit=int(rng.integers(2)),
+        action="stand",
+        style=_style(rng, params),
+        yaw=_yaw(rng, params),
+        height_px=float(primary.height_px * rng.uniform(0.7, 0.85)),
+        origin_x=0.0,
+        ground_y=back_ground,
+    )
+    return _fit_height(bystander, seed, params)
+
+
+def _stool(
+    rng: np.random.Generator,
+    seed: int,
+    action: str,
+    first: ActorSpec,
+    height_px: float,
+    ground: float,
+    width: int,
+) -> tuple[float, float, float, float]:
+    """The stool's box: under the pelvis of the first person as they sit down, else somewhere in the scene."""
+    if action == "sit_down":
+        seated = replace(first, style=MotionStyle(onset=-10.0))
+        points, _, scale = _project_actor(seated, seed, 0.0)
+        pelvis = points[JOINT_INDEX["pelvis"]]
+        x_centre, top = float(pelvis[0]), float(pelvis[1] + 0.03 * scale)
+    else:
+        x_centre, top = (
+            float(rng.uniform(0.1, 0.9) * width),
+            float(ground - rng.uniform(0.2, 0.3) * height_px),
+        )
+    half = 0.12 * height_px
+    return (x_centre - half, top, x_centre + half, ground)
+
+
 def _draw_stool(
     canvas: np.ndarray, box: tuple[float, float, float, float], offset: np.ndarray
 ) -> None:
@@ -250,6 +277,55 @@ def _draw_stool(
     cv2.rectangle(canvas, (x0, y0), (x1, y0 + max(2, (y1 - y0) // 8)), (40, 70, 110), -1)
     for x in (x0 + 2, x1 - 4):
         cv2.rectangle(canvas, (x, y0), (x + 3, y1), (30, 55, 90), -1)
+
+
+def _camera_shift(spec: VideoSpec, params: SynthesizeParams, t: float) -> np.ndarray:
+    """Where the view is at time ``t``: the pan, and a hand-held jitter of two sines an axis."""
+    phase = spec.jitter_phase
+    offset = params.camera_jitter * np.array(
+        [
+            np.sin(2.3 * t + phase[0]) * 0.7 + np.sin(7.1 * t + phase[1]) * 0.3,
+            np.sin(1.9 * t + phase[2]) * 0.7 + np.sin(6.3 * t + phase[3]) * 0.3,
+        ]
+    )
+    return np.round(offset + np.array([spec.pan * t, 0.0])).astype(int)
+
+
+def _draw_people(
+    canvas: np.ndarray,
+    out: Rendered,
+    index: int,
+    spec: VideoSpec,
+    seed: int,
+    t: float,
+    shift: np.ndarray,
+) -> None:
+    """Every person of frame ``index`` drawn, far (higher on screen) first, with their ground truth."""
+    labels = out.person_mask[index]
+    n_people = len(spec.actors)
+    for person in sorted(range(n_people), key=lambda p: spec.actors[p].ground_y):
+        actor = spec.actors[person]
+        points, depth, scale = _project_actor(actor, seed, t)
+        points = points - shift
+        identity = identity_of(seed, actor.identity)
+        face_box, face_visible = draw_person(
+            canvas,
+            labels,
+            person + 1,
+            identity,
+            identity.outfits[actor.outfit],
+            PersonView(points=points, depth=depth, scale_px=scale, yaw=actor.yaw),
+        )
+        out.skeleton[index, person] = points
+        out.joint_depth[index, person] = depth
+        out.face_box[index, person] = face_box
+        out.face_visible[index, person] = face_visible
+    for person in range(n_people):
+        x, y, w, h = cv2.boundingRect((labels == person + 1).view(np.uint8))
+        if w and h:
+            out.body_box[index, person] = (x, y, x + w, y + h)
+        else:
+            out.face_visible[index, person] = False
 
 
 def render_video(spec: VideoSpec, seed: int, params: SynthesizeParams) -> Rendered:
@@ -271,46 +347,13 @@ def render_video(spec: VideoSpec, seed: int, params: SynthesizeParams) -> Render
         joint_depth=np.zeros((n_frames, n_people, len(JOINTS)), np.float32),
         identity=np.array([actor.identity for actor in spec.actors], np.int32),
     )
-    phase = spec.jitter_phase
     for index, t in enumerate(_times(params)):
-        offset = params.camera_jitter * np.array(
-            [
-                np.sin(2.3 * t + phase[0]) * 0.7 + np.sin(7.1 * t + phase[1]) * 0.3,
-                np.sin(1.9 * t + phase[2]) * 0.7 + np.sin(6.3 * t + phase[3]) * 0.3,
-            ]
-        )
-        shift = np.round(offset + np.array([spec.pan * t, 0.0])).astype(int)
+        shift = _camera_shift(spec, params, float(t))
         x0, y0 = margin + start + shift[0], margin + shift[1]
         canvas = scene.image[y0 : y0 + height, x0 : x0 + width].copy()
-        labels = out.person_mask[index]
         if spec.stool is not None:
             _draw_stool(canvas, spec.stool, -shift)
-        order = sorted(
-            range(n_people), key=lambda p: spec.actors[p].ground_y
-        )  # far (higher on screen) first
-        for person in order:
-            actor = spec.actors[person]
-            points, depth, scale = _project_actor(actor, seed, float(t))
-            points = points - shift
-            identity = identity_of(seed, actor.identity)
-            face_box, face_visible = draw_person(
-                canvas,
-                labels,
-                person + 1,
-                identity,
-                identity.outfits[actor.outfit],
-                PersonView(points=points, depth=depth, scale_px=scale, yaw=actor.yaw),
-            )
-            out.skeleton[index, person] = points
-            out.joint_depth[index, person] = depth
-            out.face_box[index, person] = face_box
-            out.face_visible[index, person] = face_visible
-        for person in range(n_people):
-            x, y, w, h = cv2.boundingRect((labels == person + 1).view(np.uint8))
-            if w and h:
-                out.body_box[index, person] = (x, y, x + w, y + h)
-            else:
-                out.face_visible[index, person] = False
+        _draw_people(canvas, out, index, spec, seed, float(t), shift)
         noise = noise_rng.standard_normal(canvas.shape, dtype=np.float32) * np.float32(
             params.sensor_noise
         )
