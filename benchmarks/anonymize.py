@@ -65,9 +65,8 @@ def run_bench(*, root: Path, params_path: Path, out: Path) -> dict[str, Any]:
     threshold = float(params["anonymize"]["min_coverage"])
     with tempfile.TemporaryDirectory(prefix="privhar-bench-") as scratch:
         folder = Path(scratch)
-        os.environ["MLFLOW_TRACKING_URI"] = (
-            f"sqlite:///{folder / 'mlflow.db'}"  # not the project's runs
-        )
+        os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{folder / 'mlflow.db'}"  # not the project's
+
         params["data"] = {
             **params["data"],
             "source": "ucf101",
@@ -79,48 +78,12 @@ def run_bench(*, root: Path, params_path: Path, out: Path) -> dict[str, Any]:
         base_params.write_text(yaml.safe_dump(params))
         synthesize(params_path=base_params, out=folder / "source")
         decoded = decode(params_path=base_params, source=folder / "source", out=folder / "decode")
-        results = []
-        for name, settings in sources(params["anonymize"]["ensemble"]).items():
-            trial = {
-                **params,
-                "anonymize": {
-                    **params["anonymize"],
-                    **settings,
-                    "methods": ["avatar"],
-                    "min_coverage": 0.0,
-                },
-            }
-            trial_params = folder / f"{len(results)}.yaml"
-            trial_params.write_text(yaml.safe_dump(trial))
-            speed_path = folder / f"{len(results)}.json"
-            rows = anonymize(
-                params_path=trial_params,
-                frames=folder / "decode",
-                method="avatar",
-                out=folder / f"avatar-{len(results)}",
-                speed_path=speed_path,
+        results = [
+            _trial(anonymize, params, folder, index, name, settings)
+            for index, (name, settings) in enumerate(
+                sources(params["anonymize"]["ensemble"]).items()
             )
-            covered = [row["coverage"] for row in rows]
-            results.append(
-                {
-                    "source": name,
-                    "clips": len(rows),
-                    "coverage_min": round(min(covered), 4),
-                    "coverage_mean": round(float(np.mean(covered)), 4),
-                    "below_min_coverage": sum(value < threshold for value in covered),
-                    "frames_per_second": json.loads(speed_path.read_text())["frames_per_second"],
-                }
-            )
-            log.info(
-                "bench anonymize: %s: coverage min %.3f mean %.3f, %d of %d clips below %.2f, %.1f frames/s",
-                name,
-                results[-1]["coverage_min"],
-                results[-1]["coverage_mean"],
-                results[-1]["below_min_coverage"],
-                len(rows),
-                threshold,
-                results[-1]["frames_per_second"],
-            )
+        ]
         leakage = face_leakage_rows(params, folder, sources(params["anonymize"]["ensemble"]))
     record = {
         "footage": str(root),
@@ -143,6 +106,57 @@ def run_bench(*, root: Path, params_path: Path, out: Path) -> dict[str, Any]:
 
         atomic_write_bytes(out.with_suffix(".png"), face_leakage_png(leakage))
     return record
+
+
+def _trial(
+    anonymize: Any,
+    params: dict[str, Any],
+    folder: Path,
+    index: int,
+    name: str,
+    settings: dict[str, Any],
+) -> dict[str, Any]:
+    """The avatar method with one people source on the decoded footage: its coverage and frames/s."""
+    threshold = float(params["anonymize"]["min_coverage"])
+    trial = {
+        **params,
+        "anonymize": {
+            **params["anonymize"],
+            **settings,
+            "methods": ["avatar"],
+            "min_coverage": 0.0,
+        },
+    }
+    trial_params = folder / f"{index}.yaml"
+    trial_params.write_text(yaml.safe_dump(trial))
+    speed_path = folder / f"{index}.json"
+    rows = anonymize(
+        params_path=trial_params,
+        frames=folder / "decode",
+        method="avatar",
+        out=folder / f"avatar-{index}",
+        speed_path=speed_path,
+    )
+    covered = [row["coverage"] for row in rows]
+    result = {
+        "source": name,
+        "clips": len(rows),
+        "coverage_min": round(min(covered), 4),
+        "coverage_mean": round(float(np.mean(covered)), 4),
+        "below_min_coverage": sum(value < threshold for value in covered),
+        "frames_per_second": json.loads(speed_path.read_text())["frames_per_second"],
+    }
+    log.info(
+        "bench anonymize: %s: coverage min %.3f mean %.3f, %d of %d clips below %.2f, %.1f frames/s",
+        name,
+        result["coverage_min"],
+        result["coverage_mean"],
+        result["below_min_coverage"],
+        len(rows),
+        threshold,
+        result["frames_per_second"],
+    )
+    return result
 
 
 def face_leakage_rows(

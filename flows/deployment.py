@@ -94,42 +94,18 @@ def serve(project: Path, host: str | None = None, port: int | None = None) -> No
     os.environ.update(prefect_environment(project, host, port))
     # a bad cron or time zone stops here, before any server starts
     deployment_schedule(settings)
-    running = serving(project)
-    if running is not None:
-        raise PrivharError(
-            f"privhar serve is already running for this project (pid {running[0]}, Prefect server at "
-            f"http://{running[1]}:{running[2]}); stop it first with 'privhar serve --stop'"
-        )
+    _check_not_serving(project)
     server = prefect_server(project, host, port)
     pid_file = project / HOME / SERVE_PID
     pid_file.parent.mkdir(parents=True, exist_ok=True)
-    pid_file.write_text(
-        f"{os.getpid()} {host} {port}"
-    )  # first, so that --stop finds a serve that is still starting
+    # first, so that --stop finds a serve that is still starting
+    pid_file.write_text(f"{os.getpid()} {host} {port}")
     interrupt_on_signals()  # until the runner starts and installs its own SIGTERM handler
     started, status = False, 0
     try:
         started_at = time.monotonic()
         started = server.start()
-        # Prefect's runner shuts down cleanly on SIGTERM, while SIGINT cancels it mid-shutdown and
-        # can hang; so Ctrl-C is turned into SIGTERM.
-        signal.signal(signal.SIGINT, lambda signum, frame: os.kill(os.getpid(), signal.SIGTERM))
-        from flows.pipeline_flow import pipeline_flow
-
-        print(
-            f"privhar: Prefect server {'started' if started else 'reused'} in {time.monotonic() - started_at:.1f} s; "
-            f"UI at http://{host}:{port}",
-            file=sys.stderr,
-        )
-        print(
-            f"privhar: serving {pipeline_flow.name}/{DEPLOYMENT_NAME}, cron '{settings.cron}' ({settings.timezone}), "
-            f"profile {settings.profile}; Ctrl-C or 'privhar serve --stop' ends it",
-            file=sys.stderr,
-        )
-        # served, its schedule runs; a manual `privhar flow` without a server registers it paused (run_as_deployment)
-        pipeline_flow.serve(
-            **deployment_options(str(project), settings, paused=False), print_starting_message=False
-        )
+        _serve_deployment(project, settings, started, time.monotonic() - started_at, host, port)
     except (KeyboardInterrupt, SystemExit):
         print("privhar: serve interrupted", file=sys.stderr)
     except Exception as error:  # noqa: BLE001 - reported in one line, then everything is stopped
@@ -146,6 +122,45 @@ def serve(project: Path, host: str | None = None, port: int | None = None) -> No
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(status)
+
+
+def _check_not_serving(project: Path) -> None:
+    running = serving(project)
+    if running is not None:
+        raise PrivharError(
+            f"privhar serve is already running for this project (pid {running[0]}, Prefect server at "
+            f"http://{running[1]}:{running[2]}); stop it first with 'privhar serve --stop'"
+        )
+
+
+def _serve_deployment(
+    project: Path,
+    settings: OrchestrateParams,
+    started: bool,
+    seconds: float,
+    host: str,
+    port: int,
+) -> None:
+    """Serve the deployment until the runner stops (Ctrl-C, SIGTERM, ``privhar serve --stop``)."""
+    # Prefect's runner shuts down cleanly on SIGTERM, while SIGINT cancels it mid-shutdown and
+    # can hang; so Ctrl-C is turned into SIGTERM.
+    signal.signal(signal.SIGINT, lambda signum, frame: os.kill(os.getpid(), signal.SIGTERM))
+    from flows.pipeline_flow import pipeline_flow
+
+    print(
+        f"privhar: Prefect server {'started' if started else 'reused'} in {seconds:.1f} s; "
+        f"UI at http://{host}:{port}",
+        file=sys.stderr,
+    )
+    print(
+        f"privhar: serving {pipeline_flow.name}/{DEPLOYMENT_NAME}, cron '{settings.cron}' ({settings.timezone}), "
+        f"profile {settings.profile}; Ctrl-C or 'privhar serve --stop' ends it",
+        file=sys.stderr,
+    )
+    # served, its schedule runs; a manual `privhar flow` without a server registers it paused (run_as_deployment)
+    pipeline_flow.serve(
+        **deployment_options(str(project), settings, paused=False), print_starting_message=False
+    )
 
 
 def stop_serving(project: Path) -> list[str]:

@@ -133,6 +133,31 @@ def group_norm(groups: int) -> Callable[..., nn.Module]:
     return partial(GroupNorm3d, groups=groups)
 
 
+def _res_stage(
+    dim_in: int,
+    dim_out: int,
+    stride: tuple[int, int, int],
+    norm: Callable[..., nn.Module],
+    activation: Callable[..., nn.Module],
+) -> nn.Module:
+    """One residual stage: a bottleneck block, temporal 3×1×1 then 3×3×3 convolution at ``stride``."""
+    return create_res_stage(
+        depth=1,
+        dim_in=dim_in,
+        dim_inner=dim_out // 2,
+        dim_out=dim_out,
+        bottleneck=create_bottleneck_block,
+        conv_a_kernel_size=(3, 1, 1),
+        conv_a_stride=(1, 1, 1),
+        conv_a_padding=(1, 0, 0),
+        conv_b_kernel_size=(3, 3, 3),
+        conv_b_stride=stride,
+        conv_b_padding=(1, 1, 1),
+        norm=norm,
+        activation=activation,
+    )
+
+
 def create_video_classifier(
     *,
     # Input configs.
@@ -190,20 +215,8 @@ def create_video_classifier(
         spatial_stride = 1 if index == 0 else 2
         dim_out = width * multiplier
         blocks.append(
-            create_res_stage(
-                depth=1,
-                dim_in=dim_in,
-                dim_inner=dim_out // 2,
-                dim_out=dim_out,
-                bottleneck=create_bottleneck_block,
-                conv_a_kernel_size=(3, 1, 1),
-                conv_a_stride=(1, 1, 1),
-                conv_a_padding=(1, 0, 0),
-                conv_b_kernel_size=(3, 3, 3),
-                conv_b_stride=(temporal_stride, spatial_stride, spatial_stride),
-                conv_b_padding=(1, 1, 1),
-                norm=norm,
-                activation=activation,
+            _res_stage(
+                dim_in, dim_out, (temporal_stride, spatial_stride, spatial_stride), norm, activation
             )
         )
         dim_in = dim_out
