@@ -34,8 +34,8 @@ from tasks.core.manifest import MANIFEST_NAME, read_manifest
 from tasks.core.params import BaseParams, PrivateParams, load_plan, load_section
 from tasks.core.storage import atomic_write_bytes
 from tasks.privacy.budget import derived_plan
+from tasks.private.inputs import PreparedInputs, prepare_inputs
 from tasks.private.methods import PrivateData, Recipe, train_grouped
-from tasks.private.stage import PreparedInputs, prepare_inputs
 from tasks.video_models.clips import labels_of, load_clips, normalise, split_rows
 from tasks.video_models.head_features import head_of, pooled_features, standardise
 from tasks.video_models.public_model import classifier_seed, public_model

@@ -264,7 +264,7 @@ def test_bad_input_is_one_line_before_training(project, tmp_path, caplog):
 def test_maskdp_public_view_holds_only_avatar_pixels_on_the_anonymize_masks(project):
     """Issue 17: at the default threshold 0.5 a half-avatar token was public whole; now only its avatar pixels are."""
     from tasks.core.manifest import read_manifest
-    from tasks.private.stage import public_masks
+    from tasks.private.inputs import public_masks
     from tasks.private.tokens import public_pixels, public_token_map
     from tasks.video_models.clips import load_clips, split_rows
 
@@ -295,7 +295,7 @@ def test_maskdp_public_view_at_the_models_input_does_not_move_when_any_non_avata
     view bit for bit, through the stage's own loading and views. The nearest-neighbour mask it replaced is shown to move."""
     from tasks.core.manifest import read_manifest, resolve_path
     from tasks.core.storage import load_frames, save_frames
-    from tasks.private.stage import method_views, public_masks
+    from tasks.private.inputs import method_views, public_masks
     from tasks.video_models.clips import load_clips, split_rows
 
     avatar = project[0] / "data/anonymize/avatar"
@@ -362,7 +362,7 @@ def test_maskdp_public_view_does_not_move_when_the_real_clip_behind_the_avatar_c
     resize (the tiny set's own size, and 0.75, the default params' non-integer factor) and views. With the old
     mask (every pixel an avatar touched) the anti-aliased edges blended the real background in and the view moved."""
     from tasks.core.manifest import read_manifest
-    from tasks.private.stage import method_views, public_masks
+    from tasks.private.inputs import method_views, public_masks
     from tasks.video_models.clips import load_clips, split_rows
 
     avatar, brighter = brighter_avatar_copy
@@ -385,7 +385,7 @@ def test_a_clip_the_avatar_copy_held_back_has_nothing_public(project, tmp_path):
     import shutil
 
     from tasks.core.manifest import read_manifest, write_manifest, write_table
-    from tasks.private.stage import public_masks
+    from tasks.private.inputs import public_masks
 
     copy = tmp_path / "avatar"
     shutil.copytree(project[0] / "data/anonymize/avatar", copy)
