@@ -237,8 +237,8 @@ def _federated_release() -> torch.Tensor:
     """Two clients, one round of the federated loop as the stage builds it under ``secure`` randomness."""
     from tasks.core.params import BaseParams, FederatedParams, load_section
     from tasks.federated.client import Shard
+    from tasks.federated.federation import federation_of
     from tasks.federated.rounds import in_process, run_rounds
-    from tasks.federated.stage import federation_of
     from tests.conftest import REPO
 
     params = load_section(REPO / "params.yaml", "federated", FederatedParams).model_copy(

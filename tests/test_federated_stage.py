@@ -342,8 +342,8 @@ def test_fednova_is_fedavgs_model_at_every_epsilon_when_every_client_takes_the_s
     aggregation trains its own models and draws its own noise. One tuning (full) shows it: the normalisation depends on
     the clients' steps, not on which parameters train."""
     from tasks.core.params import BaseParams, FederatedParams, load_section
+    from tasks.federated.federation import fednova_is_fedavg
     from tasks.federated.inputs import load_federated_clips
-    from tasks.federated.stage import fednova_is_fedavg
     from tasks.video_models.public_model import public_config
 
     folder, params_path, decoded = project

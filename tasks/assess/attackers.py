@@ -10,10 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from tasks.assess.attributes import (
-    load_frame_set,
-    train_attacker,
-)
+from tasks.assess.attributes import load_frame_set, train_attacker
 from tasks.assess.detection import (
     KINDS,
     BundledDetector,
@@ -21,14 +18,10 @@ from tasks.assess.detection import (
     train_detector,
 )
 from tasks.assess.faces import crop
-from tasks.assess.reid import (
-    FaceRecognisers,
-)
+from tasks.assess.reid import FaceRecognisers
 from tasks.assess.truth import VideoTruth
 from tasks.core.item_randomness import derive_seed
-from tasks.core.manifest import (
-    attribute_names,
-)
+from tasks.core.manifest import attribute_names
 from tasks.core.params import AssessParams
 
 RAW = "raw"  # the copy of raw frames: what every attacker trains on and every copy is compared with

@@ -40,11 +40,7 @@ from tasks.assess.similarity import mse_similarity, ssim
 from tasks.assess.tracking import track_video
 from tasks.assess.truth import VideoTruth, clips_of, released
 from tasks.core.item_randomness import derive_seed
-from tasks.core.manifest import (
-    MANIFEST_NAME,
-    read_manifest,
-    resolve_path,
-)
+from tasks.core.manifest import MANIFEST_NAME, read_manifest, resolve_path
 from tasks.core.params import AssessParams
 from tasks.core.scores import SIGNATURE_COLUMNS, frame_hit_rate, speed_score
 from tasks.core.speed import read_speed

@@ -25,11 +25,7 @@ from tasks.assess.copy_scores import ATTRIBUTE_SCORES, assess_copy
 from tasks.assess.truth import clips_of, load_truth
 from tasks.core import stage_options as arg
 from tasks.core.errors import PrivharError
-from tasks.core.manifest import (
-    MANIFEST_NAME,
-    copies_under,
-    read_manifest,
-)
+from tasks.core.manifest import MANIFEST_NAME, copies_under, read_manifest
 from tasks.core.parallel import map_ordered, worker_count
 from tasks.core.params import AssessParams, BaseParams
 from tasks.core.scores import LEFT_COLUMNS, SIGNATURE_COLUMNS

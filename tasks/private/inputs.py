@@ -29,10 +29,7 @@ from tasks.core.private_catalogue import CATALOGUE
 from tasks.core.seeds import seed_suffix
 from tasks.privacy.accounting import relation_of
 from tasks.privacy.budget import BudgetPlan, check_budget, check_unprotected
-from tasks.private.methods import (
-    PrivateData,
-    Recipe,
-)
+from tasks.private.methods import PrivateData, Recipe
 from tasks.private.tokens import public_pixels, token_views
 from tasks.video_data.subjects import privacy_units
 from tasks.video_models.clips import (
@@ -44,17 +41,10 @@ from tasks.video_models.clips import (
     untouched_by,
 )
 from tasks.video_models.device import resolve_device
-from tasks.video_models.head_features import (
-    pooled_features,
-    public_statistics,
-    standardise,
-)
+from tasks.video_models.head_features import pooled_features, public_statistics, standardise
 from tasks.video_models.models import head_name
 from tasks.video_models.public_model import classifier_seed, public_model
-from tasks.video_models.selective import (
-    require_sample_independence,
-    select_trainable,
-)
+from tasks.video_models.selective import require_sample_independence, select_trainable
 
 LOG = logging.getLogger(__name__)
 

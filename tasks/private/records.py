@@ -10,10 +10,7 @@ from tasks.core.guarantee import PrivacyGuarantee
 from tasks.core.private_catalogue import CATALOGUE
 from tasks.core.tracking import StageRun
 from tasks.private.accounting import SgdPrivacy
-from tasks.private.methods import (
-    Outcome,
-    Recipe,
-)
+from tasks.private.methods import Outcome, Recipe
 
 CURVE_POINTS = (
     4  # ε is drawn at this many epochs: each point is one accountant call (Opacus PRV: 0.55 s here)

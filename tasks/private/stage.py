@@ -59,10 +59,7 @@ from tasks.privacy.accounting import relation_of
 from tasks.privacy.budget import BudgetPlan, record_made
 from tasks.privacy.gradient_canaries import RunAudit, audit_columns
 from tasks.private.audit import audit_training
-from tasks.private.inputs import (
-    PreparedInputs,
-    prepare_inputs,
-)
+from tasks.private.inputs import PreparedInputs, prepare_inputs
 from tasks.private.methods import (
     Outcome,
     PrivateData,
@@ -79,15 +76,9 @@ from tasks.private.records import (
     person_epsilons,
     training_record,
 )
-from tasks.video_models.head_features import (
-    fold_standardisation,
-    head_of,
-)
+from tasks.video_models.head_features import fold_standardisation, head_of
 from tasks.video_models.public_model import classifier_seed, public_model
-from tasks.video_models.selective import (
-    select_trainable,
-    trainable_count,
-)
+from tasks.video_models.selective import select_trainable, trainable_count
 
 LOG = logging.getLogger(__name__)
 

@@ -7,25 +7,14 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from tasks.core.params import (
-    DataParams,
-)
+from tasks.core.params import DataParams
 from tasks.core.tables import markdown_of
 from tasks.report.audit import AUDIT, audit_markdown
 from tasks.report.claims import WITHIN_NOISE_BECAUSE
-from tasks.report.ledger import (
-    family_summary,
-)
-from tasks.report.person_level import (
-    TOLERANCE,
-    person_level_markdown,
-)
+from tasks.report.ledger import family_summary
+from tasks.report.person_level import TOLERANCE, person_level_markdown
 from tasks.report.spread import MORE_TEST_VIDEOS, TARGET, spread_markdown
-from tasks.report.tables import (
-    cell,
-    signature_markdown,
-    table_one_markdown,
-)
+from tasks.report.tables import cell, signature_markdown, table_one_markdown
 
 
 def _subjects_markdown(subjects: list[dict[str, Any]]) -> str:

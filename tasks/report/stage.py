@@ -50,10 +50,7 @@ from tasks.report.ledger import (
     unprotected_releases,
 )
 from tasks.report.markdown import ReportTables, data_line, results_markdown
-from tasks.report.person_level import (
-    PERSON_METHOD,
-    person_level_rows,
-)
+from tasks.report.person_level import PERSON_METHOD, person_level_rows
 from tasks.report.plots import face_leakage_png, signature_png, top1_vs_cmap_png
 from tasks.report.spread import spread_rows
 from tasks.report.tables import (
