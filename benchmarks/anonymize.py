@@ -31,7 +31,7 @@ import numpy as np
 import yaml
 
 from tasks.core.manifest import MANIFEST_NAME, read_manifest, resolve_path
-from tasks.core.params import read_params_file
+from tasks.core.params_files import read_params_file
 from tasks.core.storage import atomic_write_bytes
 
 log = logging.getLogger(__name__)

@@ -28,10 +28,12 @@ from typing import Any
 
 import torch
 
+from tasks.core.dp_params import PrivateParams
 from tasks.core.dp_randomness import DpRandomness
 from tasks.core.intervals import interval
 from tasks.core.manifest import MANIFEST_NAME, read_manifest
-from tasks.core.params import BaseParams, PrivateParams, load_plan, load_section
+from tasks.core.params import BaseParams
+from tasks.core.params_files import load_plan, load_section
 from tasks.core.storage import atomic_write_bytes
 from tasks.privacy.budget import derived_plan
 from tasks.private.inputs import PreparedInputs, prepare_inputs

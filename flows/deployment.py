@@ -32,7 +32,8 @@ from typing import Any
 from flows.prefect_server import HOME, SERVE_PID, prefect_environment, prefect_server, serving
 from flows.servers import interrupt_on_signals, stop_process_group
 from tasks.core.errors import ERROR_PREFIX, PrivharError
-from tasks.core.params import OrchestrateParams, load_section
+from tasks.core.params import OrchestrateParams
+from tasks.core.params_files import load_section
 
 DEPLOYMENT_NAME = "scheduled"
 FINAL = ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")  # a flow run's states that end it

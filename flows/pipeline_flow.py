@@ -27,7 +27,8 @@ from flows.stage_tasks import STAGE_WALLS, StageFailed, run_stage, stop_shards
 from flows.stage_times import log_stage_times, previous_walls, progress_line
 from tasks.core.environ import exported
 from tasks.core.parallel import STAGE_CORES_ENV, core_share
-from tasks.core.params import OrchestrateParams, load_section
+from tasks.core.params import OrchestrateParams
+from tasks.core.params_files import load_section
 
 FLOW_NAME = "privhar-pipeline"
 

@@ -14,11 +14,9 @@ from typing import Any
 
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import MANIFEST_NAME, read_manifest
-from tasks.core.params import (
+from tasks.core.params import BaseParams, DataParams, ModelParams
+from tasks.core.params_files import (
     SECTIONS,
-    BaseParams,
-    DataParams,
-    ModelParams,
     load_dataset_sections,
     load_section,
     parse_section,

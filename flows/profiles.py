@@ -20,7 +20,7 @@ from typing import Any
 
 from flows.preflight import check_sections
 from tasks.core.errors import PrivharError
-from tasks.core.params import read_params_file, read_params_text
+from tasks.core.params_files import read_params_file, read_params_text
 from tasks.core.storage import atomic_write_bytes
 
 DEFAULT = "default"

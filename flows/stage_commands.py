@@ -81,7 +81,7 @@ def _writable(
 def section(params_path: Path, name: str, **overrides: Any) -> Any:
     """One typed, checked section of the params file (``overrides``: command-line values in place first): the command
     layer reads params, the stages take sections."""
-    from tasks.core.params import AUDITED_SECTIONS, SECTIONS, load_section
+    from tasks.core.params_files import AUDITED_SECTIONS, SECTIONS, load_section
 
     loaded = load_section(params_path, name, SECTIONS[name], overrides=overrides or None)
     if name in AUDITED_SECTIONS:
@@ -101,7 +101,7 @@ def show_raw(params_path: Path) -> bool:
 def plan_for(params_path: Path, budget: Path | None) -> Any:
     """A DP stage's budget plan: the budget stage's file ``budget``, or (a stage run on its own) derived from the
     params."""
-    from tasks.core.params import load_plan
+    from tasks.core.params_files import load_plan
     from tasks.privacy.budget import derived_plan, read_plan
 
     return read_plan(budget) if budget is not None else derived_plan(load_plan(params_path))
@@ -129,7 +129,7 @@ def synthesize_from(
     function: Callable[..., Any], params_path: Path, public: bool = False, **arguments: Any
 ) -> Any:
     """``public``: the public pretraining set (section public) instead, without the dataset checks."""
-    from tasks.core.params import load_dataset_sections
+    from tasks.core.params_files import load_dataset_sections
 
     return function(
         base=section(params_path, "base"),
@@ -143,14 +143,14 @@ def synthesize_from(
 
 
 def decode_from(function: Callable[..., Any], params_path: Path, **arguments: Any) -> Any:
-    from tasks.core.params import load_decode
+    from tasks.core.params_files import load_decode
 
     return function(base=section(params_path, "base"), params=load_decode(params_path), **arguments)
 
 
 def budget_from(function: Callable[..., Any], params_path: Path, **arguments: Any) -> Any:
     from tasks.core.parallel import worker_count
-    from tasks.core.params import load_plan
+    from tasks.core.params_files import load_plan
 
     workers = worker_count(section(params_path, "base").workers)
     return function(params=load_plan(params_path), workers=workers, **arguments)
@@ -183,7 +183,7 @@ def dp_from(own: str, seeds: bool = False, raw: bool = False) -> Callable[..., A
 
 
 def anonymize_from(function: Callable[..., Any], params_path: Path, **arguments: Any) -> Any:
-    from tasks.core.params import load_decode
+    from tasks.core.params_files import load_decode
 
     return function(
         base=section(params_path, "base"),
@@ -207,7 +207,7 @@ def train_from(
     """``epochs`` replaces train.epochs before it is checked (pretrain does not depend on train.epochs); 0 keeps
     model.weights as it is. Without it, the family's ``train.epochs_per_family`` entry does."""
     from tasks.core.errors import PrivharError
-    from tasks.core.params import load_train
+    from tasks.core.params_files import load_train
 
     if epochs is not None and epochs < 0:
         raise PrivharError(f"train: --epochs = {epochs} is invalid: expected an integer >= 0")

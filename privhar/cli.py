@@ -218,7 +218,8 @@ def serve_command(host: str | None, port: int | None, stop: bool, action: str | 
 def ui_command(host: str | None, port: int | None, stop: bool, action: str | None) -> None:
     """The MLflow UI (runs, metrics, model registry) over the project's store, until Ctrl-C (`privhar ui stop`: --stop)."""
     from privhar.mlflow_ui import run_ui, stop_uis
-    from tasks.core.params import OrchestrateParams, load_section
+    from tasks.core.params import OrchestrateParams
+    from tasks.core.params_files import load_section
 
     if stop or action == "stop":
         ports = stop_uis(Path.cwd(), port)

@@ -18,7 +18,7 @@ from typing import Annotated, Any
 
 from tasks.core import stage_options as arg
 from tasks.core.manifest import MANIFEST_NAME, read_manifest
-from tasks.core.params import PlanParams
+from tasks.core.params_files import PlanParams
 from tasks.core.storage import atomic_directory
 from tasks.privacy.budget import plan_files
 

@@ -127,7 +127,7 @@ def decode(
     ] = "decode",
 ) -> list[dict[str, Any]]:
     """Run the stage on the manifest in folder ``source``; return the decoded rows (logged as MLflow run ``run_name``).
-    ``params``: the decode section as :func:`tasks.core.params.load_decode` gives it (a zoo backbone's clip)."""
+    ``params``: the decode section as :func:`tasks.core.params_files.load_decode` gives it (a zoo backbone's clip)."""
     rows = read_manifest(source / MANIFEST_NAME)
     with (
         stage_run(run_name, {"base": base, "decode": params}) as run,

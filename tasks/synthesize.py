@@ -30,13 +30,8 @@ from tasks.core.errors import PrivharError
 from tasks.core.item_randomness import derive_seed, rng_for
 from tasks.core.manifest import MANIFEST_NAME, resolve_path, write_manifest, write_table
 from tasks.core.parallel import map_ordered, worker_count
-from tasks.core.params import (
-    BaseParams,
-    DataParams,
-    DatasetSections,
-    PublicParams,
-    SynthesizeParams,
-)
+from tasks.core.params import BaseParams, DataParams, PublicParams, SynthesizeParams
+from tasks.core.params_files import DatasetSections
 from tasks.core.storage import atomic_directory, atomic_write_bytes, save_arrays
 from tasks.core.tracking import stage_run, stage_work
 from tasks.synthetic.encode import write_video

@@ -159,7 +159,7 @@ def sections(params_path: Path, **names: str) -> dict[str, Any]:
 
 def check_budget_at(params_path: Path, release: str, rows: list[dict[str, Any]]) -> None:
     """check_budget as a DP stage run on its own calls it: against the plan derived from ``params_path``."""
-    from tasks.core.params import load_plan
+    from tasks.core.params_files import load_plan
     from tasks.privacy.budget import check_budget, derived_plan
 
     params = load_plan(params_path)

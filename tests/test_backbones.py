@@ -166,7 +166,8 @@ def test_a_checkpoint_that_does_not_fit_is_one_line(tmp_path):
 
 
 def test_a_backbone_clip_replaces_decode_and_train_sizes_and_a_bad_name_is_one_line(tmp_path):
-    from tasks.core.params import ModelParams, load_decode, load_section, load_train
+    from tasks.core.params import ModelParams
+    from tasks.core.params_files import load_decode, load_section, load_train
     from tests.conftest import write_params
 
     own = write_params(tmp_path)  # privhar's model: decode's and train's own values

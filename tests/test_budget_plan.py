@@ -12,7 +12,7 @@ from flows.stage_commands import plan_for
 from tasks.budget_plan import budget_plan
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import MANIFEST_NAME, write_manifest
-from tasks.core.params import PlanParams, load_plan
+from tasks.core.params_files import PlanParams, load_plan
 from tasks.privacy.budget import check_budget, planned_releases, read_plan
 from tests.conftest import REPO, write_params
 from tests.test_report import ROWS

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tasks.core.errors import PrivharError
-from tasks.core.params import DatasetSections, load_dataset_sections, load_section
+from tasks.core.params_files import DatasetSections, load_dataset_sections, load_section
 from tasks.video_data.dataset_checks import check_against_dataset
 from tests.conftest import REPO, write_params
 
@@ -165,7 +165,8 @@ def test_sizes_this_machine_cannot_hold_are_refused_before_the_work(tmp_path, ov
 
 
 def test_the_default_sizes_fit_with_room():
-    from tasks.core.params import DecodeParams, LdpParams, TrainParams
+    from tasks.core.dp_params import LdpParams
+    from tasks.core.params import DecodeParams, TrainParams
     from tasks.video_data.dataset_checks import largest_arrays, machine_memory
 
     params = REPO / "params.yaml"

@@ -17,7 +17,8 @@ from tasks.anonymize.methods import replace_with_avatars
 from tasks.anonymize.people import detect
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import read_manifest, write_manifest
-from tasks.core.params import AnonymizeParams, DecodeParams, load_section
+from tasks.core.params import AnonymizeParams, DecodeParams
+from tasks.core.params_files import load_section
 from tests.conftest import REPO, write_params
 
 anonymize = stage_call("anonymize")

@@ -9,7 +9,8 @@ import yaml
 from conftest import sections, write_params
 
 from tasks.core.errors import PrivharError
-from tasks.core.params import BaseParams, load_section
+from tasks.core.params import BaseParams
+from tasks.core.params_files import load_section
 from tasks.dprp.mechanism import Projection, protect_video
 from tasks.video_models.device import describe, mixed_precision, resolve_device, to_device
 

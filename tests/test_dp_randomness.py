@@ -235,7 +235,9 @@ def deterministic_urandom(flip: int | str | None):
 
 def _federated_release() -> torch.Tensor:
     """Two clients, one round of the federated loop as the stage builds it under ``secure`` randomness."""
-    from tasks.core.params import BaseParams, FederatedParams, load_section
+    from tasks.core.dp_params import FederatedParams
+    from tasks.core.params import BaseParams
+    from tasks.core.params_files import load_section
     from tasks.federated.client import Shard
     from tasks.federated.federation import federation_of
     from tasks.federated.rounds import in_process, run_rounds

@@ -12,7 +12,7 @@ import yaml
 from flows.stage_commands import stage_call
 from tasks.core.errors import PrivharError
 from tasks.core.model_registry import newest_version
-from tasks.core.params import load_plan
+from tasks.core.params_files import load_plan
 from tasks.privacy.accounting import gdp_epsilon
 from tasks.privacy.budget import planned_releases
 from tasks.privacy.federated_accounting import epsilon_of
@@ -341,7 +341,9 @@ def test_fednova_is_fedavgs_model_at_every_epsilon_when_every_client_takes_the_s
     with noise and without, are FedAvg's, trained once, marked in the rows and the table; with unequal steps each
     aggregation trains its own models and draws its own noise. One tuning (full) shows it: the normalisation depends on
     the clients' steps, not on which parameters train."""
-    from tasks.core.params import BaseParams, FederatedParams, load_section
+    from tasks.core.dp_params import FederatedParams
+    from tasks.core.params import BaseParams
+    from tasks.core.params_files import load_section
     from tasks.federated.federation import fednova_is_fedavg
     from tasks.federated.inputs import load_federated_clips
     from tasks.video_models.public_model import public_config
@@ -406,8 +408,9 @@ def test_a_tunings_own_recipe_sets_its_local_epochs_and_its_sigma(project, tmp_p
     """federated.recipe_per_tuning: the selective rows train 3 local epochs a round where full trains 1; σ is
     calibrated for each tuning's own compositions, so both spend federated.epsilon per client, and the budget plan
     prices each person with the tuning's own E (its verdicts are the stage's)."""
+    from tasks.core.dp_params import FederatedParams, tuned
     from tasks.core.manifest import MANIFEST_NAME, read_manifest
-    from tasks.core.params import FederatedParams, load_section, tuned
+    from tasks.core.params_files import load_section
     from tasks.privacy.budget import planned_releases
     from tasks.video_models.clips import split_rows
 

@@ -10,7 +10,7 @@ import pytest
 from tasks.core.dp_randomness import NOT_PRIVATE
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import read_manifest
-from tasks.core.params import load_plan
+from tasks.core.params_files import load_plan
 from tasks.ldp.dca import fit_dca
 from tasks.ldp.dcaconv import fit_dcaconv
 from tasks.ldp.randomized_response import (

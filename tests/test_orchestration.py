@@ -15,8 +15,9 @@ import yaml
 
 from flows.dag import read_dag
 from flows.project_lock import check_unlocked, project_lock
+from tasks.core.dp_params import PrivateParams
 from tasks.core.errors import PrivharError
-from tasks.core.params import PrivateParams, load_section
+from tasks.core.params_files import load_section
 from tests.conftest import BIN, REPO, prefect_api_on, sh
 
 STAGES = [

@@ -6,14 +6,15 @@ import pytest
 import yaml
 
 from tasks.core.errors import PrivharError
-from tasks.core.params import SECTIONS, DecodeParams, SynthesizeParams, load_section
+from tasks.core.params import DecodeParams, SynthesizeParams
+from tasks.core.params_files import SECTIONS, load_section
 from tests.conftest import write_params
 
 
 def test_repository_params_are_valid():
     root = Path(__file__).resolve().parents[1] / "params.yaml"
     raw = yaml.safe_load(root.read_text())
-    from tasks.core.params import SECTIONS, parse_section
+    from tasks.core.params_files import SECTIONS, parse_section
 
     for section in SECTIONS:
         parse_section(raw, section, path=root)
@@ -137,7 +138,7 @@ def test_unreadable_files(tmp_path):
 def test_the_public_schedule_size_is_the_embedded_datasets_published_split():
     """private.public_size (q, the steps and the normaliser of every private method) is a public number: the train
     split's size and the identities as the synthesize params publish them, not a count taken from the private data."""
-    from tasks.core.params import PrivateParams
+    from tasks.core.dp_params import PrivateParams
     from tasks.synthesize import plan_videos
 
     root = Path(__file__).resolve().parents[1] / "params.yaml"

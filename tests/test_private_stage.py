@@ -16,9 +16,10 @@ import pytest
 import torch
 
 from flows.stage_commands import stage_call
+from tasks.core.dp_params import PrivateParams
 from tasks.core.errors import PrivharError
 from tasks.core.model_registry import newest_version
-from tasks.core.params import PrivateParams, load_plan, load_section
+from tasks.core.params_files import load_plan, load_section
 from tasks.private.gradients import per_unit_gradients
 from tasks.video_models.head_features import head_of, pooled_features
 from tasks.video_models.models import create_video_classifier

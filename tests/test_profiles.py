@@ -47,7 +47,8 @@ def test_unknown_profile_is_one_line(project):
 @pytest.mark.parametrize("name", ["ucf101", "hmdb51", "smoke"])
 def test_every_profile_gives_params_each_section_accepts(project, name):
     """A profile is checked as its run would check it: every section of the overlaid params.yaml (issue 34)."""
-    from tasks.core.params import ModelParams, load_decode, load_section, load_train
+    from tasks.core.params import ModelParams
+    from tasks.core.params_files import load_decode, load_section, load_train
 
     apply_profile(
         project, name

@@ -450,7 +450,8 @@ def test_a_stretch_holds_a_bounded_number_of_pixels_whatever_the_frame_size(tmp_
     import cv2
 
     import tasks.anonymize.protect_video as protect_video
-    from tasks.core.params import AnonymizeParams, load_section
+    from tasks.core.params import AnonymizeParams
+    from tasks.core.params_files import load_section
 
     monkeypatch.setattr(protect_video, "STRETCH_PIXELS", 320 * 240 * 8)
     with av.open(str(WALKING)) as source:

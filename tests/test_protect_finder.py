@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from tasks.anonymize.protect_video import ProtectOptions, protect_file
-from tasks.core.params import AnonymizeParams, load_section
+from tasks.core.params import AnonymizeParams
+from tasks.core.params_files import load_section
 from tests.conftest import REPO
 
 WALKING = REPO / "tests/data/vtest/Walking/v_Walking_g01_c01.avi"

@@ -21,7 +21,8 @@ from tasks.anonymize.people import resolve_source
 from tasks.anonymize.source_clip import source_clip
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import read_manifest, resolve_path
-from tasks.core.params import AnonymizeParams, DecodeParams, load_section
+from tasks.core.params import AnonymizeParams, DecodeParams
+from tasks.core.params_files import load_section
 from tests.conftest import REPO, write_params
 
 anonymize = stage_call("anonymize")

@@ -11,14 +11,10 @@ import numpy as np
 import pytest
 import yaml
 
+from tasks.core.dp_params import PrivateParams
 from tasks.core.errors import PrivharError
-from tasks.core.params import (
-    AnonymizeParams,
-    PrivateParams,
-    load_plan,
-    load_section,
-    read_params_file,
-)
+from tasks.core.params import AnonymizeParams
+from tasks.core.params_files import load_plan, load_section, read_params_file
 from tasks.video_data.datasets import hmdb51_subject, index_dataset, ucf101_subject
 from tasks.video_data.subjects import subjects_statement
 from tests.conftest import REPO, make_project, sh, write_params

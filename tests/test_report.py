@@ -11,7 +11,7 @@ import pytest
 
 from tasks.core.dp_randomness import NOT_PRIVATE
 from tasks.core.errors import PrivharError
-from tasks.core.params import load_plan
+from tasks.core.params_files import load_plan
 from tasks.core.scores import SIGNATURE_COLUMNS
 from tasks.core.tables import compact
 from tasks.privacy.accounting import (
@@ -473,8 +473,9 @@ def test_report_logs_one_nested_mlflow_run_per_method(tiny_decoded: Path, tmp_pa
         "dprp ε=8",
         "dp_sgd ε=2",
     }  # methods with scores; "not run" ones log nothing
+    from tasks.core.dp_params import DprpParams, PrivacyParams
     from tasks.core.manifest import MANIFEST_NAME, read_manifest
-    from tasks.core.params import DprpParams, PrivacyParams, load_section
+    from tasks.core.params_files import load_section
     from tasks.privacy.dprp_calibration import dataset_scales
 
     first = read_manifest(tiny_decoded / "data" / "decode" / MANIFEST_NAME)[0]

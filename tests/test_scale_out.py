@@ -14,7 +14,8 @@ from conftest import assert_frames_agree, write_params
 
 from flows.stage_commands import stage_call
 from tasks.core.parallel import installed_mapper
-from tasks.core.params import OrchestrateParams, load_section
+from tasks.core.params import OrchestrateParams
+from tasks.core.params_files import load_section
 
 decode = stage_call("decode")
 

@@ -7,7 +7,8 @@ import os
 import pytest
 
 from tasks.core.errors import PrivharError
-from tasks.core.params import DataParams, load_section
+from tasks.core.params import DataParams
+from tasks.core.params_files import load_section
 from tasks.scan import dataset_files
 from tests.conftest import sections, write_params
 

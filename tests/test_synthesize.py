@@ -10,7 +10,8 @@ import pytest
 
 from flows.stage_commands import stage_call
 from tasks.core.manifest import read_manifest
-from tasks.core.params import ACTIONS, SynthesizeParams, load_section
+from tasks.core.params import ACTIONS, SynthesizeParams
+from tasks.core.params_files import load_section
 from tasks.synthesize import plan_videos
 from tasks.synthetic.actions import ACTIONS as ACTION_REGISTRY
 from tasks.synthetic.actions import MotionStyle

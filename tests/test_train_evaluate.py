@@ -240,7 +240,7 @@ def test_fine_tuning_takes_the_public_backbone_and_a_fresh_classifier(trained, t
 def test_a_fine_tunings_seed_0_does_not_start_from_its_public_models_own_draws(trained):
     """Seed 0 of a fine-tuning once drew the classifier its public model started from (both seeded by method and
     seed alone); the make run of 2026-11-27 had it above every other seed of both Video-DPRP copies."""
-    from tasks.core.params import load_train
+    from tasks.core.params_files import load_train
     from tasks.train.methods import TrainingData
     from tasks.train.seeds import train_seed
     from tasks.video_models.models import CLASSIFIER

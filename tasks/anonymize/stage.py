@@ -38,6 +38,7 @@ from tasks.anonymize.people import (
 from tasks.anonymize.release import protect_clip
 from tasks.core import stage_options as arg
 from tasks.core.anonymize_catalogue import ANONYMIZE_METHODS, method_of
+from tasks.core.dp_params import PrivacyParams
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import (
     MANIFEST_NAME,
@@ -49,13 +50,7 @@ from tasks.core.manifest import (
     write_table,
 )
 from tasks.core.parallel import map_ordered, worker_count
-from tasks.core.params import (
-    AnonymizeParams,
-    BaseParams,
-    DataParams,
-    DecodeParams,
-    PrivacyParams,
-)
+from tasks.core.params import AnonymizeParams, BaseParams, DataParams, DecodeParams
 from tasks.core.speed import write_speed
 from tasks.core.storage import atomic_directory, load_frames, save_arrays, save_frames
 from tasks.core.tracking import stage_run, stage_work
@@ -164,7 +159,7 @@ def anonymize(
     speed_path: arg.Speed = None,
 ) -> list[dict[str, Any]]:
     """Protect every clip of the decoded manifest in ``frames`` with ``method``; its measured frames/s to ``speed_path``.
-    ``decode``: as :func:`tasks.core.params.load_decode` gives it; ``data``: where the people's boxes come from."""
+    ``decode``: as :func:`tasks.core.params_files.load_decode` gives it; ``data``: where the people's boxes come from."""
     source_kind = resolve_source(params, data.source)
     if method not in params.methods:
         raise PrivharError(

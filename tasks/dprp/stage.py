@@ -23,6 +23,7 @@ from typing import Annotated, Any
 import torch
 
 from tasks.core import stage_options as arg
+from tasks.core.dp_params import DprpParams, PrivacyParams
 from tasks.core.dp_randomness import DpRandomness
 from tasks.core.errors import PrivharError
 from tasks.core.item_randomness import derive_seed
@@ -35,7 +36,7 @@ from tasks.core.manifest import (
     write_table,
 )
 from tasks.core.parallel import map_ordered
-from tasks.core.params import BaseParams, DprpParams, PrivacyParams
+from tasks.core.params import BaseParams
 from tasks.core.speed import write_speed
 from tasks.core.storage import atomic_directory, atomic_write_bytes, load_frames, save_frames
 from tasks.core.tracking import stage_run, stage_work

@@ -7,11 +7,12 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from tasks.core.dp_params import FederatedParams
 from tasks.core.dp_randomness import DpRandomness
 from tasks.core.errors import PrivharError
 from tasks.core.guarantee import check_delta
 from tasks.core.item_randomness import derive_seed
-from tasks.core.params import BaseParams, FederatedParams
+from tasks.core.params import BaseParams
 from tasks.core.seeds import seed_keys
 from tasks.federated.client import LocalRecipe
 from tasks.federated.inputs import Split

@@ -16,9 +16,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from tasks.core.dp_params import FederatedParams
 from tasks.core.item_randomness import derive_seed
 from tasks.core.manifest import MANIFEST_NAME, read_manifest
-from tasks.core.params import BaseParams, FederatedParams
+from tasks.core.params import BaseParams
 from tasks.federated.client import Shard, serialized_bytes
 from tasks.video_data.partition import partition
 from tasks.video_models.clips import labels_of, load_clips, normalise, split_rows

@@ -16,10 +16,11 @@ from typing import Any
 
 import torch
 
+from tasks.core.dp_params import FederatedParams, tuned
 from tasks.core.dp_randomness import DpRandomness
 from tasks.core.guarantee import NON_PRIVATE, PrivacyGuarantee
 from tasks.core.model_registry import CHECKPOINT_TAG, checkpoint_digest, register_model
-from tasks.core.params import BaseParams, FederatedParams, tuned
+from tasks.core.params import BaseParams
 from tasks.core.seeds import seed_folder, seed_suffix
 from tasks.core.tracking import StageRun
 from tasks.federated.audit import audit_federation

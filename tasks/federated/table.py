@@ -17,9 +17,9 @@ from typing import Any
 
 import polars as pl
 
+from tasks.core.dp_params import FederatedParams, tuned
 from tasks.core.figures import percent_chart_png, plt
 from tasks.core.intervals import Interval, interval
-from tasks.core.params import FederatedParams, tuned
 from tasks.core.seeds import base_key
 from tasks.core.storage import atomic_write_bytes
 from tasks.core.tables import csv_bytes, frame_of, markdown_of

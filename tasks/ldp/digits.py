@@ -20,9 +20,10 @@ from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
 from tasks.core import stage_options as arg
+from tasks.core.dp_params import LdpParams
 from tasks.core.figures import plt, png_bytes
 from tasks.core.item_randomness import derive_seed
-from tasks.core.params import BaseParams, LdpParams
+from tasks.core.params import BaseParams
 from tasks.core.storage import atomic_write_bytes
 from tasks.core.tables import csv_bytes
 from tasks.core.tracking import stage_run, stage_work

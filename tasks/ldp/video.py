@@ -38,20 +38,21 @@ from typing import Annotated, Any
 import numpy as np
 
 from tasks.core import stage_options as arg
+from tasks.core.dp_params import LdpParams, PrivacyParams
 from tasks.core.dp_randomness import DpRandomness
 from tasks.core.errors import PrivharError
 from tasks.core.item_randomness import derive_seed
-from tasks.core.manifest import MANIFEST_NAME, attribute_names, read_manifest, resolve_path
-from tasks.core.params import BaseParams, LdpParams, PrivacyParams
+from tasks.core.manifest import MANIFEST_NAME, attribute_names, read_manifest
+from tasks.core.params import BaseParams
 from tasks.core.scores import class_wise_f1, class_wise_map
-from tasks.core.storage import atomic_directory, atomic_write_bytes, load_frames, save_arrays
+from tasks.core.storage import atomic_directory, atomic_write_bytes, save_arrays
 from tasks.core.tables import csv_bytes
 from tasks.core.tracking import stage_run, stage_work
 from tasks.ldp.baselines import hog_bovw_codes, raw_pixel_codes
 from tasks.ldp.dcaconv import fit_dcaconv
 from tasks.ldp.learners import NaiveBayes, NearestCentroid, knn_predict
+from tasks.ldp.motion_images import motion_images, video_labels
 from tasks.ldp.randomized_response import audit_response, check_domain, perturb
-from tasks.people_finding.regions import expanded, warp_region
 from tasks.privacy.budget import (
     BudgetPlan,
     check_budget,
@@ -60,7 +61,6 @@ from tasks.privacy.budget import (
     record_made,
 )
 from tasks.privacy.one_run_audit import COLUMNS as AUDIT_COLUMNS
-from tasks.video_data.annotations import body_boxes
 from tasks.video_models.clips import labels_of, split_rows
 
 LOG = logging.getLogger(__name__)
@@ -70,59 +70,14 @@ CENTRAL_STEPS = (
     "none: the DCAConv filters (and the baselines' scaling and visual words) were fitted on the public set "
     "(data/public), the coins are each camera's own"
 )
+
+
 # the codes each ε releases: the paper's design and its two baselines (their scores are published beside it)
 CODES = {
     "dcaconv": "DCAConv codes",
     "raw_pixels": "raw-pixel codes (paper 002 baseline)",
     "hog_bovw": "HOG visual-word codes (paper 002 baseline)",
 }
-
-
-def motion_images(rows: list[dict[str, Any]], folder: Path, size: tuple[int, int]) -> np.ndarray:
-    """(videos, h, w): per clip, the mean absolute difference of consecutive grey frames inside the person's box.
-
-    The box is the union of the first person's body boxes over the clip, enlarged by 10 %, resampled to ``size``. A
-    clip without annotations (real footage) has no box: its camera encodes the whole frame, as paper 002's cameras do.
-    """
-    images = []
-    for row in rows:
-        clip = load_frames(resolve_path(row["path"], folder))
-        if not row.get("annotations"):
-            images.append(
-                _motion(clip, (0.0, 0.0, float(clip.shape[2]), float(clip.shape[1])), size)
-            )
-            continue
-        every = body_boxes(row, folder)
-        # the first person's box in each frame
-        boxes = every[:, 0] if every.shape[1] else np.zeros((0, 4))
-        if not len(boxes):
-            raise PrivharError(
-                f"{folder / MANIFEST_NAME}: video {row['video_id']} has no person box; the camera's crop needs one"
-            )
-        images.append(
-            _motion(
-                clip,
-                expanded(
-                    (boxes[:, 0].min(), boxes[:, 1].min(), boxes[:, 2].max(), boxes[:, 3].max()),
-                    1.1,
-                ),
-                size,
-            )
-        )
-    return np.stack(images)
-
-
-def _motion(
-    clip: np.ndarray, region: tuple[float, float, float, float], size: tuple[int, int]
-) -> np.ndarray:
-    """The mean absolute grey-frame difference of ``clip`` (T, H, W, 3) inside ``region``, at ``size`` (h, w)."""
-    crops = (
-        np.stack([warp_region(frame, region, (size[1], size[0])) for frame in clip]).astype(
-            np.float32
-        )
-        / 255.0
-    )
-    return np.abs(np.diff(crops, axis=0)).mean(axis=0) * 10.0 if len(crops) > 1 else crops[0]
 
 
 def attribute_privacy(
@@ -151,15 +106,6 @@ def attribute_privacy(
         "cmap": class_wise_map(test_truth, scores),
         "f1": class_wise_f1(test_truth, scores >= 0.5),
     }
-
-
-def video_labels(row: dict[str, Any], names: list[str]) -> np.ndarray:
-    """The video-level attribute vector (face visible: in any frame, as the manifest column says)."""
-    values = []
-    for name in names:
-        column, _, value = name.partition("=")
-        values.append(str(row[column]) == value if value else bool(row[column]))
-    return np.asarray(values, dtype=bool)
 
 
 def baseline_codes(

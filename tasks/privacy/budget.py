@@ -37,18 +37,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tasks.core.errors import PrivharError
-from tasks.core.parallel import map_on_processes
-from tasks.core.params import (
+from tasks.core.dp_params import (
     DprpParams,
     FederatedParams,
-    PlanParams,
     PrivacyParams,
     PrivateParams,
     federated_seeds,
     private_seeds,
     tuned,
 )
+from tasks.core.errors import PrivharError
+from tasks.core.parallel import map_on_processes
+from tasks.core.params_files import PlanParams
 from tasks.core.private_catalogue import CATALOGUE
 from tasks.core.seeds import seed_suffix
 from tasks.privacy.accounting import calibrate_noise, group_epsilon, poisson_schedule, relation_of

@@ -58,8 +58,8 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Literal, NamedTuple
 
+from tasks.core.dp_params import DprpParams
 from tasks.core.errors import PrivharError
-from tasks.core.params import DprpParams
 from tasks.privacy.accounting import REPLACE_ONE, gaussian_person_epsilon, gdp_epsilon
 
 Calibration = Literal["paper", "gaussian"]

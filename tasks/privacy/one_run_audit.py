@@ -21,7 +21,7 @@ from scipy.stats import binom
 
 from tasks.core.errors import PrivharError
 from tasks.core.guarantee import AUDIT_COLUMNS as COLUMNS
-from tasks.core.params import AUDITED_SECTIONS
+from tasks.core.params_files import AUDITED_SECTIONS
 
 # torch is imported by the stages that draw, not by the params checks that size an audit
 

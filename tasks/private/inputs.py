@@ -14,17 +14,12 @@ import numpy as np
 import torch
 from torch import nn
 
+from tasks.core.dp_params import PrivacyParams, PrivateParams, private_seeds
 from tasks.core.errors import PrivharError
 from tasks.core.guarantee import check_delta
 from tasks.core.item_randomness import derive_seed
 from tasks.core.manifest import MANIFEST_NAME, quarantined, read_manifest, resolve_path
-from tasks.core.params import (
-    BaseParams,
-    PrivacyParams,
-    PrivateParams,
-    ReportParams,
-    private_seeds,
-)
+from tasks.core.params import BaseParams, ReportParams
 from tasks.core.private_catalogue import CATALOGUE
 from tasks.core.seeds import seed_suffix
 from tasks.privacy.accounting import relation_of

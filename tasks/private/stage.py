@@ -40,16 +40,12 @@ import torch
 from torch import nn
 
 from tasks.core import stage_options as arg
+from tasks.core.dp_params import PrivacyParams, PrivateParams
 from tasks.core.dp_randomness import DpRandomness
 from tasks.core.errors import PrivharError
 from tasks.core.guarantee import NON_PRIVATE, PrivacyGuarantee
 from tasks.core.model_registry import CHECKPOINT_TAG, checkpoint_digest, register_model
-from tasks.core.params import (
-    BaseParams,
-    PrivacyParams,
-    PrivateParams,
-    ReportParams,
-)
+from tasks.core.params import BaseParams, ReportParams
 from tasks.core.private_catalogue import CATALOGUE, PRIVATE_METHODS
 from tasks.core.seeds import seed_folder, seed_keys, seed_suffix
 from tasks.core.storage import atomic_directory, atomic_write_bytes

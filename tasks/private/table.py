@@ -27,9 +27,9 @@ import polars as pl
 
 from tasks.core import stage_options as arg
 from tasks.core import tables
+from tasks.core.dp_params import DprpParams, PrivateParams
 from tasks.core.errors import PrivharError
 from tasks.core.figures import percent_chart_png, plt
-from tasks.core.params import DprpParams, PrivateParams
 from tasks.core.private_catalogue import CATALOGUE
 from tasks.core.storage import atomic_write_bytes
 from tasks.core.tables import csv_bytes, frame_of, markdown_of, read_csv

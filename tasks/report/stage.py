@@ -20,17 +20,10 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from tasks.core import stage_options as arg
+from tasks.core.dp_params import DprpParams, FederatedParams, PrivacyParams, PrivateParams
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import MANIFEST_NAME, read_manifest, write_table
-from tasks.core.params import (
-    AnonymizeParams,
-    DataParams,
-    DprpParams,
-    FederatedParams,
-    PrivacyParams,
-    PrivateParams,
-    TrainParams,
-)
+from tasks.core.params import AnonymizeParams, DataParams, TrainParams
 from tasks.core.scores import LEFT_COLUMNS, SIGNATURE_COLUMNS
 from tasks.core.storage import atomic_write_bytes
 from tasks.core.tables import csv_bytes, read_csv

@@ -28,18 +28,12 @@ from typing import Annotated, Any
 import torch
 
 from tasks.core import stage_options as arg
+from tasks.core.dp_params import PrivacyParams
 from tasks.core.errors import PrivharError
 from tasks.core.guarantee import PrivacyGuarantee, data_audit, data_guarantee, strongest
 from tasks.core.manifest import MANIFEST_NAME, read_manifest
 from tasks.core.model_registry import CHECKPOINT_TAG, register_model
-from tasks.core.params import (
-    BaseParams,
-    ModelParams,
-    PrivacyParams,
-    ReportParams,
-    TrainParams,
-    family_seeds,
-)
+from tasks.core.params import BaseParams, ModelParams, ReportParams, TrainParams, family_seeds
 from tasks.core.storage import atomic_directory, atomic_write_bytes
 from tasks.core.tables import csv_bytes
 from tasks.core.tracking import stage_run, stage_work
@@ -154,7 +148,7 @@ def train(
 ) -> dict[str, Any]:
     """Run the stage; return the final training record (of seed 0, the registered model).
 
-    ``params``: the train section as :func:`tasks.core.params.load_train` gives it, with ``--epochs`` in place (the
+    ``params``: the train section as :func:`tasks.core.params_files.load_train` gives it, with ``--epochs`` in place (the
     pretrain stage passes ``public.epochs``); ``as_loaded`` (``--epochs 0``): the model.weights checkpoint kept as it
     is. ``family`` names the registered model (default: the method); ``init`` is a model folder to
     fine-tune from (the public model: how HAR models are trained, from pretrained weights);

@@ -28,17 +28,12 @@ import logging
 import os
 from typing import Any
 
+from tasks.core.dp_params import FederatedParams, LdpParams, PrivateParams
 from tasks.core.errors import PrivharError
 from tasks.core.guarantee import check_delta
 from tasks.core.item_randomness import derive_seed
-from tasks.core.params import (
-    DatasetSections,
-    DecodeParams,
-    FederatedParams,
-    LdpParams,
-    PrivateParams,
-    TrainParams,
-)
+from tasks.core.params import DecodeParams, TrainParams
+from tasks.core.params_files import DatasetSections
 from tasks.core.private_catalogue import CATALOGUE
 from tasks.video_data.partition import partition
 from tasks.video_data.subjects import privacy_units
