@@ -4,6 +4,7 @@
 Each stage loads only the sections it reads, so a bad value stops that stage (and only
 it) before any work, with one line naming the key, the value and what is allowed.
 """
+
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
