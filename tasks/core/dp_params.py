@@ -8,8 +8,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator
 
-from tasks.core.params import FrameSize, PositiveInt, ReportParams, Section, known_keys
 from tasks.core.private_catalogue import PRIVATE_METHODS
+from tasks.core.section import FrameSize, PositiveInt, Section, known_keys
 
 # a one-run audit's canaries: its gradient canaries widen the head by one column each and add one input each as wide,
 # so the private and federated audits' memory grows with the square of the count (5 000 ran in 8 s a private audit
@@ -167,18 +167,6 @@ class FederatedParams(Section):
         return per_tuning  # a None entry drops one (a profile's way), for a tuning there or not
 
 
-def private_seeds(private: PrivateParams, report: ReportParams, epsilon: float) -> int:
-    """Training seeds of the private rows at ``epsilon``: ``private.seeds_at_epsilon[epsilon]``, else ``private.seeds``,
-    else ``report.seeds`` (the stage and the budget plan both count each seed as a release, so they read it here)."""
-    return private.seeds_at_epsilon.get(epsilon) or private.seeds or report.seeds
-
-
-def federated_seeds(federated: FederatedParams, report: ReportParams, tuning: str) -> int:
-    """Training seeds of the federated rows of ``tuning`` (a row of ``federated.tunings``):
-    ``federated.seeds_per_tuning[tuning]``, else ``report.seeds`` (the stage and the budget plan both read it here)."""
-    return federated.seeds_per_tuning.get(tuning) or report.seeds
-
-
 def tuned(federated: FederatedParams, tuning: str) -> FederatedParams:
     """``federated`` with the recipe ``tuning`` trains by: ``federated.recipe_per_tuning[tuning]`` over the shared
     local_epochs, batch_size, learning_rate and momentum (the stage, its σ and the budget plan all read it here)."""
@@ -186,13 +174,6 @@ def tuned(federated: FederatedParams, tuning: str) -> FederatedParams:
     return (
         federated if own is None else federated.model_copy(update=own.model_dump(exclude_none=True))
     )
-
-
-def federated_reference_seeds(federated: FederatedParams, report: ReportParams, tuning: str) -> int:
-    """Seeds of the ε = ∞ reference rows of ``tuning``: ``federated.reference_seeds[tuning]``, at most the tuning's
-    own seeds (seeds 0 … n − 1 of the DP rows get a reference; the references are no release, so no budget)."""
-    seeds = federated_seeds(federated, report, tuning)
-    return min(federated.reference_seeds.get(tuning) or seeds, seeds)
 
 
 class LdpParams(Section):

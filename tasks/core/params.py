@@ -7,43 +7,19 @@ it) before any work, with one line naming the key, the value and what is allowed
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
 from tasks.core.anonymize_catalogue import ANONYMIZE_PATTERN
 from tasks.core.clip_shapes import BACKBONE_NAMES
-
-PositiveInt = Annotated[int, Field(gt=0)]
-
-
-Fraction = Annotated[float, Field(ge=0.0, le=1.0)]
-
-
-FrameSize = Annotated[list[Annotated[int, Field(ge=8, le=4096)]], Field(min_length=2, max_length=2)]
-
+from tasks.core.section import Fraction, FrameSize, PositiveInt, Section, known_keys
 
 # the train stage's families (dvc.yaml's --family; baseline is train.method): the keys of the per-family params
 TRAIN_FAMILIES = ("baseline", "public", "dprp", "anonymize")
 
 
-def known_keys(keys: Any, known: Any, what: str) -> None:
-    """Refuse a per-family or per-tuning mapping with a key that names none of ``known``: a typo would be ignored."""
-    unknown = sorted(set(keys) - set(known))
-    if unknown:
-        raise ValueError(
-            f"{', '.join(map(repr, unknown))} {'names' if len(unknown) == 1 else 'name'} no {what}: expected one of "
-            + ", ".join(known)
-        )
-
-
 ACTIONS = ("walk", "run", "jump", "wave", "clap", "squat", "punch", "kick", "bend", "sit_down")
-
-
-class Section(BaseModel):
-    """A params section: unknown keys are errors, types are not coerced."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
 class BaseParams(Section):
@@ -259,12 +235,6 @@ class ReportParams(Section):
     def _known_families(cls, seeds: dict[str, int | None]) -> dict[str, int | None]:
         known_keys(seeds, TRAIN_FAMILIES, "family the train stage trains")
         return seeds
-
-
-def family_seeds(report: ReportParams, family: str, default: int) -> int:
-    """Training seeds of the train stage's models of ``family``: ``report.seeds_per_family[family]``, else ``default``
-    (what the pipeline passes: ``report.seeds``). Seeds of a model trained on a released copy cost no privacy."""
-    return report.seeds_per_family.get(family) or default
 
 
 def raw_frames_allowed(report: ReportParams, data: DataParams) -> bool:

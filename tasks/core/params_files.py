@@ -34,10 +34,10 @@ from tasks.core.params import (
     PublicParams,
     RegistryParams,
     ReportParams,
-    Section,
     SynthesizeParams,
     TrainParams,
 )
+from tasks.core.section import Section
 
 # the sections whose stages audit their releases (tasks/privacy/one_run_audit.py), and the key that sets how many
 # canaries each audit plants

@@ -15,6 +15,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from tasks.core.dp_params import FederatedParams, PrivateParams
+from tasks.core.params import ReportParams
+
 SEED_FOLDER = re.compile(r"seed([1-9][0-9]*)")
 
 
@@ -73,3 +76,28 @@ def seed_scores(metrics: dict[str, dict[str, float]], key: str, score: str) -> l
         if seed and name == key and score in scores
     )
     return [value for _, value in found]
+
+
+def private_seeds(private: PrivateParams, report: ReportParams, epsilon: float) -> int:
+    """Training seeds of the private rows at ``epsilon``: ``private.seeds_at_epsilon[epsilon]``, else ``private.seeds``,
+    else ``report.seeds`` (the stage and the budget plan both count each seed as a release, so they read it here)."""
+    return private.seeds_at_epsilon.get(epsilon) or private.seeds or report.seeds
+
+
+def federated_seeds(federated: FederatedParams, report: ReportParams, tuning: str) -> int:
+    """Training seeds of the federated rows of ``tuning`` (a row of ``federated.tunings``):
+    ``federated.seeds_per_tuning[tuning]``, else ``report.seeds`` (the stage and the budget plan both read it here)."""
+    return federated.seeds_per_tuning.get(tuning) or report.seeds
+
+
+def federated_reference_seeds(federated: FederatedParams, report: ReportParams, tuning: str) -> int:
+    """Seeds of the ε = ∞ reference rows of ``tuning``: ``federated.reference_seeds[tuning]``, at most the tuning's
+    own seeds (seeds 0 … n − 1 of the DP rows get a reference; the references are no release, so no budget)."""
+    seeds = federated_seeds(federated, report, tuning)
+    return min(federated.reference_seeds.get(tuning) or seeds, seeds)
+
+
+def family_seeds(report: ReportParams, family: str, default: int) -> int:
+    """Training seeds of the train stage's models of ``family``: ``report.seeds_per_family[family]``, else ``default``
+    (what the pipeline passes: ``report.seeds``). Seeds of a model trained on a released copy cost no privacy."""
+    return report.seeds_per_family.get(family) or default

@@ -27,16 +27,11 @@ from typing import Annotated, Any
 import torch
 
 from tasks.core import stage_options as arg
-from tasks.core.dp_params import (
-    FederatedParams,
-    PrivacyParams,
-    federated_reference_seeds,
-    federated_seeds,
-)
+from tasks.core.dp_params import FederatedParams, PrivacyParams
 from tasks.core.dp_randomness import DpRandomness
 from tasks.core.manifest import MANIFEST_NAME, read_manifest
 from tasks.core.params import BaseParams, ReportParams
-from tasks.core.seeds import seed_suffix
+from tasks.core.seeds import federated_reference_seeds, federated_seeds, seed_suffix
 from tasks.core.storage import atomic_directory, atomic_write_bytes
 from tasks.core.tables import csv_bytes
 from tasks.core.tracking import stage_run, stage_work

@@ -37,20 +37,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tasks.core.dp_params import (
-    DprpParams,
-    FederatedParams,
-    PrivacyParams,
-    PrivateParams,
-    federated_seeds,
-    private_seeds,
-    tuned,
-)
+from tasks.core.dp_params import DprpParams, FederatedParams, PrivacyParams, PrivateParams, tuned
 from tasks.core.errors import PrivharError
 from tasks.core.parallel import map_on_processes
 from tasks.core.params_files import PlanParams
 from tasks.core.private_catalogue import CATALOGUE
-from tasks.core.seeds import seed_suffix
+from tasks.core.seeds import federated_seeds, private_seeds, seed_suffix
 from tasks.privacy.accounting import calibrate_noise, group_epsilon, poisson_schedule, relation_of
 from tasks.privacy.dprp_calibration import dataset_scales
 from tasks.privacy.federated_accounting import calibrate, person_epsilon

@@ -14,14 +14,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from tasks.core.dp_params import PrivacyParams, PrivateParams, private_seeds
+from tasks.core.dp_params import PrivacyParams, PrivateParams
 from tasks.core.errors import PrivharError
 from tasks.core.guarantee import check_delta
 from tasks.core.item_randomness import derive_seed
 from tasks.core.manifest import MANIFEST_NAME, quarantined, read_manifest, resolve_path
 from tasks.core.params import BaseParams, ReportParams
 from tasks.core.private_catalogue import CATALOGUE
-from tasks.core.seeds import seed_suffix
+from tasks.core.seeds import private_seeds, seed_suffix
 from tasks.privacy.accounting import relation_of
 from tasks.privacy.budget import BudgetPlan, check_budget, check_unprotected
 from tasks.private.methods import PrivateData, Recipe

@@ -33,7 +33,8 @@ from tasks.core.errors import PrivharError
 from tasks.core.guarantee import PrivacyGuarantee, data_audit, data_guarantee, strongest
 from tasks.core.manifest import MANIFEST_NAME, read_manifest
 from tasks.core.model_registry import CHECKPOINT_TAG, register_model
-from tasks.core.params import BaseParams, ModelParams, ReportParams, TrainParams, family_seeds
+from tasks.core.params import BaseParams, ModelParams, ReportParams, TrainParams
+from tasks.core.seeds import family_seeds
 from tasks.core.storage import atomic_directory, atomic_write_bytes
 from tasks.core.tables import csv_bytes
 from tasks.core.tracking import stage_run, stage_work
