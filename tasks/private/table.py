@@ -347,6 +347,12 @@ def markdown(records: list[dict[str, Any]]) -> str:
     )
 
 
+def _top1_and_half_width(record: dict[str, Any]) -> tuple[float, float]:
+    """A row's Top-1 (protocol 1): its mean over the seeds and the 95 % interval's half-width (its own, 0, with one)."""
+    top1 = float(record["top1_mean"] if record["top1_mean"] != "" else record["top1"])
+    return top1, float(record["top1_ci95"]) if record["top1_ci95"] != "" else 0.0
+
+
 def plot(records: list[dict[str, Any]]) -> bytes:
     """Top-1 against ε (log scale), a line per (data, training); ∞ drawn at the right edge."""
     finite = sorted({r["target_epsilon"] for r in records if math.isfinite(r["target_epsilon"])})
@@ -355,8 +361,8 @@ def plot(records: list[dict[str, Any]]) -> bytes:
     for (data, training), group in _grouped(records).items():
         group = sorted(group, key=lambda r: r["target_epsilon"])
         xs = [infinity_x if math.isinf(r["target_epsilon"]) else r["target_epsilon"] for r in group]
-        ys = [100 * float(r["top1_mean"] if r["top1_mean"] != "" else r["top1"]) for r in group]
-        errors = [100 * float(r["top1_ci95"]) if r["top1_ci95"] != "" else 0.0 for r in group]
+        ys, errors = zip(*(_top1_and_half_width(r) for r in group), strict=True)
+        ys, errors = [100 * y for y in ys], [100 * e for e in errors]
         if len(group) == 1 and math.isinf(group[0]["target_epsilon"]):
             axes.axhline(
                 ys[0], color="black", linestyle="--", linewidth=1, label=f"{training} ({data})"
@@ -386,13 +392,12 @@ def epsilon_curves(records: list[dict[str, Any]], methods: list[str]) -> pl.Data
         method = r["model"].split("-eps")[0]
         if not math.isfinite(r["target_epsilon"]) or method not in methods:
             continue
-        top1 = float(r["top1_mean"] if r["top1_mean"] != "" else r["top1"])
-        half = float(r["top1_ci95"]) if r["top1_ci95"] != "" else 0.0
+        top1, half = _top1_and_half_width(r)
         rows.append(
             {
                 "method": method,
                 "target_epsilon": r["target_epsilon"],
-                "top1": top1,
+                "top1": round(top1, 4),
                 "low": round(top1 - half, 4),
                 "high": round(top1 + half, 4),
             }
