@@ -10,13 +10,13 @@ from typing import Any, TypeVar
 
 import click
 
-from flows.stage_commands import (
+from flows.click_options import (
     DETECT_EVERY,
     DETECT_SCALE,
     DETECTORS,
     PARAMS,
     PROJECTION_K,
-    _writable,
+    writable,
 )
 from tasks.core.clip_shapes import BACKBONE_NAMES, OWN
 
@@ -30,7 +30,7 @@ def bench_out(name: str, help: str = "Where to write the result (JSON).") -> Cal
         type=click.Path(path_type=Path, dir_okay=False),
         default=Path("reports/bench") / name,
         show_default=True,
-        callback=_writable,
+        callback=writable,
         help=help,
     )
 
@@ -296,7 +296,7 @@ def bench_epochs_command(
     import json
 
     from benchmarks.epochs import run_bench
-    from flows.stage_commands import section
+    from flows.stage_readers import section
 
     try:
         counts = sorted({int(value) for value in candidates.split(",")})

@@ -1,8 +1,8 @@
 """Each stage's code, as DVC sees it: one fingerprint file per ``privhar stage`` command, the SHA-256 of every project
 file that command imports.
 
-A stage's command is ``privhar stage <name>``; its entry in flows/stage_commands.py (``COMMANDS``) names the stage's
-module and the reader of its params, and from there every ``import`` of a ``tasks`` module — at any depth, lazy imports inside functions included — is
+A stage's command is ``privhar stage <name>``; its entry in flows/stage_commands.py (``COMMANDS``) imports the stage's
+module and names the reader of its params (flows/stage_readers.py), and from there every ``import`` of a ``tasks`` module — at any depth, lazy imports inside functions included — is
 followed (package ``__init__`` files and flows/ decide no result and are left out). Listing those files as deps in dvc.yaml
 by hand went stale both ways (issue 33: 28 deps of modules no longer imported, so an edit to the LDP code reran every
 training stage); listed there by a generator, they were 1 200 of dvc.lock's 1 400 paths, and DVC re-reads and rewrites
@@ -111,16 +111,14 @@ def _stage_functions(tree: ast.Module) -> dict[str, ast.FunctionDef]:
 
 
 def _command_table(tree: ast.Module) -> dict[str, tuple[str, str]]:
-    """:data:`flows.stage_commands.COMMANDS` as written: name -> (its stage's module, the name of its reader)."""
+    """:data:`flows.stage_commands.COMMANDS` as written: name -> (the function that imports its stage, its reader)."""
     for node in tree.body:
         if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", "") == "COMMANDS":
             assert isinstance(node.value, ast.Dict)
             table = {}
             for key, entry in zip(node.value.keys, node.value.values, strict=True):
-                target, reader = entry.elts[0], entry.elts[1]
-                # a reader by name (decode_from), or made by a call (base_and("assess"), dp_from("dprp"))
-                called = reader.func if isinstance(reader, ast.Call) else reader
-                table[key.value] = (target.value.partition(":")[0], called.id)
+                reader = next((k.value.id for k in entry.keywords if k.arg == "reader"), "sections")
+                table[key.value] = (entry.args[0].id, reader)
             return table
     raise PrivharError("flows/stage_commands.py: no COMMANDS table")
 
@@ -142,10 +140,14 @@ def _called(
 
 
 def stage_commands(root: Path = REPO) -> dict[str, set[str]]:
-    """``privhar stage <name>`` -> the tasks modules it runs: its stage's module and what its reader imports, itself or
-    through the functions of flows/stage_commands.py it calls (read, not imported)."""
+    """``privhar stage <name>`` -> the tasks modules it runs: what its entry's function imports (its stage's module) and
+    what its reader imports, itself or through the functions it calls (flows/stage_commands.py and
+    flows/stage_readers.py, read, not imported)."""
     tree = ast.parse((root / "flows/stage_commands.py").read_text())
-    helpers = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
+    readers = ast.parse((root / "flows/stage_readers.py").read_text())
+    helpers = {
+        node.name: node for node in [*tree.body, *readers.body] if isinstance(node, ast.FunctionDef)
+    }
 
     def imports(function: ast.FunctionDef) -> set[str]:
         return set().union(
@@ -153,8 +155,8 @@ def stage_commands(root: Path = REPO) -> dict[str, set[str]]:
         )
 
     found = {name: imports(function) for name, function in _stage_functions(tree).items()}
-    for name, (module, reader) in _command_table(tree).items():
-        found[name] = {module} | imports(helpers[reader])
+    for name, (stage, reader) in _command_table(tree).items():
+        found[name] = imports(helpers[stage]) | imports(helpers[reader])
     return found
 
 

@@ -9,12 +9,9 @@ from typing import Any
 import click
 
 from benchmarks.commands import bench
+from flows.click_options import PROJECTION_K, writable
 from flows.flow_logging import log_stages_to_stderr
-from flows.stage_commands import (
-    PROJECTION_K,
-    _writable,
-    stage,
-)
+from flows.stage_commands import stage
 from privhar.entry import Terminated, run_as_process
 from privhar.protect_cli import protect_command
 from tasks.core.errors import PrivharError
@@ -81,7 +78,7 @@ PORT = click.IntRange(1, 65535)
 
 @main.command("footage")
 @click.argument("recording", type=click.Path(path_type=Path, dir_okay=False))
-@click.argument("out", type=click.Path(path_type=Path, file_okay=False), callback=_writable)
+@click.argument("out", type=click.Path(path_type=Path, file_okay=False), callback=writable)
 @click.option(
     "--action", default="Walking", show_default=True, help="The class folder the clips go in."
 )

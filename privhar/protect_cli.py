@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from flows.stage_commands import DETECT_EVERY, DETECT_SCALE, DETECTORS, _writable
+from flows.click_options import DETECT_EVERY, DETECT_SCALE, DETECTORS, writable
 from tasks.core.errors import PrivharError
 
 PROTECT_METHODS = ["avatar", "face_blur", "mosaic", "solid", "blackout", "low_res_32x24"]
@@ -47,7 +47,7 @@ def _as_option(error: PrivharError, overrides: dict[str, Any]) -> PrivharError:
     "target",
     required=True,
     type=click.Path(path_type=Path),
-    callback=_writable,
+    callback=writable,
     help="A video file (one input), or a folder: each input keeps its name (and its path under an input folder).",
 )
 @click.option(
@@ -135,7 +135,7 @@ def protect_command(
     """Remove the people (or their faces) from videos at their own resolution and frame rate: SOURCES are video files
     or folders of them. One line per video; a video that cannot be read or written gets one line and nothing is
     written for it."""
-    from flows.stage_commands import section
+    from flows.stage_readers import section
     from tasks.anonymize.protect_video import protect_videos, total_line
 
     options["blur_to_size"] = options["blur_kernel"] is None and options["blur_sigma"] is None

@@ -152,7 +152,7 @@ DAG = {
 
 def sections(params_path: Path, **names: str) -> dict[str, Any]:
     """Keyword arguments of a stage: each argument's typed section of ``params_path`` (as the command layer reads it)."""
-    from flows.stage_commands import section
+    from flows.stage_readers import section
 
     return {argument: section(params_path, name) for argument, name in names.items()}
 

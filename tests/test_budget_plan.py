@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from flows.stage_commands import plan_for
+from flows.stage_readers import plan_for
 from tasks.budget_plan import budget_plan
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import MANIFEST_NAME, write_manifest
