@@ -54,6 +54,37 @@ def frames_and_truth(
     return frames, boxes
 
 
+def copy_attacker(
+    rows: list[dict[str, Any]],
+    raw: Path,
+    names: list[str],
+    clips: dict[str, np.ndarray],
+    copy: str,
+    params: AssessParams,
+    seed: int,
+    device: str,
+) -> torch.nn.Module:
+    """The attribute attacker trained on the training frames ``clips`` of one copy (the raw one: the raw attacker;
+    a protected one: its adaptive attacker)."""
+    data = load_frame_set(
+        rows,
+        raw,
+        names,
+        clips,
+        size=tuple(params.attacker_size),
+        every=params.attacker_frame_step,
+    )
+    return train_attacker(
+        data,
+        epochs=params.attacker_epochs,
+        batch_size=params.attacker_batch_size,
+        learning_rate=params.attacker_learning_rate,
+        seed=derive_seed(seed, "assess", "attacker", copy),
+        desc=f"attribute attacker ({copy})",
+        device=device,
+    )
+
+
 def train_raw_attackers(
     params: AssessParams,
     seed: int,
@@ -66,23 +97,7 @@ def train_raw_attackers(
     names = attribute_names(rows) if any(key.startswith("attr_") for key in rows[0]) else []
     state: dict[str, torch.Tensor] = {}
     if names:
-        data = load_frame_set(
-            rows,
-            raw,
-            names,
-            clips,
-            size=tuple(params.attacker_size),
-            every=params.attacker_frame_step,
-        )
-        state = train_attacker(
-            data,
-            epochs=params.attacker_epochs,
-            batch_size=params.attacker_batch_size,
-            learning_rate=params.attacker_learning_rate,
-            seed=derive_seed(seed, "assess", "attacker", RAW),
-            desc="attribute attacker (raw)",
-            device=device,
-        ).state_dict()
+        state = copy_attacker(rows, raw, names, clips, RAW, params, seed, device).state_dict()
     faces, identities = [], []
     if not truths:  # real footage without annotations: no face or body boxes to train or score on
         return RawAttackers(names, state, None, {})

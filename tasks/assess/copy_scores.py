@@ -12,12 +12,11 @@ from typing import Any
 import cv2
 import numpy as np
 
-from tasks.assess.attackers import RAW, RawAttackers, frames_and_truth
+from tasks.assess.attackers import RAW, RawAttackers, copy_attacker, frames_and_truth
 from tasks.assess.attributes import (
     attribute_model,
     attribute_privacy,
     load_frame_set,
-    train_attacker,
 )
 from tasks.assess.detection import (
     BundledDetector,
@@ -39,7 +38,6 @@ from tasks.assess.residual import residual_scores
 from tasks.assess.similarity import mse_similarity, ssim
 from tasks.assess.tracking import track_video
 from tasks.assess.truth import VideoTruth, clips_of, released
-from tasks.core.item_randomness import derive_seed
 from tasks.core.manifest import MANIFEST_NAME, read_manifest, resolve_path
 from tasks.core.params import AssessParams
 from tasks.core.scores import SIGNATURE_COLUMNS, frame_hit_rate, speed_score
@@ -308,22 +306,15 @@ def _attribute_scores(
     if name == RAW:
         adaptive = raw_attack  # the adaptive attacker of the raw copy is the raw attacker
     else:
-        train_set = load_frame_set(
+        adaptive_model = copy_attacker(
             train_rows,
             raw,
             attackers.names,
             clips_of(train_rows, folder),
-            size=size,
-            every=params.attacker_frame_step,
-        )
-        adaptive_model = train_attacker(
-            train_set,
-            epochs=params.attacker_epochs,
-            batch_size=params.attacker_batch_size,
-            learning_rate=params.attacker_learning_rate,
-            seed=derive_seed(seed, "assess", "attacker", name),
-            desc=f"attribute attacker ({name})",
-            device=device,
+            name,
+            params,
+            seed,
+            device,
         )
         adaptive = attribute_privacy(adaptive_model, test_set)
     scores["cmap_adaptive"], scores["f1_adaptive"] = adaptive["cmap"], adaptive["f1"]
