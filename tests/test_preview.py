@@ -5,7 +5,8 @@ import io
 import pytest
 from PIL import Image
 
-from flows.stage_commands import section, show_raw, stage_call
+from flows.stage_commands import stage_call
+from flows.stage_readers import section, show_raw
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import copies_under
 from tasks.preview import preview
