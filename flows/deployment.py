@@ -31,9 +31,9 @@ from typing import Any
 
 from flows.prefect_server import HOME, SERVE_PID, prefect_environment, prefect_server, serving
 from flows.servers import interrupt_on_signals, stop_process_group
+from flows.stage_readers import orchestrate
 from tasks.core.errors import ERROR_PREFIX, PrivharError
 from tasks.core.params import OrchestrateParams
-from tasks.core.params_files import load_section
 
 DEPLOYMENT_NAME = "scheduled"
 FINAL = ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")  # a flow run's states that end it
@@ -88,7 +88,7 @@ def serve(project: Path, host: str | None = None, port: int | None = None) -> No
     first), and a ``privhar serve`` that lingers is exactly what ``--stop`` must not leave.
     """
     project = Path(project).resolve()
-    settings = load_section(project / "params.yaml", "orchestrate", OrchestrateParams)
+    settings = orchestrate(project)
     host, port = host or settings.host, settings.prefect_port if port is None else port
     # before anything imports prefect: it reads its settings once, at import, and without this project's API URL
     # its client would start a temporary server of its own (which os._exit below would leave running)
@@ -196,7 +196,7 @@ def run_as_deployment(project: Path, parameters: dict[str, Any]) -> Any:
 
     from flows.pipeline_flow import pipeline_flow
 
-    settings = load_section(Path(project) / "params.yaml", "orchestrate", OrchestrateParams)
+    settings = orchestrate(project)
     deployment = pipeline_flow.to_deployment(
         **deployment_options(parameters["project"], settings, paused=True)
     )

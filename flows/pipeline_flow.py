@@ -23,12 +23,12 @@ from flows.dag import DagStage, read_dag, runs_scoring
 from flows.pipeline import check_project, end_running_dvc, pipeline_session, score_models
 from flows.preflight import INDEX_STAGE, check_dataset, check_params
 from flows.profiles import DEFAULT, apply_profile
+from flows.stage_readers import orchestrate
 from flows.stage_tasks import STAGE_WALLS, StageFailed, run_stage, stop_shards
 from flows.stage_times import log_stage_times, previous_walls, progress_line
 from tasks.core.environ import exported
 from tasks.core.parallel import STAGE_CORES_ENV, core_share
 from tasks.core.params import OrchestrateParams
-from tasks.core.params_files import load_section
 
 FLOW_NAME = "privhar-pipeline"
 
@@ -171,7 +171,7 @@ def pipeline_flow(
                 f"profile {profile}: profiles/{profile}.yaml applied to params.yaml"
             )
         check_params(root)  # every section, before the first stage
-        settings = load_section(root / "params.yaml", "orchestrate", OrchestrateParams)
+        settings = orchestrate(root)
         dag = read_dag(root, stages or settings.stages)
         get_run_logger().info(
             "stages: "

@@ -84,10 +84,9 @@ def use_project_server(project: Path) -> str | None:
     """Point this process at the project's Prefect server if it is up; return its API URL (None: none is up)."""
     if os.environ.get("PREFECT_API_URL"):
         return os.environ["PREFECT_API_URL"]
-    from tasks.core.params import OrchestrateParams
-    from tasks.core.params_files import load_section
+    from flows.stage_readers import orchestrate
 
-    settings = load_section(Path(project) / "params.yaml", "orchestrate", OrchestrateParams)
+    settings = orchestrate(project)
     running = serving(project)  # privhar serve --port N: its server, wherever it listens
     host, port = (running[1], running[2]) if running else (settings.host, settings.prefect_port)
     env = prefect_environment(project, host, port)

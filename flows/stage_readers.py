@@ -5,6 +5,7 @@ sections."""
 
 from __future__ import annotations
 
+import functools
 import typing
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +23,19 @@ def section(params_path: Path, name: str, **overrides: Any) -> Any:
 
         check_audit_size(name, loaded)
     return loaded
+
+
+def orchestrate(project: Path) -> Any:
+    """The project's ``orchestrate`` section, read once a process while params.yaml is unchanged (a profile the flow
+    applies rewrites it: read again then)."""
+    params_path = (Path(project) / "params.yaml").resolve()
+    stat = params_path.stat() if params_path.is_file() else None
+    return _orchestrate(params_path, stat and (stat.st_mtime_ns, stat.st_size))
+
+
+@functools.cache
+def _orchestrate(params_path: Path, version: tuple[int, int] | None) -> Any:
+    return section(params_path, "orchestrate")
 
 
 def show_raw(params_path: Path) -> bool:
@@ -79,11 +93,8 @@ def dp_sections(
     from tasks.core.params_files import SECTIONS
 
     if nproc is not None:
-        own = next(
-            name
-            for name, kind in SECTIONS.items()
-            if kind is typing.get_type_hints(function)["params"]
-        )
+        params_kind = typing.get_type_hints(function)["params"]
+        own = next(name for name, kind in SECTIONS.items() if kind is params_kind)
         arguments["params"] = section(params_path, own, nproc=nproc)
     return sections(function, params_path, budget=plan_for(params_path, budget), **arguments)
 

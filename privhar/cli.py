@@ -214,9 +214,8 @@ def serve_command(host: str | None, port: int | None, stop: bool, action: str | 
 @click.argument("action", required=False, type=click.Choice(["stop"]))
 def ui_command(host: str | None, port: int | None, stop: bool, action: str | None) -> None:
     """The MLflow UI (runs, metrics, model registry) over the project's store, until Ctrl-C (`privhar ui stop`: --stop)."""
+    from flows.stage_readers import orchestrate
     from privhar.mlflow_ui import run_ui, stop_uis
-    from tasks.core.params import OrchestrateParams
-    from tasks.core.params_files import load_section
 
     if stop or action == "stop":
         ports = stop_uis(Path.cwd(), port)
@@ -228,7 +227,7 @@ def ui_command(host: str | None, port: int | None, stop: bool, action: str | Non
         )
         return
 
-    settings = load_section(Path("params.yaml"), "orchestrate", OrchestrateParams)
+    settings = orchestrate(Path.cwd())
     run_ui(Path.cwd(), host or settings.host, settings.mlflow_port if port is None else port)
 
 
@@ -270,8 +269,8 @@ def screenshots_command(out: Path) -> None:
 @main.command("models")
 def models_command() -> None:
     """Registered models: every version with its aliases, privacy guarantee and Top-1."""
-    from tasks.core.model_registry import format_epsilon, list_versions
     from tasks.core.tracking import configure, tracking_uri
+    from tasks.video_models.model_registry import format_epsilon, list_versions
 
     store = tracking_uri()
     if store.startswith("sqlite:///") and not Path(store.removeprefix("sqlite:///")).is_file():

@@ -33,7 +33,6 @@ from tasks.core.errors import PrivharError
 from tasks.core.figures import plt, png_bytes
 from tasks.core.intervals import interval
 from tasks.core.manifest import MANIFEST_NAME, read_manifest
-from tasks.core.model_registry import checkpoint_digest
 from tasks.core.params import BaseParams, EvaluateParams
 from tasks.core.seeds import base_key, checkpoint_key, seed_scores
 from tasks.core.storage import atomic_directory, atomic_write_bytes
@@ -43,6 +42,7 @@ from tasks.video_models.checkpoints import load_checkpoint
 from tasks.video_models.clips import labels_of, load_clips, normalise, predict
 from tasks.video_models.device import resolve_device
 from tasks.video_models.head_features import clip_features, frozen_digest, head_of, splits_at_head
+from tasks.video_models.model_registry import checkpoint_digest
 
 LOG = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@
 
 A stage (not a step of the flow), so a plain ``dvc repro`` or ``dvc exp run`` scores the registry too.
 Only the model files evaluate scored are described (``scored.json`` holds each file's SHA-256): a version
-trained after that evaluate is left unscored and moves no alias (tasks/core/model_registry.py).
+trained after that evaluate is left unscored and moves no alias (tasks/video_models/model_registry.py).
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ from typing import Annotated, Any
 
 from tasks.core import stage_options as arg
 from tasks.core.errors import PrivharError
-from tasks.core.model_registry import record_scores
 from tasks.core.params import RegistryParams
 from tasks.core.seeds import base_key
 from tasks.core.storage import atomic_write_bytes
 from tasks.core.tracking import stage_run, stage_work
+from tasks.video_models.model_registry import record_scores
 
 LOG = logging.getLogger(__name__)
 

@@ -87,8 +87,8 @@ def test_train_and_evaluate_run_on_the_device_base_device_names(tiny_decoded, tm
     from flows.stage_commands import stage_call
 
     train = stage_call("train")
-    from tasks.core.model_registry import newest_version
     from tasks.evaluate import evaluate
+    from tasks.video_models.model_registry import newest_version
 
     params = tmp_path / "params.yaml"
     config = yaml.safe_load((tiny_decoded / "params.yaml").read_text())

@@ -7,9 +7,9 @@ import pytest
 
 from flows.stage_commands import stage_call
 from tasks.core.errors import PrivharError
-from tasks.core.model_registry import newest_version
 from tasks.evaluate import evaluate
 from tasks.privacy.dprp_calibration import noise_scales
+from tasks.video_models.model_registry import newest_version
 from tests.conftest import sections, write_params
 from tests.test_dprp_stage import DPRP
 

@@ -11,11 +11,11 @@ import yaml
 
 from flows.stage_commands import stage_call
 from tasks.core.errors import PrivharError
-from tasks.core.model_registry import newest_version
 from tasks.core.params_files import load_plan
 from tasks.privacy.accounting import gdp_epsilon
 from tasks.privacy.budget import planned_releases
 from tasks.privacy.federated_accounting import epsilon_of
+from tasks.video_models.model_registry import newest_version
 from tests.conftest import write_params
 
 train_federated = stage_call("train-federated")

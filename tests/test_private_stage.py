@@ -18,10 +18,10 @@ import torch
 from flows.stage_commands import stage_call
 from tasks.core.dp_params import PrivateParams
 from tasks.core.errors import PrivharError
-from tasks.core.model_registry import newest_version
 from tasks.core.params_files import load_plan, load_section
 from tasks.private.gradients import per_unit_gradients
 from tasks.video_models.head_features import head_of, pooled_features
+from tasks.video_models.model_registry import newest_version
 from tasks.video_models.models import create_video_classifier
 from tasks.video_models.selective import select_trainable
 from tests.conftest import check_budget_at, write_params
@@ -556,9 +556,9 @@ def test_an_epsilon_can_take_more_seeds_than_the_others_and_the_plan_and_ledger_
     the budget plans, enters each in the ledger (as one run), and the model run of the ε holds every seed's curves."""
     from mlflow import MlflowClient
 
-    from tasks.core.model_registry import newest_version
     from tasks.privacy.budget import planned_releases
     from tasks.privacy.release_ledger import recorded
+    from tasks.video_models.model_registry import newest_version
 
     private = {**PRIVATE, "epsilons": [1.0, 2.0], "seeds": 1, "seeds_at_epsilon": {1.0: 3}}
     params = write_params(

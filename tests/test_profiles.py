@@ -161,3 +161,16 @@ def test_a_run_of_another_profile_starts_from_params_before_the_last_overlay(pro
     # params.yaml edited by hand after an overlay is its own base: default keeps the edit
     (project / "params.yaml").write_text((project / "params.yaml").read_text() + "# mine\n")
     assert apply_profile(project, "default") is False
+
+
+def test_orchestrate_is_read_once_a_process_and_again_after_a_profile_rewrites_params(tmp_path):
+    """The command, the deployment, the server and the flow share one reading of the orchestrate section (issue 83);
+    a profile the flow applies rewrites params.yaml, and the flow then reads the new values."""
+    from flows.stage_readers import orchestrate
+    from tests.conftest import write_params
+
+    write_params(tmp_path, {"orchestrate": {"prefect_port": 4301}})
+    first = orchestrate(tmp_path)
+    assert orchestrate(tmp_path) is first and first.prefect_port == 4301
+    write_params(tmp_path, {"orchestrate": {"prefect_port": 4302, "retries": 2}})
+    assert orchestrate(tmp_path).prefect_port == 4302

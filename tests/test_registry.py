@@ -9,7 +9,8 @@ from torch import nn
 
 from privhar.cli import main
 from tasks.core.guarantee import PrivacyGuarantee
-from tasks.core.model_registry import (
+from tasks.core.tracking import stage_run
+from tasks.video_models.model_registry import (
     CHECKPOINT_TAG,
     list_versions,
     model_name,
@@ -17,7 +18,6 @@ from tasks.core.model_registry import (
     register_model,
     update_champion,
 )
-from tasks.core.tracking import stage_run
 
 METHOD = "registrytest"
 

@@ -17,11 +17,11 @@ from scipy import stats
 from flows.stage_commands import stage_call
 from tasks.core.errors import PrivharError
 from tasks.core.manifest import MANIFEST_NAME, read_manifest
-from tasks.core.model_registry import checkpoint_digest, newest_version, record_scores
 from tasks.core.seeds import seed_folder
 from tasks.evaluate import confusion_matrix, evaluate, top_k_accuracy
 from tasks.video_models.checkpoints import load_checkpoint
 from tasks.video_models.clips import labels_of, load_clips, predict, split_rows
+from tasks.video_models.model_registry import checkpoint_digest, newest_version, record_scores
 from tests.conftest import sections, write_params
 
 train = stage_call("train")

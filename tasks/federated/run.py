@@ -19,7 +19,6 @@ import torch
 from tasks.core.dp_params import FederatedParams, tuned
 from tasks.core.dp_randomness import DpRandomness
 from tasks.core.guarantee import NON_PRIVATE, PrivacyGuarantee
-from tasks.core.model_registry import CHECKPOINT_TAG, checkpoint_digest, register_model
 from tasks.core.params import BaseParams
 from tasks.core.seeds import seed_folder, seed_suffix
 from tasks.core.tracking import StageRun
@@ -40,6 +39,7 @@ from tasks.privacy.gradient_canaries import CSV_COLUMNS as AUDIT_COLUMNS
 from tasks.privacy.gradient_canaries import RunAudit, audit_columns
 from tasks.video_data.subjects import videos_per_person
 from tasks.video_models.head_features import fold_standardisation, head_of
+from tasks.video_models.model_registry import CHECKPOINT_TAG, checkpoint_digest, register_model
 from tasks.video_models.public_model import classifier_seed
 
 LOG = logging.getLogger(__name__)

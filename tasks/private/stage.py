@@ -44,7 +44,6 @@ from tasks.core.dp_params import PrivacyParams, PrivateParams
 from tasks.core.dp_randomness import DpRandomness
 from tasks.core.errors import PrivharError
 from tasks.core.guarantee import NON_PRIVATE, PrivacyGuarantee
-from tasks.core.model_registry import CHECKPOINT_TAG, checkpoint_digest, register_model
 from tasks.core.params import BaseParams, ReportParams
 from tasks.core.private_catalogue import CATALOGUE, PRIVATE_METHODS
 from tasks.core.seeds import seed_folder, seed_keys, seed_suffix
@@ -73,6 +72,7 @@ from tasks.private.records import (
     training_record,
 )
 from tasks.video_models.head_features import fold_standardisation, head_of
+from tasks.video_models.model_registry import CHECKPOINT_TAG, checkpoint_digest, register_model
 from tasks.video_models.public_model import classifier_seed, public_model
 from tasks.video_models.selective import select_trainable, trainable_count
 

@@ -30,6 +30,7 @@ from tasks.core import tables
 from tasks.core.dp_params import DprpParams, PrivateParams
 from tasks.core.errors import PrivharError
 from tasks.core.figures import percent_chart_png, plt
+from tasks.core.intervals import percent
 from tasks.core.private_catalogue import CATALOGUE
 from tasks.core.storage import atomic_write_bytes
 from tasks.core.tables import csv_bytes, frame_of, markdown_of, read_csv
@@ -218,7 +219,7 @@ def _label(epsilon: float) -> str:
 
 
 def _percent(value: Any) -> str:
-    return "—" if value == "" or value is None else f"{100 * float(value):.1f}"
+    return "—" if value == "" or value is None else percent(float(value))
 
 
 def _cell(record: dict[str, Any] | None, score: str) -> str:

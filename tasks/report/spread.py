@@ -21,7 +21,7 @@ from typing import Any
 
 import polars as pl
 
-from tasks.core.intervals import t_quantile
+from tasks.core.intervals import percent, t_quantile
 from tasks.core.seeds import base_key
 from tasks.core.tables import markdown_of
 
@@ -98,10 +98,10 @@ def spread_markdown(rows: list[dict[str, Any]]) -> str:
         [
             row["row"],
             str(row["seeds"]),
-            f"± {100 * row['half_width']:.1f}",
-            f"{100 * row['sd']:.1f}",
-            f"{100 * row['sd_test_set']:.1f}",
-            f"{100 * row['sd_model']:.1f}",
+            f"± {percent(row['half_width'])}",
+            percent(row["sd"]),
+            percent(row["sd_test_set"]),
+            percent(row["sd_model"]),
             needed(row["seeds_for_3_points"]),
             needed(row["seeds_for_3_points_with_more_test_videos"]),
         ]

@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from tasks.core.intervals import percent as as_percent
 from tasks.core.scores import LEFT_COLUMNS, SIGNATURE_COLUMNS
 from tasks.core.tables import markdown_of
 from tasks.privacy.dprp_calibration import NoiseScales
@@ -116,7 +117,7 @@ def cell(value: Any, percent: bool = False) -> str:
     if isinstance(value, float) and math.isinf(value):
         return "∞"
     return (
-        f"{100 * value:.1f}"
+        as_percent(value)
         if percent
         else f"{value:.3f}"
         if isinstance(value, float) and not value.is_integer()
@@ -129,7 +130,7 @@ def spread_cell(record: dict[str, Any], score: str) -> str:
     mean, half = record[f"{score}_mean"], record[f"{score}_ci95"]
     if isinstance(mean, str) or isinstance(half, str) or math.isnan(half):
         return cell(mean, True)
-    return f"{100 * mean:.1f} ± {100 * half:.1f}"
+    return f"{as_percent(mean)} ± {as_percent(half)}"
 
 
 def table_one_markdown(table: list[dict[str, Any]]) -> str:

@@ -19,7 +19,6 @@ from tasks.core.guarantee import PrivacyGuarantee
 from tasks.core.intervals import stein_seeds
 from tasks.core.item_randomness import derive_seed
 from tasks.core.manifest import MANIFEST_NAME, read_manifest
-from tasks.core.model_registry import checkpoint_digest
 from tasks.core.params import ReportParams, SeedRule, TrainParams
 from tasks.core.seeds import seed_folder, seed_keys
 from tasks.core.tracking import StageRun
@@ -27,6 +26,7 @@ from tasks.train.methods import TRAINING_METHODS, TrainingData, held_out_accurac
 from tasks.video_models.checkpoints import build_from_config, transfer_weights
 from tasks.video_models.clips import labels_of, load_clips, normalise, split_rows
 from tasks.video_models.head_features import STATISTICS_KEY, feature_statistics, pooled_features
+from tasks.video_models.model_registry import checkpoint_digest
 from tasks.video_models.models import has_batch_norm
 
 LOG = logging.getLogger(__name__)

@@ -32,7 +32,6 @@ from tasks.core.dp_params import PrivacyParams
 from tasks.core.errors import PrivharError
 from tasks.core.guarantee import PrivacyGuarantee, data_audit, data_guarantee, strongest
 from tasks.core.manifest import MANIFEST_NAME, read_manifest
-from tasks.core.model_registry import CHECKPOINT_TAG, register_model
 from tasks.core.params import BaseParams, ModelParams, ReportParams, TrainParams
 from tasks.core.seeds import family_seeds
 from tasks.core.storage import atomic_directory, atomic_write_bytes
@@ -51,6 +50,7 @@ from tasks.train.seeds import (
 from tasks.video_models.checkpoints import architecture_config
 from tasks.video_models.clips import class_names, labels_of, load_clips, split_rows
 from tasks.video_models.device import resolve_device
+from tasks.video_models.model_registry import CHECKPOINT_TAG, register_model
 
 
 def _history_csv(history: list[dict[str, float]]) -> bytes:
