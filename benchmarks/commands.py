@@ -242,6 +242,34 @@ def bench_protect_memory_command(source: Path, methods: str, seconds: float, out
     click.echo(json.dumps(record["sizes"], indent=2))
 
 
+@bench.command("protect-live")
+@click.argument(
+    "folder",
+    type=click.Path(path_type=Path, file_okay=False, exists=True),
+    default="build/bench-footage/native",
+)
+@PROTECT_METHODS
+@click.option(
+    "--sizes",
+    default="640x360,1280x720",
+    show_default=True,
+    help="Streams: 640x360 (25 frames/s), 1280x720 (30).",
+)
+@click.option("--seconds", type=click.FloatRange(1.0, 3600.0), default=60.0, show_default=True)
+@DETECTORS
+@bench_out("protect-live.json")
+def bench_protect_live_command(
+    folder: Path, methods: str, sizes: str, seconds: float, detectors: str, out: Path
+) -> None:
+    """Latency and frames written of privhar protect on a live stream: FOLDER's clips served on the loopback in real
+    time at each size."""
+    from benchmarks.protect_live import run_live_bench
+
+    clips = sorted(folder.glob("*.mp4"))
+    record = run_live_bench(clips, sizes.split(","), methods.split(","), seconds, out, detectors)
+    click.echo(json.dumps(record["runs"], indent=2))
+
+
 @bench.command("maskdp-views")
 @PARAMS
 @click.option("--seeds", type=click.IntRange(2, 100), default=10, show_default=True)

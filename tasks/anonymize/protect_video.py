@@ -106,6 +106,8 @@ class Summary:
         0.0  # mean share of each frame the protection changed (over-masking is a cost too)
     )
     seconds: float = 0.0
+    announced: int = 0  # frames the video's header announces (0: it does not say)
+    replaced: bool = False  # an earlier output was there
 
     def line(self) -> str:
         held = (
@@ -218,7 +220,7 @@ def protect_file(
     return summary
 
 
-def _stream_params(
+def stream_params(
     stream: Any, fps: float, options: ProtectOptions, params: AnonymizeParams
 ) -> tuple[AnonymizeParams, float]:
     """The params a stream is released under, and the scale its people are detected at: key frames every
@@ -256,15 +258,15 @@ def _protect_stream(
         keep_metadata=options.keep_metadata,
     )
     size = stretch_frames(options.chunk_seconds, fps, stream.height, stream.width)
-    params, scale = _stream_params(stream, fps, options, params)
+    params, scale = stream_params(stream, fps, options, params)
     bar = progress(summary.announced or 1, f"protect {printable(source.name)}", unit="frame")
     coverages, changed_frames = [], 0.0
     with output:
-        for frames, stamps, rotation in chunks(container, size):
+        for frames, stamps, rotation, _ in chunks(container, size):
             if summary.frames == 0:
                 summary.height, summary.width = start_stream(video, frames, rotation)
             frames = frames[:, : video.height, : video.width]
-            released = _protect_stretch(source, frames, fps, scale, options, params, summary)
+            released = protect_stretch(source, frames, fps, scale, options, params, summary)
             if not np.isnan(released.coverage):
                 coverages.append(released.coverage)
             changed_frames += float(changed(frames, released.frames, 0).mean()) * len(frames)
@@ -285,7 +287,7 @@ def _protect_stream(
     summary.covered_share = changed_frames / max(summary.frames, 1)
 
 
-def _protect_stretch(
+def protect_stretch(
     source: Path,
     frames: np.ndarray,
     fps: float,

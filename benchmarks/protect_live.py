@@ -1,0 +1,206 @@
+"""``privhar bench protect-live``: a live stream protected as it arrives — latency, frames/s, frames written, frames
+released black — for real clips served on the loopback in real time (issue 84's benchmark; never a test's assertion).
+
+The clips are letterboxed to each size, played one after another and looped for ``seconds`` at ``fps``, encoded to
+H.264 in MPEG-TS once, before anything is timed; a server process then only re-sends its packets at their times over
+TCP (``ffmpeg -re … -f mpegts tcp://…?listen=1`` done with PyAV), so encoding the stream takes no time from the run it
+measures. ``privhar protect tcp://… -o FOLDER`` runs in its own process and its summary line gives the figures."""
+
+from __future__ import annotations
+
+import json
+import platform
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import av
+import cv2
+import numpy as np
+
+from tasks.core.errors import PrivharError
+from tasks.core.storage import atomic_write_bytes
+
+SIZES = {
+    "640x360": (360, 640, 25),
+    "1280x720": (720, 1280, 30),
+}  # rows, columns, frames/s (issue 84's streams)
+
+
+def letterboxed(frame: np.ndarray, rows: int, columns: int) -> np.ndarray:
+    """``frame`` scaled to fit ``rows`` × ``columns``, centred on black."""
+    scale = min(rows / frame.shape[0], columns / frame.shape[1])
+    height, width = round(frame.shape[0] * scale) // 2 * 2, round(frame.shape[1] * scale) // 2 * 2
+    canvas = np.zeros((rows, columns, 3), np.uint8)
+    top, left = (rows - height) // 2, (columns - width) // 2
+    canvas[top : top + height, left : left + width] = cv2.resize(frame, (width, height))
+    return canvas
+
+
+def _clip_frames(clips: list[Path]) -> Iterator[np.ndarray]:
+    while True:
+        for clip in clips:
+            with av.open(str(clip)) as container:
+                yield from (frame.to_ndarray(format="rgb24") for frame in container.decode(video=0))
+
+
+def stream_file(
+    clips: list[Path], rows: int, columns: int, fps: int, seconds: float, out: Path
+) -> Path:
+    """``clips`` one after another, looped, letterboxed to ``rows`` × ``columns``, as ``seconds`` of H.264 in MPEG-TS
+    at ``fps`` (a camera's keyframe every second)."""
+    frames = _clip_frames(clips)
+    with av.open(str(out), mode="w", format="mpegts") as container:
+        stream = container.add_stream("libx264", rate=fps)
+        stream.height, stream.width, stream.pix_fmt = rows, columns, "yuv420p"
+        stream.options = {"preset": "veryfast", "g": str(fps), "tune": "zerolatency"}
+        for index in range(round(seconds * fps)):
+            picture = av.VideoFrame.from_ndarray(
+                letterboxed(next(frames), rows, columns), format="rgb24"
+            )
+            picture.pts = index
+            container.mux(stream.encode(picture))
+        container.mux(stream.encode())
+    return out
+
+
+def serve(path: str, url: str, pace: float = 1.0) -> None:
+    """Send the MPEG-TS file ``path``'s video packets to ``url`` (``tcp://…?listen=1``: to the one client that connects),
+    each at its time (``pace`` × real time; 0: at once), without re-encoding."""
+    with av.open(path) as source, av.open(url, "w", format="mpegts") as out:
+        video = source.streams.video[0]
+        sent = out.add_stream_from_template(video)
+        started, first = time.monotonic(), None
+        for packet in source.demux(video):
+            if packet.dts is None:
+                continue
+            if pace and packet.pts is not None:
+                first = packet.pts if first is None else first
+                due = started + float((packet.pts - first) * video.time_base) / pace
+                time.sleep(max(0.0, due - time.monotonic()))
+            packet.stream = sent
+            out.mux(packet)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def listening(port: int) -> bool:
+    """Whether a socket listens on ``port`` (read from /proc: a probe would take the one connection FFmpeg accepts)."""
+    rows = Path("/proc/net/tcp").read_text().splitlines()[1:]
+    return any(row.split()[1].endswith(f":{port:04X}") and row.split()[3] == "0A" for row in rows)
+
+
+def served(path: Path, pace: float = 1.0) -> tuple[subprocess.Popen, str]:
+    """A server process sending ``path`` on a free loopback port, once it listens; its URL."""
+    port = free_port()
+    url = f"tcp://127.0.0.1:{port}"
+    code = f"from benchmarks.protect_live import serve; serve({str(path)!r}, {url + '?listen=1'!r}, {pace})"
+    root = Path(__file__).resolve().parent.parent
+    server = subprocess.Popen([sys.executable, "-c", code], cwd=root, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while not listening(port):
+        if time.monotonic() > deadline or server.poll() is not None:
+            server.kill()
+            raise PrivharError(f"the loopback stream server of {path} did not start")
+        time.sleep(0.05)
+    return server, url
+
+
+SUMMARY = re.compile(
+    r": (?P<frames_written>\d+) frames \S+ at (?P<frames_per_second>[\d.]+) frames/s;.*?"
+    r"(?P<share_changed>[\d.]+)% of the frame changed;.*? (?P<frames_written_black>\d+) frames written black;.*?"
+    r"latency p50 (?P<latency_p50_s>[\d.]+) s, p99 (?P<latency_p99_s>[\d.]+) s; stopped: (?P<stopped>.*)$"
+)
+
+
+def summary_figures(line: str) -> dict[str, Any]:
+    """The figures of ``privhar protect``'s live summary line.
+
+    >>> summary_figures("tcp://h -> o: 40 frames 320x240 at 12.6 frames/s; people in 40; 11.2% of the frame changed; "
+    ...     "coverage min 0.977; 0 frames written black; 3 segments; latency p50 0.64 s, p99 1.00 s; stopped: it ended")
+    {'frames_written': 40, 'frames_per_second': 12.6, 'share_changed': 0.112, 'frames_written_black': 0, \
+'latency_p50_s': 0.64, 'latency_p99_s': 1.0, 'stopped': 'it ended'}
+    """
+    found = SUMMARY.search(line)
+    if found is None:
+        raise PrivharError(f"not a live summary line: {line}")
+    figures: dict[str, Any] = {
+        key: float(value) if "." in value else int(value)
+        for key, value in found.groupdict().items()
+        if key != "stopped"
+    }
+    figures["share_changed"] = round(figures["share_changed"] / 100, 6)
+    return {**figures, "stopped": found["stopped"]}
+
+
+def run_live_bench(
+    clips: list[Path],
+    sizes: list[str],
+    methods: list[str],
+    seconds: float,
+    out: Path,
+    detectors: str = "centerface,mediapipe,motion",
+) -> dict[str, Any]:
+    """Each method on each size's stream, served in real time: the figures of its summary, and the frames sent."""
+    privhar = str(Path(sys.executable).with_name("privhar"))
+    record: dict[str, Any] = {
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "machine": {
+            "cpu": platform.processor() or platform.machine(),
+            "python": platform.python_version(),
+        },
+        "clips": [clip.name for clip in clips],
+        "seconds": seconds,
+        "detectors": detectors,
+        "runs": [],
+    }
+    with tempfile.TemporaryDirectory() as scratch:
+        for size in sizes:
+            rows, columns, fps = SIZES[size]
+            path = stream_file(clips, rows, columns, fps, seconds, Path(scratch) / f"{size}.ts")
+            for method in methods:
+                server, url = served(path)
+                command = [
+                    privhar,
+                    "protect",
+                    url,
+                    "-o",
+                    f"{scratch}/{size}-{method}",
+                    "--method",
+                    method,
+                    "--detectors",
+                    detectors,
+                    "--segment-seconds",
+                    "60",
+                ]
+                try:
+                    done = subprocess.run(command, capture_output=True, text=True, check=False)
+                finally:
+                    server.kill()
+                line = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else ""
+                if done.returncode or " -> " not in line:
+                    raise PrivharError(f"privhar protect {url} ({size}, {method}) failed: {line}")
+                figures = summary_figures(line)
+                sent = round(seconds * fps)
+                record["runs"].append(
+                    {
+                        "size": size,
+                        "fps": fps,
+                        "method": method,
+                        "frames_sent": sent,
+                        "frames_not_written": sent - figures["frames_written"],
+                        **figures,
+                    }
+                )
+    atomic_write_bytes(out, (json.dumps(record, indent=2) + "\n").encode())
+    return record

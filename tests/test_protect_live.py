@@ -1,0 +1,188 @@
+"""`privhar protect URL|- -o FOLDER`: a live stream protected into segments, each playable and gated, whatever stops it
+(tasks/anonymize/protect_live.py, issue 84). Streams are real footage (OpenCV's vtest walkers) served on the loopback
+by PyAV or piped in; the finders are OpenCV's, so no mediapipe is needed."""
+
+import io
+import os
+import signal
+import subprocess
+import time
+from datetime import datetime
+
+import av
+import numpy as np
+import pytest
+
+from benchmarks.protect_live import free_port, served, stream_file
+from tests.conftest import REPO
+from tests.test_protect_cli import WALKING, run
+
+
+def serve(tmp_path, repeat: int, pace: float) -> tuple[subprocess.Popen, str]:
+    """WALKING ``repeat`` times as H.264 in MPEG-TS, sent on a loopback TCP port at ``pace`` × real time (0: at once)."""
+    stream = stream_file([WALKING], 240, 320, 10, 4.0 * repeat, tmp_path / "stream.ts")
+    return served(stream, pace)
+
+
+def frames_of(path) -> np.ndarray:
+    with av.open(str(path)) as container:
+        return np.stack([frame.to_ndarray(format="rgb24") for frame in container.decode(video=0)])
+
+
+def walking_ts(path):
+    """WALKING as the MPEG-TS a camera or ``ffmpeg … -f mpegts -`` sends."""
+    with av.open(str(WALKING)) as source, av.open(str(path), "w", format="mpegts") as out:
+        video = out.add_stream("libx264", rate=10)
+        video.width, video.height, video.pix_fmt = 320, 240, "yuv420p"
+        for index, frame in enumerate(source.decode(video=0)):
+            picture = av.VideoFrame.from_ndarray(frame.to_ndarray(format="rgb24"), format="rgb24")
+            picture.pts = index
+            out.mux(video.encode(picture))
+        out.mux(video.encode())
+    return path
+
+
+def piped(monkeypatch, data: bytes) -> None:
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(data)))
+
+
+def test_a_piped_stream_becomes_segments_named_by_their_start_each_playable_and_gated(
+    tmp_path, monkeypatch, capsys
+):
+    piped(monkeypatch, walking_ts(tmp_path / "in.ts").read_bytes())
+    out = tmp_path / "recordings"
+    code, err = run(
+        monkeypatch,
+        capsys,
+        "-",
+        "-o",
+        out,
+        "--method",
+        "blackout",
+        "--detectors",
+        "hog,motion",
+        "--segment-seconds",
+        "2",
+    )
+    assert code == 0, err
+    files = sorted(out.iterdir())
+    assert [path.suffix for path in files] == [".mp4", ".mp4"], files  # no staging file left
+    starts = [datetime.strptime(path.stem, "%Y%m%d-%H%M%S") for path in files]
+    assert (starts[1] - starts[0]).total_seconds() == 2  # 20 frames at 10 frames/s
+    line = err.strip().splitlines()[-1]
+    assert "standard input -> " in line and "40 frames 320x240" in line and "2 segments" in line, (
+        line
+    )
+    assert "stopped: the stream ended" in line and "latency p50" in line
+    coverage = float(line.split("coverage min ")[1].split(";")[0])
+    assert coverage >= 0.95 and "released black" not in line
+    with av.open(str(WALKING)) as raw:
+        before = np.stack([frame.to_ndarray(format="rgb24") for frame in raw.decode(video=0)])
+    after = np.concatenate([frames_of(path) for path in files])
+    assert after.shape == before.shape
+    black = (after.max(axis=-1) < 20) & (before.max(axis=-1) >= 60)
+    assert 0.002 < black.mean() < 0.5  # the walkers blacked out, not the whole frame
+
+
+def test_nothing_unchecked_is_written_when_the_finder_misses(tmp_path, monkeypatch, capsys):
+    """The faces finder alone misses the walkers (their moving pixels stay uncovered): every stretch fails the gate
+    and is written black, none as it came."""
+    piped(monkeypatch, walking_ts(tmp_path / "in.ts").read_bytes())
+    code, err = run(
+        monkeypatch,
+        capsys,
+        "-",
+        "-o",
+        tmp_path / "out.mp4",
+        "--method",
+        "blackout",
+        "--detectors",
+        "faces",
+        "--duration",
+        "2",
+    )
+    assert code == 0, err
+    assert frames_of(tmp_path / "out.mp4").max() < 20  # 20 frames, all black
+    assert "20 frames written black; 20 frames in 2 of 2 stretches released black" in err, err
+    assert "stopped: --duration 2 s reached" in err
+
+
+def test_a_stream_that_ends_mid_segment_leaves_a_playable_file(tmp_path, monkeypatch, capsys):
+    server, url = serve(tmp_path, repeat=1, pace=0)
+    out = tmp_path / "out"
+    code, err = run(
+        monkeypatch,
+        capsys,
+        url,
+        "-o",
+        out,
+        "--method",
+        "low_res_8x6",
+        "--segment-seconds",
+        "3",
+    )
+    server.wait(10)
+    assert code == 0, err
+    assert [len(frames_of(path)) for path in sorted(out.iterdir())] == [30, 10]
+    assert "stopped: the stream ended" in err
+
+
+def test_an_unreachable_url_and_a_pipe_that_is_not_a_video_are_one_line_each(
+    tmp_path, monkeypatch, capsys
+):
+    code, err = run(
+        monkeypatch,
+        capsys,
+        f"tcp://127.0.0.1:{free_port()}",
+        "-o",
+        tmp_path / "a",
+        "--method",
+        "low_res_8x6",
+    )
+    assert code == 1 and err.strip().count("\n") == 0, err
+    assert "cannot be read as a video stream (Connection refused)" in err
+    piped(monkeypatch, np.random.default_rng(0).bytes(4000))
+    code, err = run(monkeypatch, capsys, "-", "-o", tmp_path / "b", "--method", "low_res_8x6")
+    assert code == 1 and err.strip() == (
+        "privhar: error: standard input: cannot be read as a video stream (Invalid data found when processing input)"
+    )
+    code, err = run(monkeypatch, capsys, "-", "-o", "udp://127.0.0.1:9", "--method", "low_res_8x6")
+    assert code == 1 and "-o udp://127.0.0.1:9: a stream as the output is not supported yet" in err
+    code, err = run(monkeypatch, capsys, "-", "-o", tmp_path / "c", "--workers", "2")
+    assert code == 1 and "--workers 2: a live source is protected by one process" in err
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.skipif(not (REPO / ".venv/bin/privhar").exists(), reason="needs the project's .venv")
+def test_ctrl_c_ends_a_live_run_within_2_s_leaving_every_segment_playable(tmp_path):
+    server, url = serve(tmp_path, repeat=20, pace=1)  # 80 s of stream at real time
+    out = tmp_path / "out"
+    command = [
+        str(REPO / ".venv/bin/privhar"),
+        "protect",
+        url,
+        "-o",
+        str(out),
+        "--method",
+        "low_res_8x6",
+        "--segment-seconds",
+        "1",
+    ]
+    try:
+        protect = subprocess.Popen(
+            command, cwd=REPO, stderr=subprocess.PIPE, text=True, env=os.environ
+        )
+        deadline = time.monotonic() + 30
+        while len(list(out.glob("*.mp4"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        asked = time.monotonic()
+        protect.send_signal(signal.SIGINT)
+        err = protect.communicate(timeout=10)[1]
+        took = time.monotonic() - asked
+    finally:
+        server.kill()
+    assert protect.returncode == 130 and took < 2, (protect.returncode, took, err)
+    assert "stopped: interrupted (Ctrl-C" in err
+    files = sorted(out.iterdir())
+    assert files and all(path.name[0] != "." for path in files), files  # no staging file left
+    assert all(len(frames_of(path)) == 10 for path in files)
