@@ -119,7 +119,8 @@ def served(path: Path, pace: float = 1.0) -> tuple[subprocess.Popen, str]:
 SUMMARY = re.compile(
     r": (?P<frames_written>\d+) frames \S+ at (?P<frames_per_second>[\d.]+) frames/s;.*?"
     r"(?P<share_changed>[\d.]+)% of the frame changed;.*? (?P<frames_written_black>\d+) frames written black;.*?"
-    r"latency p50 (?P<latency_p50_s>[\d.]+) s, p99 (?P<latency_p99_s>[\d.]+) s; stopped: (?P<stopped>.*)$"
+    r"latency p50 (?P<latency_p50_s>[\d.]+) s, p99 (?P<latency_p99_s>[\d.]+) s; "
+    r"at most (?P<behind_s>-?[\d.]+) s behind the stream; stopped: (?P<stopped>.*)$"
 )
 
 
@@ -127,9 +128,10 @@ def summary_figures(line: str) -> dict[str, Any]:
     """The figures of ``privhar protect``'s live summary line.
 
     >>> summary_figures("tcp://h -> o: 40 frames 320x240 at 12.6 frames/s; people in 40; 11.2% of the frame changed; "
-    ...     "coverage min 0.977; 0 frames written black; 3 segments; latency p50 0.64 s, p99 1.00 s; stopped: it ended")
+    ...     "coverage min 0.977; 0 frames written black; 3 segments; latency p50 0.64 s, p99 1.00 s; "
+    ...     "at most 0.3 s behind the stream; stopped: it ended")
     {'frames_written': 40, 'frames_per_second': 12.6, 'share_changed': 0.112, 'frames_written_black': 0, \
-'latency_p50_s': 0.64, 'latency_p99_s': 1.0, 'stopped': 'it ended'}
+'latency_p50_s': 0.64, 'latency_p99_s': 1.0, 'behind_s': 0.3, 'stopped': 'it ended'}
     """
     found = SUMMARY.search(line)
     if found is None:
@@ -191,6 +193,11 @@ def run_live_bench(
                 if done.returncode or " -> " not in line:
                     raise PrivharError(f"privhar protect {url} ({size}, {method}) failed: {line}")
                 figures = summary_figures(line)
+                figures["released_black"] = (
+                    line.split(" released black: ", 1)[1].split(";")[0]
+                    if (" released black: " in line)
+                    else ""
+                )
                 sent = round(seconds * fps)
                 record["runs"].append(
                     {

@@ -92,11 +92,14 @@ class LiveSummary(Summary):
 
     segments: list[str] = field(default_factory=list)
     latencies: list[float] = field(default_factory=list)
+    behind: float = 0.0  # the most the written stream lagged its own clock (backpressure hides it from latencies)
     stopped: str = "the stream ended"
     failed: bool = (
         False  # the stream broke off (an error, a stall), as against ended, run out or interrupted
     )
     interrupted: bool = False
+    fps: float = 25.0
+    first_arrival: float = 0.0  # time.monotonic() of the first frame decoded
 
     def line(self) -> str:
         latency = (
@@ -105,7 +108,10 @@ class LiveSummary(Summary):
             if self.latencies
             else ""
         )
-        return f"{super().line()}; {len(self.segments)} segments{latency}; stopped: {self.stopped}"
+        return (
+            f"{super().line()}; {len(self.segments)} segments{latency}; at most {self.behind:.1f} s behind the "
+            f"stream; stopped: {self.stopped}"
+        )
 
 
 @dataclass
@@ -208,7 +214,7 @@ def protect_live(
     container = open_live(source, timeout)
     started = time.perf_counter()
     stream = container.streams.video[0]
-    fps = float(stream.average_rate or stream.guessed_rate or 25.0)
+    fps = summary.fps = float(stream.average_rate or stream.guessed_rate or 25.0)
     segments = Segments(
         target, segment_seconds, container, fps, options.keep_metadata, datetime.now(), summary
     )
@@ -279,7 +285,12 @@ def _record(
 ) -> None:
     """A written stretch counted: its frames, their latency (decoded → written), black frames, coverage, share
     changed."""
-    summary.latencies.extend(time.monotonic() - arrived for arrived in arrivals)
+    now = time.monotonic()
+    summary.latencies.extend(now - arrived for arrived in arrivals)
+    summary.first_arrival = summary.first_arrival or arrivals[0]
+    # the stream's clock: its frames up to this stretch's last should have taken (frames + len) / fps to arrive
+    due = (summary.frames + len(frames)) / summary.fps
+    summary.behind = max(summary.behind, now - summary.first_arrival - due)
     if not np.isnan(released.coverage):
         coverages.append(released.coverage)
     share = float(changed(frames, released.frames, 0).mean())
