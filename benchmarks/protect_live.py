@@ -120,7 +120,8 @@ SUMMARY = re.compile(
     r": (?P<frames_written>\d+) frames \S+ at (?P<frames_per_second>[\d.]+) frames/s;.*?"
     r"(?P<share_changed>[\d.]+)% of the frame changed;.*? (?P<frames_written_black>\d+) frames written black;.*?"
     r"latency p50 (?P<latency_p50_s>[\d.]+) s, p99 (?P<latency_p99_s>[\d.]+) s; "
-    r"at most (?P<behind_s>-?[\d.]+) s behind the stream; stopped: (?P<stopped>.*)$"
+    r"at most (?P<behind_s>-?[\d.]+) s behind the stream(?:; (?P<frames_dropped>\d+) frames dropped unwritten to "
+    r"keep up)?(?:; detection lowered to every (?P<slowest_detection>\d+) frames to keep up)?; stopped: (?P<stopped>.*)$"
 )
 
 
@@ -131,14 +132,15 @@ def summary_figures(line: str) -> dict[str, Any]:
     ...     "coverage min 0.977; 0 frames written black; 3 segments; latency p50 0.64 s, p99 1.00 s; "
     ...     "at most 0.3 s behind the stream; stopped: it ended")
     {'frames_written': 40, 'frames_per_second': 12.6, 'share_changed': 0.112, 'frames_written_black': 0, \
-'latency_p50_s': 0.64, 'latency_p99_s': 1.0, 'behind_s': 0.3, 'stopped': 'it ended'}
+'latency_p50_s': 0.64, 'latency_p99_s': 1.0, 'behind_s': 0.3, 'frames_dropped': 0, 'slowest_detection': 0, \
+'stopped': 'it ended'}
     """
     found = SUMMARY.search(line)
     if found is None:
         raise PrivharError(f"not a live summary line: {line}")
     figures: dict[str, Any] = {
         key: float(value) if "." in value else int(value)
-        for key, value in found.groupdict().items()
+        for key, value in found.groupdict(default="0").items()
         if key != "stopped"
     }
     figures["share_changed"] = round(figures["share_changed"] / 100, 6)

@@ -162,6 +162,15 @@ def _as_option(error: PrivharError, overrides: dict[str, Any]) -> PrivharError:
     help="A live source: stop after this many seconds of it [default: at its end or Ctrl-C].",
 )
 @click.option(
+    "--max-latency",
+    type=click.FloatRange(0.0, 3600.0),
+    default=2.0,
+    show_default=True,
+    help="A live source: the most seconds a frame may be written after its time on the stream's clock; past it "
+    "people are searched less often, then the oldest frames are dropped (never written unchecked). 0: never drop "
+    "(the source is held back instead).",
+)
+@click.option(
     "--timeout",
     type=click.FloatRange(0.1, 3600.0),
     default=10.0,
@@ -201,6 +210,7 @@ def protect_command(
         segment_seconds=options.pop("segment_seconds"),
         duration=options.pop("duration"),
         timeout=options.pop("timeout"),
+        max_latency=options.pop("max_latency"),
     )
     if any(is_live(source) for source in sources):
         if workers != 1:
@@ -250,6 +260,7 @@ def _protect_live(
         segment_seconds=None if one_file else live["segment_seconds"],
         duration=live["duration"],
         timeout=live["timeout"],
+        max_latency=live["max_latency"],
     )
     click.echo(summary.line(), err=True)
     if summary.interrupted:

@@ -186,3 +186,46 @@ def test_ctrl_c_ends_a_live_run_within_2_s_leaving_every_segment_playable(tmp_pa
     files = sorted(out.iterdir())
     assert files and all(path.name[0] != "." for path in files), files  # no staging file left
     assert all(len(frames_of(path)) == 10 for path in files)
+
+
+def test_a_protector_slower_than_its_stream_searches_less_often_and_drops_frames_never_writes_them_unchecked(
+    tmp_path, monkeypatch, capsys
+):
+    """--max-latency: each half-second stretch takes a second to protect, twice the stream's pace. The detection rate
+    is lowered (every 3 frames → 6 → 10, once a second) and the frames that cannot be written in time are dropped;
+    what is written is within the bound of its time on the stream's clock (up to one stretch's change of work), and
+    every file plays."""
+    from tasks.anonymize import protect_live
+
+    slow = protect_live.protect_stretch
+
+    def one_second_a_stretch(*args, **kwargs):
+        time.sleep(1.0)
+        return slow(*args, **kwargs)
+
+    monkeypatch.setattr(protect_live, "protect_stretch", one_second_a_stretch)
+    piped(
+        monkeypatch, walking_ts(tmp_path / "in.ts").read_bytes()
+    )  # 40 frames, 4 s, delivered at once
+    out = tmp_path / "out"
+    code, err = run(
+        monkeypatch,
+        capsys,
+        "-",
+        "-o",
+        out,
+        "--method",
+        "low_res_8x6",
+        "--chunk-seconds",
+        "0.5",
+        "--max-latency",
+        "1",
+    )
+    assert code == 0, err
+    line = err.strip().splitlines()[-1]
+    written = int(line.split(": ", 1)[1].split(" frames")[0])
+    dropped = int(line.split(" frames dropped unwritten to keep up")[0].rsplit("; ", 1)[1])
+    assert dropped > 0 and written + dropped == 40, line
+    assert "detection lowered to every 10 frames to keep up" in line
+    assert float(line.split("at most ")[1].split(" s behind")[0]) <= 1.0 + 0.5, line
+    assert sum(len(frames_of(path)) for path in out.iterdir()) == written

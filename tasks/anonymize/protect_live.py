@@ -11,18 +11,21 @@ The output is a folder of segments, one playable file per ``segment_seconds`` of
 (the run's start on the wall clock plus the stream time of its first frame: ``20261204-193005.mp4``), or one file.
 Each is written beside its final name and renamed into place when closed — at its end, at the stream's end or failure,
 and at Ctrl-C — so whatever stops the run, every file under a final name is a closed, playable container and nothing
-half-written is left. Latency is measured per frame, from its decoding to its stretch's encoding.
+half-written is left. Latency is measured per frame, from its decoding to its stretch's encoding, and against the stream's clock.
 
-Not yet here (issue 84 goes on): reconnecting, a stream as the output, lowering the detection rate or dropping frames
-when the machine falls behind (latency grows instead, and the summary shows it), and audio.
+The stream is decoded in a thread as it arrives (:mod:`tasks.anonymize.live_reader`) and ``--max-latency`` holds each
+frame's writing to that bound after its time on the stream's clock: people searched less often, then frames dropped,
+never written unchecked, each counted in the summary.
+
+Not yet here (issue 84 goes on): reconnecting, a stream as the output, audio, a Python entry point taking frames.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -32,6 +35,7 @@ import av
 import numpy as np
 
 from tasks.anonymize.coverage import changed
+from tasks.anonymize.live_reader import Frame, StreamReader, keep_up
 from tasks.anonymize.protect_video import (
     ProtectOptions,
     Summary,
@@ -41,7 +45,7 @@ from tasks.anonymize.protect_video import (
     stream_params,
     stretch_frames,
 )
-from tasks.anonymize.video_container import chunks, encode_frames, open_output, start_stream
+from tasks.anonymize.video_container import encode_frames, open_output, start_stream
 from tasks.core.errors import PrivharError, printable
 from tasks.core.params import AnonymizeParams
 from tasks.core.storage import staging_file
@@ -92,14 +96,18 @@ class LiveSummary(Summary):
 
     segments: list[str] = field(default_factory=list)
     latencies: list[float] = field(default_factory=list)
-    behind: float = 0.0  # the most the written stream lagged its own clock (backpressure hides it from latencies)
+    behind: float = (
+        0.0  # the most a stretch was written after its last frame's time on the stream's clock
+    )
+    dropped: int = 0  # frames dropped unwritten to keep within --max-latency
+    slowest_detection: int = (
+        0  # the longest detection interval --max-latency lowered the rate to (0: never lowered)
+    )
     stopped: str = "the stream ended"
     failed: bool = (
         False  # the stream broke off (an error, a stall), as against ended, run out or interrupted
     )
     interrupted: bool = False
-    fps: float = 25.0
-    first_arrival: float = 0.0  # time.monotonic() of the first frame decoded
 
     def line(self) -> str:
         latency = (
@@ -108,9 +116,16 @@ class LiveSummary(Summary):
             if self.latencies
             else ""
         )
+        kept_up = (
+            f"; {self.dropped} frames dropped unwritten to keep up" if self.dropped else ""
+        ) + (
+            f"; detection lowered to every {self.slowest_detection} frames to keep up"
+            if self.slowest_detection
+            else ""
+        )
         return (
             f"{super().line()}; {len(self.segments)} segments{latency}; at most {self.behind:.1f} s behind the "
-            f"stream; stopped: {self.stopped}"
+            f"stream{kept_up}; stopped: {self.stopped}"
         )
 
 
@@ -197,6 +212,7 @@ def protect_live(
     segment_seconds: float | None,
     duration: float | None = None,
     timeout: float = 10.0,
+    max_latency: float = 2.0,
 ) -> LiveSummary:
     """Protect the live ``source`` into ``target`` (a folder of ``segment_seconds`` segments, or one file with None)
     until it ends, ``duration`` seconds of it have passed, or Ctrl-C; every frame written has passed the gate."""
@@ -214,83 +230,107 @@ def protect_live(
     container = open_live(source, timeout)
     started = time.perf_counter()
     stream = container.streams.video[0]
-    fps = summary.fps = float(stream.average_rate or stream.guessed_rate or 25.0)
+    fps = float(stream.average_rate or stream.guessed_rate or 25.0)
     segments = Segments(
         target, segment_seconds, container, fps, options.keep_metadata, datetime.now(), summary
     )
+    size = stretch_frames(options.chunk_seconds, fps, stream.height, stream.width)
+    limit = None if duration is None else max(1, round(duration * fps))
+    capacity = 2 * size + math.ceil(max_latency * fps)
+    reader = StreamReader(container, fps, capacity, limit)
     try:
-        _run(source, container, segments, options, params, duration)
+        _run(source, reader, segments, options, params, max_latency)
     finally:
-        container.close()
+        if (
+            reader.close()
+        ):  # a decoder still in a stalled read keeps the container until the process ends
+            container.close()
     summary.seconds = time.perf_counter() - started
     if summary.frames == 0 and not summary.interrupted:
         raise PrivharError(f"{_shown(source)}: no decodable video frames ({summary.stopped})")
     return summary
 
 
-def _stretches(container: Any, size: int, limit: int | None) -> Iterator[tuple[Any, ...]]:
-    """:func:`chunks` of the stream, cut at ``limit`` frames (``--duration``)."""
-    taken = 0
-    for frames, stamps, rotation, arrivals in chunks(container, size):
-        keep = len(frames) if limit is None else min(len(frames), limit - taken)
-        yield frames[:keep], stamps[:keep], rotation, arrivals[:keep]
-        taken += keep
-        if limit is not None and taken >= limit:
-            return
-
-
 def _run(
     source: str,
-    container: Any,
+    reader: StreamReader,
     segments: Segments,
     options: ProtectOptions,
     params: AnonymizeParams,
-    duration: float | None,
+    max_latency: float,
 ) -> None:
-    """Every stretch of the stream gated, then written; the open segment closed whatever stops the run."""
+    """Every stretch of the stream gated, then written, under the ``max_latency`` rule (:func:`keep_up`); the open
+    segment closed whatever stops the run."""
     summary, fps = segments.summary, segments.fps
-    stream = container.streams.video[0]
+    stream = reader.stream
     size = stretch_frames(options.chunk_seconds, fps, stream.height, stream.width)
     params, scale = stream_params(stream, fps, options, params)
-    limit = None if duration is None else max(1, round(duration * fps))
-    reported, coverages, people = time.monotonic(), [], 0
+    fastest = params.detect_every
+    reported, coverages, people, work = time.monotonic(), [], 0, 0.0
     try:
-        for frames, stamps, rotation, arrivals in _stretches(container, size, limit):
-            people = summary.people_frames  # a stretch interrupted is not counted
+        while (due := reader.oldest_due(size)) is not None:
+            every, late = keep_up(
+                due,
+                time.monotonic(),
+                work,
+                max_latency,
+                params.detect_every,
+                max(fastest, round(fps)),
+                fastest,
+            )
+            if every != params.detect_every:
+                params = params.model_copy(update={"detect_every": every})
+                summary.slowest_detection = max(summary.slowest_detection, every)
+            if late is not None:
+                summary.dropped += reader.drop_oldest(late)
+            taken = reader.take(size)
+            if not taken:
+                break
+            started, people = (
+                time.monotonic(),
+                summary.people_frames,
+            )  # a stretch interrupted is not counted
+            frames = np.stack([frame.image for frame in taken])
             released = protect_stretch(Path("stream"), frames, fps, scale, options, params, summary)
-            segments.write(released.frames, stamps, rotation, summary.frames / fps)
-            _record(summary, frames, released, arrivals, coverages)
+            segments.write(
+                released.frames, [f.pts for f in taken], taken[0].rotation, summary.frames / fps
+            )
+            _record(summary, frames, released, taken, coverages)
+            work = time.monotonic() - started
             if time.monotonic() - reported >= REPORT_SECONDS:
                 log.info("live %s: %s", _shown(source), _counts(summary))
                 reported = time.monotonic()
-        if limit is not None and summary.frames >= limit:
-            summary.stopped = f"--duration {duration:g} s reached"
+        _ending(reader, summary)
     except KeyboardInterrupt:
         summary.interrupted, summary.people_frames = True, people
         summary.stopped = "interrupted (Ctrl-C; the frames of the stretch in progress were dropped, never written)"
-    except av.FFmpegError as error:
-        reason = getattr(error, "strerror", None) or str(error).splitlines()[0][:160]
-        summary.stopped, summary.failed = f"the stream broke off ({reason})", True
     finally:
         segments.close()
     summary.coverage_min = min(coverages) if coverages else float("nan")
+
+
+def _ending(reader: StreamReader, summary: LiveSummary) -> None:
+    """Why the stream stopped, once its frames are written: a break, ``--duration``, or its end."""
+    if reader.error is not None:
+        error = reader.error
+        reason = getattr(error, "strerror", None) or str(error).splitlines()[0][:160]
+        summary.stopped, summary.failed = f"the stream broke off ({reason})", True
+    elif reader.limit is not None and reader.read >= reader.limit:
+        summary.stopped = f"--duration {reader.limit / reader.fps:g} s reached"
 
 
 def _record(
     summary: LiveSummary,
     frames: np.ndarray,
     released: Any,
-    arrivals: list[float],
+    taken: list[Frame],
     coverages: list[float],
 ) -> None:
-    """A written stretch counted: its frames, their latency (decoded → written), black frames, coverage, share
-    changed."""
+    """A written stretch counted: its frames, their latency (decoded → written) and how far behind the stream's clock
+    it was written, black frames, coverage, share changed."""
     now = time.monotonic()
-    summary.latencies.extend(now - arrived for arrived in arrivals)
-    summary.first_arrival = summary.first_arrival or arrivals[0]
-    # the stream's clock: its frames up to this stretch's last should have taken (frames + len) / fps to arrive
-    due = (summary.frames + len(frames)) / summary.fps
-    summary.behind = max(summary.behind, now - summary.first_arrival - due)
+    summary.latencies.extend(now - frame.arrived for frame in taken)
+    summary.behind = max(summary.behind, now - taken[0].due)  # its oldest frame, the latest written
     if not np.isnan(released.coverage):
         coverages.append(released.coverage)
     share = float(changed(frames, released.frames, 0).mean())

@@ -262,7 +262,7 @@ def _protect_stream(
     bar = progress(summary.announced or 1, f"protect {printable(source.name)}", unit="frame")
     coverages, changed_frames = [], 0.0
     with output:
-        for frames, stamps, rotation, _ in chunks(container, size):
+        for frames, stamps, rotation in chunks(container, size):
             if summary.frames == 0:
                 summary.height, summary.width = start_stream(video, frames, rotation)
             frames = frames[:, : video.height, : video.width]

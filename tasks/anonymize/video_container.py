@@ -4,7 +4,6 @@ and the input's audio packets copied unchanged."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from fractions import Fraction
 from pathlib import Path
@@ -22,31 +21,28 @@ QUALITY = {"libx264": {"crf": "18", "preset": "veryfast"}, "mpeg4": {"qscale": "
 
 def chunks(
     container: av.container.InputContainer, size: int
-) -> Iterator[tuple[np.ndarray, list[int | None], int, list[float]]]:
-    """The first video stream's frames, (T, H, W, 3) uint8 RGB, ``size`` at a time, with each one's timestamp, the
+) -> Iterator[tuple[np.ndarray, list[int | None], int]]:
+    """The first video stream's frames, (T, H, W, 3) uint8 RGB, ``size`` at a time, with each one's timestamp and the
     display rotation of the stretch's first frame (counter-clockwise degrees: a phone's portrait video is stored
-    sideways with a display matrix; without it the protected copy came out sideways, issue 82) and the moment each
-    frame was decoded (``time.monotonic``: a live stream's latency runs from there)."""
+    sideways with a display matrix; without it the protected copy came out sideways, issue 82)."""
     stretch: np.ndarray | None = (
         None  # filled in place: a list of frames and its stack held a 4K stretch twice
     )
     stamps: list[int | None] = []
-    arrivals: list[float] = []
     rotation, count = 0, 0
     for frame in container.decode(video=0):
         image = frame.to_ndarray(format="rgb24")
         if stretch is None:
-            rotation, count, stamps, arrivals = int(frame.rotation), 0, [], []
+            rotation, count, stamps = int(frame.rotation), 0, []
             stretch = np.empty((size, *image.shape), np.uint8)
         stretch[count] = image
         stamps.append(frame.pts)
-        arrivals.append(time.monotonic())
         count += 1
         if count == size:
-            yield stretch, stamps, rotation, arrivals
+            yield stretch, stamps, rotation
             stretch = None
     if stretch is not None:
-        yield stretch[:count], stamps, rotation, arrivals
+        yield stretch[:count], stamps, rotation
 
 
 def open_input(source: Path) -> av.container.InputContainer:
