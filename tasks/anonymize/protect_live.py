@@ -13,7 +13,7 @@ Each is written beside its final name and renamed into place when closed — at 
 and at Ctrl-C — so whatever stops the run, every file under a final name is a closed, playable container and nothing
 half-written is left. Latency is measured per frame, from its decoding to its stretch's encoding, and against the stream's clock.
 
-The stream is decoded in a thread as it arrives (:mod:`tasks.anonymize.live_reader`) and ``--max-latency`` holds each
+The stream is decoded in a thread as it arrives (:mod:`tasks.video_data.live_reader`) and ``--max-latency`` holds each
 frame's writing to that bound after its time on the stream's clock: people searched less often, then frames dropped,
 never written unchecked, each counted in the summary.
 
@@ -35,7 +35,6 @@ import av
 import numpy as np
 
 from tasks.anonymize.coverage import changed
-from tasks.anonymize.live_reader import Frame, StreamReader, keep_up
 from tasks.anonymize.protect_video import (
     ProtectOptions,
     Summary,
@@ -49,6 +48,7 @@ from tasks.anonymize.video_container import encode_frames, open_output, start_st
 from tasks.core.errors import PrivharError, printable
 from tasks.core.params import AnonymizeParams
 from tasks.core.storage import staging_file
+from tasks.video_data.live_reader import Frame, StreamReader, keep_up
 
 log = logging.getLogger(__name__)
 LIVE_SCHEMES = ("rtsp", "rtsps", "rtmp", "http", "https", "udp", "tcp", "srt", "rtp")
