@@ -251,16 +251,10 @@ def _protect_live(
         )
     one_file = target.suffix.lower() in VIDEO_CODECS
     options["chunk_seconds"] = options["chunk_seconds"] or 1.0
-    chosen = ProtectOptions(**{**options, "detectors": tuple(options["detectors"].split(","))})
+    if one_file:
+        live["segment_seconds"] = None
     summary = protect_live(
-        sources[0],
-        target,
-        params=params,
-        options=chosen,
-        segment_seconds=None if one_file else live["segment_seconds"],
-        duration=live["duration"],
-        timeout=live["timeout"],
-        max_latency=live["max_latency"],
+        sources[0], target, params=params, options=ProtectOptions.of(options), **live
     )
     click.echo(summary.line(), err=True)
     if summary.interrupted:

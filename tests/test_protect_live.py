@@ -30,16 +30,8 @@ def frames_of(path) -> np.ndarray:
 
 
 def walking_ts(path):
-    """WALKING as the MPEG-TS a camera or ``ffmpeg … -f mpegts -`` sends."""
-    with av.open(str(WALKING)) as source, av.open(str(path), "w", format="mpegts") as out:
-        video = out.add_stream("libx264", rate=10)
-        video.width, video.height, video.pix_fmt = 320, 240, "yuv420p"
-        for index, frame in enumerate(source.decode(video=0)):
-            picture = av.VideoFrame.from_ndarray(frame.to_ndarray(format="rgb24"), format="rgb24")
-            picture.pts = index
-            out.mux(video.encode(picture))
-        out.mux(video.encode())
-    return path
+    """WALKING as the MPEG-TS a camera or ``ffmpeg … -f mpegts -`` sends (40 frames, 4 s)."""
+    return stream_file([WALKING], 240, 320, 10, 4.0, path)
 
 
 def piped(monkeypatch, data: bytes) -> None:

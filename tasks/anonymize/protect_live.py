@@ -44,7 +44,7 @@ from tasks.anonymize.protect_video import (
     stream_params,
     stretch_frames,
 )
-from tasks.anonymize.video_container import encode_frames, open_output, start_stream
+from tasks.anonymize.video_container import encode_frames, frame_rate, open_output, start_stream
 from tasks.core.errors import PrivharError, printable
 from tasks.core.params import AnonymizeParams
 from tasks.core.storage import staging_file
@@ -96,9 +96,7 @@ class LiveSummary(Summary):
 
     segments: list[str] = field(default_factory=list)
     latencies: list[float] = field(default_factory=list)
-    behind: float = (
-        0.0  # the most a stretch was written after its last frame's time on the stream's clock
-    )
+    behind: float = 0.0  # the most a frame was written after its time on the stream's clock (--max-latency's bound)
     dropped: int = 0  # frames dropped unwritten to keep within --max-latency
     slowest_detection: int = (
         0  # the longest detection interval --max-latency lowered the rate to (0: never lowered)
@@ -225,12 +223,11 @@ def protect_live(
         raise PrivharError(
             "--on-fail skip: a live source cannot be left unwritten after the fact; use blackout"
         )
-    params = params.model_copy(update={"source": "ensemble", "ensemble": list(options.detectors)})
     summary = LiveSummary(_shown(source), printable(str(target)))
     container = open_live(source, timeout)
     started = time.perf_counter()
     stream = container.streams.video[0]
-    fps = float(stream.average_rate or stream.guessed_rate or 25.0)
+    fps = frame_rate(stream)
     segments = Segments(
         target, segment_seconds, container, fps, options.keep_metadata, datetime.now(), summary
     )
@@ -239,7 +236,7 @@ def protect_live(
     capacity = 2 * size + math.ceil(max_latency * fps)
     reader = StreamReader(container, fps, capacity, limit)
     try:
-        _run(source, reader, segments, options, params, max_latency)
+        _run(source, reader, segments, size, options, params, max_latency)
     finally:
         if (
             reader.close()
@@ -255,6 +252,7 @@ def _run(
     source: str,
     reader: StreamReader,
     segments: Segments,
+    size: int,
     options: ProtectOptions,
     params: AnonymizeParams,
     max_latency: float,
@@ -262,9 +260,7 @@ def _run(
     """Every stretch of the stream gated, then written, under the ``max_latency`` rule (:func:`keep_up`); the open
     segment closed whatever stops the run."""
     summary, fps = segments.summary, segments.fps
-    stream = reader.stream
-    size = stretch_frames(options.chunk_seconds, fps, stream.height, stream.width)
-    params, scale = stream_params(stream, fps, options, params)
+    params, scale = stream_params(reader.stream, fps, options, params)
     fastest = params.detect_every
     reported, coverages, people, work = time.monotonic(), [], 0, 0.0
     try:
@@ -333,8 +329,10 @@ def _record(
     summary.behind = max(summary.behind, now - taken[0].due)  # its oldest frame, the latest written
     if not np.isnan(released.coverage):
         coverages.append(released.coverage)
-    share = float(changed(frames, released.frames, 0).mean())
-    summary.covered_share += (share * len(frames) - summary.covered_share * len(frames)) / (
+    share = float(
+        changed(frames, released.frames, 0).mean()
+    )  # the running mean over the frames written
+    summary.covered_share = (summary.covered_share * summary.frames + share * len(frames)) / (
         summary.frames + len(frames)
     )
     summary.black_frames += int(black(released.frames).sum())

@@ -37,6 +37,7 @@ from tasks.anonymize.video_container import (
     chunks,
     copy_audio,
     encode_frames,
+    frame_rate,
     open_input,
     open_output,
     start_stream,
@@ -83,6 +84,11 @@ class ProtectOptions:
     blur_to_size: bool = (
         True  # face_blur's kernel and σ, the paper's at 320 x 240, scaled to the frame's height
     )
+
+    @classmethod
+    def of(cls, options: dict[str, Any]) -> ProtectOptions:
+        """The command's options (``detectors`` comma-separated)."""
+        return cls(**{**options, "detectors": tuple(options["detectors"].split(","))})
 
 
 @dataclass
@@ -193,7 +199,6 @@ def protect_file(
     """Protect the video ``source`` into ``target``; one-line errors name the file, nothing is left half-written."""
     if target.resolve() == source.resolve():
         raise PrivharError(f"{target}: is the input video too; write the protected copy elsewhere")
-    params = params.model_copy(update={"source": "ensemble", "ensemble": list(options.detectors)})
     summary = Summary(printable(str(source)), printable(str(target)))
     container = open_input(source)
     staging = None
@@ -223,12 +228,14 @@ def protect_file(
 def stream_params(
     stream: Any, fps: float, options: ProtectOptions, params: AnonymizeParams
 ) -> tuple[AnonymizeParams, float]:
-    """The params a stream is released under, and the scale its people are detected at: key frames every
-    ``DETECT_SECONDS``, on frames ``DETECT_ROWS`` high; the masks come up from the detection scale, so their margin in
-    frame pixels grows with them."""
+    """The params a stream is released under, and the scale its people are detected at: the chosen finders, key frames
+    every ``DETECT_SECONDS``, on frames ``DETECT_ROWS`` high; the masks come up from the detection scale, so their
+    margin in frame pixels grows with them."""
     every = options.detect_every or max(1, math.ceil(fps * DETECT_SECONDS - 1e-9))
     scale = options.detect_scale or min(1.0, DETECT_ROWS / max(stream.height, 1))
     update: dict[str, Any] = {
+        "source": "ensemble",
+        "ensemble": list(options.detectors),
         "detect_every": every,
         "mask_dilation": math.ceil(params.mask_dilation / scale),
     }
@@ -248,7 +255,7 @@ def _protect_stream(
     """Every stretch of ``container``'s video protected and encoded into ``staging`` (audio copied when kept)."""
     stream = container.streams.video[0]
     stream.thread_type = "AUTO"
-    fps = float(stream.average_rate or stream.guessed_rate or 25.0)
+    fps = frame_rate(stream)
     summary.announced = int(stream.frames or 0)
     output, video, audio = open_output(
         staging,
@@ -436,7 +443,7 @@ def protect_videos(
 
     from tasks.core.parallel import map_on_processes, worker_count
 
-    chosen = ProtectOptions(**{**options, "detectors": tuple(options["detectors"].split(","))})
+    chosen = ProtectOptions.of(options)
     # the paths first: a bad one is refused before the finders are imported
     pairs = pairs_of(sources, target)
     check_options(chosen)

@@ -45,6 +45,11 @@ def chunks(
         yield stretch[:count], stamps, rotation
 
 
+def frame_rate(stream: Any) -> float:
+    """A video stream's frames a second: its average rate, else FFmpeg's guess, else 25."""
+    return float(stream.average_rate or stream.guessed_rate or 25.0)
+
+
 def open_input(source: Path) -> av.container.InputContainer:
     if source.is_dir():
         raise PrivharError(f"{source}: is a folder; expected a video file")

@@ -90,11 +90,15 @@ class StreamReader:
                 self.ended = True
                 self._condition.notify_all()
 
+    def _wait_for(self, size: int) -> None:
+        """Until ``size`` frames wait or the stream has ended (the caller holds the condition)."""
+        while len(self.queue) < size and not self.ended:
+            self._condition.wait(WAKE_SECONDS)
+
     def take(self, size: int) -> list[Frame]:
         """The next ``size`` frames once they are there (fewer at the stream's end; none once it is drained)."""
         with self._condition:
-            while len(self.queue) < size and not self.ended:
-                self._condition.wait(WAKE_SECONDS)
+            self._wait_for(size)
             taken = [self.queue.popleft() for _ in range(min(size, len(self.queue)))]
             self._condition.notify_all()
             return taken
@@ -103,8 +107,7 @@ class StreamReader:
         """When the stream's clock reaches the oldest frame of the next stretch, once ``size`` frames wait (None
         before)."""
         with self._condition:
-            while len(self.queue) < size and not self.ended:
-                self._condition.wait(WAKE_SECONDS)
+            self._wait_for(size)
             return self.queue[0].due if self.queue else None
 
     def drop_oldest(self, late: float) -> int:
