@@ -36,7 +36,8 @@ import numpy as np
 
 from benchmarks.face_judge import judge_faces
 from tasks.anonymize.coverage import changed
-from tasks.anonymize.protect_video import VIDEO_FILES, black
+from tasks.anonymize.frame_protector import black
+from tasks.anonymize.protect_video import VIDEO_FILES
 from tasks.anonymize.release import FACE_CHANGE_LEVELS
 from tasks.core.scores import matches
 from tasks.core.storage import atomic_write_bytes

@@ -70,9 +70,16 @@ def stream_file(
     return out
 
 
-def serve(path: str, url: str, pace: float = 1.0) -> None:
+def serve(path: str, url: str, pace: float = 1.0, times: int = 1, pause: float = 0.0) -> None:
     """Send the MPEG-TS file ``path``'s video packets to ``url`` (``tcp://…?listen=1``: to the one client that connects),
-    each at its time (``pace`` × real time; 0: at once), without re-encoding."""
+    each at its time (``pace`` × real time; 0: at once), without re-encoding; ``times`` over, a connection each,
+    ``pause`` seconds apart (a camera that drops out)."""
+    for time_ in range(times):
+        time.sleep(pause if time_ else 0.0)
+        _send(path, url, pace)
+
+
+def _send(path: str, url: str, pace: float) -> None:
     with av.open(path) as source, av.open(url, "w", format="mpegts") as out:
         video = source.streams.video[0]
         sent = out.add_stream_from_template(video)
@@ -100,11 +107,13 @@ def listening(port: int) -> bool:
     return any(row.split()[1].endswith(f":{port:04X}") and row.split()[3] == "0A" for row in rows)
 
 
-def served(path: Path, pace: float = 1.0) -> tuple[subprocess.Popen, str]:
-    """A server process sending ``path`` on a free loopback port, once it listens; its URL."""
+def served(
+    path: Path, pace: float = 1.0, times: int = 1, pause: float = 0.0
+) -> tuple[subprocess.Popen, str]:
+    """A server process sending ``path`` on a free loopback port (``times`` over), once it listens; its URL."""
     port = free_port()
     url = f"tcp://127.0.0.1:{port}"
-    code = f"from benchmarks.protect_live import serve; serve({str(path)!r}, {url + '?listen=1'!r}, {pace})"
+    code = f"from benchmarks.protect_live import serve; serve({str(path)!r}, {url + '?listen=1'!r}, {pace}, {times}, {pause})"
     root = Path(__file__).resolve().parent.parent
     server = subprocess.Popen([sys.executable, "-c", code], cwd=root, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 30

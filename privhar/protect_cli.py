@@ -22,6 +22,26 @@ from flows.click_options import (
 from tasks.core.errors import PrivharError
 
 F = TypeVar("F", bound=Callable[..., Any])
+LIVE_SCHEMES = ("rtsp", "rtsps", "rtmp", "http", "https", "udp", "tcp", "srt", "rtp")
+
+
+def is_live(source: str) -> bool:
+    """A stream rather than a file: ``-`` (standard input or output), a URL of a streaming scheme, or a V4L2 camera.
+
+    >>> [is_live(s) for s in ("-", "rtsp://cam/1", "/dev/video0", "clip.mp4", "a/b")]
+    [True, True, True, False, False]
+    """
+    scheme = source.split("://", 1)[0].lower() if "://" in source else ""
+    return source == "-" or scheme in LIVE_SCHEMES or source.startswith("/dev/video")
+
+
+def output_target(context: click.Context, parameter: click.Parameter, value: str) -> Path | str:
+    """``-o``: a stream (a URL, or ``-`` for standard output) as given; a file or folder as a path checked writable."""
+    if is_live(value) and not value.startswith("/dev/"):
+        return value
+    return writable(context, parameter, Path(value))
+
+
 PROTECT_METHODS = ["avatar", "face_blur", "mosaic", "solid", "blackout", "low_res_32x24"]
 
 
@@ -120,9 +140,9 @@ def _as_option(error: PrivharError, overrides: dict[str, Any]) -> PrivharError:
     "--out",
     "target",
     required=True,
-    type=click.Path(path_type=Path),
-    callback=writable,
-    help="A video file (one input), or a folder: each input keeps its name (and its path under an input folder).",
+    callback=output_target,
+    help="A video file (one input), or a folder: each input keeps its name (and its path under an input folder). "
+    "For a live source also a stream: a URL (udp://, tcp://, …) or - (standard output), as MPEG-TS.",
 )
 @click.option(
     "--method",
@@ -171,6 +191,12 @@ def _as_option(error: PrivharError, overrides: dict[str, Any]) -> PrivharError:
     "(the source is held back instead).",
 )
 @click.option(
+    "--reconnect",
+    is_flag=True,
+    help="A live source: open it again when it breaks off or ends (after 1, 2, 4 … 30 s), until --duration or "
+    "Ctrl-C.",
+)
+@click.option(
     "--timeout",
     type=click.FloatRange(0.1, 3600.0),
     default=10.0,
@@ -197,20 +223,19 @@ def _as_option(error: PrivharError, overrides: dict[str, Any]) -> PrivharError:
     **{**PARAMS_ATTRS, "help": "The params file whose anonymize section sets the rest."},
 )
 def protect_command(
-    sources: tuple[str, ...], target: Path, params_path: Path, workers: int, **options: Any
+    sources: tuple[str, ...], target: Path | str, params_path: Path, workers: int, **options: Any
 ) -> None:
     """Remove the people (or their faces) from videos at their own resolution and frame rate: SOURCES are video files
     or folders of them, or one live source (a URL such as rtsp://, udp:// or http://, a camera /dev/videoN, or - for
     standard input) protected as it arrives into a folder of segments or one file. One line per video; a video that
     cannot be read or written gets one line and nothing is written for it."""
-    from tasks.anonymize.protect_live import is_live
-
     params = _anonymize_section(params_path, options)
     live = dict(
         segment_seconds=options.pop("segment_seconds"),
         duration=options.pop("duration"),
         timeout=options.pop("timeout"),
         max_latency=options.pop("max_latency"),
+        reconnect=options.pop("reconnect"),
     )
     if any(is_live(source) for source in sources):
         if workers != 1:
@@ -219,6 +244,10 @@ def protect_command(
         return
     from tasks.anonymize.protect_video import protect_videos, total_line
 
+    if not isinstance(target, Path):
+        raise PrivharError(
+            f"-o {target}: a stream is an output for a live source; give a folder or a file"
+        )
     options["chunk_seconds"] = options["chunk_seconds"] or 4.0
     files = tuple(Path(source) for source in sources)
     results = protect_videos(files, target, params=params, workers=workers, **options)
@@ -232,26 +261,22 @@ def protect_command(
 
 
 def _protect_live(
-    sources: tuple[str, ...], target: Path, params: Any, options: dict[str, Any], **live: Any
+    sources: tuple[str, ...], target: Path | str, params: Any, options: dict[str, Any], **live: Any
 ) -> None:
-    """One live source into ``target``: a folder of segments, or one file where ``target`` has a video's suffix."""
-    from tasks.anonymize.protect_live import is_live, protect_live
-    from tasks.anonymize.protect_video import ProtectOptions
+    """One live source into ``target``: a folder of segments, one file where ``target`` has a video's suffix, or a
+    stream."""
+    from tasks.anonymize.frame_protector import ProtectOptions
+    from tasks.anonymize.protect_live import protect_live
     from tasks.anonymize.video_container import VIDEO_CODECS
 
     if len(sources) > 1:
         raise PrivharError(
             f"{' '.join(sources)}: a live source is protected on its own; give one URL, camera or -"
         )
-    # click made -o a Path, whose "udp://h" reads "udp:/h"
-    shown = str(target).replace(":/", "://", 1)
-    if shown == "-" or is_live(shown):
-        raise PrivharError(
-            f"-o {shown}: a stream as the output is not supported yet; give a folder"
-        )
-    one_file = target.suffix.lower() in VIDEO_CODECS
+    if sources[0] == "-" and target == "-":
+        raise PrivharError("-o -: standard input is the source; write the stream elsewhere")
     options["chunk_seconds"] = options["chunk_seconds"] or 1.0
-    if one_file:
+    if not isinstance(target, Path) or target.suffix.lower() in VIDEO_CODECS:
         live["segment_seconds"] = None
     summary = protect_live(
         sources[0], target, params=params, options=ProtectOptions.of(options), **live

@@ -449,15 +449,16 @@ def test_a_stretch_holds_a_bounded_number_of_pixels_whatever_the_frame_size(tmp_
 
     import cv2
 
+    import tasks.anonymize.frame_protector as frame_protector
     import tasks.anonymize.protect_video as protect_video
     from tasks.core.params import AnonymizeParams
     from tasks.core.params_files import load_section
 
-    monkeypatch.setattr(protect_video, "STRETCH_PIXELS", 320 * 240 * 8)
+    monkeypatch.setattr(frame_protector, "STRETCH_PIXELS", 320 * 240 * 8)
     with av.open(str(WALKING)) as source:
         frames = [frame.to_ndarray(format="rgb24") for frame in source.decode(video=0)]
     params = load_section(REPO / "params.yaml", "anonymize", AnonymizeParams)
-    options = protect_video.ProtectOptions(method="blackout", detectors=("motion",))
+    options = frame_protector.ProtectOptions(method="blackout", detectors=("motion",))
     for factor in (1, 3):
         height, width = 240 * factor, 320 * factor
         with av.open(str(tmp_path / f"x{factor}.mp4"), mode="w") as container:
@@ -478,7 +479,7 @@ def test_a_stretch_holds_a_bounded_number_of_pixels_whatever_the_frame_size(tmp_
             peak = tracemalloc.get_traced_memory()[1]
         finally:
             tracemalloc.stop()
-        stretch = protect_video.stretch_frames(4.0, 10.0, height, width) * height * width * 3
+        stretch = frame_protector.stretch_frames(4.0, 10.0, height, width) * height * width * 3
         assert summary.frames == 40 and summary.stretches == (5 if factor == 1 else 20)
         assert peak < 10 * stretch, (factor, peak / stretch)
 

@@ -11,7 +11,8 @@ import cv2
 import numpy as np
 import pytest
 
-from tasks.anonymize.protect_video import ProtectOptions, protect_file
+from tasks.anonymize.frame_protector import ProtectOptions
+from tasks.anonymize.protect_video import protect_file
 from tasks.core.params import AnonymizeParams
 from tasks.core.params_files import load_section
 from tests.conftest import REPO

@@ -6,6 +6,7 @@ import io
 import os
 import signal
 import subprocess
+import threading
 import time
 from datetime import datetime
 
@@ -13,15 +14,16 @@ import av
 import numpy as np
 import pytest
 
-from benchmarks.protect_live import free_port, served, stream_file
+from benchmarks.protect_live import free_port, listening, served, stream_file
 from tests.conftest import REPO
 from tests.test_protect_cli import WALKING, run
 
 
-def serve(tmp_path, repeat: int, pace: float) -> tuple[subprocess.Popen, str]:
-    """WALKING ``repeat`` times as H.264 in MPEG-TS, sent on a loopback TCP port at ``pace`` × real time (0: at once)."""
+def serve(tmp_path, repeat: int, pace: float, times: int = 1) -> tuple[subprocess.Popen, str]:
+    """WALKING ``repeat`` times as H.264 in MPEG-TS, sent on a loopback TCP port at ``pace`` × real time (0: at once),
+    to ``times`` connections one after another."""
     stream = stream_file([WALKING], 240, 320, 10, 4.0 * repeat, tmp_path / "stream.ts")
-    return served(stream, pace)
+    return served(stream, pace, times)
 
 
 def frames_of(path) -> np.ndarray:
@@ -138,11 +140,15 @@ def test_an_unreachable_url_and_a_pipe_that_is_not_a_video_are_one_line_each(
     assert code == 1 and err.strip() == (
         "privhar: error: standard input: cannot be read as a video stream (Invalid data found when processing input)"
     )
-    code, err = run(monkeypatch, capsys, "-", "-o", "udp://127.0.0.1:9", "--method", "low_res_8x6")
-    assert code == 1 and "-o udp://127.0.0.1:9: a stream as the output is not supported yet" in err
+    refused = f"tcp://127.0.0.1:{free_port()}"
+    piped(monkeypatch, walking_ts(tmp_path / "in.ts").read_bytes())
+    code, err = run(monkeypatch, capsys, "-", "-o", refused, "--method", "low_res_8x6")
+    assert code == 1 and err.strip().splitlines()[-1] == (
+        f"privhar: error: -o {refused}: cannot be written (Connection refused); nothing was written"
+    ), err
     code, err = run(monkeypatch, capsys, "-", "-o", tmp_path / "c", "--workers", "2")
     assert code == 1 and "--workers 2: a live source is protected by one process" in err
-    assert not list(tmp_path.iterdir())
+    assert [path.name for path in tmp_path.iterdir()] == ["in.ts"]
 
 
 @pytest.mark.skipif(not (REPO / ".venv/bin/privhar").exists(), reason="needs the project's .venv")
@@ -187,15 +193,15 @@ def test_a_protector_slower_than_its_stream_searches_less_often_and_drops_frames
     is lowered (every 3 frames → 6 → 10, once a second) and the frames that cannot be written in time are dropped;
     what is written is within the bound of its time on the stream's clock (up to one stretch's change of work), and
     every file plays."""
-    from tasks.anonymize import protect_live
+    from tasks.anonymize import frame_protector
 
-    slow = protect_live.protect_stretch
+    slow = frame_protector.protect_stretch
 
     def one_second_a_stretch(*args, **kwargs):
         time.sleep(1.0)
         return slow(*args, **kwargs)
 
-    monkeypatch.setattr(protect_live, "protect_stretch", one_second_a_stretch)
+    monkeypatch.setattr(frame_protector, "protect_stretch", one_second_a_stretch)
     piped(
         monkeypatch, walking_ts(tmp_path / "in.ts").read_bytes()
     )  # 40 frames, 4 s, delivered at once
@@ -221,3 +227,121 @@ def test_a_protector_slower_than_its_stream_searches_less_often_and_drops_frames
     assert "detection lowered to every 10 frames to keep up" in line
     assert float(line.split("at most ")[1].split(" s behind")[0]) <= 1.0 + 0.5, line
     assert sum(len(frames_of(path)) for path in out.iterdir()) == written
+
+
+def walkers_blacked_out(after: np.ndarray) -> float:
+    """The share of WALKING's lit pixels written black: the walkers, not the whole frame, when in (0.002, 0.5)."""
+    with av.open(str(WALKING)) as raw:
+        before = np.stack([frame.to_ndarray(format="rgb24") for frame in raw.decode(video=0)])
+    assert after.shape == before.shape
+    return float(((after.max(axis=-1) < 20) & (before.max(axis=-1) >= 60)).mean())
+
+
+def test_a_stream_out_carries_gated_frames_on_the_streams_clock_and_the_log_counts_them(
+    tmp_path, monkeypatch, capsys, caplog
+):
+    """-o tcp://…: MPEG-TS to a receiver, every frame gated, stamped 0.1 s apart as they came; the once-a-minute
+    counts (here after every stretch) say frames in and out."""
+    from tasks.anonymize import protect_live
+
+    monkeypatch.setattr(protect_live, "REPORT_SECONDS", 0.0)
+    port, received = free_port(), {}
+
+    def receive() -> None:
+        with av.open(f"tcp://127.0.0.1:{port}?listen=1", timeout=30) as stream:
+            frames = list(stream.decode(video=0))
+        received["frames"] = np.stack([frame.to_ndarray(format="rgb24") for frame in frames])
+        received["times"] = [float(frame.time) for frame in frames]
+
+    receiver = threading.Thread(target=receive, daemon=True)
+    receiver.start()
+    while not listening(port):
+        time.sleep(0.02)
+    piped(monkeypatch, walking_ts(tmp_path / "in.ts").read_bytes())
+    code, err = run(
+        monkeypatch,
+        capsys,
+        "-",
+        "-o",
+        f"tcp://127.0.0.1:{port}",
+        "--method",
+        "blackout",
+        "--detectors",
+        "hog,motion",
+    )
+    receiver.join(30)
+    assert code == 0, err
+    assert "standard input -> tcp://127.0.0.1:" in err and "40 frames 320x240" in err
+    assert "live standard input: 40 frames in, 40 written, latency p50" in caplog.text
+    assert 0.002 < walkers_blacked_out(received["frames"]) < 0.5
+    assert np.allclose(np.diff(received["times"]), 0.1, atol=1e-3)
+
+
+def test_reconnect_opens_a_stream_that_ended_again_and_keeps_its_gap(
+    tmp_path, monkeypatch, capsys, caplog
+):
+    """--reconnect: the server sends a second of the clip, closes, and listens again a second later; the run finds it
+    gone, tries again a second later and stops at --duration: one recording, the outage kept in its timestamps."""
+    stream = stream_file([WALKING], 240, 320, 10, 1.0, tmp_path / "stream.ts")
+    server, url = served(stream, pace=1, times=2, pause=1.0)  # 1 s of stream at real time, twice
+    out = tmp_path / "out.mp4"
+    try:
+        code, err = run(
+            monkeypatch,
+            capsys,
+            url,
+            "-o",
+            out,
+            "--method",
+            "low_res_8x6",
+            "--reconnect",
+            "--duration",
+            "1.5",
+        )
+    finally:
+        server.kill()
+    assert code == 0, err
+    line = err.strip().splitlines()[-1]
+    assert ": 15 frames 320x240" in line and "reconnected 1 time;" in line, line
+    assert "stopped: --duration 1.5 s reached" in line
+    assert "the stream ended; connecting again" in caplog.text
+    assert "(Connection refused); trying again in 1 s" in caplog.text
+    with av.open(str(out)) as container:
+        times = [float(frame.time) for frame in container.decode(video=0)]
+    steps = np.diff(times)
+    assert (
+        len(times) == 15 and steps[9] >= 0.5 and np.allclose(np.delete(steps, 9), 0.1, atol=1e-3)
+    ), steps
+
+
+def test_a_program_pushes_its_frames_and_gets_them_back_gated_with_the_verdict(tmp_path):
+    """privhar.protector: the command's core on frames a program has; a stretch the gate fails comes back black,
+    with the reason, and a frame of another size is one line."""
+    import privhar
+    from tasks.core.errors import PrivharError
+
+    with av.open(str(WALKING)) as raw:
+        frames = [frame.to_ndarray(format="rgb24") for frame in raw.decode(video=0)]
+    for detectors, passed in (("hog,motion", True), ("faces", False)):
+        protector = privhar.protector(10, method="blackout", detectors=detectors)
+        released = [
+            out for index, image in enumerate(frames) for out in protector.push(image, index / 10)
+        ]
+        assert len(released) == 40  # four whole 1 s stretches
+        assert [out for image in frames[:5] for out in protector.push(image, 9.0)] == []
+        assert [frame.timestamp for frame in protector.flush()] == [9.0] * 5  # the rest, at the end
+        assert [frame.timestamp for frame in released] == [index / 10 for index in range(40)]
+        assert {frame.passed for frame in released} == {passed}
+        after = np.stack([frame.image for frame in released])
+        if passed:
+            assert 0.002 < walkers_blacked_out(after) < 0.5
+        else:
+            assert (
+                after.max() == 0 and "coverage 0.000 < anonymize.min_coverage" in released[0].reason
+            )
+    with pytest.raises(
+        PrivharError, match=r"frame 1: \(240, 320, 3\) differs from the stream's \(10, 10, 3\)"
+    ):
+        protector = privhar.protector(10, method="blackout", detectors="motion")
+        protector.push(np.zeros((10, 10, 3), np.uint8), 0.0)
+        protector.push(frames[0], 0.1)

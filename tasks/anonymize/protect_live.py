@@ -1,23 +1,25 @@
-"""``privhar protect URL|/dev/videoN|- -o FOLDER``: a live source protected as it arrives (issue 84, first part).
+"""``privhar protect URL|/dev/videoN|- -o FOLDER|FILE|URL|-``: a live source protected as it arrives (issue 84).
 
-The file path's core (:func:`tasks.anonymize.protect_video.protect_stretch`: the finder, the method and the
+The file path's core (:class:`tasks.anonymize.frame_protector.FrameProtector`: the finder, the method and the
 fail-closed gate) on stretches of a stream read with PyAV: a network URL (``rtsp://``, ``http(s)://``, ``udp://``,
 ``tcp://``, an HLS playlist), a V4L2 camera or standard input (``-``: a pipe, e.g. ``ffmpeg … -f mpegts -``). A stretch
 is written only once the gate has passed it or blacked it out, so no unchecked frame reaches the output; frames of a
 stretch not yet complete when the stream ends are protected as a short stretch, and those pending at Ctrl-C are dropped
 (never written unchecked), which the summary says.
 
-The output is a folder of segments, one playable file per ``segment_seconds`` of stream time, each named by its start
-(the run's start on the wall clock plus the stream time of its first frame: ``20261204-193005.mp4``), or one file.
-Each is written beside its final name and renamed into place when closed — at its end, at the stream's end or failure,
-and at Ctrl-C — so whatever stops the run, every file under a final name is a closed, playable container and nothing
-half-written is left. Latency is measured per frame, from its decoding to its stretch's encoding, and against the stream's clock.
+The output is a folder of segments, one playable file per ``segment_seconds`` of the stream, each named by its start
+on the wall clock (``20261204-193005.mp4``), or one file, or a stream (``udp://``, ``tcp://``, … or ``-`` for standard
+output: MPEG-TS). A file is written beside its final name and renamed into place when closed — at its end, at the
+stream's end, failure or reconnection, at a write error and at Ctrl-C — so whatever stops the run, every file under a
+final name is a closed, playable container and nothing half-written is left. Every frame is stamped with its time on
+the stream's clock since the run's first frame (:data:`OUTPUT_TIME_BASE`), so a reconnection's gap stays a gap.
 
 The stream is decoded in a thread as it arrives (:mod:`tasks.video_data.live_reader`) and ``--max-latency`` holds each
 frame's writing to that bound after its time on the stream's clock: people searched less often, then frames dropped,
-never written unchecked, each counted in the summary.
+never written unchecked, each counted in the summary and, once a minute, in the log. With ``reconnect`` a source that
+breaks off or ends is opened again (after 1, 2, 4 … 30 s) until ``duration`` or Ctrl-C.
 
-Not yet here (issue 84 goes on): reconnecting, a stream as the output, audio, a Python entry point taking frames.
+Not here: audio (``--keep-audio`` is for files: a live source's sound would need its own place in time).
 """
 
 from __future__ import annotations
@@ -28,42 +30,40 @@ import sys
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import av
 import numpy as np
 
-from tasks.anonymize.coverage import changed
-from tasks.anonymize.protect_video import (
-    ProtectOptions,
-    Summary,
-    black,
-    check_options,
-    protect_stretch,
-    stream_params,
-    stretch_frames,
+from tasks.anonymize.frame_protector import FrameProtector, ProtectOptions, Summary, check_options
+from tasks.anonymize.video_container import (
+    VIDEO_CODECS,
+    add_video,
+    encode_frames,
+    format_of,
+    frame_rate,
+    start_stream,
 )
-from tasks.anonymize.video_container import encode_frames, frame_rate, open_output, start_stream
 from tasks.core.errors import PrivharError, printable
 from tasks.core.params import AnonymizeParams
 from tasks.core.storage import staging_file
 from tasks.video_data.live_reader import Frame, StreamReader, keep_up
 
 log = logging.getLogger(__name__)
-LIVE_SCHEMES = ("rtsp", "rtsps", "rtmp", "http", "https", "udp", "tcp", "srt", "rtp")
 REPORT_SECONDS = 60.0  # a live run logs its counts this often
 SEGMENT_SUFFIX = ".mp4"
-
-
-def is_live(source: str) -> bool:
-    """A stream rather than a file: ``-`` (standard input), a URL of a streaming scheme, or a V4L2 camera.
-
-    >>> [is_live(s) for s in ("-", "rtsp://cam/1", "/dev/video0", "clip.mp4", "a/b")]
-    [True, True, True, False, False]
-    """
-    scheme = source.split("://", 1)[0].lower() if "://" in source else ""
-    return source == "-" or scheme in LIVE_SCHEMES or source.startswith("/dev/video")
+OUTPUT_TIME_BASE = Fraction(
+    1, 90_000
+)  # MPEG-TS's clock: every live output's frames are stamped on it
+RECONNECT_WAIT = (
+    1.0,
+    30.0,
+)  # --reconnect: the first wait before opening the source again, and the longest
+STREAM_OPTIONS = {
+    "tune": "zerolatency"
+}  # a stream's receiver gets each frame as it is encoded, not ~1 s later
 
 
 def open_live(source: str, timeout: float) -> av.container.InputContainer:
@@ -76,9 +76,8 @@ def open_live(source: str, timeout: float) -> av.container.InputContainer:
         else:
             container = av.open(source, timeout=timeout)
     except (av.FFmpegError, OSError, ValueError) as error:
-        reason = getattr(error, "strerror", None) or str(error).splitlines()[0][:120]
         raise PrivharError(
-            f"{_shown(source)}: cannot be read as a video stream ({reason})"
+            f"{_shown(source)}: cannot be read as a video stream ({_reason(error)})"
         ) from None
     if not container.streams.video:
         container.close()
@@ -87,7 +86,11 @@ def open_live(source: str, timeout: float) -> av.container.InputContainer:
 
 
 def _shown(source: str) -> str:
-    return "standard input" if source == "-" else printable(source)
+    return {"-": "standard input"}.get(source, printable(source))
+
+
+def _reason(error: BaseException) -> str:
+    return getattr(error, "strerror", None) or str(error).splitlines()[0][:160]
 
 
 @dataclass
@@ -97,13 +100,15 @@ class LiveSummary(Summary):
     segments: list[str] = field(default_factory=list)
     latencies: list[float] = field(default_factory=list)
     behind: float = 0.0  # the most a frame was written after its time on the stream's clock (--max-latency's bound)
+    received: int = 0  # frames decoded from the source
     dropped: int = 0  # frames dropped unwritten to keep within --max-latency
     slowest_detection: int = (
-        0  # the longest detection interval --max-latency lowered the rate to (0: never lowered)
+        0  # the longest detection interval --max-latency lowered the rate to (0: never)
     )
+    reconnects: int = 0
     stopped: str = "the stream ended"
     failed: bool = (
-        False  # the stream broke off (an error, a stall), as against ended, run out or interrupted
+        False  # the stream or the output broke off, as against ended, run out or interrupted
     )
     interrupted: bool = False
 
@@ -121,70 +126,124 @@ class LiveSummary(Summary):
             if self.slowest_detection
             else ""
         )
+        again = (
+            f"; reconnected {self.reconnects} time{'s' * (self.reconnects > 1)}"
+            if self.reconnects
+            else ""
+        )
         return (
             f"{super().line()}; {len(self.segments)} segments{latency}; at most {self.behind:.1f} s behind the "
-            f"stream{kept_up}; stopped: {self.stopped}"
+            f"stream{kept_up}{again}; stopped: {self.stopped}"
+        )
+
+    def counts(self) -> str:
+        """The once-a-minute log line: frames in and out, latency, dropped, released black."""
+        latencies = self.latencies[-10_000:] or [float("nan")]
+        return (
+            f"{self.received} frames in, {self.frames} written, latency p50 {np.percentile(latencies, 50):.2f} s, "
+            f"p99 {np.percentile(latencies, 99):.2f} s, {self.dropped} dropped, {self.held_back_frames} released "
+            f"black by the gate, {len(self.segments)} segments closed"
         )
 
 
 @dataclass
-class Segments:
-    """The recording: one playable file per ``seconds`` of stream time in a folder (or one ``file``), each written beside
-    its final name and renamed into place when closed."""
+class Output:
+    """Where the gated frames go: segments of ``seconds`` of the stream in the folder ``target`` (one file with
+    ``seconds`` None), or a stream (``target`` a URL, or ``-`` for standard output), stamped on the stream's clock."""
 
-    target: Path
-    seconds: float | None  # None: one file, ``target``
-    container: Any  # the input (its stream's time base and metadata)
-    fps: float
+    target: Path | str
+    seconds: float | None
     keep_metadata: bool
-    started: datetime
     summary: LiveSummary
-    _open: tuple[Path, Path, Any, Any] | None = (
-        None  # final name, staging file, output, its video stream
+    clock: tuple[datetime, float] = field(
+        default_factory=lambda: (datetime.now(), time.monotonic())
     )
-    _frames: int = 0
-    _base: int | None = None  # the segment's first timestamp: each file starts at 0
+    _open: tuple[Path | None, Path | None, Any, Any] | None = (
+        None  # final name, staging, container, video
+    )
+    _stream: Any = None  # a stream target's container, open for the whole run
+    _first: float = 0.0  # the open file's first frame on the stream's clock (time.monotonic())
+    _last: int = -1  # the last timestamp written into it
+    _frames: int = 0  # frames written into it
+    written: int = 0  # frames written in all
 
-    def write(
-        self, frames: np.ndarray, stamps: list[int | None], rotation: int, offset: float
-    ) -> None:
-        """A gated stretch into the segment it falls in (``offset``: its first frame's stream time, seconds)."""
+    def __post_init__(self) -> None:
+        if isinstance(
+            self.target, str
+        ):  # a stream: connected before anything is read, so a refusal is one line
+            where = sys.stdout.buffer if self.target == "-" else self.target
+            try:
+                self._stream = av.open(where, mode="w", format="mpegts")
+            except (av.FFmpegError, OSError, ValueError) as error:
+                raise PrivharError(
+                    f"-o {printable(self.target)}: cannot be opened as a stream ({_reason(error)})"
+                ) from None
+
+    def write(self, frames: np.ndarray, taken: list[Frame], source: Any, fps: float) -> None:
+        """A gated stretch, ``taken`` from ``source`` at ``fps``, into the file or stream it falls in."""
+        due = taken[0].due
         if (
             self._open is not None
             and self.seconds is not None
-            and self._frames >= self.seconds * self.fps
+            and due - self._first >= self.seconds - 0.5 / fps
         ):
-            self.close()
+            self.cut()
         if self._open is None:
-            self._start(frames, rotation, offset)
+            self._start(frames, taken[0], source, fps)
         _, _, output, video = self._open
-        if self._base is None:
-            self._base = next((stamp for stamp in stamps if stamp is not None), None)
-        shifted = [None if s is None or self._base is None else s - self._base for s in stamps]
-        encode_frames(
-            video, output, frames[:, : video.height, : video.width], shifted, self._frames
-        )
+        stamps = []
+        for (
+            frame
+        ) in taken:  # strictly increasing, as the muxers want, whatever the source's timestamps
+            self._last = max(self._last + 1, round((frame.due - self._first) / OUTPUT_TIME_BASE))
+            stamps.append(self._last)
+        encode_frames(video, output, frames[:, : video.height, : video.width], stamps, 0)
         self._frames += len(frames)
+        self.written += len(frames)
 
-    def _start(self, frames: np.ndarray, rotation: int, offset: float) -> None:
-        if self.seconds is None:
-            final = self.target
+    def _start(self, frames: np.ndarray, first: Frame, source: Any, fps: float) -> None:
+        if self._stream is not None:
+            final = staging = None
+            output, codec, options = self._stream, "libx264", STREAM_OPTIONS
+            self._first = self._first or first.due  # one clock for the whole stream, gaps kept
         else:
-            name = (self.started + timedelta(seconds=offset)).strftime("%Y%m%d-%H%M%S")
-            final = self.target / f"{name}{SEGMENT_SUFFIX}"
-            count = 1
-            while final.exists() or str(final) in self.summary.segments:
-                final, count = self.target / f"{name}-{count}{SEGMENT_SUFFIX}", count + 1
-        staging = staging_file(final)
-        output, video, _ = open_output(
-            staging, self.container, self.fps, keep_audio=False, keep_metadata=self.keep_metadata
+            final = self._final_name(first.due)
+            staging = staging_file(final)
+            output = av.open(str(staging), mode="w", format=format_of(staging))
+            codec, options = VIDEO_CODECS[final.suffix.lower()], None
+            self._first, self._last = first.due, -1
+        video = add_video(
+            output,
+            source,
+            fps,
+            codec,
+            time_base=OUTPUT_TIME_BASE,
+            keep_metadata=self.keep_metadata,
+            options=options,
         )
-        height, width = start_stream(video, frames, rotation)
-        self.summary.height, self.summary.width = height, width
-        self._open, self._frames, self._base = (final, staging, output, video), 0, None
+        self.summary.height, self.summary.width = start_stream(video, frames, first.rotation)
+        self._open = (final, staging, output, video)
+        self._frames = 0
+        log.info(
+            "%s: from %.3f s of the stream",
+            printable(str(final or self.target)),
+            first.due - self.clock[1],
+        )
 
-    def close(self) -> None:
-        """The open segment flushed, closed and renamed into place (removed if it holds no frame)."""
+    def _final_name(self, due: float) -> Path:
+        if self.seconds is None:
+            assert isinstance(self.target, Path)
+            return self.target
+        started, monotonic = self.clock
+        name = (started + timedelta(seconds=due - monotonic)).strftime("%Y%m%d-%H%M%S")
+        final, count = Path(self.target) / f"{name}{SEGMENT_SUFFIX}", 1
+        while final.exists() or str(final) in self.summary.segments:
+            final, count = Path(self.target) / f"{name}-{count}{SEGMENT_SUFFIX}", count + 1
+        return final
+
+    def cut(self) -> None:
+        """The open file flushed, closed and renamed into place (removed if it holds no frame); a stream's encoder
+        flushed and made ready for a new stretch of frames (at a reconnection: a new size or rate)."""
         if self._open is None:
             return
         final, staging, output, video = self._open
@@ -192,18 +251,30 @@ class Segments:
         try:
             for packet in video.encode():
                 output.mux(packet)
+            if final is None:
+                return
             output.close()
             if self._frames:
                 staging.replace(final)
                 self.summary.segments.append(str(final))
                 log.info("segment %s: %d frames", printable(str(final)), self._frames)
         finally:
-            staging.unlink(missing_ok=True)
+            if staging is not None:
+                staging.unlink(missing_ok=True)
+
+    def close(self) -> None:
+        """Every file closed; a stream's container closed."""
+        try:
+            self.cut()
+        finally:
+            if self._stream is not None:
+                self._stream.close()
+                self._stream = None
 
 
 def protect_live(
     source: str,
-    target: Path,
+    target: Path | str,
     *,
     params: AnonymizeParams,
     options: ProtectOptions,
@@ -211,139 +282,183 @@ def protect_live(
     duration: float | None = None,
     timeout: float = 10.0,
     max_latency: float = 2.0,
+    reconnect: bool = False,
 ) -> LiveSummary:
-    """Protect the live ``source`` into ``target`` (a folder of ``segment_seconds`` segments, or one file with None)
-    until it ends, ``duration`` seconds of it have passed, or Ctrl-C; every frame written has passed the gate."""
+    """Protect the live ``source`` into ``target`` (a folder of ``segment_seconds`` segments; one file with None; a
+    stream for a str) until it ends (with ``reconnect``: never), ``duration`` seconds of it have passed, or Ctrl-C;
+    every frame written has passed the gate."""
     check_options(options)
     if options.keep_audio:
         raise PrivharError(
-            "--keep-audio: not yet for a live source (its audio would need its own gate in time)"
+            "--keep-audio: not for a live source (its sound would need its own place in time); it is for files"
         )
     if options.on_fail != "blackout":
         raise PrivharError(
             "--on-fail skip: a live source cannot be left unwritten after the fact; use blackout"
         )
-    summary = LiveSummary(_shown(source), printable(str(target)))
-    container = open_live(source, timeout)
+    if reconnect and source == "-":
+        raise PrivharError(
+            "--reconnect: standard input cannot be opened again; give a URL or a camera"
+        )
+    shown = "standard output" if target == "-" else printable(str(target))
+    summary = LiveSummary(_shown(source), shown)
+    run = LiveRun(source, params, options, timeout, max_latency, reconnect, duration, summary)
+    output = Output(target, segment_seconds, options.keep_metadata, summary)
     started = time.perf_counter()
-    stream = container.streams.video[0]
-    fps = frame_rate(stream)
-    segments = Segments(
-        target, segment_seconds, container, fps, options.keep_metadata, datetime.now(), summary
-    )
-    size = stretch_frames(options.chunk_seconds, fps, stream.height, stream.width)
-    limit = None if duration is None else max(1, round(duration * fps))
-    capacity = 2 * size + math.ceil(max_latency * fps)
-    reader = StreamReader(container, fps, capacity, limit)
     try:
-        _run(source, reader, segments, size, options, params, max_latency)
+        while run.connection(output):
+            summary.reconnects += 1
+    except KeyboardInterrupt:
+        summary.interrupted = True
+        summary.stopped = "interrupted (Ctrl-C; the frames of the stretch in progress were dropped, never written)"
+    except (
+        OSError,
+        av.FFmpegError,
+    ) as error:  # the main thread reads nothing: these come from the output
+        summary.stopped, summary.failed = (
+            f"the output could not be written ({_reason(error)})",
+            True,
+        )
     finally:
-        if (
-            reader.close()
-        ):  # a decoder still in a stalled read keeps the container until the process ends
-            container.close()
+        try:
+            output.close()
+        except (OSError, av.FFmpegError) as error:
+            summary.stopped, summary.failed = (
+                f"the output could not be written ({_reason(error)})",
+                True,
+            )
+    if summary.failed and not output.written and summary.stopped.startswith("the output"):
+        reason = summary.stopped.split(" (", 1)[1][:-1]
+        raise PrivharError(f"-o {shown}: cannot be written ({reason}); nothing was written")
     summary.seconds = time.perf_counter() - started
-    if summary.frames == 0 and not summary.interrupted:
+    if summary.frames == 0 and not summary.interrupted and not summary.failed:
         raise PrivharError(f"{_shown(source)}: no decodable video frames ({summary.stopped})")
     return summary
 
 
-def _run(
-    source: str,
-    reader: StreamReader,
-    segments: Segments,
-    size: int,
-    options: ProtectOptions,
-    params: AnonymizeParams,
-    max_latency: float,
-) -> None:
-    """Every stretch of the stream gated, then written, under the ``max_latency`` rule (:func:`keep_up`); the open
-    segment closed whatever stops the run."""
-    summary, fps = segments.summary, segments.fps
-    params, scale = stream_params(reader.stream, fps, options, params)
-    fastest = params.detect_every
-    reported, coverages, people, work = time.monotonic(), [], 0, 0.0
-    try:
-        while (due := reader.oldest_due(size)) is not None:
-            every, late = keep_up(
-                due,
-                time.monotonic(),
-                work,
-                max_latency,
-                params.detect_every,
-                max(fastest, round(fps)),
-                fastest,
+@dataclass
+class LiveRun:
+    """One live run's connections to its source, each read until it stops, its stretches gated and written."""
+
+    source: str
+    params: AnonymizeParams
+    options: ProtectOptions
+    timeout: float
+    max_latency: float
+    reconnect: bool
+    duration: float | None
+    summary: LiveSummary
+    protector: FrameProtector | None = None  # made at the first connection, for its size and rate
+    shape: tuple[int, int] = (0, 0)  # the first connection's frame rows and columns
+    clock_end: float = 0.0  # the last frame read on the stream's clock: a reconnection's clock starts after it
+
+    def connection(self, output: Output) -> bool:
+        """One connection to the source protected until it stops; whether to connect again."""
+        summary = self.summary
+        container = self._connect()
+        stream = container.streams.video[0]
+        fps, shape = frame_rate(stream), (stream.height, stream.width)
+        if self.protector is None:
+            self.protector = FrameProtector(
+                fps, params=self.params, options=self.options, name="stream", summary=summary
             )
-            if every != params.detect_every:
-                params = params.model_copy(update={"detect_every": every})
-                summary.slowest_detection = max(summary.slowest_detection, every)
-            if late is not None:
-                summary.dropped += reader.drop_oldest(late)
-            taken = reader.take(size)
-            if not taken:
-                break
-            started, people = (
-                time.monotonic(),
-                summary.people_frames,
-            )  # a stretch interrupted is not counted
-            frames = np.stack([frame.image for frame in taken])
-            released = protect_stretch(Path("stream"), frames, fps, scale, options, params, summary)
-            segments.write(
-                released.frames, [f.pts for f in taken], taken[0].rotation, summary.frames / fps
+            self.shape = shape
+        elif shape != self.shape:
+            container.close()
+            summary.stopped, summary.failed = (
+                f"the stream came back at {shape[1]}x{shape[0]}, not {self.shape[1]}x{self.shape[0]}",
+                True,
             )
-            _record(summary, frames, released, taken, coverages)
-            work = time.monotonic() - started
-            if time.monotonic() - reported >= REPORT_SECONDS:
-                log.info("live %s: %s", _shown(source), _counts(summary))
-                reported = time.monotonic()
-        _ending(reader, summary)
-    except KeyboardInterrupt:
-        summary.interrupted, summary.people_frames = True, people
-        summary.stopped = "interrupted (Ctrl-C; the frames of the stretch in progress were dropped, never written)"
-    finally:
-        segments.close()
-    summary.coverage_min = min(coverages) if coverages else float("nan")
+            return False
+        size = self.protector.start(*shape)
+        limit = None if self.duration is None else max(1, round(self.duration * fps))
+        remaining = None if limit is None else limit - summary.received
+        capacity = 2 * size + math.ceil(self.max_latency * fps)
+        reader = StreamReader(container, fps, capacity, remaining, self.clock_end + 1 / fps)
+        before = summary.received
+        try:
+            self._run(reader, container, output, size, before)
+        finally:
+            summary.received = before + reader.read
+            if (
+                reader.close()
+            ):  # a decoder still in a stalled read keeps the container until the process ends
+                container.close()
+        ended = _ending(reader, summary)
+        if self.reconnect and not (limit and summary.received >= limit):
+            log.warning("%s: %s; connecting again", _shown(self.source), ended)
+            return True
+        return False
+
+    def _connect(self) -> av.container.InputContainer:
+        """The source opened; with ``reconnect``, tried again after 1, 2, 4 … 30 s until it opens."""
+        wait = RECONNECT_WAIT[0]
+        while True:
+            try:
+                container = open_live(self.source, self.timeout)
+                self.summary.failed = False  # a break before is mended
+                return container
+            except PrivharError as error:
+                if not self.reconnect:
+                    raise
+                log.warning("%s; trying again in %g s", error, wait)
+                time.sleep(wait)
+                wait = min(RECONNECT_WAIT[1], wait * 2)
+
+    def _run(
+        self, reader: StreamReader, container: Any, output: Output, size: int, before: int
+    ) -> None:
+        """Every stretch of the stream gated, then written, under the ``max_latency`` rule (:func:`keep_up`)."""
+        protector, summary, fps = self.protector, self.summary, reader.fps
+        assert protector is not None
+        fastest = protector.fastest
+        reported, people, work = time.monotonic(), summary.people_frames, 0.0
+        try:
+            while (due := reader.oldest_due(size)) is not None:
+                every, late = keep_up(
+                    due,
+                    time.monotonic(),
+                    work,
+                    self.max_latency,
+                    protector.params.detect_every,
+                    max(fastest, round(fps)),
+                    fastest,
+                )
+                if every != protector.params.detect_every:
+                    protector.params = protector.params.model_copy(update={"detect_every": every})
+                    summary.slowest_detection = max(summary.slowest_detection, every)
+                if late is not None:
+                    summary.dropped += reader.drop_oldest(late)
+                taken = reader.take(size)
+                if not taken:
+                    break
+                started, people = (
+                    time.monotonic(),
+                    summary.people_frames,
+                )  # a stretch interrupted is not counted
+                released = protector.protect(np.stack([frame.image for frame in taken]))
+                output.write(released.frames, taken, container, fps)
+                now = time.monotonic()
+                summary.latencies.extend(now - frame.arrived for frame in taken)
+                summary.behind = max(
+                    summary.behind, now - taken[0].due
+                )  # its oldest frame, the latest written
+                work = now - started
+                if now - reported >= REPORT_SECONDS:
+                    summary.received = before + reader.read
+                    log.info("live %s: %s", _shown(self.source), summary.counts())
+                    reported = now
+        except KeyboardInterrupt:
+            summary.people_frames = people
+            raise
 
 
-def _ending(reader: StreamReader, summary: LiveSummary) -> None:
+def _ending(reader: StreamReader, summary: LiveSummary) -> str:
     """Why the stream stopped, once its frames are written: a break, ``--duration``, or its end."""
     if reader.error is not None:
-        error = reader.error
-        reason = getattr(error, "strerror", None) or str(error).splitlines()[0][:160]
-        summary.stopped, summary.failed = f"the stream broke off ({reason})", True
+        summary.stopped, summary.failed = f"the stream broke off ({_reason(reader.error)})", True
     elif reader.limit is not None and reader.read >= reader.limit:
-        summary.stopped = f"--duration {reader.limit / reader.fps:g} s reached"
-
-
-def _record(
-    summary: LiveSummary,
-    frames: np.ndarray,
-    released: Any,
-    taken: list[Frame],
-    coverages: list[float],
-) -> None:
-    """A written stretch counted: its frames, their latency (decoded → written) and how far behind the stream's clock
-    it was written, black frames, coverage, share changed."""
-    now = time.monotonic()
-    summary.latencies.extend(now - frame.arrived for frame in taken)
-    summary.behind = max(summary.behind, now - taken[0].due)  # its oldest frame, the latest written
-    if not np.isnan(released.coverage):
-        coverages.append(released.coverage)
-    share = float(
-        changed(frames, released.frames, 0).mean()
-    )  # the running mean over the frames written
-    summary.covered_share = (summary.covered_share * summary.frames + share * len(frames)) / (
-        summary.frames + len(frames)
-    )
-    summary.black_frames += int(black(released.frames).sum())
-    summary.frames += len(frames)
-    summary.stretches += 1
-
-
-def _counts(summary: LiveSummary) -> str:
-    latencies = summary.latencies[-10_000:]
-    return (
-        f"{summary.frames} frames written, latency p50 {np.percentile(latencies, 50):.2f} s, p99 "
-        f"{np.percentile(latencies, 99):.2f} s, {summary.black_frames} written black, "
-        f"{len(summary.segments)} segments closed"
-    )
+        summary.stopped = f"--duration {summary.received / reader.fps:g} s reached"
+    else:
+        summary.stopped = "the stream ended"
+    return summary.stopped

@@ -1,13 +1,8 @@
 """``privhar protect IN... -o OUT``: people (or faces) removed from whole videos at their own resolution and rate.
 
-The anonymize stage's core on a video instead of a decoded clip: the same people finder
-(:func:`tasks.anonymize.people.detect_in`) and the same method and fail-closed gate
-(:func:`tasks.anonymize.release.protect_clip`), run on stretches of ``chunk_seconds`` of the video in turn (a long
-video never sits in memory whole). People are found on every ``detect_every``-th frame (by default four times a
-second), on frames scaled by ``detect_scale`` (by default to at most 240 rows, the size the detectors' settings were
-chosen for), and tracks carry them through the frames between (:mod:`tasks.anonymize.tracks`). A stretch the
-gate holds back is released black (``on_fail: blackout``; where a face was found again, only the frames around it) or
-the whole video is not written (``skip``); the summary says how many stretches and frames, and why.
+Each video decoded a stretch at a time (a long video never sits in memory whole) through
+:class:`tasks.anonymize.frame_protector.FrameProtector` (the finder, the method and the fail-closed gate). A stretch the
+gate holds back is released black (``on_fail: blackout``) or the whole video is not written (``skip``).
 
 The output is written beside its final name and renamed into place at the end: nothing half-written. Audio packets
 are copied unchanged with ``keep_audio``; container and stream metadata (a camera's serial number, a GPS position)
@@ -17,21 +12,19 @@ are dropped unless ``keep_metadata``.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
 import av
-import cv2
-import numpy as np
 
-from tasks.anonymize.coverage import changed
-from tasks.anonymize.people import detect_in, video_identity
-from tasks.anonymize.release import Protected, protect_clip
-from tasks.anonymize.source_clip import SourceClip, Upscale
+from tasks.anonymize.frame_protector import (
+    FrameProtector,
+    ProtectOptions,
+    Summary,
+    check_options,
+)
 from tasks.anonymize.video_container import (
     VIDEO_CODECS,
     chunks,
@@ -42,111 +35,12 @@ from tasks.anonymize.video_container import (
     open_output,
     start_stream,
 )
-from tasks.core.anonymize_catalogue import method_of
 from tasks.core.errors import PrivharError, printable
 from tasks.core.params import AnonymizeParams
 from tasks.core.progress import progress
 from tasks.core.storage import staging_file
 
 log = logging.getLogger(__name__)
-DETECT_SECONDS = 0.25  # auto --detect-every: a search every quarter second or sooner, tracks between (people move a box width in ~1 s)
-DETECT_ROWS = 240  # auto --detect-scale: people are searched on frames of at most this many rows (HOG, Haar and
-# mediapipe were tuned on 320 x 240 UCF101 frames: hog_upscale enlarges those; a 720p frame enlarged twice is 9x the work)
-
-# the most pixels a stretch holds: peak memory is a few times their bytes whatever the frame size (issue 82; 1080p and
-# 4K measured in docs/methods/anonymization.md); 4 s of 720p at 30 frames/s fit, 1080p gets 2 s and 4K half a second
-STRETCH_PIXELS = 128 * 2**20
-
-
-def stretch_frames(seconds: float, fps: float, height: int, width: int) -> int:
-    """Frames a stretch holds: ``seconds`` of video, fewer where they would pass :data:`STRETCH_PIXELS` (issue 82: a 4 s
-    4K stretch at 30 frames/s took over 15 GB), at least 2.
-
-    >>> stretch_frames(4.0, 30.0, 720, 1280), stretch_frames(4.0, 30.0, 1080, 1920), stretch_frames(4.0, 30.0, 2160, 3840)
-    (120, 64, 16)
-    """
-    return max(2, min(round(seconds * fps), STRETCH_PIXELS // max(1, height * width)))
-
-
-@dataclass(frozen=True)
-class ProtectOptions:
-    """What ``privhar protect`` asks of each video, beyond the anonymize section's params."""
-
-    method: str
-    detectors: tuple[str, ...]
-    detect_scale: float = 0.0  # 0: auto, frames scaled to at most DETECT_ROWS rows
-    detect_every: int = 0  # 0: auto, a key frame every DETECT_SECONDS
-    chunk_seconds: float = 4.0
-    on_fail: str = "blackout"  # blackout: a held-back stretch is released black | skip: the video is not written
-    keep_audio: bool = False
-    keep_metadata: bool = False
-    seed: int = 0  # which avatar each person gets (not a privacy parameter)
-    blur_to_size: bool = (
-        True  # face_blur's kernel and σ, the paper's at 320 x 240, scaled to the frame's height
-    )
-
-    @classmethod
-    def of(cls, options: dict[str, Any]) -> ProtectOptions:
-        """The command's options (``detectors`` comma-separated)."""
-        return cls(**{**options, "detectors": tuple(options["detectors"].split(","))})
-
-
-@dataclass
-class Summary:
-    """One video's outcome: what the command prints and the benchmark reads."""
-
-    input: str
-    output: str
-    frames: int = 0
-    width: int = 0
-    height: int = 0
-    stretches: int = 0
-    held_back: list[str] = field(default_factory=list)  # one reason per stretch released black
-    held_back_frames: int = 0
-    black_frames: int = (
-        0  # frames written all but black, for any reason (the gate's, or a method that removed all)
-    )
-    coverage_min: float = float("nan")
-    people_frames: int = 0  # frames with a person (or face) found
-    covered_share: float = (
-        0.0  # mean share of each frame the protection changed (over-masking is a cost too)
-    )
-    seconds: float = 0.0
-    announced: int = 0  # frames the video's header announces (0: it does not say)
-    replaced: bool = False  # an earlier output was there
-
-    def line(self) -> str:
-        held = (
-            f"; {self.held_back_frames} frames in {len(self.held_back)} of {self.stretches} stretches "
-            f"released black: {self.held_back[0]}"
-            if self.held_back
-            else ""
-        )
-        rate = self.frames / max(self.seconds, 1e-9)
-        return (
-            f"{self.input} -> {self.output}: {self.frames} frames "
-            f"{self.width}x{self.height} at {rate:.1f} frames/s; people in {self.people_frames}; "
-            f"{self.covered_share:.1%} of the frame changed; coverage min {self.coverage_min:.3f}; "
-            f"{self.black_frames} frames written black{held}{self._notes()}"
-        )
-
-    def _notes(self) -> str:
-        """What a user would otherwise not learn (issue 82): a video cut short, an earlier output replaced."""
-        notes = ""
-        if self.announced > self.frames:
-            notes += f"; only {self.frames} of the {self.announced} frames its header announces could be decoded"
-        if self.replaced:
-            notes += "; replaced the file that was there"
-        return notes
-
-
-BLACK_LEVELS = 8  # a frame whose every pixel is at most this bright is black
-
-
-def black(frames: np.ndarray) -> np.ndarray:
-    """(T,) bool: the frames left all but black (issue 82: blackout wrote 1 192 black frames of 3 333 while its summary
-    said none was released black: the gate's are counted there, a method's that removed everything were not)."""
-    return frames.reshape(len(frames), -1).max(axis=1) <= BLACK_LEVELS
 
 
 def output_for(source: Path, root: Path | None, target: Path) -> Path:
@@ -157,36 +51,6 @@ def output_for(source: Path, root: Path | None, target: Path) -> Path:
     relative = source.relative_to(root) if root is not None else Path(source.name)
     suffix = source.suffix.lower() if source.suffix.lower() in VIDEO_CODECS else ".mp4"
     return target / relative.with_suffix(suffix)
-
-
-def _detection_clip(frames: np.ndarray, fps: float, scale: float) -> SourceClip:
-    """The frames detectors search: the stretch itself, or a copy scaled by ``scale`` whose finds map back up."""
-    full = (int(frames.shape[1]), int(frames.shape[2]))
-    if scale == 1.0:
-        return SourceClip(frames, np.arange(len(frames)), fps, None, full)
-    size = (max(16, round(full[1] * scale)), max(16, round(full[0] * scale)))
-    small = np.stack([cv2.resize(frame, size, interpolation=cv2.INTER_AREA) for frame in frames])
-    return SourceClip(
-        small, np.arange(len(frames)), fps, Upscale(small.shape[1:3], full), full, frames
-    )
-
-
-PAPER_ROWS = 240  # paper 000 §4.2's face blur (kernel 21, σ 10) is for 320 x 240 frames
-
-
-def blur_for(height: int, params: AnonymizeParams) -> dict[str, Any]:
-    """face_blur's kernel and σ for frames ``height`` rows tall: the anonymize section's, scaled from 240 rows (the same
-    blur relative to the face). At 528 rows the paper's 21-pixel kernel left a face Haar still found, and barely changed
-    (``tasks.anonymize.release.FACE_CHANGE_LEVELS``), in 38 of 120 frames.
-
-    >>> from tasks.core.params import AnonymizeParams
-    >>> params = AnonymizeParams.model_construct(face_blur_kernel=21, face_blur_sigma=10.0)
-    >>> blur_for(240, params), blur_for(576, params)
-    ({'face_blur_kernel': 21, 'face_blur_sigma': 10.0}, {'face_blur_kernel': 51, 'face_blur_sigma': 24.0})
-    """
-    scale = max(1.0, height / PAPER_ROWS)
-    kernel = round(params.face_blur_kernel * scale) // 2 * 2 + 1
-    return {"face_blur_kernel": kernel, "face_blur_sigma": round(params.face_blur_sigma * scale, 3)}
 
 
 def protect_file(
@@ -225,25 +89,6 @@ def protect_file(
     return summary
 
 
-def stream_params(
-    stream: Any, fps: float, options: ProtectOptions, params: AnonymizeParams
-) -> tuple[AnonymizeParams, float]:
-    """The params a stream is released under, and the scale its people are detected at: the chosen finders, key frames
-    every ``DETECT_SECONDS``, on frames ``DETECT_ROWS`` high; the masks come up from the detection scale, so their
-    margin in frame pixels grows with them."""
-    every = options.detect_every or max(1, math.ceil(fps * DETECT_SECONDS - 1e-9))
-    scale = options.detect_scale or min(1.0, DETECT_ROWS / max(stream.height, 1))
-    update: dict[str, Any] = {
-        "source": "ensemble",
-        "ensemble": list(options.detectors),
-        "detect_every": every,
-        "mask_dilation": math.ceil(params.mask_dilation / scale),
-    }
-    if options.blur_to_size:
-        update |= blur_for(stream.height, params)
-    return params.model_copy(update=update), scale
-
-
 def _protect_stream(
     source: Path,
     container: Any,
@@ -264,23 +109,19 @@ def _protect_stream(
         keep_audio=options.keep_audio,
         keep_metadata=options.keep_metadata,
     )
-    size = stretch_frames(options.chunk_seconds, fps, stream.height, stream.width)
-    params, scale = stream_params(stream, fps, options, params)
+    protector = FrameProtector(
+        fps, params=params, options=options, name=str(source), summary=summary
+    )
+    size = protector.start(stream.height, stream.width)
     bar = progress(summary.announced or 1, f"protect {printable(source.name)}", unit="frame")
-    coverages, changed_frames = [], 0.0
     with output:
         for frames, stamps, rotation in chunks(container, size):
             if summary.frames == 0:
                 summary.height, summary.width = start_stream(video, frames, rotation)
             frames = frames[:, : video.height, : video.width]
-            released = protect_stretch(source, frames, fps, scale, options, params, summary)
-            if not np.isnan(released.coverage):
-                coverages.append(released.coverage)
-            changed_frames += float(changed(frames, released.frames, 0).mean()) * len(frames)
-            summary.black_frames += int(black(released.frames).sum())
-            encode_frames(video, output, released.frames, stamps, summary.frames)
-            summary.frames += len(frames)
-            summary.stretches += 1
+            first = summary.frames
+            released = protector.protect(frames)
+            encode_frames(video, output, released.frames, stamps, first)
             bar.update(len(frames))
             del frames, released  # before the next stretch is read: a 4K stretch is gigabytes
         if summary.frames == 0:
@@ -290,64 +131,9 @@ def _protect_stream(
         if audio:
             copy_audio(source, output, audio)
     bar.close()
-    summary.coverage_min = min(coverages) if coverages else float("nan")
-    summary.covered_share = changed_frames / max(summary.frames, 1)
-
-
-def protect_stretch(
-    source: Path,
-    frames: np.ndarray,
-    fps: float,
-    scale: float,
-    options: ProtectOptions,
-    params: AnonymizeParams,
-    summary: Summary,
-) -> Protected:
-    """One stretch's people found and its frames released; a stretch the gate fails is blacked out where it failed
-    (``--on-fail black``) or stops the file (``skip``)."""
-    entry = method_of(options.method)
-    found = None
-    if entry.people:
-        found = detect_in(
-            _detection_clip(frames, fps, scale),
-            entry.people,
-            source="ensemble",
-            params=params,
-            identity=video_identity(source.name),
-        )
-        summary.people_frames += int(_any_people(found).sum())
-    result = protect_clip(
-        frames,
-        found,
-        method=options.method,
-        params=params,
-        seed=options.seed,
-        people_source="detectors " + "+".join(options.detectors),
-    )
-    if result.reason:
-        if options.on_fail == "skip":
-            raise PrivharError(
-                f"{source}: not written: frames {summary.frames}-{summary.frames + len(frames) - 1}: "
-                f"{result.reason}"
-            )
-        summary.held_back.append(result.reason)
-        summary.held_back_frames += len(result.failed) or len(frames)
-        result = result.blacked_out(only_failed=True)
-    return result
-
-
-def _any_people(found: Any) -> np.ndarray:
-    """(T,) bool: frames with a person pixel or a face box in the arrays found."""
-    arrays = found.arrays
-    if "person_mask" in arrays:
-        return arrays["person_mask"].any(axis=(1, 2))
-    boxes = arrays["face_box"]
-    return np.isfinite(boxes).all(axis=-1).any(axis=-1)
 
 
 VIDEO_FILES = (".avi", ".mp4", ".mkv", ".mov", ".webm", ".mpg", ".mpeg", ".m4v", ".wmv", ".flv")
-# the people finders anonymize.ensemble accepts, read from its type: one list for the stage and the command
-DETECTORS = get_args(get_args(AnonymizeParams.model_fields["ensemble"].annotation)[0])
 
 
 def _is_input(path: Path, folder: Path, target: Path) -> bool:
@@ -386,37 +172,6 @@ def pairs_of(sources: tuple[Path, ...], target: Path) -> list[tuple[Path, Path]]
         twice = next(output for output in outputs if outputs.count(output) > 1)
         raise PrivharError(f"-o {target}: two inputs would both be written to {twice}")
     return pairs
-
-
-def check_options(options: ProtectOptions) -> None:
-    """The method and the detectors, checked before any video is read (one line each)."""
-    entry = method_of(options.method)
-    if entry.name == "none":  # issue 82: it wrote the unprotected video with exit 0
-        raise PrivharError(
-            "--method none: copies the video unprotected (the pipeline's raw row); protect needs a method that removes "
-            "people or faces"
-        )
-    if entry.name == "low_res":
-        from tasks.anonymize.obfuscate import low_res_size
-
-        low_res_size(options.method)
-    unknown = [name for name in options.detectors if name not in DETECTORS]
-    if unknown or not options.detectors:
-        raise PrivharError(
-            f"--detectors {','.join(options.detectors)!r}: expected a comma-separated list of {', '.join(DETECTORS)}"
-        )
-    if entry.people and "mediapipe" in options.detectors:
-        from tasks.anonymize.detector import check_mediapipe
-
-        check_mediapipe()
-    if entry.people and "centerface" in options.detectors:
-        from tasks.anonymize.centerface import check_centerface
-
-        check_centerface()
-    if entry.name == "avatar" and "mediapipe" not in options.detectors:
-        raise PrivharError(
-            "--method avatar needs mediapipe in --detectors: its poses come from BlazePose"
-        )
 
 
 def _protect_one(

@@ -86,22 +86,44 @@ def open_output(
     """The output container, its video stream (created at the first frame, when the size is known) and the audio
     streams copied from the input's (input stream index → output stream)."""
     output = av.open(str(staging), mode="w", format=format_of(staging))
-    if keep_metadata:
-        output.metadata.update(source.metadata)
     audio: dict[int, Any] = {}
     if keep_audio:
         for stream in source.streams.audio:
             audio[stream.index] = output.add_stream_from_template(stream)
-    codec = VIDEO_CODECS[staging.suffix.lower()]
-    video = output.add_stream(codec, rate=Fraction(fps).limit_denominator(1001))
     # each frame keeps its input timestamp (:func:`encode_frames`)
-    if source.streams.video[0].time_base is not None:
-        video.codec_context.time_base = video.time_base = source.streams.video[0].time_base
+    video = add_video(
+        output,
+        source,
+        fps,
+        VIDEO_CODECS[staging.suffix.lower()],
+        time_base=source.streams.video[0].time_base,
+        keep_metadata=keep_metadata,
+    )
+    return output, video, audio
+
+
+def add_video(
+    output: av.container.OutputContainer,
+    source: av.container.InputContainer,
+    fps: float,
+    codec: str,
+    *,
+    time_base: Fraction | None,
+    keep_metadata: bool,
+    options: dict[str, str] | None = None,
+) -> Any:
+    """``output``'s video stream for ``source``'s frames, stamped in ``time_base``; with ``keep_metadata``, the
+    container's and the video stream's metadata copied from ``source``."""
+    if keep_metadata:
+        output.metadata.update(source.metadata)
+    video = output.add_stream(codec, rate=Fraction(fps).limit_denominator(1001))
+    if time_base is not None:
+        video.codec_context.time_base = video.time_base = time_base
     video.pix_fmt = "yuv420p"
-    video.options = dict(QUALITY[codec])
+    video.options = {**QUALITY[codec], **(options or {})}
     if keep_metadata:
         video.metadata.update(source.streams.video[0].metadata)
-    return output, video, audio
+    return video
 
 
 def start_stream(video: Any, first: np.ndarray, rotation: int) -> tuple[int, int]:

@@ -25,7 +25,6 @@ WAKE_SECONDS = 0.2  # a wait for frames wakes this often, so Ctrl-C is taken at 
 @dataclass(frozen=True)
 class Frame:
     image: np.ndarray
-    pts: int | None
     rotation: int
     arrived: float  # time.monotonic() when decoded
     due: float  # time.monotonic() when the stream's clock reaches it
@@ -36,8 +35,17 @@ class StreamReader:
     decoder waits when it is full: a source faster than real time is held back, not dropped), up to ``limit``
     frames."""
 
-    def __init__(self, container: Any, fps: float, capacity: int, limit: int | None = None) -> None:
+    def __init__(
+        self,
+        container: Any,
+        fps: float,
+        capacity: int,
+        limit: int | None = None,
+        not_before: float = 0.0,
+    ) -> None:
         self.fps, self.capacity, self.limit = fps, capacity, limit
+        self.not_before = not_before  # the clock starts no earlier (a reconnection's, after the last connection's)
+        self.last_due = 0.0
         self.queue: collections.deque[Frame] = collections.deque()
         self.error: av.FFmpegError | None = None
         self.ended, self.read = False, 0
@@ -57,7 +65,7 @@ class StreamReader:
 
     def _due(self, pts: int | None, arrived: float, base: Any) -> float:
         if self._clock is None:
-            self._clock = (arrived, pts or 0, float(base or 0))
+            self._clock = (max(arrived, self.not_before), pts or 0, float(base or 0))
         start, first, seconds = self._clock
         if pts is None or not seconds:
             return start + self.read / self.fps
@@ -70,11 +78,11 @@ class StreamReader:
                 arrived = time.monotonic()
                 item = Frame(
                     frame.to_ndarray(format="rgb24"),
-                    frame.pts,
                     int(frame.rotation),
                     arrived,
                     self._due(frame.pts, arrived, stream.time_base),
                 )
+                self.last_due = item.due
                 with self._condition:
                     while len(self.queue) >= self.capacity and not self._stop:
                         self._condition.wait(WAKE_SECONDS)
