@@ -255,18 +255,39 @@ def bench_protect_memory_command(source: Path, methods: str, seconds: float, out
     show_default=True,
     help="Streams: 640x360 (25 frames/s), 1280x720 (30).",
 )
-@click.option("--seconds", type=click.FloatRange(1.0, 3600.0), default=60.0, show_default=True)
+@click.option("--seconds", type=click.FloatRange(1.0, 3600.0), default=600.0, show_default=True)
 @DETECTORS
+@click.option(
+    "--keep",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="Keep the streams and the protected segments in this folder [default: a temporary one].",
+)
+@click.option(
+    "--judge/--no-judge",
+    default=True,
+    show_default=True,
+    help="Judge the outputs with MTCNN (needs facenet-pytorch: the detector venv).",
+)
 @bench_out("protect-live.json")
 def bench_protect_live_command(
-    folder: Path, methods: str, sizes: str, seconds: float, detectors: str, out: Path
+    folder: Path,
+    methods: str,
+    sizes: str,
+    seconds: float,
+    detectors: str,
+    keep: Path | None,
+    judge: bool,
+    out: Path,
 ) -> None:
-    """Latency and frames written of privhar protect on a live stream: FOLDER's clips served on the loopback in real
-    time at each size."""
+    """Latency, frames written and faces released of privhar protect on a live stream: FOLDER's clips served on the
+    loopback in real time at each size, the outputs judged by an independent face detector."""
     from benchmarks.protect_live import run_live_bench
 
     clips = sorted(folder.glob("*.mp4"))
-    record = run_live_bench(clips, sizes.split(","), methods.split(","), seconds, out, detectors)
+    record = run_live_bench(
+        clips, sizes.split(","), methods.split(","), seconds, out, detectors, keep, judge
+    )
     click.echo(json.dumps(record["runs"], indent=2))
 
 

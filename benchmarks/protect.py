@@ -79,13 +79,23 @@ def judge_output(raw: dict[str, Any], output: Path) -> dict[str, Any]:
     before = raw["frames"]
     count = min(len(before), len(after))
     before, after = before[:count, : after.shape[1], : after.shape[2]], after[:count]
-    found = judge_faces(after)
-    raw_faces, released = 0, 0
-    for t in range(count):
-        if raw["faces"][t]:
-            raw_faces += 1
-        for box in found[t]:
-            if not any(matches(old, box) for old in raw["faces"][t]):
+    return {
+        "frames_judged": count,
+        "raw_face_frames": sum(1 for faces in raw["faces"][:count] if faces),
+        "faces_released": released_faces(before, raw["faces"][:count], after),
+        "frame_share_changed": float(changed(before, after, FACE_CHANGE_LEVELS).mean()),
+        "people_share": raw["people_share"],
+        "black_frames": int(black(after).sum()),
+    }
+
+
+def released_faces(before: np.ndarray, raw_faces: list[list[Any]], after: np.ndarray) -> int:
+    """Frames of ``after`` where the judge finds a face at the place of one it found in the raw frame (``before``)
+    whose pixels moved by less than ``RELEASED_LEVELS`` on average."""
+    released = 0
+    for t, found in enumerate(judge_faces(after)):
+        for box in found:
+            if not any(matches(old, box) for old in raw_faces[t]):
                 continue
             x0, y0 = max(0, int(box[0])), max(0, int(box[1]))
             x1, y1 = int(np.ceil(box[2])), int(np.ceil(box[3]))
@@ -94,14 +104,7 @@ def judge_output(raw: dict[str, Any], output: Path) -> dict[str, Any]:
             if moved < RELEASED_LEVELS:
                 released += 1
                 break
-    return {
-        "frames_judged": count,
-        "raw_face_frames": raw_faces,
-        "faces_released": released,
-        "frame_share_changed": float(changed(before, after, FACE_CHANGE_LEVELS).mean()),
-        "people_share": raw["people_share"],
-        "black_frames": int(black(after).sum()),
-    }
+    return released
 
 
 def _totals(clips: dict[str, dict[str, Any]]) -> dict[str, Any]:

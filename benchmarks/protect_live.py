@@ -4,13 +4,19 @@ released black — for real clips served on the loopback in real time (issue 84'
 The clips are letterboxed to each size, played one after another and looped for ``seconds`` at ``fps``, encoded to
 H.264 in MPEG-TS once, before anything is timed; a server process then only re-sends its packets at their times over
 TCP (``ffmpeg -re … -f mpegts tcp://…?listen=1`` done with PyAV), so encoding the stream takes no time from the run it
-measures. ``privhar protect tcp://… -o FOLDER`` runs in its own process and its summary line gives the figures."""
+measures. ``privhar protect tcp://… -o FOLDER`` runs in its own process and its summary line gives the figures.
+
+Then each output is judged as ``privhar bench protect`` judges files (:func:`benchmarks.protect.released_faces`: MTCNN,
+in neither privhar's finder nor its gate), on the frames written at whole seconds of the stream (once a second: MTCNN
+takes a third of a second a 720p frame here): each segment's frames are placed on the stream by its start (the log)
+and their own timestamps, and compared with the stream's frame there."""
 
 from __future__ import annotations
 
 import json
 import platform
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -24,6 +30,9 @@ import av
 import cv2
 import numpy as np
 
+from benchmarks.face_judge import judge_faces
+from benchmarks.protect import RELEASED_LEVELS, released_faces
+from tasks.anonymize.frame_protector import black
 from tasks.core.errors import PrivharError
 from tasks.core.storage import atomic_write_bytes
 
@@ -163,8 +172,12 @@ def run_live_bench(
     seconds: float,
     out: Path,
     detectors: str = "centerface,mediapipe,motion",
+    keep: Path | None = None,
+    judge: bool = True,
 ) -> dict[str, Any]:
-    """Each method on each size's stream, served in real time: the figures of its summary, and the frames sent."""
+    """Each method on each size's stream, served in real time: the figures of its summary and the frames sent; then,
+    with ``judge``, every output against its stream by the independent face judge (:func:`judge_live`). The streams and
+    outputs go to ``keep`` (a temporary folder without it)."""
     privhar = str(Path(sys.executable).with_name("privhar"))
     record: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%d %H:%M"),
@@ -175,50 +188,125 @@ def run_live_bench(
         "clips": [clip.name for clip in clips],
         "seconds": seconds,
         "detectors": detectors,
+        "judge": f"MTCNN (facenet-pytorch 2.6.0, benchmarks/face_judge.py) on the written frames at whole seconds of "
+        f"the stream; released = a face found again at a raw face's place, moved < {RELEASED_LEVELS:g} levels",
         "runs": [],
     }
     with tempfile.TemporaryDirectory() as scratch:
+        folder = keep or Path(scratch)
+        folder.mkdir(parents=True, exist_ok=True)
         for size in sizes:
             rows, columns, fps = SIZES[size]
-            path = stream_file(clips, rows, columns, fps, seconds, Path(scratch) / f"{size}.ts")
+            path = stream_file(clips, rows, columns, fps, seconds, folder / f"{size}.ts")
             for method in methods:
-                server, url = served(path)
-                command = [
-                    privhar,
-                    "protect",
-                    url,
-                    "-o",
-                    f"{scratch}/{size}-{method}",
-                    "--method",
-                    method,
-                    "--detectors",
-                    detectors,
-                    "--segment-seconds",
-                    "60",
-                ]
-                try:
-                    done = subprocess.run(command, capture_output=True, text=True, check=False)
-                finally:
-                    server.kill()
-                line = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else ""
-                if done.returncode or " -> " not in line:
-                    raise PrivharError(f"privhar protect {url} ({size}, {method}) failed: {line}")
-                figures = summary_figures(line)
-                figures["released_black"] = (
-                    line.split(" released black: ", 1)[1].split(";")[0]
-                    if (" released black: " in line)
-                    else ""
-                )
+                written = folder / f"{size}-{method}"
+                shutil.rmtree(written, ignore_errors=True)
+                run = _live_run(privhar, path, written, method, detectors)
                 sent = round(seconds * fps)
-                record["runs"].append(
-                    {
-                        "size": size,
-                        "fps": fps,
-                        "method": method,
-                        "frames_sent": sent,
-                        "frames_not_written": sent - figures["frames_written"],
-                        **figures,
-                    }
-                )
-    atomic_write_bytes(out, (json.dumps(record, indent=2) + "\n").encode())
+                run = {
+                    "size": size,
+                    "fps": fps,
+                    "method": method,
+                    "frames_sent": sent,
+                    "frames_not_written": sent - run["frames_written"],
+                    **run,
+                }
+                record["runs"].append(run)
+                atomic_write_bytes(out, (json.dumps(record, indent=2) + "\n").encode())
+            if judge:
+                truth = raw_faces(path, fps)
+                for run in record["runs"]:
+                    if run["size"] == size:
+                        run.update(
+                            judge_live(
+                                truth, folder / f"{size}-{run['method']}", run.pop("starts"), fps
+                            )
+                        )
+                atomic_write_bytes(out, (json.dumps(record, indent=2) + "\n").encode())
     return record
+
+
+def _live_run(
+    privhar: str, path: Path, written: Path, method: str, detectors: str
+) -> dict[str, Any]:
+    """``privhar protect`` on ``path`` served in real time, into the folder ``written``: its summary's figures and
+    where each segment starts on the stream's clock (its log)."""
+    server, url = served(path)
+    command = [
+        privhar,
+        "protect",
+        url,
+        "-o",
+        str(written),
+        "--method",
+        method,
+        "--detectors",
+        detectors,
+        "--segment-seconds",
+        "60",
+    ]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+    finally:
+        server.kill()
+    line = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else ""
+    if done.returncode or " -> " not in line:
+        raise PrivharError(f"privhar protect {url} ({path.name}, {method}) failed: {line}")
+    figures = summary_figures(line)
+    figures["released_black"] = (
+        line.split(" released black: ", 1)[1].split(";")[0] if " released black: " in line else ""
+    )
+    starts = {Path(name).name: float(start) for name, start in START.findall(done.stderr)}
+    return {**figures, "starts": starts}
+
+
+START = re.compile(r"^(.*\.mp4): from ([\d.]+) s of the stream$", re.MULTILINE)
+JUDGE_BATCH = 16  # frames MTCNN takes at once (its pyramid of a 720p frame is a few hundred MB)
+
+
+def raw_faces(path: Path, fps: int) -> dict[int, tuple[np.ndarray, list[Any]]]:
+    """The stream's frames at whole seconds (index → the frame and the judge's faces in it)."""
+    with av.open(str(path)) as container:
+        frames = {
+            index: frame.to_ndarray(format="rgb24")
+            for index, frame in enumerate(container.decode(video=0))
+            if index % fps == 0
+        }
+    indices = sorted(frames)
+    faces: list[Any] = []
+    for start in range(0, len(indices), JUDGE_BATCH):
+        faces += judge_faces(
+            np.stack([frames[index] for index in indices[start : start + JUDGE_BATCH]])
+        )
+    return {index: (frames[index], found) for index, found in zip(indices, faces, strict=True)}
+
+
+def judge_live(
+    truth: dict[int, tuple[np.ndarray, list[Any]]],
+    written: Path,
+    starts: dict[str, float],
+    fps: int,
+) -> dict[str, Any]:
+    """The written frames at whole seconds of the stream (placed by each segment's start and their own timestamps)
+    against the raw stream: judged, with a raw face, faces released, black."""
+    pairs: list[tuple[int, np.ndarray]] = []
+    for segment in sorted(written.glob("*.mp4")):
+        with av.open(str(segment)) as container:
+            first = None
+            for frame in container.decode(video=0):
+                first = frame.time if first is None else first
+                index = round((starts[segment.name] + frame.time - first) * fps)
+                if index in truth:
+                    pairs.append((index, frame.to_ndarray(format="rgb24")))
+    released = 0
+    for start in range(0, len(pairs), JUDGE_BATCH):
+        batch = pairs[start : start + JUDGE_BATCH]
+        before = np.stack([truth[index][0] for index, _ in batch])
+        after = np.stack([image for _, image in batch])
+        released += released_faces(before, [truth[index][1] for index, _ in batch], after)
+    return {
+        "frames_judged": len(pairs),
+        "raw_face_frames_judged": sum(1 for index, _ in pairs if truth[index][1]),
+        "faces_released": released,
+        "black_frames_judged": int(sum(black(image[None])[0] for _, image in pairs)),
+    }

@@ -163,6 +163,7 @@ class Output:
     )
     _stream: Any = None  # a stream target's container, open for the whole run
     _first: float = 0.0  # the open file's first frame on the stream's clock (time.monotonic())
+    _origin: float | None = None  # the first frame written, on the stream's clock
     _last: int = -1  # the last timestamp written into it
     _frames: int = 0  # frames written into it
     written: int = 0  # frames written in all
@@ -224,10 +225,11 @@ class Output:
         self.summary.height, self.summary.width = start_stream(video, frames, first.rotation)
         self._open = (final, staging, output, video)
         self._frames = 0
+        self._origin = first.due if self._origin is None else self._origin
         log.info(
             "%s: from %.3f s of the stream",
             printable(str(final or self.target)),
-            first.due - self.clock[1],
+            first.due - self._origin,
         )
 
     def _final_name(self, due: float) -> Path:
