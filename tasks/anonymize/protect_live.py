@@ -54,16 +54,12 @@ from tasks.video_data.live_reader import Frame, StreamReader, keep_up
 log = logging.getLogger(__name__)
 REPORT_SECONDS = 60.0  # a live run logs its counts this often
 SEGMENT_SUFFIX = ".mp4"
-OUTPUT_TIME_BASE = Fraction(
-    1, 90_000
-)  # MPEG-TS's clock: every live output's frames are stamped on it
-RECONNECT_WAIT = (
-    1.0,
-    30.0,
-)  # --reconnect: the first wait before opening the source again, and the longest
-STREAM_OPTIONS = {
-    "tune": "zerolatency"
-}  # a stream's receiver gets each frame as it is encoded, not ~1 s later
+# MPEG-TS's clock: every live output's frames are stamped on it
+OUTPUT_TIME_BASE = Fraction(1, 90_000)
+# --reconnect: the first wait before opening the source again, and the longest
+RECONNECT_WAIT = (1.0, 30.0)
+# a stream's receiver gets each frame as it is encoded, not a second of look-ahead later
+STREAM_OPTIONS = {"tune": "zerolatency"}
 
 
 def open_live(source: str, timeout: float) -> av.container.InputContainer:
@@ -102,14 +98,10 @@ class LiveSummary(Summary):
     behind: float = 0.0  # the most a frame was written after its time on the stream's clock (--max-latency's bound)
     received: int = 0  # frames decoded from the source
     dropped: int = 0  # frames dropped unwritten to keep within --max-latency
-    slowest_detection: int = (
-        0  # the longest detection interval --max-latency lowered the rate to (0: never)
-    )
+    slowest_detection: int = 0  # the longest detection interval --max-latency lowered to (0: never)
     reconnects: int = 0
     stopped: str = "the stream ended"
-    failed: bool = (
-        False  # the stream or the output broke off, as against ended, run out or interrupted
-    )
+    failed: bool = False  # the stream or the output broke off (not: ended, run out, interrupted)
     interrupted: bool = False
 
     def line(self) -> str:
@@ -158,9 +150,8 @@ class Output:
     clock: tuple[datetime, float] = field(
         default_factory=lambda: (datetime.now(), time.monotonic())
     )
-    _open: tuple[Path | None, Path | None, Any, Any] | None = (
-        None  # final name, staging, container, video
-    )
+    # the open file or stream: final name and staging file (None for a stream), container, video stream
+    _open: tuple[Path | None, Path | None, Any, Any] | None = None
     _stream: Any = None  # a stream target's container, open for the whole run
     _first: float = 0.0  # the open file's first frame on the stream's clock (time.monotonic())
     _origin: float | None = None  # the first frame written, on the stream's clock
@@ -169,9 +160,7 @@ class Output:
     written: int = 0  # frames written in all
 
     def __post_init__(self) -> None:
-        if isinstance(
-            self.target, str
-        ):  # a stream: connected before anything is read, so a refusal is one line
+        if isinstance(self.target, str):  # a stream: one container for the whole run
             where = sys.stdout.buffer if self.target == "-" else self.target
             try:
                 self._stream = av.open(where, mode="w", format="mpegts")
@@ -192,10 +181,8 @@ class Output:
         if self._open is None:
             self._start(frames, taken[0], source, fps)
         _, _, output, video = self._open
-        stamps = []
-        for (
-            frame
-        ) in taken:  # strictly increasing, as the muxers want, whatever the source's timestamps
+        stamps = []  # strictly increasing, as the muxers want, whatever the source's timestamps
+        for frame in taken:
             self._last = max(self._last + 1, round((frame.due - self._first) / OUTPUT_TIME_BASE))
             stamps.append(self._last)
         encode_frames(video, output, frames[:, : video.height, : video.width], stamps, 0)
@@ -245,7 +232,7 @@ class Output:
 
     def cut(self) -> None:
         """The open file flushed, closed and renamed into place (removed if it holds no frame); a stream's encoder
-        flushed and made ready for a new stretch of frames (at a reconnection: a new size or rate)."""
+        flushed (at the run's end)."""
         if self._open is None:
             return
         final, staging, output, video = self._open
@@ -289,6 +276,37 @@ def protect_live(
     """Protect the live ``source`` into ``target`` (a folder of ``segment_seconds`` segments; one file with None; a
     stream for a str) until it ends (with ``reconnect``: never), ``duration`` seconds of it have passed, or Ctrl-C;
     every frame written has passed the gate."""
+    _check(source, options, reconnect)
+    shown = "standard output" if target == "-" else printable(str(target))
+    summary = LiveSummary(_shown(source), shown)
+    run = LiveRun(source, params, options, timeout, max_latency, reconnect, duration, summary)
+    output = Output(target, segment_seconds, options.keep_metadata, summary)
+    started, broken = time.perf_counter(), None
+    try:
+        while run.connection(output):
+            summary.reconnects += 1
+    except KeyboardInterrupt:
+        summary.interrupted = True
+        summary.stopped = "interrupted (Ctrl-C; the frames of the stretch in progress were dropped, never written)"
+    except (OSError, av.FFmpegError) as error:  # the main thread reads nothing: the output's
+        broken = _reason(error)
+    finally:
+        try:
+            output.close()
+        except (OSError, av.FFmpegError) as error:
+            broken = broken or _reason(error)
+    if broken is not None:
+        if not output.written:
+            raise PrivharError(f"-o {shown}: cannot be written ({broken}); nothing was written")
+        summary.stopped, summary.failed = f"the output could not be written ({broken})", True
+    summary.seconds = time.perf_counter() - started
+    if summary.frames == 0 and not summary.interrupted and not summary.failed:
+        raise PrivharError(f"{_shown(source)}: no decodable video frames ({summary.stopped})")
+    return summary
+
+
+def _check(source: str, options: ProtectOptions, reconnect: bool) -> None:
+    """The options a live source cannot take, one line each, before it is opened."""
     check_options(options)
     if options.keep_audio:
         raise PrivharError(
@@ -302,40 +320,6 @@ def protect_live(
         raise PrivharError(
             "--reconnect: standard input cannot be opened again; give a URL or a camera"
         )
-    shown = "standard output" if target == "-" else printable(str(target))
-    summary = LiveSummary(_shown(source), shown)
-    run = LiveRun(source, params, options, timeout, max_latency, reconnect, duration, summary)
-    output = Output(target, segment_seconds, options.keep_metadata, summary)
-    started = time.perf_counter()
-    try:
-        while run.connection(output):
-            summary.reconnects += 1
-    except KeyboardInterrupt:
-        summary.interrupted = True
-        summary.stopped = "interrupted (Ctrl-C; the frames of the stretch in progress were dropped, never written)"
-    except (
-        OSError,
-        av.FFmpegError,
-    ) as error:  # the main thread reads nothing: these come from the output
-        summary.stopped, summary.failed = (
-            f"the output could not be written ({_reason(error)})",
-            True,
-        )
-    finally:
-        try:
-            output.close()
-        except (OSError, av.FFmpegError) as error:
-            summary.stopped, summary.failed = (
-                f"the output could not be written ({_reason(error)})",
-                True,
-            )
-    if summary.failed and not output.written and summary.stopped.startswith("the output"):
-        reason = summary.stopped.split(" (", 1)[1][:-1]
-        raise PrivharError(f"-o {shown}: cannot be written ({reason}); nothing was written")
-    summary.seconds = time.perf_counter() - started
-    if summary.frames == 0 and not summary.interrupted and not summary.failed:
-        raise PrivharError(f"{_shown(source)}: no decodable video frames ({summary.stopped})")
-    return summary
 
 
 @dataclass
@@ -352,7 +336,8 @@ class LiveRun:
     summary: LiveSummary
     protector: FrameProtector | None = None  # made at the first connection, for its size and rate
     shape: tuple[int, int] = (0, 0)  # the first connection's frame rows and columns
-    clock_end: float = 0.0  # the last frame read on the stream's clock: a reconnection's clock starts after it
+    # the last frame read, on the stream's clock: a reconnection's clock starts after it
+    clock_end: float = 0.0
 
     def connection(self, output: Output) -> bool:
         """One connection to the source protected until it stops; whether to connect again."""
@@ -367,10 +352,8 @@ class LiveRun:
             self.shape = shape
         elif shape != self.shape:
             container.close()
-            summary.stopped, summary.failed = (
-                f"the stream came back at {shape[1]}x{shape[0]}, not {self.shape[1]}x{self.shape[0]}",
-                True,
-            )
+            came, was = f"{shape[1]}x{shape[0]}", f"{self.shape[1]}x{self.shape[0]}"
+            summary.stopped, summary.failed = f"the stream came back at {came}, not {was}", True
             return False
         size = self.protector.start(*shape)
         limit = None if self.duration is None else max(1, round(self.duration * fps))
@@ -382,9 +365,8 @@ class LiveRun:
             self._run(reader, container, output, size, before)
         finally:
             summary.received = before + reader.read
-            if (
-                reader.close()
-            ):  # a decoder still in a stalled read keeps the container until the process ends
+            # a decoder still in a stalled read keeps the container until the process ends
+            if reader.close():
                 container.close()
         ended = _ending(reader, summary)
         if self.reconnect and not (limit and summary.received >= limit):
@@ -434,10 +416,8 @@ class LiveRun:
                 taken = reader.take(size)
                 if not taken:
                     break
-                started, people = (
-                    time.monotonic(),
-                    summary.people_frames,
-                )  # a stretch interrupted is not counted
+                # a stretch interrupted is not counted
+                started, people = time.monotonic(), summary.people_frames
                 released = protector.protect(np.stack([frame.image for frame in taken]))
                 output.write(released.frames, taken, container, fps)
                 now = time.monotonic()
