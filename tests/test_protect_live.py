@@ -345,3 +345,62 @@ def test_a_program_pushes_its_frames_and_gets_them_back_gated_with_the_verdict(t
         protector = privhar.protector(10, method="blackout", detectors="motion")
         protector.push(np.zeros((10, 10, 3), np.uint8), 0.0)
         protector.push(frames[0], 0.1)
+
+
+def walking_with_a_tone(path):
+    """WALKING with a 440 Hz tone beside it, as MPEG-TS: H.264 and AAC (4 s)."""
+    with av.open(str(WALKING)) as raw, av.open(str(path), "w", format="mpegts") as out:
+        video = out.add_stream("libx264", rate=10)
+        video.width, video.height, video.pix_fmt = 320, 240, "yuv420p"
+        sound = out.add_stream("aac", rate=48_000, layout="mono")
+        for index, frame in enumerate(raw.decode(video=0)):
+            picture = av.VideoFrame.from_ndarray(frame.to_ndarray(format="rgb24"), format="rgb24")
+            picture.pts = index
+            out.mux(video.encode(picture))
+            times = (index * 4_800 + np.arange(4_800)) / 48_000
+            tone = av.AudioFrame.from_ndarray(
+                (0.2 * np.sin(2 * np.pi * 440 * times)).astype(np.float32)[None],
+                format="fltp",
+                layout="mono",
+            )
+            tone.sample_rate, tone.pts = 48_000, index * 4_800
+            out.mux(sound.encode(tone))
+        out.mux(video.encode())
+        out.mux(sound.encode())
+    return path
+
+
+def test_keep_audio_carries_a_live_sources_sound_into_each_segment_in_step(
+    tmp_path, monkeypatch, capsys
+):
+    """--keep-audio: the source's AAC copied into each segment, on the video's clock: each file's sound lasts as long
+    as its pictures."""
+    piped(monkeypatch, walking_with_a_tone(tmp_path / "in.ts").read_bytes())
+    out = tmp_path / "out"
+    code, err = run(
+        monkeypatch,
+        capsys,
+        "-",
+        "-o",
+        out,
+        "--method",
+        "low_res_8x6",
+        "--segment-seconds",
+        "2",
+        "--keep-audio",
+    )
+    assert code == 0, err
+    files = sorted(out.iterdir())
+    assert len(files) == 2, files
+    for path in files:
+        with av.open(str(path)) as container:
+            assert [stream.type for stream in container.streams] == ["audio", "video"]
+            seconds = {
+                kind: sum(
+                    float(packet.duration * packet.time_base)
+                    for packet in container.demux(getattr(container.streams, kind)[0])
+                    if packet.duration
+                )
+                for kind in ("audio", "video")
+            }
+        assert abs(seconds["audio"] - seconds["video"]) < 0.15, seconds

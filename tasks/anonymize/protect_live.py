@@ -19,7 +19,8 @@ frame's writing to that bound after its time on the stream's clock: people searc
 never written unchecked, each counted in the summary and, once a minute, in the log. With ``reconnect`` a source that
 breaks off or ends is opened again (after 1, 2, 4 … 30 s) until ``duration`` or Ctrl-C.
 
-Not here: audio (``--keep-audio`` is for files: a live source's sound would need its own place in time).
+With ``keep_audio`` the source's first audio stream is copied unchanged (as for files: voices are not protected), each
+packet placed on the video's clock and written with the stretch whose time it falls in.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ from tasks.anonymize.video_container import (
 from tasks.core.errors import PrivharError, printable
 from tasks.core.params import AnonymizeParams
 from tasks.core.storage import staging_file
-from tasks.video_data.live_reader import Frame, StreamReader, keep_up
+from tasks.video_data.live_reader import Frame, Sound, StreamReader, keep_up
 
 log = logging.getLogger(__name__)
 REPORT_SECONDS = 60.0  # a live run logs its counts this often
@@ -146,6 +147,7 @@ class Output:
     target: Path | str
     seconds: float | None
     keep_metadata: bool
+    keep_audio: bool
     summary: LiveSummary
     clock: tuple[datetime, float] = field(
         default_factory=lambda: (datetime.now(), time.monotonic())
@@ -153,6 +155,8 @@ class Output:
     # the open file or stream: final name and staging file (None for a stream), container, video stream
     _open: tuple[Path | None, Path | None, Any, Any] | None = None
     _stream: Any = None  # a stream target's container, open for the whole run
+    _sound: Any = None  # the open file's or stream's audio stream (--keep-audio)
+    _last_sound: int = -1  # the last audio timestamp written into it
     _first: float = 0.0  # the open file's first frame on the stream's clock (time.monotonic())
     _origin: float | None = None  # the first frame written, on the stream's clock
     _last: int = -1  # the last timestamp written into it
@@ -169,8 +173,11 @@ class Output:
                     f"-o {printable(self.target)}: cannot be opened as a stream ({_reason(error)})"
                 ) from None
 
-    def write(self, frames: np.ndarray, taken: list[Frame], source: Any, fps: float) -> None:
-        """A gated stretch, ``taken`` from ``source`` at ``fps``, into the file or stream it falls in."""
+    def write(
+        self, frames: np.ndarray, taken: list[Frame], source: Any, fps: float, sounds: list[Sound]
+    ) -> None:
+        """A gated stretch, ``taken`` from ``source`` at ``fps``, into the file or stream it falls in, and the audio
+        packets ``sounds`` of its time (copied as they came, restamped on the same clock)."""
         due = taken[0].due
         if (
             self._open is not None
@@ -186,6 +193,14 @@ class Output:
             self._last = max(self._last + 1, round((frame.due - self._first) / OUTPUT_TIME_BASE))
             stamps.append(self._last)
         encode_frames(video, output, frames[:, : video.height, : video.width], stamps, 0)
+        for sound in sounds if self._sound is not None else []:
+            packet = sound.packet
+            stamp = round((sound.due - self._first) / OUTPUT_TIME_BASE)
+            if stamp <= self._last_sound:  # before the file began, or out of order: not muxable
+                continue
+            self._last_sound = packet.pts = packet.dts = stamp
+            packet.time_base, packet.stream = OUTPUT_TIME_BASE, self._sound
+            output.mux(packet)
         self._frames += len(frames)
         self.written += len(frames)
 
@@ -200,6 +215,11 @@ class Output:
             output = av.open(str(staging), mode="w", format=format_of(staging))
             codec, options = VIDEO_CODECS[final.suffix.lower()], None
             self._first, self._last = first.due, -1
+        if self.keep_audio and source.streams.audio and self._sound is None:
+            self._sound, self._last_sound = (
+                output.add_stream_from_template(source.streams.audio[0]),
+                -1,
+            )
         video = add_video(
             output,
             source,
@@ -237,6 +257,8 @@ class Output:
             return
         final, staging, output, video = self._open
         self._open = None
+        if final is not None:
+            self._sound = None  # the next file gets its own
         try:
             for packet in video.encode():
                 output.mux(packet)
@@ -280,7 +302,7 @@ def protect_live(
     shown = "standard output" if target == "-" else printable(str(target))
     summary = LiveSummary(_shown(source), shown)
     run = LiveRun(source, params, options, timeout, max_latency, reconnect, duration, summary)
-    output = Output(target, segment_seconds, options.keep_metadata, summary)
+    output = Output(target, segment_seconds, options.keep_metadata, options.keep_audio, summary)
     started, broken = time.perf_counter(), None
     try:
         while run.connection(output):
@@ -308,10 +330,6 @@ def protect_live(
 def _check(source: str, options: ProtectOptions, reconnect: bool) -> None:
     """The options a live source cannot take, one line each, before it is opened."""
     check_options(options)
-    if options.keep_audio:
-        raise PrivharError(
-            "--keep-audio: not for a live source (its sound would need its own place in time); it is for files"
-        )
     if options.on_fail != "blackout":
         raise PrivharError(
             "--on-fail skip: a live source cannot be left unwritten after the fact; use blackout"
@@ -359,7 +377,9 @@ class LiveRun:
         limit = None if self.duration is None else max(1, round(self.duration * fps))
         remaining = None if limit is None else limit - summary.received
         capacity = 2 * size + math.ceil(self.max_latency * fps)
-        reader = StreamReader(container, fps, capacity, remaining, self.clock_end + 1 / fps)
+        reader = StreamReader(
+            container, fps, capacity, remaining, self.clock_end + 1 / fps, self.options.keep_audio
+        )
         before = summary.received
         try:
             self._run(reader, container, output, size, before)
@@ -419,7 +439,8 @@ class LiveRun:
                 # a stretch interrupted is not counted
                 started, people = time.monotonic(), summary.people_frames
                 released = protector.protect(np.stack([frame.image for frame in taken]))
-                output.write(released.frames, taken, container, fps)
+                sounds = reader.sounds_until(taken[-1].due + 1 / fps)
+                output.write(released.frames, taken, container, fps, sounds)
                 now = time.monotonic()
                 summary.latencies.extend(now - frame.arrived for frame in taken)
                 summary.behind = max(

@@ -23,6 +23,12 @@ WAKE_SECONDS = 0.2  # a wait for frames wakes this often, so Ctrl-C is taken at 
 
 
 @dataclass(frozen=True)
+class Sound:
+    packet: Any  # an audio packet as it came (copied, not decoded)
+    due: float  # time.monotonic() when the stream's clock reaches it
+
+
+@dataclass(frozen=True)
 class Frame:
     image: np.ndarray
     rotation: int
@@ -42,10 +48,15 @@ class StreamReader:
         capacity: int,
         limit: int | None = None,
         not_before: float = 0.0,
+        audio: bool = False,
     ) -> None:
         self.fps, self.capacity, self.limit = fps, capacity, limit
         self.not_before = not_before  # the clock starts no earlier (a reconnection's, after the last connection's)
         self.last_due = 0.0
+        self.audio = audio and bool(
+            container.streams.audio
+        )  # its first audio stream's packets, kept
+        self.sounds: collections.deque[Sound] = collections.deque()
         self.queue: collections.deque[Frame] = collections.deque()
         self.error: av.FFmpegError | None = None
         self.ended, self.read = False, 0
@@ -73,30 +84,56 @@ class StreamReader:
 
     def _decode(self) -> None:
         try:
-            stream = self._container.streams.video[0]
-            for frame in self._container.decode(stream):
-                arrived = time.monotonic()
-                item = Frame(
-                    frame.to_ndarray(format="rgb24"),
-                    int(frame.rotation),
-                    arrived,
-                    self._due(frame.pts, arrived, stream.time_base),
-                )
-                self.last_due = item.due
-                with self._condition:
-                    while len(self.queue) >= self.capacity and not self._stop:
-                        self._condition.wait(WAKE_SECONDS)
-                    self.queue.append(item)
-                    self.read += 1
-                    self._condition.notify_all()
-                if self._stop or (self.limit is not None and self.read >= self.limit):
-                    break
+            video = self._container.streams.video[0]
+            sound = self._container.streams.audio[:1] if self.audio else []
+            for packet in self._container.demux(video, *sound):
+                if packet.stream.type == "audio":
+                    self._hear(packet)
+                    continue
+                for frame in packet.decode():
+                    if not self._put(frame, video.time_base):
+                        return
         except av.FFmpegError as error:
             self.error = error
         finally:
             with self._condition:
                 self.ended = True
                 self._condition.notify_all()
+
+    def _put(self, frame: Any, base: Any) -> bool:
+        """A decoded frame queued on the stream's clock (waiting while the queue is full); whether to read on."""
+        arrived = time.monotonic()
+        item = Frame(
+            frame.to_ndarray(format="rgb24"),
+            int(frame.rotation),
+            arrived,
+            self._due(frame.pts, arrived, base),
+        )
+        self.last_due = item.due
+        with self._condition:
+            while len(self.queue) >= self.capacity and not self._stop:
+                self._condition.wait(WAKE_SECONDS)
+            self.queue.append(item)
+            self.read += 1
+            self._condition.notify_all()
+        return not self._stop and (self.limit is None or self.read < self.limit)
+
+    def _hear(self, packet: Any) -> None:
+        """An audio packet placed on the video's clock (dropped before the first frame has set it)."""
+        if packet.pts is None or self._clock is None or not packet.size:
+            return
+        start, first, seconds = self._clock
+        due = start + float(packet.pts * packet.time_base) - first * seconds
+        with self._condition:
+            self.sounds.append(Sound(packet, due))
+
+    def sounds_until(self, due: float) -> list[Sound]:
+        """The audio packets up to ``due`` on the stream's clock (those of the frames just written), in order."""
+        with self._condition:
+            taken = []
+            while self.sounds and self.sounds[0].due < due:
+                taken.append(self.sounds.popleft())
+            return taken
 
     def _wait_for(self, size: int) -> None:
         """Until ``size`` frames wait or the stream has ended (the caller holds the condition)."""
