@@ -239,6 +239,10 @@ class Output:
             first.due - self._origin,
         )
 
+    def origin(self, due: float) -> float:
+        """The stream's clock at its first frame written (``due`` before any is)."""
+        return due if self._origin is None else self._origin
+
     def _final_name(self, due: float) -> Path:
         if self.seconds is None:
             assert isinstance(self.target, Path)
@@ -431,8 +435,17 @@ class LiveRun:
                 if every != protector.params.detect_every:
                     protector.params = protector.params.model_copy(update={"detect_every": every})
                     summary.slowest_detection = max(summary.slowest_detection, every)
-                if late is not None:
-                    summary.dropped += reader.drop_oldest(late)
+                if late is not None and (dropped := reader.drop_oldest(late)):
+                    summary.dropped += dropped
+                    log.warning(
+                        "live %s: %d frames dropped unwritten at %.1f s of the stream to keep within "
+                        "--max-latency %g s (people searched every %d frames)",
+                        _shown(self.source),
+                        dropped,
+                        due - output.origin(due),
+                        self.max_latency,
+                        every,
+                    )
                 taken = reader.take(size)
                 if not taken:
                     break
