@@ -187,7 +187,7 @@ def test_ctrl_c_ends_a_live_run_within_2_s_leaving_every_segment_playable(tmp_pa
 
 
 def test_a_protector_slower_than_its_stream_searches_less_often_and_drops_frames_never_writes_them_unchecked(
-    tmp_path, monkeypatch, capsys
+    tmp_path, monkeypatch, capsys, caplog
 ):
     """--max-latency: each half-second stretch takes a second to protect, twice the stream's pace. The detection rate
     is lowered (every 3 frames → 6 → 10, once a second) and the frames that cannot be written in time are dropped;
@@ -225,6 +225,10 @@ def test_a_protector_slower_than_its_stream_searches_less_often_and_drops_frames
     dropped = int(line.split(" frames dropped unwritten to keep up")[0].rsplit("; ", 1)[1])
     assert dropped > 0 and written + dropped == 40, line
     assert "detection lowered to every 10 frames to keep up" in line
+    assert (
+        "frames dropped unwritten at " in caplog.text
+        and "to keep within --max-latency 1 s" in caplog.text
+    )
     assert float(line.split("at most ")[1].split(" s behind")[0]) <= 1.0 + 0.5, line
     assert sum(len(frames_of(path)) for path in out.iterdir()) == written
 
