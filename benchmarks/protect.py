@@ -82,17 +82,19 @@ def judge_output(raw: dict[str, Any], output: Path) -> dict[str, Any]:
     return {
         "frames_judged": count,
         "raw_face_frames": sum(1 for faces in raw["faces"][:count] if faces),
-        "faces_released": released_faces(before, raw["faces"][:count], after),
+        "faces_released": len(released_faces(before, raw["faces"][:count], after)),
         "frame_share_changed": float(changed(before, after, FACE_CHANGE_LEVELS).mean()),
         "people_share": raw["people_share"],
         "black_frames": int(black(after).sum()),
     }
 
 
-def released_faces(before: np.ndarray, raw_faces: list[list[Any]], after: np.ndarray) -> int:
-    """Frames of ``after`` where the judge finds a face at the place of one it found in the raw frame (``before``)
-    whose pixels moved by less than ``RELEASED_LEVELS`` on average."""
-    released = 0
+def released_faces(
+    before: np.ndarray, raw_faces: list[list[Any]], after: np.ndarray
+) -> list[tuple[int, tuple[float, ...]]]:
+    """(frame, box) of the frames of ``after`` where the judge finds a face at the place of one it found in the raw
+    frame (``before``) whose pixels moved by less than ``RELEASED_LEVELS`` on average."""
+    released = []
     for t, found in enumerate(judge_faces(after)):
         for box in found:
             if not any(matches(old, box) for old in raw_faces[t]):
@@ -102,7 +104,7 @@ def released_faces(before: np.ndarray, raw_faces: list[list[Any]], after: np.nda
             region = (slice(y0, y1), slice(x0, x1))
             moved = np.abs(before[t][region].astype(np.int16) - after[t][region]).mean()
             if moved < RELEASED_LEVELS:
-                released += 1
+                released.append((t, box))
                 break
     return released
 

@@ -219,7 +219,7 @@ def run_live_bench(
                     if run["size"] == size:
                         run.update(
                             judge_live(
-                                truth, folder / f"{size}-{run['method']}", run.pop("starts"), fps
+                                truth, folder / f"{size}-{run['method']}", run["starts"], fps
                             )
                         )
                 atomic_write_bytes(out, (json.dumps(record, indent=2) + "\n").encode())
@@ -298,15 +298,17 @@ def judge_live(
                 index = round((starts[segment.name] + frame.time - first) * fps)
                 if index in truth:
                     pairs.append((index, frame.to_ndarray(format="rgb24")))
-    released = 0
+    released = []  # (the stream's frame, the judge's box): a person looks at each
     for start in range(0, len(pairs), JUDGE_BATCH):
         batch = pairs[start : start + JUDGE_BATCH]
         before = np.stack([truth[index][0] for index, _ in batch])
         after = np.stack([image for _, image in batch])
-        released += released_faces(before, [truth[index][1] for index, _ in batch], after)
+        found = released_faces(before, [truth[index][1] for index, _ in batch], after)
+        released += [(batch[t][0], [round(v) for v in box]) for t, box in found]
     return {
         "frames_judged": len(pairs),
         "raw_face_frames_judged": sum(1 for index, _ in pairs if truth[index][1]),
-        "faces_released": released,
+        "faces_released": len(released),
+        "released_at": released,
         "black_frames_judged": int(sum(black(image[None])[0] for _, image in pairs)),
     }

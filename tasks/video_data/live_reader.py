@@ -57,6 +57,7 @@ class StreamReader:
             container.streams.audio
         )  # its first audio stream's packets, kept
         self.sounds: collections.deque[Sound] = collections.deque()
+        self._unheard: list[Any] = []  # audio packets before the clock is set
         self.queue: collections.deque[Frame] = collections.deque()
         self.error: av.FFmpegError | None = None
         self.ended, self.read = False, 0
@@ -119,13 +120,19 @@ class StreamReader:
         return not self._stop and (self.limit is None or self.read < self.limit)
 
     def _hear(self, packet: Any) -> None:
-        """An audio packet placed on the video's clock (dropped before the first frame has set it)."""
-        if packet.pts is None or self._clock is None or not packet.size:
+        """An audio packet placed on the video's clock (held until the first frame has set it: the video decoder
+        gives its first frame a few packets in)."""
+        if packet.pts is None or not packet.size:
+            return
+        self._unheard.append(packet)
+        if self._clock is None:
             return
         start, first, seconds = self._clock
-        due = start + float(packet.pts * packet.time_base) - first * seconds
         with self._condition:
-            self.sounds.append(Sound(packet, due))
+            for held in self._unheard:
+                due = start + float(held.pts * held.time_base) - first * seconds
+                self.sounds.append(Sound(held, due))
+        self._unheard.clear()
 
     def sounds_until(self, due: float) -> list[Sound]:
         """The audio packets up to ``due`` on the stream's clock (those of the frames just written), in order."""
