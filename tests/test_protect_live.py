@@ -40,15 +40,20 @@ def piped(monkeypatch, data: bytes) -> None:
     monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(data)))
 
 
+def protect_piped(monkeypatch, capsys, stream, *arguments) -> tuple[int, str]:
+    """``privhar protect - ARGUMENTS`` with the MPEG-TS file ``stream`` on standard input: exit status, stderr."""
+    piped(monkeypatch, stream.read_bytes())
+    return run(monkeypatch, capsys, "-", *arguments)
+
+
 def test_a_piped_stream_becomes_segments_named_by_their_start_each_playable_and_gated(
     tmp_path, monkeypatch, capsys
 ):
-    piped(monkeypatch, walking_ts(tmp_path / "in.ts").read_bytes())
     out = tmp_path / "recordings"
-    code, err = run(
+    code, err = protect_piped(
         monkeypatch,
         capsys,
-        "-",
+        walking_ts(tmp_path / "in.ts"),
         "-o",
         out,
         "--method",
@@ -81,11 +86,10 @@ def test_a_piped_stream_becomes_segments_named_by_their_start_each_playable_and_
 def test_nothing_unchecked_is_written_when_the_finder_misses(tmp_path, monkeypatch, capsys):
     """The faces finder alone misses the walkers (their moving pixels stay uncovered): every stretch fails the gate
     and is written black, none as it came."""
-    piped(monkeypatch, walking_ts(tmp_path / "in.ts").read_bytes())
-    code, err = run(
+    code, err = protect_piped(
         monkeypatch,
         capsys,
-        "-",
+        walking_ts(tmp_path / "in.ts"),
         "-o",
         tmp_path / "out.mp4",
         "--method",
@@ -105,15 +109,7 @@ def test_a_stream_that_ends_mid_segment_leaves_a_playable_file(tmp_path, monkeyp
     server, url = serve(tmp_path, repeat=1, pace=0)
     out = tmp_path / "out"
     code, err = run(
-        monkeypatch,
-        capsys,
-        url,
-        "-o",
-        out,
-        "--method",
-        "low_res_8x6",
-        "--segment-seconds",
-        "3",
+        monkeypatch, capsys, url, "-o", out, *"--method low_res_8x6 --segment-seconds 3".split()
     )
     server.wait(10)
     assert code == 0, err
@@ -261,11 +257,10 @@ def test_a_stream_out_carries_gated_frames_on_the_streams_clock_and_the_log_coun
     receiver.start()
     while not listening(port):
         time.sleep(0.02)
-    piped(monkeypatch, walking_ts(tmp_path / "in.ts").read_bytes())
-    code, err = run(
+    code, err = protect_piped(
         monkeypatch,
         capsys,
-        "-",
+        walking_ts(tmp_path / "in.ts"),
         "-o",
         f"tcp://127.0.0.1:{port}",
         "--method",
@@ -290,18 +285,8 @@ def test_reconnect_opens_a_stream_that_ended_again_and_keeps_its_gap(
     server, url = served(stream, pace=1, times=2, pause=1.0)  # 1 s of stream at real time, twice
     out = tmp_path / "out.mp4"
     try:
-        code, err = run(
-            monkeypatch,
-            capsys,
-            url,
-            "-o",
-            out,
-            "--method",
-            "low_res_8x6",
-            "--reconnect",
-            "--duration",
-            "1.5",
-        )
+        options = "--method low_res_8x6 --reconnect --duration 1.5".split()
+        code, err = run(monkeypatch, capsys, url, "-o", out, *options)
     finally:
         server.kill()
     assert code == 0, err
@@ -379,12 +364,11 @@ def test_keep_audio_carries_a_live_sources_sound_into_each_segment_in_step(
 ):
     """--keep-audio: the source's AAC copied into each segment, on the video's clock: each file's sound lasts as long
     as its pictures."""
-    piped(monkeypatch, walking_with_a_tone(tmp_path / "in.ts").read_bytes())
     out = tmp_path / "out"
-    code, err = run(
+    code, err = protect_piped(
         monkeypatch,
         capsys,
-        "-",
+        walking_with_a_tone(tmp_path / "in.ts"),
         "-o",
         out,
         "--method",
