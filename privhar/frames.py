@@ -36,7 +36,9 @@ def protector(
 
     params_path = Path(params) if params is not None else PROJECT_PARAMS
     if not params_path.is_file():
-        raise PrivharError(f"{params_path}: no such params file (pass params=, a privhar params.yaml)")
+        raise PrivharError(
+            f"{params_path}: no such params file (pass params=, a privhar params.yaml)"
+        )
     chosen = ProtectOptions.of(
         {"method": method, "detectors": detectors, "chunk_seconds": chunk_seconds, **options}
     )
