@@ -45,6 +45,7 @@ from tasks.anonymize.video_container import (
     encode_frames,
     format_of,
     frame_rate,
+    reason_of,
     start_stream,
 )
 from tasks.core.errors import PrivharError, printable
@@ -74,7 +75,7 @@ def open_live(source: str, timeout: float) -> av.container.InputContainer:
             container = av.open(source, timeout=timeout)
     except (av.FFmpegError, OSError, ValueError) as error:
         raise PrivharError(
-            f"{_shown(source)}: cannot be read as a video stream ({_reason(error)})"
+            f"{_shown(source)}: cannot be read as a video stream ({reason_of(error)})"
         ) from None
     if not container.streams.video:
         container.close()
@@ -84,10 +85,6 @@ def open_live(source: str, timeout: float) -> av.container.InputContainer:
 
 def _shown(source: str) -> str:
     return {"-": "standard input"}.get(source, printable(source))
-
-
-def _reason(error: BaseException) -> str:
-    return getattr(error, "strerror", None) or str(error).splitlines()[0][:160]
 
 
 @dataclass
@@ -170,7 +167,7 @@ class Output:
                 self._stream = av.open(where, mode="w", format="mpegts")
             except (av.FFmpegError, OSError, ValueError) as error:
                 raise PrivharError(
-                    f"-o {printable(self.target)}: cannot be opened as a stream ({_reason(error)})"
+                    f"-o {printable(self.target)}: cannot be opened as a stream ({reason_of(error)})"
                 ) from None
 
     def write(
@@ -190,12 +187,12 @@ class Output:
         _, _, output, video = self._open
         stamps = []  # strictly increasing, as the muxers want, whatever the source's timestamps
         for frame in taken:
-            self._last = max(self._last + 1, round((frame.due - self._first) / OUTPUT_TIME_BASE))
+            self._last = max(self._last + 1, self._stamp(frame.due))
             stamps.append(self._last)
         encode_frames(video, output, frames[:, : video.height, : video.width], stamps, 0)
         for sound in sounds if self._sound is not None else []:
             packet = sound.packet
-            stamp = round((sound.due - self._first) / OUTPUT_TIME_BASE)
+            stamp = self._stamp(sound.due)
             if stamp <= self._last_sound:  # before the file began, or out of order: not muxable
                 continue
             self._last_sound = packet.pts = packet.dts = stamp
@@ -203,6 +200,10 @@ class Output:
             output.mux(packet)
         self._frames += len(frames)
         self.written += len(frames)
+
+    def _stamp(self, due: float) -> int:
+        """A time on the stream's clock as a timestamp of the open file or stream."""
+        return round((due - self._first) / OUTPUT_TIME_BASE)
 
     def _start(self, frames: np.ndarray, first: Frame, source: Any, fps: float) -> None:
         if self._stream is not None:
@@ -315,12 +316,12 @@ def protect_live(
         summary.interrupted = True
         summary.stopped = "interrupted (Ctrl-C; the frames of the stretch in progress were dropped, never written)"
     except (OSError, av.FFmpegError) as error:  # the main thread reads nothing: the output's
-        broken = _reason(error)
+        broken = reason_of(error)
     finally:
         try:
             output.close()
         except (OSError, av.FFmpegError) as error:
-            broken = broken or _reason(error)
+            broken = broken or reason_of(error)
     if broken is not None:
         if not output.written:
             raise PrivharError(f"-o {shown}: cannot be written ({broken}); nothing was written")
@@ -472,7 +473,7 @@ class LiveRun:
 def _ending(reader: StreamReader, summary: LiveSummary) -> str:
     """Why the stream stopped, once its frames are written: a break, ``--duration``, or its end."""
     if reader.error is not None:
-        summary.stopped, summary.failed = f"the stream broke off ({_reason(reader.error)})", True
+        summary.stopped, summary.failed = f"the stream broke off ({reason_of(reader.error)})", True
     elif reader.limit is not None and reader.read >= reader.limit:
         summary.stopped = f"--duration {summary.received / reader.fps:g} s reached"
     else:

@@ -33,6 +33,7 @@ from tasks.anonymize.video_container import (
     frame_rate,
     open_input,
     open_output,
+    reason_of,
     start_stream,
 )
 from tasks.core.errors import PrivharError, printable
@@ -76,10 +77,9 @@ def protect_file(
         raise PrivharError(
             f"{target}: cannot be written ({error.strerror or error}); nothing was written for it"
         ) from None
-    except av.FFmpegError as error:  # FFmpeg's words, not its error number (issue 82)
-        reason = getattr(error, "strerror", None) or str(error).splitlines()[0][:160]
+    except av.FFmpegError as error:
         raise PrivharError(
-            f"{source}: {reason} after {summary.frames} frames; nothing was written for it"
+            f"{source}: {reason_of(error)} after {summary.frames} frames; nothing was written for it"
         ) from None
     finally:
         container.close()

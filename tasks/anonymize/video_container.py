@@ -50,6 +50,11 @@ def frame_rate(stream: Any) -> float:
     return float(stream.average_rate or stream.guessed_rate or 25.0)
 
 
+def reason_of(error: BaseException, limit: int = 160) -> str:
+    """FFmpeg's (or the OS's) own words for ``error``, without its error number and the path again (issue 82)."""
+    return getattr(error, "strerror", None) or str(error).splitlines()[0][:limit]
+
+
 def open_input(source: Path) -> av.container.InputContainer:
     if source.is_dir():
         raise PrivharError(f"{source}: is a folder; expected a video file")
@@ -60,9 +65,7 @@ def open_input(source: Path) -> av.container.InputContainer:
     try:
         container = open_video(source)
     except (av.FFmpegError, OSError, ValueError) as error:
-        # FFmpeg's own words, without its error number and the path again (issue 82)
-        reason = getattr(error, "strerror", None) or str(error).splitlines()[0][:120]
-        raise PrivharError(f"{source}: not a readable video ({reason})") from None
+        raise PrivharError(f"{source}: not a readable video ({reason_of(error, 120)})") from None
     if not container.streams.video:
         container.close()
         raise PrivharError(f"{source}: has no video stream")
