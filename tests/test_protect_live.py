@@ -336,6 +336,34 @@ def test_a_program_pushes_its_frames_and_gets_them_back_gated_with_the_verdict(t
         protector.push(frames[0], 0.1)
 
 
+def test_the_gate_judges_at_the_streams_rate_while_the_finder_searches_less_often(monkeypatch):
+    """A live run that lowers the detection rate to keep up does not lower the gate's: its face judge still looks at
+    every ``fastest``-th frame (at 640x360 avatar released a face while both searched once a second)."""
+    import privhar
+    from tasks.anonymize import release
+
+    judged_every = []
+    judge = release.released_faces
+
+    def spied(*args):
+        judged_every.append(args[4])
+        return judge(*args)
+
+    monkeypatch.setattr(release, "released_faces", spied)
+    with av.open(str(WALKING)) as raw:
+        frames = [frame.to_ndarray(format="rgb24") for frame in raw.decode(video=0)]
+    protector = privhar.protector(10, method="blackout", detectors="hog,motion")
+    released = [
+        out for index, image in enumerate(frames[:10]) for out in protector.push(image, index)
+    ]
+    protector.detect_every = 10  # once a second, as --max-latency lowers it
+    released += [
+        out for index, image in enumerate(frames[10:20]) for out in protector.push(image, index)
+    ]
+    assert protector.fastest == 3 and protector.params.detect_every == 10
+    assert judged_every == [3, 3] and len(released) == 20 and all(out.passed for out in released)
+
+
 def walking_with_a_tone(path):
     """WALKING with a 440 Hz tone beside it, as MPEG-TS: H.264 and AAC (4 s)."""
     with av.open(str(WALKING)) as raw, av.open(str(path), "w", format="mpegts") as out:

@@ -186,8 +186,10 @@ def protect_stretch(
     options: ProtectOptions,
     params: AnonymizeParams,
     summary: Summary,
+    gate: AnonymizeParams | None = None,
 ) -> Protected:
-    """One stretch's people found and its frames released; a stretch the gate fails is blacked out where it failed
+    """One stretch's people found (at ``params.detect_every``) and its frames released and gated (the gate's face
+    judge at ``gate.detect_every``, by default the same); a stretch the gate fails is blacked out where it failed
     (``--on-fail black``) or stops the file (``skip``)."""
     entry = method_of(options.method)
     found = None
@@ -204,7 +206,7 @@ def protect_stretch(
         frames,
         found,
         method=options.method,
-        params=params,
+        params=gate or params,
         seed=options.seed,
         people_source="detectors " + "+".join(options.detectors),
     )
@@ -295,11 +297,8 @@ class FrameProtector:
             raise PrivharError(f"fps {fps}: expected frames a second above 0")
         self.fps, self.options, self.name = float(fps), options, name
         self.summary = summary or Summary(name, "")
-        self.params, self.scale, self.size = (
-            params,
-            1.0,
-            0,
-        )  # set for the frame size at the first stretch
+        # set for the frame size at the first stretch
+        self.params, self.scale, self.size, self.fastest, self.gate = params, 1.0, 0, 0, params
         self._given = params
         self._waiting: list[tuple[np.ndarray, float]] = []
 
@@ -308,17 +307,34 @@ class FrameProtector:
         if not self.size:
             self.params, self.scale = stream_params(height, self.fps, self.options, self._given)
             self.size = stretch_frames(self.options.chunk_seconds, self.fps, height, width)
-            self.fastest = (
-                self.params.detect_every
-            )  # the rate a live run may lower, and raise again to
+            # the rate a live run may lower, and raise again to; the gate judges at it whatever the finder's
+            self.fastest, self.gate = self.params.detect_every, self.params
         return self.size
+
+    @property
+    def detect_every(self) -> int:
+        """The finder's detection interval (a live run lowers its rate to keep up; the gate's stays at
+        :attr:`fastest`: a face released while people are searched once a second is judged as often as before)."""
+        return self.params.detect_every
+
+    @detect_every.setter
+    def detect_every(self, every: int) -> None:
+        if every != self.params.detect_every:
+            self.params = self.params.model_copy(update={"detect_every": every})
 
     def protect(self, frames: np.ndarray) -> Protected:
         """One stretch (T, H, W, 3) of uint8 RGB protected and gated, and counted in :attr:`summary`."""
         self.start(*frames.shape[1:3])
         summary = self.summary
         released = protect_stretch(
-            Path(self.name), frames, self.fps, self.scale, self.options, self.params, summary
+            Path(self.name),
+            frames,
+            self.fps,
+            self.scale,
+            self.options,
+            self.params,
+            summary,
+            self.gate,
         )
         summary.coverage_min = float(
             np.fmin(summary.coverage_min, released.coverage)

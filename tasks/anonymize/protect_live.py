@@ -51,7 +51,14 @@ from tasks.anonymize.video_container import (
 from tasks.core.errors import PrivharError, printable
 from tasks.core.params import AnonymizeParams
 from tasks.core.storage import staging_file
-from tasks.video_data.live_reader import Frame, Sound, StreamReader, keep_up
+from tasks.video_data.live_reader import (
+    Frame,
+    Sound,
+    StreamReader,
+    detection_interval,
+    plan,
+    work_per_frame,
+)
 
 log = logging.getLogger(__name__)
 REPORT_SECONDS = 60.0  # a live run logs its counts this often
@@ -306,6 +313,7 @@ def protect_live(
     _check(source, options, reconnect)
     shown = "standard output" if target == "-" else printable(str(target))
     summary = LiveSummary(_shown(source), shown)
+    warm_up(params, options)
     run = LiveRun(source, params, options, timeout, max_latency, reconnect, duration, summary)
     output = Output(target, segment_seconds, options.keep_metadata, options.keep_audio, summary)
     started, broken = time.perf_counter(), None
@@ -330,6 +338,19 @@ def protect_live(
     if summary.frames == 0 and not summary.interrupted and not summary.failed:
         raise PrivharError(f"{_shown(source)}: no decodable video frames ({summary.stopped})")
     return summary
+
+
+WARM_UP_SHAPE = (4, 360, 640, 3)  # a few black frames: every finder's model loaded and called once
+
+
+def warm_up(params: AnonymizeParams, options: ProtectOptions) -> None:
+    """The finders' and the method's models loaded before the source is opened: their first call took a second or
+    more, which the stream's first stretch waited for (its frames written 3 s after their time at 1280x720)."""
+    started = time.perf_counter()
+    FrameProtector(25.0, params=params, options=options, name="warm-up").protect(
+        np.zeros(WARM_UP_SHAPE, np.uint8)
+    )
+    log.debug("models loaded in %.1f s", time.perf_counter() - started)
 
 
 def _check(source: str, options: ProtectOptions, reconnect: bool) -> None:
@@ -383,7 +404,13 @@ class LiveRun:
         remaining = None if limit is None else limit - summary.received
         capacity = 2 * size + math.ceil(self.max_latency * fps)
         reader = StreamReader(
-            container, fps, capacity, remaining, self.clock_end + 1 / fps, self.options.keep_audio
+            container,
+            fps,
+            capacity,
+            remaining,
+            self.clock_end + 1 / fps,
+            self.options.keep_audio,
+            settle=size,
         )
         before = summary.received
         try:
@@ -417,39 +444,36 @@ class LiveRun:
     def _run(
         self, reader: StreamReader, container: Any, output: Output, size: int, before: int
     ) -> None:
-        """Every stretch of the stream gated, then written, under the ``max_latency`` rule (:func:`keep_up`)."""
-        protector, summary, fps = self.protector, self.summary, reader.fps
+        """Every stretch of the stream gated, then written, under the ``max_latency`` rule
+        (:func:`~tasks.video_data.live_reader.plan`, :func:`~tasks.video_data.live_reader.detection_interval`)."""
+        protector, summary, fps, bound = self.protector, self.summary, reader.fps, self.max_latency
         assert protector is not None
-        fastest = protector.fastest
-        reported, people, work = time.monotonic(), summary.people_frames, 0.0
+        slowest, fastest = max(protector.fastest, round(fps)), protector.fastest
+        reported, people, history = time.monotonic(), summary.people_frames, []
         try:
-            while (due := reader.oldest_due(size)) is not None:
-                every, late = keep_up(
-                    due,
-                    time.monotonic(),
-                    work,
-                    self.max_latency,
-                    protector.params.detect_every,
-                    max(fastest, round(fps)),
-                    fastest,
+            while dues := reader.waiting(size, bound - work_per_frame(history) * size):
+                now, per_frame = time.monotonic(), work_per_frame(history)
+                lateness = now + per_frame * min(size, len(dues)) - dues[0]
+                every = detection_interval(
+                    lateness, bound, protector.detect_every, slowest, fastest
                 )
-                if every != protector.params.detect_every:
-                    protector.params = protector.params.model_copy(update={"detect_every": every})
+                protector.detect_every = every
+                if every > fastest:
                     summary.slowest_detection = max(summary.slowest_detection, every)
-                if late is not None and (dropped := reader.drop_oldest(late)):
+                dropped, count = plan(dues, now, per_frame, size, bound)
+                if dropped:
+                    reader.drop(dropped)
                     summary.dropped += dropped
                     log.warning(
                         "live %s: %d frames dropped unwritten at %.1f s of the stream to keep within "
                         "--max-latency %g s (people searched every %d frames)",
                         _shown(self.source),
                         dropped,
-                        due - output.origin(due),
-                        self.max_latency,
+                        dues[0] - output.origin(dues[0]),
+                        bound,
                         every,
                     )
-                taken = reader.take(size)
-                if not taken:
-                    break
+                taken = reader.take(count)
                 # a stretch interrupted is not counted
                 started, people = time.monotonic(), summary.people_frames
                 released = protector.protect(np.stack([frame.image for frame in taken]))
@@ -460,7 +484,7 @@ class LiveRun:
                 summary.behind = max(
                     summary.behind, now - taken[0].due
                 )  # its oldest frame, the latest written
-                work = now - started
+                history.append((now - started) / len(taken))
                 if now - reported >= REPORT_SECONDS:
                     summary.received = before + reader.read
                     log.info("live %s: %s", _shown(self.source), summary.counts())

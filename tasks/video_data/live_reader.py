@@ -1,10 +1,11 @@
 """A live stream read as fast as it comes, so that a protector slower than its camera can keep up (issue 84).
 
 Decoding runs in a thread into a bounded queue; each frame carries its place on the stream's own clock (the first
-frame's arrival plus its timestamp's offset). :func:`keep_up` is the ``--max-latency`` rule the protector applies before
-each stretch: when the oldest waiting frame would be written later than ``max_latency`` seconds after its time on the
-stream's clock, the detection rate is lowered (people searched half as often, down to once a second: the remedy for a
-lasting overload) and the frames that cannot make it in time are dropped — never written unchecked — each counted. A source that delivers faster than real time
+frame's arrival plus its timestamp's offset). :func:`plan` and :func:`detection_interval` are the ``--max-latency``
+rule the protector applies before each stretch, from the work its last stretches cost a frame
+(:func:`work_per_frame`): a stretch starts early, shorter, when waiting for all its frames would write its oldest too
+late; near the bound people are searched half as often (down to once a second: the remedy for a lasting overload);
+and the frames that cannot make it in time are dropped, the oldest first — never written unchecked — each counted. A source that delivers faster than real time
 (a recorded file piped in) is ahead of its clock and loses nothing while the protector keeps the stream's pace.
 """
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import av
@@ -39,7 +40,9 @@ class Frame:
 class StreamReader:
     """The first video stream of ``container`` decoded in a thread into a queue of at most ``capacity`` frames (the
     decoder waits when it is full: a source faster than real time is held back, not dropped), up to ``limit``
-    frames."""
+    frames. The stream's clock starts at the first frame's arrival, moved back by any of the first ``settle`` frames
+    that arrives before its time on it: opening a stream reads its first frames at once (FFmpeg probes ~20 of them for
+    the frame rate), so the first frame arrives late by that much, and the frames after it early."""
 
     def __init__(
         self,
@@ -49,8 +52,9 @@ class StreamReader:
         limit: int | None = None,
         not_before: float = 0.0,
         audio: bool = False,
+        settle: int = 0,
     ) -> None:
-        self.fps, self.capacity, self.limit = fps, capacity, limit
+        self.fps, self.capacity, self.limit, self.settle = fps, capacity, limit, settle
         self.not_before = not_before  # the clock starts no earlier (a reconnection's, after the last connection's)
         self.last_due = 0.0
         self.audio = audio and bool(
@@ -110,14 +114,33 @@ class StreamReader:
             arrived,
             self._due(frame.pts, arrived, base),
         )
-        self.last_due = item.due
         with self._condition:
+            if self.read < self.settle and item.due > arrived:
+                item = self._settled(item)
+            self.last_due = item.due
             while len(self.queue) >= self.capacity and not self._stop:
                 self._condition.wait(WAKE_SECONDS)
             self.queue.append(item)
             self.read += 1
             self._condition.notify_all()
         return not self._stop and (self.limit is None or self.read < self.limit)
+
+    def _settled(self, item: Frame) -> Frame:
+        """``item``, which arrived before its time, and every time before it moved back to its arrival (not before
+        ``not_before``); the caller holds the condition."""
+        assert self._clock is not None
+        start, first, seconds = self._clock
+        shift = min(item.due - item.arrived, start - self.not_before)
+        if shift <= 0:
+            return item
+        self._clock = (start - shift, first, seconds)
+        self.queue = collections.deque(
+            replace(frame, due=frame.due - shift) for frame in self.queue
+        )
+        self.sounds = collections.deque(
+            replace(sound, due=sound.due - shift) for sound in self.sounds
+        )
+        return replace(item, due=item.due - shift)
 
     def _hear(self, packet: Any) -> None:
         """An audio packet placed on the video's clock (held until the first frame has set it: the video decoder
@@ -142,35 +165,31 @@ class StreamReader:
                 taken.append(self.sounds.popleft())
             return taken
 
-    def _wait_for(self, size: int) -> None:
-        """Until ``size`` frames wait or the stream has ended (the caller holds the condition)."""
-        while len(self.queue) < size and not self.ended:
-            self._condition.wait(WAKE_SECONDS)
+    def waiting(self, size: int, lead: float) -> list[float]:
+        """The waiting frames' times on the stream's clock, once ``size`` frames wait, the stream has ended, or the
+        clock is ``lead`` seconds past the oldest's time (the latest a stretch may start and still be written within
+        its bound): [] once the stream is drained."""
+        with self._condition:
+            while len(self.queue) < size and not self.ended:
+                left = self.queue[0].due + lead - time.monotonic() if self.queue else WAKE_SECONDS
+                if left <= 0:
+                    break
+                self._condition.wait(min(WAKE_SECONDS, left))
+            return [frame.due for frame in self.queue]
 
     def take(self, size: int) -> list[Frame]:
-        """The next ``size`` frames once they are there (fewer at the stream's end; none once it is drained)."""
+        """The next ``size`` frames of those waiting (fewer at the stream's end)."""
         with self._condition:
-            self._wait_for(size)
             taken = [self.queue.popleft() for _ in range(min(size, len(self.queue)))]
             self._condition.notify_all()
             return taken
 
-    def oldest_due(self, size: int) -> float | None:
-        """When the stream's clock reaches the oldest frame of the next stretch, once ``size`` frames wait (None
-        before)."""
+    def drop(self, count: int) -> None:
+        """The ``count`` oldest waiting frames dropped."""
         with self._condition:
-            self._wait_for(size)
-            return self.queue[0].due if self.queue else None
-
-    def drop_oldest(self, late: float) -> int:
-        """The waiting frames whose time on the stream's clock is before ``late``, dropped; how many."""
-        with self._condition:
-            dropped = 0
-            while self.queue and self.queue[0].due < late:
+            for _ in range(min(count, len(self.queue))):
                 self.queue.popleft()
-                dropped += 1
             self._condition.notify_all()
-            return dropped
 
     def close(self) -> bool:
         """The decoder asked to stop and given a second to; whether it has (a stalled read ends at the source's
@@ -182,33 +201,71 @@ class StreamReader:
         return not self._thread.is_alive()
 
 
-def keep_up(
-    due: float,
-    now: float,
-    work: float,
-    max_latency: float,
-    detect_every: int,
-    slowest: int,
-    fastest: int,
-) -> tuple[int, float | None]:
-    """(the detection interval to use, the stream-clock time before which waiting frames are dropped, or None) for a
-    stretch whose oldest frame is ``due`` on the stream's clock and whose work is expected to take ``work`` seconds
-    (the last stretch's). Within ``max_latency`` nothing changes, and a lowered rate is raised again once there is
-    room to spare. Past it the rate is halved, down to every ``slowest`` frames, and the frames that could not be
-    written in time are dropped, so the bound holds for what is written (up to one stretch's change of work).
+WORK_HISTORY = 20  # the stretches whose work per frame predicts the next one's
+WORK_SPREAD = 3.0  # the prediction: their median plus this many robust standard deviations (1.4826 MAD): a stretch's
+# work varies by a third at 1280x720 (faces to blur, the decoder's share of the CPU), and one slow stretch in 20 (a
+# model's first call, a reconnection) is not the rule
+LOWER_AT, RAISE_AT = (
+    0.9,
+    0.7,
+)  # people are searched half as often when a stretch is predicted to be written later
+# than this share of --max-latency after its oldest frame's time, and twice as often again below the second
 
-    >>> keep_up(10.0, 10.5, 0.5, 2.0, 3, 25, 3)  # written 1 s after its time: within 2 s
-    (3, None)
-    >>> keep_up(10.0, 11.8, 0.5, 2.0, 3, 25, 3)  # 2.3 s: search half as often, drop what is due before 10.3
-    (6, 10.3)
-    >>> keep_up(10.0, 11.8, 0.5, 2.0, 25, 25, 3)  # already once a second
-    (25, 10.3)
-    >>> keep_up(10.0, 10.1, 0.2, 2.0, 12, 25, 3)  # 0.3 s: room to spare, search twice as often again
-    (6, None)
+
+def work_per_frame(history: list[float]) -> float:
+    """The seconds of work a frame is expected to cost, from the last stretches' (0 before any).
+
+    >>> work_per_frame([]), work_per_frame([0.02] * 19 + [0.2])  # one slow stretch is not the rule
+    (0.0, 0.02)
+    >>> round(work_per_frame([0.04, 0.05, 0.06] * 5), 4)  # a spread of a fifth: predicted at the top of it
+    0.0945
     """
-    lateness = now + work - due
-    if max_latency <= 0 or lateness <= max_latency:
-        if lateness < max_latency / 4 and detect_every > fastest:
-            return max(fastest, detect_every // 2), None
-        return detect_every, None
-    return min(slowest, detect_every * 2), round(due + lateness - max_latency, 6)
+    recent = np.asarray(history[-WORK_HISTORY:])
+    if not len(recent):
+        return 0.0
+    median = float(np.median(recent))
+    return median + WORK_SPREAD * 1.4826 * float(np.median(np.abs(recent - median)))
+
+
+def plan(
+    dues: list[float], now: float, per_frame: float, size: int, max_latency: float
+) -> tuple[int, int]:
+    """(the oldest waiting frames to drop, the frames to protect next) so that the next stretch, whose frames wait with
+    times ``dues`` on the stream's clock and whose work is ``per_frame`` seconds a frame, is written at most
+    ``max_latency`` after its oldest frame's time: the fewest frames dropped, the newest always kept (a protector
+    slower than the bound for one frame still writes, late, and its lateness is counted).
+
+    >>> plan([10.0, 10.5, 11.0], 11.0, 0.2, 3, 2.0)  # written at 11.6, 1.6 s after 10.0
+    (0, 3)
+    >>> plan([10.0, 10.5, 11.0, 11.5], 11.2, 0.4, 3, 2.0)  # 10.0 would be written 2.4 s after its time: dropped
+    (1, 3)
+    >>> plan([10.0, 10.5], 13.0, 5.0, 3, 2.0)  # no frame can make it: the newest is written anyway
+    (1, 1)
+    """
+    drop = 0
+    while max_latency > 0 and drop < len(dues) - 1:
+        if now + per_frame * min(size, len(dues) - drop) - dues[drop] <= max_latency:
+            break
+        drop += 1
+    return drop, min(size, len(dues) - drop)
+
+
+def detection_interval(
+    lateness: float, max_latency: float, every: int, slowest: int, fastest: int
+) -> int:
+    """The detection interval for a stretch predicted to be written ``lateness`` seconds after its oldest frame's time:
+    halved rate (doubled interval, up to ``slowest``) near the bound, before any frame has to be dropped, and raised
+    again (down to ``fastest``) once there is room.
+
+    >>> detection_interval(1.5, 2.0, 3, 25, 3), detection_interval(1.9, 2.0, 3, 25, 3), detection_interval(2.5, 2.0, 24, 25, 3)
+    (3, 6, 25)
+    >>> detection_interval(1.3, 2.0, 12, 25, 3)  # room to spare: twice as often again
+    6
+    """
+    if max_latency <= 0:
+        return every
+    if lateness > LOWER_AT * max_latency:
+        return min(slowest, every * 2)
+    if lateness < RAISE_AT * max_latency and every > fastest:
+        return max(fastest, every // 2)
+    return every
