@@ -416,3 +416,28 @@ def test_keep_audio_carries_a_live_sources_sound_into_each_segment_in_step(
                 if packet.duration:
                     seconds[packet.stream.type] += float(packet.duration * packet.time_base)
         assert abs(seconds["audio"] - seconds["video"]) < 0.15, seconds
+
+
+def test_the_streams_clock_is_not_set_late_by_the_frames_ffmpeg_probes_at_opening(tmp_path):
+    """Opening a stream reads its first frames at once (FFmpeg probes ~20 for the frame rate): the first frame arrives
+    late by that much and, were the clock started at it, every later frame would arrive before its time and be written
+    later after its arrival than --max-latency's rule reckons. The clock starts when the source began to be opened."""
+    from tasks.anonymize.protect_live import open_live
+    from tasks.video_data.live_reader import StreamReader
+
+    server, url = serve(tmp_path, repeat=1, pace=1)  # 4 s at real time
+    try:
+        opened = time.monotonic()
+        container = open_live(url, 5.0)
+        reader = StreamReader(container, 10.0, 100, limit=30, opened=opened)
+        while not reader.ended:
+            time.sleep(0.1)
+        frames = reader.take(30)
+        reader.close()
+        container.close()
+    finally:
+        server.kill()
+    early = [frame.due - frame.arrived for frame in frames]
+    assert len(frames) == 30 and max(early) < 0.1, (
+        early
+    )  # on time or late, never ahead of their arrival

@@ -382,6 +382,7 @@ class LiveRun:
     shape: tuple[int, int] = (0, 0)  # the first connection's frame rows and columns
     # the last frame read, on the stream's clock: a reconnection's clock starts after it
     clock_end: float = 0.0
+    opened: float = 0.0  # when the source began to be opened: its clock starts no later
 
     def connection(self, output: Output) -> bool:
         """One connection to the source protected until it stops; whether to connect again."""
@@ -410,7 +411,7 @@ class LiveRun:
             remaining,
             self.clock_end + 1 / fps,
             self.options.keep_audio,
-            settle=size,
+            opened=self.opened,
         )
         before = summary.received
         try:
@@ -431,6 +432,7 @@ class LiveRun:
         wait = RECONNECT_WAIT[0]
         while True:
             try:
+                self.opened = time.monotonic()
                 container = open_live(self.source, self.timeout)
                 self.summary.failed = False  # a break before is mended
                 return container
@@ -453,9 +455,9 @@ class LiveRun:
         try:
             while dues := reader.waiting(size, bound - work_per_frame(history) * size):
                 now, per_frame = time.monotonic(), work_per_frame(history)
-                lateness = now + per_frame * min(size, len(dues)) - dues[0]
+                work = per_frame * min(size, len(dues))
                 every = detection_interval(
-                    lateness, bound, protector.detect_every, slowest, fastest
+                    now + work - dues[0], work, bound, protector.detect_every, slowest, fastest
                 )
                 protector.detect_every = every
                 if every > fastest:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import av
@@ -40,9 +40,10 @@ class Frame:
 class StreamReader:
     """The first video stream of ``container`` decoded in a thread into a queue of at most ``capacity`` frames (the
     decoder waits when it is full: a source faster than real time is held back, not dropped), up to ``limit``
-    frames. The stream's clock starts at the first frame's arrival, moved back by any of the first ``settle`` frames
-    that arrives before its time on it: opening a stream reads its first frames at once (FFmpeg probes ~20 of them for
-    the frame rate), so the first frame arrives late by that much, and the frames after it early."""
+    frames. The stream's clock starts at the first frame's arrival, or when the source began to be ``opened`` if that
+    was earlier: opening a stream reads its first frames (FFmpeg probes ~20 for the frame rate), which then arrive at
+    once, so a clock started at the first of them would run late by the probe's time and every later frame arrive
+    before its time on it."""
 
     def __init__(
         self,
@@ -52,9 +53,9 @@ class StreamReader:
         limit: int | None = None,
         not_before: float = 0.0,
         audio: bool = False,
-        settle: int = 0,
+        opened: float | None = None,
     ) -> None:
-        self.fps, self.capacity, self.limit, self.settle = fps, capacity, limit, settle
+        self.fps, self.capacity, self.limit, self.opened = fps, capacity, limit, opened
         self.not_before = not_before  # the clock starts no earlier (a reconnection's, after the last connection's)
         self.last_due = 0.0
         self.audio = audio and bool(
@@ -81,7 +82,8 @@ class StreamReader:
 
     def _due(self, pts: int | None, arrived: float, base: Any) -> float:
         if self._clock is None:
-            self._clock = (max(arrived, self.not_before), pts or 0, float(base or 0))
+            start = arrived if self.opened is None else min(arrived, self.opened)
+            self._clock = (max(start, self.not_before), pts or 0, float(base or 0))
         start, first, seconds = self._clock
         if pts is None or not seconds:
             return start + self.read / self.fps
@@ -114,33 +116,14 @@ class StreamReader:
             arrived,
             self._due(frame.pts, arrived, base),
         )
+        self.last_due = item.due
         with self._condition:
-            if self.read < self.settle and item.due > arrived:
-                item = self._settled(item)
-            self.last_due = item.due
             while len(self.queue) >= self.capacity and not self._stop:
                 self._condition.wait(WAKE_SECONDS)
             self.queue.append(item)
             self.read += 1
             self._condition.notify_all()
         return not self._stop and (self.limit is None or self.read < self.limit)
-
-    def _settled(self, item: Frame) -> Frame:
-        """``item``, which arrived before its time, and every time before it moved back to its arrival (not before
-        ``not_before``); the caller holds the condition."""
-        assert self._clock is not None
-        start, first, seconds = self._clock
-        shift = min(item.due - item.arrived, start - self.not_before)
-        if shift <= 0:
-            return item
-        self._clock = (start - shift, first, seconds)
-        self.queue = collections.deque(
-            replace(frame, due=frame.due - shift) for frame in self.queue
-        )
-        self.sounds = collections.deque(
-            replace(sound, due=sound.due - shift) for sound in self.sounds
-        )
-        return replace(item, due=item.due - shift)
 
     def _hear(self, packet: Any) -> None:
         """An audio packet placed on the video's clock (held until the first frame has set it: the video decoder
@@ -205,11 +188,9 @@ WORK_HISTORY = 20  # the stretches whose work per frame predicts the next one's
 WORK_SPREAD = 3.0  # the prediction: their median plus this many robust standard deviations (1.4826 MAD): a stretch's
 # work varies by a third at 1280x720 (faces to blur, the decoder's share of the CPU), and one slow stretch in 20 (a
 # model's first call, a reconnection) is not the rule
-LOWER_AT, RAISE_AT = (
-    0.9,
-    0.7,
-)  # people are searched half as often when a stretch is predicted to be written later
-# than this share of --max-latency after its oldest frame's time, and twice as often again below the second
+# people are searched half as often when a stretch is predicted to be written later than this share of
+# --max-latency after its oldest frame's time
+LOWER_AT = 0.9
 
 
 def work_per_frame(history: list[float]) -> float:
@@ -217,7 +198,7 @@ def work_per_frame(history: list[float]) -> float:
 
     >>> work_per_frame([]), work_per_frame([0.02] * 19 + [0.2])  # one slow stretch is not the rule
     (0.0, 0.02)
-    >>> round(work_per_frame([0.04, 0.05, 0.06] * 5), 4)  # a spread of a fifth: predicted at the top of it
+    >>> round(work_per_frame([0.04, 0.05, 0.06] * 5), 4)  # work that varies: predicted above its slowest
     0.0945
     """
     recent = np.asarray(history[-WORK_HISTORY:])
@@ -251,21 +232,26 @@ def plan(
 
 
 def detection_interval(
-    lateness: float, max_latency: float, every: int, slowest: int, fastest: int
+    lateness: float, work: float, max_latency: float, every: int, slowest: int, fastest: int
 ) -> int:
-    """The detection interval for a stretch predicted to be written ``lateness`` seconds after its oldest frame's time:
-    halved rate (doubled interval, up to ``slowest``) near the bound, before any frame has to be dropped, and raised
-    again (down to ``fastest``) once there is room.
+    """The detection interval for a stretch predicted to be written ``lateness`` seconds after its oldest frame's time,
+    ``work`` of them its protection: halved rate (doubled interval, up to ``slowest``) near the bound, before any frame
+    has to be dropped, and raised again (down to ``fastest``) once the stretch would stay clear of that even with half
+    as much work again (searching twice as often cost 30-40 % more at 1280x720). A live run at 640x360 that raised it
+    only below 0.7 of the bound (a 1 s stretch and its work are seldom under 1.4 s) searched once a second for most of
+    ten minutes, and face_blur released a face between two searches.
 
-    >>> detection_interval(1.5, 2.0, 3, 25, 3), detection_interval(1.9, 2.0, 3, 25, 3), detection_interval(2.5, 2.0, 24, 25, 3)
-    (3, 6, 25)
-    >>> detection_interval(1.3, 2.0, 12, 25, 3)  # room to spare: twice as often again
-    6
+    >>> detection_interval(1.5, 0.5, 2.0, 3, 25, 3), detection_interval(1.9, 0.9, 2.0, 3, 25, 3)
+    (3, 6)
+    >>> detection_interval(2.5, 1.5, 2.0, 24, 25, 3)  # down to once a second
+    25
+    >>> detection_interval(1.45, 0.45, 2.0, 12, 25, 3), detection_interval(1.7, 0.7, 2.0, 12, 25, 3)  # room: raised
+    (6, 12)
     """
     if max_latency <= 0:
         return every
     if lateness > LOWER_AT * max_latency:
         return min(slowest, every * 2)
-    if lateness < RAISE_AT * max_latency and every > fastest:
+    if lateness + work / 2 < LOWER_AT * max_latency and every > fastest:
         return max(fastest, every // 2)
     return every
