@@ -92,16 +92,21 @@ def _send(path: str, url: str, pace: float) -> None:
     with av.open(path) as source, av.open(url, "w", format="mpegts") as out:
         video = source.streams.video[0]
         sent = out.add_stream_from_template(video)
-        started, first = time.monotonic(), None
+        # the clock starts once the first packet is out: PyAV opens the output, and a listening one waits for its
+        # client, at the first mux (a clock started at av.open ran ahead by the client's start-up, sent as a burst)
+        started, first = None, None
         for packet in source.demux(video):
             if packet.dts is None:
                 continue
-            if pace and packet.pts is not None:
-                first = packet.pts if first is None else first
+            if pace and packet.pts is not None and started is not None:
                 due = started + float((packet.pts - first) * video.time_base) / pace
                 time.sleep(max(0.0, due - time.monotonic()))
             packet.stream = sent
+            if first is None and packet.pts is not None:
+                first = packet.pts
             out.mux(packet)
+            if started is None and first is not None:
+                started = time.monotonic()
 
 
 def free_port() -> int:

@@ -441,3 +441,27 @@ def test_the_streams_clock_is_not_set_late_by_the_frames_ffmpeg_probes_at_openin
     assert len(frames) == 30 and max(early) < 0.1, (
         early
     )  # on time or late, never ahead of their arrival
+
+
+def test_max_latency_0_waits_for_whole_stretches_and_drops_nothing(tmp_path):
+    """--max-latency 0: no bound, so no stretch is started short to meet one and no frame is dropped (2 s at real
+    time: two whole 1 s stretches)."""
+    from flows.stage_readers import section
+    from tasks.anonymize.frame_protector import ProtectOptions
+    from tasks.anonymize.protect_live import protect_live
+
+    stream = stream_file([WALKING], 240, 320, 10, 2.0, tmp_path / "stream.ts")
+    server, url = served(stream, pace=1)
+    options = ProtectOptions(method="low_res_8x6", detectors=("motion",), chunk_seconds=1.0)
+    try:
+        summary = protect_live(
+            url,
+            tmp_path / "out.mp4",
+            params=section(REPO / "params.yaml", "anonymize"),
+            options=options,
+            segment_seconds=None,
+            max_latency=0.0,
+        )
+    finally:
+        server.kill()
+    assert (summary.frames, summary.stretches, summary.dropped) == (20, 2, 0), summary.line()

@@ -453,7 +453,10 @@ class LiveRun:
         slowest, fastest = max(protector.fastest, round(fps)), protector.fastest
         reported, people, history = time.monotonic(), summary.people_frames, []
         try:
-            while dues := reader.waiting(size, bound - work_per_frame(history) * size):
+            # how long after its oldest frame's time a stretch may wait for the rest (--max-latency 0: until complete)
+            while dues := reader.waiting(
+                size, bound - work_per_frame(history) * size if bound > 0 else math.inf
+            ):
                 now, per_frame = time.monotonic(), work_per_frame(history)
                 work = per_frame * min(size, len(dues))
                 every = detection_interval(
