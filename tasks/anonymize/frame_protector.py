@@ -13,7 +13,9 @@ stretches and frames, and why.
 
 from __future__ import annotations
 
+import logging
 import math
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_args
@@ -29,6 +31,7 @@ from tasks.core.anonymize_catalogue import method_of
 from tasks.core.errors import PrivharError
 from tasks.core.params import AnonymizeParams
 
+log = logging.getLogger(__name__)
 DETECT_SECONDS = 0.25  # auto --detect-every: a search every quarter second or sooner, tracks between (people move a box width in ~1 s)
 DETECT_ROWS = 240  # auto --detect-scale: people are searched on frames of at most this many rows (HOG, Haar and
 # mediapipe were tuned on 320 x 240 UCF101 frames: hog_upscale enlarges those; a 720p frame enlarged twice is 9x the work)
@@ -378,3 +381,16 @@ class FrameProtector:
             ReleasedFrame(frame, stamp, index not in held, released.reason if index in held else "")
             for index, (frame, (_, stamp)) in enumerate(zip(released.frames, waiting, strict=True))
         ]
+
+
+WARM_UP_SHAPE = (4, 360, 640, 3)  # a few black frames: every finder's model loaded and called once
+
+
+def warm_up(params: AnonymizeParams, options: ProtectOptions) -> None:
+    """The finders' and the method's models loaded before the source is opened: their first call took a second or
+    more, which the stream's first stretch waited for (its frames written 3 s after their time at 1280x720)."""
+    started = time.perf_counter()
+    FrameProtector(25.0, params=params, options=options, name="warm-up").protect(
+        np.zeros(WARM_UP_SHAPE, np.uint8)
+    )
+    log.debug("models loaded in %.1f s", time.perf_counter() - started)

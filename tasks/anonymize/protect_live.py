@@ -14,13 +14,10 @@ stream's end, failure or reconnection, at a write error and at Ctrl-C — so wha
 final name is a closed, playable container and nothing half-written is left. Every frame is stamped with its time on
 the stream's clock since the run's first frame (:data:`OUTPUT_TIME_BASE`), so a reconnection's gap stays a gap.
 
-The stream is decoded in a thread as it arrives (:mod:`tasks.video_data.live_reader`) and ``--max-latency`` holds each
-frame's writing to that bound after its time on the stream's clock: people searched less often, then frames dropped,
-never written unchecked, each counted in the summary and, once a minute, in the log. With ``reconnect`` a source that
-breaks off or ends is opened again (after 1, 2, 4 … 30 s) until ``duration`` or Ctrl-C.
-
-With ``keep_audio`` the source's first audio stream is copied unchanged (as for files: voices are not protected), each
-packet placed on the video's clock and written with the stretch whose time it falls in.
+The stream is decoded in a thread (:mod:`tasks.video_data.live_reader`, whose rule holds ``--max-latency``: people
+searched less often, then frames dropped, never written unchecked, each counted). With ``reconnect`` a source that
+breaks off or ends is opened again (after 1, 2, 4 … 30 s) until ``duration`` or Ctrl-C. With ``keep_audio`` the first
+audio stream is copied unchanged, each packet placed on the video's clock.
 """
 
 from __future__ import annotations
@@ -38,7 +35,13 @@ from typing import Any
 import av
 import numpy as np
 
-from tasks.anonymize.frame_protector import FrameProtector, ProtectOptions, Summary, check_options
+from tasks.anonymize.frame_protector import (
+    FrameProtector,
+    ProtectOptions,
+    Summary,
+    check_options,
+    warm_up,
+)
 from tasks.anonymize.video_container import (
     VIDEO_CODECS,
     add_video,
@@ -338,19 +341,6 @@ def protect_live(
     if summary.frames == 0 and not summary.interrupted and not summary.failed:
         raise PrivharError(f"{_shown(source)}: no decodable video frames ({summary.stopped})")
     return summary
-
-
-WARM_UP_SHAPE = (4, 360, 640, 3)  # a few black frames: every finder's model loaded and called once
-
-
-def warm_up(params: AnonymizeParams, options: ProtectOptions) -> None:
-    """The finders' and the method's models loaded before the source is opened: their first call took a second or
-    more, which the stream's first stretch waited for (its frames written 3 s after their time at 1280x720)."""
-    started = time.perf_counter()
-    FrameProtector(25.0, params=params, options=options, name="warm-up").protect(
-        np.zeros(WARM_UP_SHAPE, np.uint8)
-    )
-    log.debug("models loaded in %.1f s", time.perf_counter() - started)
 
 
 def _check(source: str, options: ProtectOptions, reconnect: bool) -> None:
