@@ -301,7 +301,7 @@ class FrameProtector:
         self.fps, self.options, self.name = float(fps), options, name
         self.summary = summary or Summary(name, "")
         # set for the frame size at the first stretch
-        self.params, self.scale, self.size, self.fastest, self.gate = params, 1.0, 0, 0, params
+        self.params, self.scale, self.size, self.gate = params, 1.0, 0, params
         self._given = params
         self._waiting: list[tuple[np.ndarray, float]] = []
 
@@ -310,9 +310,16 @@ class FrameProtector:
         if not self.size:
             self.params, self.scale = stream_params(height, self.fps, self.options, self._given)
             self.size = stretch_frames(self.options.chunk_seconds, self.fps, height, width)
-            # the rate a live run may lower, and raise again to; the gate judges at it whatever the finder's
-            self.fastest, self.gate = self.params.detect_every, self.params
+            self.gate = (
+                self.params
+            )  # the gate judges at the stream's own rate whatever the finder's
         return self.size
+
+    @property
+    def fastest(self) -> int:
+        """The detection interval the stream starts at: a live run may lower the finder's rate, and raise it again to
+        this; the gate's stays at it."""
+        return self.gate.detect_every
 
     @property
     def detect_every(self) -> int:

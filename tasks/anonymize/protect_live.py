@@ -441,13 +441,11 @@ class LiveRun:
         protector, summary, fps, bound = self.protector, self.summary, reader.fps, self.max_latency
         assert protector is not None
         slowest, fastest = max(protector.fastest, round(fps)), protector.fastest
-        reported, people, history = time.monotonic(), summary.people_frames, []
+        reported, people, history, per_frame = time.monotonic(), summary.people_frames, [], 0.0
         try:
             # how long after its oldest frame's time a stretch may wait for the rest (--max-latency 0: until complete)
-            while dues := reader.waiting(
-                size, bound - work_per_frame(history) * size if bound > 0 else math.inf
-            ):
-                now, per_frame = time.monotonic(), work_per_frame(history)
+            while dues := reader.waiting(size, bound - per_frame * size if bound > 0 else math.inf):
+                now = time.monotonic()
                 work = per_frame * min(size, len(dues))
                 every = detection_interval(
                     now + work - dues[0], work, bound, protector.detect_every, slowest, fastest
@@ -480,6 +478,7 @@ class LiveRun:
                     summary.behind, now - taken[0].due
                 )  # its oldest frame, the latest written
                 history.append((now - started) / len(taken))
+                per_frame = work_per_frame(history)
                 if now - reported >= REPORT_SECONDS:
                     summary.received = before + reader.read
                     log.info("live %s: %s", _shown(self.source), summary.counts())

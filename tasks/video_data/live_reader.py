@@ -1,7 +1,7 @@
 """A live stream read as fast as it comes, so that a protector slower than its camera can keep up (issue 84).
 
-Decoding runs in a thread into a bounded queue; each frame carries its place on the stream's own clock (the first
-frame's arrival plus its timestamp's offset). :func:`plan` and :func:`detection_interval` are the ``--max-latency``
+Decoding runs in a thread into a bounded queue; each frame carries its place on the stream's own clock (its
+timestamp's offset from the first frame's arrival, or from when the source began to be opened if that was earlier). :func:`plan` and :func:`detection_interval` are the ``--max-latency``
 rule the protector applies before each stretch, from the work its last stretches cost a frame
 (:func:`work_per_frame`): a stretch starts early, shorter, when waiting for all its frames would write its oldest too
 late; near the bound people are searched half as often (down to once a second: the remedy for a lasting overload);
