@@ -103,7 +103,8 @@ def carried(
     *,
     motion_every_frame: bool = False,
 ) -> tuple[np.ndarray, list[list[Box]]]:
-    """The key frames' person pixels, and in every other frame those of the people tracked through it
+    """The key frames' person pixels, and in every frame those of the people tracked through it from the key frames
+    around (a key frame's own finders may miss someone the others found)
     (:func:`tasks.anonymize.tracks.fill`: a track's box interpolated between two finds up to two key frames apart,
     held up to the next key frame before the first and after the last; with the camera where it travels, ``maps``):
     a person found in frames t − k and t + k is covered in t by their shapes in both, each mapped onto the box
@@ -113,31 +114,65 @@ def carried(
     whole stretch merged a street's walkers into one box over most of the frame (issue 81). Shapes, not boxes: a blob
     of walkers joined by the gravel between them is a box three times their size (issue 81: vtest_a's blackout
     changed 20.2 % of the frame with grown boxes, 13.7 % with shapes grown by :func:`_margin`, 10.0 % with
-    ``CARRIED_MARGIN``; its people 2.5 %).
+    ``CARRIED_MARGIN``; its people 2.5 %). Key frames too, from the key frames around them (issue 84: a standing
+    man's 11 x 16 face at 1280 x 720, found in the key frames after, was released in the key frame that opened a 1 s
+    stretch, where the finders missed him).
     Returns the (T, H, W) mask and each frame's person boxes: its own blobs and the tracked boxes grown, one a
     person (a face method blurs each one's head band)."""
     found = [person_boxes(mask) for mask in person]
     if keyed.all():
         return person, found
-    tracked = scene_tracks([f if k else [] for f, k in zip(found, keyed)], maps, every - 1, 1.0)
     keys = np.flatnonzero(keyed)
-    out = person.copy()
+    out, own = person.copy(), [list(boxes) for boxes in found]
+    tracked = scene_tracks(
+        [own[k] if keyed[k] else [] for k in range(len(person))], maps, every, 1.0
+    )
     for t in np.flatnonzero(~keyed):
-        nearest = (int(keys[keys < t].max()), int(keys[keys > t].min()))
-        for track in np.flatnonzero(np.isfinite(tracked[t]).all(axis=1)):
-            box = tuple(float(v) for v in tracked[t, track])
-            grown = tuple(float(v) for v in scaled_boxes(tracked[t, track], MISSED_GROWTH))
-            found[t].append(grown)
-            seen = [k for k in nearest if np.isfinite(tracked[k, track]).all()]
-            shape = np.zeros(person.shape[1:], bool)
-            for k in seen:
-                moved_shape(shape, person[k], tuple(tracked[k, track]), box)
-            out[t] |= (
-                grown_shape(
-                    shape,
-                    CARRIED_MARGIN if motion_every_frame else _margin(tracked[:, track], seen, box),
-                )
-                if shape.any()
-                else fill_boxes(person.shape[1:], [grown])
-            )
+        _carry(out, found[t], t, person, tracked, keys, motion_every_frame)
+    # each key frame from the key frames on either side: its own finders may have missed someone they found (the
+    # tracks are held to it, ``reach`` = ``every``); on the stretch between those two only, a few milliseconds
+    for index, t in enumerate(keys):
+        lo, hi = int(keys[max(0, index - 1)]), int(keys[min(len(keys) - 1, index + 1)])
+        around = np.array(sorted({lo, hi} - {int(t)}), int) - lo
+        window = [own[k] if k - lo in around else [] for k in range(lo, hi + 1)]
+        near = scene_tracks(window, None if maps is None else maps[lo : hi + 1], every, 1.0)
+        _carry(
+            out[lo : hi + 1],
+            found[t],
+            int(t) - lo,
+            person[lo : hi + 1],
+            near,
+            around,
+            motion_every_frame,
+        )
     return out, found
+
+
+def _carry(
+    out: np.ndarray,
+    boxes: list[Box],
+    t: int,
+    person: np.ndarray,
+    tracked: np.ndarray,
+    around: np.ndarray,
+    motion_every_frame: bool,
+) -> None:
+    """Frame ``t``'s people tracked from the key frames ``around`` it added to ``out[t]`` (their shapes, else their
+    grown boxes) and to ``boxes``."""
+    nearest = tuple(int(k) for k in (*around[around < t][-1:], *around[around > t][:1]))
+    for track in np.flatnonzero(np.isfinite(tracked[t]).all(axis=1)):
+        box = tuple(float(v) for v in tracked[t, track])
+        grown = tuple(float(v) for v in scaled_boxes(tracked[t, track], MISSED_GROWTH))
+        boxes.append(grown)
+        seen = [k for k in nearest if np.isfinite(tracked[k, track]).all()]
+        shape = np.zeros(person.shape[1:], bool)
+        for k in seen:
+            moved_shape(shape, person[k], tuple(tracked[k, track]), box)
+        out[t] |= (
+            grown_shape(
+                shape,
+                CARRIED_MARGIN if motion_every_frame else _margin(tracked[:, track], seen, box),
+            )
+            if shape.any()
+            else fill_boxes(person.shape[1:], [grown])
+        )
