@@ -187,7 +187,7 @@ def test_a_protector_slower_than_its_stream_searches_less_often_and_drops_frames
     tmp_path, monkeypatch, capsys, caplog
 ):
     """--max-latency: each half-second stretch takes a second to protect, twice the stream's pace. The detection rate
-    is lowered (every 3 frames → 6 → 10, once a second) and the frames that cannot be written in time are dropped;
+    is lowered (every 3 frames → 5, twice a second: ``SLOWEST_DETECT_SECONDS``) and the frames that cannot be written in time are dropped;
     what is written is within the bound of its time on the stream's clock (up to one stretch's change of work), and
     every file plays."""
     from tasks.anonymize import frame_protector
@@ -221,7 +221,7 @@ def test_a_protector_slower_than_its_stream_searches_less_often_and_drops_frames
     written = int(line.split(": ", 1)[1].split(" frames")[0])
     dropped = int(line.split(" frames dropped unwritten to keep up")[0].rsplit("; ", 1)[1])
     assert dropped > 0 and written + dropped == 40, line
-    assert "detection lowered to every 10 frames to keep up" in line
+    assert "detection lowered to every 5 frames to keep up" in line
     assert (
         "frames dropped unwritten at " in caplog.text
         and "to keep within --max-latency 1 s" in caplog.text

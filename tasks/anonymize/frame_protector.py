@@ -33,6 +33,10 @@ from tasks.core.params import AnonymizeParams
 
 log = logging.getLogger(__name__)
 DETECT_SECONDS = 0.25  # auto --detect-every: a search every quarter second or sooner, tracks between (people move a box width in ~1 s)
+# a live run keeping up lowers the search rate to this at the slowest, then drops frames (issue 84: at once a second a
+# standing man's 11 x 16 face at 1280 x 720 was released; the tracks are held a key frame's distance, half a box
+# width of a walker at half a second)
+SLOWEST_DETECT_SECONDS = 0.5
 DETECT_ROWS = 240  # auto --detect-scale: people are searched on frames of at most this many rows (HOG, Haar and
 # mediapipe were tuned on 320 x 240 UCF101 frames: hog_upscale enlarges those; a 720p frame enlarged twice is 9x the work)
 

@@ -36,6 +36,7 @@ import av
 import numpy as np
 
 from tasks.anonymize.frame_protector import (
+    SLOWEST_DETECT_SECONDS,
     FrameProtector,
     ProtectOptions,
     Summary,
@@ -440,7 +441,10 @@ class LiveRun:
         (:func:`~tasks.video_data.live_reader.plan`, :func:`~tasks.video_data.live_reader.detection_interval`)."""
         protector, summary, fps, bound = self.protector, self.summary, reader.fps, self.max_latency
         assert protector is not None
-        slowest, fastest = max(protector.fastest, round(fps)), protector.fastest
+        slowest, fastest = (
+            max(protector.fastest, round(fps * SLOWEST_DETECT_SECONDS)),
+            protector.fastest,
+        )
         reported, people, history, per_frame = time.monotonic(), summary.people_frames, [], 0.0
         try:
             # how long after its oldest frame's time a stretch may wait for the rest (--max-latency 0: until complete)
