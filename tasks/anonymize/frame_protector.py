@@ -326,6 +326,11 @@ class FrameProtector:
         return self.gate.detect_every
 
     @property
+    def slowest(self) -> int:
+        """The longest detection interval a live run may lower the finder's to (``SLOWEST_DETECT_SECONDS``)."""
+        return max(self.fastest, round(self.fps * SLOWEST_DETECT_SECONDS))
+
+    @property
     def detect_every(self) -> int:
         """The finder's detection interval (a live run lowers its rate to keep up; the gate's stays at
         :attr:`fastest`: a face released while people are searched once a second is judged as often as before)."""

@@ -36,7 +36,6 @@ import av
 import numpy as np
 
 from tasks.anonymize.frame_protector import (
-    SLOWEST_DETECT_SECONDS,
     FrameProtector,
     ProtectOptions,
     Summary,
@@ -441,10 +440,7 @@ class LiveRun:
         (:func:`~tasks.video_data.live_reader.plan`, :func:`~tasks.video_data.live_reader.detection_interval`)."""
         protector, summary, fps, bound = self.protector, self.summary, reader.fps, self.max_latency
         assert protector is not None
-        slowest, fastest = (
-            max(protector.fastest, round(fps * SLOWEST_DETECT_SECONDS)),
-            protector.fastest,
-        )
+        slowest, fastest = protector.slowest, protector.fastest
         reported, people, history, per_frame = time.monotonic(), summary.people_frames, [], 0.0
         try:
             # how long after its oldest frame's time a stretch may wait for the rest (--max-latency 0: until complete)
