@@ -222,10 +222,10 @@ def test_a_protector_slower_than_its_stream_searches_less_often_and_drops_frames
     dropped = int(line.split(" frames dropped unwritten to keep up")[0].rsplit("; ", 1)[1])
     assert dropped > 0 and written + dropped == 40, line
     assert "detection lowered to every 5 frames to keep up" in line
-    assert (
-        "frames dropped unwritten at " in caplog.text
-        and "to keep within --max-latency 1 s" in caplog.text
-    )
+    # the warning reaches stderr through the "tasks" handler the command sets up (not propagated: caplog sees it only
+    # where an earlier test left the logger otherwise; alone, this test failed on caplog)
+    logged = caplog.text + err
+    assert "frames dropped unwritten at " in logged and "to keep within --max-latency 1 s" in logged
     assert float(line.split("at most ")[1].split(" s behind")[0]) <= 1.0 + 0.5, line
     assert sum(len(frames_of(path)) for path in out.iterdir()) == written
 
