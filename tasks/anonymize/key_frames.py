@@ -133,8 +133,8 @@ def carried(
     # tracks are held to it, ``reach`` = ``every``); on the stretch between those two only, a few milliseconds
     for index, t in enumerate(keys):
         lo, hi = int(keys[max(0, index - 1)]), int(keys[min(len(keys) - 1, index + 1)])
-        neighbours = {lo, hi} - {int(t)}
-        window = [own[k] if k in neighbours else [] for k in range(lo, hi + 1)]
+        around = np.array(sorted({lo, hi} - {int(t)}), int) - lo
+        window = [own[k] if k - lo in around else [] for k in range(lo, hi + 1)]
         near = scene_tracks(window, None if maps is None else maps[lo : hi + 1], every, 1.0)
         _carry(
             out[lo : hi + 1],
@@ -142,7 +142,7 @@ def carried(
             int(t) - lo,
             person[lo : hi + 1],
             near,
-            np.array(sorted(neighbours), int) - lo,
+            around,
             motion_every_frame,
         )
     return out, found
