@@ -44,7 +44,7 @@ from tasks.synthetic.body import JOINTS
 
 DETECTORS_OF = {"detector": ("mediapipe",), "motion": ("motion",)}
 FACE_FINDERS = ("centerface", "mediapipe", "faces")
-FACE_ROWS = 360  # the most rows CenterFace searches (:func:`face_search`)
+FACE_ROWS = 480  # the most rows CenterFace searches (:func:`face_search`)
 Box = tuple[float, float, float, float]
 
 
@@ -161,8 +161,10 @@ def face_search(clip: SourceClip, keyed: np.ndarray) -> tuple[np.ndarray, np.nda
 
     People are found on a copy of at most 240 rows; faces on one of up to ``FACE_ROWS`` where the frames are bigger
     (``privhar protect``, which holds them): a 17-pixel face of a 720p street is 6 pixels on the 240-row copy, under
-    CenterFace's smallest (issue 81: two faces of vtest_pan at 1280 × 720 released; none at 360 or 480 rows).
-    CenterFace takes 37 / 48 / 88 ms a key frame at 240 / 360 / 480 rows here."""
+    CenterFace's smallest (issue 81: two faces of vtest_pan at 1280 × 720 released; none at 360 or 480 rows). 480, not
+    360 (issue 84): a 12 × 16-pixel face of a 720p car park, 6 × 8 on the 360-row copy, was released by a live run's
+    face_blur and found on the 480-row one. CenterFace takes 37 / 48 / 88 ms a key frame at 240 / 360 / 480 rows
+    here."""
     kept = clip.kept[keyed]
     if clip.output is None or min(clip.output.shape[1], FACE_ROWS) <= kept.shape[1]:
         return kept, np.ones(4, np.float32)

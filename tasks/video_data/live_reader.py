@@ -213,18 +213,33 @@ def plan(
 ) -> tuple[int, int]:
     """(the oldest waiting frames to drop, the frames to protect next) so that the next stretch, whose frames wait with
     times ``dues`` on the stream's clock and whose work is ``per_frame`` seconds a frame, is written at most
-    ``max_latency`` after its oldest frame's time: the fewest frames dropped, the newest always kept (a protector
-    slower than the bound for one frame still writes, late, and its lateness is counted).
+    ``max_latency`` after its oldest frame's time: where a frame's work is shorter than the frames' spacing (a busy
+    second's lateness, not an overload, where a shorter stretch would only put it off: a stretch's work is not all in
+    proportion to its frames), the stretch shortened down to half first, the rest left to the next; then the fewest
+    frames dropped, the newest always kept (a protector slower than the bound for one frame still writes, late, and
+    its lateness is counted). At 640x360 a stretch's oldest frame missed its bound by a little after a busy second,
+    and 7 of 15 000 frames were dropped where a shorter stretch would have made it.
 
     >>> plan([10.0, 10.5, 11.0], 11.0, 0.2, 3, 2.0)  # written at 11.6, 1.6 s after 10.0
     (0, 3)
-    >>> plan([10.0, 10.5, 11.0, 11.5], 11.2, 0.4, 3, 2.0)  # 10.0 would be written 2.4 s after its time: dropped
-    (1, 3)
+    >>> plan([10.0, 10.5, 11.0], 11.2, 0.4, 3, 2.0)  # three would write 10.0 at 2.4 s, two at 2.0: shortened
+    (0, 2)
+    >>> plan([10.0, 10.5, 11.0], 11.0, 0.6, 3, 2.0)  # a frame's work is longer than its spacing: one dropped
+    (1, 2)
+    >>> plan([10.0, 10.5, 11.0, 11.5], 11.6, 0.4, 4, 2.0)  # even two would be 2.4 s late: two dropped
+    (2, 2)
     >>> plan([10.0, 10.5], 13.0, 5.0, 3, 2.0)  # no frame can make it: the newest is written anyway
     (1, 1)
     """
+    count = min(size, len(dues))
+    if max_latency <= 0:
+        return 0, count
+    keeping_up = len(dues) > 1 and per_frame * (len(dues) - 1) < dues[-1] - dues[0]
+    for shorter in range(count, (count + 1) // 2 - 1 if keeping_up else count, -1):
+        if now + per_frame * shorter - dues[0] <= max_latency:
+            return 0, shorter
     drop = 0
-    while max_latency > 0 and drop < len(dues) - 1:
+    while drop < len(dues) - 1:
         if now + per_frame * min(size, len(dues) - drop) - dues[drop] <= max_latency:
             break
         drop += 1
