@@ -209,12 +209,14 @@ def detect_in(
     identity: int,
 ) -> People:
     """People of ``clip`` found by the detectors of ``source`` on its kept frames (every ``anonymize.detect_every``-th
-    of them, :func:`key_frames`; tracks carry them through the rest), mapped onto the clip's output frames."""
+    of them, and both sides of each cut, :func:`key_frames`; tracks carry them through the rest), mapped onto the clip's
+    output frames."""
     kept = clip.kept
     detectors = detectors_of(source, params)
     count, height, width = kept.shape[:3]
-    keyed = key_frames(count, params.detect_every)
     camera = camera_of(clip.frames)
+    cuts = np.searchsorted(clip.picked, [shot.start for shot in camera.shots[1:]])
+    keyed = key_frames(count, params.detect_every, cuts.tolist())
     scene_maps = camera.maps[clip.picked] if camera.moves else None
     faces = _faces(clip, keyed, detectors, params, scene_maps)
     person, moved = _moving(clip, camera, detectors, params)
