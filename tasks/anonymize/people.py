@@ -78,6 +78,7 @@ class People:
     measured_on: str  # what the reference pixels are: "moving pixels", "true person pixels", ...
     found: bool  # whether any person (or face) was found in any frame
     judge: str = "haar"  # the gate's face judge, a family the finder did not use (tasks.anonymize.release.JUDGES)
+    keyed: np.ndarray | None = None  # the frames searched (key_frames); None: every detect_every-th
 
 
 def ground_truth(row: dict[str, Any], source: Path, keys: tuple[str, ...]) -> dict[str, np.ndarray]:
@@ -256,6 +257,7 @@ def detect_in(
         "head pixels of the people found" if faces_only else "moving pixels",
         found=bool(person_mask.any()),
         judge=judge_of(detectors),
+        keyed=keyed,
     )
 
 
