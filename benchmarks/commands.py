@@ -269,6 +269,12 @@ def bench_protect_memory_command(source: Path, methods: str, seconds: float, out
     show_default=True,
     help="Judge the outputs with MTCNN (needs facenet-pytorch: the detector venv).",
 )
+@click.option(
+    "--judge-every",
+    type=click.IntRange(1, None),
+    default=None,
+    help="Judge every N-th frame of the stream [default: one a second].",
+)
 @bench_out("protect-live.json")
 def bench_protect_live_command(
     folder: Path,
@@ -278,6 +284,7 @@ def bench_protect_live_command(
     detectors: str,
     keep: Path | None,
     judge: bool,
+    judge_every: int | None,
     out: Path,
 ) -> None:
     """Latency, frames written and faces released of privhar protect on a live stream: FOLDER's clips served on the
@@ -286,7 +293,15 @@ def bench_protect_live_command(
 
     clips = sorted(folder.glob("*.mp4"))
     record = run_live_bench(
-        clips, sizes.split(","), methods.split(","), seconds, out, detectors, keep, judge
+        clips,
+        sizes.split(","),
+        methods.split(","),
+        seconds,
+        out,
+        detectors,
+        keep,
+        judge,
+        judge_every,
     )
     click.echo(json.dumps(record["runs"], indent=2))
 

@@ -7,9 +7,10 @@ TCP (``ffmpeg -re … -f mpegts tcp://…?listen=1`` done with PyAV), so encodin
 measures. ``privhar protect tcp://… -o FOLDER`` runs in its own process and its summary line gives the figures.
 
 Then each output is judged as ``privhar bench protect`` judges files (:func:`benchmarks.protect.released_faces`: MTCNN,
-in neither privhar's finder nor its gate), on the frames written at whole seconds of the stream (once a second: MTCNN
-takes a third of a second a 720p frame here): each segment's frames are placed on the stream by its start (the log)
-and their own timestamps, and compared with the stream's frame there."""
+in neither privhar's finder nor its gate), on the frames written at every ``judge_every``-th frame of the stream (by
+default once a second: MTCNN takes a third of a second a 720p frame here, so every frame of ten minutes is out of
+reach): each segment's frames are placed on the stream by its start (the log) and their own timestamps, and compared
+with the stream's frame there, decoded again beside them (a 720p stream's face frames held in memory are gigabytes)."""
 
 from __future__ import annotations
 
@@ -179,10 +180,12 @@ def run_live_bench(
     detectors: str = "centerface,mediapipe,motion",
     keep: Path | None = None,
     judge: bool = True,
+    judge_every: int | None = None,
 ) -> dict[str, Any]:
     """Each method on each size's stream, served in real time: the figures of its summary and the frames sent; then,
-    with ``judge``, every output against its stream by the independent face judge (:func:`judge_live`). The streams and
-    outputs go to ``keep`` (a temporary folder without it)."""
+    with ``judge``, every output against its stream by the independent face judge (:func:`judge_live`) on every
+    ``judge_every``-th frame of the stream (None: once a second). The streams and outputs go to ``keep`` (a temporary
+    folder without it)."""
     privhar = str(Path(sys.executable).with_name("privhar"))
     record: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%d %H:%M"),
@@ -193,8 +196,9 @@ def run_live_bench(
         "clips": [clip.name for clip in clips],
         "seconds": seconds,
         "detectors": detectors,
-        "judge": f"MTCNN (facenet-pytorch 2.6.0, benchmarks/face_judge.py) on the written frames at whole seconds of "
-        f"the stream; released = a face found again at a raw face's place, moved < {RELEASED_LEVELS:g} levels",
+        "judge": f"MTCNN (facenet-pytorch 2.6.0, benchmarks/face_judge.py) on the written frames at every "
+        f"{judge_every or 'fps'}-th frame of the stream; released = a face found again at a raw face's place, moved "
+        f"< {RELEASED_LEVELS:g} levels",
         "runs": [],
     }
     with tempfile.TemporaryDirectory() as scratch:
@@ -219,14 +223,11 @@ def run_live_bench(
                 record["runs"].append(run)
                 atomic_write_bytes(out, (json.dumps(record, indent=2) + "\n").encode())
             if judge:
-                truth = raw_faces(path, fps)
+                truth = raw_faces(path, judge_every or fps)
                 for run in record["runs"]:
                     if run["size"] == size:
-                        run.update(
-                            judge_live(
-                                truth, folder / f"{size}-{run['method']}", run["starts"], fps
-                            )
-                        )
+                        written = folder / f"{size}-{run['method']}"
+                        run.update(judge_live(path, truth, written, run["starts"], fps))
                 atomic_write_bytes(out, (json.dumps(record, indent=2) + "\n").encode())
     return record
 
@@ -269,51 +270,90 @@ START = re.compile(r"^(.*\.mp4): from ([\d.]+) s of the stream$", re.MULTILINE)
 JUDGE_BATCH = 16  # frames MTCNN takes at once (its pyramid of a 720p frame is a few hundred MB)
 
 
-def raw_faces(path: Path, fps: int) -> dict[int, tuple[np.ndarray, list[Any]]]:
-    """The stream's frames at whole seconds (index → the frame and the judge's faces in it)."""
+def raw_faces(path: Path, every: int) -> dict[int, list[Any]]:
+    """The judge's faces in every ``every``-th frame of the stream (index → boxes; [] where it finds none)."""
+    faces: dict[int, list[Any]] = {}
+    batch: list[tuple[int, np.ndarray]] = []
     with av.open(str(path)) as container:
-        frames = {
-            index: frame.to_ndarray(format="rgb24")
-            for index, frame in enumerate(container.decode(video=0))
-            if index % fps == 0
-        }
-    indices = sorted(frames)
-    faces: list[Any] = []
-    for start in range(0, len(indices), JUDGE_BATCH):
-        faces += judge_faces(
-            np.stack([frames[index] for index in indices[start : start + JUDGE_BATCH]])
-        )
-    return {index: (frames[index], found) for index, found in zip(indices, faces, strict=True)}
+        for index, frame in enumerate(container.decode(video=0)):
+            if index % every == 0:
+                batch.append((index, frame.to_ndarray(format="rgb24")))
+            if len(batch) == JUDGE_BATCH:
+                faces |= _judged(batch)
+                batch = []
+    return faces | _judged(batch)
 
 
-def judge_live(
-    truth: dict[int, tuple[np.ndarray, list[Any]]],
-    written: Path,
-    starts: dict[str, float],
-    fps: int,
-) -> dict[str, Any]:
-    """The written frames at whole seconds of the stream (placed by each segment's start and their own timestamps)
-    against the raw stream: judged, with a raw face, faces released, black."""
-    pairs: list[tuple[int, np.ndarray]] = []
+def _judged(batch: list[tuple[int, np.ndarray]]) -> dict[int, list[Any]]:
+    if not batch:
+        return {}
+    found = judge_faces(np.stack([image for _, image in batch]))
+    return {index: boxes for (index, _), boxes in zip(batch, found, strict=True)}
+
+
+def written_frames(
+    written: Path, starts: dict[str, float], fps: int
+) -> Iterator[tuple[int, av.VideoFrame]]:
+    """The frames of ``written``'s segments with their place on the stream (each segment's start, from the log, and
+    the frame's own timestamp), in the stream's order."""
     for segment in sorted(written.glob("*.mp4")):
         with av.open(str(segment)) as container:
             first = None
             for frame in container.decode(video=0):
                 first = frame.time if first is None else first
-                index = round((starts[segment.name] + frame.time - first) * fps)
-                if index in truth:
-                    pairs.append((index, frame.to_ndarray(format="rgb24")))
+                yield round((starts[segment.name] + frame.time - first) * fps), frame
+
+
+def judge_live(
+    path: Path,
+    truth: dict[int, list[Any]],
+    written: Path,
+    starts: dict[str, float],
+    fps: int,
+) -> dict[str, Any]:
+    """The written frames at the judged places of the stream (``truth``'s) against the stream's frames there, decoded
+    again from ``path``: judged, with a raw face, faces released, black."""
+    judged = black_frames = face_frames = 0
     released = []  # (the stream's frame, the judge's box): a person looks at each
-    for start in range(0, len(pairs), JUDGE_BATCH):
-        batch = pairs[start : start + JUDGE_BATCH]
-        before = np.stack([truth[index][0] for index, _ in batch])
-        after = np.stack([image for _, image in batch])
-        found = released_faces(before, [truth[index][1] for index, _ in batch], after)
-        released += [(batch[t][0], [round(v) for v in box]) for t, box in found]
+    batch: list[tuple[int, np.ndarray, np.ndarray]] = []
+    with av.open(str(path)) as container:
+        raw = enumerate(container.decode(video=0))
+        at, raw_frame = -1, None
+        for index, frame in written_frames(written, starts, fps):
+            if index not in truth:
+                continue
+            image = frame.to_ndarray(format="rgb24")
+            judged += 1
+            black_frames += int(black(image[None])[0])
+            if not truth[index]:
+                continue  # no raw face there to release
+            face_frames += 1
+            while at < index:
+                at, raw_frame = next(raw)
+            if at != index:
+                raise PrivharError(
+                    f"{written}: a written frame at the stream's frame {index}, after {at}"
+                )
+            batch.append((index, raw_frame.to_ndarray(format="rgb24"), image))
+            if len(batch) == JUDGE_BATCH:
+                released += _released(batch, truth)
+                batch = []
+    released += _released(batch, truth)
     return {
-        "frames_judged": len(pairs),
-        "raw_face_frames_judged": sum(1 for index, _ in pairs if truth[index][1]),
+        "frames_judged": judged,
+        "raw_face_frames_judged": face_frames,
         "faces_released": len(released),
         "released_at": released,
-        "black_frames_judged": int(sum(black(image[None])[0] for _, image in pairs)),
+        "black_frames_judged": black_frames,
     }
+
+
+def _released(
+    batch: list[tuple[int, np.ndarray, np.ndarray]], truth: dict[int, list[Any]]
+) -> list[tuple[int, list[int]]]:
+    if not batch:
+        return []
+    before = np.stack([raw for _, raw, _ in batch])
+    after = np.stack([image for _, _, image in batch])
+    found = released_faces(before, [truth[index] for index, _, _ in batch], after)
+    return [(batch[t][0], [round(v) for v in box]) for t, box in found]

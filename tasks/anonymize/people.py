@@ -78,7 +78,7 @@ class People:
     measured_on: str  # what the reference pixels are: "moving pixels", "true person pixels", ...
     found: bool  # whether any person (or face) was found in any frame
     judge: str = "haar"  # the gate's face judge, a family the finder did not use (tasks.anonymize.release.JUDGES)
-    keyed: np.ndarray | None = None  # the frames searched (key_frames); None: every detect_every-th
+    cuts: tuple[int, ...] = ()  # the first frame of each shot after the first (key_frames' cuts)
 
 
 def ground_truth(row: dict[str, Any], source: Path, keys: tuple[str, ...]) -> dict[str, np.ndarray]:
@@ -216,8 +216,8 @@ def detect_in(
     detectors = detectors_of(source, params)
     count, height, width = kept.shape[:3]
     camera = camera_of(clip.frames)
-    cuts = np.searchsorted(clip.picked, [shot.start for shot in camera.shots[1:]])
-    keyed = key_frames(count, params.detect_every, cuts.tolist())
+    cuts = tuple(np.searchsorted(clip.picked, [shot.start for shot in camera.shots[1:]]).tolist())
+    keyed = key_frames(count, params.detect_every, cuts)
     scene_maps = camera.maps[clip.picked] if camera.moves else None
     faces = _faces(clip, keyed, detectors, params, scene_maps)
     person, moved = _moving(clip, camera, detectors, params)
@@ -257,7 +257,7 @@ def detect_in(
         "head pixels of the people found" if faces_only else "moving pixels",
         found=bool(person_mask.any()),
         judge=judge_of(detectors),
-        keyed=keyed,
+        cuts=cuts,
     )
 
 

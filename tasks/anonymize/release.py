@@ -180,9 +180,9 @@ def released_faces(
     :data:`PROTECTED_FACE_SHARE` of its box by more than :data:`FACE_CHANGE_LEVELS`. A face it blurred but the judge still calls a face (the paper's blur removes
     the detail, not the blob) is the method's known weakness, which assess measures ("faces kept"), not a face left
     unprotected. The judge searches the dataset's annotated faces where it has them (Haar also fires on background
-    texture), else the whole frame. It searches the frames the detectors ran on (``found.keyed``: every ``every``-th and
-    both sides of each cut, :func:`tasks.anonymize.key_frames.key_frames`): a check of the release, at the detectors'
-    rate."""
+    texture), else the whole frame. It searches every ``every``-th frame and both sides of each cut the finders found
+    (:func:`tasks.anonymize.key_frames.key_frames`): a check of the release, at the detectors' rate (a live run's gate
+    keeps the stream's rate where its finder searches less often)."""
     regions = None
     if source_kind == "ground_truth":
         regions = [
@@ -191,9 +191,7 @@ def released_faces(
         ]
     leaked = []
     upscale = judge_upscale(frames.shape[1])
-    keyed = np.flatnonzero(
-        found.keyed if found.keyed is not None else key_frames(len(frames), every)
-    )
+    keyed = np.flatnonzero(key_frames(len(frames), every, found.cuts))
     if regions is not None:
         regions = [regions[t] for t in keyed]
     for index, box in faces_found_again(
