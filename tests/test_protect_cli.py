@@ -381,6 +381,22 @@ def test_a_person_found_in_two_key_frames_is_covered_in_the_frame_between():
     )  # and nothing away from the walker
 
 
+def test_the_gates_judge_looks_at_both_sides_of_a_cut_the_finders_found(monkeypatch):
+    """A shot's first frame is judged even where the judge's regular spacing skips it (issue 84: a cyclist's face
+    released at a cut of the 640x360 live stream)."""
+    from tasks.anonymize import release
+    from tasks.anonymize.people import People
+
+    judged = []
+    monkeypatch.setattr(
+        release, "faces_found_again", lambda before, *_, **__: judged.append(len(before)) or []
+    )
+    frames = np.zeros((8, 24, 32, 3), np.uint8)
+    found = People({}, np.zeros((8, 24, 32), bool), "source", "moving pixels", True, cuts=(5,))
+    assert release.released_faces(frames, frames, found, "motion", every=4) == []
+    assert judged == [4]  # frames 0, 4, 5 and 7: the regular 0, 4, 7 and the cut's first frame 5
+
+
 def test_a_key_frame_whose_finders_missed_a_person_gets_them_from_the_key_frames_around():
     """Issue 84: a standing man's 11 x 16 face at 1280 x 720, found in the key frames after, was released in the key
     frame that opened a 1 s stretch, where the finders missed him (key frames took only their own finds)."""
