@@ -235,8 +235,8 @@ def run_live_bench(
 def _live_run(
     privhar: str, path: Path, written: Path, method: str, detectors: str
 ) -> dict[str, Any]:
-    """``privhar protect`` on ``path`` served in real time, into the folder ``written``: its summary's figures and
-    where each segment starts on the stream's clock (its log)."""
+    """``privhar protect`` on ``path`` served in real time, into the folder ``written`` (its log beside it, as
+    ``written``.log): its summary's figures and where each segment starts on the stream's clock (the log)."""
     server, url = served(path)
     command = [
         privhar,
@@ -255,6 +255,8 @@ def _live_run(
         done = subprocess.run(command, capture_output=True, text=True, check=False)
     finally:
         server.kill()
+    # the log beside the output: when frames were dropped and stretches written black
+    written.with_name(f"{written.name}.log").write_text(done.stderr)
     line = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else ""
     if done.returncode or " -> " not in line:
         raise PrivharError(f"privhar protect {url} ({path.name}, {method}) failed: {line}")
