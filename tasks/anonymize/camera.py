@@ -186,17 +186,18 @@ def scene_tracks(
     maps: np.ndarray | None,
     reach: int | None = None,
     growth: float = MISSED_GROWTH,
+    sweep: bool = False,
 ) -> np.ndarray:
     """(T, P, 4) tracks of the boxes found in each frame, linked, interpolated between and held beyond their finds
     (:func:`tasks.anonymize.tracks.fill`) where the scene is: on a camera that travels (``maps``, frame t's map from
     its shot's first frame), in the first frame's coordinates, then mapped back into each frame's view, so a box
     held between two searches moves with the camera instead of staying where it was found. ``reach``: how far a box
-    is held past its finds (:func:`tasks.anonymize.tracks.fill`; None: through the clip), and boxes not found grown by
-    ``growth``.
+    is held past its finds (:func:`tasks.anonymize.tracks.fill`; None: through the clip), boxes not found grown by
+    ``growth`` and, with ``sweep``, stretched along the track's way (:func:`tasks.anonymize.tracks.swept`).
     (Not enough for a face walking fast across a pan: ``bikes.mp4``'s walker moved past the tracks' reach between two
     searches, and is left in one frame: docs/methods/anonymization.md.)"""
     if maps is None:
-        return fill(link(frames), growth, reach)
+        return fill(link(frames), growth, reach, sweep)
     inverse = np.linalg.inv(maps)
     scene = [
         as_frames(warp_boxes(np.asarray(boxes, np.float64).reshape(1, -1, 4), inverse[t : t + 1]))[
@@ -204,4 +205,6 @@ def scene_tracks(
         ]
         for t, boxes in enumerate(frames)
     ]
-    return warp_boxes(fill(link(scene), growth, reach).astype(np.float64), maps).astype(np.float32)
+    return warp_boxes(fill(link(scene), growth, reach, sweep).astype(np.float64), maps).astype(
+        np.float32
+    )

@@ -27,6 +27,7 @@ from tasks.anonymize.coverage import changed
 from tasks.anonymize.people import detect_in, video_identity
 from tasks.anonymize.release import Protected, protect_clip
 from tasks.anonymize.source_clip import SourceClip, Upscale
+from tasks.anonymize.tracks import Box
 from tasks.core.anonymize_catalogue import method_of
 from tasks.core.errors import PrivharError
 from tasks.core.params import AnonymizeParams
@@ -194,12 +195,14 @@ def protect_stretch(
     params: AnonymizeParams,
     summary: Summary,
     gate: AnonymizeParams | None = None,
-) -> Protected:
-    """One stretch's people found (at ``params.detect_every``) and its frames released and gated (the gate's face
-    judge at ``gate.detect_every``, by default the same); a stretch the gate fails is blacked out where it failed
-    (``--on-fail black``) or stops the file (``skip``)."""
+    before: tuple[list[Box], ...] = (),
+) -> tuple[Protected, tuple[list[Box], ...]]:
+    """One stretch's people found (at ``params.detect_every``; the faces found in the frames ``before`` it followed
+    into it) and its frames released and gated (the gate's face judge at ``gate.detect_every``, by default the same); a
+    stretch the gate fails is blacked out where it failed (``--on-fail black``) or stops the file (``skip``). Returns it
+    and the faces found in each of its frames."""
     entry = method_of(options.method)
-    found = None
+    found, finds = None, ()
     if entry.people:
         found = detect_in(
             _detection_clip(frames, fps, scale),
@@ -207,7 +210,9 @@ def protect_stretch(
             source="ensemble",
             params=params,
             identity=video_identity(source.name),
+            before=before,
         )
+        finds = found.face_finds
         summary.people_frames += int(_any_people(found).sum())
     result = protect_clip(
         frames,
@@ -226,7 +231,7 @@ def protect_stretch(
         summary.held_back.append(result.reason)
         summary.held_back_frames += len(result.failed) or len(frames)
         result = result.blacked_out(only_failed=True)
-    return result
+    return result, finds
 
 
 def _any_people(found: Any) -> np.ndarray:
@@ -308,6 +313,9 @@ class FrameProtector:
         self.params, self.scale, self.size, self.gate = params, 1.0, 0, params
         self._given = params
         self._waiting: list[tuple[np.ndarray, float]] = []
+        # the faces found in the last frames of the stretch before, whose tracks go on into the next (issue 84: a
+        # cyclist found at the end of one second was held still through the next, lagging his face by half its width)
+        self._finds: tuple[list[Box], ...] = ()
 
     def start(self, height: int, width: int) -> int:
         """The params and the detection scale for frames ``height`` × ``width`` (once); the frames a stretch holds."""
@@ -345,7 +353,7 @@ class FrameProtector:
         """One stretch (T, H, W, 3) of uint8 RGB protected and gated, and counted in :attr:`summary`."""
         self.start(*frames.shape[1:3])
         summary = self.summary
-        released = protect_stretch(
+        released, finds = protect_stretch(
             Path(self.name),
             frames,
             self.fps,
@@ -354,7 +362,10 @@ class FrameProtector:
             self.params,
             summary,
             self.gate,
+            self._finds,
         )
+        # the last two searches' frames at the slowest rate: the way a face was going
+        self._finds = finds[-2 * self.slowest :]
         summary.coverage_min = float(
             np.fmin(summary.coverage_min, released.coverage)
         )  # NaN: not gated

@@ -79,6 +79,9 @@ class People:
     found: bool  # whether any person (or face) was found in any frame
     judge: str = "haar"  # the gate's face judge, a family the finder did not use (tasks.anonymize.release.JUDGES)
     cuts: tuple[int, ...] = ()  # the first frame of each shot after the first (key_frames' cuts)
+    # the faces found in each kept frame (searched pixels, [] where none was searched): a stream's next stretch
+    # continues their tracks (``detect_in``'s ``before``)
+    face_finds: tuple[list[Box], ...] = ()
 
 
 def ground_truth(row: dict[str, Any], source: Path, keys: tuple[str, ...]) -> dict[str, np.ndarray]:
@@ -208,10 +211,12 @@ def detect_in(
     source: str,
     params: AnonymizeParams,
     identity: int,
+    before: tuple[list[Box], ...] = (),
 ) -> People:
     """People of ``clip`` found by the detectors of ``source`` on its kept frames (every ``anonymize.detect_every``-th
     of them, and both sides of each cut, :func:`key_frames`; tracks carry them through the rest), mapped onto the clip's
-    output frames."""
+    output frames. ``before``: the faces found in the frames just before the clip (a stream's stretch before, its
+    ``People.face_finds``), whose tracks go on into it."""
     kept = clip.kept
     detectors = detectors_of(source, params)
     count, height, width = kept.shape[:3]
@@ -219,7 +224,7 @@ def detect_in(
     cuts = tuple(np.searchsorted(clip.picked, [shot.start for shot in camera.shots[1:]]).tolist())
     keyed = key_frames(count, params.detect_every, cuts)
     scene_maps = camera.maps[clip.picked] if camera.moves else None
-    faces = _faces(clip, keyed, detectors, params, scene_maps)
+    finds, faces = _faces(clip, keyed, detectors, params, scene_maps, before)
     person, moved = _moving(clip, camera, detectors, params)
     person[keyed] |= _found_on_key_frames(kept[keyed], detectors, params)
     # a face is a person's
@@ -258,6 +263,7 @@ def detect_in(
         found=bool(person_mask.any()),
         judge=judge_of(detectors),
         cuts=cuts,
+        face_finds=tuple(finds),
     )
 
 
@@ -267,9 +273,12 @@ def _faces(
     detectors: tuple[str, ...],
     params: AnonymizeParams,
     scene_maps: np.ndarray | None,
-) -> list[list[Box]]:
-    """The faces of every kept frame: found on the key frames (CenterFace, else BlazeFace, and the Haar cascade where
-    ``faces`` is a member), each followed through the frames it was missed in, with the camera."""
+    before: tuple[list[Box], ...] = (),
+) -> tuple[list[list[Box]], list[list[Box]]]:
+    """The faces found on the key frames (CenterFace, else BlazeFace, and the Haar cascade where ``faces`` is a member),
+    and those of every kept frame: each found face followed through the frames it was missed in, with the camera,
+    held where it was last found and swept along its way from there (:func:`tasks.anonymize.tracks.swept`), its track
+    begun in the frames ``before`` the clip (on a moving camera, taken as seen from the clip's first frame)."""
     kept = clip.kept
     faces: list[list[Box]] = [[] for _ in range(len(kept))]
     if "centerface" in detectors:
@@ -288,13 +297,16 @@ def _faces(
         found = iter(blazeface(kept[keyed], params.detector_confidence))
         faces = [next(found) if key else [] for key in keyed]
     if not any(member in detectors for member in FACE_FINDERS):
-        return faces
+        return faces, faces
     if "faces" in detectors:
         faces = [
             found + (face_boxes(frame, params.hog_upscale) if key else [])
             for found, frame, key in zip(faces, kept, keyed)
         ]
-    return as_frames(scene_tracks(faces, scene_maps))
+    lead = len(before)
+    maps = None if scene_maps is None else np.concatenate([scene_maps[:1]] * lead + [scene_maps])
+    tracked = scene_tracks([*before, *faces], maps, sweep=True)
+    return faces, as_frames(tracked[lead:])
 
 
 def _moving(
