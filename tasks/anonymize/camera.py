@@ -13,11 +13,19 @@ motion is background corners tracked by pyramidal Lucas-Kanade and a similarity 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import cv2
 import numpy as np
 
-from tasks.anonymize.tracks import MISSED_GROWTH, Box, as_frames, fill, link
+from tasks.anonymize.tracks import (
+    MISSED_GROWTH,
+    Box,
+    by_track,
+    fill,
+    link,
+    track_numbers,
+)
 
 CUT_DISTANCE = 0.4  # hue-saturation histograms' Bhattacharyya distance of a cut (consecutive synthetic frames ≤ 0.24)
 STATIC_PIXELS = 3.0  # a shot whose camera moves no frame corner further is static (the synthetic clips' jitter: ~1)
@@ -187,24 +195,53 @@ def scene_tracks(
     reach: int | None = None,
     growth: float = MISSED_GROWTH,
     sweep: bool = False,
+    speeds: list[list[tuple[float, float]]] | None = None,
 ) -> np.ndarray:
     """(T, P, 4) tracks of the boxes found in each frame, linked, interpolated between and held beyond their finds
     (:func:`tasks.anonymize.tracks.fill`) where the scene is: on a camera that travels (``maps``, frame t's map from
     its shot's first frame), in the first frame's coordinates, then mapped back into each frame's view, so a box
     held between two searches moves with the camera instead of staying where it was found. ``reach``: how far a box
     is held past its finds (:func:`tasks.anonymize.tracks.fill`; None: through the clip), boxes not found grown by
-    ``growth`` and, with ``sweep``, stretched along the track's way (:func:`tasks.anonymize.tracks.swept`).
+    ``growth`` and, with ``sweep``, stretched along the track's way (:func:`tasks.anonymize.tracks.swept`; a track
+    found once, along ``speeds``: each find's move a frame in its frame's pixels, NaN where unknown).
     (Not enough for a face walking fast across a pan: ``bikes.mp4``'s walker moved past the tracks' reach between two
     searches, and is left in one frame: docs/methods/anonymization.md.)"""
     if maps is None:
-        return fill(link(frames), growth, reach, sweep)
+        return fill(link(frames), growth, reach, sweep, _by_track(frames, frames, speeds))
     inverse = np.linalg.inv(maps)
-    scene = [
-        as_frames(warp_boxes(np.asarray(boxes, np.float64).reshape(1, -1, 4), inverse[t : t + 1]))[
-            0
-        ]
-        for t, boxes in enumerate(frames)
+    scene = [_warped(boxes, inverse[t]) for t, boxes in enumerate(frames)]
+    # a find's move in the scene: where its speed puts it a frame on, seen from the scene, less where it is
+    ahead = [
+        _warped(
+            [
+                (x0 + dx, y0 + dy, x1 + dx, y1 + dy)
+                for (x0, y0, x1, y1), (dx, dy) in zip(boxes, moves)
+            ],
+            inverse[min(t + 1, len(maps) - 1)],
+        )
+        for t, (boxes, moves) in enumerate(zip(frames, speeds or [[] for _ in frames]))
     ]
-    return warp_boxes(fill(link(scene), growth, reach, sweep).astype(np.float64), maps).astype(
-        np.float32
-    )
+    moves = speeds and [
+        [tuple(((np.array(b) - a)[:2] + (np.array(b) - a)[2:]) / 2) for a, b in zip(here, there)]
+        for here, there in zip(scene, ahead)
+    ]
+    filled = fill(link(scene), growth, reach, sweep, _by_track(frames, scene, moves))
+    return warp_boxes(filled.astype(np.float64), maps).astype(np.float32)
+
+
+def _warped(boxes: list[Box], map_: np.ndarray) -> list[Box]:
+    """One frame's boxes moved by ``map_`` (NaN stays NaN, in its place)."""
+    moved = warp_boxes(np.asarray(boxes, np.float64).reshape(1, -1, 4), map_[None])[0]
+    return [(float(x0), float(y0), float(x1), float(y1)) for x0, y0, x1, y1 in moved]
+
+
+def _by_track(
+    frames: list[list[Box]], linked: list[list[Box]], speeds: list[list[Any]] | None
+) -> np.ndarray | None:
+    """(T, P, 2) each find's speed in the columns of :func:`tasks.anonymize.tracks.link`'s tracks of ``linked``."""
+    if not speeds:
+        return None
+    values = np.full((len(frames), max([len(boxes) for boxes in frames] + [1]), 2), np.nan)
+    for t, moves in enumerate(speeds):
+        values[t, : len(moves)] = np.asarray(moves, float).reshape(-1, 2)
+    return by_track(values, track_numbers(linked))

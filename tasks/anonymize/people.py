@@ -32,7 +32,7 @@ import numpy as np
 from tasks.anonymize.camera import camera_of, scene_tracks
 from tasks.anonymize.coverage import changed as _changed
 from tasks.anonymize.coverage import moving_pixels, registered_differences
-from tasks.anonymize.key_frames import carried, key_frames, person_boxes
+from tasks.anonymize.key_frames import carried, face_speed, key_frames, person_boxes
 from tasks.anonymize.source_clip import SourceClip, source_clip
 from tasks.anonymize.tracks import as_frames, between, by_track, fill, track_numbers
 from tasks.core.errors import PrivharError
@@ -277,8 +277,9 @@ def _faces(
 ) -> tuple[list[list[Box]], list[list[Box]]]:
     """The faces found on the key frames (CenterFace, else BlazeFace, and the Haar cascade where ``faces`` is a member),
     and those of every kept frame: each found face followed through the frames it was missed in, with the camera,
-    held where it was last found and swept along its way from there (:func:`tasks.anonymize.tracks.swept`), its track
-    begun in the frames ``before`` the clip (on a moving camera, taken as seen from the clip's first frame)."""
+    held where it was last found and swept along its way from there (:func:`tasks.anonymize.tracks.swept`; a face
+    found once, the way its pixels move, :func:`tasks.anonymize.key_frames.face_speed`), its track begun in the frames
+    ``before`` the clip (on a moving camera, taken as seen from the clip's first frame)."""
     kept = clip.kept
     faces: list[list[Box]] = [[] for _ in range(len(kept))]
     if "centerface" in detectors:
@@ -305,7 +306,9 @@ def _faces(
         ]
     lead = len(before)
     maps = None if scene_maps is None else np.concatenate([scene_maps[:1]] * lead + [scene_maps])
-    tracked = scene_tracks([*before, *faces], maps, sweep=True)
+    speeds = [[face_speed(kept, t, box) for box in boxes] for t, boxes in enumerate(faces)]
+    unknown = [[(np.nan, np.nan)] * len(boxes) for boxes in before]
+    tracked = scene_tracks([*before, *faces], maps, sweep=True, speeds=[*unknown, *speeds])
     return faces, as_frames(tracked[lead:])
 
 

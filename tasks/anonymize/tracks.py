@@ -103,13 +103,17 @@ def link(faces: list[list[Box]]) -> np.ndarray:
 
 
 def fill(
-    tracks: np.ndarray, growth: float = MISSED_GROWTH, reach: int | None = None, sweep: bool = False
+    tracks: np.ndarray,
+    growth: float = MISSED_GROWTH,
+    reach: int | None = None,
+    sweep: bool = False,
+    speeds: np.ndarray | None = None,
 ) -> np.ndarray:
     """Each track (a column of (T, P, 4)) in the frames it was not detected in: interpolated between two of its
     detections and held before the first and after the last: through the whole clip, or (``reach``) across gaps of up
     to ``2 (reach + 1)`` frames (one missed key frame, where finders run every ``reach + 1``) and ``reach`` frames
     past the first and last; every box not detected grown by ``growth``, and with ``sweep`` a held box stretched
-    along the track's way (:func:`swept`). A track never detected stays NaN.
+    along the track's way (:func:`swept`, ``speeds`` for a track found once). A track never detected stays NaN.
 
     >>> tracks = np.full((4, 1, 4), np.nan, np.float32)
     >>> tracks[1, 0], tracks[3, 0] = (0, 0, 10, 10), (20, 0, 30, 10)
@@ -129,34 +133,44 @@ def fill(
     grown = ~seen & np.isfinite(filled).all(axis=2)
     filled[grown] = scaled_boxes(filled[grown], growth)
     if sweep:
-        filled = swept(filled, seen)
+        filled = swept(filled, seen, speeds)
     return filled.astype(tracks.dtype)
 
 
-def swept(filled: np.ndarray, seen: np.ndarray) -> np.ndarray:
+def swept(filled: np.ndarray, seen: np.ndarray, speeds: np.ndarray | None = None) -> np.ndarray:
     """Boxes held past a track's last detection (and before its first) stretched from where they are held to where the
     track would be had it kept the speed of its last (first) two detections: the face is somewhere between, whether it
     stopped or went on (issue 84: a cyclist's face close to a panning camera crossed a face width every two frames; held
-    where it was found, the blur lagged it by half a face until the next search). Only a track found twice has a way.
+    where it was found, the blur lagged it by half a face until the next search). A track found once goes the way
+    ``speeds`` (T, P, 2: its centre's move a frame, NaN where unknown) gives at its find; without one it stays held.
 
     >>> tracks = np.full((5, 1, 4), np.nan); tracks[0, 0], tracks[1, 0] = (0, 0, 10, 10), (4, 0, 14, 10)
     >>> held = fill(tracks, growth=1.0)
     >>> swept(held, np.isfinite(tracks).all(axis=2))[:, 0, [0, 2]].tolist()
     [[0.0, 10.0], [4.0, 14.0], [4.0, 18.0], [4.0, 22.0], [4.0, 26.0]]
+    >>> once = tracks.copy(); once[0] = np.nan; speeds = np.full((5, 1, 2), np.nan); speeds[1, 0] = (-2, 0)
+    >>> swept(fill(once, growth=1.0), np.isfinite(once).all(axis=2), speeds)[:, 0, [0, 2]].tolist()
+    [[4.0, 16.0], [4.0, 14.0], [2.0, 14.0], [0.0, 14.0], [-2.0, 14.0]]
     """
     out = filled.copy()
     frames = np.arange(len(filled))
     for track in range(filled.shape[1]):
         found = frames[seen[:, track]]
-        if len(found) < 2:
+        if not len(found):
             continue
-        for (a, b), held in (
-            (found[-2:], frames > found[-1]),
-            (found[:2], frames < found[0]),
+        # after the last find, from it; before the first, from that
+        for a, b, held in (
+            (found[-2:][0], found[-1], frames > found[-1]),
+            (found[0], found[:2][-1], frames < found[0]),
         ):
-            step = (filled[b, track] - filled[a, track]) / (b - a)
-            centre = (step[:2] + step[2:]) / 2
-            anchor = b if held.any() and frames[held][0] > b else a
+            if b > a:
+                step = (filled[b, track] - filled[a, track]) / (b - a)
+                centre = (step[:2] + step[2:]) / 2
+            elif speeds is not None and np.isfinite(speeds[a, track]).all():
+                centre = speeds[a, track]
+            else:
+                continue
+            anchor = found[-1] if held.any() and frames[held][0] > found[-1] else found[0]
             ahead = filled[held, track] + np.tile(centre, 2) * (frames[held] - anchor)[:, None]
             out[held, track, :2] = np.fmin(filled[held, track, :2], ahead[:, :2])
             out[held, track, 2:] = np.fmax(filled[held, track, 2:], ahead[:, 2:])
