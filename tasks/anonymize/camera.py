@@ -203,11 +203,10 @@ def scene_tracks(
     held between two searches moves with the camera instead of staying where it was found. ``reach``: how far a box
     is held past its finds (:func:`tasks.anonymize.tracks.fill`; None: through the clip), boxes not found grown by
     ``growth`` and, with ``sweep``, stretched along the track's way (:func:`tasks.anonymize.tracks.swept`; a track
-    found once, along ``speeds``: each find's move a frame in its frame's pixels, NaN where unknown).
-    (Not enough for a face walking fast across a pan: ``bikes.mp4``'s walker moved past the tracks' reach between two
-    searches, and is left in one frame: docs/methods/anonymization.md.)"""
+    found once, along ``speeds``: each find's move a frame in its frame's pixels, NaN where unknown)."""
     if maps is None:
-        return fill(link(frames), growth, reach, sweep, _by_track(frames, frames, speeds))
+        numbers = track_numbers(frames)
+        return fill(link(frames, numbers), growth, reach, sweep, _by_track(frames, numbers, speeds))
     inverse = np.linalg.inv(maps)
     scene = [_warped(boxes, inverse[t]) for t, boxes in enumerate(frames)]
     # a find's move in the scene: where its speed puts it a frame on, seen from the scene, less where it is
@@ -225,7 +224,8 @@ def scene_tracks(
         [tuple(((np.array(b) - a)[:2] + (np.array(b) - a)[2:]) / 2) for a, b in zip(here, there)]
         for here, there in zip(scene, ahead)
     ]
-    filled = fill(link(scene), growth, reach, sweep, _by_track(frames, scene, moves))
+    numbers = track_numbers(scene)
+    filled = fill(link(scene, numbers), growth, reach, sweep, _by_track(frames, numbers, moves))
     return warp_boxes(filled.astype(np.float64), maps).astype(np.float32)
 
 
@@ -236,12 +236,12 @@ def _warped(boxes: list[Box], map_: np.ndarray) -> list[Box]:
 
 
 def _by_track(
-    frames: list[list[Box]], linked: list[list[Box]], speeds: list[list[Any]] | None
+    frames: list[list[Box]], numbers: list[list[int]], speeds: list[list[Any]] | None
 ) -> np.ndarray | None:
-    """(T, P, 2) each find's speed in the columns of :func:`tasks.anonymize.tracks.link`'s tracks of ``linked``."""
+    """(T, P, 2) each find's speed in the columns of the tracks ``numbers`` (:func:`tasks.anonymize.tracks.link`)."""
     if not speeds:
         return None
     values = np.full((len(frames), max([len(boxes) for boxes in frames] + [1]), 2), np.nan)
     for t, moves in enumerate(speeds):
         values[t, : len(moves)] = np.asarray(moves, float).reshape(-1, 2)
-    return by_track(values, track_numbers(linked))
+    return by_track(values, numbers)

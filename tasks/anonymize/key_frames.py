@@ -3,6 +3,7 @@ between gets the people tracked through it, carried from the key frames on eithe
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 import cv2
@@ -53,44 +54,60 @@ def key_frames(count: int, every: int, cuts: Iterable[int] = ()) -> np.ndarray:
 FLOW_CORNERS = 4  # corners a face's move needs to be measured (fewer: unknown)
 
 
-def face_speed(frames: np.ndarray, t: int, box: Box) -> tuple[float, float]:
-    """How far the box found in frame ``t`` moves a frame: the median move of its corners, tracked by pyramidal
+def face_speeds(frames: np.ndarray, t: int, boxes: list[Box]) -> list[tuple[float, float]]:
+    """How far each box found in frame ``t`` moves a frame: the median move of its corners, tracked by pyramidal
     Lucas-Kanade into the next frame (or from the one before, at the last): a face found in one search only (a fast one
     the searches around miss, issue 84: a cyclist at 1280x720, found once in a second) still has a way to sweep its box
     along (:func:`tasks.anonymize.tracks.swept`). NaN where too few corners could be followed.
 
     >>> frames = np.zeros((2, 60, 80, 3), np.uint8); frames[0, 20:40, 10:30] = 255; frames[1, 20:40, 16:36] = 255
-    >>> [round(v) for v in face_speed(frames, 0, (6.0, 16.0, 34.0, 44.0))]
-    [6, 0]
+    >>> [[round(v) for v in speed] for speed in face_speeds(frames, 0, [(6.0, 16.0, 34.0, 44.0)])]
+    [[6, 0]]
     """
-    if len(frames) < 2:
-        return (float("nan"), float("nan"))
+    unknown = (float("nan"), float("nan"))
+    if len(frames) < 2 or not boxes:
+        return [unknown] * len(boxes)
     before, after = (t, t + 1) if t + 1 < len(frames) else (t - 1, t)
     grey = [cv2.cvtColor(frames[k], cv2.COLOR_RGB2GRAY) for k in (before, after)]
+    return [_box_speed(grey, box) or unknown for box in boxes]
+
+
+def _box_speed(grey: list[np.ndarray], box: Box) -> tuple[float, float] | None:
+    """The median move of ``box``'s corners from the first grey frame to the second (None: too few followed)."""
     x0, y0, x1, y1 = (int(round(v)) for v in box)
     where = np.zeros(grey[0].shape, np.uint8)
     where[max(0, y0) : max(0, y1), max(0, x0) : max(0, x1)] = 255
     corners = cv2.goodFeaturesToTrack(grey[0], 30, 0.01, 3, mask=where)
     if corners is None or len(corners) < FLOW_CORNERS:
-        return (float("nan"), float("nan"))
+        return None
     moved, found, _ = cv2.calcOpticalFlowPyrLK(grey[0], grey[1], corners, None, maxLevel=3)
     steps = (moved - corners).reshape(-1, 2)[found.ravel() == 1]
     if len(steps) < FLOW_CORNERS:
-        return (float("nan"), float("nan"))
+        return None
     dx, dy = np.median(steps, axis=0)
     return (float(dx), float(dy))
 
 
-def moved_shape(into: np.ndarray, mask: np.ndarray, source: Box, target: Box) -> None:
+def moved_shape(
+    into: np.ndarray,
+    mask: np.ndarray,
+    source: Box,
+    target: Box,
+    origin: tuple[int, int] = (0, 0),
+) -> None:
     """Add to ``into`` (H, W) the pixels of ``mask`` inside box ``source``, scaled and moved onto box ``target`` (box
     edges rounded to whole pixels; the crop resized, not the frame warped: 11 000 whole-frame warps took 1.8 s of a
-    320×240 folder's avatar run).
+    320×240 folder's avatar run). ``into`` may be the window at ``origin`` (x, y) of the frame (``mask``'s size) that
+    holds the target box: the pixels land where they would in the whole frame.
 
     >>> into, mask = np.zeros((6, 8), bool), np.zeros((6, 8), bool); mask[1:3, 1:2] = True
     >>> moved_shape(into, mask, (1, 1, 3, 3), (4, 2, 8, 6)); into.nonzero()[1].tolist()  # twice as wide, moved
     [4, 5, 4, 5, 4, 5, 4, 5]
     >>> moved_shape(into, mask, (1, 1, 3, 3), (-9, 2, -5, 6)); int(into.sum())  # a target wholly outside: nothing
     8
+    >>> window = np.zeros((5, 6), bool); moved_shape(window, mask, (1, 1, 3, 3), (4, 2, 8, 6), (3, 1))
+    >>> window.nonzero()[1].tolist()  # the same pixels, in the window from column 3, row 1
+    [1, 2, 1, 2, 1, 2, 1, 2]
     """
     height, width = mask.shape
     left, top, right, bottom = (int(round(v)) for v in source)
@@ -103,11 +120,15 @@ def moved_shape(into: np.ndarray, mask: np.ndarray, source: Box, target: Box) ->
     x0 += round((max(0, left) - left) * sx)
     y0 += round((max(0, top) - top) * sy)
     size = (max(1, round(crop.shape[1] * sx)), max(1, round(crop.shape[0] * sy)))
-    moved = cv2.resize(crop.astype(np.uint8), size, interpolation=cv2.INTER_NEAREST) > 0
+    moved = crop  # a box the same size: nothing to resize
+    if size != (crop.shape[1], crop.shape[0]):
+        moved = cv2.resize(crop.view(np.uint8), size, interpolation=cv2.INTER_NEAREST) > 0
     top, bottom = max(0, y0), min(height, y0 + size[1])
     left, right = max(0, x0), min(width, x0 + size[0])
     if bottom > top and right > left:  # (a target box wholly outside the frame adds nothing)
-        into[top:bottom, left:right] |= moved[top - y0 : bottom - y0, left - x0 : right - x0]
+        into[top - origin[1] : bottom - origin[1], left - origin[0] : right - origin[0]] |= moved[
+            top - y0 : bottom - y0, left - x0 : right - x0
+        ]
 
 
 def grown_shape(shape: np.ndarray, margin: int) -> np.ndarray:
@@ -118,6 +139,8 @@ def grown_shape(shape: np.ndarray, margin: int) -> np.ndarray:
     return cv2.dilate(shape.astype(np.uint8), element) > 0
 
 
+# pixels a moved shape's window reaches past its box's rounded edges (a shape reaches one at most)
+WINDOW_SLACK = 2
 CARRIED_MARGIN = 1  # pixels around a shape carried between key frames where the motion member runs on every frame
 
 
@@ -199,19 +222,21 @@ def _carry(
     """Frame ``t``'s people tracked from the key frames ``around`` it added to ``out[t]`` (their shapes, else their
     grown boxes) and to ``boxes``."""
     nearest = tuple(int(k) for k in (*around[around < t][-1:], *around[around > t][:1]))
+    frame = person.shape[1:]
     for track in np.flatnonzero(np.isfinite(tracked[t]).all(axis=1)):
         box = tuple(float(v) for v in tracked[t, track])
         grown = tuple(float(v) for v in scaled_boxes(tracked[t, track], MISSED_GROWTH))
         boxes.append(grown)
         seen = [k for k in nearest if np.isfinite(tracked[k, track]).all()]
-        shape = np.zeros(person.shape[1:], bool)
+        margin = CARRIED_MARGIN if motion_every_frame else _margin(tracked[:, track], seen, box)
+        # the shapes land in the box (a pixel past its rounded edges at most) and grow by the margin: worked on in
+        # that window of the frame, not the whole frame (a street's tracks made 40 whole-frame masks a frame)
+        x0, y0 = (max(0, math.floor(v) - margin - WINDOW_SLACK) for v in box[:2])
+        x1, y1 = (math.ceil(v) + margin + WINDOW_SLACK for v in box[2:])
+        shape = np.zeros((max(0, min(frame[0], y1) - y0), max(0, min(frame[1], x1) - x0)), bool)
         for k in seen:
-            moved_shape(shape, person[k], tuple(tracked[k, track]), box)
-        out[t] |= (
-            grown_shape(
-                shape,
-                CARRIED_MARGIN if motion_every_frame else _margin(tracked[:, track], seen, box),
-            )
-            if shape.any()
-            else fill_boxes(person.shape[1:], [grown])
-        )
+            moved_shape(shape, person[k], tuple(tracked[k, track]), box, (x0, y0))
+        if shape.any():
+            out[t, y0 : y0 + shape.shape[0], x0 : x0 + shape.shape[1]] |= grown_shape(shape, margin)
+        else:
+            out[t] |= fill_boxes(frame, [grown])

@@ -60,6 +60,7 @@ from tasks.video_data.live_reader import (
     StreamReader,
     detection_interval,
     plan,
+    typical_work,
     work_per_frame,
 )
 
@@ -453,7 +454,7 @@ class LiveRun:
                 protector.detect_every = every
                 if every > fastest:
                     summary.slowest_detection = max(summary.slowest_detection, every)
-                dropped, count = plan(dues, now, per_frame, size, bound)
+                dropped, count = plan(dues, now, per_frame, size, bound, typical_work(history))
                 if dropped:
                     reader.drop(dropped)
                     summary.dropped += dropped

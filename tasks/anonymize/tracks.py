@@ -88,8 +88,9 @@ def by_track(values: np.ndarray, numbers: list[list[int]]) -> np.ndarray:
     return out
 
 
-def link(faces: list[list[Box]]) -> np.ndarray:
-    """(T, P, 4) boxes of P face tracks over T frames, NaN where a track has no detection (:func:`track_numbers`).
+def link(faces: list[list[Box]], numbers: list[list[int]] | None = None) -> np.ndarray:
+    """(T, P, 4) boxes of P face tracks over T frames, NaN where a track has no detection (:func:`track_numbers`, or
+    ``numbers`` where the caller has them).
 
     >>> tracks = link([[(0, 0, 10, 10)], [], [(2, 0, 12, 10), (50, 50, 60, 60)]])
     >>> tracks.shape, bool(np.isnan(tracks[1]).all()), tracks[2, 0].tolist()
@@ -99,7 +100,7 @@ def link(faces: list[list[Box]]) -> np.ndarray:
     for t, frame in enumerate(faces):
         for index, box in enumerate(frame):
             boxes[t, index] = box
-    return by_track(boxes, track_numbers(faces))
+    return by_track(boxes, track_numbers(faces) if numbers is None else numbers)
 
 
 def fill(
@@ -159,9 +160,9 @@ def swept(filled: np.ndarray, seen: np.ndarray, speeds: np.ndarray | None = None
         if not len(found):
             continue
         # after the last find, from it; before the first, from that
-        for a, b, held in (
-            (found[-2:][0], found[-1], frames > found[-1]),
-            (found[0], found[:2][-1], frames < found[0]),
+        for a, b, anchor, held in (
+            (found[-2:][0], found[-1], found[-1], frames > found[-1]),
+            (found[0], found[:2][-1], found[0], frames < found[0]),
         ):
             if b > a:
                 step = (filled[b, track] - filled[a, track]) / (b - a)
@@ -170,7 +171,6 @@ def swept(filled: np.ndarray, seen: np.ndarray, speeds: np.ndarray | None = None
                 centre = speeds[a, track]
             else:
                 continue
-            anchor = found[-1] if held.any() and frames[held][0] > found[-1] else found[0]
             ahead = filled[held, track] + np.tile(centre, 2) * (frames[held] - anchor)[:, None]
             out[held, track, :2] = np.fmin(filled[held, track, :2], ahead[:, :2])
             out[held, track, 2:] = np.fmax(filled[held, track, 2:], ahead[:, 2:])

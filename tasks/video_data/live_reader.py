@@ -208,17 +208,35 @@ def work_per_frame(history: list[float]) -> float:
     return median + WORK_SPREAD * 1.4826 * float(np.median(np.abs(recent - median)))
 
 
+def typical_work(history: list[float]) -> float:
+    """The seconds of work a frame has typically cost (the median of the last stretches'; 0 before any): whether the
+    protector keeps up with its stream, where :func:`work_per_frame`'s margin is for the bound.
+
+    >>> typical_work([]), typical_work([0.02] * 19 + [0.2])
+    (0.0, 0.02)
+    """
+    recent = history[-WORK_HISTORY:]
+    return float(np.median(recent)) if recent else 0.0
+
+
 def plan(
-    dues: list[float], now: float, per_frame: float, size: int, max_latency: float
+    dues: list[float],
+    now: float,
+    per_frame: float,
+    size: int,
+    max_latency: float,
+    typical: float | None = None,
 ) -> tuple[int, int]:
     """(the oldest waiting frames to drop, the frames to protect next) so that the next stretch, whose frames wait with
     times ``dues`` on the stream's clock and whose work is ``per_frame`` seconds a frame, is written at most
-    ``max_latency`` after its oldest frame's time: where a frame's work is shorter than the frames' spacing (a busy
-    second's lateness, not an overload, where a shorter stretch would only put it off: a stretch's work is not all in
-    proportion to its frames), the stretch shortened down to half first, the rest left to the next; then the fewest
-    frames dropped, the newest always kept (a protector slower than the bound for one frame still writes, late, and
-    its lateness is counted). At 640x360 a stretch's oldest frame missed its bound by a little after a busy second,
-    and 7 of 15 000 frames were dropped where a shorter stretch would have made it.
+    ``max_latency`` after its oldest frame's time: where a frame's ``typical`` work (by default ``per_frame``) is
+    shorter than the frames' spacing (a busy second's lateness, not an overload, where a shorter stretch would only
+    put it off: a stretch's work is not all in proportion to its frames), the stretch shortened down to half first,
+    the rest left to the next; then the fewest frames dropped, the newest always kept (a protector slower than the
+    bound for one frame still writes, late, and its lateness is counted). At 640x360 a stretch's oldest frame missed
+    its bound by a little after a busy second, and 7 of 15 000 frames were dropped where a shorter stretch would have
+    made it; and a stretch 10 s into a run dropped 2 frames as an overload because its work predicted with a margin
+    (45 ms a frame, from the first stretches' spread) passed the 40 ms spacing, where it typically took 28.
 
     >>> plan([10.0, 10.5, 11.0], 11.0, 0.2, 3, 2.0)  # written at 11.6, 1.6 s after 10.0
     (0, 3)
@@ -230,11 +248,16 @@ def plan(
     (2, 2)
     >>> plan([10.0, 10.5], 13.0, 5.0, 3, 2.0)  # no frame can make it: the newest is written anyway
     (1, 1)
+    >>> plan([10.0, 10.25, 10.5, 10.75], 11.0, 0.3, 4, 2.0)  # the margin's 0.3 s a frame: an overload, one dropped
+    (1, 3)
+    >>> plan([10.0, 10.25, 10.5, 10.75], 11.0, 0.3, 4, 2.0, typical=0.2)  # typically keeping up: shortened
+    (0, 3)
     """
     count = min(size, len(dues))
     if max_latency <= 0:
         return 0, count
-    keeping_up = len(dues) > 1 and per_frame * (len(dues) - 1) < dues[-1] - dues[0]
+    typical = per_frame if typical is None else typical
+    keeping_up = len(dues) > 1 and typical * (len(dues) - 1) < dues[-1] - dues[0]
     for shorter in range(count, (count + 1) // 2 - 1 if keeping_up else count, -1):
         if now + per_frame * shorter - dues[0] <= max_latency:
             return 0, shorter
