@@ -445,6 +445,36 @@ def test_between_key_frames_a_person_is_their_shape_not_their_box():
     )  # the walker and one pixel
 
 
+def test_a_shape_moved_into_its_boxs_window_lands_where_it_would_in_the_whole_frame():
+    """The carried shapes are worked on in a window around their target box (issue 84: 40 whole-frame masks a frame
+    on a street): for boxes with fractional edges (Python rounds halves to even), partly or wholly outside the frame,
+    and scaled either way, the window holds every pixel the whole frame gets, in the same place."""
+    from tasks.anonymize.key_frames import WINDOW_SLACK, moved_shape
+
+    rng = np.random.default_rng(7)
+    height, width = 40, 60
+    for _ in range(500):
+        mask = rng.random((height, width)) < 0.3
+        source = tuple(rng.uniform(-10, 70, 2).round(1)) + (0.0, 0.0)
+        source = (*source[:2], source[0] + rng.uniform(1, 30), source[1] + rng.uniform(1, 30))
+        target = tuple(float(v) for v in rng.choice([0.0, 0.5], 4) + rng.integers(-15, 65, 4))
+        target = (
+            target[0],
+            target[1],
+            target[0] + abs(target[2] - target[0]) + 1,
+            target[1] + abs(target[3] - target[1]) + 1,
+        )
+        whole = np.zeros((height, width), bool)
+        moved_shape(whole, mask, source, target)
+        x0, y0 = (max(0, int(np.floor(v)) - WINDOW_SLACK) for v in target[:2])
+        x1, y1 = (int(np.ceil(v)) + WINDOW_SLACK for v in target[2:])
+        window = np.zeros((max(0, min(height, y1) - y0), max(0, min(width, x1) - x0)), bool)
+        moved_shape(window, mask, source, target, (x0, y0))
+        placed = np.zeros_like(whole)
+        placed[y0 : y0 + window.shape[0], x0 : x0 + window.shape[1]] = window
+        assert (placed == whole).all(), (source, target)
+
+
 def test_mosaic_and_solid_replace_only_the_face_boxes():
     from tasks.anonymize.obfuscate import fill_faces, mosaic_faces
 
