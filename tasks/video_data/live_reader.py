@@ -204,7 +204,7 @@ def work_per_frame(history: list[float]) -> float:
     recent = np.asarray(history[-WORK_HISTORY:])
     if not len(recent):
         return 0.0
-    median = float(np.median(recent))
+    median = typical_work(history)
     return median + WORK_SPREAD * 1.4826 * float(np.median(np.abs(recent - median)))
 
 
