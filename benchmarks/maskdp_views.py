@@ -39,7 +39,12 @@ from tasks.privacy.budget import derived_plan
 from tasks.private.inputs import PreparedInputs, prepare_inputs
 from tasks.private.methods import PrivateData, Recipe, train_grouped
 from tasks.video_models.clips import labels_of, load_clips, normalise, split_rows
-from tasks.video_models.head_features import head_of, pooled_features, standardise
+from tasks.video_models.head_features import (
+    head_of,
+    pooled_features,
+    standardise,
+    training_head,
+)
 from tasks.video_models.public_model import classifier_seed, public_model
 
 LOG = logging.getLogger(__name__)
@@ -90,6 +95,9 @@ def _scores(
     scores: dict[str, list[float]] = {protocol: [] for protocol in tests}
     for seed in range(seeds):
         head = head_of(copy.deepcopy(inputs.pretrained)) if seed == 0 else fresh_head(seed)
+        head = training_head(
+            head, inputs.statistics
+        )  # the k-input head of the public subspace, if any
         public = (
             randomness.stream("bench", name, seed, "public") if data.public is not None else None
         )

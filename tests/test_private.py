@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import dp_accounting
 import pytest
@@ -253,6 +254,42 @@ def test_a_head_trained_on_standardised_features_folds_into_the_same_logits():
     before = head(z).detach()
     fold_standardisation(head, statistics)
     assert torch.allclose(head(features).detach(), before, atol=1e-4)
+
+
+def test_a_head_trained_in_the_public_subspace_folds_into_the_full_layer():
+    """A k-input head trained on ((x − m)/s)·B (B: the first k public principal directions) folds into the 6-input layer
+    with the same logits; it starts at zero; a subspace wider than the features, or a checkpoint without directions,
+    is refused naming the parameter."""
+    from tasks.video_models.head_features import (
+        feature_statistics,
+        fold_standardisation,
+        standardise,
+        training_head,
+        with_subspace,
+    )
+
+    generator = torch.Generator().manual_seed(6)
+    features = (
+        torch.randn(50, 6, generator=generator) * torch.tensor([1.0, 5.0, 0.1, 2.0, 3.0, 1.0]) + 3.0
+    )
+    statistics = with_subspace(feature_statistics(features), 3, Path("public/model.pt"))
+    assert statistics["basis"].shape == (6, 3)
+    head = tiny_head()
+    small = training_head(head, statistics)
+    assert small.in_features == 3 and not small.weight.any() and not small.bias.any()
+    with torch.no_grad():
+        small.weight.copy_(torch.randn(small.weight.shape, generator=generator))
+        small.bias.copy_(torch.randn(small.bias.shape, generator=generator))
+    before = small(standardise(features, statistics)).detach()
+    fold_standardisation(head, statistics, small)
+    assert torch.allclose(head(features).detach(), before, atol=1e-4)
+    assert training_head(head, feature_statistics(features)) is head  # no basis: the head itself
+    with pytest.raises(PrivharError, match="private.public_subspace = 7"):
+        with_subspace(feature_statistics(features), 7, Path("public/model.pt"))
+    with pytest.raises(PrivharError, match="public/model.pt: holds no public principal directions"):
+        with_subspace(
+            {"mean": features.mean(0), "std": features.std(0)}, 3, Path("public/model.pt")
+        )
 
 
 def test_maskdp_all_private_is_dp_sgd_and_all_public_adds_no_private_term():

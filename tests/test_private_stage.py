@@ -182,19 +182,29 @@ def test_the_public_model_holds_its_training_clips_feature_statistics(project):
     from tasks.core.manifest import MANIFEST_NAME, read_manifest
     from tasks.video_models.checkpoints import load_checkpoint
     from tasks.video_models.clips import load_clips, normalise, split_rows
-    from tasks.video_models.head_features import feature_statistics, stored_statistics
+    from tasks.video_models.head_features import (
+        feature_statistics,
+        standardise,
+        stored_statistics,
+    )
 
     folder, _, decoded = project
     path = folder / "data/pretrain/public/model.pt"
     statistics = stored_statistics(torch.load(path, weights_only=True))
     model, config = load_checkpoint(str(path))
     rows = split_rows(read_manifest(decoded / MANIFEST_NAME), "train")
-    expected = feature_statistics(
-        pooled_features(model, normalise(load_clips(rows, decoded, tuple(config["input_size"]))))
+    expected_features = pooled_features(
+        model, normalise(load_clips(rows, decoded, tuple(config["input_size"])))
     )
+    expected = feature_statistics(expected_features)
     assert statistics is not None and all(
-        torch.allclose(statistics[key], expected[key], atol=1e-4) for key in expected
+        torch.allclose(statistics[key], expected[key], atol=1e-4) for key in ("mean", "std")
     )
+    # the principal directions (signs and near-ties are the SVD's to choose): orthonormal, by decreasing variance
+    directions = statistics["directions"]
+    assert torch.allclose(directions @ directions.T, torch.eye(len(directions)), atol=1e-4)
+    spread = (standardise(expected_features, expected) @ directions.T).var(0)
+    assert bool((spread[1:] <= spread[:-1] * (1 + 1e-3) + 1e-5).all())
 
 
 def test_only_the_head_changes_under_head_tuning(project, trained):

@@ -70,6 +70,8 @@ class PrivateParams(Section):
         "person": None,
     }
     physical_batch_size: PositiveInt  # rows per forward / backward (BatchMemoryManager)
+    # head-only training in the first k principal directions of the public clips' features (None: every feature)
+    public_subspace: PositiveInt | None = None
     learning_rate: Annotated[float, Field(gt=0.0)]
     momentum: Annotated[float, Field(ge=0.0, lt=1.0)]
     grad_sample_mode: Literal["ew", "hooks", "functorch"]  # Opacus per-sample gradients of dp_sgd

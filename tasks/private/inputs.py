@@ -36,7 +36,12 @@ from tasks.video_models.clips import (
     untouched_by,
 )
 from tasks.video_models.device import resolve_device
-from tasks.video_models.head_features import pooled_features, public_statistics, standardise
+from tasks.video_models.head_features import (
+    pooled_features,
+    public_statistics,
+    standardise,
+    with_subspace,
+)
 from tasks.video_models.models import head_name
 from tasks.video_models.public_model import classifier_seed, public_model
 from tasks.video_models.selective import require_sample_independence, select_trainable
@@ -251,6 +256,8 @@ def prepare_inputs(
     pretrained.to(device)
     data = data.to(device)  # per-sample gradients and clipping run there in float32 (no autocast)
     statistics = public_statistics(init) if head_only else None
+    if statistics is not None:  # the head trains in the public subspace (none: every feature)
+        statistics = with_subspace(statistics, params.public_subspace, init / "model.pt")
     if head_only:
         data = as_features(pretrained, data, statistics)
     return PreparedInputs(

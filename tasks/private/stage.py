@@ -71,7 +71,7 @@ from tasks.private.records import (
     person_epsilons,
     training_record,
 )
-from tasks.video_models.head_features import fold_standardisation, head_of
+from tasks.video_models.head_features import fold_standardisation, head_of, training_head
 from tasks.video_models.model_registry import CHECKPOINT_TAG, checkpoint_digest, register_model
 from tasks.video_models.public_model import classifier_seed, public_model
 from tasks.video_models.selective import select_trainable, trainable_count
@@ -159,7 +159,8 @@ class _PrivateRun:
                 epsilon,
             )
             return
-        head = head_of(inputs.pretrained)  # read only: the audit trains a widened copy of it
+        # read only: the audit trains a widened copy of it
+        head = training_head(head_of(inputs.pretrained), inputs.statistics)
         train = functools.partial(
             _audit_run,
             self.method,
@@ -186,7 +187,7 @@ class _PrivateRun:
         inputs, key = self.inputs, name + seed_suffix(seed)
         model = copy.deepcopy(inputs.pretrained) if seed == 0 else self.fresh_classifier(seed)
         select_trainable(model, self.params.trainable)
-        module = head_of(model) if inputs.head_only else model
+        module = training_head(head_of(model), inputs.statistics) if inputs.head_only else model
         with model_run.seed_run(seed) as seed_run:  # the run's times are the seed's training
             outcome = train_one(
                 self.method, module, inputs.data, inputs.recipe, epsilon, self.randomness, seed
@@ -194,7 +195,7 @@ class _PrivateRun:
             log_release(seed_run, outcome, inputs.recipe, epsilon)
         # the head learnt on standardised features: same logits on raw ones
         if inputs.statistics is not None:
-            fold_standardisation(head_of(model), inputs.statistics)
+            fold_standardisation(head_of(model), inputs.statistics, module)
         guarantee = self.guarantee(epsilon, outcome)
         if seed == 0:  # one run holds every seed of this ε: the mechanism is the same for each
             log_mechanism(model_run, outcome, inputs.recipe, inputs.seeds[epsilon], guarantee)
