@@ -328,6 +328,22 @@ def bench_maskdp_views_command(params_path: Path, seeds: int, out: Path) -> None
     click.echo(json.dumps(record, indent=2))
 
 
+@bench.command("private-recipe")
+@PARAMS
+@click.option("--seeds", type=click.IntRange(2, 100), default=12, show_default=True)
+@existing_folder(
+    "--public", Path("data/public/decode"), "The decoded public set (stage decode-public)."
+)
+@bench_out("private_recipe.json")
+def bench_private_recipe_command(params_path: Path, seeds: int, public: Path, out: Path) -> None:
+    """Choose the private recipe on public videos alone: a proxy public model on half the public people, person-level
+    DP-SGD heads on the other half at ε 1 / 2 / 8 / ∞ for each recipe of a grid (after a run: reads the public set)."""
+    from benchmarks.private_recipe import run_bench
+
+    record = run_bench(params_path, public, seeds, out)
+    click.echo(json.dumps(record, indent=2))
+
+
 @bench.command("epochs")
 @PARAMS
 @existing_folder(

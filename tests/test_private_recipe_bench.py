@@ -1,0 +1,56 @@
+"""``privhar bench private-recipe`` builds its proxy from the public set alone (issue 85): the proxy public model
+learns from the first half of the people's training videos, the proxy's private videos are the other half's."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+import torch
+
+from benchmarks.private_recipe import _owners, _split_folder
+
+
+def test_the_proxy_splits_the_public_people_in_two(tmp_path):
+    public = tmp_path / "public"
+    (public / "frames").mkdir(parents=True)
+    (public / "annotations").mkdir()
+    rows = [
+        {
+            "video_id": f"v{i}",
+            "split": "test" if i % 4 == 0 else "train",
+            "identity": i % 6,
+            "label": i % 3,
+            "action": f"a{i % 3}",
+            "path": f"frames/v{i}.npy",
+            "n_frames": 8,
+            "fps": 12.0,
+            "height": 24,
+            "width": 32,
+        }
+        for i in range(48)
+    ]
+    pl.DataFrame(rows).write_parquet(public / "manifest.parquet")
+    pl.DataFrame(
+        {"video_id": [], "path": [], "reason": []},
+        schema=dict.fromkeys(("video_id", "path", "reason"), pl.String),
+    ).write_parquet(public / "quarantine.parquet")
+    held = _split_folder(public, tmp_path / "split")
+    split = pl.read_parquet(tmp_path / "split" / "manifest.parquet")
+    trained = split.filter(pl.col("split") == "train")
+    assert set(trained["identity"]) == {0, 1, 2} and len(trained) == sum(
+        row["split"] == "train" and row["identity"] < 3 for row in rows
+    )
+    assert {row["identity"] for row in held} == {
+        3,
+        4,
+        5,
+    }  # the proxy's private people: never trained on
+    assert (tmp_path / "split" / "frames").resolve() == (public / "frames").resolve()
+
+
+def test_pseudo_persons_hold_one_or_two_videos():
+    owners = _owners(294, 200, 0)
+    counts = torch.bincount(owners)
+    assert len(counts) == 200 and int((counts == 2).sum()) == 94 and int((counts == 1).sum()) == 106
+    with pytest.raises(ValueError, match="cannot make 200 persons"):
+        _owners(450, 200, 0)
