@@ -19,6 +19,7 @@ What it costs: no ε (nothing private is read), and the time in the JSON.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -41,7 +42,8 @@ from tasks.core.manifest import MANIFEST_NAME, QUARANTINE_NAME, read_manifest
 from tasks.core.params import PublicParams
 from tasks.core.params_files import load_section
 from tasks.core.storage import atomic_write_bytes
-from tasks.private.methods import PrivateData, Recipe, noise_for, train_grouped
+from tasks.private.inputs import recipe_of
+from tasks.private.methods import PrivateData, noise_for, train_grouped
 from tasks.video_models.checkpoints import load_checkpoint
 from tasks.video_models.clips import labels_of, load_clips, normalise
 from tasks.video_models.head_features import (
@@ -141,16 +143,14 @@ def _cell(
     data = PrivateData(
         standardise(train, statistics).unsqueeze(1), labels, owners=_owners(len(labels), persons, 0)
     )
-    recipe = Recipe(
-        epochs=epochs,
-        batch_size=batch,
-        physical_batch_size=params.physical_batch_size,
-        learning_rate=rate,
-        momentum=params.momentum,
-        max_grad_norm=params.max_grad_norm,
-        delta=params.delta,
-        accountant=params.accountant,
-        public_size=persons,
+    recipe = (
+        dataclasses.replace(  # the stage's own recipe for dp_sgd_person, the cell's values in place
+            recipe_of(params, "dp_sgd_person"),
+            epochs=epochs,
+            batch_size=batch,
+            learning_rate=rate,
+            public_size=persons,
+        )
     )
     seen = standardise(validation, statistics)
     scores = {}
