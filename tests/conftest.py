@@ -225,6 +225,21 @@ def fresh_mlflow_store(folder: Path) -> str:
 
 
 @pytest.fixture(scope="session", autouse=True)
+def prefect_temporary_server_stopped() -> Iterator[None]:
+    """A Prefect temporary server a test started is stopped while pytest still holds its output: left to its atexit
+    hook, it logged "Stopping temporary server" to a closed stream and printed a logging traceback at the suite's end
+    (Prefect issues #14845, #16626)."""
+    import sys
+
+    yield
+    if "prefect.server.api.server" in sys.modules:  # only where a test imported it
+        from prefect.server.api.server import SubprocessASGIServer
+
+        for server in list(SubprocessASGIServer._instances.values()):
+            server.stop()
+
+
+@pytest.fixture(scope="session", autouse=True)
 def mlflow_store(tmp_path_factory: pytest.TempPathFactory) -> str:
     """Every test logs to one throw-away SQLite MLflow store, never the project's."""
     import os
