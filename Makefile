@@ -110,6 +110,7 @@ bench: $(STAMP) $(DETECTOR_STAMP) footage $(BENCH_FOOTAGE)/s720/bikes.mp4 $(JUDG
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/privhar bench dprp
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/privhar bench private
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/privhar bench private-recipe
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/privhar bench audit-seeds
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/privhar bench anonymize
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/privhar bench anonymize --root data/footage/megamind --out reports/bench/anonymize-faces.json
 	PATH="$(abspath $(DETECTOR_VENV)/bin):$$PATH" $(DETECTOR_VENV)/bin/privhar bench anonymize --out reports/bench/anonymize-mediapipe.json

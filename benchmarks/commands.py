@@ -328,6 +328,28 @@ def bench_maskdp_views_command(params_path: Path, seeds: int, out: Path) -> None
     click.echo(json.dumps(record, indent=2))
 
 
+@bench.command("audit-seeds")
+@PARAMS
+@click.option("--seeds", type=click.IntRange(2, 100), default=5, show_default=True)
+@bench_out("audit_seeds.json")
+def bench_audit_seeds_command(params_path: Path, seeds: int, out: Path) -> None:
+    """Every DP-SGD release's one-run audit repeated over audit seeds, both bounds (after a run: reads data/decode,
+    data/anonymize/avatar and data/pretrain/public)."""
+    import json
+
+    from benchmarks.audit_seeds import run_bench
+
+    record = run_bench(
+        params_path,
+        Path("data/decode"),
+        Path("data/anonymize/avatar"),
+        Path("data/pretrain/public"),
+        seeds,
+        out,
+    )
+    click.echo(json.dumps(record, indent=2, ensure_ascii=False))
+
+
 @bench.command("private-recipe")
 @PARAMS
 @click.option("--seeds", type=click.IntRange(2, 100), default=12, show_default=True)

@@ -283,18 +283,20 @@ def models_command() -> None:
         click.echo("privhar: no registered models yet (run the pipeline first)", err=True)
         return
     # Top-1: the row's mean ± 95 % interval over its seeds, as the champion is chosen (issue 82: seed 0's alone made
-    # a champion look like the worst version); ε̂: the one-run audit's lower bound; unit: what ε protects
+    # a champion look like the worst version); ε̂: the one-run audit's lower bound (Steinke et al.; f-DP where the
+    # mechanism's trade-off is Gaussian); unit: what ε protects
     header = (
-        f"{'model':<22} {'version':>7}  {'aliases':<18} {'epsilon':>8} {'delta':>8} {'eps_hat':>7}  "
+        f"{'model':<22} {'version':>7}  {'aliases':<18} {'epsilon':>8} {'delta':>8} {'eps_hat':>7} {'fdp_hat':>7}  "
         f"{'Top-1 (mean ± 95%)':<18}  unit; accountant"
     )
     click.echo(header)
     click.echo("-" * len(header))
     for row in rows:
         audited = f"{row.epsilon_audited:.2f}" if row.epsilon_audited is not None else "-"
+        fdp = f"{row.epsilon_audited_fdp:.2f}" if row.epsilon_audited_fdp is not None else "-"
         click.echo(
             f"{row.name:<22} {row.version:>7}  {','.join(row.aliases) or '-':<18} {format_epsilon(row.epsilon):>8} "
-            f"{row.delta:>8.2g} {audited:>7}  {row.top1_shown():<18}  {row.unit}; {row.accountant}"
+            f"{row.delta:>8.2g} {audited:>7} {fdp:>7}  {row.top1_shown():<18}  {row.unit}; {row.accountant}"
         )
 
 

@@ -95,6 +95,15 @@ def test_pipeline_runs_end_to_end_then_is_up_to_date(project, pipeline_run):
         "ldp (per feature)",
     ]
     assert all(0 <= float(row["epsilon_audited"]) <= float(row["epsilon"]) for row in audits)
+    # issue 86: the f-DP bound where the trade-off is Gaussian (the federated clients; train-private here has q < 1)
+    bounded = {row["method"] for row in audits if row["epsilon_audited_fdp"] != ""}
+    assert bounded == {"federated fedavg-full", "federated fedavg-selective"}, bounded
+    assert all(
+        0 <= float(row["epsilon_audited_fdp"]) <= float(row["epsilon"])
+        for row in audits
+        if row["method"] in bounded
+    )
+    assert "ε̂ (f-DP, Gaussian)" in results
     assert "### Audited ε: a lower bound from one run" in results
     assert (project / "reports/report/audit.png").stat().st_size > 0
     assert "## The papers' claims, decided over seeds" in results

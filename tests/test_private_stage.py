@@ -39,6 +39,8 @@ PRIVATE = {
     "token": [2, 8, 8],
     "learning_rate": 0.5,
 }
+# q = 1/⌈n/B⌉ of a public n: every unit in every step, the audit's canaries too (the split's own count would grow by them)
+FULL_BATCH = {"batch_size": 100, "public_size": {"video": 100, "person": 100}}
 
 
 @pytest.fixture(scope="module")
@@ -154,6 +156,7 @@ def test_every_method_trains_each_epsilon_and_infinity(project, trained, method)
         private["audit_canaries"] == 1000
         and 0 <= private["audit_correct"] <= private["audit_guesses"] <= 1000
     )
+    assert private["epsilon_audited_fdp"] == ""  # q < 1 here: the f-DP bound does not apply
     assert float(tags["epsilon_audited"]) == private["epsilon_audited"]
     # one MLflow run per model, nested under the stage's: its own loss and ε curves, the registered model logged there
     from mlflow import MlflowClient
@@ -440,6 +443,33 @@ def test_person_units_clip_each_person_once_and_claim_epsilon_per_person(project
     )  # video units: group privacy over every video
 
 
+def test_at_full_batch_the_f_dp_bound_is_beside_the_other_in_the_csv_registry_and_run(
+    project, tmp_path
+):
+    """Issue 86: q = 1 (every unit in every step, the shipped recipe): the run's audit also reads the guesses as f-DP;
+    the bound is in the CSV, on the registered version and on the ε's MLflow run, and below the ε."""
+    from mlflow import MlflowClient
+
+    params = write_params(
+        tmp_path,
+        {"private": {**PRIVATE, **FULL_BATCH}, "anonymize": {"methods": ["avatar"]}},
+    )
+    private = run(
+        project,
+        "dp_sgd_person",
+        params_path=params,
+        out=tmp_path / "out",
+        report=tmp_path / "report",
+    )[0]
+    assert private["sample_rate"] == 1.0
+    assert 0 <= private["epsilon_audited_fdp"] <= private["epsilon"]
+    assert private["audit_fdp_guesses"] == 200 and 0 <= private["audit_fdp_correct"] <= 200
+    version = newest_version("dp_sgd_person-eps2.0")
+    assert float(version.tags["epsilon_audited_fdp"]) == private["epsilon_audited_fdp"]
+    metrics = MlflowClient().get_run(version.run_id).data.metrics
+    assert metrics["epsilon_audited_fdp"] == pytest.approx(private["epsilon_audited_fdp"], abs=1e-4)
+
+
 def test_person_level_method_samples_people_under_video_units_and_the_plan_agrees(
     project, tmp_path
 ):
@@ -630,3 +660,29 @@ def test_bench_maskdp_views_scores_every_variant_on_both_protocols(project, tmp_
         assert all(
             0 <= score["mean"] <= 100 and score["half_width"] >= 0 for score in scores.values()
         )
+
+
+def test_the_audit_seeds_bench_repeats_each_release_audit_with_both_bounds(project, tmp_path):
+    """``privhar bench audit-seeds`` on the stage's own inputs: each ε audited per audit seed, both bounds, sound."""
+    import json
+
+    from benchmarks.audit_seeds import run_bench
+
+    folder, _, decoded = project
+    params = write_params(
+        tmp_path,
+        {
+            "private": {**PRIVATE, **FULL_BATCH, "methods": ["dp_sgd_person"]},
+            "anonymize": {"methods": ["avatar"]},
+        },
+    )
+    out = tmp_path / "audit_seeds.json"
+    init, avatar = folder / "data/pretrain/public", folder / "data/anonymize/avatar"
+    run_bench(params, decoded, avatar, init, 2, out)
+    record = json.loads(out.read_text())
+    row = record["methods"]["dp_sgd_person"]["2.0"]
+    assert record["audit_runs"] == 2 and row["sound"] and 1.98 <= row["epsilon_claimed"] <= 2.0
+    assert (
+        row["fdp"]["max"] <= row["epsilon_claimed"]
+        and row["steinke"]["min"] <= row["steinke"]["max"]
+    )

@@ -143,7 +143,8 @@ def audit_federation(
     counts = [len(shard.labels) for shard in inputs]
     result = run_rounds(wide, own, counts, transport, rows_of(test, canaries), full_model_bytes)
     scores, share = _scores(recorded, clients, included, labels, counts, recipe)
-    found = audit(scores, included.numpy(), federation.delta, confidence)
+    # composed Gaussian steps, no amplification claimed (tasks/privacy/federated_accounting.py): the f-DP bound applies
+    found = audit(scores, included.numpy(), federation.delta, confidence, gaussian=True)
     epochs = [result.participations[k] * recipe.local_epochs for k in set(clients.tolist())]
     claimed = max(epsilon_of(recipe.noise_multiplier, e, federation.delta) for e in epochs)
     return RunAudit(found, claimed, share)

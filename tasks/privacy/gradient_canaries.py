@@ -24,13 +24,13 @@ import torch
 from torch import nn
 
 from tasks.privacy.accounting import REPLACE_ONE
-from tasks.privacy.one_run_audit import COLUMNS, Audit
+from tasks.privacy.one_run_audit import COLUMNS, FDP_COLUMNS, Audit
 
 # a canary's input on its column: its gradient is |p − e_y|·√101, at least C while p(y) ≤ 0.8 (C = 2, train-private) or
 # ≤ 0.9 (C = 1, train-federated)
 CANARY_INPUT = 10.0
 ATTACK = "one run, gradient canaries, white box (every iterate), likelihood-ratio score"
-CSV_COLUMNS = (*COLUMNS, "audit_attack")
+CSV_COLUMNS = (*COLUMNS, *FDP_COLUMNS, "audit_attack")
 
 
 @dataclass(frozen=True)
@@ -45,8 +45,10 @@ class RunAudit:
 
     def metrics(self) -> dict[str, float]:
         """The MLflow metrics of the audited release's run."""
+        fdp = {} if self.found.fdp is None else {"epsilon_audited_fdp": self.found.fdp.epsilon}
         return {
             "epsilon_audited": self.found.epsilon_audited,
+            **fdp,
             "epsilon_audit_run": self.epsilon_claimed,
         }
 
@@ -62,7 +64,7 @@ def audit_columns(audited: RunAudit | None) -> dict[str, object]:
     """The audit of a row's ε as its CSV columns (empty where none ran: ε = ∞, or no audit)."""
     if audited is None:
         return {key: "" for key in CSV_COLUMNS}
-    return {**audited.found.columns(), "audit_attack": ATTACK}
+    return {**audited.found.columns(), **audited.found.fdp_columns(), "audit_attack": ATTACK}
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from torch import nn
 
 from tasks.core.dp_randomness import DpStream
 from tasks.privacy.accounting import REPLACE_ONE
+from tasks.privacy.fdp_audit import gaussian_trade_off
 from tasks.privacy.gradient_canaries import (
     CANARY_INPUT,
     Iterates,
@@ -107,6 +108,7 @@ def audit_training(
         recipe.relation,
     )
     scores, clipped = canary_scores(seen, labels, mechanism)
-    found = audit(scores, included.numpy(), recipe.delta, confidence)
+    gaussian = gaussian_trade_off(outcome.privacy.sample_rate)  # q = 1: the f-DP bound applies too
+    found = audit(scores, included.numpy(), recipe.delta, confidence, gaussian)
     inside = clipped[:, included]
     return RunAudit(found, outcome.privacy.epsilon(), float(inside.double().mean()))

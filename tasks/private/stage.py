@@ -162,7 +162,7 @@ class _PrivateRun:
         # read only: the audit trains a widened copy of it
         head = training_head(head_of(inputs.pretrained), inputs.statistics)
         train = functools.partial(
-            _audit_run,
+            audit_run,
             self.method,
             recipe=inputs.recipe,
             epsilon=epsilon,
@@ -392,7 +392,7 @@ def train_private(
     return results
 
 
-def _audit_run(
+def audit_run(
     method: str,
     module: nn.Module,
     data: PrivateData,

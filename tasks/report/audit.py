@@ -13,7 +13,7 @@ from tasks.core.tables import markdown_of, read_csv, read_parquet
 
 AUDIT = (
     "Each DP-SGD family is audited at each ε by one extra training run that is never released: the release's "
-    "recipe, data and trainer plus 1 000 gradient canaries, each put in with probability ½ (Steinke, Nasr & "
+    "recipe, data and trainer plus private.audit_canaries gradient canaries (the table's count), each put in with probability ½ (Steinke, Nasr & "
     "Jagielski 2023, one-run auditing; tasks/private/audit.py). The auditor sees every iterate, scores each "
     "canary by a likelihood ratio, guesses which were in, and ε̂ is the largest ε its correct guesses rule out at "
     "the stated confidence. Each federated tuning, full or selective, is audited the same way in one extra "
@@ -23,7 +23,11 @@ AUDIT = (
     "canary features. ε̂ is a lower bound on the ε of the mechanism "
     "that ran, not a guarantee: ε̂ above ε would show a leak the accountant missed; ε̂ well below ε says the attack "
     "is weaker than the worst case the accountant covers, not that the model is more private. One run caps ε̂ "
-    "(1 000 canaries: near 3 at δ = 1e-4, 4.4 at δ = 0). docs/privacy.md says more."
+    "(1 000-2 000 canaries: near 3 at δ = 1e-4, 4.4 at δ = 0). Where the mechanism is a composition of Gaussian mechanisms "
+    "without subsampling (every DP-SGD family at q = 1, the federated clients), the same guesses are also read as f-DP "
+    "(Mahloujifar, Melis & Chaudhuri 2025, auditing f-DP in one run; tasks/privacy/fdp_audit.py): the largest μ of "
+    "the Gaussian trade-off they rule out, as ε at the run's δ. That bound assumes the Gaussian trade-off it tests, "
+    "which such a mechanism meets exactly; — where it does not apply. docs/privacy.md says more."
 )
 AUDIT_COLUMNS = [
     "method",
@@ -35,13 +39,18 @@ AUDIT_COLUMNS = [
     "guesses",
     "correct",
     "canaries",
+    "epsilon_audited_fdp",
+    "mu_fdp",
+    "guesses_fdp",
+    "correct_fdp",
 ]
 AUDIT_HEADER = [
     "method",
     "unit",
     "relation",
     "ε (accountant)",
-    "ε̂ (audited)",
+    "ε̂ (audited, Steinke et al.)",
+    "ε̂ (f-DP, Gaussian)",
     "confidence",
     "correct guesses",
     "canaries",
@@ -124,6 +133,19 @@ def _audited(entry: dict[str, Any]) -> dict[str, Any]:
         "guesses": int(entry["audit_guesses"]),
         "correct": int(entry["audit_correct"]),
         "canaries": int(entry["audit_canaries"]),
+        **_fdp(entry),
+    }
+
+
+def _fdp(entry: dict[str, Any]) -> dict[str, Any]:
+    """The f-DP bound's columns of a ledger row: None where it does not apply (or the ledger predates it)."""
+    if entry.get("audit_fdp_guesses") in (None, ""):
+        return dict.fromkeys(("epsilon_audited_fdp", "mu_fdp", "guesses_fdp", "correct_fdp"))
+    return {
+        "epsilon_audited_fdp": float(entry["epsilon_audited_fdp"]),
+        "mu_fdp": float(entry["audit_fdp_mu"]),
+        "guesses_fdp": int(entry["audit_fdp_guesses"]),
+        "correct_fdp": int(entry["audit_fdp_correct"]),
     }
 
 
@@ -139,13 +161,24 @@ def audit_markdown(rows: list[dict[str, Any]]) -> str:
                 row["relation"],
                 f"{row['epsilon']:.3g}",
                 f"**{row['epsilon_audited']:.2f}**",
+                "—"
+                if row.get("epsilon_audited_fdp") is None
+                else f"**{row['epsilon_audited_fdp']:.2f}**",
                 f"{row['confidence']:.0%}",
-                f"{row['correct']} of {row['guesses']}" if row["guesses"] else "— (ε̂ = 0)",
+                _guesses(row),
                 str(row["canaries"]),
             ]
             for row in rows
         ],
     )
+
+
+def _guesses(row: dict[str, Any]) -> str:
+    """Right of guessed, the f-DP bound's after a slash where it ran (its own plan: a tenth in, a tenth out)."""
+    said = f"{row['correct']} of {row['guesses']}" if row["guesses"] else "— (ε̂ = 0)"
+    if row.get("guesses_fdp") is None:
+        return said
+    return f"{said} / {row['correct_fdp']} of {row['guesses_fdp']}"
 
 
 def audit_png(rows: list[dict[str, Any]]) -> bytes:
@@ -163,10 +196,23 @@ def audit_png(rows: list[dict[str, Any]]) -> bytes:
             if r["method"].split(" (")[0] == family
         )
         axes.plot(*zip(*mine, strict=True), marker="o", color=f"C{index % 10}", label=family)
+        bounded = sorted(
+            (r["epsilon"], r["epsilon_audited_fdp"])
+            for r in rows
+            if r["method"].split(" (")[0] == family and r.get("epsilon_audited_fdp") is not None
+        )
+        if bounded:  # the f-DP bound of the same run, dashed in the family's colour
+            axes.plot(
+                *zip(*bounded, strict=True), marker="^", linestyle="--", color=f"C{index % 10}"
+            )
     axes.set_xscale("log")
     axes.set_xlabel("ε claimed (accountant; log scale)")
-    axes.set_ylabel("ε̂ audited (lower bound, one run)")
-    axes.set_ylim(0, max([row["epsilon_audited"] for row in rows] + [2.0]) + 1.0)
+    axes.set_ylabel("ε̂ audited (lower bound, one run; ▲ dashed: f-DP)")
+    highest = [row["epsilon_audited"] for row in rows]
+    highest += [
+        row["epsilon_audited_fdp"] for row in rows if row.get("epsilon_audited_fdp") is not None
+    ]
+    axes.set_ylim(0, max([*highest, 2.0]) + 1.0)
     axes.set_title("One-run audit: ε̂ against ε per family", fontsize=9)
     axes.grid(alpha=0.3)
     axes.legend(fontsize=7, loc="upper left")

@@ -252,6 +252,7 @@ class VersionRow:
     )
     top1_ci95: float | None = None
     epsilon_audited: float | None = None
+    epsilon_audited_fdp: float | None = None  # the f-DP bound of the same audit, where it applies
 
     def top1_shown(self) -> str:
         """The Top-1 the champion was chosen by: the row's mean ± its 95 % interval over seeds, else seed 0's."""
@@ -290,6 +291,7 @@ def list_versions() -> list[VersionRow]:
                     _tag(tags, "top1_mean"),
                     _tag(tags, "top1_ci95"),
                     _tag(tags, "epsilon_audited"),
+                    _tag(tags, "epsilon_audited_fdp"),
                 )
             )
     return sorted(rows, key=lambda row: (row.name, -int(row.version)))

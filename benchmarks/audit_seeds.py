@@ -1,0 +1,110 @@
+"""``privhar bench audit-seeds``: every DP-SGD release's one-run audit repeated over audit seeds (issue 86).
+
+``make run`` audits each release once (one extra run per ε: the audits stay a small share of the run). One run's ε̂
+moves by tenths between runs (the canaries' draw and the noise), so whether the bounds are sound (never above the
+claimed ε) and how far they reach is measured here: each method of ``private.methods`` at each ε of
+``private.epsilons``, the stage's own inputs, recipe, trainer and audit (:func:`tasks.private.audit.audit_training`,
+``private.audit_canaries``), over ``seeds`` audit seeds, both bounds (Steinke et al.'s (ε, δ) one and, at q = 1, the
+f-DP one). Seeded randomness (not private): an audit run is never released, and nothing here is kept but the JSON.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from tasks.core.dp_params import PrivateParams
+from tasks.core.dp_randomness import DpRandomness
+from tasks.core.params import BaseParams
+from tasks.core.params_files import load_plan, load_section
+from tasks.core.storage import atomic_write_bytes
+from tasks.privacy.budget import derived_plan
+from tasks.private.audit import audit_training
+from tasks.private.inputs import prepare_inputs
+from tasks.private.stage import audit_run
+from tasks.video_models.head_features import head_of, training_head
+
+LOG = logging.getLogger(__name__)
+
+
+def _spread(values: list[float]) -> dict[str, float]:
+    return {
+        "min": round(min(values), 3),
+        "median": round(statistics.median(values), 3),
+        "max": round(max(values), 3),
+    }
+
+
+def run_bench(
+    params_path: Path, frames: Path, avatar: Path, init: Path, seeds: int, out: Path
+) -> dict[str, Any]:
+    """Audit every release ``seeds`` times, write ``out`` (JSON) and return it."""
+    base = load_section(params_path, "base", BaseParams)
+    params = load_section(params_path, "private", PrivateParams)
+    plan = load_plan(params_path)
+    shared = (plan.report, plan.privacy, derived_plan(plan))
+    unreleased = params.model_copy(
+        update={"epsilons": []}
+    )  # nothing is released: no budget to check
+    record: dict[str, Any] = {
+        "seeds": seeds,
+        "canaries": params.audit_canaries,
+        "confidence": params.audit_confidence,
+        "randomness": "seeded (not private): audit runs, never released",
+        "methods": {},
+    }
+    started, runs, auditing = time.perf_counter(), 0, 0.0
+    for method in params.methods:
+        inputs = prepare_inputs(base, unreleased, *shared, method, frames, init, avatar)
+        head = training_head(head_of(inputs.pretrained), inputs.statistics)
+        rows = record["methods"][method] = {}
+        for epsilon in params.epsilons:
+            found = []
+            for seed in range(seeds):
+                randomness = DpRandomness("seeded", seed)
+                train = functools.partial(
+                    audit_run, method, recipe=inputs.recipe, epsilon=epsilon, randomness=randomness
+                )
+                begun = time.perf_counter()
+                found.append(
+                    audit_training(
+                        train,
+                        head,
+                        inputs.data,
+                        inputs.recipe,
+                        randomness.stream("bench", method, epsilon, "canaries"),
+                        params.audit_canaries,
+                        params.audit_confidence,
+                    )
+                )
+                runs, auditing = runs + 1, auditing + time.perf_counter() - begun
+            claimed = max(run.epsilon_claimed for run in found)
+            steinke = [run.found.epsilon_audited for run in found]
+            fdp = [run.found.fdp.epsilon for run in found if run.found.fdp is not None]
+            rows[repr(epsilon)] = {
+                "epsilon_claimed": round(claimed, 4),
+                "steinke": _spread(steinke),
+                "fdp": _spread(fdp) if fdp else None,
+                "sound": max(steinke + fdp) <= claimed,
+            }
+            LOG.info(
+                "bench audit-seeds: %s at ε %s (claimed %.3g): ε̂ %s; f-DP ε̂ %s over %d audit seeds",
+                method,
+                epsilon,
+                claimed,
+                rows[repr(epsilon)]["steinke"],
+                rows[repr(epsilon)]["fdp"],
+                seeds,
+            )
+    record["seconds"] = round(time.perf_counter() - started, 1)
+    record["audit_runs"] = runs
+    record["seconds_a_run"] = round(
+        auditing / max(runs, 1), 2
+    )  # what one release's audit adds to make run
+    atomic_write_bytes(out, (json.dumps(record, indent=2, ensure_ascii=False) + "\n").encode())
+    return record
