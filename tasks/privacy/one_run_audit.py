@@ -39,7 +39,7 @@ GUESS_SHARES = (
 )  # the shares of the canaries guessed "in" (highest scores), alone or with as many guessed "out" (lowest)
 # the f-DP bound's one plan, fixed before any run: a tenth of the canaries guessed "in" and a tenth "out". Of the
 # plans tried on simulated white-box Gaussian canaries (1 000, 40 seeds, μ of ε = 2 and 8 at δ = 1e-4), the one with
-# the highest tenth percentile (4.2 at ε = 8; the current three shares with their six plans: 3.7)
+# the highest tenth percentile of ε̂ at ε = 8 (4.2; the three shares above, each in and out, Bonferroni over 3: 3.7)
 FDP_GUESS_SHARE = 1 / 10
 FDP_COLUMNS = ("epsilon_audited_fdp", "audit_fdp_mu", "audit_fdp_guesses", "audit_fdp_correct")
 
@@ -141,9 +141,8 @@ class Audit:
     correct: int
     confidence: float
     plans: int  # guess plans tried, Bonferroni-corrected: each at 1 − (1 − confidence) / plans
-    fdp: FdpBound | None = (
-        None  # the f-DP bound of the same guesses, where the mechanism's trade-off is Gaussian
-    )
+    # the f-DP bound of the same scores, where the mechanism's trade-off is Gaussian
+    fdp: FdpBound | None = None
 
     def summary(self, canaries: str = "canaries") -> str:
         """ε̂ and how it was reached, for a stage's log line."""
