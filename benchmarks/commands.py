@@ -306,6 +306,10 @@ def bench_protect_live_command(
     click.echo(json.dumps(record["runs"], indent=2))
 
 
+# a run's raw clips, avatar copy and public model, which the private benches read as train-private does
+RUN_INPUTS = (Path("data/decode"), Path("data/anonymize/avatar"), Path("data/pretrain/public"))
+
+
 @bench.command("maskdp-views")
 @PARAMS
 @click.option("--seeds", type=click.IntRange(2, 100), default=10, show_default=True)
@@ -317,14 +321,7 @@ def bench_maskdp_views_command(params_path: Path, seeds: int, out: Path) -> None
 
     from benchmarks.maskdp_views import run_bench
 
-    record = run_bench(
-        params_path,
-        Path("data/decode"),
-        Path("data/anonymize/avatar"),
-        Path("data/pretrain/public"),
-        seeds,
-        out,
-    )
+    record = run_bench(params_path, *RUN_INPUTS, seeds, out)
     click.echo(json.dumps(record, indent=2))
 
 
@@ -339,14 +336,7 @@ def bench_audit_seeds_command(params_path: Path, seeds: int, out: Path) -> None:
 
     from benchmarks.audit_seeds import run_bench
 
-    record = run_bench(
-        params_path,
-        Path("data/decode"),
-        Path("data/anonymize/avatar"),
-        Path("data/pretrain/public"),
-        seeds,
-        out,
-    )
+    record = run_bench(params_path, *RUN_INPUTS, seeds, out)
     click.echo(json.dumps(record, indent=2, ensure_ascii=False))
 
 

@@ -75,6 +75,15 @@ def run(project, method, **overrides):
     return train_private(**{**arguments, **overrides})
 
 
+def run_with(project, method, folder, **private):
+    """``method`` trained with ``private`` over :data:`PRIVATE` (params, outputs and report under ``folder``): its
+    rows."""
+    params = write_params(
+        folder, {"private": {**PRIVATE, **private}, "anonymize": {"methods": ["avatar"]}}
+    )
+    return run(project, method, params_path=params, out=folder / "out", report=folder / "report")
+
+
 @pytest.fixture(scope="module")
 def trained(project):
     """A method's rows, trained into the project once, by whichever test asks first: under xdist a module's tests
@@ -416,18 +425,7 @@ def test_a_clip_the_avatar_copy_held_back_has_nothing_public(project, tmp_path):
 
 def test_person_units_clip_each_person_once_and_claim_epsilon_per_person(project, tmp_path):
     """private.unit: person — Poisson sampling of persons, a person's videos summed and clipped as one unit."""
-    folder, _, _ = project
-    params = write_params(
-        tmp_path,
-        {
-            "private": {**PRIVATE, "unit": "person", "batch_size": 2},
-            "anonymize": {"methods": ["avatar"]},
-        },
-    )
-    rows = run(
-        project, "multiclip", params_path=params, out=tmp_path / "out", report=tmp_path / "report"
-    )
-    private = rows[0]
+    private = run_with(project, "multiclip", tmp_path, unit="person", batch_size=2)[0]
     assert private["unit"] == "person" and 1.98 <= private["epsilon"] <= 2.0
     with open(tmp_path / "report/multiclip_persons.csv") as handle:
         persons = [row for row in csv.DictReader(handle) if row["model"] == "multiclip-eps2.0"]
@@ -450,17 +448,7 @@ def test_at_full_batch_the_f_dp_bound_is_beside_the_other_in_the_csv_registry_an
     the bound is in the CSV, on the registered version and on the ε's MLflow run, and below the ε."""
     from mlflow import MlflowClient
 
-    params = write_params(
-        tmp_path,
-        {"private": {**PRIVATE, **FULL_BATCH}, "anonymize": {"methods": ["avatar"]}},
-    )
-    private = run(
-        project,
-        "dp_sgd_person",
-        params_path=params,
-        out=tmp_path / "out",
-        report=tmp_path / "report",
-    )[0]
+    private = run_with(project, "dp_sgd_person", tmp_path, **FULL_BATCH)[0]
     assert private["sample_rate"] == 1.0
     assert 0 <= private["epsilon_audited_fdp"] <= private["epsilon"]
     assert private["audit_fdp_guesses"] == 200 and 0 <= private["audit_fdp_correct"] <= 200
@@ -477,21 +465,8 @@ def test_person_level_method_samples_people_under_video_units_and_the_plan_agree
     from tasks.core.manifest import read_manifest
     from tasks.privacy.budget import planned_releases
 
-    folder, _, decoded = project
-    params = write_params(
-        tmp_path,
-        {
-            "private": {**PRIVATE, "unit": "video", "batch_size": 2},
-            "anonymize": {"methods": ["avatar"]},
-        },
-    )
-    private = run(
-        project,
-        "dp_sgd_person",
-        params_path=params,
-        out=tmp_path / "out",
-        report=tmp_path / "report",
-    )[0]
+    _, _, decoded = project
+    private = run_with(project, "dp_sgd_person", tmp_path, unit="video", batch_size=2)[0]
     assert (
         private["unit"] == "person"
         and private["relation"] == "add/remove"
@@ -509,9 +484,9 @@ def test_person_level_method_samples_people_under_video_units_and_the_plan_agree
             for row in csv.DictReader(handle)
             if row["model"] == "dp_sgd_person-eps2.0"
         }
-    plan = {release.name: release for release in planned_releases(load_plan(params))}[
-        "dp_sgd_person-eps2.0"
-    ]
+    plan = {
+        release.name: release for release in planned_releases(load_plan(tmp_path / "params.yaml"))
+    }["dp_sgd_person-eps2.0"]
     planned = plan.person_epsilons(train_rows)
     assert planned.keys() == claimed.keys()
     assert all(planned[person] == pytest.approx(claimed[person], rel=0.02) for person in claimed)
