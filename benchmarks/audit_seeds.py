@@ -24,8 +24,9 @@ from tasks.core.params import BaseParams
 from tasks.core.params_files import load_plan, load_section
 from tasks.core.storage import atomic_write_bytes
 from tasks.privacy.budget import derived_plan
+from tasks.privacy.gradient_canaries import RunAudit
 from tasks.private.audit import audit_training
-from tasks.private.inputs import prepare_inputs
+from tasks.private.inputs import PreparedInputs, prepare_inputs
 from tasks.private.stage import audit_run
 from tasks.video_models.head_features import head_of, training_head
 
@@ -40,6 +41,38 @@ def _spread(values: list[float]) -> dict[str, float]:
     }
 
 
+def _audited(
+    method: str, inputs: PreparedInputs, params: PrivateParams, epsilon: float, seed: int
+) -> RunAudit:
+    """One audit run of ``method``'s release at ``epsilon`` as the stage makes it, on audit seed ``seed``'s streams."""
+    randomness = DpRandomness("seeded", seed)
+    train = functools.partial(
+        audit_run, method, recipe=inputs.recipe, epsilon=epsilon, randomness=randomness
+    )
+    return audit_training(
+        train,
+        training_head(head_of(inputs.pretrained), inputs.statistics),
+        inputs.data,
+        inputs.recipe,
+        randomness.stream("bench", method, epsilon, "canaries"),
+        params.audit_canaries,
+        params.audit_confidence,
+    )
+
+
+def _row(found: list[RunAudit]) -> dict[str, Any]:
+    """The spread of both bounds over one release's audit runs, and whether any passed the claimed ε."""
+    claimed = max(run.epsilon_claimed for run in found)
+    steinke = [run.found.epsilon_audited for run in found]
+    fdp = [run.found.fdp.epsilon for run in found if run.found.fdp is not None]
+    return {
+        "epsilon_claimed": round(claimed, 4),
+        "steinke": _spread(steinke),
+        "fdp": _spread(fdp) if fdp else None,
+        "sound": max(steinke + fdp) <= claimed,
+    }
+
+
 def run_bench(
     params_path: Path, frames: Path, avatar: Path, init: Path, seeds: int, out: Path
 ) -> dict[str, Any]:
@@ -48,9 +81,7 @@ def run_bench(
     params = load_section(params_path, "private", PrivateParams)
     plan = load_plan(params_path)
     shared = (plan.report, plan.privacy, derived_plan(plan))
-    unreleased = params.model_copy(
-        update={"epsilons": []}
-    )  # nothing is released: no budget to check
+    unreleased = params.model_copy(update={"epsilons": []})  # nothing released: no budget to check
     record: dict[str, Any] = {
         "seeds": seeds,
         "canaries": params.audit_canaries,
@@ -58,53 +89,19 @@ def run_bench(
         "randomness": "seeded (not private): audit runs, never released",
         "methods": {},
     }
-    started, runs, auditing = time.perf_counter(), 0, 0.0
+    started, auditing = time.perf_counter(), 0.0
     for method in params.methods:
         inputs = prepare_inputs(base, unreleased, *shared, method, frames, init, avatar)
-        head = training_head(head_of(inputs.pretrained), inputs.statistics)
         rows = record["methods"][method] = {}
         for epsilon in params.epsilons:
-            found = []
-            for seed in range(seeds):
-                randomness = DpRandomness("seeded", seed)
-                train = functools.partial(
-                    audit_run, method, recipe=inputs.recipe, epsilon=epsilon, randomness=randomness
-                )
-                begun = time.perf_counter()
-                found.append(
-                    audit_training(
-                        train,
-                        head,
-                        inputs.data,
-                        inputs.recipe,
-                        randomness.stream("bench", method, epsilon, "canaries"),
-                        params.audit_canaries,
-                        params.audit_confidence,
-                    )
-                )
-                runs, auditing = runs + 1, auditing + time.perf_counter() - begun
-            claimed = max(run.epsilon_claimed for run in found)
-            steinke = [run.found.epsilon_audited for run in found]
-            fdp = [run.found.fdp.epsilon for run in found if run.found.fdp is not None]
-            rows[repr(epsilon)] = {
-                "epsilon_claimed": round(claimed, 4),
-                "steinke": _spread(steinke),
-                "fdp": _spread(fdp) if fdp else None,
-                "sound": max(steinke + fdp) <= claimed,
-            }
-            LOG.info(
-                "bench audit-seeds: %s at ε %s (claimed %.3g): ε̂ %s; f-DP ε̂ %s over %d audit seeds",
-                method,
-                epsilon,
-                claimed,
-                rows[repr(epsilon)]["steinke"],
-                rows[repr(epsilon)]["fdp"],
-                seeds,
-            )
+            begun = time.perf_counter()
+            found = [_audited(method, inputs, params, epsilon, seed) for seed in range(seeds)]
+            auditing += time.perf_counter() - begun
+            rows[repr(epsilon)] = _row(found)
+            LOG.info("bench audit-seeds: %s at ε %s: %s", method, epsilon, rows[repr(epsilon)])
+    runs = len(params.methods) * len(params.epsilons) * seeds
     record["seconds"] = round(time.perf_counter() - started, 1)
     record["audit_runs"] = runs
-    record["seconds_a_run"] = round(
-        auditing / max(runs, 1), 2
-    )  # what one release's audit adds to make run
+    record["seconds_a_run"] = round(auditing / max(runs, 1), 2)  # one release's audit in make run
     atomic_write_bytes(out, (json.dumps(record, indent=2, ensure_ascii=False) + "\n").encode())
     return record

@@ -94,7 +94,13 @@ def test_pipeline_runs_end_to_end_then_is_up_to_date(project, pipeline_run):
         "federated fedavg-selective",
         "ldp (per feature)",
     ]
-    assert all(0 <= float(row["epsilon_audited"]) <= float(row["epsilon"]) for row in audits)
+    # a loose bound stays under its ε. The LDP codes' randomized response is the mechanism the bound is tight for: at
+    # 99 % its ε̂ passes ε by chance in 1 audit in 100 (fresh-clone CI of 2026-12-06: 1.016 at ε = 1, secret coins);
+    # there only a leak far past chance fails here (ε̂ ≥ 1.5 ε: chance below 1e-6 at ε = 1; the planted leaks are
+    # tests/test_one_run_audit.py's)
+    for row in audits:
+        slack = 1.5 if row["method"].startswith("ldp") else 1.0
+        assert 0 <= float(row["epsilon_audited"]) <= slack * float(row["epsilon"]), row
     # issue 86: the f-DP bound where the trade-off is Gaussian (the federated clients; train-private here has q < 1)
     bounded = {row["method"] for row in audits if row["epsilon_audited_fdp"] != ""}
     assert bounded == {"federated fedavg-full", "federated fedavg-selective"}, bounded
