@@ -10,7 +10,6 @@ f-DP one). Seeded randomness (not private): an audit run is never released, and 
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import statistics
@@ -25,10 +24,8 @@ from tasks.core.params_files import load_plan, load_section
 from tasks.core.storage import atomic_write_bytes
 from tasks.privacy.budget import derived_plan
 from tasks.privacy.gradient_canaries import RunAudit
-from tasks.private.audit import audit_training
 from tasks.private.inputs import PreparedInputs, prepare_inputs
-from tasks.private.stage import audit_run
-from tasks.video_models.head_features import head_of, training_head
+from tasks.private.stage import audit_release
 
 LOG = logging.getLogger(__name__)
 
@@ -46,18 +43,8 @@ def _audited(
 ) -> RunAudit:
     """One audit run of ``method``'s release at ``epsilon`` as the stage makes it, on audit seed ``seed``'s streams."""
     randomness = DpRandomness("seeded", seed)
-    train = functools.partial(
-        audit_run, method, recipe=inputs.recipe, epsilon=epsilon, randomness=randomness
-    )
-    return audit_training(
-        train,
-        training_head(head_of(inputs.pretrained), inputs.statistics),
-        inputs.data,
-        inputs.recipe,
-        randomness.stream("bench", method, epsilon, "canaries"),
-        params.audit_canaries,
-        params.audit_confidence,
-    )
+    stream = randomness.stream("bench", method, epsilon, "canaries")
+    return audit_release(method, inputs, params, epsilon, randomness, stream)
 
 
 def _row(found: list[RunAudit]) -> dict[str, Any]:

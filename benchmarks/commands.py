@@ -348,12 +348,13 @@ def bench_audit_seeds_command(params_path: Path, seeds: int, out: Path) -> None:
 )
 @bench_out("private_recipe.json")
 def bench_private_recipe_command(params_path: Path, seeds: int, public: Path, out: Path) -> None:
-    """Choose the private recipe on public videos alone: a proxy public model on half the public people, person-level
-    DP-SGD heads on the other half at ε 1 / 2 / 8 / ∞ for each recipe of a grid (after a run: reads the public set)."""
+    """Choose the private recipe on public videos alone: a proxy public model on one half of the public people,
+    person-level DP-SGD heads on the other half at ε 1 / 2 / 8 / ∞ for each recipe of a grid, then the halves swapped
+    (after a run: reads the public set). Prints each recipe's Top-1 averaged over the two proxies."""
     from benchmarks.private_recipe import run_bench
 
     record = run_bench(params_path, public, seeds, out)
-    click.echo(json.dumps(record, indent=2))
+    click.echo(json.dumps(record["cells"], indent=2))
 
 
 @bench.command("epochs")

@@ -292,6 +292,45 @@ def test_a_head_trained_in_the_public_subspace_folds_into_the_full_layer():
         )
 
 
+def test_the_class_means_subspace_spans_the_public_class_means_and_folds_back():
+    """private.public_subspace: class_means: classes − 1 orthonormal directions whose span holds every public class mean
+    less their mean (the head's first public gradient); a head trained there folds into the full layer; a checkpoint
+    without them is refused naming the parameter."""
+    from tasks.video_models.head_features import (
+        feature_statistics,
+        fold_standardisation,
+        standardise,
+        training_head,
+        with_subspace,
+    )
+
+    generator = torch.Generator().manual_seed(7)
+    labels = torch.arange(60) % 3
+    centres = torch.randn(3, 6, generator=generator) * 4
+    features = centres[labels] + torch.randn(60, 6, generator=generator)
+    statistics = with_subspace(
+        feature_statistics(features, labels), "class_means", Path("public/model.pt")
+    )
+    basis = statistics["basis"]
+    assert basis.shape == (6, 2) and torch.allclose(basis.T @ basis, torch.eye(2), atol=1e-5)
+    z = standardise(features, {**statistics, "basis": None})
+    means = torch.stack([z[labels == label].mean(0) for label in range(3)])
+    spread = means - means.mean(0)
+    assert torch.allclose(spread @ basis @ basis.T, spread, atol=1e-4)  # inside the span
+    head = tiny_head()
+    small = training_head(head, statistics)
+    assert small.in_features == 2 and not small.weight.any()
+    with torch.no_grad():
+        small.weight.copy_(torch.randn(small.weight.shape, generator=generator))
+    before = small(standardise(features, statistics)).detach()
+    fold_standardisation(head, statistics, small)
+    assert torch.allclose(head(features).detach(), before, atol=1e-4)
+    with pytest.raises(
+        PrivharError, match="public/model.pt: holds no public class-mean directions"
+    ):
+        with_subspace(feature_statistics(features), "class_means", Path("public/model.pt"))
+
+
 def test_maskdp_all_private_is_dp_sgd_and_all_public_adds_no_private_term():
     recipe = Recipe(**{**RECIPE.__dict__, "batch_size": 100, "physical_batch_size": 5})
     private_only = tiny_head()

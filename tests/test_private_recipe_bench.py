@@ -1,5 +1,6 @@
 """``privhar bench private-recipe`` builds its proxy from the public set alone (issue 85): the proxy public model
-learns from the first half of the people's training videos, the proxy's private videos are the other half's."""
+learns from one half of the people's training videos, the proxy's private videos are the other half's, then the halves
+swap."""
 
 from __future__ import annotations
 
@@ -46,6 +47,17 @@ def test_the_proxy_splits_the_public_people_in_two(tmp_path):
         5,
     }  # the proxy's private people: never trained on
     assert (tmp_path / "split" / "frames").resolve() == (public / "frames").resolve()
+    swapped = _split_folder(
+        public, tmp_path / "swapped", half=1
+    )  # the other fold: the halves' roles swapped
+    trained = pl.read_parquet(tmp_path / "swapped" / "manifest.parquet").filter(
+        pl.col("split") == "train"
+    )
+    assert set(trained["identity"]) == {3, 4, 5} and {row["identity"] for row in swapped} == {
+        0,
+        1,
+        2,
+    }
 
 
 def test_pseudo_persons_hold_one_or_two_videos():

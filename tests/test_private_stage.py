@@ -190,10 +190,11 @@ def test_every_method_trains_each_epsilon_and_infinity(project, trained, method)
 
 
 def test_the_public_model_holds_its_training_clips_feature_statistics(project):
-    """The pretrain stage saves the public clips' pooled-feature mean and std; the private heads train on them."""
+    """The pretrain stage saves the public clips' pooled-feature mean and std, principal and class-mean directions; the
+    private heads train on them."""
     from tasks.core.manifest import MANIFEST_NAME, read_manifest
     from tasks.video_models.checkpoints import load_checkpoint
-    from tasks.video_models.clips import load_clips, normalise, split_rows
+    from tasks.video_models.clips import labels_of, load_clips, normalise, split_rows
     from tasks.video_models.head_features import (
         feature_statistics,
         standardise,
@@ -208,7 +209,7 @@ def test_the_public_model_holds_its_training_clips_feature_statistics(project):
     expected_features = pooled_features(
         model, normalise(load_clips(rows, decoded, tuple(config["input_size"])))
     )
-    expected = feature_statistics(expected_features)
+    expected = feature_statistics(expected_features, labels_of(rows))
     assert statistics is not None and all(
         torch.allclose(statistics[key], expected[key], atol=1e-4) for key in ("mean", "std")
     )
@@ -217,6 +218,11 @@ def test_the_public_model_holds_its_training_clips_feature_statistics(project):
     assert torch.allclose(directions @ directions.T, torch.eye(len(directions)), atol=1e-4)
     spread = (standardise(expected_features, expected) @ directions.T).var(0)
     assert bool((spread[1:] <= spread[:-1] * (1 + 1e-3) + 1e-5).all())
+    # the class means' span (its projector: the SVD picks the signs)
+    stored, fresh = statistics["class_directions"], expected["class_directions"]
+    assert stored.shape == fresh.shape and torch.allclose(
+        stored.T @ stored, fresh.T @ fresh, atol=1e-3
+    )
 
 
 def test_only_the_head_changes_under_head_tuning(project, trained):

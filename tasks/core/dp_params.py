@@ -70,8 +70,9 @@ class PrivateParams(Section):
         "person": None,
     }
     physical_batch_size: PositiveInt  # rows per forward / backward (BatchMemoryManager)
-    # head-only training in the first k principal directions of the public clips' features (None: every feature)
-    public_subspace: PositiveInt | None = None
+    # head-only training in a public subspace of the features: the first k principal directions of the public clips',
+    # or the directions of their class means (None: every feature)
+    public_subspace: PositiveInt | Literal["class_means"] | None = None
     learning_rate: Annotated[float, Field(gt=0.0)]
     momentum: Annotated[float, Field(ge=0.0, lt=1.0)]
     grad_sample_mode: Literal["ew", "hooks", "functorch"]  # Opacus per-sample gradients of dp_sgd

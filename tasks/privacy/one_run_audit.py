@@ -119,12 +119,17 @@ class FdpBound:
     correct: int
 
 
+def _correct(ranked: np.ndarray, k_in: int, k_out: int) -> int:
+    """Right guesses of a plan over canaries ``ranked`` by score: the top ``k_in`` guessed in, the bottom ``k_out`` out."""
+    return int(ranked[:k_in].sum()) + (int((~ranked[len(ranked) - k_out :]).sum()) if k_out else 0)
+
+
 def fdp_bound(ranked: np.ndarray, delta: float, confidence: float) -> FdpBound:
     """The f-DP bound of canaries ``ranked`` by score (included, highest first): :data:`FDP_GUESS_SHARE` guessed in
     from the top and as many out from the bottom, one plan, so the whole 1 − confidence is its level."""
     m = len(ranked)
     k = max(1, round(FDP_GUESS_SHARE * m))
-    correct = int(ranked[:k].sum()) + int((~ranked[m - k :]).sum())
+    correct = _correct(ranked, k, k)
     epsilon, mu = fdp_audit.epsilon_bound(m, 2 * k, correct, delta, 1 - confidence)
     return FdpBound(epsilon, mu, 2 * k, correct)
 
@@ -214,7 +219,7 @@ def audit(
     best, telling = None, math.inf
     for k_in, both in plans:
         k_out = k_in if both else 0
-        correct = int(ranked[:k_in].sum()) + (int((~ranked[m - k_out :]).sum()) if k_out else 0)
+        correct = _correct(ranked, k_in, k_out)
         found = Audit(
             epsilon_bound(m, k_in + k_out, correct, delta, each),
             m,

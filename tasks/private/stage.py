@@ -41,7 +41,7 @@ from torch import nn
 
 from tasks.core import stage_options as arg
 from tasks.core.dp_params import PrivacyParams, PrivateParams
-from tasks.core.dp_randomness import DpRandomness
+from tasks.core.dp_randomness import DpRandomness, DpStream
 from tasks.core.errors import PrivharError
 from tasks.core.guarantee import NON_PRIVATE, PrivacyGuarantee
 from tasks.core.params import BaseParams, ReportParams
@@ -159,25 +159,8 @@ class _PrivateRun:
                 epsilon,
             )
             return
-        # read only: the audit trains a widened copy of it
-        head = training_head(head_of(inputs.pretrained), inputs.statistics)
-        train = functools.partial(
-            audit_run,
-            self.method,
-            recipe=inputs.recipe,
-            epsilon=epsilon,
-            randomness=self.randomness,
-        )
         stream = self.randomness.stream("private", self.method, epsilon, "audit", "canaries")
-        audited = audit_training(
-            train,
-            head,
-            inputs.data,
-            inputs.recipe,
-            stream,
-            params.audit_canaries,
-            params.audit_confidence,
-        )
+        audited = audit_release(self.method, inputs, params, epsilon, self.randomness, stream)
         self.audits[epsilon] = audited
         model_run.log_metrics(audited.metrics())
         LOG.info("train-private: %s at ε %s: %s", self.method, epsilon, audited.summary())
@@ -390,6 +373,30 @@ def train_private(
         made = [result["model"] for result in results if math.isfinite(result["target_epsilon"])]
         record_made(privacy, made, inputs.every_row, budget)
     return results
+
+
+def audit_release(
+    method: str,
+    inputs: PreparedInputs,
+    params: PrivateParams,
+    epsilon: float,
+    randomness: DpRandomness,
+    canaries: DpStream,
+) -> RunAudit:
+    """One audit run of ``method``'s release at ``epsilon`` as the stage makes it: its trainer on its own streams, on a
+    widened copy of the head (read only), with ``params.audit_canaries`` canaries drawn from ``canaries``."""
+    train = functools.partial(
+        audit_run, method, recipe=inputs.recipe, epsilon=epsilon, randomness=randomness
+    )
+    return audit_training(
+        train,
+        training_head(head_of(inputs.pretrained), inputs.statistics),
+        inputs.data,
+        inputs.recipe,
+        canaries,
+        params.audit_canaries,
+        params.audit_confidence,
+    )
 
 
 def audit_run(

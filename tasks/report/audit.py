@@ -10,6 +10,7 @@ import numpy as np
 
 from tasks.core.figures import plt, png_bytes
 from tasks.core.tables import markdown_of, read_csv, read_parquet
+from tasks.privacy.one_run_audit import FDP_COLUMNS
 
 AUDIT = (
     "Each DP-SGD family is audited at each ε by one extra training run that is never released: the release's "
@@ -138,15 +139,22 @@ def _audited(entry: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+FDP_FIELDS = (
+    "epsilon_audited_fdp",
+    "mu_fdp",
+    "guesses_fdp",
+    "correct_fdp",
+)  # of FDP_COLUMNS, in their order
+
+
 def _fdp(entry: dict[str, Any]) -> dict[str, Any]:
     """The f-DP bound's columns of a ledger row: None where it does not apply (or the ledger predates it)."""
-    if entry.get("audit_fdp_guesses") in (None, ""):
-        return dict.fromkeys(("epsilon_audited_fdp", "mu_fdp", "guesses_fdp", "correct_fdp"))
+    if entry.get(FDP_COLUMNS[2]) in (None, ""):
+        return dict.fromkeys(FDP_FIELDS)
+    kinds = (float, float, int, int)
     return {
-        "epsilon_audited_fdp": float(entry["epsilon_audited_fdp"]),
-        "mu_fdp": float(entry["audit_fdp_mu"]),
-        "guesses_fdp": int(entry["audit_fdp_guesses"]),
-        "correct_fdp": int(entry["audit_fdp_correct"]),
+        field: kind(entry[column])
+        for field, column, kind in zip(FDP_FIELDS, FDP_COLUMNS, kinds, strict=True)
     }
 
 

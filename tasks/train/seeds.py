@@ -153,7 +153,8 @@ class SeedPlan:
 def _public_statistics(
     model: nn.Module, data: TrainingData, batch_size: int = 64
 ) -> dict[str, torch.Tensor]:
-    """The pooled features' mean and std over the (public) training clips, for standardising fine-tuned heads."""
+    """The pooled features' mean and std over the (public) training clips, for standardising fine-tuned heads, and the
+    public subspaces a private head may train in (principal and class-mean directions)."""
     model.to(data.device)
     features = torch.cat(
         [
@@ -162,7 +163,7 @@ def _public_statistics(
         ]
     )
     model.cpu()
-    return feature_statistics(features)
+    return feature_statistics(features, data.labels)
 
 
 @dataclass
