@@ -66,3 +66,20 @@ def test_pseudo_persons_hold_one_or_two_videos():
     assert len(counts) == 200 and int((counts == 2).sum()) == 94 and int((counts == 1).sum()) == 106
     with pytest.raises(ValueError, match="cannot make 200 persons"):
         _owners(450, 200, 0)
+
+
+def test_a_cell_scores_the_mean_of_both_proxies():
+    from benchmarks.private_recipe import _mean_of_folds
+
+    def fold(top1: float) -> dict:
+        scores = {"2.0": {"top1": top1, "half_width": 1.0, "sigma": 3.0}}
+        cell = {
+            "batch_size": 300,
+            "epochs": 8,
+            "learning_rate": 0.8,
+            "public_subspace": "class_means",
+        }
+        return {"cells": [{**cell, "scores": scores}]}
+
+    (cell,) = _mean_of_folds([fold(80.0), fold(77.0)])
+    assert cell["top1"] == {"2.0": 78.5} and cell["public_subspace"] == "class_means"
