@@ -58,10 +58,8 @@ from tasks.video_models.head_features import (
 
 LOG = logging.getLogger(__name__)
 EPSILONS = (1.0, 2.0, 8.0, math.inf)
-FOLDS = (
-    0,
-    1,
-)  # which half of the public people (sorted) pretrains the proxy model; the other is its private set
+# which half of the public people (sorted) pretrains the proxy model; the other is its private set
+FOLDS = (0, 1)
 # (batch, epochs, learning rate, subspace): the private defaults before issue 85 first, then the grid around q = 1
 GRID: tuple[tuple[int, int, float, int | str | None], ...] = (
     (150, 16, 0.05, None),
@@ -80,9 +78,9 @@ def _split_folder(public: Path, folder: Path, half: int = 0) -> list[dict[str, A
     rows = read_manifest(public / MANIFEST_NAME)
     people = sorted({row["identity"] for row in rows})
     middle = len(people) // 2
-    first = set(people[:middle] if half == 0 else people[middle:])
+    trained = set(people[:middle] if half == 0 else people[middle:])
     manifest = pl.read_parquet(public / MANIFEST_NAME).with_columns(
-        pl.when(pl.col("identity").is_in(list(first)) & (pl.col("split") == "train"))
+        pl.when(pl.col("identity").is_in(list(trained)) & (pl.col("split") == "train"))
         .then(pl.lit("train"))
         .otherwise(pl.lit("held_out"))
         .alias("split")
@@ -92,7 +90,7 @@ def _split_folder(public: Path, folder: Path, half: int = 0) -> list[dict[str, A
     pl.read_parquet(public / QUARANTINE_NAME).write_parquet(folder / QUARANTINE_NAME)
     for name in ("frames", "annotations"):
         (folder / name).symlink_to((public / name).resolve())
-    return [row for row in rows if row["identity"] not in first]
+    return [row for row in rows if row["identity"] not in trained]
 
 
 def _proxy_model(split: Path, scratch: Path, epochs: int) -> Path:
@@ -187,10 +185,11 @@ def _cell(
     }
 
 
-def _fold(params_path: Path, public: Path, half: int, seeds: int) -> dict[str, Any]:
-    """One proxy (``half`` of the people pretrain its public model) and every cell of :data:`GRID` scored on it."""
-    params = load_section(params_path, "private", PrivateParams)
-    epochs = load_section(params_path, "public", PublicParams).epochs
+def _fold(
+    params: PrivateParams, epochs: int, public: Path, half: int, seeds: int
+) -> dict[str, Any]:
+    """One proxy (``half`` of the people pretrain its public model for ``epochs``) and every cell of :data:`GRID`
+    scored on it."""
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="privhar-recipe-") as scratch:
         rows = _split_folder(public, Path(scratch) / "split", half)
@@ -227,8 +226,10 @@ def _mean_of_folds(folds: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def run_bench(params_path: Path, public: Path, seeds: int, out: Path) -> dict[str, Any]:
     """Build both proxies, score every cell of :data:`GRID` on each, write ``out`` (JSON) and return it."""
+    params = load_section(params_path, "private", PrivateParams)
+    epochs = load_section(params_path, "public", PublicParams).epochs
     started = time.perf_counter()
-    folds = [_fold(params_path, public, half, seeds) for half in FOLDS]
+    folds = [_fold(params, epochs, public, half, seeds) for half in FOLDS]
     record = {
         "folds": folds,
         "cells": _mean_of_folds(folds),
