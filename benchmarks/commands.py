@@ -357,6 +357,19 @@ def bench_private_recipe_command(params_path: Path, seeds: int, public: Path, ou
     click.echo(json.dumps(record["cells"], indent=2))
 
 
+@bench.command("private-selection")
+@PARAMS
+@bench_out("private_selection.json")
+def bench_private_selection_command(params_path: Path, out: Path) -> None:
+    """What choosing the recipe on folds of the private data would cost: for a total ε per person, the noise each of
+    a random number of trials may use (Papernot & Steinke 2022, dp-accounting's RDP) and the ε one such trial spends
+    alone (accounting only: reads params.yaml)."""
+    from benchmarks.private_selection import run_bench
+
+    record = run_bench(params_path, out)
+    click.echo(json.dumps(record["rows"], indent=2, ensure_ascii=False))
+
+
 @bench.command("epochs")
 @PARAMS
 @existing_folder(

@@ -34,7 +34,9 @@ exactly μ-GDP (Dong, Roth & Su 2019, Cor. 3.3), δ(ε) = Φ(−ε/μ + μ/2) �
 
 from __future__ import annotations
 
+import contextlib
 import math
+import warnings
 from functools import lru_cache
 from typing import Literal
 
@@ -71,6 +73,20 @@ PRV_ERROR = 1e-3  # Opacus PRV's ε error (its answer is an upper bound within i
 
 def _opacus_options(accountant: str) -> dict[str, float]:
     return {"eps_error": PRV_ERROR} if accountant == "prv" else {}
+
+
+@contextlib.contextmanager
+def _opacus_quiet(accountant: str):
+    """Opacus's PRV accountant without its two harmless warnings (issue 85's runs printed them by the hundred): at
+    q = 1 it takes log(1 − q) = −∞ as a threshold every value exceeds (numpy: divide by zero), and it bounds its
+    domain with an RDP ε at a tiny δ whose best order is the largest it tries (a looser bound makes a wider domain,
+    not a smaller ε). RDP's own warning stays where RDP is the accountant."""
+    if accountant != "prv":
+        yield
+        return
+    with np.errstate(divide="ignore"), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Optimal order is the largest alpha")
+        yield
 
 
 def relation_of(method: str) -> Relation:
@@ -158,7 +174,8 @@ def sampled_gaussian_epsilon(
 
     engine = create_accountant(mechanism=used)
     engine.history = [(noise_multiplier, sample_rate, steps)]
-    return float(engine.get_epsilon(delta=delta, **_opacus_options(used)))
+    with _opacus_quiet(used):
+        return float(engine.get_epsilon(delta=delta, **_opacus_options(used)))
 
 
 @lru_cache(maxsize=1024)
@@ -174,7 +191,8 @@ def opacus_engine_epsilon(
 
     engine = create_accountant(mechanism=accountant)
     engine.history = list(history)
-    return float(engine.get_epsilon(delta=delta))
+    with _opacus_quiet(accountant):
+        return float(engine.get_epsilon(delta=delta))
 
 
 @lru_cache(
@@ -198,17 +216,18 @@ def calibrate_noise(
         from opacus.accountants.utils import get_noise_multiplier
 
         try:
-            return float(
-                get_noise_multiplier(
-                    target_epsilon=target_epsilon,
-                    target_delta=delta,
-                    sample_rate=sample_rate,
-                    steps=steps,
-                    accountant=used,
-                    epsilon_tolerance=0.005 * target_epsilon,
-                    **_opacus_options(used),
+            with _opacus_quiet(used):
+                return float(
+                    get_noise_multiplier(
+                        target_epsilon=target_epsilon,
+                        target_delta=delta,
+                        sample_rate=sample_rate,
+                        steps=steps,
+                        accountant=used,
+                        epsilon_tolerance=0.005 * target_epsilon,
+                        **_opacus_options(used),
+                    )
                 )
-            )
         except ValueError as error:  # Opacus: "The privacy budget is too low."
             raise PrivharError(
                 f"private: ε = {target_epsilon} at δ = {delta} is unreachable with q = {sample_rate:.4g} "

@@ -386,7 +386,7 @@ def audit_release(
     """One audit run of ``method``'s release at ``epsilon`` as the stage makes it: its trainer on its own streams, on a
     widened copy of the head (read only), with ``params.audit_canaries`` canaries drawn from ``canaries``."""
     train = functools.partial(
-        audit_run, method, recipe=inputs.recipe, epsilon=epsilon, randomness=randomness
+        _audit_run, method, recipe=inputs.recipe, epsilon=epsilon, randomness=randomness
     )
     return audit_training(
         train,
@@ -399,7 +399,7 @@ def audit_release(
     )
 
 
-def audit_run(
+def _audit_run(
     method: str,
     module: nn.Module,
     data: PrivateData,

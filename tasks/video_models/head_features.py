@@ -173,9 +173,6 @@ def class_directions(standardised: torch.Tensor, labels: torch.Tensor) -> torch.
     return directions[: len(means) - 1]
 
 
-SUBSPACE_KEYS = {"principal": "directions", "class_means": "class_directions"}
-
-
 def with_subspace(
     statistics: dict[str, torch.Tensor], subspace: int | str | None, source: Path
 ) -> dict[str, torch.Tensor]:
@@ -190,14 +187,17 @@ def with_subspace(
     """
     if subspace is None:
         return statistics
-    kind = "class_means" if subspace == "class_means" else "principal"
-    directions = statistics.get(SUBSPACE_KEYS[kind])
+    key, what = (
+        ("class_directions", "class-mean")
+        if subspace == "class_means"
+        else ("directions", "principal")
+    )
+    directions = statistics.get(key)
     if directions is None:
-        what = "class-mean" if kind == "class_means" else "principal"
         raise PrivharError(
             f"{source}: holds no public {what} directions; private.public_subspace needs them (re-run pretrain)"
         )
-    dimensions = len(directions) if kind == "class_means" else int(subspace)
+    dimensions = len(directions) if subspace == "class_means" else int(subspace)
     if dimensions > len(directions):
         raise PrivharError(
             f"private.public_subspace = {subspace}: the head has {len(directions)} input features; expected at "
