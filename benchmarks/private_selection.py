@@ -7,8 +7,9 @@ count of trials — logarithmic, shape 0; geometric, shape 1 — and Thm 6 for a
 ``RdpAccountant`` implements both bounds (``RepeatAndSelectDpEvent``). For a total ε per person (add/remove of a
 person and all their videos, δ = ``private.delta``) this finds the noise multiplier every trial of the person-level
 recipe may use, and the ε a single unselected run at that noise spends (the stage's accountant): the ε the selected
-recipe effectively trains at. The held-out validation persons a fold needs are not counted (they would cost more).
-Nothing private is read: this is accounting only.
+recipe effectively trains at (part of the gap, about 9 % in σ here, is RDP's looseness against PRV: no tighter
+accountant of private selection is in these libraries). The held-out validation persons a fold needs are not
+counted (they would cost more). Nothing private is read: this is accounting only.
 """
 
 from __future__ import annotations
