@@ -14,6 +14,7 @@ counted (they would cost more). Nothing private is read: this is accounting only
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from pathlib import Path
@@ -106,8 +107,6 @@ def selection_rows(recipe: Recipe, persons: int) -> list[dict[str, Any]]:
 
 def run_bench(params_path: Path, out: Path) -> dict[str, Any]:
     """The cost table for params.yaml's person-level recipe, written to ``out`` (JSON)."""
-    import json
-
     started = time.perf_counter()
     params = load_section(params_path, "private", PrivateParams)
     recipe = recipe_of(params, "dp_sgd_person")
